@@ -1,0 +1,49 @@
+# The two commands a newcomer needs:
+#   make demo   set everything up, start Elasticsearch and Redis, ingest the sample, search it
+#   make test   set everything up, start the services, run the whole test suite
+# Everything is installed into .venv and .chunkrag inside this checkout.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export CHUNKRAG_HOME ?= $(CURDIR)/.chunkrag
+# Tests and the demo never reach a model hub; fail fast if some code tries.
+export HF_HUB_OFFLINE := 1
+
+.PHONY: setup demo test unit services-up services-down services-status bench clean
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
+	$(BIN)/pip install --quiet -c requirements.lock -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(BIN)/chunkrag demo
+
+services-up: setup
+	$(BIN)/chunkrag services up
+
+services-down: setup
+	$(BIN)/chunkrag services down
+
+services-status: setup
+	$(BIN)/chunkrag services status
+
+unit: setup
+	$(BIN)/python -m pytest tests/unit -q
+
+test: services-up
+	$(BIN)/python -m pytest -q
+
+bench: services-up
+	$(BIN)/python -m bench.ingest_bench
+	$(BIN)/python -m bench.retrieval_bench
+
+clean: services-down
+	rm -rf $(VENV) $(CHUNKRAG_HOME)

@@ -1,0 +1,1 @@
+"""Benchmarks: each writes bench/results/<name>.json; REPORT.md explains them."""

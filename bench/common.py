@@ -1,0 +1,50 @@
+"""What every benchmark records: the machine, the command, medians."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SHARED = Path(os.environ.get("CHUNKRAG_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    memory_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": memory_gb, "python": platform.python_version(), "os": platform.platform()}
+
+
+def peak_rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def median(values: Sequence[float]) -> float:
+    return round(statistics.median(values), 3)
+
+
+def run_child(module: str, args: Sequence[str]) -> dict[str, Any]:
+    """Run one measurement in a fresh process (clean peak RSS, cold caches
+    of our own), and return the JSON it prints last."""
+    out = subprocess.run([sys.executable, "-m", module, *args], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def write_result(name: str, module: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"command": " ".join(["python", "-m", module, *sys.argv[1:]]), "machine": machine(), "date": time.strftime("%Y-%m-%d"), **payload}
+    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return path

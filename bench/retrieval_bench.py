@@ -1,0 +1,106 @@
+"""SciFact retrieval quality and latency for every retrieval mode.
+
+    python -m bench.retrieval_bench [--runs 3]
+
+Needs the `bench-scifact` index that `bench.ingest_bench` leaves behind (or
+builds it). The qrels judge documents, so each mode retrieves chunks
+collapsed to the best chunk per document (top 100 documents) and documents
+are ranked by that best chunk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+from bench.common import SHARED, median, write_result
+from bench.metrics import ndcg_at_k, percentile, recall_at_k
+
+BEIR = SHARED / "eval" / "scifact" / "beir_derived"
+INDEX = "bench-scifact"
+MODES = ("bm25", "knn", "native_sum", "minmax", "rrf")
+DEPTH = 100
+
+
+def load_queries():
+    queries = {}
+    for line in (BEIR / "queries_validation.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        queries[record["_id"]] = record["text"]
+    qrels = defaultdict(set)
+    with (BEIR / "qrels_validation_cited.tsv").open(encoding="utf-8") as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            if int(row["score"]) > 0:
+                qrels[row["query-id"]].add(row["corpus-id"])
+    return {qid: text for qid, text in queries.items() if qid in qrels}, qrels
+
+
+def main(argv=None) -> int:
+    from chunkrag_core.es_client import make_client
+    from chunkrag_core.providers import make_embedder
+    from chunkrag_core.settings import Settings
+    from search_extension.retriever import HybridRetriever
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--index", default=INDEX)
+    args = parser.parse_args(argv)
+
+    settings = Settings.from_env()
+    client = make_client(settings)
+    if not client.indices.exists(index=args.index):
+        print(f"index {args.index!r} missing: run `python -m bench.ingest_bench` first", file=sys.stderr)
+        return 1
+    chunk_count = client.count(index=args.index)["count"]
+    queries, qrels = load_queries()
+    retriever = HybridRetriever(client, make_embedder(settings.embedder), args.index, settings.retrieval)
+    retriever.search("warm up", size=10)
+
+    results = {}
+    for mode in MODES:
+        per_run_p50, per_run_p95, embed_ms = [], [], []
+        ndcg = recall = 0.0
+        for run in range(args.runs):
+            took, ndcgs, recalls = [], [], []
+            for qid, text in queries.items():
+                result = retriever.search(text, mode=mode, size=DEPTH, collapse_field="doc_id")
+                took.append(result.took_ms)
+                embed_ms.append(result.embed_ms)
+                ranked = [chunk.doc_id for chunk in result.chunks]
+                ndcgs.append(ndcg_at_k(ranked, qrels[qid], 10))
+                recalls.append(recall_at_k(ranked, qrels[qid], DEPTH))
+            per_run_p50.append(percentile(took, 0.5))
+            per_run_p95.append(percentile(took, 0.95))
+            ndcg, recall = statistics.mean(ndcgs), statistics.mean(recalls)  # identical every run
+        results[mode] = {
+            "ndcg_at_10": round(ndcg, 4),
+            "recall_at_100": round(recall, 4),
+            "p50_ms": median(per_run_p50),
+            "p95_ms": median(per_run_p95),
+            "fusion": result.fusion,
+        }
+        print(f"{mode:>10}: nDCG@10 {ndcg:.4f}  R@100 {recall:.4f}  p50 {results[mode]['p50_ms']} ms  p95 {results[mode]['p95_ms']} ms", file=sys.stderr)
+
+    best_hybrid = max(("native_sum", "minmax", "rrf"), key=lambda m: results[m]["ndcg_at_10"])
+    payload = {
+        "index": args.index,
+        "chunks": chunk_count,
+        "queries": len(queries),
+        "runs": args.runs,
+        "depth": DEPTH,
+        "latency_note": "p50/p95 of the Elasticsearch part of one search (request, response, client-side fusion), median over runs; query embedding excluded and reported as embed_p50_ms",
+        "embed_p50_ms": round(percentile(embed_ms, 0.5), 2),
+        "modes": results,
+        "best_hybrid": best_hybrid,
+        "best_hybrid_beats_both_single_modes": results[best_hybrid]["ndcg_at_10"] > max(results["bm25"]["ndcg_at_10"], results["knn"]["ndcg_at_10"]),
+    }
+    print(write_result("retrieval", "bench.retrieval_bench", payload))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The ``chunkrag`` command: ingest, search, the demo, and local services."""

@@ -1,0 +1,164 @@
+"""``chunkrag``: the command line. Each command decodes its arguments, calls
+one library function and prints what came back."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from importlib import resources
+from typing import Sequence
+
+from chunkrag_core.settings import Settings, SettingsError
+from search_extension.queries import MODES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="chunkrag", description="ChunkRAG on Elasticsearch: ingest documents as semantic chunks and search them.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ingest = commands.add_parser("ingest", help="chunk, embed and index .txt/.md/.jsonl files or folders")
+    ingest.add_argument("paths", nargs="+")
+    ingest.add_argument("--index", help="index name (default: $CHUNKRAG_INDEX or 'chunkrag')")
+    ingest.add_argument("--similarity-threshold", type=float, help="new chunk where consecutive-sentence cosine drops below this (0.8)")
+    ingest.add_argument("--max-chars", type=int, help="longest chunk in characters (500)")
+    ingest.add_argument("--json", action="store_true", help="print the report as JSON")
+    ingest.add_argument("--no-progress", action="store_true")
+    ingest.set_defaults(handler=cmd_ingest)
+
+    search = commands.add_parser("search", help="hybrid search over a chunk index")
+    search.add_argument("query")
+    search.add_argument("--index")
+    search.add_argument("--mode", choices=MODES, help="retrieval mode (default native_sum: BM25 0.5 + kNN 0.5 in one request)")
+    search.add_argument("--size", type=int, default=None)
+    search.add_argument("--filter", action="append", default=[], metavar="JSON", help='an Elasticsearch filter clause, e.g. \'{"term": {"doc_id": "a"}}\'')
+    search.add_argument("--collapse", metavar="FIELD", help="best chunk per value of FIELD, e.g. doc_id")
+    search.add_argument("--json", action="store_true")
+    search.set_defaults(handler=cmd_search)
+
+    cluster = commands.add_parser("cluster", help="show the cluster's health and the features this project will use")
+    cluster.set_defaults(handler=cmd_cluster)
+
+    demo = commands.add_parser("demo", help="start the services, ingest the bundled sample, run a few searches")
+    demo.add_argument("--no-services", action="store_true", help="use running services ($ES_URL) instead of starting local ones")
+    demo.add_argument("--index", default="chunkrag-demo")
+    demo.set_defaults(handler=cmd_demo)
+
+    from local_services.cli import register
+
+    register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except SettingsError as exc:
+        print(f"chunkrag: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a clear one-line reason beats a traceback for a CLI user
+        if os.environ.get("CHUNKRAG_DEBUG"):
+            raise
+        print(f"chunkrag: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings.from_env()
+    chunking = settings.chunking
+    if getattr(args, "similarity_threshold", None) is not None:
+        chunking = dataclasses.replace(chunking, similarity_threshold=args.similarity_threshold)
+    if getattr(args, "max_chars", None) is not None:
+        chunking = dataclasses.replace(chunking, max_chars=args.max_chars)
+    return dataclasses.replace(settings, index=getattr(args, "index", None) or settings.index, chunking=chunking)
+
+
+def _connected(settings: Settings):
+    from chunkrag_core.es_client import check_health, make_client
+
+    client = make_client(settings)
+    check_health(client, settings.es_url_for_display)
+    return client
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from chunkrag_cli.output import ingest_report_json, print_ingest_report
+    from chunkrag_core.providers import make_embedder
+    from ingest_pipeline.pipeline import ingest
+
+    settings = _settings(args)
+    report = ingest(args.paths, client=_connected(settings), embedder=make_embedder(settings.embedder), settings=settings, progress=False if args.no_progress else None)
+    if args.json:
+        print(ingest_report_json(report))
+    else:
+        print_ingest_report(report, sys.stdout)
+    return 0 if report.ok else 1
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from chunkrag_cli.output import hits_json, print_hits
+    from chunkrag_core.providers import make_embedder
+    from search_extension.retriever import HybridRetriever
+
+    settings = _settings(args)
+    try:
+        filters = [json.loads(raw) for raw in args.filter]
+    except json.JSONDecodeError as exc:
+        print(f"chunkrag: --filter is not JSON: {exc}", file=sys.stderr)
+        return 2
+    retriever = HybridRetriever(_connected(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
+    result = retriever.search(args.query, mode=args.mode, size=args.size, filters=filters, collapse_field=args.collapse)
+    if args.json:
+        print(hits_json(result))
+    else:
+        print_hits(args.query, result, sys.stdout)
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from chunkrag_core.es_client import probe_capabilities
+
+    settings = _settings(args)
+    client = _connected(settings)
+    health = client.cluster.health()
+    capabilities = probe_capabilities(client)
+    print(f"{settings.es_url_for_display}: {health['status']}, {health['number_of_nodes']} node(s)")
+    for name, value in dataclasses.asdict(capabilities).items():
+        print(f"  {name}: {value}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job end to end on the bundled public-domain sample."""
+    from chunkrag_cli.output import print_hits, print_ingest_report
+    from chunkrag_core.providers import make_embedder
+    from ingest_pipeline.pipeline import ingest
+    from search_extension.retriever import HybridRetriever
+
+    if not args.no_services:
+        from local_services.cli import main as services_main
+
+        if services_main(["up"]) != 0:
+            return 1
+    settings = _settings(args)
+    client = _connected(settings)
+    embedder = make_embedder(settings.embedder)
+    samples = resources.files("chunkrag_cli") / "samples"
+    with resources.as_file(samples) as folder:
+        report = ingest([folder / "corpus"], client=client, embedder=embedder, settings=settings, progress=False)
+        questions = json.loads((folder / "questions.json").read_text(encoding="utf-8"))
+    print_ingest_report(report, sys.stdout)
+    retriever = HybridRetriever(client, embedder, settings.index, settings.retrieval)
+    found = 0
+    for item in questions:
+        result = retriever.search(item["question"], size=3)
+        print_hits(item["question"], result, sys.stdout)
+        found += any(item["expect_phrase"] in chunk.text for chunk in result.chunks)
+    print(f"\nthe passage holding the answer was in the top 3 for {found} of {len(questions)} questions")
+    return 0 if report.ok else 1

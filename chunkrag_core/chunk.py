@@ -1,0 +1,90 @@
+"""The chunk record: one frozen value that every stage reads and returns.
+
+A stage never edits a chunk; it returns a new one with ``dataclasses.replace``
+(or :meth:`Chunk.with_score`), so a chunk seen by the gateway is exactly what
+the stage before it produced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
+
+# Elasticsearch caps `_id` at 512 bytes; the chunk id appends ":<position>".
+MAX_DOC_ID_BYTES = 400
+
+
+
+def chunk_id_for(doc_id: str, position: int) -> str:
+    """The deterministic id of the chunk at ``position`` in ``doc_id``.
+
+    Ids depend on the document and position only, so re-ingesting a document
+    overwrites its chunks in place and the ones past its new length can be
+    found and deleted.
+    """
+    return f"{doc_id}:{position}"
+
+
+def _frozen_vector(vector: Any) -> np.ndarray | None:
+    if vector is None:
+        return None
+    array = np.asarray(vector, dtype=np.float32)
+    if array.flags.writeable:
+        array = array.copy()
+        array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A contiguous run of sentences of one document.
+
+    ``start``/``end`` are character offsets into the document's text, so
+    ``document.text[start:end] == text`` and neighbours or whole segments can
+    be rebuilt from positions alone.
+    """
+
+    doc_id: str
+    position: int
+    text: str
+    start: int
+    end: int
+    title: str = ""
+    section: tuple[str, ...] = ()
+    sentence_count: int = 1
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    vector: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # Retrieval score and the per-stage scores later stages attach.
+    score: float | None = field(default=None, compare=False)
+    stage_scores: Mapping[str, float] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.doc_id:
+            raise ValueError("a chunk needs a non-empty doc_id")
+        if len(self.doc_id.encode("utf-8")) > MAX_DOC_ID_BYTES:
+            raise ValueError(f"doc_id is longer than {MAX_DOC_ID_BYTES} bytes: {self.doc_id[:60]!r}…")
+        if self.position < 0 or self.start < 0 or self.end < self.start:
+            raise ValueError(f"bad chunk bounds: position={self.position} start={self.start} end={self.end}")
+        object.__setattr__(self, "section", tuple(self.section))
+        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+        object.__setattr__(self, "stage_scores", MappingProxyType(dict(self.stage_scores)))
+        object.__setattr__(self, "vector", _frozen_vector(self.vector))
+
+    @property
+    def chunk_id(self) -> str:
+        return chunk_id_for(self.doc_id, self.position)
+
+    def with_vector(self, vector: Any) -> Chunk:
+        return dataclasses.replace(self, vector=vector)
+
+    def with_score(self, score: float | None = None, **stage_scores: float) -> Chunk:
+        """A copy carrying a new retrieval score and/or more per-stage scores."""
+        return dataclasses.replace(
+            self,
+            score=self.score if score is None else score,
+            stage_scores={**self.stage_scores, **stage_scores},
+        )

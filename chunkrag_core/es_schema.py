@@ -1,0 +1,113 @@
+"""How a chunk is laid out in an Elasticsearch index, as plain values.
+
+The mapping, the chunk -> document and hit -> chunk conversions live here so
+the ingest pipeline (which writes) and the search extension (which reads)
+cannot disagree about a field name. Nothing here calls a cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.settings import VectorIndexSettings
+
+TEXT = "text"
+TITLE = "title"
+VECTOR = "vector"
+DOC_ID = "doc_id"
+POSITION = "position"
+SECTION = "section"
+START = "start"
+END = "end"
+SENTENCE_COUNT = "sentence_count"
+METADATA = "metadata"
+# Fingerprint of the document text and of everything that shaped its chunks;
+# re-ingesting a document whose fingerprint is unchanged is skipped.
+DOC_FINGERPRINT = "doc_fingerprint"
+DOC_CHUNK_COUNT = "doc_chunk_count"
+
+# Custom analyzer name used on every cluster so queries never depend on which
+# analyzer the cluster happened to have.
+TEXT_ANALYZER = "chunk_text"
+
+
+def text_analyzer(has_english: bool) -> dict[str, Any]:
+    """English stemming where the cluster has it; otherwise the standard
+    tokenizer with English stop words (built into the server itself)."""
+    if has_english:
+        return {"type": "english"}
+    return {"type": "standard", "stopwords": "_english_"}
+
+
+def index_body(*, dims: int, has_english: bool, vectors: VectorIndexSettings, shards: int = 1, replicas: int = 0) -> dict[str, Any]:
+    """The settings and mapping of a chunk index."""
+    return {
+        "settings": {
+            "number_of_shards": shards,
+            "number_of_replicas": replicas,
+            "analysis": {"analyzer": {TEXT_ANALYZER: text_analyzer(has_english)}},
+        },
+        "mappings": {
+            "dynamic": "strict",
+            "properties": {
+                DOC_ID: {"type": "keyword"},
+                POSITION: {"type": "integer"},
+                START: {"type": "integer"},
+                END: {"type": "integer"},
+                SENTENCE_COUNT: {"type": "short"},
+                TITLE: {"type": "text", "analyzer": TEXT_ANALYZER, "fields": {"raw": {"type": "keyword", "ignore_above": 512}}},
+                SECTION: {"type": "keyword"},
+                TEXT: {"type": "text", "analyzer": TEXT_ANALYZER},
+                VECTOR: {
+                    "type": "dense_vector",
+                    "dims": dims,
+                    "index": True,
+                    "similarity": "cosine",
+                    "index_options": {"type": vectors.type, "m": vectors.m, "ef_construction": vectors.ef_construction},
+                },
+                DOC_FINGERPRINT: {"type": "keyword"},
+                DOC_CHUNK_COUNT: {"type": "integer"},
+                # User metadata keeps whatever shape it has; only keywords are
+                # inferred, so filters work without a mapping per field.
+                METADATA: {"type": "object", "dynamic": True},
+            },
+        },
+    }
+
+
+def chunk_to_source(chunk: Chunk, *, fingerprint: str, doc_chunk_count: int) -> dict[str, Any]:
+    if chunk.vector is None:
+        raise ValueError(f"chunk {chunk.chunk_id} has no vector")
+    return {
+        DOC_ID: chunk.doc_id,
+        POSITION: chunk.position,
+        START: chunk.start,
+        END: chunk.end,
+        SENTENCE_COUNT: chunk.sentence_count,
+        TITLE: chunk.title,
+        SECTION: list(chunk.section),
+        TEXT: chunk.text,
+        VECTOR: chunk.vector.tolist(),
+        DOC_FINGERPRINT: fingerprint,
+        DOC_CHUNK_COUNT: doc_chunk_count,
+        METADATA: dict(chunk.metadata),
+    }
+
+
+def chunk_from_hit(hit: Mapping[str, Any]) -> Chunk:
+    """A chunk from a search hit; the vector comes along when it was fetched."""
+    source = hit.get("_source") or {}
+    return Chunk(
+        doc_id=source[DOC_ID],
+        position=int(source[POSITION]),
+        text=source.get(TEXT, ""),
+        start=int(source.get(START, 0)),
+        end=int(source.get(END, 0)),
+        title=source.get(TITLE, ""),
+        section=tuple(source.get(SECTION) or ()),
+        sentence_count=int(source.get(SENTENCE_COUNT, 1)),
+        metadata=source.get(METADATA) or {},
+        vector=source.get(VECTOR),
+        score=hit.get("_score"),
+    )

@@ -1,0 +1,134 @@
+"""The chat-model protocol, and the one class that speaks to every
+OpenAI-compatible server (OpenAI, Azure-style gateways, vLLM, llama.cpp).
+
+The local default model and a cloud model go through the same code: only the
+``base_url`` differs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol, Sequence
+
+
+class ChatError(RuntimeError):
+    """The chat provider failed; ``retryable`` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    messages: tuple[Message, ...]
+    max_tokens: int = 64
+    temperature: float = 0.0
+    # Ask for the log-probabilities of the most likely first tokens, so a
+    # yes/no judgement can be read as P(yes) instead of a printed number.
+    top_logprobs: int = 0
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    text: str
+    model: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    # For the first generated token: candidate token -> log-probability.
+    first_token_logprobs: Mapping[str, float] = field(default_factory=dict)
+
+
+class ChatModel(Protocol):
+    def complete(self, request: ChatRequest) -> ChatResponse: ...
+
+
+def probability_of(first_token_logprobs: Mapping[str, float], positive: Sequence[str], negative: Sequence[str]) -> float | None:
+    """P(positive) renormalised over the positive and negative answers among
+    the first-token candidates; None when neither appears."""
+    def mass(words: Sequence[str]) -> float:
+        wanted = {w.lower() for w in words}
+        return sum(math.exp(lp) for token, lp in first_token_logprobs.items() if token.strip().lower() in wanted)
+
+    yes, no = mass(positive), mass(negative)
+    if yes + no == 0.0:
+        return None
+    return yes / (yes + no)
+
+
+class OpenAICompatibleChat:
+    """Chat completions against any ``base_url`` speaking the OpenAI API.
+
+    The ``openai`` client is created on first use; retries are left to the
+    caller (the workers retry with backoff), so one call is one request.
+    """
+
+    def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, timeout_s: float = 60.0):
+        self.model = model
+        self.base_url = base_url
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self._client = None
+
+    def _client_or_new(self):
+        if self._client is None:
+            from openai import OpenAI
+
+            # max_retries=0: a retry policy belongs to the caller, not hidden here.
+            self._client = OpenAI(base_url=self.base_url, api_key=self.api_key or "unused", timeout=self.timeout_s, max_retries=0)
+        return self._client
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        import openai
+
+        options = {}
+        if request.top_logprobs:
+            options = {"logprobs": True, "top_logprobs": request.top_logprobs}
+        try:
+            response = self._client_or_new().chat.completions.create(
+                model=self.model,
+                messages=[{"role": m.role, "content": m.content} for m in request.messages],
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                stop=list(request.stop) or None,
+                **options,
+            )
+        except openai.RateLimitError as exc:
+            raise ChatError(f"rate limited by {self._where()}: {exc}", retryable=True, status=429) from exc
+        except openai.APIStatusError as exc:
+            raise ChatError(f"{self._where()} answered {exc.status_code}: {exc.message}", retryable=exc.status_code >= 500, status=exc.status_code) from exc
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            raise ChatError(f"{self._where()} did not answer: {exc}", retryable=True) from exc
+        if not response.choices:
+            raise ChatError(f"{self._where()} returned no choices", retryable=True)
+        choice = response.choices[0]
+        usage = response.usage
+        return ChatResponse(
+            text=choice.message.content or "",
+            model=response.model or self.model,
+            prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+            completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            first_token_logprobs=_first_token_logprobs(choice),
+        )
+
+    def _where(self) -> str:
+        return self.base_url or "OpenAI"
+
+
+def _first_token_logprobs(choice) -> dict[str, float]:
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not content:
+        return {}
+    first = content[0]
+    candidates = {alt.token: alt.logprob for alt in (first.top_logprobs or [])}
+    candidates.setdefault(first.token, first.logprob)
+    return candidates

@@ -1,0 +1,88 @@
+"""all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime: the offline default embedder.
+
+No torch: the packaged tokenizer.json feeds an onnxruntime session, and the
+token states are mean-pooled over the attention mask and L2-normalised, as
+sentence-transformers does for this model.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from chunkrag_core.artifacts import MINILM_INT8_ONNX, MINILM_TOKENIZER, verified_path
+from chunkrag_core.providers.embedding import EmbeddingError, normalise_rows
+
+# The model was trained on inputs of at most 256 word pieces; longer inputs
+# are truncated, as sentence-transformers does.
+MAX_TOKENS = 256
+DIMS = 384
+
+
+class LocalMiniLMEmbedder:
+    """Loads its model on first use; safe to share between threads."""
+
+    dims = DIMS
+
+    def __init__(self, batch_size: int = 16, threads: int = 2) -> None:
+        self.batch_size = max(1, batch_size)
+        self.threads = max(1, threads)
+        self._lock = threading.Lock()
+        self._session = None
+        self._tokenizer = None
+
+    def _load(self):
+        with self._lock:
+            if self._session is None:
+                import onnxruntime
+                from tokenizers import Tokenizer
+
+                tokenizer = Tokenizer.from_file(str(verified_path(MINILM_TOKENIZER)))
+                # The shipped tokenizer pads every input to 128 tokens; pooling
+                # over that padding ruins short texts such as queries, and the
+                # padding wastes time. Batches are padded by hand instead.
+                tokenizer.no_padding()
+                tokenizer.enable_truncation(MAX_TOKENS)
+                options = onnxruntime.SessionOptions()
+                options.intra_op_num_threads = self.threads
+                options.inter_op_num_threads = 1
+                self._session = onnxruntime.InferenceSession(
+                    str(verified_path(MINILM_INT8_ONNX)), options, providers=["CPUExecutionProvider"]
+                )
+                self._tokenizer = tokenizer
+        return self._session, self._tokenizer
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, DIMS), dtype=np.float32)
+        session, tokenizer = self._load()
+        encodings = tokenizer.encode_batch(list(texts))
+        token_ids = [e.ids for e in encodings]
+        out = np.empty((len(texts), DIMS), dtype=np.float32)
+        # Length-sorted batches keep padding (wasted compute) small.
+        order = sorted(range(len(texts)), key=lambda i: len(token_ids[i]))
+        for begin in range(0, len(order), self.batch_size):
+            rows = order[begin : begin + self.batch_size]
+            out[rows] = self._run(session, [token_ids[i] for i in rows])
+        return out
+
+    @staticmethod
+    def _run(session, batch_ids: list[list[int]]) -> np.ndarray:
+        width = max(len(ids) for ids in batch_ids)
+        input_ids = np.zeros((len(batch_ids), width), dtype=np.int64)
+        mask = np.zeros_like(input_ids)
+        for row, ids in enumerate(batch_ids):
+            input_ids[row, : len(ids)] = ids
+            mask[row, : len(ids)] = 1
+        try:
+            (states,) = session.run(
+                None,
+                {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)},
+            )
+        except Exception as exc:  # onnxruntime raises its own opaque types
+            raise EmbeddingError(f"onnxruntime failed on a batch of {len(batch_ids)}: {exc}") from exc
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (states * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+        return normalise_rows(pooled)

@@ -1,0 +1,143 @@
+"""Settings, read once from the environment into frozen values.
+
+Every knob has a default that works on a fresh machine with the project's own
+services; the environment only overrides. ``Settings.from_env()`` is called by
+entry points (CLI, gateway, workers), never at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from typing import Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value the project cannot use."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkingSettings:
+    # A new chunk starts where the cosine similarity of two consecutive
+    # sentences falls below this (the paper's θ = 0.8). With MiniLM most
+    # consecutive similarities sit below 0.8, so most chunks are one sentence.
+    similarity_threshold: float = 0.8
+    # No chunk is longer than this many characters (the paper's "under 500");
+    # a longer sentence is cut at word boundaries, never dropped.
+    max_chars: int = 500
+    language: str = "english"
+
+    def __post_init__(self) -> None:
+        if not -1.0 <= self.similarity_threshold <= 1.0:
+            raise SettingsError(f"similarity_threshold must be in [-1, 1], got {self.similarity_threshold}")
+        if self.max_chars < 20:
+            raise SettingsError(f"max_chars must be at least 20, got {self.max_chars}")
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedderSettings:
+    # "local" runs the packaged int8 all-MiniLM-L6-v2 on onnxruntime;
+    # "openai" calls any OpenAI-compatible /embeddings endpoint.
+    provider: str = "local"
+    model: str = "all-MiniLM-L6-v2-int8"
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    dims: int = 384
+    # Sentences per onnxruntime call; batches are length-sorted so padding
+    # stays small. 8 measured fastest on 2 cores for sentences of ~160
+    # characters (bench/results/ingest.json, raw_batch_size).
+    batch_size: int = 8
+    threads: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class VectorIndexSettings:
+    # "hnsw" keeps float vectors in the graph (best recall); "int8_hnsw" and
+    # "bbq_hnsw" trade recall for memory on large indices.
+    type: str = "hnsw"
+    m: int = 16
+    ef_construction: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalSettings:
+    mode: str = "native_sum"
+    bm25_weight: float = 0.5
+    knn_weight: float = 0.5
+    size: int = 10
+    # kNN candidates gathered per shard before the top k are kept; higher is
+    # slower and closer to exact search.
+    num_candidates: int = 100
+    # Reciprocal rank fusion constant: 60 is the value of the original paper.
+    rrf_rank_constant: int = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    es_url: str = "http://127.0.0.1:9200"
+    es_api_key: str | None = field(default=None, repr=False)
+    es_ca_certs: str | None = None
+    es_request_timeout_s: float = 30.0
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    index: str = "chunkrag"
+    chunking: ChunkingSettings = ChunkingSettings()
+    embedder: EmbedderSettings = EmbedderSettings()
+    vector_index: VectorIndexSettings = VectorIndexSettings()
+    retrieval: RetrievalSettings = RetrievalSettings()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        base = cls()
+        return replace(
+            base,
+            es_url=env.get("ES_URL", base.es_url),
+            es_api_key=env.get("ES_API_KEY") or None,
+            es_ca_certs=env.get("ES_CA_CERTS") or None,
+            redis_url=env.get("REDIS_URL", base.redis_url),
+            index=env.get("CHUNKRAG_INDEX", base.index),
+            chunking=_overlay(base.chunking, env, "CHUNKRAG_CHUNK_"),
+            embedder=_embedder_from_env(base.embedder, env),
+            vector_index=_overlay(base.vector_index, env, "CHUNKRAG_VECTOR_"),
+            retrieval=_overlay(base.retrieval, env, "CHUNKRAG_RETRIEVAL_"),
+        )
+
+    @property
+    def es_url_for_display(self) -> str:
+        return redact_url(self.es_url)
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced, for logs and error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _embedder_from_env(base: EmbedderSettings, env: Mapping[str, str]) -> EmbedderSettings:
+    settings = _overlay(base, env, "CHUNKRAG_EMBED_")
+    if settings.provider == "openai":
+        settings = replace(
+            settings,
+            base_url=settings.base_url or env.get("OPENAI_BASE_URL") or None,
+            api_key=env.get("CHUNKRAG_EMBED_API_KEY") or env.get("OPENAI_API_KEY") or None,
+        )
+    return settings
+
+
+def _overlay(value, env: Mapping[str, str], prefix: str):
+    """``value`` with each field replaced by ``<PREFIX><FIELD>`` when set."""
+    changes = {}
+    for f in fields(value):
+        raw = env.get(prefix + f.name.upper())
+        if raw is None or raw == "":
+            continue
+        kind = type(getattr(value, f.name))
+        try:
+            changes[f.name] = kind(raw) if kind in (int, float) else raw
+        except ValueError as exc:
+            raise SettingsError(f"{prefix + f.name.upper()}={raw!r} is not a valid {kind.__name__}") from exc
+    return replace(value, **changes)

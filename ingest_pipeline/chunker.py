@@ -1,0 +1,96 @@
+"""Turning documents into embedded chunks (no Elasticsearch here).
+
+Sentences of a whole batch of documents are embedded in one call so the
+embedder can length-sort them into tight batches; a chunk of one sentence
+reuses that sentence's vector, and only multi-sentence chunks are embedded
+again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.providers import Embedder
+from chunkrag_core.settings import ChunkingSettings
+from ingest_pipeline.chunking import consecutive_similarities, group_sentences
+from ingest_pipeline.sentences import Span, bounded_sentence_spans
+from ingest_pipeline.sources import Document
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkedDocument:
+    document: Document
+    chunks: tuple[Chunk, ...]
+    sentence_count: int
+    fingerprint: str
+
+
+def document_fingerprint(document: Document, shaping: str) -> str:
+    """Changes when the document or anything that shapes its chunks changes
+    (chunking settings, embedding model)."""
+    payload = json.dumps(
+        [document.title, document.text, [(s.path, s.start, s.end) for s in document.sections], dict(document.metadata), shaping],
+        sort_keys=True,
+        ensure_ascii=False,
+        default=str,
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
+
+
+def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings: ChunkingSettings, shaping: str = "") -> list[ChunkedDocument]:
+    # (document index, section path, sentence spans) for each section
+    sections: list[tuple[int, tuple[str, ...], list[Span]]] = []
+    for doc_index, document in enumerate(documents):
+        for section in document.sections:
+            spans = bounded_sentence_spans(document.text, section.start, section.end, settings.max_chars, settings.language)
+            if spans:
+                sections.append((doc_index, section.path, spans))
+
+    sentence_texts = [documents[d].text[s:e] for d, _, spans in sections for s, e in spans]
+    sentence_vectors = embedder.embed(sentence_texts)
+
+    drafts: list[tuple[int, tuple[str, ...], Span, int, np.ndarray | None]] = []
+    offset = 0
+    for doc_index, path, spans in sections:
+        vectors = sentence_vectors[offset : offset + len(spans)]
+        offset += len(spans)
+        similarities = consecutive_similarities(vectors)
+        for group in group_sentences(spans, similarities, settings.similarity_threshold, settings.max_chars):
+            span = (spans[group.start][0], spans[group.stop - 1][1])
+            single = vectors[group.start] if len(group) == 1 else None
+            drafts.append((doc_index, path, span, len(group), single))
+
+    multi = [i for i, draft in enumerate(drafts) if draft[4] is None]
+    multi_vectors = embedder.embed([documents[drafts[i][0]].text[drafts[i][2][0] : drafts[i][2][1]] for i in multi])
+    vector_of = {i: multi_vectors[j] for j, i in enumerate(multi)}
+
+    per_doc: dict[int, list[Chunk]] = {i: [] for i in range(len(documents))}
+    for i, (doc_index, path, (start, end), n_sentences, single) in enumerate(drafts):
+        document = documents[doc_index]
+        per_doc[doc_index].append(
+            Chunk(
+                doc_id=document.doc_id,
+                position=len(per_doc[doc_index]),
+                text=document.text[start:end],
+                start=start,
+                end=end,
+                title=document.title,
+                section=path,
+                sentence_count=n_sentences,
+                metadata=document.metadata,
+                vector=single if single is not None else vector_of[i],
+            )
+        )
+    sentences_per_doc = [0] * len(documents)
+    for doc_index, _, spans in sections:
+        sentences_per_doc[doc_index] += len(spans)
+    return [
+        ChunkedDocument(document, tuple(per_doc[i]), sentences_per_doc[i], document_fingerprint(document, shaping))
+        for i, document in enumerate(documents)
+    ]

@@ -1,0 +1,245 @@
+"""The ingest run: read, chunk, embed and write, with bounded memory.
+
+Embedding (CPU-bound) runs on the calling thread while a writer thread sends
+the previous batch to Elasticsearch, so the network never idles the model.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from chunkrag_core.es_client import probe_capabilities
+from chunkrag_core.providers import Embedder
+from chunkrag_core.settings import Settings
+from ingest_pipeline.chunker import chunk_documents, document_fingerprint
+from ingest_pipeline.sources import Document, Skipped, read_sources
+from ingest_pipeline.writer import BulkOutcome, bulk_write, document_actions, ensure_index, stored_documents
+
+# Documents chunked and embedded together: enough sentences for well-filled
+# length-sorted batches, few enough to bound memory and show progress.
+DOCS_PER_BATCH = 64
+# Batches waiting for the writer; beyond this the embedder waits (back-pressure).
+WRITE_QUEUE_DEPTH = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkLengthStats:
+    count: int
+    mean_chars: float
+    p10: int
+    p50: int
+    p90: int
+    max: int
+    single_sentence_share: float
+    sentences_per_chunk: float
+
+    @classmethod
+    def of(cls, lengths: Sequence[int], sentence_counts: Sequence[int]) -> ChunkLengthStats:
+        if not lengths:
+            return cls(0, 0.0, 0, 0, 0, 0, 0.0, 0.0)
+        values = np.asarray(lengths)
+        counts = np.asarray(sentence_counts)
+        p10, p50, p90 = (int(v) for v in np.percentile(values, [10, 50, 90]))
+        return cls(
+            count=len(values),
+            mean_chars=round(float(values.mean()), 1),
+            p10=p10,
+            p50=p50,
+            p90=p90,
+            max=int(values.max()),
+            single_sentence_share=round(float((counts == 1).mean()), 4),
+            sentences_per_chunk=round(float(counts.mean()), 3),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class IngestReport:
+    index: str
+    documents: int
+    unchanged: int
+    sentences: int
+    chunks: int
+    deleted: int
+    skipped: tuple[Skipped, ...]
+    errors: tuple[str, ...]
+    seconds: float
+    chunk_lengths: ChunkLengthStats = field(default_factory=lambda: ChunkLengthStats.of([], []))
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def ingest(
+    paths: Iterable[str | Path],
+    *,
+    client,
+    embedder: Embedder,
+    settings: Settings,
+    index: str | None = None,
+    progress: bool | None = None,
+) -> IngestReport:
+    """Ingest every document under ``paths``; see :func:`ingest_documents`."""
+    return ingest_documents(read_sources(paths), client=client, embedder=embedder, settings=settings, index=index, progress=progress)
+
+
+def ingest_documents(
+    items: Iterable[Document | Skipped],
+    *,
+    client,
+    embedder: Embedder,
+    settings: Settings,
+    index: str | None = None,
+    progress: bool | None = None,
+) -> IngestReport:
+    index = index or settings.index
+    began = time.perf_counter()
+    ensure_index(client, index, dims=settings.embedder.dims, vectors=settings.vector_index, capabilities=probe_capabilities(client))
+    shaping = f"{settings.chunking}|{settings.embedder.provider}:{settings.embedder.model}"
+
+    skipped: list[Skipped] = []
+    lengths: list[int] = []
+    sentence_counts: list[int] = []
+    totals = {"documents": 0, "unchanged": 0, "sentences": 0}
+    writer = _BackgroundWriter(client)
+    bar = _progress_bar(progress)
+    previous_refresh = _pause_refresh(client, index)
+    try:
+        for batch in _document_batches(items, skipped):
+            stored = stored_documents(client, index, [d.doc_id for d in batch])
+            todo = [d for d in batch if not _unchanged(d, stored, shaping)]
+            totals["documents"] += len(batch)
+            totals["unchanged"] += len(batch) - len(todo)
+            chunked = chunk_documents(todo, embedder, settings.chunking, shaping) if todo else []
+            for item in chunked:
+                totals["sentences"] += item.sentence_count
+                lengths.extend(len(c.text) for c in item.chunks)
+                sentence_counts.extend(c.sentence_count for c in item.chunks)
+            writer.submit([action for item in chunked for action in document_actions(index, item, stored.get(item.document.doc_id))])
+            bar.update(len(batch))
+    finally:
+        try:
+            outcome = writer.close()
+        finally:
+            bar.close()
+            _restore_refresh(client, index, previous_refresh)
+    client.indices.refresh(index=index)
+    return IngestReport(
+        index=index,
+        documents=totals["documents"],
+        unchanged=totals["unchanged"],
+        sentences=totals["sentences"],
+        chunks=len(lengths),
+        deleted=outcome.deleted,
+        skipped=tuple(skipped),
+        errors=outcome.errors,
+        seconds=round(time.perf_counter() - began, 3),
+        chunk_lengths=ChunkLengthStats.of(lengths, sentence_counts),
+    )
+
+
+def _pause_refresh(client, index: str) -> str | None:
+    """Stop periodic refreshes while writing: each refresh cuts a small
+    segment, and merging those rebuilds HNSW graphs, CPU the embedder needs.
+    Returns the index's own setting to restore (None: the default)."""
+    current = client.indices.get_settings(index=index, name="index.refresh_interval")
+    previous = current.get(index, {}).get("settings", {}).get("index", {}).get("refresh_interval")
+    client.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
+    return previous
+
+
+def _restore_refresh(client, index: str, previous: str | None) -> None:
+    client.indices.put_settings(index=index, settings={"index": {"refresh_interval": previous}})
+
+
+def _unchanged(document: Document, stored, shaping: str) -> bool:
+    state = stored.get(document.doc_id)
+    return state is not None and state.is_complete(document_fingerprint(document, shaping))
+
+
+def _document_batches(items: Iterable[Document | Skipped], skipped: list[Skipped]) -> Iterator[list[Document]]:
+    seen: set[str] = set()
+    batch: list[Document] = []
+    for item in items:
+        if isinstance(item, Skipped):
+            skipped.append(item)
+            continue
+        if item.doc_id in seen:
+            # Two versions of one id in one run would race each other's writes.
+            skipped.append(Skipped(item.origin, f"duplicate document id {item.doc_id!r} in this run; the first one was kept"))
+            continue
+        seen.add(item.doc_id)
+        batch.append(item)
+        if len(batch) == DOCS_PER_BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _BackgroundWriter:
+    """Sends action lists to Elasticsearch on one thread, in order."""
+
+    _DONE = object()
+
+    def __init__(self, client) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE_DEPTH)
+        self._outcomes: list[BulkOutcome] = []
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(client,), name="chunk-writer", daemon=True)
+        self._thread.start()
+
+    def _actions(self) -> Iterator[dict]:
+        while (item := self._queue.get()) is not self._DONE:
+            yield from item
+
+    def _run(self, client) -> None:
+        try:
+            self._outcomes.append(bulk_write(client, self._actions()))
+        except BaseException as exc:  # surfaced to the caller in close()
+            self._failure = exc
+            while self._queue.get() is not self._DONE:  # keep the producer from blocking
+                pass
+
+    def submit(self, actions: list[dict]) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if actions:
+            self._queue.put(actions)
+
+    def close(self) -> BulkOutcome:
+        self._queue.put(self._DONE)
+        self._thread.join()
+        if self._failure is not None:
+            raise self._failure
+        return BulkOutcome(
+            indexed=sum(o.indexed for o in self._outcomes),
+            deleted=sum(o.deleted for o in self._outcomes),
+            errors=tuple(e for o in self._outcomes for e in o.errors),
+        )
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(progress: bool | None):
+    if progress is None:
+        progress = sys.stderr.isatty()
+    if not progress:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(unit="doc", desc="ingest", file=sys.stderr)

@@ -1,0 +1,135 @@
+"""Writing chunks into Elasticsearch: index creation, idempotent upserts,
+deletion of chunks a shorter new version no longer has."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Sequence
+
+from chunkrag_core import es_schema as schema
+from chunkrag_core.chunk import chunk_id_for
+from chunkrag_core.es_client import ClusterCapabilities
+from chunkrag_core.settings import VectorIndexSettings
+from ingest_pipeline.chunker import ChunkedDocument
+
+
+class IndexMismatch(RuntimeError):
+    """The index exists with a mapping these chunks cannot go into."""
+
+
+def ensure_index(client, index: str, *, dims: int, vectors: VectorIndexSettings, capabilities: ClusterCapabilities) -> bool:
+    """Create the chunk index if missing (True if created); check an
+    existing one can take vectors of ``dims``."""
+    if client.indices.exists(index=index):
+        mapping = client.indices.get_mapping(index=index)
+        properties = next(iter(mapping.values()))["mappings"].get("properties", {})
+        found = properties.get(schema.VECTOR, {}).get("dims")
+        if found != dims or schema.DOC_FINGERPRINT not in properties:
+            raise IndexMismatch(
+                f"index {index!r} exists but is not a chunk index for {dims}-dim vectors "
+                f"(vector dims {found}); choose another --index or delete it"
+            )
+        return False
+    body = schema.index_body(dims=dims, has_english=capabilities.has_english_analyzer, vectors=vectors)
+    client.indices.create(index=index, settings=body["settings"], mappings=body["mappings"])
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    """What the index holds for one document before this run."""
+
+    fingerprints: tuple[str, ...]
+    chunk_count: int
+    max_position: int
+    declared_count: int  # doc_chunk_count as written, for completeness checks
+
+    def is_complete(self, fingerprint: str) -> bool:
+        return self.fingerprints == (fingerprint,) and self.chunk_count == self.declared_count == self.max_position + 1
+
+
+def stored_documents(client, index: str, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
+    """The stored state of ``doc_ids``, in one aggregation request."""
+    if not doc_ids:
+        return {}
+    response = client.search(
+        index=index,
+        size=0,
+        query={"terms": {schema.DOC_ID: list(doc_ids)}},
+        aggs={
+            "docs": {
+                "terms": {"field": schema.DOC_ID, "size": len(doc_ids)},
+                "aggs": {
+                    "fingerprints": {"terms": {"field": schema.DOC_FINGERPRINT, "size": 4}},
+                    "max_position": {"max": {"field": schema.POSITION}},
+                    "declared": {"max": {"field": schema.DOC_CHUNK_COUNT}},
+                },
+            }
+        },
+    )
+    state = {}
+    for bucket in response["aggregations"]["docs"]["buckets"]:
+        state[bucket["key"]] = StoredDocument(
+            fingerprints=tuple(sorted(b["key"] for b in bucket["fingerprints"]["buckets"])),
+            chunk_count=bucket["doc_count"],
+            max_position=int(bucket["max_position"]["value"]),
+            declared_count=int(bucket["declared"]["value"]),
+        )
+    return state
+
+
+def document_actions(index: str, chunked: ChunkedDocument, stored: StoredDocument | None) -> Iterator[dict[str, Any]]:
+    """Bulk actions that make the index hold exactly ``chunked``: every chunk
+    (overwritten by id), then deletes for positions the new version lacks."""
+    count = len(chunked.chunks)
+    for chunk in chunked.chunks:
+        yield {
+            "_op_type": "index",
+            "_index": index,
+            "_id": chunk.chunk_id,
+            "_source": schema.chunk_to_source(chunk, fingerprint=chunked.fingerprint, doc_chunk_count=count),
+        }
+    if stored is not None:
+        for position in range(count, stored.max_position + 1):
+            yield {"_op_type": "delete", "_index": index, "_id": chunk_id_for(chunked.document.doc_id, position)}
+
+
+@dataclass(frozen=True, slots=True)
+class BulkOutcome:
+    indexed: int
+    deleted: int
+    errors: tuple[str, ...]
+
+
+# Elasticsearch answers 429 when its write queue is full; these retry that
+# with exponential backoff (2 s, 4 s, … up to 60 s) before giving up.
+BULK_MAX_RETRIES = 6
+BULK_INITIAL_BACKOFF_S = 2
+BULK_ACTIONS_PER_REQUEST = 500
+
+
+def bulk_write(client, actions: Iterable[dict[str, Any]]) -> BulkOutcome:
+    from elasticsearch import helpers
+
+    indexed = deleted = 0
+    errors: list[str] = []
+    for ok, item in helpers.streaming_bulk(
+        client,
+        actions,
+        chunk_size=BULK_ACTIONS_PER_REQUEST,
+        max_retries=BULK_MAX_RETRIES,
+        initial_backoff=BULK_INITIAL_BACKOFF_S,
+        raise_on_error=False,
+        raise_on_exception=False,
+    ):
+        op, result = next(iter(item.items()))
+        if op == "delete":
+            # Deleting a position that was never written is not an error.
+            if ok or result.get("status") == 404:
+                deleted += int(ok)
+                continue
+        elif ok:
+            indexed += 1
+            continue
+        errors.append(f"{op} {result.get('_id')}: {result.get('status')} {result.get('error')}")
+    return BulkOutcome(indexed, deleted, tuple(errors))

@@ -1,0 +1,5 @@
+import sys
+
+from local_services.cli import main
+
+sys.exit(main())

@@ -1,0 +1,150 @@
+"""`services up|down|status|wait` for the local Elasticsearch and Redis.
+
+`register(subparsers)` plugs the group into the project's CLI;
+`python -m local_services <command>` runs it standalone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from local_services import elasticsearch_node, redis_server
+from local_services.elasticsearch_node import ElasticsearchSettings
+from local_services.process import LocalServiceError, Log, ServiceStatus, print_line
+from local_services.redis_server import RedisSettings
+
+SERVICES = ("elasticsearch", "redis")
+DEFAULT_WAIT_SECONDS = 120.0
+
+
+def _selected(only: str | None) -> tuple[str, ...]:
+    if only is None:
+        return SERVICES
+    if only not in SERVICES:
+        raise LocalServiceError(f"unknown service {only!r}; choose one of {', '.join(SERVICES)}")
+    return (only,)
+
+
+def services_up(only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
+    """Idempotently start the selected services and wait until they are healthy.
+
+    Settings come from the environment (CHUNKRAG_HOME, CHUNKRAG_*_PORT,
+    ES_URL, REDIS_URL). Raises LocalServiceError with an actionable message.
+    """
+    # Redis first: it is up in milliseconds, while Elasticsearch takes ~20 s.
+    if "redis" in _selected(only):
+        redis_server.up(RedisSettings.from_environ(), timeout, log)
+    if "elasticsearch" in _selected(only):
+        elasticsearch_node.up(ElasticsearchSettings.from_environ(), timeout, log)
+
+
+def services_down(only: str | None = None, log: Log = print_line) -> None:
+    if "elasticsearch" in _selected(only):
+        elasticsearch_node.down(ElasticsearchSettings.from_environ(), log)
+    if "redis" in _selected(only):
+        redis_server.down(RedisSettings.from_environ(), log)
+
+
+def services_status(only: str | None = None, log: Log = print_line) -> list[ServiceStatus]:
+    statuses = []
+    if "elasticsearch" in _selected(only):
+        statuses.append(elasticsearch_node.status(ElasticsearchSettings.from_environ(), log))
+    if "redis" in _selected(only):
+        statuses.append(redis_server.status(RedisSettings.from_environ(), log))
+    return statuses
+
+
+def services_wait(only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
+    if "redis" in _selected(only):
+        redis_server.wait_until_healthy(RedisSettings.from_environ(), timeout, log)
+        log("redis healthy")
+    if "elasticsearch" in _selected(only):
+        status = elasticsearch_node.wait_until_healthy(ElasticsearchSettings.from_environ(), timeout, log)
+        log(f"elasticsearch healthy ({status})")
+
+
+# --- argparse ----------------------------------------------------------------------
+
+
+def _run_up(args: argparse.Namespace) -> int:
+    services_up(args.only, args.timeout)
+    return 0
+
+
+def _run_down(args: argparse.Namespace) -> int:
+    services_down(args.only)
+    return 0
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    statuses = services_status(args.only)
+    for status in statuses:
+        print_line(status.line())
+    return 0 if all(status.healthy for status in statuses) else 1
+
+
+def _run_wait(args: argparse.Namespace) -> int:
+    services_wait(args.only, args.timeout)
+    return 0
+
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _guarded(handler: Handler) -> Handler:
+    """Turn LocalServiceError into one readable stderr message and exit code 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except LocalServiceError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+
+    return run
+
+
+def _add_commands(parent: argparse.ArgumentParser, dest: str) -> None:
+    commands = parent.add_subparsers(dest=dest, required=True, metavar="COMMAND")
+    specs = (
+        ("up", "fetch if needed, start, and wait until healthy (idempotent)", _run_up, True),
+        ("down", "stop services started from CHUNKRAG_HOME (idempotent)", _run_down, False),
+        ("status", "one line per service; exit 0 only if all are healthy", _run_status, False),
+        ("wait", "wait until services are healthy", _run_wait, True),
+    )
+    for name, help_text, handler, takes_timeout in specs:
+        command = commands.add_parser(name, help=help_text, description=help_text)
+        command.add_argument("--only", choices=SERVICES, help="act on this service only")
+        if takes_timeout:
+            command.add_argument(
+                "--timeout",
+                type=float,
+                default=DEFAULT_WAIT_SECONDS,
+                help=f"seconds to wait for health (default {DEFAULT_WAIT_SECONDS:.0f})",
+            )
+        # `handler` is the dispatch attribute the project CLI (chunkrag_cli) calls.
+        command.set_defaults(handler=_guarded(handler))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the `services` command group; each leaf sets `handler(args) -> int`."""
+    group = subparsers.add_parser(
+        "services",
+        help="local Elasticsearch and Redis for development and tests",
+        description="Manage the local single-node Elasticsearch and Redis (loopback only).",
+    )
+    _add_commands(group, dest="services_command")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m local_services",
+        description="Manage the local single-node Elasticsearch and Redis (loopback only).",
+    )
+    _add_commands(parser, dest="command")
+    args = parser.parse_args(argv)
+    return args.handler(args)

@@ -1,0 +1,407 @@
+"""Process plumbing shared by the service modules.
+
+Pidfiles, liveness, stopping, port checks, the state directory, and running
+a service as an unprivileged user (Elasticsearch refuses to run as root).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import grp
+import os
+import pwd
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+Log = Callable[[str], None]
+
+LOOPBACK = "127.0.0.1"
+ELASTICSEARCH_SYSTEM_USER = "chunkrag-es"
+
+
+class LocalServiceError(RuntimeError):
+    """A failure the user can act on; the message says what to do."""
+
+
+def print_line(message: str) -> None:
+    # Flush so progress lines interleave correctly with child process output
+    # when stdout is a pipe (CI logs).
+    print(message, flush=True)
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """One service's state as reported by `status`."""
+
+    name: str
+    state: str  # "running", "stopped", "external" or "unmanaged"
+    url: str
+    healthy: bool
+    health: str
+    pid: int | None = None
+
+    def line(self) -> str:
+        pid = f"pid {self.pid}" if self.pid else "pid -"
+        verdict = "healthy" if self.healthy else "NOT healthy"
+        return f"{self.name:<13} {self.state:<9} {pid:<11} {self.url:<27} {verdict} ({self.health})"
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced, safe to print."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+# --- configuration from the environment ----------------------------------------
+
+
+def env_port(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise LocalServiceError(f"{name}={raw!r} is not a TCP port number (1-65535); fix or unset it")
+    return int(raw)
+
+
+# --- state directory ---------------------------------------------------------
+
+
+def state_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The directory holding downloads and runtime state (CHUNKRAG_HOME)."""
+    env = os.environ if environ is None else environ
+    configured = env.get("CHUNKRAG_HOME", "").strip()
+    if configured:
+        return Path(configured).expanduser().resolve()
+    return (Path.home() / ".cache" / "chunkrag").resolve()
+
+
+def make_public_dir(path: Path) -> Path:
+    """Create a directory other local users may traverse.
+
+    The Elasticsearch user must reach the distribution through these
+    directories, so a restrictive umask must not leave them private.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o755)
+    return path
+
+
+def ensure_state_home(home: Path) -> Path:
+    fresh = not home.exists()
+    make_public_dir(home)
+    if fresh:
+        # The home often lives inside a work tree (the Makefile uses
+        # <repo>/.chunkrag); keep gigabytes of state out of git.
+        (home / ".gitignore").write_text("*\n")
+    return home
+
+
+# --- pidfiles and processes ----------------------------------------------------
+
+
+def read_pidfile(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except (FileNotFoundError, PermissionError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        # Exists but belongs to another user.
+        pass
+    # A zombie still answers kill(0) but is no longer serving anything.
+    try:
+        stat_text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat_text.rpartition(")")[2].split()[0] != "Z"
+
+
+def process_cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def live_pid_from_pidfile(pidfile: Path, cmdline_marker: str, log: Log) -> int | None:
+    """Pid of our running process, removing the pidfile if it is stale.
+
+    A pid is only trusted if the process command line contains the marker,
+    because after a reboot or crash the number may belong to anything.
+    """
+    pid = read_pidfile(pidfile)
+    if pid is None:
+        if pidfile.exists():
+            log(f"removing unreadable pidfile {pidfile}")
+            pidfile.unlink(missing_ok=True)
+        return None
+    if pid_alive(pid):
+        if cmdline_marker in process_cmdline(pid):
+            return pid
+        reason = f"pid {pid} is now another program"
+    else:
+        reason = f"pid {pid} is not running"
+    log(f"removing stale pidfile {pidfile} ({reason})")
+    pidfile.unlink(missing_ok=True)
+    return None
+
+
+def terminate(pid: int, grace_seconds: float = 30.0) -> bool:
+    """SIGTERM, wait, then SIGKILL. Returns True if SIGKILL was needed."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return False
+        time.sleep(0.2)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return True
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Serialise up/down of one service across processes.
+
+    Parallel test workers may all call `up` at once; without this, each
+    would see no pidfile and race to start its own server on the same port.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def tail(path: Path, lines: int = 40, width: int = 400) -> str:
+    """Last lines of a log, each cut to `width` (JVM argument lines run to kilobytes)."""
+    try:
+        content = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"(could not read {path}: {exc.strerror})"
+    return "\n".join(_clip(line, width) for line in content[-lines:])
+
+
+_ERROR_MARKERS = ("[ERROR]", "[FATAL]", "ERROR:", "Error occurred", "Exception:", "# Fatal")
+
+
+def error_lines(path: Path, limit: int = 5, width: int = 400) -> list[str]:
+    """Lines that look like the reason a process failed, to show before a long tail."""
+    try:
+        content = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found = [_clip(line, width) for line in content if any(marker in line for marker in _ERROR_MARKERS)]
+    return found[:limit]
+
+
+def _clip(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+# --- ports -----------------------------------------------------------------------
+
+
+def port_in_use(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, port)) == 0
+
+
+def listening_pid(port: int) -> int | None:
+    """Best-effort owner of a listening TCP port, for error messages only."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if local_port == port and fields[3] == "0A":  # 0A = LISTEN
+                inodes.add(fields[9])
+    if not inodes:
+        return None
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in targets:
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+def describe_port_owner(port: int) -> str:
+    pid = listening_pid(port)
+    if pid is None:
+        return "an unknown process"
+    return f"pid {pid} ({process_cmdline(pid)[:120] or 'command line unavailable'})"
+
+
+# --- users ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServiceUser:
+    """The account a service process runs as."""
+
+    name: str
+    uid: int
+    gid: int
+    group_ids: tuple[int, ...]
+
+    @property
+    def is_current(self) -> bool:
+        return self.uid == os.geteuid()
+
+
+def user_by_name(name: str) -> ServiceUser:
+    entry = pwd.getpwnam(name)
+    groups = {entry.pw_gid} | {g.gr_gid for g in grp.getgrall() if name in g.gr_mem}
+    return ServiceUser(name, entry.pw_uid, entry.pw_gid, tuple(sorted(groups)))
+
+
+def current_user() -> ServiceUser:
+    uid = os.geteuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return ServiceUser(name, uid, os.getegid(), tuple(sorted({os.getegid(), *os.getgroups()})))
+
+
+def ensure_system_user(name: str, log: Log) -> ServiceUser:
+    try:
+        return user_by_name(name)
+    except KeyError:
+        pass
+    useradd = shutil.which("useradd")
+    if useradd is None:
+        raise LocalServiceError(
+            f"need a system user '{name}' to run the service as non-root, but 'useradd' is not on "
+            f"PATH; create the user yourself or run this command as a normal user"
+        )
+    log(f"creating system user {name}")
+    result = subprocess.run(
+        [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise LocalServiceError(f"'useradd {name}' failed: {result.stderr.strip()}")
+    return user_by_name(name)
+
+
+def unprivileged_user(system_user: str, log: Log) -> ServiceUser:
+    """Root runs services as a dedicated system user; anyone else as themselves."""
+    if os.geteuid() == 0:
+        return ensure_system_user(system_user, log)
+    return current_user()
+
+
+def command_as(user: ServiceUser, argv: list[str]) -> list[str]:
+    if user.is_current:
+        return argv
+    setpriv = shutil.which("setpriv")
+    if setpriv is not None:
+        return [setpriv, f"--reuid={user.uid}", f"--regid={user.gid}", "--init-groups", "--", *argv]
+    runuser = shutil.which("runuser")
+    if runuser is not None:
+        return [runuser, "-u", user.name, "--", *argv]
+    raise LocalServiceError(
+        f"cannot switch to user {user.name}: neither 'setpriv' nor 'runuser' is on PATH "
+        f"(install util-linux) "
+    )
+
+
+def chown_tree(root: Path, user: ServiceUser) -> None:
+    if user.is_current:
+        return
+    os.chown(root, user.uid, user.gid)
+    for directory, subdirs, files in os.walk(root):
+        for name in (*subdirs, *files):
+            os.chown(os.path.join(directory, name), user.uid, user.gid, follow_symlinks=False)
+
+
+def _permits(st: os.stat_result, user: ServiceUser, owner_bit: int, group_bit: int, other_bit: int) -> bool:
+    if user.uid == 0:
+        return True
+    if st.st_uid == user.uid:
+        return bool(st.st_mode & owner_bit)
+    if st.st_gid in user.group_ids:
+        return bool(st.st_mode & group_bit)
+    return bool(st.st_mode & other_bit)
+
+
+def first_blocking_path(path: Path, user: ServiceUser) -> Path | None:
+    """The first directory on the way to `path` the user cannot enter, or
+    `path` itself if it is a file the user cannot read; None if all is well.
+
+    Reads plain mode bits (ACLs are ignored) so it can answer for another
+    user without switching to it.
+    """
+    path = path.resolve()
+    for candidate in reversed([path, *path.parents]):
+        try:
+            st = candidate.stat()
+        except FileNotFoundError:
+            return None  # Will be created by us with public permissions.
+        if stat.S_ISDIR(st.st_mode):
+            if not _permits(st, user, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH):
+                return candidate
+        elif not _permits(st, user, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH):
+            return candidate
+    return None
+
+
+def require_reachable(paths: Iterable[tuple[str, Path]], user: ServiceUser, hint: str = "") -> None:
+    for label, path in paths:
+        blocker = first_blocking_path(path, user)
+        if blocker is not None:
+            what = "directory" if blocker.is_dir() else "file"
+            raise LocalServiceError(
+                f"user {user.name} cannot reach the {label} at {path}: {what} {blocker} is not "
+                f"accessible to it (mode {stat.filemode(blocker.stat().st_mode)}, owner uid "
+                f"{blocker.stat().st_uid}). {hint}".rstrip()
+            )

@@ -1,0 +1,44 @@
+"""Choosing the relevance threshold (Algorithm 1, lines 19-22) and what to do
+when nothing passes it. Pure functions over scores."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+# The paper's ε is not given. Scores live in [0, 1]; a variance below 0.01
+# (σ < 0.1) means the scores cluster tightly, where the mean alone would keep
+# about half of a pool of near-equals, so the bar is raised to μ + σ.
+DEFAULT_VARIANCE_EPSILON = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    value: float
+    method: str  # "dynamic" | "fixed" | "llm"
+    mean: float
+    std: float
+    variance: float
+
+
+def dynamic_threshold(scores: Sequence[float], epsilon: float = DEFAULT_VARIANCE_EPSILON) -> Threshold:
+    """T = μ + σ when var(S) < ε, else μ (population statistics)."""
+    if not scores:
+        return Threshold(1.0, "dynamic", 0.0, 0.0, 0.0)
+    mean = statistics.fmean(scores)
+    variance = statistics.pvariance(scores, mu=mean)
+    std = variance**0.5
+    value = mean + std if variance < epsilon else mean
+    return Threshold(value, "dynamic", mean, std, variance)
+
+
+def fixed_threshold(scores: Sequence[float], value: float) -> Threshold:
+    mean = statistics.fmean(scores) if scores else 0.0
+    variance = statistics.pvariance(scores, mu=mean) if scores else 0.0
+    return Threshold(value, "fixed", mean, variance**0.5, variance)
+
+
+def passing(scores: Sequence[float], threshold: Threshold) -> list[int]:
+    """Indices of the scores at or above the threshold (float noise forgiven)."""
+    return [i for i, score in enumerate(scores) if score >= threshold.value - 1e-9]

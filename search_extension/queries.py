@@ -1,0 +1,148 @@
+"""Search request bodies as plain values, one function per retrieval mode.
+
+Nothing here calls a cluster: tests assert on these dictionaries, and the
+retriever sends them unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from chunkrag_core import es_schema as schema
+
+MODES = ("native_sum", "minmax", "rrf", "linear", "bm25", "knn")
+
+# BM25 matches the chunk text and, with less weight, the document title every
+# chunk carries, so a chunk that never names its subject can still match it.
+DEFAULT_TEXT_FIELDS = (f"{schema.TEXT}^1", f"{schema.TITLE}^0.5")
+
+
+@dataclass(frozen=True, slots=True)
+class QuerySpec:
+    """Everything a hybrid query needs, independent of how it is fused."""
+
+    text: str
+    vector: Sequence[float]
+    size: int = 10
+    num_candidates: int = 100
+    # Hits each side (BM25, kNN) contributes before fusion; larger finds more
+    # hits that only one side ranks well, at some latency.
+    window: int = 100
+    filters: tuple[Mapping[str, Any], ...] = ()
+    text_fields: tuple[str, ...] = DEFAULT_TEXT_FIELDS
+    # Collapse hits to the best chunk per value of this field (e.g. doc_id).
+    collapse_field: str | None = None
+    include_vectors: bool = False
+    source_excludes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"size must be at least 1, got {self.size}")
+        object.__setattr__(self, "window", max(self.window, self.size))
+        object.__setattr__(self, "vector", [float(v) for v in self.vector])
+        object.__setattr__(self, "filters", tuple(self.filters))
+
+
+def _source(spec: QuerySpec) -> dict[str, Any]:
+    if spec.include_vectors:
+        # Vectors are left out of _source by default on recent clusters; ask
+        # for them explicitly when a later stage (redundancy) needs them.
+        return {"excludes": list(spec.source_excludes), "exclude_vectors": False}
+    return {"excludes": [schema.VECTOR, *spec.source_excludes]}
+
+
+def _common(spec: QuerySpec, size: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"size": size, "_source": _source(spec)}
+    if spec.collapse_field:
+        body["collapse"] = {"field": spec.collapse_field}
+    return body
+
+
+def text_query(spec: QuerySpec, boost: float | None = None) -> dict[str, Any]:
+    """The BM25 clause, with the filters as non-scoring filter clauses."""
+    clause: dict[str, Any] = {
+        "bool": {"must": [{"multi_match": {"query": spec.text, "fields": list(spec.text_fields), "type": "most_fields"}}]}
+    }
+    if spec.filters:
+        clause["bool"]["filter"] = list(spec.filters)
+    if boost is not None:
+        clause["bool"]["boost"] = boost
+    return clause
+
+
+def knn_clause(spec: QuerySpec, k: int, boost: float | None = None) -> dict[str, Any]:
+    clause: dict[str, Any] = {
+        "field": schema.VECTOR,
+        "query_vector": spec.vector,
+        "k": k,
+        # HNSW explores this many candidates per shard; twice k keeps recall
+        # close to exact search at small cost.
+        "num_candidates": max(spec.num_candidates, 2 * k),
+    }
+    if spec.filters:
+        clause["filter"] = list(spec.filters)
+    if boost is not None:
+        clause["boost"] = boost
+    return clause
+
+
+def bm25_body(spec: QuerySpec, size: int | None = None) -> dict[str, Any]:
+    size = size or spec.size
+    return {**_common(spec, size), "query": text_query(spec)}
+
+
+def knn_body(spec: QuerySpec, size: int | None = None) -> dict[str, Any]:
+    size = size or spec.size
+    # Collapsing happens after the k nearest chunks are chosen, so gather a
+    # window of them to still fill `size` distinct groups.
+    k = max(size, spec.window) if spec.collapse_field else size
+    return {**_common(spec, size), "knn": knn_clause(spec, k=k)}
+
+
+def native_sum_body(spec: QuerySpec, bm25_weight: float = 0.5, knn_weight: float = 0.5) -> dict[str, Any]:
+    """One request, ``query`` and ``knn`` side by side: Elasticsearch adds the
+    boosted BM25 score (unbounded) to the boosted kNN similarity (0..1). Works
+    on every licence and on the server-only distribution."""
+    return {
+        **_common(spec, spec.size),
+        "query": text_query(spec, boost=bm25_weight),
+        "knn": knn_clause(spec, k=spec.window, boost=knn_weight),
+    }
+
+
+def msearch_bodies(spec: QuerySpec, index: str) -> list[dict[str, Any]]:
+    """BM25 and kNN as two searches in one ``_msearch`` (header, body pairs),
+    for fusing client-side where the cluster offers no fusion retriever."""
+    return [{"index": index}, bm25_body(spec, spec.window), {"index": index}, knn_body(spec, spec.window)]
+
+
+def rrf_retriever_body(spec: QuerySpec, rank_constant: int = 60) -> dict[str, Any]:
+    return {
+        **_common(spec, spec.size),
+        "retriever": {
+            "rrf": {
+                "retrievers": [
+                    {"standard": {"query": text_query(spec)}},
+                    {"knn": {**knn_clause(spec, k=spec.window)}},
+                ],
+                "rank_window_size": spec.window,
+                "rank_constant": rank_constant,
+            }
+        },
+    }
+
+
+def linear_retriever_body(spec: QuerySpec, bm25_weight: float = 0.5, knn_weight: float = 0.5) -> dict[str, Any]:
+    return {
+        **_common(spec, spec.size),
+        "retriever": {
+            "linear": {
+                "retrievers": [
+                    {"retriever": {"standard": {"query": text_query(spec)}}, "weight": bm25_weight, "normalizer": "minmax"},
+                    {"retriever": {"knn": knn_clause(spec, k=spec.window)}, "weight": knn_weight, "normalizer": "minmax"},
+                ],
+                "rank_window_size": spec.window,
+            }
+        },
+    }

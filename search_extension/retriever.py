@@ -1,0 +1,108 @@
+"""Hybrid retrieval against a chunk index: embed the query, send the body of
+the chosen mode, fuse client-side where the cluster cannot."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.es_client import ClusterCapabilities, probe_capabilities
+from chunkrag_core.es_schema import chunk_from_hit
+from chunkrag_core.providers import Embedder
+from chunkrag_core.settings import RetrievalSettings
+from search_extension import fusion, queries
+from search_extension.queries import MODES, QuerySpec
+
+
+class RetrievalError(ValueError):
+    """A retrieval request that cannot be served as asked."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalResult:
+    chunks: tuple[Chunk, ...]
+    mode: str
+    # How the mode was carried out: "native" (one request, fused by the
+    # cluster), "retriever" (a fusion retriever), "client" (fused here).
+    fusion: str
+    took_ms: float
+    embed_ms: float
+
+
+class HybridRetriever:
+    def __init__(self, client, embedder: Embedder, index: str, settings: RetrievalSettings = RetrievalSettings(), capabilities: ClusterCapabilities | None = None):
+        self.client = client
+        self.embedder = embedder
+        self.index = index
+        self.settings = settings
+        self._capabilities = capabilities
+
+    @property
+    def capabilities(self) -> ClusterCapabilities:
+        if self._capabilities is None:
+            self._capabilities = probe_capabilities(self.client)
+        return self._capabilities
+
+    def _spec(self, text: str, *, size: int | None, filters: Sequence[Mapping[str, Any]], **options: Any) -> tuple[QuerySpec, float]:
+        started = time.perf_counter()
+        vector = self.embedder.embed([text])[0]
+        spec = QuerySpec(text=text, vector=vector, size=size or self.settings.size, num_candidates=self.settings.num_candidates, filters=tuple(filters), **options)
+        return spec, (time.perf_counter() - started) * 1000
+
+    def search(self, text: str, *, mode: str | None = None, size: int | None = None, filters: Sequence[Mapping[str, Any]] = (), **options: Any) -> RetrievalResult:
+        mode = mode or self.settings.mode
+        if mode not in MODES:
+            raise RetrievalError(f"unknown retrieval mode {mode!r}; choose one of {', '.join(MODES)}")
+        if not text.strip():
+            raise RetrievalError("the query text is empty")
+        spec, embed_ms = self._spec(text, size=size, filters=filters, **options)
+        started = time.perf_counter()
+        chunks, how = self._run(mode, spec)
+        return RetrievalResult(tuple(chunks), mode, how, round((time.perf_counter() - started) * 1000, 2), round(embed_ms, 2))
+
+    def _run(self, mode: str, spec: QuerySpec) -> tuple[list[Chunk], str]:
+        w_text, w_knn = self.settings.bm25_weight, self.settings.knn_weight
+        if mode == "bm25":
+            return self._hits(queries.bm25_body(spec)), "native"
+        if mode == "knn":
+            return self._hits(queries.knn_body(spec)), "native"
+        if mode == "native_sum":
+            return self._hits(queries.native_sum_body(spec, w_text, w_knn)), "native"
+        if mode == "linear":
+            if not self.capabilities.has_linear_retriever:
+                raise RetrievalError("this cluster offers no `linear` retriever (it needs an Enterprise licence); use mode `minmax`, the same fusion done client-side")
+            return self._hits(queries.linear_retriever_body(spec, w_text, w_knn)), "retriever"
+        if mode == "rrf" and self.capabilities.has_rrf_retriever:
+            return self._hits(queries.rrf_retriever_body(spec, self.settings.rrf_rank_constant)), "retriever"
+        # Fuse on the collapse key when collapsing (BM25 and kNN may pick
+        # different best chunks of one document), else on the chunk id.
+        text_hits, knn_hits = self._msearch(spec)
+        best = {key: chunk for key, chunk in (*knn_hits, *text_hits)}
+        lists = [[(key, chunk.score or 0.0) for key, chunk in side] for side in (text_hits, knn_hits)]
+        if mode == "minmax":
+            fused = fusion.minmax_fuse(lists, [w_text, w_knn], spec.size)
+        else:
+            fused = fusion.rrf_fuse(lists, spec.size, self.settings.rrf_rank_constant)
+        return [replace(best[key], score=score) for key, score in fused], "client"
+
+    def _hits(self, body: dict[str, Any]) -> list[Chunk]:
+        response = self.client.search(index=self.index, body=body)
+        return [chunk_from_hit(hit) for hit in response["hits"]["hits"]]
+
+    def _msearch(self, spec: QuerySpec) -> tuple[list[tuple[str, Chunk]], list[tuple[str, Chunk]]]:
+        response = self.client.msearch(searches=queries.msearch_bodies(spec, self.index))
+        sides = []
+        for item in response["responses"]:
+            if "error" in item:
+                raise RetrievalError(f"one side of the hybrid search failed: {item['error']}")
+            sides.append([(_fusion_key(hit, spec.collapse_field), chunk_from_hit(hit)) for hit in item["hits"]["hits"]])
+        return sides[0], sides[1]
+
+
+def _fusion_key(hit: Mapping[str, Any], collapse_field: str | None) -> str:
+    if collapse_field:
+        values = (hit.get("fields") or {}).get(collapse_field) or [None]
+        return f"{collapse_field}={values[0]}"
+    return hit["_id"]

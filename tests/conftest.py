@@ -1,0 +1,58 @@
+"""Fixtures for tests that need the real services the test command starts.
+
+Nothing here mocks Elasticsearch: if it is not reachable the integration
+tests fail with the reason, they are not skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from chunkrag_core.settings import Settings
+
+SHARED = Path(os.environ.get("CHUNKRAG_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def es(settings):
+    from chunkrag_core.es_client import ClusterUnavailable, check_health, make_client
+
+    client = make_client(settings)
+    try:
+        check_health(client, settings.es_url_for_display)
+    except ClusterUnavailable as exc:
+        pytest.fail(f"{exc}. Run the tests with `make test`, which starts it.", pytrace=False)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def embedder(settings):
+    from chunkrag_core.providers import make_embedder
+
+    return make_embedder(settings.embedder)
+
+
+@pytest.fixture
+def fresh_index(es):
+    """A new index name per test; whatever the test created is deleted after."""
+    name = f"test-chunkrag-{uuid.uuid4().hex[:12]}"
+    yield name
+    es.indices.delete(index=name, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="session")
+def shared_eval() -> Path:
+    path = SHARED / "eval"
+    if not path.is_dir():
+        pytest.fail(f"evaluation data not found at {path}; set CHUNKRAG_SHARED to the shared/ folder", pytrace=False)
+    return path

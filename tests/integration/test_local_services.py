@@ -1,0 +1,44 @@
+"""Real services, no mocks.
+
+Assumes the test command started them first, e.g.
+`CHUNKRAG_HOME=<repo>/.chunkrag python -m local_services up`.
+"""
+
+import json
+import urllib.request
+
+import pytest
+
+from local_services import services_status
+from local_services.elasticsearch_node import ElasticsearchSettings, cluster_health, elasticsearch_url
+from local_services.redis_server import RedisSettings, parse_redis_url, ping, redis_url
+
+pytestmark = pytest.mark.integration
+
+HINT = "start them first: CHUNKRAG_HOME=<repo>/.chunkrag python -m local_services up"
+
+
+def test_status_reports_both_services_healthy():
+    statuses = {status.name: status for status in services_status()}
+    assert set(statuses) == {"elasticsearch", "redis"}
+    for status in statuses.values():
+        assert status.healthy, f"{status.line()} -- {HINT}"
+    assert statuses["elasticsearch"].health in ("green", "yellow")
+    assert statuses["redis"].health == "PONG"
+
+
+def test_elasticsearch_is_the_pinned_single_node_cluster():
+    settings = ElasticsearchSettings.from_environ()
+    health = cluster_health(elasticsearch_url(), timeout=10.0)
+    assert health["number_of_nodes"] == 1
+    if settings.external_url is None:
+        assert health["cluster_name"] == "chunkrag-local"
+        with urllib.request.urlopen(f"{settings.url}/_nodes/_local/settings", timeout=10) as response:
+            node = next(iter(json.load(response)["nodes"].values()))
+        assert node["version"] == "9.5.0"
+        assert node["settings"]["action"]["destructive_requires_name"] == "false"
+
+
+def test_redis_answers_ping():
+    assert ping(parse_redis_url(redis_url()), timeout=5.0) == "+PONG"
+    assert RedisSettings.from_environ().url == redis_url()
