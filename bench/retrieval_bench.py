@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--index", default=INDEX)
+    parser.add_argument("--name", default="retrieval", help="results file name (bench/results/NAME.json)")
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
@@ -98,7 +99,7 @@ def main(argv=None) -> int:
         "best_hybrid": best_hybrid,
         "best_hybrid_beats_both_single_modes": results[best_hybrid]["ndcg_at_10"] > max(results["bm25"]["ndcg_at_10"], results["knn"]["ndcg_at_10"]),
     }
-    print(write_result("retrieval", "bench.retrieval_bench", payload))
+    print(write_result(args.name, "bench.retrieval_bench", payload))
     return 0
 
 

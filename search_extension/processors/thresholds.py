@@ -42,3 +42,20 @@ def fixed_threshold(scores: Sequence[float], value: float) -> Threshold:
 def passing(scores: Sequence[float], threshold: Threshold) -> list[int]:
     """Indices of the scores at or above the threshold (float noise forgiven)."""
     return [i for i, score in enumerate(scores) if score >= threshold.value - 1e-9]
+
+
+def llm_threshold(query: str, scores: Sequence[float], model, fallback_epsilon: float = DEFAULT_VARIANCE_EPSILON) -> tuple[Threshold, int]:
+    """The paper's appendix prompt picks the threshold from the scores; an
+    unreadable answer falls back to :func:`dynamic_threshold`. Returns the
+    threshold and the prompt tokens spent."""
+    from chunkrag_core.providers.chat import ChatRequest, Message
+    from search_extension.processors import prompts
+    from search_extension.processors.parsing import parse_score
+
+    listed = ", ".join(f"{s:.2f}" for s in scores)
+    response = model.complete(ChatRequest(messages=(Message("user", prompts.THRESHOLD.format(query=query, scores=listed)),), max_tokens=8))
+    value = parse_score(response.text)
+    dynamic = dynamic_threshold(scores, fallback_epsilon)
+    if value is None:
+        return dynamic, response.prompt_tokens
+    return Threshold(value, "llm", dynamic.mean, dynamic.std, dynamic.variance), response.prompt_tokens

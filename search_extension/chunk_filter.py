@@ -1,0 +1,154 @@
+"""The ChunkRAG filter over retrieved chunks, as one library call.
+
+    redundancy -> relevance judging -> threshold -> fallback -> rerank -> order -> answer
+
+Judging is the expensive part; it is injected as ``judge_many`` so the same
+code runs in-process (threads) or fanned out over Celery workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.providers.chat import ChatModel
+from search_extension.processors.answer import Answer, answer_from_chunks
+from search_extension.processors.ordering import lost_in_the_middle
+from search_extension.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD, Redundant, drop_redundant
+from search_extension.processors.relevance import Judgement, ScoringOptions, judge
+from search_extension.processors.thresholds import DEFAULT_VARIANCE_EPSILON, Threshold, dynamic_threshold, fixed_threshold, llm_threshold, passing
+
+THRESHOLDS = ("dynamic", "llm", "fixed")
+FALLBACKS = ("top_k", "not_found")
+RERANKERS = ("score", "cohere", "off")
+
+JudgeMany = Callable[[str, Sequence[Chunk], ScoringOptions], list[Judgement]]
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOptions:
+    redundancy_threshold: float | None = DEFAULT_REDUNDANCY_THRESHOLD
+    scoring: ScoringOptions = ScoringOptions()
+    threshold: str = "dynamic"
+    fixed_threshold: float = 0.5
+    variance_epsilon: float = DEFAULT_VARIANCE_EPSILON
+    # When no chunk passes: keep the top k unfiltered, or answer that nothing
+    # relevant was found.
+    fallback: str = "top_k"
+    fallback_k: int = 3
+    rerank: str = "score"
+    lost_in_the_middle: bool = True
+    answer: bool = True
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("threshold", self.threshold, THRESHOLDS), ("fallback", self.fallback, FALLBACKS), ("rerank", self.rerank, RERANKERS)):
+            if value not in allowed:
+                raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    chunk: Chunk
+    kept: bool
+    reason: str  # "above_threshold", "below_threshold", "redundant", "unscored", "fallback"
+
+
+@dataclass(frozen=True, slots=True)
+class FilterResult:
+    kept: tuple[Chunk, ...]  # final order, each with its stage scores
+    decisions: tuple[Decision, ...]
+    threshold: Threshold | None
+    nothing_relevant: bool
+    answer: Answer | None
+    model_calls: int
+    cached_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+def judge_in_threads(model: ChatModel, threads: int = 4, cache=None, model_name: str = "") -> JudgeMany:
+    def judge_many(query: str, chunks: Sequence[Chunk], options: ScoringOptions) -> list[Judgement]:
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            return list(pool.map(lambda c: judge(query, c.text, model, options, cache=cache, model_name=model_name), chunks))
+
+    return judge_many
+
+
+def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options: FilterOptions = FilterOptions(), judge_many: JudgeMany | None = None, reranker=None) -> FilterResult:
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = round((now - clock) * 1000, 1)
+        clock = now
+
+    redundant: list[Redundant] = []
+    candidates = list(chunks)
+    if options.redundancy_threshold is not None:
+        candidates, redundant = drop_redundant(candidates, options.redundancy_threshold)
+    lap("redundancy")
+
+    judgements = (judge_many or judge_in_threads(model))(query, candidates, options.scoring)
+    scored = [c.with_score(**j.stage_scores()) for c, j in zip(candidates, judgements)]
+    lap("scoring")
+
+    usable = [(c, j.combined) for c, j in zip(scored, judgements) if j.combined is not None]
+    scores = [s for _, s in usable]
+    extra_prompt_tokens = 0
+    if options.threshold == "fixed":
+        threshold = fixed_threshold(scores, options.fixed_threshold)
+    elif options.threshold == "llm" and scores:
+        threshold, extra_prompt_tokens = llm_threshold(query, scores, model, options.variance_epsilon)
+    else:
+        threshold = dynamic_threshold(scores, options.variance_epsilon)
+    passed_ids = {usable[i][0].chunk_id for i in passing(scores, threshold)}
+    lap("threshold")
+
+    decisions = [Decision(r.chunk, False, "redundant") for r in redundant]
+    kept = [c for c, _ in usable if c.chunk_id in passed_ids]
+    nothing_relevant = not kept
+    fallback_ids: set[str] = set()
+    if nothing_relevant and options.fallback == "top_k":
+        kept = list(scored[: options.fallback_k])  # retrieval order: the best the search had
+        fallback_ids = {c.chunk_id for c in kept}
+    for chunk, judgement in zip(scored, judgements):
+        if chunk.chunk_id in fallback_ids:
+            decisions.append(Decision(chunk, True, "fallback"))
+        elif judgement.combined is None:
+            decisions.append(Decision(chunk, False, "unscored"))
+        else:
+            decisions.append(Decision(chunk, chunk.chunk_id in passed_ids, "above_threshold" if chunk.chunk_id in passed_ids else "below_threshold"))
+
+    if options.rerank == "cohere" and reranker is not None and kept:
+        order = reranker.rerank(query, [c.text for c in kept])
+        kept = [dataclasses.replace(kept[i], stage_scores={**kept[i].stage_scores, "rerank": s}) for i, s in order]
+    elif options.rerank == "score":
+        kept.sort(key=lambda c: -c.stage_scores.get("combined", 0.0))
+    if options.lost_in_the_middle:
+        kept = lost_in_the_middle(kept)
+    lap("rerank")
+
+    answer = None
+    if options.answer:
+        answer = answer_from_chunks(query, [] if nothing_relevant and options.fallback == "not_found" else kept, model)
+    lap("answer")
+
+    return FilterResult(
+        kept=tuple(kept),
+        decisions=tuple(decisions),
+        threshold=threshold,
+        nothing_relevant=nothing_relevant,
+        answer=answer,
+        model_calls=sum(j.calls for j in judgements) + (1 if extra_prompt_tokens else 0) + (1 if answer and answer.prompt_tokens else 0),
+        cached_calls=sum(j.cached_calls for j in judgements),
+        prompt_tokens=sum(j.prompt_tokens for j in judgements) + extra_prompt_tokens + (answer.prompt_tokens if answer else 0),
+        completion_tokens=sum(j.completion_tokens for j in judgements) + (answer.completion_tokens if answer else 0),
+        timings_ms=timings,
+    )

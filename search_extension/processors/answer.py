@@ -1,0 +1,34 @@
+"""An answer written only from the kept chunks, citing them by chunk id."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.providers.chat import ChatModel, ChatRequest, Message
+from search_extension.processors import prompts
+
+NOT_FOUND = "NOT FOUND"
+_CITATION = re.compile(r"\[(\d+)\]")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    text: str
+    found: bool
+    citations: tuple[str, ...]  # chunk ids, in order of first citation
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def answer_from_chunks(query: str, chunks: Sequence[Chunk], model: ChatModel, max_tokens: int = 256) -> Answer:
+    if not chunks:
+        return Answer(NOT_FOUND, False, ())
+    passages = "\n\n".join(f"[{i}] {' '.join(chunk.text.split())}" for i, chunk in enumerate(chunks, start=1))
+    response = model.complete(ChatRequest(messages=(Message("user", prompts.ANSWER.format(passages=passages, query=query)),), max_tokens=max_tokens))
+    text = response.text.strip()
+    found = bool(text) and NOT_FOUND not in text.upper()
+    citations = tuple(dict.fromkeys(chunks[int(n) - 1].chunk_id for n in _CITATION.findall(text) if 1 <= int(n) <= len(chunks)))
+    return Answer(text if found else NOT_FOUND, found, citations if found else (), response.prompt_tokens, response.completion_tokens)

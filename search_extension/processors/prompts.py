@@ -1,0 +1,89 @@
+"""Prompt templates. The rewriting, scoring, self-reflection and threshold
+prompts are the ChunkRAG paper's (appendix A.1); the yes/no judge, the
+critic and the answer prompts are this project's, since the paper does not
+give them.
+
+Each scoring prompt puts the query before the chunk, so a server that caches
+prompt prefixes (llama.cpp does) reuses the query part across chunks.
+"""
+
+QUERY_REWRITE = """You are an AI assistant that improves user queries for better search results.
+
+Rewrite the following query to be more effective for document retrieval without changing its meaning.
+
+Original Query: "{query}"
+
+Rewritten Query:"""
+
+RELEVANCE_SCORE = """You are an AI assistant tasked with determining the relevance of a text chunk to a user query.
+
+Analyze the provided chunk and query, then assign a relevance score between 0 and 1, where 1 means highly relevant and 0 means not relevant at all.
+
+User Query: {query}
+
+Chunk: {chunk}
+
+A single decimal number between 0 and 1, representing the final relevance score. No other text.
+
+Relevance Score (between 0 and 1):"""
+
+SELF_REFLECTION = """You have assigned a relevance score to a text chunk based on a user query.
+
+Your initial score was: {score}
+
+Reflect on your scoring and adjust the score if necessary. Provide the final score.
+
+User Query: {query}
+
+Chunk: {chunk}
+
+A single decimal number between 0 and 1, representing the final relevance score. No other text.
+
+Final Relevance Score (between 0 and 1):"""
+
+THRESHOLD = """Based on the user query and the following set of relevance scores, determine the optimal threshold to filter out irrelevant chunks.
+
+User Query: {query}
+
+Relevance Scores: {scores}
+
+A single decimal number between 0 and 1, representing the final relevance score. No other text.
+
+Provide the optimal threshold (between 0 and 1):"""
+
+# Read as P(Yes) from the first token's log-probabilities where the provider
+# returns them: a calibrated probability instead of a coarse printed number.
+YES_NO_RELEVANCE = """Question: {query}
+
+Text: {chunk}
+
+Does the text contain information that helps answer the question? Answer Yes or No.
+Answer:"""
+
+CRITIC = """You are a strict reviewer checking whether a text chunk really helps answer a question.
+
+Question: {query}
+
+Chunk: {chunk}
+
+Earlier relevance scores: {scores}
+
+Check: does the chunk concern the same entity, place and time period as the question? Does it state facts rather than only mention the topic? If the scores are too high or too low, correct them.
+
+A single decimal number between 0 and 1, representing the corrected relevance score. No other text.
+
+Corrected Relevance Score (between 0 and 1):"""
+
+LIKERT_RELEVANCE = """Question: {query}
+
+Text: {chunk}
+
+On a scale from 1 (unrelated) to 10 (answers the question directly), how relevant is the text to the question? Reply with the number only.
+Score:"""
+
+ANSWER = """Answer the question using only the numbered passages below. Cite the passages you use by their number in square brackets, like [2]. If the passages do not contain the answer, reply exactly: NOT FOUND.
+
+{passages}
+
+Question: {query}
+Answer:"""

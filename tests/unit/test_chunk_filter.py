@@ -1,0 +1,81 @@
+"""The filter chain with a scripted judge (unit-test double)."""
+
+import pytest
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.providers.chat import ChatResponse
+from search_extension.chunk_filter import FilterOptions, run_filter
+from search_extension.processors.relevance import Judgement
+
+
+def chunk(i, vector, text=None):
+    return Chunk(doc_id="d", position=i, text=text or f"chunk {i}", start=0, end=1, vector=vector, score=1.0 - i / 10)
+
+
+def scripted_judge(scores):
+    def judge_many(query, chunks, options):
+        return [Judgement(scores[c.chunk_id], None, None, scores[c.chunk_id], calls=1, prompt_tokens=80) for c in chunks]
+
+    return judge_many
+
+
+class Answerer:
+    def __init__(self, text="Answer [1]."):
+        self.text, self.calls = text, 0
+
+    def complete(self, request):
+        self.calls += 1
+        return ChatResponse(text=self.text, prompt_tokens=200, completion_tokens=10)
+
+
+CHUNKS = [chunk(0, [1, 0, 0]), chunk(1, [0.99, 0.14, 0]), chunk(2, [0, 1, 0]), chunk(3, [0, 0, 1]), chunk(4, [0.6, 0, 0.8])]
+
+
+def test_redundancy_scoring_threshold_rerank_order_and_answer():
+    scores = {"d:0": 0.9, "d:2": 0.2, "d:3": 0.7, "d:4": 0.1}
+    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=scripted_judge(scores), options=FilterOptions())
+    # d:1 repeats d:0 (cos 0.99); mean of the rest is 0.475, spread: T = μ
+    assert result.threshold.value == pytest.approx(0.475)
+    assert [c.chunk_id for c in result.kept] == ["d:0", "d:3"]
+    assert {d.chunk.chunk_id: d.reason for d in result.decisions} == {
+        "d:1": "redundant", "d:0": "above_threshold", "d:2": "below_threshold", "d:3": "above_threshold", "d:4": "below_threshold",
+    }
+    assert result.kept[0].stage_scores["combined"] == 0.9
+    assert result.answer.citations == ("d:0",)
+    assert result.model_calls == 4 + 1 and result.prompt_tokens == 4 * 80 + 200
+
+
+def test_lost_in_the_middle_order_of_kept_chunks():
+    scores = {"d:0": 0.9, "d:2": 0.8, "d:3": 0.85, "d:4": 0.1}
+    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=scripted_judge(scores), options=FilterOptions(answer=False))
+    # ranked by score: d:0, d:3, d:2 -> ends hold the two best
+    assert [c.chunk_id for c in result.kept] == ["d:0", "d:2", "d:3"]
+
+
+def test_nothing_relevant_falls_back_to_top_k_or_says_not_found():
+    zeros = {"d:0": 0.0, "d:2": 0.0, "d:3": 0.0, "d:4": 0.0}
+    # all equal: var 0 < ε, T = μ + σ = 0, so all pass; use a fixed bar instead
+    options = FilterOptions(threshold="fixed", fixed_threshold=0.5, fallback="top_k", fallback_k=2, answer=False)
+    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=scripted_judge(zeros), options=options)
+    assert result.nothing_relevant and [c.chunk_id for c in result.kept] == ["d:0", "d:2"]
+    assert [d.reason for d in result.decisions if d.kept] == ["fallback", "fallback"]
+
+    model = Answerer()
+    options = FilterOptions(threshold="fixed", fixed_threshold=0.5, fallback="not_found")
+    result = run_filter("q", CHUNKS, model=model, judge_many=scripted_judge(zeros), options=options)
+    assert result.nothing_relevant and result.kept == () and result.answer.text == "NOT FOUND"
+    assert model.calls == 0
+
+
+def test_unscored_chunks_are_reported_and_dropped():
+    def judge_many(query, chunks, options):
+        return [Judgement(None, None, None, None, calls=1, notes=("unreadable",)) if c.position == 2 else Judgement(0.8, None, None, 0.8, calls=1) for c in chunks]
+
+    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=judge_many, options=FilterOptions(answer=False))
+    assert {d.chunk.chunk_id: d.reason for d in result.decisions}["d:2"] == "unscored"
+    assert "d:2" not in [c.chunk_id for c in result.kept]
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="unknown fallback"):
+        FilterOptions(fallback="pray")

@@ -1,0 +1,40 @@
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.providers.chat import ChatResponse
+from search_extension.processors.answer import answer_from_chunks
+from search_extension.processors.rewrite import clean_rewrite, rewrite_query
+
+
+class Fixed:
+    def __init__(self, text):
+        self.text, self.requests = text, []
+
+    def complete(self, request):
+        self.requests.append(request)
+        return ChatResponse(text=self.text, prompt_tokens=50)
+
+
+def test_rewrite_is_cleaned_and_falls_back_on_garbage():
+    assert clean_rewrite('\n Rewritten Query: "Henry Feilden occupation biography"\nmore') == "Henry Feilden occupation biography"
+    assert rewrite_query("What is Henry Feilden's occupation?", Fixed("Henry Feilden occupation")).query == "Henry Feilden occupation"
+    rambling = rewrite_query("short q", Fixed("x" * 500))
+    assert rambling.query == "short q" and not rambling.used
+    assert not rewrite_query("q", Fixed("   ")).used
+
+
+def chunk(i, text):
+    return Chunk(doc_id="d", position=i, text=text, start=0, end=len(text))
+
+
+def test_answer_cites_chunk_ids():
+    chunks = [chunk(0, "Paris is the capital of France."), chunk(1, "Lyon is a city.")]
+    model = Fixed("Paris [1], not Lyon [2] [1] [9].")
+    answer = answer_from_chunks("capital of France?", chunks, model)
+    assert answer.found and answer.citations == ("d:0", "d:1")
+    assert "[1] Paris is the capital of France." in model.requests[0].messages[0].content
+
+
+def test_not_found_with_no_chunks_costs_no_call_and_model_can_say_not_found():
+    model = Fixed("unused")
+    assert answer_from_chunks("q", [], model).text == "NOT FOUND" and model.requests == []
+    answer = answer_from_chunks("q", [chunk(0, "x")], Fixed("NOT FOUND."))
+    assert not answer.found and answer.citations == ()
