@@ -90,12 +90,16 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         base = cls()
+        # Without ES_URL / REDIS_URL the project's own local services are
+        # meant, on the ports they were told to use.
+        local_es = f"http://127.0.0.1:{env.get('CHUNKRAG_ES_PORT') or 9200}"
+        local_redis = f"redis://127.0.0.1:{env.get('CHUNKRAG_REDIS_PORT') or 6379}/0"
         return replace(
             base,
-            es_url=env.get("ES_URL", base.es_url),
+            es_url=env.get("ES_URL") or local_es,
             es_api_key=env.get("ES_API_KEY") or None,
             es_ca_certs=env.get("ES_CA_CERTS") or None,
-            redis_url=env.get("REDIS_URL", base.redis_url),
+            redis_url=env.get("REDIS_URL") or local_redis,
             index=env.get("CHUNKRAG_INDEX", base.index),
             chunking=_overlay(base.chunking, env, "CHUNKRAG_CHUNK_"),
             embedder=_embedder_from_env(base.embedder, env),

@@ -39,3 +39,9 @@ def test_settings_from_env_overrides_and_validates():
     with pytest.raises(SettingsError, match="CHUNKRAG_CHUNK_MAX_CHARS"):
         Settings.from_env({"CHUNKRAG_CHUNK_MAX_CHARS": "lots"})
     assert redact_url("http://es:9200") == "http://es:9200"
+
+
+def test_local_service_ports_shape_the_default_urls():
+    settings = Settings.from_env({"CHUNKRAG_ES_PORT": "9210", "CHUNKRAG_REDIS_PORT": "6390"})
+    assert settings.es_url == "http://127.0.0.1:9210" and settings.redis_url == "redis://127.0.0.1:6390/0"
+    assert Settings.from_env({}).es_url == "http://127.0.0.1:9200"
