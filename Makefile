@@ -10,7 +10,7 @@ export CHUNKRAG_HOME ?= $(CURDIR)/.chunkrag
 # Tests and the demo never reach a model hub; fail fast if some code tries.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup demo test unit services-up services-down services-status bench clean
+.PHONY: setup demo test unit services-up services-down services-status bench clean llm-setup
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
@@ -34,6 +34,17 @@ services-down: setup
 
 services-status: setup
 	$(BIN)/chunkrag services status
+
+# The offline default chat model (Qwen2.5-Coder-1.5B-Instruct via llama-cpp-python's server).
+# llama.cpp is compiled from source (5-8 min on 2 cores; pip caches the wheel). A native
+# build would use AMX, which this CPU reports but the VM forbids ("Illegal instruction").
+LLM_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_AVX512=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+
+llm-setup: setup
+	@echo "installing llama-cpp-python (a first build from source takes 5-8 min on 2 cores)…"
+	CMAKE_ARGS="$(LLM_CMAKE_ARGS)" $(BIN)/pip install --quiet -c requirements.lock -e ".[llm]"
+	$(BIN)/chunkrag services up --only llm
 
 unit: setup
 	$(BIN)/python -m pytest tests/unit -q

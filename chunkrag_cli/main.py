@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     search = commands.add_parser("search", help="hybrid search over a chunk index")
     search.add_argument("query")
     search.add_argument("--index")
-    search.add_argument("--mode", choices=MODES, help="retrieval mode (default native_sum: BM25 0.5 + kNN 0.5 in one request)")
+    search.add_argument("--mode", choices=MODES, help="retrieval mode (default minmax: BM25 and kNN each normalised, 0.5/0.5)")
     search.add_argument("--size", type=int, default=None)
     search.add_argument("--filter", action="append", default=[], metavar="JSON", help='an Elasticsearch filter clause, e.g. \'{"term": {"doc_id": "a"}}\'')
     search.add_argument("--collapse", metavar="FIELD", help="best chunk per value of FIELD, e.g. doc_id")

@@ -153,7 +153,9 @@ def _pause_refresh(client, index: str) -> str | None:
     current = client.indices.get_settings(index=index, name="index.refresh_interval")
     previous = current.get(index, {}).get("settings", {}).get("index", {}).get("refresh_interval")
     client.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
-    return previous
+    # "-1" found here is most likely left by a run that was killed before it
+    # could restore the setting: restore the default rather than keep it.
+    return None if previous == "-1" else previous
 
 
 def _restore_refresh(client, index: str, previous: str | None) -> None:

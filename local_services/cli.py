@@ -1,4 +1,7 @@
-"""`services up|down|status|wait` for the local Elasticsearch and Redis.
+"""`services up|down|status|wait` for the local Elasticsearch, Redis and llm server.
+
+Without `--only`, commands act on DEFAULT_SERVICES (Elasticsearch and Redis);
+the llm server is started only with `--only llm`, but `down` also stops it.
 
 `register(subparsers)` plugs the group into the project's CLI;
 `python -m local_services <command>` runs it standalone.
@@ -10,20 +13,23 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from local_services import elasticsearch_node, redis_server
+from local_services import elasticsearch_node, llm_server, redis_server
 from local_services.elasticsearch_node import ElasticsearchSettings
+from local_services.llm_server import LlmSettings
 from local_services.process import LocalServiceError, Log, ServiceStatus, print_line
 from local_services.redis_server import RedisSettings
 
-SERVICES = ("elasticsearch", "redis")
+# What up/status/wait act on without --only.
+DEFAULT_SERVICES = ("elasticsearch", "redis")
+ALL_SERVICES = ("elasticsearch", "redis", "llm")
 DEFAULT_WAIT_SECONDS = 120.0
 
 
-def _selected(only: str | None) -> tuple[str, ...]:
+def _selected(only: str | None, default: tuple[str, ...] = DEFAULT_SERVICES) -> tuple[str, ...]:
     if only is None:
-        return SERVICES
-    if only not in SERVICES:
-        raise LocalServiceError(f"unknown service {only!r}; choose one of {', '.join(SERVICES)}")
+        return default
+    if only not in ALL_SERVICES:
+        raise LocalServiceError(f"unknown service {only!r}; choose one of {', '.join(ALL_SERVICES)}")
     return (only,)
 
 
@@ -38,12 +44,18 @@ def services_up(only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, 
         redis_server.up(RedisSettings.from_environ(), timeout, log)
     if "elasticsearch" in _selected(only):
         elasticsearch_node.up(ElasticsearchSettings.from_environ(), timeout, log)
+    if "llm" in _selected(only):
+        llm_server.up(LlmSettings.from_environ(), timeout, log)
 
 
 def services_down(only: str | None = None, log: Log = print_line) -> None:
-    if "elasticsearch" in _selected(only):
+    # Without --only, also stop an llm server that `up --only llm` started.
+    selected = _selected(only, default=ALL_SERVICES)
+    if "llm" in selected:
+        llm_server.down(LlmSettings.from_environ(), log)
+    if "elasticsearch" in selected:
         elasticsearch_node.down(ElasticsearchSettings.from_environ(), log)
-    if "redis" in _selected(only):
+    if "redis" in selected:
         redis_server.down(RedisSettings.from_environ(), log)
 
 
@@ -53,6 +65,8 @@ def services_status(only: str | None = None, log: Log = print_line) -> list[Serv
         statuses.append(elasticsearch_node.status(ElasticsearchSettings.from_environ(), log))
     if "redis" in _selected(only):
         statuses.append(redis_server.status(RedisSettings.from_environ(), log))
+    if "llm" in _selected(only):
+        statuses.append(llm_server.status(LlmSettings.from_environ(), log))
     return statuses
 
 
@@ -63,6 +77,9 @@ def services_wait(only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS
     if "elasticsearch" in _selected(only):
         status = elasticsearch_node.wait_until_healthy(ElasticsearchSettings.from_environ(), timeout, log)
         log(f"elasticsearch healthy ({status})")
+    if "llm" in _selected(only):
+        llm_server.wait_until_healthy(LlmSettings.from_environ(), timeout, log)
+        log("llm server healthy")
 
 
 # --- argparse ----------------------------------------------------------------------
@@ -118,7 +135,13 @@ def _add_commands(parent: argparse.ArgumentParser, dest: str) -> None:
     )
     for name, help_text, handler, takes_timeout in specs:
         command = commands.add_parser(name, help=help_text, description=help_text)
-        command.add_argument("--only", choices=SERVICES, help="act on this service only")
+        command.add_argument(
+            "--only",
+            choices=ALL_SERVICES,
+            help=f"act on this service only (default: {' and '.join(DEFAULT_SERVICES)}"
+            + ("; down also stops llm" if name == "down" else "")
+            + ")",
+        )
         if takes_timeout:
             command.add_argument(
                 "--timeout",
@@ -134,8 +157,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add the `services` command group; each leaf sets `handler(args) -> int`."""
     group = subparsers.add_parser(
         "services",
-        help="local Elasticsearch and Redis for development and tests",
-        description="Manage the local single-node Elasticsearch and Redis (loopback only).",
+        help="local Elasticsearch, Redis and llm server for development and tests",
+        description="Manage the local single-node Elasticsearch, Redis and llm server (loopback only).",
     )
     _add_commands(group, dest="services_command")
 
@@ -143,7 +166,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m local_services",
-        description="Manage the local single-node Elasticsearch and Redis (loopback only).",
+        description="Manage the local single-node Elasticsearch, Redis and llm server (loopback only).",
     )
     _add_commands(parser, dest="command")
     args = parser.parse_args(argv)

@@ -112,3 +112,14 @@ def test_index_uses_the_best_analyzer_the_cluster_has(es, embedder, settings, fr
     assert analyzer["type"] == ("english" if has_english else "standard")
     tokens = [t["token"] for t in es.indices.analyze(index=fresh_index, analyzer="chunk_text", text="The Running dogs")["tokens"]]
     assert tokens == (["run", "dog"] if has_english else ["running", "dogs"])
+
+
+def test_refresh_is_restored_after_ingest_even_if_a_killed_run_left_it_paused(es, embedder, settings, fresh_index, tmp_path):
+    (tmp_path / "a.txt").write_text("First document.", encoding="utf-8")
+    ingest([tmp_path], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    es.indices.put_settings(index=fresh_index, settings={"index": {"refresh_interval": "-1"}})  # as a killed run leaves it
+    (tmp_path / "b.txt").write_text("Second document.", encoding="utf-8")
+    ingest([tmp_path], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    index_settings = es.indices.get_settings(index=fresh_index)[fresh_index]["settings"]["index"]
+    assert "refresh_interval" not in index_settings
+    assert es.count(index=fresh_index)["count"] == 2

