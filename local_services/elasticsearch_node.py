@@ -8,6 +8,7 @@ painless, so health is probed with `GET /_cluster/health`.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ from local_services.process import (
     LOOPBACK,
     LocalServiceError,
     Log,
+    PortRunFiles,
     ServiceStatus,
     ServiceUser,
     chown_tree,
@@ -41,14 +43,15 @@ from local_services.process import (
     exclusive_lock,
     live_pid_from_pidfile,
     make_public_dir,
+    managed_state,
     pid_alive,
     port_in_use,
     print_line,
     redact_url,
     require_reachable,
     state_home,
+    stop_managed,
     tail,
-    terminate,
     unprivileged_user,
 )
 
@@ -75,12 +78,14 @@ _HEAP_PATTERN = re.compile(r"^\d+[kmgKMG]?$")
 
 
 @dataclass(frozen=True)
-class ElasticsearchSettings:
+class ElasticsearchSettings(PortRunFiles):
     """Where the node lives and how it is reached.
 
     `external_url` (from ES_URL) means the user runs their own cluster: it is
     probed but never started or stopped.
     """
+
+    RUN_NAME = "elasticsearch"
 
     home: Path
     port: int = DEFAULT_PORT
@@ -125,12 +130,6 @@ class ElasticsearchSettings:
         return self.cache_dir / f"elasticsearch-{ES_VERSION}"
 
     @property
-    def run_dir(self) -> Path:
-        # One runtime dir per port so nodes on different ports do not share
-        # pidfiles or data.
-        return self.home / "run" / f"elasticsearch-{self.port}"
-
-    @property
     def config_dir(self) -> Path:
         return self.run_dir / "config"
 
@@ -145,15 +144,6 @@ class ElasticsearchSettings:
     @property
     def tmp_dir(self) -> Path:
         return self.run_dir / "tmp"
-
-    @property
-    def pidfile(self) -> Path:
-        return self.run_dir / "elasticsearch.pid"
-
-    @property
-    def lock_file(self) -> Path:
-        # Beside, not inside, run_dir: run_dir is handed to the node's user.
-        return self.home / "run" / f"elasticsearch-{self.port}.lock"
 
     @property
     def launcher_log(self) -> Path:
@@ -553,29 +543,21 @@ def up(settings: ElasticsearchSettings, timeout: float = DEFAULT_WAIT_SECONDS, l
 
 def down(settings: ElasticsearchSettings, log: Log = print_line) -> None:
     """Idempotent: stop the node started from this CHUNKRAG_HOME, if any."""
-    if settings.external_url:
-        log(f"elasticsearch: using external cluster at {redact_url(settings.url)}; not stopping it")
-        return
-    if not settings.run_dir.exists():
-        log("elasticsearch is not running")
-        return
-    with exclusive_lock(settings.lock_file):
-        pid = running_pid(settings, log)
-        if pid is None:
-            log("elasticsearch is not running")
-            return
-        log(f"stopping elasticsearch (pid {pid})…")
-        killed = terminate(pid, STOP_GRACE_SECONDS)
-        settings.pidfile.unlink(missing_ok=True)
-    log("elasticsearch stopped" + (f" (killed after {STOP_GRACE_SECONDS:.0f} s without exiting)" if killed else ""))
+    stop_managed(
+        "elasticsearch",
+        external_url=settings.external_url,
+        run_dir=settings.run_dir,
+        lock_file=settings.lock_file,
+        pidfile=settings.pidfile,
+        find_pid=functools.partial(running_pid, settings),
+        log=log,
+        external_kind="cluster",
+        grace_seconds=STOP_GRACE_SECONDS,
+    )
 
 
 def status(settings: ElasticsearchSettings, log: Log = print_line) -> ServiceStatus:
-    if settings.external_url:
-        state, pid = "external", None
-    else:
-        pid = running_pid(settings, log)
-        state = "running" if pid is not None else "stopped"
+    state, pid = managed_state(settings.external_url, functools.partial(running_pid, settings), log)
     try:
         health = str(cluster_health(settings.url, timeout=5.0).get("status"))
     except OSError as exc:

@@ -21,8 +21,10 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 Log = Callable[[str], None]
+FindPid = Callable[[Log], int | None]
 
 LOOPBACK = "127.0.0.1"
 ELASTICSEARCH_SYSTEM_USER = "chunkrag-es"
@@ -207,6 +209,73 @@ def exclusive_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class PortRunFiles:
+    """Runtime files of a service started on `port` from the state directory `home`.
+
+    Mixed into each service's frozen settings dataclass, which sets RUN_NAME
+    and has `home` and `port` fields. One runtime dir per port, so servers on
+    different ports do not share pidfiles or data.
+    """
+
+    RUN_NAME: ClassVar[str]
+    home: Path
+    port: int
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run" / f"{self.RUN_NAME}-{self.port}"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.run_dir / f"{self.RUN_NAME}.pid"
+
+    @property
+    def lock_file(self) -> Path:
+        # Beside, not inside, run_dir: Elasticsearch's run_dir is handed to the node's user.
+        return self.home / "run" / f"{self.RUN_NAME}-{self.port}.lock"
+
+
+def managed_state(external_url: str | None, find_pid: FindPid, log: Log) -> tuple[str, int | None]:
+    """The `status` state ("external", "running" or "stopped") and our server's pid, if any."""
+    if external_url:
+        return "external", None
+    pid = find_pid(log)
+    return ("running" if pid is not None else "stopped"), pid
+
+
+def stop_managed(
+    name: str,
+    *,
+    external_url: str | None,
+    run_dir: Path,
+    lock_file: Path,
+    pidfile: Path,
+    find_pid: FindPid,
+    log: Log,
+    external_kind: str = "server",
+    grace_seconds: float = 30.0,
+) -> None:
+    """Idempotent `down`: stop the server started from this CHUNKRAG_HOME, if any.
+
+    An external service (`external_url` set) is never stopped.
+    """
+    if external_url:
+        log(f"{name}: using external {external_kind} at {redact_url(external_url)}; not stopping it")
+        return
+    if not run_dir.exists():
+        log(f"{name} is not running")
+        return
+    with exclusive_lock(lock_file):
+        pid = find_pid(log)
+        if pid is None:
+            log(f"{name} is not running")
+            return
+        log(f"stopping {name} (pid {pid})…")
+        killed = terminate(pid, grace_seconds)
+        pidfile.unlink(missing_ok=True)
+    log(f"{name} stopped" + (f" (killed after {grace_seconds:.0f} s without exiting)" if killed else ""))
 
 
 def tail(path: Path, lines: int = 40, width: int = 400) -> str:

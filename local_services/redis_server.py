@@ -6,6 +6,7 @@ Uses `redis-server` from PATH when installed, else the binary shipped in the
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -21,6 +22,7 @@ from local_services.process import (
     LOOPBACK,
     LocalServiceError,
     Log,
+    PortRunFiles,
     ServiceStatus,
     describe_port_owner,
     ensure_state_home,
@@ -28,13 +30,14 @@ from local_services.process import (
     exclusive_lock,
     live_pid_from_pidfile,
     make_public_dir,
+    managed_state,
     pid_alive,
     port_in_use,
     print_line,
     redact_url,
     state_home,
+    stop_managed,
     tail,
-    terminate,
 )
 
 DEFAULT_PORT = 6379
@@ -44,12 +47,14 @@ LAUNCH_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
-class RedisSettings:
+class RedisSettings(PortRunFiles):
     """Where the server lives and how it is reached.
 
     `external_url` (from REDIS_URL) means the user runs their own Redis: it
     is pinged but never started or stopped.
     """
+
+    RUN_NAME = "redis"
 
     home: Path
     port: int = DEFAULT_PORT
@@ -71,18 +76,6 @@ class RedisSettings:
     @property
     def url(self) -> str:
         return self.external_url or self.local_url
-
-    @property
-    def run_dir(self) -> Path:
-        return self.home / "run" / f"redis-{self.port}"
-
-    @property
-    def pidfile(self) -> Path:
-        return self.run_dir / "redis.pid"
-
-    @property
-    def lock_file(self) -> Path:
-        return self.home / "run" / f"redis-{self.port}.lock"
 
     @property
     def log_file(self) -> Path:
@@ -310,29 +303,20 @@ def up(settings: RedisSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log 
 
 def down(settings: RedisSettings, log: Log = print_line) -> None:
     """Idempotent: stop the server started from this CHUNKRAG_HOME, if any."""
-    if settings.external_url:
-        log(f"redis: using external server at {redact_url(settings.url)}; not stopping it")
-        return
-    if not settings.run_dir.exists():
-        log("redis is not running")
-        return
-    with exclusive_lock(settings.lock_file):
-        pid = running_pid(settings, log)
-        if pid is None:
-            log("redis is not running")
-            return
-        log(f"stopping redis (pid {pid})…")
-        killed = terminate(pid, STOP_GRACE_SECONDS)
-        settings.pidfile.unlink(missing_ok=True)
-    log("redis stopped" + (f" (killed after {STOP_GRACE_SECONDS:.0f} s without exiting)" if killed else ""))
+    stop_managed(
+        "redis",
+        external_url=settings.external_url,
+        run_dir=settings.run_dir,
+        lock_file=settings.lock_file,
+        pidfile=settings.pidfile,
+        find_pid=functools.partial(running_pid, settings),
+        log=log,
+        grace_seconds=STOP_GRACE_SECONDS,
+    )
 
 
 def status(settings: RedisSettings, log: Log = print_line) -> ServiceStatus:
-    if settings.external_url:
-        state, pid = "external", None
-    else:
-        pid = running_pid(settings, log)
-        state = "running" if pid is not None else "stopped"
+    state, pid = managed_state(settings.external_url, functools.partial(running_pid, settings), log)
     try:
         reply = ping(parse_redis_url(settings.url))
     except OSError as exc:

@@ -53,11 +53,15 @@ Provide the optimal threshold (between 0 and 1):"""
 
 # Read as P(Yes) from the first token's log-probabilities where the provider
 # returns them: a calibrated probability instead of a coarse printed number.
-YES_NO_RELEVANCE = """Question: {query}
+# Wording matters with the small local model: "Does the chunk answer the
+# query?" separated relevant (P(Yes) 0.73-0.88) from irrelevant (0.29-0.67)
+# pairs where "contain information that helps answer" did not (0.79-0.95 for
+# all), measured on six hand-written pairs with Qwen2.5-Coder-1.5B.
+YES_NO_RELEVANCE = """Query: {query}
 
-Text: {chunk}
+Chunk: {chunk}
 
-Does the text contain information that helps answer the question? Answer Yes or No.
+Does the chunk answer the query? Yes or No.
 Answer:"""
 
 CRITIC = """You are a strict reviewer checking whether a text chunk really helps answer a question.

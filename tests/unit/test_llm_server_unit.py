@@ -196,3 +196,33 @@ def test_only_accepts_llm_on_every_command():
     for command in ("up", "down", "status", "wait"):
         assert parser.parse_args([command, "--only", "llm"]).only == "llm"
         assert parser.parse_args([command]).only is None
+
+
+def _record_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    for module, name in ((cli.elasticsearch_node, "elasticsearch"), (cli.redis_server, "redis"), (cli.llm_server, "llm")):
+        for action in ("up", "down", "status", "wait_until_healthy"):
+            monkeypatch.setattr(module, action, lambda *args, _n=name, _a=action, **kwargs: calls.append(f"{_a} {_n}"))
+    return calls
+
+
+def test_up_status_wait_without_only_leave_the_llm_alone(monkeypatch: pytest.MonkeyPatch):
+    calls = _record_calls(monkeypatch)
+    cli.services_up(log=lambda _line: None)
+    cli.services_status(log=lambda _line: None)
+    cli.services_wait(log=lambda _line: None)
+    assert not [call for call in calls if call.endswith(" llm")]
+    assert "up elasticsearch" in calls and "up redis" in calls
+
+
+def test_down_without_only_also_stops_the_llm(monkeypatch: pytest.MonkeyPatch):
+    calls = _record_calls(monkeypatch)
+    cli.services_down(log=lambda _line: None)
+    assert calls == ["down llm", "down elasticsearch", "down redis"]
+
+
+def test_only_llm_acts_on_the_llm_alone(monkeypatch: pytest.MonkeyPatch):
+    calls = _record_calls(monkeypatch)
+    cli.services_up("llm", log=lambda _line: None)
+    cli.services_down("llm", log=lambda _line: None)
+    assert calls == ["up llm", "down llm"]

@@ -1,0 +1,98 @@
+"""A real HTTP server speaking the OpenAI chat-completions API, answering
+from a script: the fast stand-in for a model server in integration tests
+(the client, HTTP and JSON paths are all real; only the model is scripted).
+
+Each scripted reply is a callable ``(request_json) -> (status, body_dict)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+Reply = Callable[[dict], tuple[int, dict]]
+
+
+def completion(text: str, *, yes_probability: float | None = None, prompt_tokens: int = 50) -> Reply:
+    def reply(request: dict) -> tuple[int, dict]:
+        logprobs = None
+        if yes_probability is not None and request.get("logprobs"):
+            first = "Yes" if yes_probability >= 0.5 else "No"
+            alternatives = [
+                {"token": "Yes", "logprob": math.log(max(yes_probability, 1e-9)), "bytes": None},
+                {"token": "No", "logprob": math.log(max(1 - yes_probability, 1e-9)), "bytes": None},
+            ]
+            chosen = next(a for a in alternatives if a["token"] == first)
+            logprobs = {"content": [{**chosen, "top_logprobs": alternatives}]}
+        body = {
+            "id": "scripted",
+            "object": "chat.completion",
+            "created": 0,
+            "model": request.get("model", "scripted"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop", "logprobs": logprobs}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1},
+        }
+        return 200, body
+
+    return reply
+
+
+def error(status: int, message: str = "scripted failure") -> Reply:
+    return lambda request: (status, {"error": {"message": message, "type": "scripted", "code": status}})
+
+
+class ScriptedOpenAI:
+    """Serves scripted replies in order on 127.0.0.1 (a free port); records
+    the requests it received. Use as a context manager."""
+
+    def __init__(self, replies: list[Reply] | None = None, default: Reply | None = None):
+        self.replies = list(replies or [])
+        self.default = default
+        self.requests: list[dict] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def _next(self, request: dict) -> tuple[int, dict]:
+        with self._lock:
+            self.requests.append(request)
+            reply = self.replies.pop(0) if self.replies else self.default
+        if reply is None:
+            return 500, {"error": {"message": "script exhausted"}}
+        return reply(request)
+
+    def _handler(self):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's naming)
+                length = int(self.headers.get("Content-Length", 0))
+                request = json.loads(self.rfile.read(length) or b"{}")
+                status, body = outer._next(request)
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+    def __enter__(self) -> ScriptedOpenAI:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
