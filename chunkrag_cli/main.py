@@ -38,6 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--json", action="store_true")
     search.set_defaults(handler=cmd_search)
 
+    ask = commands.add_parser("ask", help="retrieve, filter chunks with the LLM judge, and answer from what was kept")
+    ask.add_argument("question")
+    ask.add_argument("--index")
+    ask.add_argument("--candidates", type=int, default=8, help="chunks retrieved and judged (each costs at least one model call)")
+    ask.add_argument("--threshold", choices=["dynamic", "llm", "fixed"], default="dynamic")
+    ask.add_argument("--fixed-threshold", type=float, default=0.5)
+    ask.add_argument("--fallback", choices=["top_k", "not_found"], default="top_k", help="when nothing passes: keep the top chunks, or answer that nothing was found")
+    ask.add_argument("--no-answer", action="store_true", help="filter only; do not write an answer")
+    ask.set_defaults(handler=cmd_ask)
+
     cluster = commands.add_parser("cluster", help="show the cluster's health and the features this project will use")
     cluster.set_defaults(handler=cmd_cluster)
 
@@ -118,6 +128,21 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(hits_json(result))
     else:
         print_hits(args.query, result, sys.stdout)
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from chunkrag_cli.output import print_ask
+    from chunkrag_core.providers import make_chat, make_embedder
+    from search_extension.ask import ask
+    from search_extension.chunk_filter import FilterOptions
+    from search_extension.retriever import HybridRetriever
+
+    settings = _settings(args)
+    options = FilterOptions(threshold=args.threshold, fixed_threshold=args.fixed_threshold, fallback=args.fallback, answer=not args.no_answer)
+    retriever = HybridRetriever(_connected(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
+    result = ask(args.question, retriever=retriever, model=make_chat(settings.chat), options=options, candidates=args.candidates, parallel=settings.chat.parallel, model_name=settings.chat.model)
+    print_ask(result, sys.stdout)
     return 0
 
 

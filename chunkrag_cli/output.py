@@ -10,6 +10,8 @@ from typing import TextIO
 from ingest_pipeline.pipeline import IngestReport
 from search_extension.retriever import RetrievalResult
 
+_STAGES = ("base", "reflection", "critic", "combined")
+
 
 def print_ingest_report(report: IngestReport, out: TextIO) -> None:
     lengths = report.chunk_lengths
@@ -73,4 +75,32 @@ def hits_json(result: RetrievalResult) -> str:
             ],
         },
         indent=2,
+    )
+
+
+def print_ask(result, out: TextIO, width: int = 100) -> None:
+    """The filtered chunks with their per-stage scores and decisions, then the answer."""
+    filtered = result.filtered
+    threshold = filtered.threshold
+    print(f"\n> {result.question}", file=out)
+    print(
+        f"  {len(result.retrieval.chunks)} retrieved ({result.retrieval.mode}), {len(filtered.kept)} kept; "
+        f"threshold {threshold.value:.3f} ({threshold.method}: mean {threshold.mean:.3f}, std {threshold.std:.3f})"
+        + ("; nothing passed it" if filtered.nothing_relevant else ""),
+        file=out,
+    )
+    print(f"  {'decision':<16} " + " ".join(f"{s:>10}" for s in _STAGES) + "  chunk", file=out)
+    for decision in filtered.decisions:
+        scores = decision.chunk.stage_scores
+        cells = " ".join(f"{scores[s]:>10.3f}" if s in scores else f"{'-':>10}" for s in _STAGES)
+        mark = "kept" if decision.kept else "dropped"
+        print(f"  {mark + ' ' + decision.reason:<16.16} {cells}  {decision.chunk.chunk_id}", file=out)
+        print(f"      {textwrap.shorten(' '.join(decision.chunk.text.split()), width=width - 8, placeholder=' …')}", file=out)
+    if filtered.answer is not None:
+        cited = ", ".join(filtered.answer.citations) or "none"
+        print(f"\nanswer: {filtered.answer.text}\ncited: {cited}", file=out)
+    print(
+        f"model calls {filtered.model_calls} (+{filtered.cached_calls} cached), prompt tokens {filtered.prompt_tokens}; "
+        + ", ".join(f"{k} {v:.0f} ms" for k, v in filtered.timings_ms.items()),
+        file=out,
     )

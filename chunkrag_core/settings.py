@@ -52,6 +52,18 @@ class EmbedderSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ChatSettings:
+    # Any OpenAI-compatible server; the default is the local model that
+    # `make llm-setup` serves (Qwen2.5-Coder-1.5B-Instruct on llama.cpp).
+    base_url: str | None = "http://127.0.0.1:8088/v1"
+    model: str = "qwen2.5-coder-1.5b-instruct"
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 120.0
+    # Judgements in flight at once against the provider.
+    parallel: int = 2
+
+
+@dataclass(frozen=True, slots=True)
 class VectorIndexSettings:
     # "hnsw" keeps float vectors in the graph (best recall); "int8_hnsw" and
     # "bbq_hnsw" trade recall for memory on large indices.
@@ -86,6 +98,7 @@ class Settings:
     index: str = "chunkrag"
     chunking: ChunkingSettings = ChunkingSettings()
     embedder: EmbedderSettings = EmbedderSettings()
+    chat: ChatSettings = ChatSettings()
     vector_index: VectorIndexSettings = VectorIndexSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
 
@@ -106,6 +119,7 @@ class Settings:
             index=env.get("CHUNKRAG_INDEX", base.index),
             chunking=_overlay(base.chunking, env, "CHUNKRAG_CHUNK_"),
             embedder=_embedder_from_env(base.embedder, env),
+            chat=_chat_from_env(base.chat, env),
             vector_index=_overlay(base.vector_index, env, "CHUNKRAG_VECTOR_"),
             retrieval=_overlay(base.retrieval, env, "CHUNKRAG_RETRIEVAL_"),
         )
@@ -133,6 +147,11 @@ def _embedder_from_env(base: EmbedderSettings, env: Mapping[str, str]) -> Embedd
             api_key=env.get("CHUNKRAG_EMBED_API_KEY") or env.get("OPENAI_API_KEY") or None,
         )
     return settings
+
+
+def _chat_from_env(base: ChatSettings, env: Mapping[str, str]) -> ChatSettings:
+    settings = _overlay(base, env, "CHUNKRAG_CHAT_")
+    return replace(settings, api_key=env.get("CHUNKRAG_CHAT_API_KEY") or env.get("OPENAI_API_KEY") or None)
 
 
 def _overlay(value, env: Mapping[str, str], prefix: str):

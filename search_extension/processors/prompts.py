@@ -85,9 +85,14 @@ Text: {chunk}
 On a scale from 1 (unrelated) to 10 (answers the question directly), how relevant is the text to the question? Reply with the number only.
 Score:"""
 
-ANSWER = """Answer the question using only the numbered passages below. Cite the passages you use by their number in square brackets, like [2]. If the passages do not contain the answer, reply exactly: NOT FOUND.
-
+# Passages first, then the question, then the rule: with the instruction
+# first, the local 1.5B model answered NOT FOUND even when passage [1] held
+# the answer (seen on the Gettysburg sample question); in this order it
+# answered and cited [1].
+ANSWER = """Passages:
 {passages}
 
 Question: {query}
+
+Answer the question in one sentence using only the passages above, and cite the passage number in square brackets, like [1]. If no passage answers the question, write NOT FOUND.
 Answer:"""

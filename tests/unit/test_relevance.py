@@ -79,10 +79,11 @@ def test_likert_and_yes_no_modes():
     assert yes_no.combined == pytest.approx(0.2)
 
 
-def test_heuristic_critic_checks_years_and_names():
+def test_heuristic_critic_checks_temporal_consistency_only():
     assert heuristic_critic("Who won the 1998 World Cup?", "France won the World Cup in 1998.") == 1.0
-    assert heuristic_critic("Who won the 1998 World Cup?", "Brazil won the World Cup in 2002.") == 0.5
-    assert heuristic_critic("what is the capital?", "Paris is the capital.") is None
+    assert heuristic_critic("Who won the 1998 World Cup?", "Brazil won the World Cup in 2002.") == 0.0
+    assert heuristic_critic("Who won the 1998 World Cup?", "The final was played in Saint-Denis.") is None
+    assert heuristic_critic("what is the capital?", "Paris is the capital since 987.") is None
 
 
 def test_combine_redistributes_skipped_stages():

@@ -1,0 +1,46 @@
+"""Ask end to end: real Elasticsearch, the real OpenAI-compatible client over
+HTTP, a scripted model server that judges by content."""
+
+import pytest
+
+from ingest_pipeline.pipeline import ingest_documents
+from ingest_pipeline.sources import plain_document
+from chunkrag_core.providers.chat import OpenAICompatibleChat
+from search_extension.ask import ask
+from search_extension.chunk_filter import FilterOptions
+from search_extension.retriever import HybridRetriever
+from tests.support.scripted_openai import ScriptedOpenAI, completion
+
+pytestmark = pytest.mark.integration
+
+DOCS = {
+    "tokyo": "Tokyo is the capital of Japan. Its metropolitan area is home to about 37 million people.",
+    "kyoto": "Kyoto was the imperial capital of Japan for over a thousand years. It has many Buddhist temples.",
+    "violin": "The violin has four strings tuned in fifths. It is played with a bow.",
+}
+
+
+def judge_by_content(request):
+    prompt = request["messages"][-1]["content"]
+    if "Passages:" in prompt:
+        return completion("Tokyo is the capital of Japan [1].")(request)
+    chunk = prompt.split("Chunk:", 1)[1]
+    return completion("Yes", yes_probability=0.95 if "Tokyo is the capital" in chunk else 0.05)(request)
+
+
+def test_ask_keeps_the_answering_chunk_and_cites_it(es, embedder, settings, fresh_index):
+    documents = [plain_document(doc_id, text, doc_id, title=doc_id) for doc_id, text in DOCS.items()]
+    ingest_documents(documents, client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    retriever = HybridRetriever(es, embedder, fresh_index, settings.retrieval)
+    with ScriptedOpenAI(default=judge_by_content) as server:
+        model = OpenAICompatibleChat(model="scripted", base_url=server.base_url)
+        result = ask("What is the capital of Japan?", retriever=retriever, model=model, options=FilterOptions(), candidates=5)
+
+    filtered = result.filtered
+    assert [c.chunk_id for c in filtered.kept] == ["tokyo:0"]
+    assert filtered.kept[0].stage_scores["base"] == pytest.approx(0.95)
+    assert filtered.answer.found and filtered.answer.citations == ("tokyo:0",)
+    dropped = {d.chunk.chunk_id for d in filtered.decisions if not d.kept}
+    assert dropped == {c.chunk_id for c in result.retrieval.chunks} - {"tokyo:0"}
+    # one call per candidate (confident scores: no reflection) and one answer
+    assert filtered.model_calls == len(result.retrieval.chunks) + 1 == len(server.requests)
