@@ -101,11 +101,12 @@ def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options
 
     usable = [(c, j.combined) for c, j in zip(scored, judgements) if j.combined is not None]
     scores = [s for _, s in usable]
-    extra_prompt_tokens = 0
+    extra_prompt_tokens = threshold_calls = 0
     if options.threshold == "fixed":
         threshold = fixed_threshold(scores, options.fixed_threshold)
     elif options.threshold == "llm" and scores:
         threshold, extra_prompt_tokens = llm_threshold(query, scores, model, options.variance_epsilon)
+        threshold_calls = 1
     else:
         threshold = dynamic_threshold(scores, options.variance_epsilon)
     passed_ids = {usable[i][0].chunk_id for i in passing(scores, threshold)}
@@ -146,7 +147,7 @@ def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options
         threshold=threshold,
         nothing_relevant=nothing_relevant,
         answer=answer,
-        model_calls=sum(j.calls for j in judgements) + (1 if extra_prompt_tokens else 0) + (1 if answer and answer.prompt_tokens else 0),
+        model_calls=sum(j.calls for j in judgements) + threshold_calls + (answer.calls if answer else 0),
         cached_calls=sum(j.cached_calls for j in judgements),
         prompt_tokens=sum(j.prompt_tokens for j in judgements) + extra_prompt_tokens + (answer.prompt_tokens if answer else 0),
         completion_tokens=sum(j.completion_tokens for j in judgements) + (answer.completion_tokens if answer else 0),

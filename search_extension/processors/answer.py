@@ -21,6 +21,7 @@ class Answer:
     citations: tuple[str, ...]  # chunk ids, in order of first citation
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    calls: int = 0  # model calls made (0 when there was nothing to answer from)
 
 
 def answer_from_chunks(query: str, chunks: Sequence[Chunk], model: ChatModel, max_tokens: int = 256) -> Answer:
@@ -31,4 +32,4 @@ def answer_from_chunks(query: str, chunks: Sequence[Chunk], model: ChatModel, ma
     text = response.text.strip()
     found = bool(text) and NOT_FOUND not in text.upper()
     citations = tuple(dict.fromkeys(chunks[int(n) - 1].chunk_id for n in _CITATION.findall(text) if 1 <= int(n) <= len(chunks)))
-    return Answer(text if found else NOT_FOUND, found, citations if found else (), response.prompt_tokens, response.completion_tokens)
+    return Answer(text if found else NOT_FOUND, found, citations if found else (), response.prompt_tokens, response.completion_tokens, calls=1)

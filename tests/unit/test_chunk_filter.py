@@ -79,3 +79,21 @@ def test_unscored_chunks_are_reported_and_dropped():
 def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="unknown fallback"):
         FilterOptions(fallback="pray")
+
+
+def test_model_calls_count_the_llm_threshold_and_answer_even_without_token_counts():
+    class Silent:
+        """Answers without reporting tokens, as some servers do."""
+
+        def __init__(self):
+            self.calls = 0
+
+        def complete(self, request):
+            self.calls += 1
+            return ChatResponse(text="0.5" if "threshold" in request.messages[0].content else "Answer [1].")
+
+    scores = {"d:0": 0.9, "d:2": 0.2, "d:3": 0.7, "d:4": 0.1}
+    model = Silent()
+    result = run_filter("q", CHUNKS, model=model, judge_many=scripted_judge(scores), options=FilterOptions(threshold="llm"))
+    assert result.threshold.method == "llm" and result.threshold.value == 0.5
+    assert model.calls == 2 and result.model_calls == 4 + 2
