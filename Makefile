@@ -1,6 +1,7 @@
 # The two commands a newcomer needs:
-#   make demo   set everything up, start Elasticsearch and Redis, ingest the sample, search it
-#   make test   set everything up, start the services, run the whole test suite
+#   make demo   set everything up, start Elasticsearch, Redis and the local model, ingest the
+#               sample, search it, and run the chunk filter through the gateway on a worker
+#   make test   set everything up (including the local model), start the services, run the whole test suite
 # Everything is installed into .venv and .chunkrag inside this checkout.
 
 PYTHON ?= python3
@@ -23,7 +24,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
 
 setup: $(VENV)/.installed
 
-demo: setup
+demo: llm-setup
 	$(BIN)/chunkrag demo
 
 services-up: setup
@@ -41,15 +42,20 @@ services-status: setup
 LLM_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_AVX512=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
-llm-setup: setup
+$(VENV)/.llm-installed: $(VENV)/.installed
 	@echo "installing llama-cpp-python (a first build from source takes 5-8 min on 2 cores)…"
 	CMAKE_ARGS="$(LLM_CMAKE_ARGS)" $(BIN)/pip install --quiet -c requirements.lock -e ".[llm]"
+	touch $@
+
+llm-setup: $(VENV)/.llm-installed
 	$(BIN)/chunkrag services up --only llm
 
 unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
-test: services-up
+# The local model is part of the suite: at least one end-to-end test runs the
+# whole filter with it on real workers.
+test: services-up llm-setup
 	$(BIN)/python -m pytest -q
 
 bench: services-up

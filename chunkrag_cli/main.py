@@ -11,7 +11,7 @@ import sys
 from importlib import resources
 from typing import Sequence
 
-from chunkrag_core.settings import Settings, SettingsError
+from chunkrag_core.settings import ChatSettings, Settings, SettingsError
 from search_extension.queries import MODES
 
 
@@ -48,13 +48,43 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--no-answer", action="store_true", help="filter only; do not write an answer")
     ask.set_defaults(handler=cmd_ask)
 
+    serve = commands.add_parser("serve", help="run the Elasticsearch-compatible gateway (ext.chunkrag in _search, /v1/ask)")
+    serve.add_argument("--host", help="default: $CHUNKRAG_GATEWAY_HOST or 127.0.0.1")
+    serve.add_argument("--port", type=int, help="default: $CHUNKRAG_GATEWAY_PORT or 8400")
+    serve.add_argument("--access-log", action="store_true", help="log every request (costs ~0.2 ms of CPU each)")
+    serve.set_defaults(handler=cmd_serve)
+
+    evaluation = commands.add_parser("eval", help="run retrieval and the chunk filter over an evaluation file (popqa, pubhealth, bio format) and measure it")
+    evaluation.add_argument("file", help="a JSON-lines file in the popqa, pubhealth or bio format of shared/eval")
+    evaluation.add_argument("--format", default="auto", choices=["auto", "popqa", "pubhealth", "bio"])
+    evaluation.add_argument("--pool", default="ambiguous", choices=["ambiguous", "correct", "incorrect"], help="which context pool of each record is indexed")
+    evaluation.add_argument("--limit", type=int, help="only the first N usable records")
+    evaluation.add_argument("--index", help="evaluation index (default chunkrag-eval-<format>)")
+    evaluation.add_argument("--method", default="listwise", choices=["listwise", "multistage", "yes_no", "likert"], help="relevance scoring (listwise: several chunks per call)")
+    evaluation.add_argument("--prior-weight", type=float, default=0.0, help="share of the score taken from the retrieval score (0 = the LLM alone)")
+    evaluation.add_argument("--threshold", choices=["dynamic", "llm", "fixed"], default="dynamic")
+    evaluation.add_argument("--fixed-threshold", type=float, default=0.5)
+    evaluation.add_argument("--no-redundancy", action="store_true", help="skip the 0.9-cosine redundancy filter")
+    evaluation.add_argument("--generate", action="store_true", help="also write an answer (PopQA) or verdict (PubHealth) from the kept chunks and grade it")
+    evaluation.add_argument("--judge", choices=["threads", "celery"], help="where judging runs (default $CHUNKRAG_WORKER_JUDGE or threads)")
+    evaluation.add_argument("--out", help="write the summary and per-question outcomes to this JSON file")
+    evaluation.add_argument("--plots", metavar="DIR", help="write PNG figures to DIR")
+    evaluation.set_defaults(handler=cmd_eval)
+
     cluster = commands.add_parser("cluster", help="show the cluster's health and the features this project will use")
     cluster.set_defaults(handler=cmd_cluster)
 
     demo = commands.add_parser("demo", help="start the services, ingest the bundled sample, run a few searches")
     demo.add_argument("--no-services", action="store_true", help="use running services ($ES_URL) instead of starting local ones")
     demo.add_argument("--index", default="chunkrag-demo")
+    demo.add_argument("--no-filter", action="store_true", help="searches only: skip the LLM chunk filter (which needs the model server)")
+    demo.add_argument("--filter-questions", type=int, default=2, help="how many sample questions go through the chunk filter (each costs model calls)")
     demo.set_defaults(handler=cmd_demo)
+
+    workers = commands.add_parser("workers", help="run a Celery worker that judges chunks for the gateway (broker: $REDIS_URL)")
+    workers.add_argument("--concurrency", type=int, help="judging processes (default: $CHUNKRAG_CHAT_PARALLEL, 2)")
+    workers.add_argument("--loglevel", default="INFO")
+    workers.set_defaults(handler=cmd_workers)
 
     from local_services.cli import register
 
@@ -146,6 +176,65 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from search_extension.gateway import create_app
+
+    settings = Settings.from_env()
+    gateway = dataclasses.replace(settings.gateway, host=args.host or settings.gateway.host, port=args.port or settings.gateway.port)
+    uvicorn.run(create_app(dataclasses.replace(settings, gateway=gateway)), host=gateway.host, port=gateway.port, access_log=args.access_log)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from chunkrag_core.providers import make_chat, make_embedder
+    from search_extension.chunk_filter import FilterOptions
+    from search_extension.evaluation.datasets import read_items
+    from search_extension.evaluation.report import print_outcome, write_report
+    from search_extension.evaluation.runner import evaluate
+    from search_extension.processors.relevance import ScoringOptions
+
+    settings = _settings(args)
+    fmt, items, bad = read_items(args.file, args.format, args.pool, args.limit)
+    for record in bad:
+        print(f"skipped line {record.line}: {record.reason}", file=sys.stderr)
+    options = FilterOptions(
+        redundancy_threshold=None if args.no_redundancy else FilterOptions().redundancy_threshold,
+        scoring=ScoringOptions(method=args.method),
+        threshold=args.threshold,
+        fixed_threshold=args.fixed_threshold,
+        prior_weight=args.prior_weight,
+        answer=False,
+    )
+    model = make_chat(settings.chat)
+    report = evaluate(
+        items, fmt, client=_connected(settings), embedder=make_embedder(settings.embedder), settings=settings, model=model, options=options,
+        judge_many=_judge_many(args.judge or settings.workers.judge, settings, model), index=args.index or f"chunkrag-eval-{fmt}",
+        generate=args.generate, on_question=lambda outcome: print_outcome(outcome, sys.stderr),
+    )
+    summary = {**report.summary(), "skipped_records": len(bad), "options": {"method": args.method, "prior_weight": args.prior_weight, "threshold": args.threshold, "redundancy": not args.no_redundancy, "judge": args.judge or settings.workers.judge, "model": settings.chat.model}}
+    if args.out:
+        write_report(args.out, summary, report)
+    if args.plots:
+        from search_extension.evaluation.plots import write_plots
+
+        for path in write_plots(report, args.plots, f"{args.method}, prior {args.prior_weight}"):
+            print(f"wrote {path}", file=sys.stderr)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _judge_many(where: str, settings: Settings, model):
+    from search_extension.chunk_filter import judge_in_threads
+
+    if where == "celery":
+        from workers.dispatch import celery_judge_many
+
+        return celery_judge_many(settings=settings)
+    return judge_in_threads(model, threads=settings.chat.parallel, model_name=settings.chat.model)
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     from chunkrag_core.es_client import probe_capabilities
 
@@ -159,6 +248,15 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_workers(args: argparse.Namespace) -> int:
+    settings = _settings(args)  # a bad setting fails here, not in every pool process
+    concurrency = args.concurrency or settings.chat.parallel
+    command = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", f"--loglevel={args.loglevel}", f"--concurrency={concurrency}", "--pool=prefork"]
+    # exec: signals (Ctrl-C, a service manager's SIGTERM) reach Celery itself.
+    os.execv(sys.executable, command)
+    return 0  # not reached
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job end to end on the bundled public-domain sample."""
     from chunkrag_cli.output import print_hits, print_ingest_report
@@ -170,6 +268,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from local_services.cli import main as services_main
 
         if services_main(["up"]) != 0:
+            return 1
+        # The local model only when no other OpenAI-compatible server is configured.
+        if not args.no_filter and _settings(args).chat.base_url == ChatSettings().base_url and services_main(["up", "--only", "llm"]) != 0:
             return 1
     settings = _settings(args)
     client = _connected(settings)
@@ -186,4 +287,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print_hits(item["question"], result, sys.stdout)
         found += any(item["expect_phrase"] in chunk.text for chunk in result.chunks)
     print(f"\nthe passage holding the answer was in the top 3 for {found} of {len(questions)} questions")
+    if not args.no_filter:
+        _demo_filter(settings, embedder, [q["question"] for q in questions[: args.filter_questions]])
     return 0 if report.ok else 1
+
+
+def _demo_filter(settings: Settings, embedder, questions: list[str]) -> None:
+    """The chunk filter as a search tool sees it: a real Celery worker judges
+    with the configured model (the local one by default), the gateway speaks
+    `_search`, and the official Elasticsearch client asks it."""
+    import tempfile
+    from pathlib import Path
+
+    from elasticsearch import Elasticsearch
+
+    from chunkrag_cli.output import print_gateway_search
+    from local_services.celery_workers import CeleryWorkers
+    from search_extension.gateway import create_app
+    from search_extension.gateway.server import serve_in_thread
+
+    settings = dataclasses.replace(settings, workers=dataclasses.replace(settings.workers, judge="celery"))
+    print(f"\nthe chunk filter, through the gateway and a Celery worker, with {settings.chat.model} at {settings.chat.base_url}:")
+    with tempfile.TemporaryDirectory() as logs, CeleryWorkers({**os.environ, "REDIS_URL": settings.redis_url}, Path(logs)) as workers:
+        workers.start(1)
+        with serve_in_thread(create_app(settings, embedder=embedder)) as url:
+            client = Elasticsearch(url, request_timeout=settings.workers.query_budget_s + 2 * settings.chat.timeout_s, max_retries=0)
+            for question in questions:
+                body = {"query": {"match": {"text": question}}, "size": 3, "ext": {"chunkrag": {"candidates": 6, "include_dropped": True}}}
+                print_gateway_search(question, client.search(index=settings.index, body=body), sys.stdout)

@@ -104,3 +104,29 @@ def print_ask(result, out: TextIO, width: int = 100) -> None:
         + ", ".join(f"{k} {v:.0f} ms" for k, v in filtered.timings_ms.items()),
         file=out,
     )
+
+
+def print_gateway_search(question: str, response, out: TextIO, width: int = 100) -> None:
+    """An Elasticsearch-shaped `_search` response with ext.chunkrag: the kept
+    hits with their per-stage scores, the dropped ones, the answer."""
+    report = response["chunkrag"]
+    threshold = report.get("threshold") or {}
+    print(f"\n> {question}", file=out)
+    print(
+        f"  {report['retrieval']['candidates']} candidates ({report['retrieval']['mode']}), {response['hits']['total']['value']} kept; "
+        + (f"threshold {threshold['value']:.3f} ({threshold['method']})" if threshold else "no threshold")
+        + ("; nothing passed it" if report.get("nothing_relevant") else ""),
+        file=out,
+    )
+    print(f"  {'decision':<16} " + " ".join(f"{s:>10}" for s in _STAGES) + "  chunk", file=out)
+    for hit in [*response["hits"]["hits"], *report.get("dropped", [])]:
+        info = hit["_chunkrag"]
+        cells = " ".join(f"{info['scores'][s]:>10.3f}" if s in info["scores"] else f"{'-':>10}" for s in _STAGES)
+        mark = "kept" if info["kept"] else "dropped"
+        print(f"  {mark + ' ' + info['reason']:<16.16} {cells}  {hit['_id']}", file=out)
+        print(f"      {textwrap.shorten(' '.join(hit['_source']['text'].split()), width=width - 8, placeholder=' …')}", file=out)
+    answer = report.get("answer")
+    if answer:
+        print(f"\nanswer: {answer['text']}\ncited: {', '.join(answer['citations']) or 'none'}", file=out)
+    usage = report["usage"]
+    print(f"model calls {usage['model_calls']} (+{usage['cached_calls']} cached), prompt tokens {usage['prompt_tokens']}; took {response['took']} ms", file=out)

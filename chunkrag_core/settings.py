@@ -89,6 +89,49 @@ class RetrievalSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    # "threads": judge in the calling process; "celery": fan out to workers.
+    judge: str = "threads"
+    # Chunks per scoring task: fewer, larger tasks cost less broker traffic;
+    # smaller ones spread a query over more workers.
+    batch_size: int = 2
+    # Celery rate limit per worker for scoring tasks ("" = none), e.g. "60/m":
+    # the provider's quota divided by the number of workers.
+    rate_limit: str = ""
+    # Retries of a task after a retryable provider error (429, 5xx, timeout),
+    # with exponential backoff from this many seconds, capped.
+    max_retries: int = 4
+    retry_backoff_s: float = 2.0
+    retry_backoff_max_s: float = 60.0
+    # Wall-clock budget for judging one query; chunks not judged in time are
+    # reported "unscored" rather than holding the answer back.
+    query_budget_s: float = 300.0
+    # Lifetime of a cached (model, method, query, chunk, stage) score.
+    cache_ttl_s: int = 7 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    host: str = "127.0.0.1"
+    port: int = 8400
+    # Request bodies above this size get 413 before any parsing.
+    max_body_bytes: int = 1_000_000
+    # Candidates one ext.chunkrag query may send to the filter (each costs
+    # model calls).
+    max_candidates: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class RerankSettings:
+    # "score" reorders by the LLM judgement (no extra call, works offline);
+    # "cohere" calls Cohere's rerank API; "off" keeps retrieval order.
+    provider: str = "score"
+    model: str = "rerank-english-v3.0"
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     es_url: str = "http://127.0.0.1:9200"
     es_api_key: str | None = field(default=None, repr=False)
@@ -101,6 +144,9 @@ class Settings:
     chat: ChatSettings = ChatSettings()
     vector_index: VectorIndexSettings = VectorIndexSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
+    workers: WorkerSettings = WorkerSettings()
+    gateway: GatewaySettings = GatewaySettings()
+    rerank: RerankSettings = RerankSettings()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -122,6 +168,9 @@ class Settings:
             chat=_chat_from_env(base.chat, env),
             vector_index=_overlay(base.vector_index, env, "CHUNKRAG_VECTOR_"),
             retrieval=_overlay(base.retrieval, env, "CHUNKRAG_RETRIEVAL_"),
+            workers=_overlay(base.workers, env, "CHUNKRAG_WORKER_"),
+            gateway=_overlay(base.gateway, env, "CHUNKRAG_GATEWAY_"),
+            rerank=replace(_overlay(base.rerank, env, "CHUNKRAG_RERANK_"), api_key=env.get("CHUNKRAG_RERANK_API_KEY") or env.get("CO_API_KEY") or None),
         )
 
     @property

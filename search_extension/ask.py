@@ -1,12 +1,19 @@
-"""Ask a question of a chunk index: hybrid retrieval, then the chunk filter,
-in-process. (The gateway and the Celery workers run the same two calls.)"""
+"""Ask a question of a chunk index: optional query rewriting, hybrid
+retrieval, then the chunk filter. One call, used by the CLI, the gateway and
+(through an injected ``judge_many``) the Celery workers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
+from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
-from search_extension.chunk_filter import FilterOptions, FilterResult, judge_in_threads, run_filter
+from search_extension.chunk_filter import FilterOptions, FilterResult, JudgeMany, judge_in_threads, run_filter
+from search_extension.processors.relevance import Judgement, ScoringOptions, judge_batch, scoring_batches
+from search_extension.processors.rewrite import Rewrite, rewrite_query
 from search_extension.retriever import HybridRetriever, RetrievalResult
 
 # Candidates handed to the filter: each costs at least one model call.
@@ -14,14 +21,106 @@ DEFAULT_CANDIDATES = 8
 
 
 @dataclass(frozen=True, slots=True)
+class Usage:
+    model_calls: int = 0
+    cached_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class AskResult:
     question: str
     retrieval: RetrievalResult
-    filtered: FilterResult
+    # None when the model stages were switched off (retrieval only).
+    filtered: FilterResult | None
+    rewrite: Rewrite | None = None
+    timings_ms: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def query(self) -> str:
+        """The text that was retrieved and judged with."""
+        return self.rewrite.query if self.rewrite is not None else self.question
+
+    @property
+    def usage(self) -> Usage:
+        rewrite_calls = 1 if self.rewrite is not None else 0
+        rewrite_tokens = self.rewrite.prompt_tokens if self.rewrite is not None else 0
+        f = self.filtered
+        if f is None:
+            return Usage(rewrite_calls, 0, rewrite_tokens, 0)
+        return Usage(f.model_calls + rewrite_calls, f.cached_calls, f.prompt_tokens + rewrite_tokens, f.completion_tokens)
 
 
-def ask(question: str, *, retriever: HybridRetriever, model: ChatModel, options: FilterOptions = FilterOptions(), candidates: int = DEFAULT_CANDIDATES, parallel: int = 2, model_name: str = "") -> AskResult:
+def ask(
+    question: str,
+    *,
+    retriever: HybridRetriever,
+    model: ChatModel,
+    options: FilterOptions = FilterOptions(),
+    candidates: int = DEFAULT_CANDIDATES,
+    parallel: int = 2,
+    model_name: str = "",
+    mode: str | None = None,
+    filters: Sequence[Mapping[str, Any]] = (),
+    rewrite: bool = False,
+    stages: bool = True,
+    judge_many: JudgeMany | None = None,
+    reranker=None,
+) -> AskResult:
+    """Rewrite (optional), retrieve ``candidates`` chunks, filter them.
+
+    With ``stages=False`` no model is called: the result is the hybrid
+    retrieval alone (``filtered`` is None). ``judge_many`` decides where the
+    judging runs; by default threads in this process, ``parallel`` at once.
+    """
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    rewritten = None
+    if rewrite and stages:
+        rewritten = rewrite_query(question, model)
+        timings["rewrite"] = _ms_since(started)
+    query = rewritten.query if rewritten is not None else question
     # Vectors come along for the redundancy filter: nothing is re-embedded.
-    retrieval = retriever.search(question, size=candidates, include_vectors=True)
-    filtered = run_filter(question, retrieval.chunks, model=model, options=options, judge_many=judge_in_threads(model, threads=parallel, model_name=model_name))
-    return AskResult(question, retrieval, filtered)
+    wants_vectors = stages and options.redundancy_threshold is not None
+    retrieval = retriever.search(query, mode=mode, size=candidates, filters=filters, include_vectors=wants_vectors)
+    timings["embed"] = retrieval.embed_ms
+    timings["retrieval"] = retrieval.took_ms
+    filtered = None
+    if stages:
+        judge_many = judge_many or judge_in_threads(model, threads=parallel, model_name=model_name)
+        filtered = run_filter(query, retrieval.chunks, model=model, options=options, judge_many=judge_many, reranker=reranker)
+        timings.update(filtered.timings_ms)
+    timings["total"] = _ms_since(started)
+    return AskResult(question, retrieval, filtered, rewritten, timings)
+
+
+def judge_in_threads_within(model: ChatModel, *, threads: int, budget_s: float, model_name: str = "", cache=None) -> JudgeMany:
+    """Like ``judge_in_threads`` (one batch per thread: a listwise batch, or
+    one chunk), but a chunk not judged within ``budget_s`` is returned
+    unjudged (the filter reports it "unscored") instead of holding the answer
+    back, the same contract as the Celery dispatcher. A provider error still
+    propagates, as soon as it happens."""
+
+    def judge_many(query: str, chunks: Sequence[Chunk], options: ScoringOptions) -> list[Judgement]:
+        size = options.listwise_batch if options.method == "listwise" else 1
+        batches = scoring_batches(len(chunks), size)
+        pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="judge")
+        try:
+            futures = [pool.submit(judge_batch, query, [chunks[i].text for i in part], model, options, cache=cache, model_name=model_name) for part in batches]
+            done, _ = wait(futures, timeout=budget_s, return_when=FIRST_EXCEPTION)
+        finally:
+            # Calls already in flight finish in the background (each bounded
+            # by the chat timeout); queued ones never start.
+            pool.shutdown(wait=False, cancel_futures=True)
+        late = Judgement(None, None, None, None, notes=(f"not judged within the budget of {budget_s:g} s",))
+        judgements: list[Judgement] = []
+        for part, future in zip(batches, futures):
+            judgements.extend(future.result() if future in done else [late] * len(part))
+        return judgements
+
+    return judge_many
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 1)

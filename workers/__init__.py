@@ -1,5 +1,11 @@
-"""Celery workers that run the post-search processors next to the data.
+"""Celery workers that judge chunks for the ChunkRAG filter, next to the data.
 
-Not built yet: they arrive with the chunk-filter milestone. Redis, their
-broker, is already started by `chunkrag services up`.
+- ``app``: the Celery app on Redis (broker and results) and its delivery settings;
+- ``tasks``: the one scoring task, a thin wrapper around ``judge_batch``;
+- ``dispatch``: ``celery_judge_many``, the ``JudgeMany`` that fans a query out;
+- ``score_cache``: scores cached in Redis, shared by every worker;
+- ``codec``: judgements and options as JSON for the broker.
+
+Start a worker with ``chunkrag workers`` or
+``.venv/bin/celery -A workers.app worker --loglevel=INFO --concurrency=2 --pool=prefork``.
 """

@@ -33,3 +33,26 @@ def answer_from_chunks(query: str, chunks: Sequence[Chunk], model: ChatModel, ma
     found = bool(text) and NOT_FOUND not in text.upper()
     citations = tuple(dict.fromkeys(chunks[int(n) - 1].chunk_id for n in _CITATION.findall(text) if 1 <= int(n) <= len(chunks)))
     return Answer(text if found else NOT_FOUND, found, citations if found else (), response.prompt_tokens, response.completion_tokens, calls=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A true/false verdict on a claim from the kept chunks (PubHealth)."""
+
+    label: str | None  # "true", "false", or None when the output had neither
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 1
+
+
+def verdict_from_chunks(claim: str, chunks: Sequence[Chunk], model: ChatModel, max_tokens: int = 4) -> Verdict:
+    """Judge ``claim`` true or false from the kept chunks; with none kept the
+    model is asked from the claim alone (the paper's PubHealth setting)."""
+    passages = "\n\n".join(f"[{i}] {' '.join(chunk.text.split())}" for i, chunk in enumerate(chunks, start=1)) or "(none)"
+    response = model.complete(ChatRequest(messages=(Message("user", prompts.VERDICT.format(passages=passages, claim=claim)),), max_tokens=max_tokens))
+    match = _VERDICT_WORD.search(response.text)
+    return Verdict(match.group(1).lower() if match else None, response.text.strip(), response.prompt_tokens, response.completion_tokens)
+
+
+_VERDICT_WORD = re.compile(r"\b(true|false)\b", re.IGNORECASE)

@@ -96,3 +96,24 @@ Question: {query}
 
 Answer the question in one sentence using only the passages above, and cite the passage number in square brackets, like [1]. If no passage answers the question, write NOT FOUND.
 Answer:"""
+
+# PubHealth's claim verification, in the answer prompt's order (passages,
+# then the task), for the same reason.
+VERDICT = """Passages:
+{passages}
+
+Claim: {claim}
+
+Using the passages above, is the claim true or false? Reply with one word: true or false.
+Verdict:"""
+
+# Listwise judging: several passages, one output token. The label's
+# log-probabilities spread P(answers) over the passages (0 = none). One call
+# per batch instead of one per chunk.
+LISTWISE = """Passages:
+{passages}
+
+Question: {query}
+
+Which passage answers the question? Reply with the passage number only, or 0 if none does.
+Passage number:"""

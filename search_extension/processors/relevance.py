@@ -13,15 +13,19 @@ Cost control, measured in the benchmarks:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from chunkrag_core.providers.chat import ChatError, ChatModel, ChatRequest, ChatResponse, Message, probability_of
 from search_extension.processors import prompts
 from search_extension.processors.parsing import parse_score, parse_yes_no
 
-METHODS = ("multistage", "yes_no", "likert")
+METHODS = ("multistage", "yes_no", "likert", "listwise")
+# Passages per listwise prompt: numbered 1-9 so each label is one token in
+# the tokenizers we use (Qwen splits "10" into two digits).
+MAX_LISTWISE_BATCH = 9
 CRITICS = ("heuristic", "llm", "off")
 
 
@@ -42,8 +46,12 @@ class ScoringOptions:
     # Longer chunk text is cut before prompting (chunks are ~500 characters;
     # this only guards against a huge hit from a foreign index).
     max_chunk_chars: int = 2000
+    # Listwise: passages judged together in one call (at most 9).
+    listwise_batch: int = MAX_LISTWISE_BATCH
 
     def __post_init__(self) -> None:
+        if not 1 <= self.listwise_batch <= MAX_LISTWISE_BATCH:
+            raise ValueError(f"listwise_batch must be between 1 and {MAX_LISTWISE_BATCH}")
         if self.method not in METHODS:
             raise ValueError(f"unknown scoring method {self.method!r}; choose one of {', '.join(METHODS)}")
         if self.critic not in CRITICS:
@@ -64,9 +72,11 @@ class Judgement:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     notes: tuple[str, ...] = field(default=())
+    # The normalised retrieval score blended into ``combined``, when one was.
+    prior: float | None = None
 
     def stage_scores(self) -> dict[str, float]:
-        named = {"base": self.base, "reflection": self.reflection, "critic": self.critic, "combined": self.combined}
+        named = {"base": self.base, "reflection": self.reflection, "critic": self.critic, "prior": self.prior, "combined": self.combined}
         return {name: value for name, value in named.items() if value is not None}
 
 
@@ -108,6 +118,8 @@ class _Ledger:
 def judge(query: str, chunk_text: str, model: ChatModel, options: ScoringOptions = ScoringOptions(), *, cache: ScoreCache | None = None, model_name: str = "") -> Judgement:
     """Score ``chunk_text`` for ``query``. Provider errors propagate as
     :class:`ChatError` (the caller retries); unusable output does not."""
+    if options.method == "listwise":
+        return judge_listwise(query, [chunk_text], model, options, cache=cache, model_name=model_name)[0]
     text = chunk_text[: options.max_chunk_chars]
     ledger = _Ledger(model, cache, f"{model_name}|{options.method}|{query}|{text}")
     if options.method == "yes_no":
@@ -128,6 +140,86 @@ def judge(query: str, chunk_text: str, model: ChatModel, options: ScoringOptions
     elif options.critic == "llm" and base is not None:
         critic = ledger.cached_score("critic", lambda: _llm_critic(query, text, base, reflection, ledger))
     return _finish(ledger, base, reflection, critic, combine(base, reflection, critic, options.weights))
+
+
+def judge_batch(query: str, texts: Sequence[str], model: ChatModel, options: ScoringOptions = ScoringOptions(), *, cache: ScoreCache | None = None, model_name: str = "") -> list[Judgement]:
+    """Judge several chunks for one query, in order: the unit of work one
+    worker task takes. Listwise judges them in one call per
+    ``options.listwise_batch`` passages; the other methods one by one.
+    Provider errors propagate as :class:`ChatError`."""
+    if options.method == "listwise":
+        return [j for part in scoring_batches(len(texts), options.listwise_batch) for j in judge_listwise(query, [texts[i] for i in part], model, options, cache=cache, model_name=model_name)]
+    return [judge(query, text, model, options, cache=cache, model_name=model_name) for text in texts]
+
+
+def scoring_batches(count: int, batch_size: int) -> list[list[int]]:
+    """Indices 0..count-1 cut into consecutive batches of ``batch_size``,
+    the last one no smaller than necessary: 10 by 9 gives 5 + 5, not 9 + 1,
+    so no passage is judged against a lone neighbour."""
+    if count <= 0:
+        return []
+    batches = -(-count // max(1, batch_size))
+    base, extra = divmod(count, batches)
+    out, start = [], 0
+    for b in range(batches):
+        size = base + (1 if b < extra else 0)
+        out.append(list(range(start, start + size)))
+        start += size
+    return out
+
+
+def judge_listwise(query: str, texts: Sequence[str], model: ChatModel, options: ScoringOptions = ScoringOptions(), *, cache: ScoreCache | None = None, model_name: str = "") -> list[Judgement]:
+    """Judge up to nine passages in ONE call with one output token: the
+    model names the passage that answers the query (0 for none), and the
+    log-probabilities of the labels 1..n give each passage its share of
+    P(answers). Without log-probabilities, the printed numbers count 1.0.
+
+    Scores are relative within the batch (they sum to at most 1), which is
+    what a per-query threshold needs; the call is booked on the first
+    passage's judgement so totals add up."""
+    if not texts:
+        return []
+    if len(texts) > MAX_LISTWISE_BATCH:
+        raise ValueError(f"a listwise batch holds at most {MAX_LISTWISE_BATCH} passages, got {len(texts)}")
+    cut = [t[: options.max_chunk_chars] for t in texts]
+    ledger = _Ledger(model, cache, f"{model_name}|listwise|{query}|" + "\x1f".join(cut))
+    cached = [ledger.cache.get(f"{ledger.cache_prefix}|{i}") for i in range(len(cut))] if ledger.cache is not None else [None]
+    if ledger.cache is not None and all(v is not None for v in cached):
+        scores: list[float | None] = list(cached)
+        ledger.cached = len(cut)
+    else:
+        scores = _listwise_scores(query, cut, ledger, options)
+        if ledger.cache is not None:
+            for i, value in enumerate(scores):
+                if value is not None:
+                    ledger.cache.set(f"{ledger.cache_prefix}|{i}", value)
+    judgements = []
+    for i, (text, score) in enumerate(zip(cut, scores)):
+        critic = heuristic_critic(query, text) if options.critic == "heuristic" else None
+        head = i == 0  # the one call, and any notes, are booked here
+        judgements.append(Judgement(
+            score, None, critic, combine(score, None, critic, options.weights),
+            calls=ledger.calls if head else 0, cached_calls=ledger.cached if head else 0,
+            prompt_tokens=ledger.prompt_tokens if head else 0, completion_tokens=ledger.completion_tokens if head else 0,
+            notes=tuple(ledger.notes) if head or score is None else (),
+        ))
+    return judgements
+
+
+def _listwise_scores(query: str, texts: Sequence[str], ledger: _Ledger, options: ScoringOptions) -> list[float | None]:
+    passages = "\n".join(f"[{i}] {' '.join(t.split())}" for i, t in enumerate(texts, start=1))
+    use_logprobs = options.use_logprobs
+    response = ledger.ask(prompts.LISTWISE.format(passages=passages, query=query), max_tokens=1 if use_logprobs else 12, top_logprobs=20 if use_logprobs else 0)
+    labels = {str(i): i for i in range(len(texts) + 1)}
+    mass = {labels[t.strip()]: math.exp(lp) for t, lp in response.first_token_logprobs.items() if t.strip() in labels}
+    if mass:
+        total = sum(mass.values())
+        return [round(mass.get(i, 0.0) / total, 6) for i in range(1, len(texts) + 1)]
+    named = {int(n) for n in re.findall(r"\d+", response.text) if 1 <= int(n) <= len(texts)}
+    if named or re.fullmatch(r"\s*0\s*\.?\s*", response.text):
+        return [1.0 if i in named else 0.0 for i in range(1, len(texts) + 1)]
+    ledger.notes.append(f"listwise answer unreadable: {response.text[:60]!r}")
+    return [None] * len(texts)
 
 
 def combine(base: float | None, reflection: float | None, critic: float | None, weights: tuple[float, float, float]) -> float | None:

@@ -9,7 +9,7 @@ from chunkrag_core.providers.chat import OpenAICompatibleChat
 from search_extension.ask import ask
 from search_extension.chunk_filter import FilterOptions
 from search_extension.retriever import HybridRetriever
-from tests.support.scripted_openai import ScriptedOpenAI, completion
+from tests.support.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
 
 pytestmark = pytest.mark.integration
 
@@ -22,6 +22,8 @@ DOCS = {
 
 def judge_by_content(request):
     prompt = request["messages"][-1]["content"]
+    if is_listwise(request):
+        return listwise_choice("Tokyo is the capital")(request)
     if "Passages:" in prompt:
         return completion("Tokyo is the capital of Japan [1].")(request)
     chunk = prompt.split("Chunk:", 1)[1]
@@ -43,4 +45,5 @@ def test_ask_keeps_the_answering_chunk_and_cites_it(es, embedder, settings, fres
     dropped = {d.chunk.chunk_id for d in filtered.decisions if not d.kept}
     assert dropped == {c.chunk_id for c in result.retrieval.chunks} - {"tokyo:0"}
     # one call per candidate (confident scores: no reflection) and one answer
-    assert filtered.model_calls == len(result.retrieval.chunks) + 1 == len(server.requests)
+    # One listwise call judges every candidate (at most nine); one writes the answer.
+    assert filtered.model_calls == 1 + 1 == len(server.requests)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
@@ -38,6 +39,27 @@ def completion(text: str, *, yes_probability: float | None = None, prompt_tokens
         return 200, body
 
     return reply
+
+
+def listwise_choice(marker: str, probability: float = 0.95) -> Reply:
+    """A listwise judge (one output token naming a passage): the passage
+    whose text holds ``marker`` gets ``probability``, "none" (0) the rest."""
+
+    def reply(request: dict) -> tuple[int, dict]:
+        prompt = request["messages"][-1]["content"]
+        passages = re.findall(r"^\[(\d)\] (.*)$", prompt, flags=re.MULTILINE)
+        label = next((number for number, text in passages if marker in text), "0")
+        other = "0" if label != "0" else "1"
+        status, body = completion(label)(request)
+        alternatives = [{"token": label, "logprob": math.log(probability), "bytes": None}, {"token": other, "logprob": math.log(1 - probability), "bytes": None}]
+        body["choices"][0]["logprobs"] = {"content": [{**alternatives[0], "top_logprobs": alternatives}]}
+        return status, body
+
+    return reply
+
+
+def is_listwise(request: dict) -> bool:
+    return "Which passage answers the question?" in request["messages"][-1]["content"]
 
 
 def error(status: int, message: str = "scripted failure") -> Reply:

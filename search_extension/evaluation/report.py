@@ -1,0 +1,32 @@
+"""Writing an evaluation run: one line per question while it runs, and a
+JSON file with the summary and every question's outcome."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+from search_extension.evaluation.runner import EvalReport, QuestionOutcome
+
+
+def print_outcome(outcome: QuestionOutcome, out: TextIO) -> None:
+    flags = ""
+    if outcome.answer_in_context_before is not None:
+        flags = f" answer in context {_mark(outcome.answer_in_context_before)}->{_mark(outcome.answer_in_context_after)} (cosine {_mark(outcome.baseline_answer_in_context_after)})"
+    if outcome.correct is not None:
+        flags += f" generated {'right' if outcome.correct else 'wrong'}"
+    print(f"[{outcome.item_id}] kept {outcome.kept}/{outcome.candidates} chunks, {outcome.chars_after}/{outcome.chars_before} chars, {outcome.model_calls} calls, {outcome.seconds:.1f}s{flags}", file=out, flush=True)
+
+
+def write_report(path: str | Path, summary: dict[str, Any], report: EvalReport) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"summary": summary, "questions": [dataclasses.asdict(q) for q in report.questions]}
+    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _mark(flag: bool | None) -> str:
+    return "-" if flag is None else ("yes" if flag else "no")

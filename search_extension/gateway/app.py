@@ -1,0 +1,143 @@
+"""The HTTP routes. Each one decodes the request, calls one library function
+and encodes what came back; errors leave in Elasticsearch's shape.
+
+What the gateway does not own (every path but /v1/*, /openapi.json and a
+``_search`` carrying ext.chunkrag) is forwarded by the pass-through lane
+(``lane.py``) before it reaches these routes.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from chunkrag_core.settings import Settings
+from search_extension.gateway import errors
+from search_extension.gateway.body_limit import BodyLimit
+from search_extension.gateway.dialect import ChunkragSearch, OptionError, ask_response, chunkrag_block, parse_ask, parse_search, search_response
+from search_extension.gateway.edges import Edges, JudgeManyFactory
+from search_extension.gateway.lane import PassthroughLane, request_target
+from search_extension.gateway.models import AskRequest, AskResponse
+from search_extension.gateway.passthrough import HttpTransport
+from search_extension.gateway.responses import error_response, es_json
+
+
+def create_app(settings: Settings | None = None, *, es=None, model=None, embedder=None, judge_many_factory: JudgeManyFactory | None = None, http_transport: HttpTransport | None = None) -> FastAPI:
+    """The gateway app. ``es`` (a sync ``Elasticsearch``), ``model`` (a
+    ChatModel), ``embedder``, ``judge_many_factory`` (budget_s -> JudgeMany)
+    and ``http_transport`` (what the pass-through sends through, see
+    ``passthrough.HttpTransport``) replace what would otherwise be made from
+    ``settings`` on first use."""
+    settings = settings or Settings.from_env()
+    edges = Edges(settings, es=es, model=model, embedder=embedder, judge_many_factory=judge_many_factory, http_transport=http_transport)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        await edges.aclose()
+
+    # /docs would shadow an index named "docs": Swagger UI lives under /v1.
+    app = FastAPI(title="chunkrag gateway", version="0.1.0", lifespan=lifespan, docs_url="/v1/docs", redoc_url=None, openapi_url="/openapi.json",
+                  description="Elasticsearch-compatible search with ChunkRAG's LLM chunk filter: add `ext.chunkrag` to a `_search` body. Every other request is forwarded to Elasticsearch unchanged.")
+    app.state.edges = edges
+    # The last added runs first: the size limit guards the lane too.
+    app.add_middleware(PassthroughLane, passthrough=edges.passthrough)
+    app.add_middleware(BodyLimit, max_bytes=settings.gateway.max_body_bytes)
+    _add_error_handlers(app)
+
+    @app.get("/v1/health", summary="Elasticsearch, Redis and (with judge=celery) the workers")
+    async def health() -> Response:
+        report = await edges.health()
+        return es_json(report, 200 if report["ok"] else 503)
+
+    @app.post("/v1/ask", response_model=AskResponse, summary="Retrieve, filter the chunks with the LLM judge, answer")
+    async def ask(request: AskRequest) -> Any:
+        decoded = parse_ask(request.question, request.options.model_dump(exclude_unset=True), max_candidates=settings.gateway.max_candidates)
+        result = await _call(edges, request.index, decoded)
+        return ask_response(result, index=request.index)
+
+    @app.post("/{index}/_search", summary="Elasticsearch _search; with ext.chunkrag, filtered by the LLM judge")
+    @app.get("/{index}/_search", include_in_schema=False)
+    async def search(index: str, request: Request) -> Response:
+        body = await request.body()
+        decoded = _json_body(body)
+        if chunkrag_block(decoded) is None:  # "chunkrag" was only a word in the query
+            return await edges.passthrough.forward(request.method, request_target(request.scope), request.scope["headers"], body)
+        if request.url.query:
+            raise errors.bad_request(f"query-string parameters are not supported with ext.chunkrag, got [{request.url.query}]; put options in ext.chunkrag")
+        started = time.perf_counter()
+        parsed = parse_search(decoded, max_candidates=settings.gateway.max_candidates)
+        result = await _call(edges, index, parsed)
+        took_ms = (time.perf_counter() - started) * 1000
+        payload = search_response(result, index=index, size=parsed.size, include_dropped=parsed.options.include_dropped, took_ms=took_ms)
+        return es_json(payload, 200, request.headers.get("accept", ""))
+
+    return app
+
+
+async def _call(edges: Edges, index: str, decoded: ChunkragSearch):
+    """The library call, on a worker thread, within a hard deadline: the
+    judging budget plus the model calls around it (rewrite, answer) and the
+    search. Past it the caller gets 504; the thread is abandoned, and its
+    calls end on their own timeouts."""
+    settings = edges.settings
+    options = decoded.options
+    deadline = settings.es_request_timeout_s
+    if options.stages:
+        deadline += edges.budget_s(options) + settings.chat.timeout_s * (2 if options.rewrite else 1)
+    call = functools.partial(edges.ask, index, decoded.text, options, filters=decoded.filters, candidates=decoded.candidates)
+    try:
+        with anyio.fail_after(deadline) as scope:
+            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    except errors.GatewayError:
+        raise
+    except Exception as exc:
+        if isinstance(exc, TimeoutError) and scope.cancelled_caught:
+            raise errors.timed_out(f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)") from None
+        raise errors.from_exception(exc, es_url=settings.es_url_for_display) from exc
+
+
+def _json_body(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise errors.parse_error(f"request body is not valid JSON: {exc}") from None
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    def accept(request: Request) -> str:
+        return request.headers.get("accept", "")
+
+    async def gateway_error(request: Request, exc: errors.GatewayError) -> Response:
+        return error_response(exc, accept(request))
+
+    async def option_error(request: Request, exc: OptionError) -> Response:
+        return error_response(errors.bad_request(str(exc)), accept(request))
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        kind = "content_too_long_exception" if exc.status_code == 413 else "http_exception"
+        return error_response(errors.GatewayError(exc.status_code, kind, str(exc.detail)), accept(request))
+
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        problems = "; ".join(_describe(error) for error in exc.errors())
+        kind = "parse_exception" if any(e.get("type") == "json_invalid" for e in exc.errors()) else "illegal_argument_exception"
+        return error_response(errors.GatewayError(400, kind, problems), accept(request))
+
+    app.add_exception_handler(errors.GatewayError, gateway_error)
+    app.add_exception_handler(OptionError, option_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+
+
+def _describe(error: dict) -> str:
+    where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+    return f"{where or 'body'}: {error.get('msg', 'invalid')}"

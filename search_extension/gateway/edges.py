@@ -1,0 +1,190 @@
+"""Everything the gateway talks to, injected or made on first use: nothing
+connects, loads a model or imports Celery when the app is created."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Callable, Mapping, Sequence
+
+from chunkrag_core.settings import Settings, redact_url
+from search_extension.ask import AskResult, ask, judge_in_threads_within
+from search_extension.chunk_filter import JudgeMany
+from search_extension.gateway import errors
+from search_extension.gateway.dialect import ChunkragOptions
+from search_extension.gateway.passthrough import HttpTransport, Passthrough
+
+# budget in seconds -> the JudgeMany that judges one query within it.
+JudgeManyFactory = Callable[[float], JudgeMany]
+
+# Redis and the workers answer a health probe within this, or count as down.
+HEALTH_TIMEOUT_S = 2.0
+
+
+class Edges:
+    def __init__(self, settings: Settings, *, es=None, model=None, embedder=None, judge_many_factory: JudgeManyFactory | None = None, http_transport: HttpTransport | None = None):
+        self.settings = settings
+        self.passthrough = Passthrough(settings, http_transport)
+        self._es, self._model, self._embedder = es, model, embedder
+        self._owns_es = es is None  # an injected client belongs to the caller
+        self._judge_many_factory = judge_many_factory
+        self._celery = None
+        self._reranker = None
+        self._capabilities = None
+        self._lock = threading.Lock()  # the blocking edges are made from worker threads
+
+    # --- made on first use -------------------------------------------------
+
+    @property
+    def es(self):
+        with self._lock:
+            if self._es is None:
+                from chunkrag_core.es_client import make_client
+
+                self._es = make_client(self.settings)
+            return self._es
+
+    @property
+    def model(self):
+        with self._lock:
+            if self._model is None:
+                from chunkrag_core.providers import make_chat
+
+                self._model = make_chat(self.settings.chat)
+            return self._model
+
+    @property
+    def embedder(self):
+        with self._lock:
+            if self._embedder is None:
+                from chunkrag_core.providers import make_embedder
+
+                self._embedder = make_embedder(self.settings.embedder)
+            return self._embedder
+
+    @property
+    def celery(self):
+        with self._lock:
+            if self._celery is None:
+                from workers.app import make_app
+
+                self._celery = make_app(self.settings)
+            return self._celery
+
+    def reranker(self, wanted: str):
+        if wanted != "cohere":
+            return None
+        rerank = self.settings.rerank
+        if not (rerank.api_key or rerank.base_url):
+            raise errors.bad_request("rerank [cohere] needs a Cohere key (CHUNKRAG_RERANK_API_KEY or CO_API_KEY); use [score] or [off]")
+        with self._lock:
+            if self._reranker is None:
+                from chunkrag_core.providers.rerank import CohereReranker
+
+                self._reranker = CohereReranker(api_key=rerank.api_key or "", model=rerank.model, base_url=rerank.base_url)
+            return self._reranker
+
+    def judge_many(self, budget_s: float) -> JudgeMany:
+        if self._judge_many_factory is not None:
+            return self._judge_many_factory(budget_s)
+        if self.settings.workers.judge == "celery":
+            from workers.dispatch import celery_judge_many
+
+            return celery_judge_many(self.celery, settings=self.settings, budget_s=budget_s)
+        return judge_in_threads_within(self.model, threads=self.settings.chat.parallel, budget_s=budget_s, model_name=self.settings.chat.model)
+
+    def budget_s(self, options: ChunkragOptions) -> float:
+        return options.budget_s if options.budget_s is not None else self.settings.workers.query_budget_s
+
+    # --- the one library call ----------------------------------------------
+
+    def ask(self, index: str, text: str, options: ChunkragOptions, *, filters: Sequence[Mapping[str, Any]] = (), candidates: int) -> AskResult:
+        """Blocking: run from a worker thread."""
+        from search_extension.retriever import HybridRetriever
+
+        retriever = HybridRetriever(self.es, self.embedder, index, self.settings.retrieval, capabilities=self.capabilities(options.mode))
+        stages = options.stages
+        return ask(
+            text,
+            retriever=retriever,
+            # No model is made (nor its client) for a retrieval-only search.
+            model=self.model if stages else None,
+            options=options.filter,
+            candidates=candidates,
+            mode=options.mode,
+            filters=filters,
+            rewrite=options.rewrite,
+            stages=stages,
+            judge_many=self.judge_many(self.budget_s(options)) if stages else None,
+            reranker=self.reranker(options.filter.rerank) if stages else None,
+        )
+
+    def capabilities(self, mode: str | None):
+        """What the cluster offers, probed once and only for the modes that
+        depend on it (the probe costs three requests)."""
+        if (mode or self.settings.retrieval.mode) not in ("rrf", "linear"):
+            return None
+        if self._capabilities is None:
+            from chunkrag_core.es_client import probe_capabilities
+
+            self._capabilities = probe_capabilities(self.es)
+        return self._capabilities
+
+    # --- health ------------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        """Each dependency's state; ``ok`` is false when a required one is down.
+        Redis is required only when judging runs on the Celery workers."""
+        uses_celery = self.settings.workers.judge == "celery"
+        checks = [self._es_health(), self._redis_health(required=uses_celery)]
+        if uses_celery:
+            checks.append(self._workers_health())
+        results = await asyncio.gather(*checks)
+        report = {name: state for name, state in results}
+        report["ok"] = all(state["ok"] or not state.get("required", True) for _, state in results)
+        report["judge"] = self.settings.workers.judge
+        return report
+
+    async def _es_health(self) -> tuple[str, dict[str, Any]]:
+        try:
+            status, body = await self.passthrough.get_json("/_cluster/health")
+        except errors.GatewayError as exc:
+            return "elasticsearch", {"ok": False, "reason": exc.reason}
+        if status != 200:
+            return "elasticsearch", {"ok": False, "reason": f"_cluster/health answered {status}: {body}"}
+        healthy = body.get("status") in ("green", "yellow")
+        state = {"ok": healthy, "status": body.get("status"), "nodes": body.get("number_of_nodes")}
+        if not healthy:
+            state["reason"] = f"cluster status is {body.get('status')}"
+        return "elasticsearch", state
+
+    async def _redis_health(self, *, required: bool) -> tuple[str, dict[str, Any]]:
+        import redis.asyncio
+
+        client = redis.asyncio.Redis.from_url(self.settings.redis_url, socket_connect_timeout=HEALTH_TIMEOUT_S, socket_timeout=HEALTH_TIMEOUT_S)
+        try:
+            await client.ping()
+            return "redis", {"ok": True, "required": required}
+        except Exception as exc:  # noqa: BLE001 - whatever the client raised, Redis is down for us
+            return "redis", {"ok": False, "required": required, "reason": f"Redis at {redact_url(self.settings.redis_url)} is not reachable: {exc}"}
+        finally:
+            await client.aclose()
+
+    async def _workers_health(self) -> tuple[str, dict[str, Any]]:
+        from starlette.concurrency import run_in_threadpool
+
+        from workers.dispatch import WorkersUnavailable, check_workers
+
+        try:
+            # In a thread: the first call also imports Celery and makes its app.
+            count = await run_in_threadpool(lambda: check_workers(self.celery, HEALTH_TIMEOUT_S))
+        except WorkersUnavailable as exc:
+            return "workers", {"ok": False, "count": 0, "reason": str(exc)}
+        return "workers", {"ok": True, "count": count}
+
+    async def aclose(self) -> None:
+        await self.passthrough.aclose()
+        if self._owns_es and self._es is not None:
+            self._es.close()
+
+

@@ -1,0 +1,104 @@
+"""Request and response models of ``/v1/ask``, for validation and the
+OpenAPI document. The options are checked again, with the messages shared
+with ``ext.chunkrag``, by :func:`dialect.parse_options`: unknown keys are let
+through here so that check can name them and list the allowed ones."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from search_extension.chunk_filter import FALLBACKS, RERANKERS, THRESHOLDS
+from search_extension.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS
+from search_extension.queries import MODES
+
+
+class ScoringModel(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    method: Optional[Literal[METHODS]] = Field(None, description="multistage: base score, self-reflection on borderline scores, critic; listwise: several passages per call")
+    critic: Optional[Literal[CRITICS]] = None
+    reflect_band: Optional[list[float]] = Field(None, min_length=2, max_length=2, description="[low, high]: self-reflect only on base scores inside")
+    use_logprobs: Optional[bool] = Field(None, description="read P(Yes) from log-probabilities when the provider returns them")
+    weights: Optional[list[float]] = Field(None, min_length=3, max_length=3, description="base, reflection, critic")
+    listwise_batch: Optional[int] = Field(None, ge=1, le=MAX_LISTWISE_BATCH, description="listwise: passages judged in one call")
+
+
+class OptionsModel(BaseModel):
+    """The keys of ``ext.chunkrag`` in a ``_search`` body."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    query: Optional[str] = Field(None, description="text to retrieve and judge with, instead of the question")
+    rewrite: Optional[bool] = Field(None, description="rewrite the query with the model before retrieval")
+    candidates: Optional[int] = Field(None, ge=1, description="chunks retrieved and judged (at most the gateway's max_candidates)")
+    mode: Optional[Literal[MODES]] = None
+    stages: Optional[bool] = Field(None, description="false: hybrid retrieval only, no model call")
+    redundancy_threshold: Optional[float] = Field(None, description="cosine above which a chunk repeats an earlier one; null skips the check")
+    scoring: Optional[ScoringModel] = None
+    threshold: Optional[Literal[THRESHOLDS]] = None
+    fixed_threshold: Optional[float] = Field(None, ge=0, le=1)
+    fallback: Optional[Literal[FALLBACKS]] = Field(None, description="when no chunk passes the threshold")
+    fallback_k: Optional[int] = Field(None, ge=1)
+    prior_weight: Optional[float] = Field(None, ge=0, le=1, description="share of the final score taken from the retrieval score; 0: the LLM judgement alone")
+    rerank: Optional[Literal[RERANKERS]] = None
+    lost_in_the_middle: Optional[bool] = None
+    answer: Optional[bool] = Field(None, description="write an answer from the kept chunks")
+    include_dropped: Optional[bool] = Field(None, description="_search only: list the dropped chunks under chunkrag.dropped")
+    budget_s: Optional[float] = Field(None, gt=0, description="seconds for judging; chunks not judged in time are unscored")
+
+
+class AskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index: str = Field(min_length=1)
+    question: str = Field(min_length=1)
+    options: OptionsModel = Field(default_factory=OptionsModel)
+
+
+class ThresholdModel(BaseModel):
+    value: float
+    method: str
+    mean: float
+    std: float
+
+
+class UsageModel(BaseModel):
+    model_calls: int
+    cached_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class AskChunk(BaseModel):
+    id: str
+    doc_id: str
+    position: int
+    start: int
+    end: int
+    title: str
+    section: list[str]
+    sentence_count: int
+    text: str
+    metadata: dict
+    retrieval_rank: Optional[int]
+    retrieval_score: Optional[float]
+    scores: dict[str, float] = Field(description="per-stage scores: base, reflection, critic, prior, combined, rerank")
+    kept: bool
+    reason: str = Field(description="above_threshold, below_threshold, redundant, unscored, fallback, or retrieved (no model stages)")
+
+
+class AskResponse(BaseModel):
+    index: str
+    question: str
+    rewritten_query: Optional[str]
+    mode: str
+    answer: Optional[str]
+    found: Optional[bool]
+    citations: list[str] = Field(description="chunk ids the answer cites")
+    nothing_relevant: bool
+    threshold: Optional[ThresholdModel]
+    chunks: list[AskChunk] = Field(description="kept chunks in final order, then the dropped ones")
+    usage: UsageModel
+    timings_ms: dict[str, float]

@@ -1,0 +1,98 @@
+"""Forwarding requests to Elasticsearch unchanged, over a pool of keep-alive
+connections made on first use."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
+
+import orjson
+from starlette.responses import Response
+
+from chunkrag_core.settings import Settings
+from search_extension.gateway import errors
+from search_extension.gateway.http11 import HOP_BY_HOP, Http11Pool, HttpFailure, HttpResponse, HttpTimeout
+
+# Besides the hop-by-hop ones: Host and Content-Length are set for the new
+# message; the caller's Authorization is not forwarded, because the chunkrag
+# path searches with the gateway's own credentials and both paths must see
+# the same data.
+_NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"cookie", b"expect"}
+
+
+class HttpTransport(Protocol):
+    """What the pass-through sends through (``Http11Pool``; a double in tests)."""
+
+    async def request(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ForwardedResponse(Response):
+    """Elasticsearch's status, headers (repeated ones too) and body as received."""
+
+    def __init__(self, forwarded: HttpResponse):
+        self.status_code = forwarded.status
+        self.body = forwarded.body
+        self.background = None
+        headers = list(forwarded.headers)
+        if not any(name == b"content-length" for name, _ in headers):
+            headers.append((b"content-length", str(len(forwarded.body)).encode("ascii")))
+        self.raw_headers = headers
+
+
+class Passthrough:
+    def __init__(self, settings: Settings, transport: HttpTransport | None = None):
+        self.settings = settings
+        self._transport = transport
+        # A cluster behind a reverse proxy may live under a path.
+        self._prefix = urlsplit(settings.es_url).path.rstrip("/")
+
+    @property
+    def transport(self) -> HttpTransport:
+        if self._transport is None:
+            self._transport = _make_pool(self.settings)
+        return self._transport
+
+    async def forward(self, method: str, target: str, raw_headers: list[tuple[bytes, bytes]], body: bytes) -> Response:
+        """Send the request as it came (``target`` = raw path and query);
+        return Elasticsearch's status, body and headers (X-Elastic-Product,
+        Warning, Content-Type among them)."""
+        outgoing = [(name, value) for name, value in raw_headers if name.lower() not in _NOT_FORWARDED]
+        return ForwardedResponse(await self._send(method, target, outgoing, body))
+
+    async def get_json(self, path: str) -> tuple[int, Any]:
+        response = await self._send("GET", path, [(b"accept", b"application/json")], b"")
+        return response.status, orjson.loads(response.body)
+
+    async def _send(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse:
+        where = self.settings.es_url_for_display
+        try:
+            return await self.transport.request(method, self._prefix + target, headers, body)
+        except HttpTimeout as exc:
+            raise errors.timed_out(f"Elasticsearch at {where} did not answer in time ({exc})") from exc
+        except HttpFailure as exc:
+            raise errors.unavailable(f"Elasticsearch at {where} is not reachable ({exc})") from exc
+        except ValueError as exc:
+            raise errors.bad_request(f"cannot forward this request: {exc}") from exc
+
+    async def aclose(self) -> None:
+        if self._transport is not None:
+            await self._transport.aclose()
+
+
+def _make_pool(settings: Settings) -> Http11Pool:
+    parts = urlsplit(settings.es_url)
+    headers: list[tuple[bytes, bytes]] = []
+    if settings.es_api_key:
+        headers.append((b"authorization", b"ApiKey " + settings.es_api_key.encode()))
+    elif parts.username is not None:
+        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        headers.append((b"authorization", b"Basic " + base64.b64encode(credentials)))
+    context = None
+    if parts.scheme == "https":
+        context = ssl.create_default_context(cafile=settings.es_ca_certs)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return Http11Pool(parts.hostname or "127.0.0.1", port, ssl=context, timeout_s=settings.es_request_timeout_s, default_headers=tuple(headers))

@@ -1,0 +1,81 @@
+"""The evaluation command's pure parts: reading the shared formats and the
+measures, with literal values."""
+
+import json
+
+import pytest
+
+from search_extension.evaluation.datasets import EvalDataError, detect_format, pool_text, read_items
+from search_extension.evaluation.measures import answer_in_context, kept_within_budget, rate, summary
+from search_extension.processors.answer import verdict_from_chunks
+
+
+def test_answer_in_context_is_a_case_insensitive_substring_of_any_answer():
+    assert answer_in_context("He was a British POLITICIAN.", ["politician", "pol"])
+    assert not answer_in_context("He was a poet.", ["politician"])
+    assert not answer_in_context("anything", [""])
+
+
+def test_budget_takes_best_first_and_skips_what_would_overflow():
+    texts = ["aaaa", "bb", "cccccc", "d"]
+    assert kept_within_budget(texts, [0.9, 0.1, 0.8, 0.5], 7) == [0, 3, 1]
+    assert kept_within_budget(texts, [0.9, 0.1, 0.8, 0.5], 0) == []
+
+
+def test_summary_and_rate():
+    assert summary([3.0, 1.0, 2.0]) == {"n": 3, "mean": 2.0, "p50": 2.0, "p95": 3.0}
+    assert summary([]) == {"n": 0}
+    assert rate([True, False, True, True]) == 0.75 and rate([]) is None
+
+
+def test_pool_pieces_become_paragraphs():
+    assert pool_text("Knowledge1: a b [sep] Knowledge2: c") == "Knowledge1: a b\n\nKnowledge2: c"
+
+
+def test_formats_are_detected_from_their_fields():
+    assert detect_format({"question": "q", "answers": []}) == "popqa"
+    assert detect_format({"claim": "c", "label": "true"}) == "pubhealth"
+    assert detect_format({"topic": "t", "passages": []}) == "bio"
+    with pytest.raises(EvalDataError, match="--format"):
+        detect_format({"text": "x"})
+
+
+def test_reading_reports_bad_lines_and_goes_on(tmp_path):
+    path = tmp_path / "popqa.jsonl"
+    good = {"question_id": 7, "question": "What is X's occupation?", "answers": ["poet"], "contexts": {"ambiguous": "X was a poet. [sep] Y"}}
+    path.write_text("\n".join([json.dumps(good), "{not json", json.dumps({"question": "q", "answers": ["a"]}), json.dumps([1])]) + "\n")
+    fmt, items, bad = read_items(path)
+    assert fmt == "popqa" and len(items) == 1
+    assert items[0].item_id == "7" and items[0].answers == ("poet",) and items[0].pool == "X was a poet.\n\nY"
+    assert [b.line for b in bad] == [2, 3, 4]
+    assert "not JSON" in bad[0].reason and "contexts" in bad[1].reason
+
+
+def test_pubhealth_labels_and_limits(tmp_path):
+    path = tmp_path / "pubhealth.jsonl"
+    rows = [{"id": i, "claim": f"claim {i}", "label": label, "contexts": {"ambiguous": "text"}} for i, label in enumerate(["true", "False", "mixture"])]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    fmt, items, bad = read_items(path)
+    assert fmt == "pubhealth" and [i.label for i in items] == ["true", "false"]
+    assert bad[0].line == 3 and "neither true nor false" in bad[0].reason
+    assert len(read_items(path, limit=1)[1]) == 1
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(EvalDataError, match="cannot read"):
+        read_items(tmp_path / "nope.jsonl")
+
+
+def test_verdict_reads_the_first_true_or_false_word():
+    from chunkrag_core.providers.chat import ChatResponse
+
+    class One:
+        def __init__(self, text):
+            self.text = text
+
+        def complete(self, request):
+            return ChatResponse(text=self.text)
+
+    assert verdict_from_chunks("claim", [], One(" False.")).label == "false"
+    assert verdict_from_chunks("claim", [], One("It is TRUE")).label == "true"
+    assert verdict_from_chunks("claim", [], One("unclear")).label is None

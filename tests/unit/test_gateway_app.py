@@ -1,0 +1,241 @@
+"""The app in process (Starlette's TestClient), its edges replaced by doubles:
+routing, pass-through fidelity, the body limit, error shapes, laziness."""
+
+import base64
+
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from chunkrag_core.providers.chat import ChatError, ChatResponse
+from chunkrag_core.settings import GatewaySettings, Settings
+from search_extension.gateway import create_app
+from search_extension.gateway.http11 import HttpFailure, HttpResponse
+from search_extension.processors.relevance import Judgement
+
+COMPAT = "application/vnd.elasticsearch+json; compatible-with=9"
+
+
+def hit(doc, position, score):
+    return {"_index": "idx", "_id": f"{doc}:{position}", "_score": score, "_source": {"doc_id": doc, "position": position, "text": f"{doc} says {position}", "start": 0, "end": 5}}
+
+
+class FakeElasticsearch:
+    """Answers the retriever's _msearch (BM25 side, kNN side)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def msearch(self, searches):
+        self.calls.append(searches)
+        side = {"hits": {"hits": [hit("a", 0, 3.0), hit("b", 0, 2.0), hit("c", 0, 1.0)]}}
+        return {"responses": [side, side]}
+
+
+class FakeEmbedder:
+    def embed(self, texts):
+        return np.ones((len(texts), 3), dtype=np.float32) / np.sqrt(3)
+
+
+class FakeModel:
+    def __init__(self, fail=None):
+        self.fail = fail
+
+    def complete(self, request):
+        if self.fail:
+            raise self.fail
+        return ChatResponse(text="a says 0 [1].", prompt_tokens=20, completion_tokens=5)
+
+
+def judge_factory(budget_s):
+    def judge_many(query, chunks, options):
+        return [Judgement(0.9 if c.doc_id == "a" else 0.1, None, None, 0.9 if c.doc_id == "a" else 0.1, calls=1, prompt_tokens=10) for c in chunks]
+
+    return judge_many
+
+
+class RecordingTransport:
+    """Stands in for the HTTP/1.1 pool: records what would be sent."""
+
+    def __init__(self, respond):
+        self.respond, self.requests = respond, []
+
+    async def request(self, method, target, headers, body):
+        self.requests.append((method, target, dict(headers), body))
+        return self.respond(method, target)
+
+    async def aclose(self):
+        pass
+
+
+def es_reply(method, target):
+    headers = ((b"x-elastic-product", b"Elasticsearch"), (b"content-type", COMPAT.encode()), (b"warning", b'299 Elasticsearch-9.5.0 "deprecated"'), (b"warning", b'299 Elasticsearch-9.5.0 "again"'))
+    return HttpResponse(200, headers, b'{"hits":{"hits":[]}}')
+
+
+def make_client(transport=None, model=None, es=None, max_body_bytes=1000):
+    settings = Settings(es_url="http://user:secret@es.internal:9200", gateway=GatewaySettings(max_body_bytes=max_body_bytes))
+    app = create_app(settings, es=es or FakeElasticsearch(), embedder=FakeEmbedder(), model=model or FakeModel(), judge_many_factory=judge_factory, http_transport=transport or RecordingTransport(es_reply))
+    return TestClient(app), app
+
+
+def test_creating_the_app_connects_to_nothing():
+    settings = Settings(es_url="http://127.0.0.1:1")
+    app = create_app(settings)
+    edges = app.state.edges
+    assert edges._es is None and edges._model is None and edges._embedder is None and edges.passthrough._transport is None
+
+
+def test_pass_through_forwards_method_path_query_body_and_headers():
+    transport = RecordingTransport(es_reply)
+    client, _ = make_client(transport)
+    body = b'{"query":{"match_all":{}}}'
+    response = client.post("/logs-%3Cnow%2Fd%3E/_search?filter_path=hits&typed_keys=true", content=body, headers={"content-type": COMPAT, "accept": COMPAT, "authorization": "Basic Y2FsbGVyOnB3"})
+    method, target, headers, sent = transport.requests[0]
+    assert (method, target, sent) == ("POST", "/logs-%3Cnow%2Fd%3E/_search?filter_path=hits&typed_keys=true", body)
+    assert headers[b"content-type"] == headers[b"accept"] == COMPAT.encode()
+    # the caller's credentials stay behind (the pool adds the gateway's own)
+    assert b"authorization" not in headers and b"host" not in headers and b"content-length" not in headers
+    assert response.status_code == 200 and response.json() == {"hits": {"hits": []}}
+    assert response.headers["x-elastic-product"] == "Elasticsearch" and response.headers["content-type"] == COMPAT
+    assert response.headers.get_list("warning") == ['299 Elasticsearch-9.5.0 "deprecated"', '299 Elasticsearch-9.5.0 "again"']
+
+
+def test_the_pool_is_made_with_the_gateway_credentials():
+    from search_extension.gateway.passthrough import _make_pool
+
+    pool = _make_pool(Settings(es_url="http://user:secret@es.internal:9200"))
+    assert (pool.host, pool.port) == ("es.internal", 9200) and pool.ssl is None
+    assert (b"authorization", b"Basic " + base64.b64encode(b"user:secret")) in pool._fixed_headers
+    assert _make_pool(Settings(es_url="https://es.internal", es_api_key="k")).port == 443
+
+
+def test_other_paths_and_methods_pass_through_with_their_status():
+    transport = RecordingTransport(lambda method, target: HttpResponse(404, ((b"x-elastic-product", b"Elasticsearch"), (b"content-length", b"120")), b""))
+    client, _ = make_client(transport)
+    assert client.head("/missing-index").status_code == 404
+    assert client.put("/idx/_doc/1", json={"a": 1}).status_code == 404
+    assert client.get("/_search", params={"q": "chunkrag"}).status_code == 404
+    assert [(m, t) for m, t, _, _ in transport.requests] == [("HEAD", "/missing-index"), ("PUT", "/idx/_doc/1"), ("GET", "/_search?q=chunkrag")]
+
+
+def test_a_body_mentioning_chunkrag_outside_ext_still_passes_through():
+    transport = RecordingTransport(es_reply)
+    client, _ = make_client(transport)
+    body = b'{"query":{"match":{"text":"chunkrag"}}}'
+    assert client.post("/idx/_search", content=body).status_code == 200
+    assert transport.requests[0][3] == body
+
+
+def test_chunkrag_search_answers_in_elasticsearch_shape_and_ext_never_reaches_elasticsearch():
+    transport, es = RecordingTransport(es_reply), FakeElasticsearch()
+    client, _ = make_client(transport, es=es)
+    response = client.post("/idx/_search", json={"query": {"match": {"text": "what does a say"}}, "size": 5, "ext": {"chunkrag": {"redundancy_threshold": None}}}, headers={"accept": COMPAT})
+    assert response.status_code == 200, response.text
+    assert response.headers["x-elastic-product"] == "Elasticsearch" and response.headers["content-type"].startswith("application/vnd.elasticsearch+json")
+    body = response.json()
+    assert [h["_id"] for h in body["hits"]["hits"]] == ["a:0"] and body["hits"]["hits"][0]["_score"] == 0.9
+    assert body["chunkrag"]["answer"]["citations"] == ["a:0"] and body["chunkrag"]["usage"]["model_calls"] == 3 + 1
+    assert transport.requests == [] and all("ext" not in body for body in es.calls[0])
+
+
+def test_invalid_requests_are_400_in_elasticsearch_shape():
+    client, _ = make_client()
+    unknown = client.post("/idx/_search", json={"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {"nope": 1}}})
+    assert unknown.status_code == 400 and unknown.json()["error"]["type"] == "illegal_argument_exception" and unknown.headers["x-elastic-product"] == "Elasticsearch"
+    assert "unknown option [nope]" in unknown.json()["error"]["reason"]
+    broken = client.post("/idx/_search", content=b'{"ext": {"chunkrag": {}')
+    assert broken.status_code == 400 and broken.json()["error"]["type"] == "parse_exception"
+    params = client.post("/idx/_search?from=10", json={"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {}}})
+    assert params.status_code == 400 and "query-string parameters" in params.json()["error"]["reason"]
+    ask = client.post("/v1/ask", json={"index": "idx", "question": "q", "options": {"rewrite": 1}})
+    assert ask.status_code == 400 and "options.rewrite" in ask.json()["error"]["reason"]
+    ask_json = client.post("/v1/ask", content=b"{", headers={"content-type": "application/json"})
+    assert ask_json.status_code == 400 and ask_json.json()["error"]["type"] == "parse_exception"
+
+
+def test_bodies_over_the_limit_are_413_declared_or_streamed():
+    transport = RecordingTransport(es_reply)
+    client, _ = make_client(transport, max_body_bytes=100)
+    declared = client.post("/idx/_search", content=b"x" * 101)
+    assert declared.status_code == 413 and declared.json()["error"]["type"] == "content_too_long_exception"
+    streamed = client.post("/idx/_search", content=iter([b"x" * 60, b"x" * 60]))
+    assert streamed.status_code == 413
+    assert client.post("/v1/ask", content=iter([b"x" * 60, b"x" * 60]), headers={"content-type": "application/json"}).status_code == 413
+    assert client.post("/idx/_search", content=b"x" * 100).status_code == 200 and transport.requests[-1][3] == b"x" * 100
+
+
+def test_model_refusal_is_502_and_elasticsearch_unreachable_is_503():
+    client, _ = make_client(model=FakeModel(fail=ChatError("model answered 400: no", retryable=False, status=400)))
+    refused = client.post("/v1/ask", json={"index": "idx", "question": "q"})
+    assert refused.status_code == 502 and "answered 400" in refused.json()["error"]["reason"]
+
+    def unreachable(method, target):
+        raise HttpFailure("cannot connect to es.internal:9200: Connection refused")
+
+    client, _ = make_client(RecordingTransport(unreachable))
+    down = client.get("/_cluster/health")
+    assert down.status_code == 503 and "es.internal" in down.json()["error"]["reason"] and "secret" not in down.text
+
+
+def test_ask_endpoint_and_openapi():
+    client, _ = make_client()
+    body = client.post("/v1/ask", json={"index": "idx", "question": "what does a say", "options": {"candidates": 3}}).json()
+    assert body["citations"] == ["a:0"] and [c["id"] for c in body["chunks"]][0] == "a:0"
+    schema = client.get("/openapi.json").json()
+    assert schema["paths"]["/v1/ask"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/AskRequest")
+    assert "/{path}" not in schema["paths"]
+
+
+@pytest.mark.parametrize("status, ok", [("green", True), ("red", False)])
+def test_health_reports_each_dependency(status, ok, monkeypatch):
+    reply = HttpResponse(200, (), b'{"status": "%s", "number_of_nodes": 1}' % status.encode())
+    client, app = make_client(RecordingTransport(lambda method, target: reply))
+
+    async def redis_up(required):
+        return "redis", {"ok": True, "required": required}
+
+    monkeypatch.setattr(app.state.edges, "_redis_health", redis_up)
+    response = client.get("/v1/health")
+    assert response.status_code == (200 if ok else 503)
+    assert response.json()["elasticsearch"]["ok"] is ok and response.json()["judge"] == "threads" and "workers" not in response.json()
+
+
+def celery_settings():
+    from chunkrag_core.settings import WorkerSettings
+
+    return Settings(workers=WorkerSettings(judge="celery", query_budget_s=40.0))
+
+
+def test_celery_judging_goes_through_the_dispatcher_with_the_budget(monkeypatch):
+    import workers.dispatch
+    from search_extension.gateway.edges import Edges
+
+    calls = []
+    monkeypatch.setattr(workers.dispatch, "celery_judge_many", lambda app, **kwargs: calls.append((app, kwargs)) or "judge")
+    edges = Edges(celery_settings(), model=FakeModel())
+    edges._celery = "celery-app"
+    assert edges.judge_many(7.5) == "judge"
+    assert calls == [("celery-app", {"settings": edges.settings, "budget_s": 7.5})]
+
+
+def test_health_with_celery_reports_the_workers(monkeypatch):
+    import workers.dispatch
+
+    def no_workers(app, timeout):
+        raise workers.dispatch.WorkersUnavailable("no Celery worker answered a ping within 2 s")
+
+    monkeypatch.setattr(workers.dispatch, "check_workers", no_workers)
+    reply = HttpResponse(200, (), b'{"status": "green", "number_of_nodes": 1}')
+    app = create_app(celery_settings(), http_transport=RecordingTransport(lambda method, target: reply))
+    edges = app.state.edges
+    edges._celery = "celery-app"
+
+    async def redis_up(required):
+        return "redis", {"ok": True, "required": required}
+
+    monkeypatch.setattr(edges, "_redis_health", redis_up)
+    response = TestClient(app).get("/v1/health")
+    assert response.status_code == 503
+    assert response.json()["workers"] == {"ok": False, "count": 0, "reason": "no Celery worker answered a ping within 2 s"}
+    assert response.json()["redis"]["required"] is True

@@ -1,0 +1,368 @@
+"""Judging fanned out over Celery workers, as a drop-in ``JudgeMany`` for
+:func:`run_filter`.
+
+A query's candidates are cut into batches, one ``judge_chunks`` task each,
+sent as a group; the caller waits at most the query budget. A batch whose
+task failed for good, or did not finish in time, comes back as judgements
+with no scores and a note saying why, so ``run_filter`` reports those
+chunks "unscored" and a query never hangs on a worker.
+
+A worker that dies whole (a machine lost, not just a pool process) keeps
+its task's message unacknowledged until the broker's visibility timeout,
+which outlasts the query budget. So while it waits, the dispatcher looks
+every few seconds for tasks started on a worker that no longer answers a
+ping, sends their batch again, and takes whichever copy finishes first; the
+judgements of such a batch carry a note naming the worker.
+
+Raises :class:`WorkersUnavailable` (the gateway's 503) when Redis cannot be
+reached or no worker answers a ping, before any task is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Collection, Sequence
+
+from celery import Celery, group, states
+from celery.exceptions import TimeoutError as CeleryTimeout
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.settings import Settings, redact_url
+from search_extension.processors.relevance import Judgement, ScoringOptions, scoring_batches
+from workers.app import JUDGE_TASK, make_app
+from workers.codec import CodecError, decode_judgement, encode_options
+
+log = logging.getLogger(__name__)
+
+START_HINT = "start one with `chunkrag workers` or `celery -A workers.app worker --pool=prefork`"
+
+# kombu's reply queue for control commands is shared by the threads of a
+# process; concurrent pings would take each other's replies.
+_PING_LOCK = threading.Lock()
+
+# How often a waiting query looks for tasks stranded on a dead worker. A
+# dead worker's batch waits this long (plus a ping timeout) before it is sent
+# again, against a budget of minutes; each look costs one GET per unfinished
+# task, and a ping round trip only when some of them have started.
+LIVENESS_CHECK_S = 5.0
+
+# Sends of one batch beyond the first, at most: a batch that takes down
+# every worker it reaches must not go on to take down the rest.
+MAX_RESENDS = 2
+
+
+class WorkersUnavailable(RuntimeError):
+    """Judging cannot be dispatched: Redis is unreachable or no worker runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    start: int
+    stop: int
+
+
+def batches(count: int, size: int) -> list[Batch]:
+    """Consecutive slices of ``count`` items, ``size`` at most each."""
+    if size < 1:
+        raise ValueError(f"batch size must be at least 1, got {size}")
+    return [Batch(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+def task_batches(count: int, options: ScoringOptions, batch_size: int) -> list[Batch]:
+    """The chunks each task judges. A listwise judgement is relative to the
+    passages judged with it, so listwise batches are cut exactly as the
+    in-process path cuts them (one model call per task); per-chunk methods
+    give the same scores however chunks are grouped."""
+    if options.method == "listwise":
+        return [Batch(part[0], part[-1] + 1) for part in scoring_batches(count, options.listwise_batch)]
+    return batches(count, batch_size)
+
+
+def unscored(reason: str) -> Judgement:
+    return Judgement(None, None, None, None, notes=(reason,))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """What the result backend says of a batch's newest task."""
+
+    state: str
+    hostname: str | None = None  # the worker running it, once STARTED
+    resends: int = 0  # times this batch was already sent again
+
+
+def started_on(views: Sequence[TaskView]) -> set[str]:
+    """The workers holding a started task: the ones worth a ping."""
+    return {v.hostname for v in views if v.state == states.STARTED and v.hostname}
+
+
+def to_resend(views: Sequence[TaskView], live: Collection[str], max_resends: int = MAX_RESENDS) -> list[int]:
+    """Indexes of the tasks to send again: started on a worker not in
+    ``live``. A queued (PENDING) task waits for any worker; a killed pool
+    process has its task requeued by its own (live) worker; a RETRY task
+    waits out its countdown on a worker we cannot name; finished ones are
+    done. None of those is stranded."""
+    return [i for i, v in enumerate(views) if v.state == states.STARTED and v.hostname and v.hostname not in live and v.resends < max_resends]
+
+
+def resend_note(hostname: str) -> str:
+    return f"re-sent after worker {hostname} stopped answering"
+
+
+def check_workers(app: Celery, timeout: float = 1.0, *, limit: int | None = None) -> int:
+    """How many workers answered a ping within ``timeout`` seconds (stop
+    listening after ``limit`` answers). Raises :class:`WorkersUnavailable`
+    with the reason when the broker is unreachable or none answered."""
+    broker = redact_url(app.conf.broker_url or "")
+    try:
+        with app.connection_for_write() as connection:
+            # max_retries=0: fail on the first refusal instead of kombu's
+            # default of retrying forever.
+            connection.ensure_connection(max_retries=0, timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - whatever the transport raised, the broker is down
+        raise WorkersUnavailable(f"cannot reach the Celery broker (Redis) at {broker}: {exc}") from exc
+    try:
+        with _PING_LOCK:
+            replies = app.control.ping(timeout=timeout, limit=limit)
+    except Exception as exc:  # noqa: BLE001
+        raise WorkersUnavailable(f"pinging Celery workers through {broker} failed: {exc}") from exc
+    if not replies:
+        raise WorkersUnavailable(f"no Celery worker answered a ping within {timeout:g} s on {broker}; {START_HINT}")
+    return len(replies)
+
+
+def celery_judge_many(app: Celery | None = None, *, settings: Settings | None = None, batch_size: int | None = None, budget_s: float | None = None, ping_timeout_s: float = 1.0, liveness_check_s: float | None = LIVENESS_CHECK_S) -> CeleryJudgeMany:
+    """A ``JudgeMany`` that sends batches of ``batch_size`` chunks to the
+    workers and waits at most ``budget_s`` seconds (defaults from
+    ``settings.workers``). Checks for a live worker before each query, and
+    every ``liveness_check_s`` seconds of waiting (None: never) for tasks
+    stranded on a worker that died."""
+    settings = settings or Settings.from_env()
+    budget = settings.workers.query_budget_s if budget_s is None else budget_s
+    if budget <= 0:
+        raise ValueError(f"the judging budget must be positive, got {budget} s")
+    if liveness_check_s is not None and liveness_check_s <= 0:
+        raise ValueError(f"the liveness check interval must be positive (or None: never), got {liveness_check_s} s")
+    return CeleryJudgeMany(
+        app or make_app(settings),
+        batch_size=batch_size or settings.workers.batch_size,
+        budget_s=budget,
+        model_name=settings.chat.model,
+        ping_timeout_s=ping_timeout_s,
+        liveness_check_s=liveness_check_s,
+    )
+
+
+@dataclass(eq=False)
+class _Sent:
+    """One batch of a query and the tasks sent for it, oldest first."""
+
+    part: Batch
+    args: tuple
+    attempts: list = field(default_factory=list)  # AsyncResult
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def latest(self):
+        return self.attempts[-1]
+
+    def settled(self) -> bool:
+        return any(_ready(attempt) for attempt in self.attempts)
+
+
+class CeleryJudgeMany:
+    """The ``JudgeMany`` of :func:`celery_judge_many`; ``resent`` counts the
+    batches it sent again because their worker died."""
+
+    def __init__(self, app: Celery, *, batch_size: int, budget_s: float, model_name: str, ping_timeout_s: float, liveness_check_s: float | None):
+        self.app = app
+        self.batch_size = batch_size
+        self.budget_s = budget_s
+        self.model_name = model_name
+        self.ping_timeout_s = ping_timeout_s
+        self.liveness_check_s = liveness_check_s
+        self._resent = 0
+        self._lock = threading.Lock()  # the gateway calls one judge from several threads
+
+    @property
+    def resent(self) -> int:
+        with self._lock:
+            return self._resent
+
+    def __call__(self, query: str, chunks: Sequence[Chunk], options: ScoringOptions) -> list[Judgement]:
+        if not chunks:
+            return []
+        check_workers(self.app, self.ping_timeout_s, limit=1)
+        encoded = encode_options(options)
+        sent = [_Sent(part, (query, [c.text for c in chunks[part.start : part.stop]], encoded, self.model_name)) for part in task_batches(len(chunks), options, self.batch_size)]
+        deadline = time.monotonic() + self.budget_s
+        self._send(sent)
+        self._wait(sent, deadline)
+        judgements: list[Judgement] = []
+        outcomes = {}
+        for batch in sent:
+            outcomes.update((attempt.id, _outcome(attempt)) for attempt in batch.attempts)
+            state, value = outcomes[_chosen(batch, outcomes).id]
+            judgements.extend(_noted(_judgements(state, value, batch.part.stop - batch.part.start, self.budget_s), batch.notes))
+        _release(self.app, [attempt for batch in sent for attempt in batch.attempts], outcomes)
+        return judgements
+
+    def _signature(self, args: tuple, expires: float):
+        # expires: a task still queued when the budget is spent is dropped by
+        # the worker instead of judged for nobody.
+        return self.app.signature(JUDGE_TASK, args=args, expires=expires)
+
+    def _send(self, sent: list[_Sent]) -> None:
+        try:
+            results = group(self._signature(batch.args, self.budget_s) for batch in sent).apply_async().results
+        except Exception as exc:  # noqa: BLE001 - the broker went away between the ping and the send
+            raise WorkersUnavailable(f"could not send scoring tasks to {redact_url(self.app.conf.broker_url or '')}: {exc}") from exc
+        for batch, result in zip(sent, results):
+            batch.attempts.append(result)
+
+    def _wait(self, sent: list[_Sent], deadline: float) -> None:
+        """Until every batch has a finished task or the deadline passes,
+        looking for stranded tasks every ``liveness_check_s``."""
+        waiting = list(sent)
+        next_check = time.monotonic() + (self.liveness_check_s or float("inf"))
+        while waiting:
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if now >= next_check:
+                self._rescue(waiting, deadline)
+                waiting = [batch for batch in waiting if not batch.settled()]
+                next_check = time.monotonic() + self.liveness_check_s
+                continue
+            try:
+                waiting[0].latest.get(timeout=min(deadline, next_check) - now, propagate=False)
+            except CeleryTimeout:
+                continue
+            except Exception as exc:  # noqa: BLE001 - the result backend failed; what arrived is kept
+                log.warning("waiting for judging results failed: %s: %s", type(exc).__name__, exc)
+                return
+            waiting.pop(0)
+
+    def _rescue(self, waiting: list[_Sent], deadline: float) -> None:
+        """Send again the batches whose newest task started on a worker that
+        no longer answers a ping."""
+        views = [_view(batch) for batch in waiting]
+        holders = started_on(views)
+        if not holders:
+            return
+        live = _answering(self.app, holders, self.ping_timeout_s)
+        if live is None:
+            return
+        for index in to_resend(views, live):
+            self._resend(waiting[index], views[index].hostname, deadline)
+
+    def _resend(self, batch: _Sent, hostname: str, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        try:
+            # A new task id: the old one may still come back from the broker
+            # after the visibility timeout; whichever finishes first is used
+            # and the other is revoked with the query's leftovers.
+            result = self._signature(batch.args, remaining).apply_async()
+        except Exception as exc:  # noqa: BLE001 - the batch keeps waiting on the task it has
+            log.warning("could not re-send a batch stranded on %s: %s: %s", hostname, type(exc).__name__, exc)
+            return
+        log.warning("worker %s stopped answering mid-task; batch re-sent as task %s", hostname, result.id)
+        batch.attempts.append(result)
+        batch.notes.append(resend_note(hostname))
+        with self._lock:
+            self._resent += 1
+
+
+def _ready(result) -> bool:
+    try:
+        return result.ready()
+    except Exception:  # noqa: BLE001 - the result backend failed; read again later
+        return False
+
+
+def _view(batch: _Sent) -> TaskView:
+    """The state of a batch's newest task, from one read of its result."""
+    try:
+        meta = batch.latest.backend.get_task_meta(batch.latest.id)
+    except Exception:  # noqa: BLE001 - unknown is not stranded
+        return TaskView("UNKNOWN", resends=len(batch.attempts) - 1)
+    state = meta.get("status", states.PENDING)
+    info = meta.get("result")
+    # A STARTED result holds {"pid": ..., "hostname": ...} (task_track_started).
+    hostname = info.get("hostname") if state == states.STARTED and isinstance(info, dict) else None
+    return TaskView(state, hostname, resends=len(batch.attempts) - 1)
+
+
+def _answering(app: Celery, hostnames: Collection[str], timeout: float) -> set[str] | None:
+    """Which of ``hostnames`` answer a ping within ``timeout`` (live ones
+    answer at once; only a dead one costs the wait); None when the ping
+    itself failed, which says nothing about the workers."""
+    try:
+        with _PING_LOCK:
+            replies = app.control.ping(destination=sorted(hostnames), timeout=timeout, limit=len(hostnames))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("pinging workers %s failed: %s: %s", ", ".join(sorted(hostnames)), type(exc).__name__, exc)
+        return None
+    return {name for reply in replies or () for name in reply}
+
+
+def _outcome(result) -> tuple[str, object]:
+    """(state, result or exception) of a task, read once."""
+    try:
+        return result.state, result.result
+    except Exception as exc:  # noqa: BLE001 - the result backend failed
+        return "UNKNOWN", exc
+
+
+FINAL_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
+
+
+def _chosen(batch: _Sent, outcomes: dict):
+    """The task whose outcome a batch reports: a success, else one that
+    failed for good, else the newest (still unfinished)."""
+    for wanted in ({"SUCCESS"}, FINAL_STATES):
+        for attempt in batch.attempts:
+            if outcomes[attempt.id][0] in wanted:
+                return attempt
+    return batch.latest
+
+
+def _noted(judgements: list[Judgement], notes: list[str]) -> list[Judgement]:
+    if not notes:
+        return judgements
+    return [replace(j, notes=(*j.notes, *notes)) for j in judgements]
+
+
+def _judgements(state: str, value, count: int, budget: float) -> list[Judgement]:
+    if state == "SUCCESS":
+        try:
+            judgements = [decode_judgement(item) for item in value]
+        except (CodecError, TypeError) as exc:
+            return [unscored(f"worker returned an unreadable result: {exc}")] * count
+        if len(judgements) != count:
+            return [unscored(f"worker returned {len(judgements)} judgements for {count} chunks")] * count
+        return judgements
+    if state in ("FAILURE", "REVOKED"):
+        return [unscored(f"judging failed: {type(value).__name__}: {value}")] * count
+    if state == "UNKNOWN":
+        return [unscored(f"judging result unavailable: {type(value).__name__}: {value}")] * count
+    return [unscored(f"not judged within the {budget:g} s budget (task {state.lower()})")] * count
+
+
+def _release(app: Celery, results, outcomes: dict) -> None:
+    # Revoke the tasks still queued, running on a worker that died, or
+    # waiting to retry (their answers would come too late or twice), stop
+    # listening for them and drop the stored results.
+    pending = [r.id for r in results if outcomes[r.id][0] not in FINAL_STATES]
+    try:
+        if pending:
+            app.control.revoke(pending)
+        for result in results:
+            result.forget()
+    except Exception as exc:  # noqa: BLE001 - cleanup only; the judgements are already made
+        log.warning("could not release judging tasks: %s: %s", type(exc).__name__, exc)
