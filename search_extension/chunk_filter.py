@@ -44,6 +44,11 @@ class FilterOptions:
     # relevant was found.
     fallback: str = "top_k"
     fallback_k: int = 3
+    # Below this combined score a chunk never passes, whatever the threshold:
+    # the judge gave it essentially nothing. When every chunk is below it
+    # (a listwise judge answering "none", say) the outcome is "nothing
+    # relevant" instead of Algorithm 1 keeping a pool of equal zeros.
+    min_score: float = 0.01
     # Share of the final score taken from the retrieval score (see
     # with_retrieval_prior); 0 = the LLM judgement alone.
     prior_weight: float = 0.0
@@ -145,7 +150,7 @@ def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options
         threshold_calls = 1
     else:
         threshold = dynamic_threshold(scores, options.variance_epsilon)
-    passed_ids = {usable[i][0].chunk_id for i in passing(scores, threshold)}
+    passed_ids = {usable[i][0].chunk_id for i in passing(scores, threshold) if scores[i] >= options.min_score}
     lap("threshold")
 
     decisions = [Decision(r.chunk, False, "redundant") for r in redundant]

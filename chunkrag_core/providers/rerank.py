@@ -3,7 +3,8 @@
 No cross-encoder ships in any package this project can install offline, so
 the offline default is not a model here: the chunk filter reranks by the
 relevance the LLM judge already gave each chunk (no extra call). Cohere is
-used when ``COHERE_API_KEY`` is set.
+used with ``rerank: cohere`` and a key (``CHUNKRAG_RERANK_API_KEY`` or
+``CO_API_KEY``) or a base URL (``CHUNKRAG_RERANK_BASE_URL``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class CohereReranker:
             import cohere
 
             options = {"base_url": self.base_url} if self.base_url else {}
-            self._client = cohere.ClientV2(api_key=self.api_key, timeout=self.timeout_s, **options)
+            # max_retries=0: as with the chat provider, retry policy is the caller's.
+            self._client = cohere.ClientV2(api_key=self.api_key, timeout=self.timeout_s, max_retries=0, **options)
         return self._client
 
     def rerank(self, query: str, texts: Sequence[str]) -> list[tuple[int, float]]:

@@ -19,7 +19,7 @@ from search_extension.queries import MODES
 
 OPTION_KEYS = (
     "query", "rewrite", "candidates", "mode", "stages", "redundancy_threshold", "scoring", "threshold", "fixed_threshold",
-    "fallback", "fallback_k", "prior_weight", "rerank", "lost_in_the_middle", "answer", "include_dropped", "budget_s",
+    "fallback", "fallback_k", "min_score", "prior_weight", "rerank", "lost_in_the_middle", "answer", "include_dropped", "budget_s",
 )
 SCORING_KEYS = ("method", "critic", "reflect_band", "use_logprobs", "weights", "listwise_batch")
 # With ext.chunkrag the gateway, not Elasticsearch, answers: other body keys
@@ -129,6 +129,7 @@ def parse_options(raw: Any, *, max_candidates: int, where: str = "ext.chunkrag")
         "fixed_threshold": checked.number("fixed_threshold", 0.0, 1.0),
         "fallback": checked.string("fallback"),
         "fallback_k": checked.integer("fallback_k", 1, None),
+        "min_score": checked.number("min_score", 0.0, 1.0),
         "prior_weight": checked.number("prior_weight", 0.0, 1.0),
         "rerank": checked.string("rerank"),
         "lost_in_the_middle": checked.boolean("lost_in_the_middle"),

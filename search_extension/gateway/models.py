@@ -41,6 +41,7 @@ class OptionsModel(BaseModel):
     fixed_threshold: Optional[float] = Field(None, ge=0, le=1)
     fallback: Optional[Literal[FALLBACKS]] = Field(None, description="when no chunk passes the threshold")
     fallback_k: Optional[int] = Field(None, ge=1)
+    min_score: Optional[float] = Field(None, ge=0, le=1, description="a chunk scored below this never passes; when none clears it the outcome is 'nothing relevant'")
     prior_weight: Optional[float] = Field(None, ge=0, le=1, description="share of the final score taken from the retrieval score; 0: the LLM judgement alone")
     rerank: Optional[Literal[RERANKERS]] = None
     lost_in_the_middle: Optional[bool] = None

@@ -28,7 +28,7 @@ from chunkrag_core.settings import Settings
 from search_extension.chunk_filter import FilterOptions, judge_in_threads, run_filter
 from search_extension.processors.relevance import ScoringOptions
 from local_services.celery_workers import CeleryWorkers
-from tests.support.scripted_openai import ScriptedOpenAI, completion, error
+from tests.support.scripted_openai import is_listwise, listwise_choice, ScriptedOpenAI, completion, error
 from workers.app import make_app, visibility_timeout_s
 from workers.dispatch import WorkersUnavailable, celery_judge_many, check_workers
 from workers.score_cache import hashed_key
@@ -47,6 +47,8 @@ def prompt_of(request: dict) -> str:
 
 
 def judge_by_mark(request: dict):
+    if is_listwise(request):
+        return listwise_choice(MARK, probability=0.9)(request)
     chunk = prompt_of(request).split("Chunk:", 1)[1]
     return completion("Yes", yes_probability=0.9 if MARK in chunk else 0.1)(request)
 
@@ -180,12 +182,19 @@ def test_judging_on_workers_equals_judging_in_threads(model_server, judge_many, 
     assert on_workers == in_threads
     assert [j.base for j in on_workers] == pytest.approx([0.9, 0.1, 0.9, 0.1, 0.1])
     # the same filter decisions either way
-    options = FilterOptions(answer=False)
+    options = FilterOptions(answer=False, scoring=ScoringOptions())  # per-chunk multi-stage
     query_2 = unique("Which fruit is red?")
     by_threads = run_filter(query_2, chunks, model=chat, options=options)
     by_workers = run_filter(query_2, chunks, model=chat, options=options, judge_many=judge_many)
     assert [(d.chunk.chunk_id, d.kept, d.reason) for d in by_workers.decisions] == [(d.chunk.chunk_id, d.kept, d.reason) for d in by_threads.decisions]
     assert {c.chunk_id for c in by_workers.kept} == {"doc:0", "doc:2"}
+    # Listwise: one batch of five chunks is one task and one call, on workers as in threads.
+    listwise = ScoringOptions(method="listwise")
+    query_3 = unique("Which fruit is red?")
+    listwise_threads = judge_in_threads(chat, threads=2, model_name=MODEL)(query_3, chunks, listwise)
+    listwise_workers = judge_many(unique("Which fruit is red?"), chunks, listwise)
+    assert [j.base for j in listwise_workers] == [j.base for j in listwise_threads]
+    assert sum(j.calls for j in listwise_workers) == 1 and max(listwise_workers, key=lambda j: j.base) is listwise_workers[0]
 
 
 def test_a_repeated_query_costs_no_model_call_and_its_scores_live_in_redis(model_server, judge_many, redis_db):
@@ -238,7 +247,7 @@ def test_a_bad_request_fails_at_once_and_its_chunks_are_unscored_with_the_reason
     query = unique("Which fruit is red?")
     router.routes[query] = error(400, "model does not exist")
     chat = OpenAICompatibleChat(model=MODEL, base_url=model_server.base_url)
-    result = run_filter(query, chunks_of(f"Apples are {MARK}.", "Bananas are yellow."), model=chat, options=FilterOptions(answer=False, fallback="not_found"), judge_many=judge_many)
+    result = run_filter(query, chunks_of(f"Apples are {MARK}.", "Bananas are yellow."), model=chat, options=FilterOptions(answer=False, fallback="not_found", scoring=ScoringOptions()), judge_many=judge_many)
     assert [d.reason for d in result.decisions] == ["unscored", "unscored"] and result.nothing_relevant
 
 

@@ -49,7 +49,7 @@ def listwise_choice(marker: str, probability: float = 0.95) -> Reply:
         prompt = request["messages"][-1]["content"]
         passages = re.findall(r"^\[(\d)\] (.*)$", prompt, flags=re.MULTILINE)
         label = next((number for number, text in passages if marker in text), "0")
-        other = "0" if label != "0" else "1"
+        other = "0" if label != "0" else "None"  # "none": no passage gets any mass
         status, body = completion(label)(request)
         alternatives = [{"token": label, "logprob": math.log(probability), "bytes": None}, {"token": other, "logprob": math.log(1 - probability), "bytes": None}]
         body["choices"][0]["logprobs"] = {"content": [{**alternatives[0], "top_logprobs": alternatives}]}

@@ -44,7 +44,7 @@ def test_every_option_is_read_into_typed_values():
     raw = {
         "query": "q", "rewrite": True, "candidates": 12, "mode": "bm25", "stages": True, "redundancy_threshold": None,
         "scoring": {"method": "yes_no", "critic": "off", "reflect_band": [0.2, 0.8], "use_logprobs": False, "weights": [1, 0, 0], "listwise_batch": 4},
-        "threshold": "fixed", "fixed_threshold": 0.6, "fallback": "not_found", "fallback_k": 2, "prior_weight": 0.25, "rerank": "off",
+        "threshold": "fixed", "fixed_threshold": 0.6, "fallback": "not_found", "fallback_k": 2, "min_score": 0.05, "prior_weight": 0.25, "rerank": "off",
         "lost_in_the_middle": False, "answer": False, "include_dropped": True, "budget_s": 7,
     }
     parsed = options(raw)
@@ -53,7 +53,7 @@ def test_every_option_is_read_into_typed_values():
         filter=FilterOptions(
             redundancy_threshold=None,
             scoring=ScoringOptions(method="yes_no", critic="off", reflect_band=(0.2, 0.8), use_logprobs=False, weights=(1.0, 0.0, 0.0), listwise_batch=4),
-            threshold="fixed", fixed_threshold=0.6, fallback="not_found", fallback_k=2, prior_weight=0.25, rerank="off", lost_in_the_middle=False, answer=False,
+            threshold="fixed", fixed_threshold=0.6, fallback="not_found", fallback_k=2, min_score=0.05, prior_weight=0.25, rerank="off", lost_in_the_middle=False, answer=False,
         ),
     )
     assert set(raw) == set(OPTION_KEYS) and set(raw["scoring"]) == set(SCORING_KEYS)
