@@ -11,7 +11,7 @@ import sys
 from importlib import resources
 from typing import Sequence
 
-from chunkrag_core.settings import ChatSettings, Settings, SettingsError
+from chunkrag_core.settings import Settings, SettingsError
 from search_extension.queries import MODES
 
 
@@ -270,7 +270,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if services_main(["up"]) != 0:
             return 1
         # The local model only when no other OpenAI-compatible server is configured.
-        if not args.no_filter and _settings(args).chat.base_url == ChatSettings().base_url and services_main(["up", "--only", "llm"]) != 0:
+        if not args.no_filter and not os.environ.get("CHUNKRAG_CHAT_BASE_URL") and services_main(["up", "--only", "llm"]) != 0:
             return 1
     settings = _settings(args)
     client = _connected(settings)

@@ -199,6 +199,10 @@ def _embedder_from_env(base: EmbedderSettings, env: Mapping[str, str]) -> Embedd
 
 
 def _chat_from_env(base: ChatSettings, env: Mapping[str, str]) -> ChatSettings:
+    # Without CHUNKRAG_CHAT_BASE_URL the project's own model server is meant,
+    # on the port it was told to use.
+    if env.get("CHUNKRAG_LLM_PORT"):
+        base = replace(base, base_url=f"http://127.0.0.1:{env['CHUNKRAG_LLM_PORT']}/v1")
     settings = _overlay(base, env, "CHUNKRAG_CHAT_")
     return replace(settings, api_key=env.get("CHUNKRAG_CHAT_API_KEY") or env.get("OPENAI_API_KEY") or None)
 

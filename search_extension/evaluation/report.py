@@ -30,3 +30,12 @@ def write_report(path: str | Path, summary: dict[str, Any], report: EvalReport) 
 
 def _mark(flag: bool | None) -> str:
     return "-" if flag is None else ("yes" if flag else "no")
+
+
+def load_report(path: str | Path) -> EvalReport:
+    """An :class:`EvalReport` back from a file :func:`write_report` wrote
+    (to plot or re-summarise a finished run without running it again)."""
+    payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    questions = tuple(QuestionOutcome(**{k: tuple(v) if isinstance(v, list) else v for k, v in q.items()}) for q in payload["questions"])
+    summary = payload["summary"]
+    return EvalReport(summary["dataset"], questions, "", summary.get("ingest_seconds", 0.0), summary.get("skipped_records", 0))

@@ -45,3 +45,11 @@ def test_local_service_ports_shape_the_default_urls():
     settings = Settings.from_env({"CHUNKRAG_ES_PORT": "9210", "CHUNKRAG_REDIS_PORT": "6390"})
     assert settings.es_url == "http://127.0.0.1:9210" and settings.redis_url == "redis://127.0.0.1:6390/0"
     assert Settings.from_env({}).es_url == "http://127.0.0.1:9200"
+
+
+def test_the_chat_model_follows_the_local_model_port_unless_a_url_is_given():
+    from chunkrag_core.settings import Settings
+
+    assert Settings.from_env({}).chat.base_url == "http://127.0.0.1:8088/v1"
+    assert Settings.from_env({"CHUNKRAG_LLM_PORT": "18088"}).chat.base_url == "http://127.0.0.1:18088/v1"
+    assert Settings.from_env({"CHUNKRAG_LLM_PORT": "18088", "CHUNKRAG_CHAT_BASE_URL": "https://x/v1"}).chat.base_url == "https://x/v1"

@@ -1,0 +1,26 @@
+"""Figures of finished filter benchmarks, from their per-question files:
+
+    python -m bench.filter_plots filter_popqa_dev filter_pubhealth_dev
+
+writes bench/results/plots/<name>/*.png.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from bench.common import RESULTS
+from search_extension.evaluation.plots import write_plots
+from search_extension.evaluation.report import load_report
+
+
+def main(names: list[str]) -> int:
+    for name in names:
+        report = load_report(RESULTS / f"{name}.questions.json")
+        for path in write_plots(report, RESULTS / "plots" / name, name):
+            print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
