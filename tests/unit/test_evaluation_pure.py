@@ -79,3 +79,11 @@ def test_verdict_reads_the_first_true_or_false_word():
     assert verdict_from_chunks("claim", [], One(" False.")).label == "false"
     assert verdict_from_chunks("claim", [], One("It is TRUE")).label == "true"
     assert verdict_from_chunks("claim", [], One("unclear")).label is None
+
+
+def test_the_shared_files_of_each_format_read_cleanly(shared_eval):
+    for fmt, expected in (("popqa", 200), ("pubhealth", 150), ("bio", 50)):
+        detected, items, bad = read_items(shared_eval / fmt / "dev.jsonl")
+        assert detected == fmt and len(items) == expected and not bad, fmt
+    _, bios, _ = read_items(shared_eval / "bio" / "dev.jsonl", limit=1)
+    assert bios[0].question.startswith("Tell me a bio of") and ":" in bios[0].pool.split("\n\n")[0]
