@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--threshold", choices=["dynamic", "llm", "fixed"], default="dynamic")
     ask.add_argument("--fixed-threshold", type=float, default=0.5)
     ask.add_argument("--fallback", choices=["top_k", "not_found"], default="top_k", help="when nothing passes: keep the top chunks, or answer that nothing was found")
+    ask.add_argument("--method", default="listwise", choices=["listwise", "multistage", "yes_no", "likert"], help="relevance scoring (listwise: up to nine chunks per call; multistage: the paper's score, reflection, critic per chunk)")
     ask.add_argument("--no-answer", action="store_true", help="filter only; do not write an answer")
     ask.set_defaults(handler=cmd_ask)
 
@@ -169,7 +170,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from search_extension.retriever import HybridRetriever
 
     settings = _settings(args)
-    options = FilterOptions(threshold=args.threshold, fixed_threshold=args.fixed_threshold, fallback=args.fallback, answer=not args.no_answer)
+    from search_extension.processors.relevance import ScoringOptions
+
+    options = FilterOptions(scoring=ScoringOptions(method=args.method), threshold=args.threshold, fixed_threshold=args.fixed_threshold, fallback=args.fallback, answer=not args.no_answer)
     retriever = HybridRetriever(_connected(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
     result = ask(args.question, retriever=retriever, model=make_chat(settings.chat), options=options, candidates=args.candidates, parallel=settings.chat.parallel, model_name=settings.chat.model)
     print_ask(result, sys.stdout)

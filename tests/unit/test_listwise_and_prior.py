@@ -5,27 +5,10 @@ import math
 
 import pytest
 
-from chunkrag_core.providers.chat import ChatRequest, ChatResponse
+from chunkrag_core.providers.chat import ChatResponse
 from search_extension.chunk_filter import FilterOptions, judge_in_threads, with_retrieval_prior
 from search_extension.processors.relevance import Judgement, ScoringOptions, judge_batch, judge_listwise, scoring_batches
-
-
-class ScriptedChat:
-    def __init__(self, *responses: ChatResponse):
-        self.responses = list(responses)
-        self.requests: list[ChatRequest] = []
-
-    def complete(self, request: ChatRequest) -> ChatResponse:
-        self.requests.append(request)
-        return self.responses.pop(0)
-
-
-class DictCache(dict):
-    def get(self, key):
-        return super().get(key)
-
-    def set(self, key, value):
-        self[key] = value
+from tests.support.chat_doubles import DictCache, ScriptedChat
 
 
 def labels(**probabilities: float) -> ChatResponse:

@@ -5,30 +5,13 @@ import math
 
 import pytest
 
-from chunkrag_core.providers.chat import ChatRequest, ChatResponse
+from chunkrag_core.providers.chat import ChatResponse
 from search_extension.processors.relevance import ScoringOptions, combine, heuristic_critic, judge
-
-
-class ScriptedChat:
-    def __init__(self, *responses: ChatResponse):
-        self.responses = list(responses)
-        self.requests: list[ChatRequest] = []
-
-    def complete(self, request: ChatRequest) -> ChatResponse:
-        self.requests.append(request)
-        return self.responses.pop(0)
+from tests.support.chat_doubles import DictCache, ScriptedChat
 
 
 def yes(p: float) -> ChatResponse:
     return ChatResponse(text="Yes" if p >= 0.5 else "No", prompt_tokens=80, completion_tokens=1, first_token_logprobs={"Yes": math.log(p), "No": math.log(1 - p)})
-
-
-class DictCache(dict):
-    def get(self, key):
-        return super().get(key)
-
-    def set(self, key, value):
-        self[key] = value
 
 
 def test_confident_base_score_costs_one_call():
