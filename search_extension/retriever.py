@@ -20,6 +20,10 @@ class RetrievalError(ValueError):
     """A retrieval request that cannot be served as asked."""
 
 
+class IndexNotFound(RetrievalError):
+    """The index (or alias) searched does not exist."""
+
+
 @dataclass(frozen=True, slots=True)
 class RetrievalResult:
     chunks: tuple[Chunk, ...]
@@ -96,7 +100,10 @@ class HybridRetriever:
         sides = []
         for item in response["responses"]:
             if "error" in item:
-                raise RetrievalError(f"one side of the hybrid search failed: {item['error']}")
+                error = item["error"]
+                if item.get("status") == 404 or (isinstance(error, dict) and error.get("type") == "index_not_found_exception"):
+                    raise IndexNotFound(f"no such index [{self.index}]")
+                raise RetrievalError(f"one side of the hybrid search failed: {error}")
             sides.append([(_fusion_key(hit, spec.collapse_field), chunk_from_hit(hit)) for hit in item["hits"]["hits"]])
         return sides[0], sides[1]
 

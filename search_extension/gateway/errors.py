@@ -58,10 +58,12 @@ def from_exception(exc: BaseException, *, es_url: str) -> GatewayError:
     from chunkrag_core.providers.chat import ChatError
     from chunkrag_core.providers.embedding import EmbeddingError
     from search_extension.gateway.dialect import OptionError
-    from search_extension.retriever import RetrievalError
+    from search_extension.retriever import IndexNotFound, RetrievalError
 
     if isinstance(exc, GatewayError):
         return exc
+    if isinstance(exc, IndexNotFound):
+        return GatewayError(404, "index_not_found_exception", str(exc))
     if isinstance(exc, (OptionError, RetrievalError)):
         return bad_request(str(exc))
     if isinstance(exc, elasticsearch.ApiError):

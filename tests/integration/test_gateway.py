@@ -174,6 +174,13 @@ def test_bad_requests_are_refused_in_elasticsearch_shape(client, gateway, index,
     with pytest.raises(ApiError) as too_large:
         client.search(index=index, query={"match": {"text": "x" * settings.gateway.max_body_bytes}})
     assert too_large.value.meta.status == 413
+    # A missing index is a 404 with ext.chunkrag as without it.
+    from elasticsearch import NotFoundError
+
+    for ext in ({}, {"ext": {"chunkrag": {"stages": False}}}):
+        with pytest.raises(NotFoundError) as missing:
+            client.search(index=f"{index}-missing", query={"match": {"text": QUESTION}}, **ext)
+        assert missing.value.body["error"]["type"] == "index_not_found_exception"
 
 
 def test_model_failures(client, index):
