@@ -78,3 +78,19 @@ def test_pubhealth_verdicts_are_graded(es, embedder, settings, shared_eval, eval
     assert summary["answer_in_context_before"] is None  # no gold answer strings in PubHealth
     assert summary["graded"] == 2
     assert summary["accuracy"] == sum(item.label == "true" for item in items) / 2
+
+
+def test_the_eval_command_writes_its_report_and_plots(es, settings, shared_eval, eval_index, tmp_path, monkeypatch, capsys):
+    import json
+
+    from chunkrag_cli.main import main
+
+    with ScriptedOpenAI(default=lambda request: listwise_choice("")(request) if is_listwise(request) else completion("x")(request)) as server:
+        monkeypatch.setenv("CHUNKRAG_CHAT_BASE_URL", server.base_url)
+        code = main(["eval", str(shared_eval / "popqa" / "dev.jsonl"), "--limit", "2", "--index", eval_index, "--out", str(tmp_path / "report.json"), "--plots", str(tmp_path / "plots")])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["questions"] == 2 and summary["options"]["method"] == "listwise"
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["summary"]["questions"] == 2 and len(written["questions"]) == 2
+    assert {p.name for p in (tmp_path / "plots").iterdir()} >= {"kept_vs_threshold.png", "scores_by_gold.png", "context_budget.png"}
