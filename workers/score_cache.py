@@ -10,12 +10,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 
 from chunkrag_core.settings import redact_url
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "chunkrag:score:"
+# After a failure the cache is skipped for this long: with Redis down, every
+# lookup would otherwise wait out the connect timeout (a listwise batch makes
+# nine lookups).
+RETRY_AFTER_FAILURE_S = 30.0
 
 
 def hashed_key(long_key: str, prefix: str = DEFAULT_PREFIX) -> str:
@@ -36,6 +41,7 @@ class RedisScoreCache:
         self._lock = threading.Lock()
         self.ttl_s = int(ttl_s)
         self.prefix = prefix
+        self._skip_until = 0.0
 
     @classmethod
     def from_url(cls, url: str, ttl_s: int, prefix: str = DEFAULT_PREFIX) -> RedisScoreCache:
@@ -55,6 +61,8 @@ class RedisScoreCache:
         return hashed_key(long_key, self.prefix)
 
     def get(self, key: str) -> float | None:
+        if time.monotonic() < self._skip_until:
+            return None
         try:
             raw = self.client.get(self.key(key))
         except Exception as exc:  # noqa: BLE001 - any cache failure is a miss, by design
@@ -69,11 +77,14 @@ class RedisScoreCache:
             return None
 
     def set(self, key: str, value: float) -> None:
+        if time.monotonic() < self._skip_until:
+            return
         try:
             self.client.set(self.key(key), repr(float(value)), ex=self.ttl_s if self.ttl_s > 0 else None)
         except Exception as exc:  # noqa: BLE001
             self._warn("write", exc)
 
     def _warn(self, action: str, exc: Exception) -> None:
+        self._skip_until = time.monotonic() + RETRY_AFTER_FAILURE_S
         where = redact_url(self._url) if self._url else "redis"
-        log.warning("score cache %s at %s failed (%s: %s); judging without the cache", action, where, type(exc).__name__, exc)
+        log.warning("score cache %s at %s failed (%s: %s); judging without the cache for %g s", action, where, type(exc).__name__, exc, RETRY_AFTER_FAILURE_S)

@@ -30,6 +30,7 @@ class Edges:
         self._judge_many_factory = judge_many_factory
         self._celery = None
         self._reranker = None
+        self._score_cache = None
         self._capabilities = None
         self._lock = threading.Lock()  # the blocking edges are made from worker threads
 
@@ -91,7 +92,19 @@ class Edges:
             from workers.dispatch import celery_judge_many
 
             return celery_judge_many(self.celery, settings=self.settings, budget_s=budget_s)
-        return judge_in_threads_within(self.model, threads=self.settings.chat.parallel, budget_s=budget_s, model_name=self.settings.chat.model)
+        return judge_in_threads_within(self.model, threads=self.settings.chat.parallel, budget_s=budget_s, model_name=self.settings.chat.model, cache=self.score_cache)
+
+    @property
+    def score_cache(self):
+        """The workers' Redis score cache, shared by in-process judging: a
+        repeated query costs no model call either way. A cache that cannot
+        reach Redis is a miss, never an error."""
+        with self._lock:
+            if self._score_cache is None:
+                from workers.score_cache import RedisScoreCache
+
+                self._score_cache = RedisScoreCache.from_url(self.settings.redis_url, self.settings.workers.cache_ttl_s)
+            return self._score_cache
 
     def budget_s(self, options: ChunkragOptions) -> float:
         return options.budget_s if options.budget_s is not None else self.settings.workers.query_budget_s

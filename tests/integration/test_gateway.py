@@ -50,6 +50,22 @@ def by_content(request):
     return completion("Yes", yes_probability=0.95 if "Tokyo is the capital" in chunk else 0.05)(request)
 
 
+# The score cache lives in Redis across runs; these tests count model calls,
+# so they get a database of their own, emptied before each test.
+CACHE_DB = 8
+
+
+def own_cache(settings):
+    return dataclasses.replace(settings, redis_url=settings.redis_url.rsplit("/", 1)[0] + f"/{CACHE_DB}")
+
+
+@pytest.fixture(autouse=True)
+def empty_cache(settings):
+    import redis
+
+    redis.Redis.from_url(own_cache(settings).redis_url).flushdb()
+
+
 @pytest.fixture(scope="module")
 def index(es, embedder, settings):
     name = f"test-gateway-{uuid.uuid4().hex[:10]}"
@@ -71,7 +87,7 @@ def model_server():
 @pytest.fixture(scope="module")
 def gateway(settings, embedder, model_server, index):
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
-    with serving(create_app(settings, model=model, embedder=embedder)) as url:
+    with serving(create_app(own_cache(settings), model=model, embedder=embedder)) as url:
         yield url
 
 
@@ -200,10 +216,10 @@ def test_budget_and_model_timeout(settings, embedder, model_server, index):
     slow_model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=0.5)
     patient_model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
     question = f"{QUESTION} {MODEL_STALLS}"
-    with serving(create_app(settings, model=patient_model, embedder=embedder)) as url:
+    with serving(create_app(own_cache(settings), model=patient_model, embedder=embedder)) as url:
         late = httpx.post(f"{url}/v1/ask", json={"index": index, "question": question, "options": {"candidates": 2, "budget_s": 0.3}}, timeout=30)
     assert late.status_code == 200 and {c["reason"] for c in late.json()["chunks"]} <= {"unscored", "fallback"}
-    with serving(create_app(settings, model=slow_model, embedder=embedder)) as url:
+    with serving(create_app(own_cache(settings), model=slow_model, embedder=embedder)) as url:
         timed_out = httpx.post(f"{url}/v1/ask", json={"index": index, "question": question, "options": {"candidates": 2}}, timeout=30)
     assert timed_out.status_code == 504 and timed_out.json()["error"]["type"] == "timeout_exception"
 

@@ -208,3 +208,17 @@ def test_a_re_sent_batch_reports_whichever_task_finished_and_says_it_was_re_sent
     judged = _noted([Judgement(0.9, None, None, 0.9, notes=("earlier",))], batch.notes)
     assert judged[0].combined == 0.9 and judged[0].notes == ("earlier", "re-sent after worker w2@host stopped answering")
     assert _noted([unscored("late")], []) == [unscored("late")]
+
+
+def test_after_a_failure_the_cache_is_skipped_for_a_while():
+    class CountingBroken(BrokenRedis):
+        calls = 0
+
+        def get(self, key):
+            CountingBroken.calls += 1
+            return super().get(key)
+
+    cache = RedisScoreCache(CountingBroken(), ttl_s=60)
+    assert cache.get("a") is None and cache.get("b") is None
+    cache.set("c", 0.5)
+    assert CountingBroken.calls == 1  # the later lookups did not wait on a dead Redis
