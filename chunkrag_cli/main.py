@@ -192,6 +192,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
+    from search_extension.ask import judge_many_for
     from search_extension.chunk_filter import FilterOptions
     from search_extension.evaluation.datasets import read_items
     from search_extension.evaluation.report import print_outcome, write_report
@@ -213,7 +214,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model = make_chat(settings.chat)
     report = evaluate(
         items, fmt, client=_connected(settings), embedder=make_embedder(settings.embedder), settings=settings, model=model, options=options,
-        judge_many=_judge_many(args.judge or settings.workers.judge, settings, model), index=args.index or f"chunkrag-eval-{fmt}",
+        judge_many=judge_many_for(dataclasses.replace(settings, workers=dataclasses.replace(settings.workers, judge=args.judge or settings.workers.judge)), model), index=args.index or f"chunkrag-eval-{fmt}",
         generate=args.generate, on_question=lambda outcome: print_outcome(outcome, sys.stderr),
     )
     summary = {**report.summary(), "skipped_records": len(bad), "options": {"method": args.method, "prior_weight": args.prior_weight, "threshold": args.threshold, "redundancy": not args.no_redundancy, "judge": args.judge or settings.workers.judge, "model": settings.chat.model}}
@@ -226,16 +227,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
     print(json.dumps(summary, indent=2))
     return 0
-
-
-def _judge_many(where: str, settings: Settings, model):
-    from search_extension.chunk_filter import judge_in_threads
-
-    if where == "celery":
-        from workers.dispatch import celery_judge_many
-
-        return celery_judge_many(settings=settings)
-    return judge_in_threads(model, threads=settings.chat.parallel, model_name=settings.chat.model)
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:

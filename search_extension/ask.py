@@ -5,14 +5,11 @@ retrieval, then the chunk filter. One call, used by the CLI, the gateway and
 from __future__ import annotations
 
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
 from search_extension.chunk_filter import FilterOptions, FilterResult, JudgeMany, judge_in_threads, run_filter
-from search_extension.processors.relevance import Judgement, ScoringOptions, judge_batch, scoring_batches
 from search_extension.processors.rewrite import Rewrite, rewrite_query
 from search_extension.retriever import HybridRetriever, RetrievalResult
 
@@ -95,31 +92,14 @@ def ask(
     return AskResult(question, retrieval, filtered, rewritten, timings)
 
 
-def judge_in_threads_within(model: ChatModel, *, threads: int, budget_s: float, model_name: str = "", cache=None) -> JudgeMany:
-    """Like ``judge_in_threads`` (one batch per thread: a listwise batch, or
-    one chunk), but a chunk not judged within ``budget_s`` is returned
-    unjudged (the filter reports it "unscored") instead of holding the answer
-    back, the same contract as the Celery dispatcher. A provider error still
-    propagates, as soon as it happens."""
+def judge_many_for(settings, model: ChatModel | None, *, budget_s: float | None = None, cache=None, celery_app=None) -> JudgeMany:
+    """Where judging runs, as ``settings.workers.judge`` says: on the Celery
+    workers, or in threads here (``settings.chat.parallel`` at once)."""
+    if settings.workers.judge == "celery":
+        from workers.dispatch import celery_judge_many
 
-    def judge_many(query: str, chunks: Sequence[Chunk], options: ScoringOptions) -> list[Judgement]:
-        size = options.listwise_batch if options.method == "listwise" else 1
-        batches = scoring_batches(len(chunks), size)
-        pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="judge")
-        try:
-            futures = [pool.submit(judge_batch, query, [chunks[i].text for i in part], model, options, cache=cache, model_name=model_name) for part in batches]
-            done, _ = wait(futures, timeout=budget_s, return_when=FIRST_EXCEPTION)
-        finally:
-            # Calls already in flight finish in the background (each bounded
-            # by the chat timeout); queued ones never start.
-            pool.shutdown(wait=False, cancel_futures=True)
-        late = Judgement(None, None, None, None, notes=(f"not judged within the budget of {budget_s:g} s",))
-        judgements: list[Judgement] = []
-        for part, future in zip(batches, futures):
-            judgements.extend(future.result() if future in done else [late] * len(part))
-        return judgements
-
-    return judge_many
+        return celery_judge_many(celery_app, settings=settings, budget_s=budget_s)
+    return judge_in_threads(model, threads=settings.chat.parallel, cache=cache, model_name=settings.chat.model, budget_s=budget_s)
 
 
 def _ms_since(started: float) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -86,16 +86,32 @@ class FilterResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
-def judge_in_threads(model: ChatModel, threads: int = 4, cache=None, model_name: str = "") -> JudgeMany:
+def judge_in_threads(model: ChatModel, threads: int = 4, cache=None, model_name: str = "", budget_s: float | None = None) -> JudgeMany:
     """Judging in this process: one batch per thread (a listwise batch, or
-    a single chunk for the per-chunk methods)."""
+    a single chunk for the per-chunk methods). With ``budget_s``, a chunk not
+    judged in time is returned unjudged (the filter reports it "unscored")
+    instead of holding the answer back, the same contract as the Celery
+    dispatcher. A provider error propagates as soon as it happens."""
 
     def judge_many(query: str, chunks: Sequence[Chunk], options: ScoringOptions) -> list[Judgement]:
         size = options.listwise_batch if options.method == "listwise" else 1
         batches = scoring_batches(len(chunks), size)
-        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            results = pool.map(lambda part: judge_batch(query, [chunks[i].text for i in part], model, options, cache=cache, model_name=model_name), batches)
-            return [j for batch in results for j in batch]
+        pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="judge")
+        try:
+            futures = [pool.submit(judge_batch, query, [chunks[i].text for i in part], model, options, cache=cache, model_name=model_name) for part in batches]
+            done, _ = wait(futures, timeout=budget_s, return_when=FIRST_EXCEPTION)
+        finally:
+            # Calls already in flight finish in the background (each bounded
+            # by the chat timeout); queued ones never start.
+            pool.shutdown(wait=False, cancel_futures=True)
+        for future in done:
+            if future.exception() is not None:
+                raise future.exception()
+        late = Judgement(None, None, None, None, notes=(f"not judged within the budget of {budget_s:g} s",)) if budget_s is not None else None
+        judgements: list[Judgement] = []
+        for part, future in zip(batches, futures):
+            judgements.extend(future.result() if future in done else [late] * len(part))
+        return judgements
 
     return judge_many
 

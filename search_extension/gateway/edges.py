@@ -8,7 +8,7 @@ import threading
 from typing import Any, Callable, Mapping, Sequence
 
 from chunkrag_core.settings import Settings, redact_url
-from search_extension.ask import AskResult, ask, judge_in_threads_within
+from search_extension.ask import AskResult, ask, judge_many_for
 from search_extension.chunk_filter import JudgeMany
 from search_extension.gateway import errors
 from search_extension.gateway.dialect import ChunkragOptions
@@ -89,10 +89,8 @@ class Edges:
         if self._judge_many_factory is not None:
             return self._judge_many_factory(budget_s)
         if self.settings.workers.judge == "celery":
-            from workers.dispatch import celery_judge_many
-
-            return celery_judge_many(self.celery, settings=self.settings, budget_s=budget_s)
-        return judge_in_threads_within(self.model, threads=self.settings.chat.parallel, budget_s=budget_s, model_name=self.settings.chat.model, cache=self.score_cache)
+            return judge_many_for(self.settings, None, budget_s=budget_s, celery_app=self.celery)
+        return judge_many_for(self.settings, self.model, budget_s=budget_s, cache=self.score_cache)
 
     @property
     def score_cache(self):

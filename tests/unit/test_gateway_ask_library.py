@@ -8,7 +8,8 @@ import pytest
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatError, ChatResponse
-from search_extension.ask import ask, judge_in_threads_within
+from search_extension.ask import ask
+from search_extension.chunk_filter import judge_in_threads
 from search_extension.chunk_filter import FilterOptions
 from search_extension.processors.relevance import ScoringOptions
 from search_extension.retriever import RetrievalResult
@@ -65,7 +66,7 @@ def test_rewrite_feeds_retrieval_and_judging_and_counts_in_usage():
 
 
 def test_judging_within_a_budget_leaves_late_chunks_unjudged():
-    judge_many = judge_in_threads_within(Model(delay_s=1.0), threads=2, budget_s=0.2)
+    judge_many = judge_in_threads(Model(delay_s=1.0), threads=2, budget_s=0.2)
     started = time.perf_counter()
     judgements = judge_many("q", CHUNKS, ScoringOptions())
     assert time.perf_counter() - started < 0.8
@@ -83,11 +84,11 @@ def test_listwise_batches_are_judged_and_timed_out_together():
             return ChatResponse(text="", prompt_tokens=10)
 
     model = Listwise()
-    judgements = judge_in_threads_within(model, threads=2, budget_s=5)("q", CHUNKS, ScoringOptions(method="listwise", listwise_batch=2))
+    judgements = judge_in_threads(model, threads=2, budget_s=5)("q", CHUNKS, ScoringOptions(method="listwise", listwise_batch=2))
     assert len(judgements) == 2 and len(model.prompts) == 1 and "a text" in model.prompts[0] and "b text" in model.prompts[0]
 
 
 def test_a_provider_error_while_judging_propagates():
-    judge_many = judge_in_threads_within(Model(fail_on="b text"), threads=2, budget_s=5)
+    judge_many = judge_in_threads(Model(fail_on="b text"), threads=2, budget_s=5)
     with pytest.raises(ChatError, match="400"):
         judge_many("q", CHUNKS, ScoringOptions())
