@@ -61,6 +61,13 @@ class Chunk:
     # Retrieval score and the per-stage scores later stages attach.
     score: float | None = field(default=None, compare=False)
     stage_scores: Mapping[str, float] = field(default_factory=dict, compare=False)
+    # Context for ranking models (document title, section path), stored and
+    # embedded alongside the text but never part of it: offsets stay exact.
+    header: str = ""
+    # The document text between the previous chunk's end (or the document's
+    # start) and this chunk's start, so a run of neighbouring chunks rebuilds
+    # the document text exactly. None where it was not stored.
+    lead: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.doc_id:
