@@ -1,6 +1,6 @@
-"""`services up|down|status|wait` for the local Elasticsearch, Redis and llm server.
+"""`services up|down|status|wait` for the local Elasticsearch, OpenSearch, Redis and llm server.
 
-Without `--only`, commands act on DEFAULT_SERVICES (Elasticsearch and Redis);
+Without `--only`, commands act on DEFAULT_SERVICES (Elasticsearch, OpenSearch and Redis);
 the llm server is started only with `--only llm`, but `down` also stops it.
 
 `register(subparsers)` plugs the group into the project's CLI;
@@ -13,15 +13,16 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from local_services import elasticsearch_node, llm_server, redis_server
+from local_services import elasticsearch_node, llm_server, opensearch_node, redis_server
 from local_services.elasticsearch_node import ElasticsearchSettings
 from local_services.llm_server import LlmSettings
+from local_services.opensearch_node import OpenSearchSettings
 from local_services.process import LocalServiceError, Log, ServiceStatus, print_line
 from local_services.redis_server import RedisSettings
 
 # What up/status/wait act on without --only.
-DEFAULT_SERVICES = ("elasticsearch", "redis")
-ALL_SERVICES = ("elasticsearch", "redis", "llm")
+DEFAULT_SERVICES = ("elasticsearch", "opensearch", "redis")
+ALL_SERVICES = ("elasticsearch", "opensearch", "redis", "llm")
 DEFAULT_WAIT_SECONDS = 120.0
 
 
@@ -44,6 +45,8 @@ def services_up(only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, 
         redis_server.up(RedisSettings.from_environ(), timeout, log)
     if "elasticsearch" in _selected(only):
         elasticsearch_node.up(ElasticsearchSettings.from_environ(), timeout, log)
+    if "opensearch" in _selected(only):
+        opensearch_node.up(OpenSearchSettings.from_environ(), timeout, log)
     if "llm" in _selected(only):
         llm_server.up(LlmSettings.from_environ(), timeout, log)
 
@@ -55,6 +58,8 @@ def services_down(only: str | None = None, log: Log = print_line) -> None:
         llm_server.down(LlmSettings.from_environ(), log)
     if "elasticsearch" in selected:
         elasticsearch_node.down(ElasticsearchSettings.from_environ(), log)
+    if "opensearch" in selected:
+        opensearch_node.down(OpenSearchSettings.from_environ(), log)
     if "redis" in selected:
         redis_server.down(RedisSettings.from_environ(), log)
 
@@ -63,6 +68,8 @@ def services_status(only: str | None = None, log: Log = print_line) -> list[Serv
     statuses = []
     if "elasticsearch" in _selected(only):
         statuses.append(elasticsearch_node.status(ElasticsearchSettings.from_environ(), log))
+    if "opensearch" in _selected(only):
+        statuses.append(opensearch_node.status(OpenSearchSettings.from_environ(), log))
     if "redis" in _selected(only):
         statuses.append(redis_server.status(RedisSettings.from_environ(), log))
     if "llm" in _selected(only):
@@ -77,6 +84,9 @@ def services_wait(only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS
     if "elasticsearch" in _selected(only):
         status = elasticsearch_node.wait_until_healthy(ElasticsearchSettings.from_environ(), timeout, log)
         log(f"elasticsearch healthy ({status})")
+    if "opensearch" in _selected(only):
+        status = opensearch_node.wait_until_healthy(OpenSearchSettings.from_environ(), timeout, log)
+        log(f"opensearch healthy ({status})")
     if "llm" in _selected(only):
         llm_server.wait_until_healthy(LlmSettings.from_environ(), timeout, log)
         log("llm server healthy")
@@ -157,8 +167,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add the `services` command group; each leaf sets `handler(args) -> int`."""
     group = subparsers.add_parser(
         "services",
-        help="local Elasticsearch, Redis and llm server for development and tests",
-        description="Manage the local single-node Elasticsearch, Redis and llm server (loopback only).",
+        help="local Elasticsearch, OpenSearch, Redis and llm server for development and tests",
+        description="Manage the local single-node Elasticsearch and OpenSearch, Redis and the llm server (loopback only).",
     )
     _add_commands(group, dest="services_command")
 
@@ -166,7 +176,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m local_services",
-        description="Manage the local single-node Elasticsearch, Redis and llm server (loopback only).",
+        description="Manage the local single-node Elasticsearch and OpenSearch, Redis and the llm server (loopback only).",
     )
     _add_commands(parser, dest="command")
     args = parser.parse_args(argv)

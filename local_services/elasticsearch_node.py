@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from local_services.java import find_java_home
+from local_services.maven import MAVEN_DEPENDENCY_PLUGIN, fetch_pinned, sha256_of  # noqa: F401 - re-exported
 from local_services.process import (
     ELASTICSEARCH_SYSTEM_USER,
     LOOPBACK,
@@ -58,7 +58,6 @@ from local_services.process import (
 ES_VERSION = "9.5.0"
 ES_ZIP_SHA256 = "db0e275fd790f723eca7bcde96069fd6fed304ad23afdb70c8c09553dd9e8b1b"
 MAVEN_ARTIFACT = f"org.elasticsearch.distribution.integ-test-zip:elasticsearch:{ES_VERSION}:zip"
-MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 
 CLUSTER_NAME = "chunkrag-local"
 NODE_NAME = "chunkrag-local-1"
@@ -69,7 +68,6 @@ STOP_GRACE_SECONDS = 30.0
 # `bin/elasticsearch -d` returns once the node has started (HTTP bound);
 # a cold JVM on 2 cores can take a while, a hang beyond this is a bug.
 LAUNCH_TIMEOUT_SECONDS = 300.0
-FETCH_TIMEOUT_SECONDS = 1800.0
 # Main class of the server JVM; distinguishes our node from a reused pid.
 SERVER_CMDLINE_MARKER = "org.elasticsearch.bootstrap.Elasticsearch"
 HEALTHY_STATUSES = ("green", "yellow")
@@ -203,14 +201,6 @@ def cluster_health(url: str, wait_for_status: str | None = None, timeout: float 
 # --- fetching and unpacking ----------------------------------------------------
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def zip_member_mode(info: zipfile.ZipInfo) -> int:
     """Permission bits stored in a zip entry (zipfile.extract ignores them).
 
@@ -243,48 +233,13 @@ def extract_zip_preserving_modes(zip_path: Path, destination: Path) -> None:
 
 
 def _download_with_maven(settings: ElasticsearchSettings, log: Log) -> None:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise LocalServiceError(
-            f"Maven ('mvn') is needed to download Elasticsearch {ES_VERSION} from Maven Central but is "
-            f"not on PATH. Install it ('apt-get install maven'), or place elasticsearch-{ES_VERSION}.zip "
-            f"(sha256 {ES_ZIP_SHA256}) at {settings.zip_path}."
-        )
-    log(f"fetching elasticsearch {ES_VERSION} from Maven Central with mvn…")
-    with tempfile.TemporaryDirectory(dir=settings.cache_dir, prefix=".fetch-") as staging:
-        command = [
-            mvn,
-            "-B",
-            "-q",
-            f"{MAVEN_DEPENDENCY_PLUGIN}:copy",
-            f"-Dartifact={MAVEN_ARTIFACT}",
-            f"-DoutputDirectory={staging}",
-        ]
-        try:
-            # cwd=staging: a pom.xml in the caller's directory would turn this
-            # into a build of that project.
-            result = subprocess.run(
-                command, cwd=staging, capture_output=True, text=True, timeout=FETCH_TIMEOUT_SECONDS
-            )
-        except subprocess.TimeoutExpired:
-            raise LocalServiceError(
-                f"mvn did not finish downloading {MAVEN_ARTIFACT} within {FETCH_TIMEOUT_SECONDS:.0f} s; "
-                f"check network access to Maven Central and retry"
-            ) from None
-        downloaded = Path(staging) / settings.zip_path.name
-        if result.returncode != 0 or not downloaded.is_file():
-            output = "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
-            raise LocalServiceError(
-                f"mvn failed to download {MAVEN_ARTIFACT} (exit {result.returncode}). Command: "
-                f"{' '.join(command)}\n{output}"
-            )
-        actual = sha256_of(downloaded)
-        if actual != ES_ZIP_SHA256:
-            raise LocalServiceError(
-                f"downloaded {downloaded.name} has sha256 {actual}, expected {ES_ZIP_SHA256}; "
-                f"refusing to use it. Delete ~/.m2/repository/org/elasticsearch/distribution and retry."
-            )
-        os.replace(downloaded, settings.zip_path)
+    fetch_pinned(
+        MAVEN_ARTIFACT,
+        ES_ZIP_SHA256,
+        settings.zip_path,
+        log,
+        cleanup_hint="Delete ~/.m2/repository/org/elasticsearch/distribution and retry.",
+    )
 
 
 def _unpack(settings: ElasticsearchSettings, log: Log) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from local_services import services_status
 from local_services.elasticsearch_node import ElasticsearchSettings, cluster_health, elasticsearch_url
+from local_services.opensearch_node import OpenSearchSettings, opensearch_url
 from local_services.redis_server import RedisSettings, parse_redis_url, ping, redis_url
 
 pytestmark = pytest.mark.integration
@@ -18,12 +19,13 @@ pytestmark = pytest.mark.integration
 HINT = "start them first: CHUNKRAG_HOME=<repo>/.chunkrag python -m local_services up"
 
 
-def test_status_reports_both_services_healthy():
+def test_status_reports_every_default_service_healthy():
     statuses = {status.name: status for status in services_status()}
-    assert set(statuses) == {"elasticsearch", "redis"}
+    assert set(statuses) == {"elasticsearch", "opensearch", "redis"}
     for status in statuses.values():
         assert status.healthy, f"{status.line()} -- {HINT}"
     assert statuses["elasticsearch"].health in ("green", "yellow")
+    assert statuses["opensearch"].health in ("green", "yellow")
     assert statuses["redis"].health == "PONG"
 
 
@@ -37,6 +39,20 @@ def test_elasticsearch_is_the_pinned_single_node_cluster():
             node = next(iter(json.load(response)["nodes"].values()))
         assert node["version"] == "9.5.0"
         assert node["settings"]["action"]["destructive_requires_name"] == "false"
+
+
+def test_opensearch_is_the_pinned_single_node_cluster_with_knn():
+    settings = OpenSearchSettings.from_environ()
+    health = cluster_health(opensearch_url(), timeout=10.0)
+    assert health["number_of_nodes"] == 1
+    if settings.external_url is None:
+        assert health["cluster_name"] == "chunkrag-local-opensearch"
+        with urllib.request.urlopen(f"{settings.url}/_nodes/_local/plugins", timeout=10) as response:
+            node = next(iter(json.load(response)["nodes"].values()))
+        assert node["version"] == "3.5.0"
+        assert "opensearch-knn" in {plugin["name"] for plugin in node["plugins"]}
+        # No security plugin: the node is plain HTTP on loopback, like the local Elasticsearch.
+        assert not any("security" in plugin["name"] for plugin in node["plugins"])
 
 
 def test_redis_answers_ping():
