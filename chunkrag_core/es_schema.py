@@ -18,6 +18,11 @@ VECTOR = "vector"
 DOC_ID = "doc_id"
 POSITION = "position"
 SECTION = "section"
+# The contextual chunk header (title, section path): its own BM25 field.
+HEADER = "header"
+# Document text between the previous chunk and this one, kept only in
+# _source so segments rebuild the document text exactly.
+LEAD = "lead"
 START = "start"
 END = "end"
 SENTENCE_COUNT = "sentence_count"
@@ -59,6 +64,7 @@ def index_body(*, dims: int, has_english: bool, vectors: VectorIndexSettings, sh
                 TITLE: {"type": "text", "analyzer": TEXT_ANALYZER, "fields": {"raw": {"type": "keyword", "ignore_above": 512}}},
                 SECTION: {"type": "keyword"},
                 TEXT: {"type": "text", "analyzer": TEXT_ANALYZER},
+                **added_properties(),
                 VECTOR: {
                     "type": "dense_vector",
                     "dims": dims,
@@ -76,6 +82,15 @@ def index_body(*, dims: int, has_english: bool, vectors: VectorIndexSettings, sh
     }
 
 
+def added_properties() -> dict[str, Any]:
+    """Fields added after the first release: an existing chunk index gets
+    them with an (additive) mapping update before new chunks are written."""
+    return {
+        HEADER: {"type": "text", "analyzer": TEXT_ANALYZER},
+        LEAD: {"type": "text", "index": False},
+    }
+
+
 def chunk_to_source(chunk: Chunk, *, fingerprint: str, doc_chunk_count: int) -> dict[str, Any]:
     if chunk.vector is None:
         raise ValueError(f"chunk {chunk.chunk_id} has no vector")
@@ -88,6 +103,8 @@ def chunk_to_source(chunk: Chunk, *, fingerprint: str, doc_chunk_count: int) -> 
         TITLE: chunk.title,
         SECTION: list(chunk.section),
         TEXT: chunk.text,
+        HEADER: chunk.header,
+        **({LEAD: chunk.lead} if chunk.lead is not None else {}),
         VECTOR: chunk.vector.tolist(),
         DOC_FINGERPRINT: fingerprint,
         DOC_CHUNK_COUNT: doc_chunk_count,
@@ -110,4 +127,6 @@ def chunk_from_hit(hit: Mapping[str, Any]) -> Chunk:
         metadata=source.get(METADATA) or {},
         vector=source.get(VECTOR),
         score=hit.get("_score"),
+        header=source.get(HEADER) or "",
+        lead=source.get(LEAD),
     )

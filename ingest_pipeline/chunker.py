@@ -73,6 +73,7 @@ def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings:
     per_doc: dict[int, list[Chunk]] = {i: [] for i in range(len(documents))}
     for i, (doc_index, path, (start, end), n_sentences, single) in enumerate(drafts):
         document = documents[doc_index]
+        previous_end = per_doc[doc_index][-1].end if per_doc[doc_index] else 0
         per_doc[doc_index].append(
             Chunk(
                 doc_id=document.doc_id,
@@ -85,6 +86,7 @@ def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings:
                 sentence_count=n_sentences,
                 metadata=document.metadata,
                 vector=single if single is not None else vector_of[i],
+                lead=document.text[previous_end:start],
             )
         )
     sentences_per_doc = [0] * len(documents)

@@ -29,6 +29,9 @@ def ensure_index(client, index: str, *, dims: int, vectors: VectorIndexSettings,
                 f"index {index!r} exists but is not a chunk index for {dims}-dim vectors "
                 f"(vector dims {found}); choose another --index or delete it"
             )
+        lacking = {name: spec for name, spec in schema.added_properties().items() if name not in properties}
+        if lacking:
+            client.indices.put_mapping(index=index, properties=lacking)
         return False
     body = schema.index_body(dims=dims, has_english=capabilities.has_english_analyzer, vectors=vectors)
     client.indices.create(index=index, settings=body["settings"], mappings=body["mappings"])

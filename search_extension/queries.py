@@ -146,3 +146,34 @@ def linear_retriever_body(spec: QuerySpec, bm25_weight: float = 0.5, knn_weight:
             }
         },
     }
+
+
+def position_runs(positions: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted positions as inclusive runs: (1, 2, 3, 7) -> [(1, 3), (7, 7)]."""
+    runs: list[tuple[int, int]] = []
+    for position in sorted(set(positions)):
+        if runs and position == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], position)
+        else:
+            runs.append((position, position))
+    return runs
+
+
+def positions_body(wanted: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+    """One request for the chunks at ``wanted`` positions of each document
+    (a segment's neighbours): a filter per document and run of positions,
+    sorted by document and position, without vectors."""
+    clauses = [
+        {"bool": {"filter": [{"term": {schema.DOC_ID: doc_id}}, {"range": {schema.POSITION: {"gte": lo, "lte": hi}}}]}}
+        for doc_id in sorted(wanted)
+        for lo, hi in position_runs(wanted[doc_id])
+    ]
+    if not clauses:
+        raise ValueError("no positions asked for")
+    return {
+        "size": sum(hi - lo + 1 for doc_id in wanted for lo, hi in position_runs(wanted[doc_id])),
+        "query": {"bool": {"filter": [{"bool": {"should": clauses, "minimum_should_match": 1}}]}},
+        "sort": [{schema.DOC_ID: "asc"}, {schema.POSITION: "asc"}],
+        "_source": {"excludes": [schema.VECTOR]},
+        "track_total_hits": False,
+    }

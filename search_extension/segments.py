@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
 
@@ -270,3 +270,24 @@ def assemble(plan: SegmentPlan, chunks: Iterable[Chunk]) -> Segment:
         raise SegmentError(f"segment {plan.doc_id}[{plan.first}:{plan.stop}] lacks chunk positions {missing}")
     run = tuple(by_position[p] for p in plan.positions)
     return Segment(plan.doc_id, plan.first, plan.stop, plan.value, run[0].start, run[-1].end, join_chunks(run), run)
+
+
+# Chunks at the given positions of each document, in one engine request
+# (search_extension.neighbours.fetch_positions over a client and an index).
+FetchPositions = Callable[[Mapping[str, Sequence[int]]], Sequence[Chunk]]
+
+
+def extract_segments(
+    candidates: Sequence[Chunk],
+    fetch: FetchPositions,
+    settings: SegmentSettings = SegmentSettings(),
+    relevance: Sequence[float] | None = None,
+) -> list[Segment]:
+    """RSE over candidates in rank order: plan the best segments, fetch the
+    neighbours they lack in one call, and rebuild each segment's text.
+    Chunks of a segment that were candidates keep their scores."""
+    plans = best_segments(document_values(candidates, settings, relevance), settings)
+    missing = missing_positions(plans, candidates)
+    fetched = list(fetch(missing)) if missing else []
+    held = [*fetched, *reversed(candidates)]  # a candidate wins, at its best rank
+    return [assemble(plan, held) for plan in plans]

@@ -1,0 +1,23 @@
+"""The one engine call segment extraction makes: fetch chunks by document
+and position. Kept apart so it can move behind a backend interface."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.es_schema import chunk_from_hit
+from search_extension import queries
+from search_extension.segments import FetchPositions
+
+
+def fetch_positions(client, index: str, wanted: Mapping[str, Sequence[int]]) -> list[Chunk]:
+    """The chunks at ``wanted`` positions, in one search request."""
+    if not any(wanted.values()):
+        return []
+    response = client.search(index=index, body=queries.positions_body(wanted))
+    return [chunk_from_hit(hit) for hit in response["hits"]["hits"]]
+
+
+def position_fetcher(client, index: str) -> FetchPositions:
+    return lambda wanted: fetch_positions(client, index, wanted)
