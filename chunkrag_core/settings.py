@@ -119,6 +119,33 @@ class GatewaySettings:
     # Candidates one ext.chunkrag query may send to the filter (each costs
     # model calls).
     max_candidates: int = 50
+    # "forward": every request reaches the cluster with the caller's own
+    # Authorization, so the cluster's security decides. "service": the
+    # gateway's credentials (ES_URL / ES_API_KEY), callers present a gateway
+    # API key from api_keys and reach only the indices it lists.
+    auth: str = "forward"
+    # "name:sha256-hex-of-key:index-pattern,index-pattern; ..." (service mode).
+    api_keys: str = field(default="", repr=False)
+    # Pass-through endpoint classes forwarded: "read" (search, count, msearch,
+    # mapping, field caps, scroll, PIT, index existence), "write" (other
+    # index APIs, _bulk), "cluster" (every other _ API); comma-separated.
+    passthrough: str = "read"
+    # Longest query text a filtered search may send to the model and embedder.
+    max_query_chars: int = 2000
+    # Model-stage queries judged at once; more wait in a queue of max_queued,
+    # and beyond that get 429 with Retry-After (each holds model calls).
+    max_filtered: int = 4
+    max_queued: int = 16
+    retry_after_s: int = 5
+    # Requests per second per caller (API key, or Authorization, or client
+    # address), with bursts of rate_burst; 0 turns the limit off.
+    rate_per_s: float = 0.0
+    rate_burst: int = 20
+    # A request body must arrive within this (a slow sender holds a slot).
+    body_timeout_s: float = 30.0
+    # HTTPS on the gateway itself when both are set (PEM files).
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
 
 
 @dataclass(frozen=True, slots=True)

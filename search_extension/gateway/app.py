@@ -25,9 +25,13 @@ from search_extension.gateway import errors
 from search_extension.gateway.body_limit import BodyLimit
 from search_extension.gateway.dialect import ChunkragSearch, OptionError, ask_response, chunkrag_block, parse_ask, parse_search, search_response
 from search_extension.gateway.edges import Edges, JudgeManyFactory
+from search_extension.gateway.guard import Guard
+from search_extension.gateway.identity import Authenticator, Caller, check_indices
 from search_extension.gateway.lane import PassthroughLane, request_target
+from search_extension.gateway.limits import FilteredQueue, RateLimiter
 from search_extension.gateway.models import AskRequest, AskResponse
 from search_extension.gateway.passthrough import HttpTransport
+from search_extension.gateway.policy import parse_classes
 from search_extension.gateway.responses import error_response, es_json
 
 
@@ -38,6 +42,11 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     ``passthrough.HttpTransport``) replace what would otherwise be made from
     ``settings`` on first use."""
     settings = settings or Settings.from_env()
+    limits = settings.gateway
+    # Misconfigured security fails here, at start, not on the first request.
+    authenticator = Authenticator.from_settings(limits)
+    classes = parse_classes(limits.passthrough)
+    queue = FilteredQueue(limits.max_filtered, limits.max_queued, limits.retry_after_s)
     edges = Edges(settings, es=es, model=model, embedder=embedder, judge_many_factory=judge_many_factory, http_transport=http_transport)
 
     @asynccontextmanager
@@ -49,9 +58,11 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     app = FastAPI(title="chunkrag gateway", version="0.1.0", lifespan=lifespan, docs_url="/v1/docs", redoc_url=None, openapi_url="/openapi.json",
                   description="Elasticsearch-compatible search with ChunkRAG's LLM chunk filter: add `ext.chunkrag` to a `_search` body. Every other request is forwarded to Elasticsearch unchanged.")
     app.state.edges = edges
-    # The last added runs first: the size limit guards the lane too.
+    # The last added runs first: the size limit guards everything, then the
+    # guard (who, how often, which endpoint), then the lane.
     app.add_middleware(PassthroughLane, passthrough=edges.passthrough)
-    app.add_middleware(BodyLimit, max_bytes=settings.gateway.max_body_bytes)
+    app.add_middleware(Guard, authenticator=authenticator, rate_limiter=RateLimiter(limits.rate_per_s, limits.rate_burst), passthrough_classes=classes)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     _add_error_handlers(app)
 
     @app.get("/v1/health", summary="Elasticsearch, Redis and (with judge=celery) the workers")
@@ -60,9 +71,11 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
         return es_json(report, 200 if report["ok"] else 503)
 
     @app.post("/v1/ask", response_model=AskResponse, summary="Retrieve, filter the chunks with the LLM judge, answer")
-    async def ask(request: AskRequest) -> Any:
-        decoded = parse_ask(request.question, request.options.model_dump(exclude_unset=True), max_candidates=settings.gateway.max_candidates)
-        result = await _call(edges, request.index, decoded)
+    async def ask(request: AskRequest, http: Request) -> Any:
+        caller = _caller(http)
+        check_indices(caller, tuple(request.index.split(",")), what="/v1/ask")
+        decoded = parse_ask(request.question, request.options.model_dump(exclude_unset=True), max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
+        result = await _call(edges, queue, request.index, decoded, caller)
         return ask_response(result, index=request.index)
 
     @app.post("/{index}/_search", summary="Elasticsearch _search; with ext.chunkrag, filtered by the LLM judge")
@@ -70,13 +83,14 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     async def search(index: str, request: Request) -> Response:
         body = await request.body()
         decoded = _json_body(body)
+        caller = _caller(request)
         if chunkrag_block(decoded) is None:  # "chunkrag" was only a word in the query
-            return await edges.passthrough.forward(request.method, request_target(request.scope), request.scope["headers"], body)
+            return await edges.passthrough.forward(request.method, request_target(request.scope), request.scope["headers"], body, caller)
         if request.url.query:
             raise errors.bad_request(f"query-string parameters are not supported with ext.chunkrag, got [{request.url.query}]; put options in ext.chunkrag")
         started = time.perf_counter()
-        parsed = parse_search(decoded, max_candidates=settings.gateway.max_candidates)
-        result = await _call(edges, index, parsed)
+        parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
+        result = await _call(edges, queue, index, parsed, caller)
         took_ms = (time.perf_counter() - started) * 1000
         payload = search_response(result, index=index, size=parsed.size, include_dropped=parsed.options.include_dropped, took_ms=took_ms)
         return es_json(payload, 200, request.headers.get("accept", ""))
@@ -84,20 +98,28 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     return app
 
 
-async def _call(edges: Edges, index: str, decoded: ChunkragSearch):
+def _caller(request: Request) -> Caller:
+    return getattr(request.state, "caller", None) or Caller()
+
+
+async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: ChunkragSearch, caller: Caller):
     """The library call, on a worker thread, within a hard deadline: the
     judging budget plus the model calls around it (rewrite, answer) and the
     search. Past it the caller gets 504; the thread is abandoned, and its
-    calls end on their own timeouts."""
+    calls end on their own timeouts. Model-stage queries first take a place
+    in the bounded queue (429 when it is full); the deadline counts the wait."""
     settings = edges.settings
     options = decoded.options
     deadline = settings.es_request_timeout_s
     if options.stages:
         deadline += edges.budget_s(options) + settings.chat.timeout_s * (2 if options.rewrite else 1)
-    call = functools.partial(edges.ask, index, decoded.text, options, filters=decoded.filters, candidates=decoded.candidates)
+    call = functools.partial(edges.ask, index, decoded.text, options, filters=decoded.filters, candidates=decoded.candidates, caller=caller)
     try:
         with anyio.fail_after(deadline) as scope:
-            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+            if not options.stages:
+                return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+            async with queue.slot():
+                return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
     except errors.GatewayError:
         raise
     except Exception as exc:
@@ -124,7 +146,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error_response(errors.bad_request(str(exc)), accept(request))
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        kind = "content_too_long_exception" if exc.status_code == 413 else "http_exception"
+        kind = {413: "content_too_long_exception", 408: "timeout_exception"}.get(exc.status_code, "http_exception")
         return error_response(errors.GatewayError(exc.status_code, kind, str(exc.detail)), accept(request))
 
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:

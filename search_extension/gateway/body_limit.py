@@ -1,9 +1,11 @@
 """Refuse request bodies over the limit before anything parses them: by the
 declared Content-Length at once, and by counting a streamed (chunked) body
-as it arrives."""
+as it arrives. A body that does not arrive in time is a 408: a slow sender
+would otherwise hold a connection and a slot for as long as it likes."""
 
 from __future__ import annotations
 
+import anyio
 import orjson
 from starlette.exceptions import HTTPException
 
@@ -18,9 +20,18 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, errors.too_large(limit).reason)
 
 
+class BodyTooSlow(HTTPException):
+    def __init__(self, timeout_s: float):
+        super().__init__(408, body_timeout(timeout_s).reason)
+
+
+def body_timeout(timeout_s: float) -> errors.GatewayError:
+    return errors.GatewayError(408, "timeout_exception", f"the request body did not arrive within {timeout_s:g} s (CHUNKRAG_GATEWAY_BODY_TIMEOUT_S)")
+
+
 class BodyLimit:
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, timeout_s: float = 30.0):
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -31,10 +42,19 @@ class BodyLimit:
         if declared is not None and declared > self.max_bytes:
             return await _send_error(send, errors.too_large(self.max_bytes))
         received = 0
+        deadline = anyio.current_time() + self.timeout_s
+        complete = False
 
         async def counted_receive():
-            nonlocal received
-            message = await receive()
+            nonlocal received, complete
+            if complete:  # later calls wait for a disconnect: no deadline
+                return await receive()
+            try:
+                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTooSlow(self.timeout_s) from None
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
@@ -50,12 +70,12 @@ class BodyLimit:
 
         try:
             await self.app(scope, counted_receive, tracked_send)
-        except BodyTooLarge:
+        except (BodyTooLarge, BodyTooSlow) as exc:
             # Raised past FastAPI (which answers it itself), from the
             # pass-through lane: answer here unless a response has begun.
             if started:
                 raise
-            await _send_error(send, errors.too_large(self.max_bytes))
+            await _send_error(send, errors.too_large(self.max_bytes) if isinstance(exc, BodyTooLarge) else body_timeout(self.timeout_s))
 
 
 def _content_length(scope) -> int | None:
@@ -72,5 +92,6 @@ def _content_length(scope) -> int | None:
 async def _send_error(send, error: errors.GatewayError) -> None:
     payload = orjson.dumps(errors.body_of(error))
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), (b"x-elastic-product", b"Elasticsearch")]
+    headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in error.headers.items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

@@ -69,7 +69,7 @@ def chunkrag_block(body: Any) -> Any | None:
     return ext["chunkrag"]
 
 
-def parse_search(body: Mapping[str, Any], *, max_candidates: int) -> ChunkragSearch:
+def parse_search(body: Mapping[str, Any], *, max_candidates: int, max_query_chars: int | None = None) -> ChunkragSearch:
     for key in body:
         if key not in CHUNKRAG_BODY_KEYS:
             raise OptionError(
@@ -91,16 +91,26 @@ def parse_search(body: Mapping[str, Any], *, max_candidates: int) -> ChunkragSea
             + ", ".join(TEXT_QUERIES)
             + " query (alone or in bool.must/should)"
         )
+    _check_length(text, max_query_chars)
     return ChunkragSearch(text, query_filters(query), size, _candidates(options, size, max_candidates), options)
 
 
-def parse_ask(question: str, raw_options: Any, *, max_candidates: int) -> ChunkragSearch:
+def parse_ask(question: str, raw_options: Any, *, max_candidates: int, max_query_chars: int | None = None) -> ChunkragSearch:
     """A ``/v1/ask`` request: the question (or ``options.query``), every kept chunk."""
     options = parse_options(raw_options, max_candidates=max_candidates, where="options")
     text = options.query or question
     if not text.strip():
         raise OptionError("the question is empty")
+    _check_length(text, max_query_chars)
     return ChunkragSearch(text, (), max_candidates, _candidates(options, DEFAULT_CANDIDATES, max_candidates), options)
+
+
+def _check_length(text: str, max_chars: int | None) -> None:
+    # The text goes to the embedder and into every judging prompt.
+    if max_chars is not None and len(text) > max_chars:
+        raise OptionError(f"the query text is {len(text)} characters long; the gateway's limit is {max_chars} (CHUNKRAG_GATEWAY_MAX_QUERY_CHARS)")
+    if "\x00" in text:
+        raise OptionError("the query text holds a NUL character")
 
 
 def _candidates(options: ChunkragOptions, size: int, max_candidates: int) -> int:

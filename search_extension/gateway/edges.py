@@ -4,7 +4,9 @@ connects, loads a model or imports Celery when the app is created."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
+from urllib.parse import urlsplit, urlunsplit
 from typing import Any, Callable, Mapping, Sequence
 
 from chunkrag_core.settings import Settings, redact_url
@@ -12,6 +14,7 @@ from search_extension.ask import AskResult, ask, judge_many_for
 from search_extension.chunk_filter import JudgeMany
 from search_extension.gateway import errors
 from search_extension.gateway.dialect import ChunkragOptions
+from search_extension.gateway.identity import Caller, es_for
 from search_extension.gateway.passthrough import HttpTransport, Passthrough
 
 # budget in seconds -> the JudgeMany that judges one query within it.
@@ -38,11 +41,16 @@ class Edges:
 
     @property
     def es(self):
+        """The base client. In forward mode it holds no credentials: each
+        search adds its caller's (``identity.es_for``)."""
         with self._lock:
             if self._es is None:
                 from chunkrag_core.es_client import make_client
 
-                self._es = make_client(self.settings)
+                settings = self.settings
+                if settings.gateway.auth != "service":
+                    settings = dataclasses.replace(settings, es_url=strip_credentials(settings.es_url), es_api_key=None)
+                self._es = make_client(settings)
             return self._es
 
     @property
@@ -109,11 +117,14 @@ class Edges:
 
     # --- the one library call ----------------------------------------------
 
-    def ask(self, index: str, text: str, options: ChunkragOptions, *, filters: Sequence[Mapping[str, Any]] = (), candidates: int) -> AskResult:
-        """Blocking: run from a worker thread."""
+    def ask(self, index: str, text: str, options: ChunkragOptions, *, filters: Sequence[Mapping[str, Any]] = (), candidates: int, caller: Caller = Caller()) -> AskResult:
+        """Blocking: run from a worker thread. Every cluster request goes with
+        ``caller``'s credentials, so the model judges only what that caller's
+        search returned."""
         from search_extension.retriever import HybridRetriever
 
-        retriever = HybridRetriever(self.es, self.embedder, index, self.settings.retrieval, capabilities=self.capabilities(options.mode))
+        es = es_for(self.es, caller)
+        retriever = HybridRetriever(es, self.embedder, index, self.settings.retrieval, capabilities=self.capabilities(options.mode, es))
         stages = options.stages
         return ask(
             text,
@@ -130,15 +141,16 @@ class Edges:
             reranker=self.reranker(options.filter.rerank) if stages else None,
         )
 
-    def capabilities(self, mode: str | None):
-        """What the cluster offers, probed once and only for the modes that
-        depend on it (the probe costs three requests)."""
+    def capabilities(self, mode: str | None, es=None):
+        """What the cluster offers, probed once (with the first caller's
+        credentials) and only for the modes that depend on it (the probe
+        costs three requests)."""
         if (mode or self.settings.retrieval.mode) not in ("rrf", "linear"):
             return None
         if self._capabilities is None:
             from chunkrag_core.es_client import probe_capabilities
 
-            self._capabilities = probe_capabilities(self.es)
+            self._capabilities = probe_capabilities(es if es is not None else self.es)
         return self._capabilities
 
     # --- health ------------------------------------------------------------
@@ -199,3 +211,12 @@ class Edges:
             self._es.close()
 
 
+def strip_credentials(url: str) -> str:
+    """``url`` without a user and password (forward mode keeps none)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return urlunsplit(parts._replace(netloc=host + (f":{parts.port}" if parts.port else "")))

@@ -13,11 +13,13 @@ log = logging.getLogger("chunkrag.gateway")
 class GatewayError(Exception):
     """A failure the gateway answers with ``status`` and an ES-shaped body."""
 
-    def __init__(self, status: int, type_: str, reason: str, *, body: dict[str, Any] | None = None):
+    def __init__(self, status: int, type_: str, reason: str, *, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None):
         super().__init__(reason)
         self.status, self.type, self.reason = status, type_, reason
         # Elasticsearch's own error body, passed on unchanged when it has one.
         self.body = body
+        # Retry-After on a 429, WWW-Authenticate on a 401.
+        self.headers = dict(headers or {})
 
 
 def error_body(status: int, type_: str, reason: str) -> dict[str, Any]:
@@ -39,6 +41,16 @@ def parse_error(reason: str) -> GatewayError:
 
 def too_large(limit: int) -> GatewayError:
     return GatewayError(413, "content_too_long_exception", f"request body is larger than the gateway's limit of {limit} bytes (CHUNKRAG_GATEWAY_MAX_BODY_BYTES)")
+
+
+def too_many(reason: str, retry_after_s: float) -> GatewayError:
+    """429 in Elasticsearch's own shape for a full queue; clients back off."""
+    seconds = max(1, int(-(-retry_after_s // 1)))
+    return GatewayError(429, "es_rejected_execution_exception", reason, headers={"retry-after": str(seconds)})
+
+
+def forbidden_endpoint(reason: str) -> GatewayError:
+    return GatewayError(403, "security_exception", reason)
 
 
 def unavailable(reason: str) -> GatewayError:

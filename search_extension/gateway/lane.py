@@ -5,16 +5,22 @@ came, before FastAPI's routing, request objects and dependency solving
 The gateway owns /v1/*, /openapi.json and the ``_search`` of an index whose
 body carries ext.chunkrag; everything else is forwarded. Forwarding every
 other path, rather than a list of endpoints, because the official clients use
-dozens of them (HEAD /{index} for ``exists``, _mapping, _count, _bulk,
-scroll, PIT, ...): a list would break callers in surprising places, and the
-gateway is not a security boundary (it forwards with its own credentials and
-binds to localhost by default).
+dozens of them (HEAD /{index} for ``exists``, _mapping, _count, scroll,
+PIT, ...). Which of them may pass is decided before, by the guard
+(``guard.py``, the endpoint classes of ``policy.py``); what the body of a
+search names (an _msearch's indices, a PIT) is checked here, where the body
+is read anyway. The request goes with the caller's credentials (forward mode)
+or the gateway's (service mode), see ``identity.py``.
 """
 
 from __future__ import annotations
 
+import orjson
+
 from search_extension.gateway import errors
+from search_extension.gateway.identity import Caller, check_indices
 from search_extension.gateway.passthrough import Passthrough
+from search_extension.gateway.policy import Endpoint, msearch_indices, refuse_chunkrag_outside_index_search
 from search_extension.gateway.responses import accept_of, error_response
 
 GATEWAY_PREFIXES = ("/v1/", "/openapi.json")
@@ -36,11 +42,37 @@ class PassthroughLane:
             return  # the client went away: nobody to answer
         if is_index_search(scope["method"], scope["path"]) and CHUNKRAG_MARK in body:
             return await self.app(scope, _replay(body, receive), send)
+        state = scope.get("state", {})
+        caller = state.get("caller", Caller())
         try:
-            response = await self.passthrough.forward(scope["method"], request_target(scope), scope["headers"], body)
+            endpoint = state.get("endpoint")
+            if endpoint is not None:
+                check_body(endpoint, caller, body)
+            response = await self.passthrough.forward(scope["method"], request_target(scope), scope["headers"], body, caller)
         except errors.GatewayError as exc:
             response = error_response(exc, accept_of(scope))
         await response(scope, receive, send)
+
+
+def check_body(endpoint: Endpoint, caller: Caller, body: bytes) -> None:
+    """What only the body tells: ext.chunkrag where the gateway cannot serve
+    it, and, for a caller limited to some indices, the indices an _msearch
+    names and whether an index-less search continues a PIT."""
+    if CHUNKRAG_MARK in body:
+        refuse_chunkrag_outside_index_search(endpoint, body)
+    if caller.indices is None:
+        return
+    if endpoint.msearch:
+        for named in msearch_indices(body, endpoint.indices):
+            check_indices(caller, named, what="an _msearch search")
+    elif endpoint.search and endpoint.indices is None:
+        try:
+            decoded = orjson.loads(body) if body.strip() else None
+        except orjson.JSONDecodeError:
+            decoded = None
+        # A PIT id came from an open on an allowed index.
+        if not (isinstance(decoded, dict) and isinstance(decoded.get("pit"), dict)):
+            check_indices(caller, None, what="a search without an index (other than a PIT search)")
 
 
 def is_index_search(method: str, path: str) -> bool:

@@ -14,11 +14,12 @@ from starlette.responses import Response
 from chunkrag_core.settings import Settings
 from search_extension.gateway import errors
 from search_extension.gateway.http11 import HOP_BY_HOP, Http11Pool, HttpFailure, HttpResponse, HttpTimeout
+from search_extension.gateway.identity import Caller, forwarded_headers
 
 # Besides the hop-by-hop ones: Host and Content-Length are set for the new
-# message; the caller's Authorization is not forwarded, because the chunkrag
-# path searches with the gateway's own credentials and both paths must see
-# the same data.
+# message; Authorization is set by identity.py (the caller's in forward mode,
+# the gateway's in service mode, never both); cookies are the gateway's
+# business with its caller, not the cluster's.
 _NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"cookie", b"expect"}
 
 
@@ -49,6 +50,10 @@ class Passthrough:
         self._transport = transport
         # A cluster behind a reverse proxy may live under a path.
         self._prefix = urlsplit(settings.es_url).path.rstrip("/")
+        self._service_mode = settings.gateway.auth == "service"
+        # The gateway's own credentials: every request in service mode, and
+        # the health probe in either mode.
+        self._own_headers = service_credentials(settings)
 
     @property
     def transport(self) -> HttpTransport:
@@ -56,15 +61,17 @@ class Passthrough:
             self._transport = _make_pool(self.settings)
         return self._transport
 
-    async def forward(self, method: str, target: str, raw_headers: list[tuple[bytes, bytes]], body: bytes) -> Response:
-        """Send the request as it came (``target`` = raw path and query);
-        return Elasticsearch's status, body and headers (X-Elastic-Product,
-        Warning, Content-Type among them)."""
+    async def forward(self, method: str, target: str, raw_headers: list[tuple[bytes, bytes]], body: bytes, caller: Caller = Caller()) -> Response:
+        """Send the request as it came (``target`` = raw path and query) with
+        the caller's or the gateway's credentials; return Elasticsearch's
+        status, body and headers (X-Elastic-Product, Warning, Content-Type
+        among them)."""
         outgoing = [(name, value) for name, value in raw_headers if name.lower() not in _NOT_FORWARDED]
+        outgoing += self._own_headers if self._service_mode else forwarded_headers(caller)
         return ForwardedResponse(await self._send(method, target, outgoing, body))
 
     async def get_json(self, path: str) -> tuple[int, Any]:
-        response = await self._send("GET", path, [(b"accept", b"application/json")], b"")
+        response = await self._send("GET", path, [(b"accept", b"application/json"), *self._own_headers], b"")
         return response.status, orjson.loads(response.body)
 
     async def _send(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse:
@@ -83,16 +90,23 @@ class Passthrough:
             await self._transport.aclose()
 
 
-def _make_pool(settings: Settings) -> Http11Pool:
+def service_credentials(settings: Settings) -> list[tuple[bytes, bytes]]:
+    """The gateway's own Authorization (ES_API_KEY, else the ES_URL user)."""
     parts = urlsplit(settings.es_url)
-    headers: list[tuple[bytes, bytes]] = []
     if settings.es_api_key:
-        headers.append((b"authorization", b"ApiKey " + settings.es_api_key.encode()))
-    elif parts.username is not None:
+        return [(b"authorization", b"ApiKey " + settings.es_api_key.encode())]
+    if parts.username is not None:
         credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-        headers.append((b"authorization", b"Basic " + base64.b64encode(credentials)))
+        return [(b"authorization", b"Basic " + base64.b64encode(credentials))]
+    return []
+
+
+def _make_pool(settings: Settings) -> Http11Pool:
+    """The connection pool; it holds no credentials (each request carries its own)."""
+    parts = urlsplit(settings.es_url)
     context = None
     if parts.scheme == "https":
+        # Verified against ES_CA_CERTS (a PEM bundle), else the system's CAs.
         context = ssl.create_default_context(cafile=settings.es_ca_certs)
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    return Http11Pool(parts.hostname or "127.0.0.1", port, ssl=context, timeout_s=settings.es_request_timeout_s, default_headers=tuple(headers))
+    return Http11Pool(parts.hostname or "127.0.0.1", port, ssl=context, timeout_s=settings.es_request_timeout_s)

@@ -14,14 +14,14 @@ from search_extension.gateway import errors
 COMPATIBLE_JSON = "application/vnd.elasticsearch+json;compatible-with=9"
 
 
-def es_json(payload: Any, status: int, accept: str = "") -> Response:
+def es_json(payload: Any, status: int, accept: str = "", headers: dict[str, str] | None = None) -> Response:
     media_type = COMPATIBLE_JSON if "vnd.elasticsearch+json" in accept else "application/json"
     # The official clients check this header on every 2xx response.
-    return Response(orjson.dumps(payload), status_code=status, media_type=media_type, headers={"x-elastic-product": "Elasticsearch"})
+    return Response(orjson.dumps(payload), status_code=status, media_type=media_type, headers={"x-elastic-product": "Elasticsearch", **(headers or {})})
 
 
 def error_response(error: errors.GatewayError, accept: str = "") -> Response:
-    return es_json(errors.body_of(error), error.status, accept)
+    return es_json(errors.body_of(error), error.status, accept, error.headers)
 
 
 def accept_of(scope) -> str:

@@ -73,8 +73,8 @@ def es_reply(method, target):
     return HttpResponse(200, headers, b'{"hits":{"hits":[]}}')
 
 
-def make_client(transport=None, model=None, es=None, max_body_bytes=1000):
-    settings = Settings(es_url="http://user:secret@es.internal:9200", gateway=GatewaySettings(max_body_bytes=max_body_bytes))
+def make_client(transport=None, model=None, es=None, max_body_bytes=1000, **gateway):
+    settings = Settings(es_url="http://user:secret@es.internal:9200", gateway=GatewaySettings(max_body_bytes=max_body_bytes, **gateway))
     app = create_app(settings, es=es or FakeElasticsearch(), embedder=FakeEmbedder(), model=model or FakeModel(), judge_many_factory=judge_factory, http_transport=transport or RecordingTransport(es_reply))
     return TestClient(app), app
 
@@ -94,25 +94,27 @@ def test_pass_through_forwards_method_path_query_body_and_headers():
     method, target, headers, sent = transport.requests[0]
     assert (method, target, sent) == ("POST", "/logs-%3Cnow%2Fd%3E/_search?filter_path=hits&typed_keys=true", body)
     assert headers[b"content-type"] == headers[b"accept"] == COMPAT.encode()
-    # the caller's credentials stay behind (the pool adds the gateway's own)
-    assert b"authorization" not in headers and b"host" not in headers and b"content-length" not in headers
+    # forward mode: the caller's credentials go along, never the gateway's own
+    assert headers[b"authorization"] == b"Basic Y2FsbGVyOnB3" and b"host" not in headers and b"content-length" not in headers
     assert response.status_code == 200 and response.json() == {"hits": {"hits": []}}
     assert response.headers["x-elastic-product"] == "Elasticsearch" and response.headers["content-type"] == COMPAT
     assert response.headers.get_list("warning") == ['299 Elasticsearch-9.5.0 "deprecated"', '299 Elasticsearch-9.5.0 "again"']
 
 
-def test_the_pool_is_made_with_the_gateway_credentials():
-    from search_extension.gateway.passthrough import _make_pool
+def test_the_pool_holds_no_credentials_and_the_gateway_credentials_are_its_own():
+    from search_extension.gateway.passthrough import _make_pool, service_credentials
 
     pool = _make_pool(Settings(es_url="http://user:secret@es.internal:9200"))
     assert (pool.host, pool.port) == ("es.internal", 9200) and pool.ssl is None
-    assert (b"authorization", b"Basic " + base64.b64encode(b"user:secret")) in pool._fixed_headers
+    assert not any(name == b"authorization" for name, _ in pool._fixed_headers)
+    assert service_credentials(Settings(es_url="http://user:secret@es.internal:9200")) == [(b"authorization", b"Basic " + base64.b64encode(b"user:secret"))]
+    assert service_credentials(Settings(es_url="http://user:secret@es.internal", es_api_key="k")) == [(b"authorization", b"ApiKey k")]
     assert _make_pool(Settings(es_url="https://es.internal", es_api_key="k")).port == 443
 
 
 def test_other_paths_and_methods_pass_through_with_their_status():
     transport = RecordingTransport(lambda method, target: HttpResponse(404, ((b"x-elastic-product", b"Elasticsearch"), (b"content-length", b"120")), b""))
-    client, _ = make_client(transport)
+    client, _ = make_client(transport, passthrough="read,write")
     assert client.head("/missing-index").status_code == 404
     assert client.put("/idx/_doc/1", json={"a": 1}).status_code == 404
     assert client.get("/_search", params={"q": "chunkrag"}).status_code == 404
@@ -174,7 +176,7 @@ def test_model_refusal_is_502_and_elasticsearch_unreachable_is_503():
         raise HttpFailure("cannot connect to es.internal:9200: Connection refused")
 
     client, _ = make_client(RecordingTransport(unreachable))
-    down = client.get("/_cluster/health")
+    down = client.get("/idx/_count")
     assert down.status_code == 503 and "es.internal" in down.json()["error"]["reason"] and "secret" not in down.text
 
 

@@ -1,0 +1,50 @@
+"""The first thing every request meets after the body limit: who is calling
+(401 in service mode without a valid gateway API key), the caller's rate
+limit (429), and whether the endpoint and the indices in its path may be
+reached at all (403). The caller is left in ``scope["state"]["caller"]`` for
+the pass-through lane and the routes.
+
+The OpenAPI document, the Swagger UI and /v1/health answer anyone: they
+carry no data, and a load balancer's probe has no key."""
+
+from __future__ import annotations
+
+from search_extension.gateway import errors
+from search_extension.gateway.identity import Authenticator, check_indices
+from search_extension.gateway.limits import RateLimiter
+from search_extension.gateway.policy import classify, refuse_unless_allowed
+from search_extension.gateway.responses import accept_of, error_response
+
+PUBLIC_PATHS = ("/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect", "/v1/health")
+GATEWAY_PREFIX = "/v1/"
+
+
+class Guard:
+    def __init__(self, app, *, authenticator: Authenticator, rate_limiter: RateLimiter, passthrough_classes: frozenset[str]):
+        self.app = app
+        self.authenticator, self.rate_limiter, self.classes = authenticator, rate_limiter, passthrough_classes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            return await self.app(scope, receive, send)
+        try:
+            caller = self.authenticator.caller(scope["headers"], scope.get("client"))
+            self.rate_limiter.take(caller.identity)
+            endpoint = None
+            if not scope["path"].startswith(GATEWAY_PREFIX):
+                raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+                endpoint = classify(scope["method"], raw_path)
+                refuse_unless_allowed(endpoint, scope["method"], raw_path, self.classes)
+                what = f"{scope['method']} {scope['path']}"
+                if endpoint.indices is not None:
+                    check_indices(caller, endpoint.indices, what=what)
+                # Index-less searches are decided on their body by the lane
+                # (an _msearch names its indices there, a search may continue a PIT).
+                elif not (endpoint.search or endpoint.msearch or endpoint.no_data):
+                    check_indices(caller, None, what=what)
+        except errors.GatewayError as exc:
+            return await error_response(exc, accept_of(scope))(scope, receive, send)
+        state = scope.setdefault("state", {})
+        state["caller"] = caller
+        state["endpoint"] = endpoint if not scope["path"].startswith(GATEWAY_PREFIX) else None
+        await self.app(scope, receive, send)

@@ -1,0 +1,78 @@
+"""Limits that keep one caller, or a crowd, from exhausting the gateway: a
+bounded queue in front of the model-stage queries, and a per-caller token
+bucket. Both answer 429 with Retry-After, which the official clients honour.
+They live on the event loop (no locks needed) and the clock is injected."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Callable
+
+from search_extension.gateway import errors
+
+# Buckets kept at most; the least recently seen caller is forgotten first
+# (a forgotten caller starts again with a full bucket, which is harmless).
+MAX_TRACKED_CALLERS = 10_000
+
+
+class FilteredQueue:
+    """At most ``running`` model-stage queries at once and ``queued`` waiting;
+    the next one gets 429 at once rather than waiting without bound."""
+
+    def __init__(self, running: int, queued: int, retry_after_s: float):
+        if running < 1 or queued < 0:
+            raise ValueError(f"max_filtered must be at least 1 and max_queued at least 0, got {running} and {queued}")
+        self.running, self.queued, self.retry_after_s = running, queued, retry_after_s
+        self._slots: asyncio.Semaphore | None = None  # made on the serving loop
+        self.waiting = 0
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.running)
+        if self._slots.locked():
+            if self.waiting >= self.queued:
+                raise errors.too_many(
+                    f"the gateway is judging {self.running} filtered queries and {self.waiting} more are waiting "
+                    f"(CHUNKRAG_GATEWAY_MAX_FILTERED, CHUNKRAG_GATEWAY_MAX_QUEUED); retry later",
+                    self.retry_after_s,
+                )
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+
+class RateLimiter:
+    """A token bucket per caller: ``rate`` requests a second, bursts of ``burst``."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic):
+        self.rate, self.burst, self.clock = rate, max(1, burst), clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    @property
+    def enabled(self) -> bool:
+        return self.rate > 0
+
+    def take(self, caller: str) -> None:
+        """Spend one token of ``caller``'s or raise a 429 saying when one is back."""
+        if not self.enabled:
+            return
+        now = self.clock()
+        tokens, seen = self._buckets.pop(caller, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - seen) * self.rate)
+        if tokens < 1.0:
+            self._buckets[caller] = (tokens, now)
+            wait = (1.0 - tokens) / self.rate
+            raise errors.too_many(f"rate limit of {self.rate:g} requests/s (bursts of {self.burst}) reached for this caller (CHUNKRAG_GATEWAY_RATE_PER_S)", wait)
+        self._buckets[caller] = (tokens - 1.0, now)
+        while len(self._buckets) > MAX_TRACKED_CALLERS:
+            self._buckets.popitem(last=False)

@@ -1,0 +1,154 @@
+"""Which pass-through requests the gateway forwards: a pure classification of
+method and path into an endpoint class, and the indices a request names.
+
+Read-only by default. The classes (``CHUNKRAG_GATEWAY_PASSTHROUGH``):
+
+- ``read``: _search, _count, _msearch, _mapping, _field_caps, scroll, PIT
+  open/close, HEAD/GET of an index (existence) and of ``/`` (ping, info);
+- ``write``: every other API under an index (documents, _bulk, settings,
+  index creation and deletion), and the root _bulk, _mget, _reindex;
+- ``cluster``: every other ``/_...`` API (_cluster, _cat, _nodes, _security, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import orjson
+
+from search_extension.gateway import errors
+
+CLASSES = ("read", "write", "cluster")
+# (method set, path shape) of the read class; "{index}" is an index
+# expression, "*" any one segment.
+_READ = (
+    ({"GET", "HEAD"}, ()),
+    ({"GET", "HEAD"}, ("{index}",)),
+    ({"GET", "POST"}, ("_search",)),
+    ({"GET", "POST"}, ("{index}", "_search")),
+    ({"GET", "POST"}, ("_count",)),
+    ({"GET", "POST"}, ("{index}", "_count")),
+    ({"GET", "POST"}, ("_msearch",)),
+    ({"GET", "POST"}, ("{index}", "_msearch")),
+    ({"GET"}, ("_mapping",)),
+    ({"GET"}, ("{index}", "_mapping")),
+    ({"GET"}, ("_mapping", "field", "*")),
+    ({"GET"}, ("{index}", "_mapping", "field", "*")),
+    ({"GET", "POST"}, ("_field_caps",)),
+    ({"GET", "POST"}, ("{index}", "_field_caps")),
+    ({"GET", "POST", "DELETE"}, ("_search", "scroll")),
+    ({"GET", "POST", "DELETE"}, ("_search", "scroll", "*")),
+    ({"POST"}, ("{index}", "_pit")),
+    ({"DELETE"}, ("_pit",)),
+)
+# Root-level APIs that write (or read documents by id): the write class.
+_ROOT_WRITES = ("_bulk", "_mget", "_reindex")
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    kind: str  # read, write or cluster
+    # The index expressions the path names; None: none (all, or not index-scoped).
+    indices: tuple[str, ...] | None
+    # The path names an index search or msearch whose body may name more.
+    search: bool = False
+    msearch: bool = False
+    # Reads no index data by name: ping and info, or continues a scroll or
+    # closes a PIT by an id the caller got from an allowed search.
+    no_data: bool = False
+
+
+def parse_classes(raw: str) -> frozenset[str]:
+    wanted = {part.strip() for part in raw.split(",") if part.strip()}
+    if "all" in wanted:
+        wanted = set(CLASSES)
+    unknown = wanted - set(CLASSES)
+    if unknown or not wanted:
+        raise ValueError(f"CHUNKRAG_GATEWAY_PASSTHROUGH must list some of {', '.join(CLASSES)} (or all), got {raw!r}")
+    return frozenset(wanted)
+
+
+def segments(raw_path: str) -> tuple[str, ...]:
+    """Path segments, each percent-decoded after splitting (a date-math index
+    name holds an encoded "/")."""
+    return tuple(unquote(part) for part in raw_path.split("?", 1)[0].strip("/").split("/") if part != "")
+
+
+def _is_index(segment: str) -> bool:
+    # Index names cannot begin with "_"; _all is the one keyword that names indices.
+    return not segment.startswith("_") or segment == "_all"
+
+
+def classify(method: str, raw_path: str) -> Endpoint:
+    parts = segments(raw_path)
+    indices = tuple(parts[0].split(",")) if parts and _is_index(parts[0]) else None
+    shape = tuple("{index}" if i == 0 and _is_index(p) else p for i, p in enumerate(parts))
+    for methods, pattern in _READ:
+        if method in methods and len(pattern) == len(shape) and all(want in ("*", got) for want, got in zip(pattern, shape)):
+            tail = shape[-1] if shape else ""
+            no_data = not shape or shape[0] == "_pit" or shape[:2] == ("_search", "scroll")
+            return Endpoint("read", indices, search=tail == "_search", msearch=tail == "_msearch", no_data=no_data)
+    if indices is not None or (parts and parts[0] in _ROOT_WRITES):
+        return Endpoint("write", indices)
+    return Endpoint("cluster", None)
+
+
+def refuse_unless_allowed(endpoint: Endpoint, method: str, raw_path: str, allowed: frozenset[str]) -> None:
+    if endpoint.kind in allowed:
+        return
+    raise errors.forbidden_endpoint(
+        f"the gateway does not forward {method} {raw_path.split('?', 1)[0]}: it is a {endpoint.kind} API and this gateway forwards only "
+        f"[{', '.join(sorted(allowed))}] APIs (CHUNKRAG_GATEWAY_PASSTHROUGH)"
+    )
+
+
+def msearch_indices(body: bytes, default: tuple[str, ...] | None) -> list[tuple[str, ...] | None]:
+    """The indices each search of an _msearch body names (its header line's
+    ``index``, else the path's). Raises a 400 for a header that is not JSON."""
+    named = []
+    lines = [line for line in body.split(b"\n") if line.strip()]
+    for header in lines[0::2]:
+        try:
+            decoded = orjson.loads(header)
+        except orjson.JSONDecodeError as exc:
+            raise errors.parse_error(f"an _msearch header line is not valid JSON: {exc}") from None
+        index = decoded.get("index") if isinstance(decoded, dict) else None
+        if isinstance(index, str):
+            named.append(tuple(index.split(",")))
+        elif isinstance(index, list) and all(isinstance(i, str) for i in index):
+            named.append(tuple(index))
+        else:
+            named.append(default)
+    return named
+
+
+def has_chunkrag_ext(document: object) -> bool:
+    return isinstance(document, dict) and isinstance(document.get("ext"), dict) and "chunkrag" in document["ext"]
+
+
+def refuse_chunkrag_outside_index_search(endpoint: Endpoint, body: bytes) -> None:
+    """ext.chunkrag works on ``/{index}/_search`` only: say so on _msearch and
+    on an index-less _search rather than let Elasticsearch reject ``ext``
+    with a message about a plugin."""
+    if endpoint.msearch:
+        for line in body.split(b"\n")[1::2]:
+            try:
+                if has_chunkrag_ext(orjson.loads(line)):
+                    raise errors.bad_request(
+                        "ext.chunkrag is not supported in _msearch: each filtered search costs model calls and is answered by the gateway, "
+                        "so send each one as its own POST /{index}/_search"
+                    )
+            except orjson.JSONDecodeError:
+                continue  # Elasticsearch names the broken line itself
+        return
+    if endpoint.search and endpoint.indices is None:
+        try:
+            decoded = orjson.loads(body) if body.strip() else None
+        except orjson.JSONDecodeError:
+            return
+        if has_chunkrag_ext(decoded):
+            raise errors.bad_request(
+                "ext.chunkrag needs the chunk index in the path (POST /{index}/_search): the filter retrieves from one chunk index "
+                "with its text and vector fields, and a search without an index would span every index"
+            )

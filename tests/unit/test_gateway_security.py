@@ -1,0 +1,333 @@
+"""Caller identity, the pass-through allow-list and the limits: the pure
+parts with literal values, then the app in process with its edges replaced
+by doubles (what would be sent to Elasticsearch is recorded)."""
+
+import asyncio
+import hashlib
+
+import pytest
+from starlette.testclient import TestClient
+
+from chunkrag_core.settings import GatewaySettings, Settings
+from search_extension.gateway import create_app, errors
+from search_extension.gateway.identity import ApiKey, Authenticator, Caller, ConfigError, basic, check_indices, es_for, key_hash, parse_api_keys
+from search_extension.gateway.limits import FilteredQueue, RateLimiter
+from search_extension.gateway.policy import classify, msearch_indices, parse_classes
+from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeModel, RecordingTransport, es_reply, judge_factory
+
+KEY_A, KEY_B = "key-of-team-a", "key-of-ops"
+KEYS = f"team-a:{key_hash(KEY_A)}:docs-*,faq ; ops:{key_hash(KEY_B)}:*"
+
+
+# --- identity -------------------------------------------------------------------
+
+
+def test_api_keys_are_parsed_from_hashes():
+    keys = parse_api_keys(KEYS)
+    assert [(k.name, k.indices) for k in keys] == [("team-a", ("docs-*", "faq")), ("ops", ("*",))]
+    assert keys[0].sha256 == hashlib.sha256(KEY_A.encode()).digest()
+    assert parse_api_keys("") == ()
+
+
+@pytest.mark.parametrize("raw, message", [
+    ("team-a:abc:docs", "64 hex digits"),
+    ("team-a:" + "0" * 64, "name:sha256-hex:index-patterns"),
+    ("team-a:" + "0" * 64 + ":", "at least one index pattern"),
+    (f"a:{'0' * 64}:x;a:{'1' * 64}:y", "twice"),
+])
+def test_bad_api_key_entries_are_refused_with_the_reason(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_api_keys(raw)
+
+
+def test_modes_must_match_the_keys():
+    with pytest.raises(ConfigError, match="needs CHUNKRAG_GATEWAY_API_KEYS"):
+        Authenticator("service", ())
+    with pytest.raises(ConfigError, match="set it to service"):
+        Authenticator("forward", parse_api_keys(KEYS))
+    with pytest.raises(ConfigError, match="forward, service"):
+        Authenticator("open", ())
+
+
+def test_forward_mode_keeps_the_callers_authorization():
+    auth = Authenticator("forward", ())
+    caller = auth.caller([(b"authorization", b"Basic dTpw")], ("10.0.0.1", 5))
+    assert caller.authorization == b"Basic dTpw" and caller.indices is None and caller.identity.startswith("credentials:")
+    assert "dTpw" not in caller.identity  # the rate-limit key is a hash, not the credentials
+    anonymous = auth.caller([], ("10.0.0.1", 5))
+    assert anonymous.authorization is None and anonymous.identity == "address:10.0.0.1"
+
+
+@pytest.mark.parametrize("header", [b"ApiKey " + KEY_A.encode(), b"Bearer " + KEY_A.encode(), b"apikey  " + KEY_A.encode()])
+def test_service_mode_admits_a_valid_key_in_either_scheme(header):
+    caller = Authenticator("service", parse_api_keys(KEYS)).caller([(b"authorization", header)])
+    assert caller.key.name == "team-a" and caller.authorization is None and caller.identity == "key:team-a"
+
+
+@pytest.mark.parametrize("headers, reason", [([], "needs a gateway API key"), ([(b"authorization", b"ApiKey wrong")], "not valid"), ([(b"authorization", basic("u", KEY_A))], "needs a gateway API key")])
+def test_service_mode_refuses_without_a_valid_key(headers, reason):
+    with pytest.raises(errors.GatewayError) as refused:
+        Authenticator("service", parse_api_keys(KEYS)).caller(headers)
+    assert refused.value.status == 401 and reason in refused.value.reason and refused.value.headers["www-authenticate"].startswith("ApiKey")
+
+
+def test_index_allow_list():
+    team = Caller(key=ApiKey("team-a", b"x" * 32, ("docs-*", "faq")))
+    check_indices(team, ("docs-1", "faq"), what="t")
+    check_indices(team, ("docs-*",), what="t")  # the allowed pattern itself
+    for refused in (("docs-1", "logs"), ("*",), ("_all",), ("docs*",), ("-faq",)):
+        with pytest.raises(errors.GatewayError) as forbidden:
+            check_indices(team, refused, what="t")
+        assert forbidden.value.status == 403 and "team-a" in forbidden.value.reason
+    with pytest.raises(errors.GatewayError, match="names no index"):
+        check_indices(team, None, what="GET /_count")
+    check_indices(Caller(key=ApiKey("ops", b"x" * 32, ("*",))), None, what="t")
+    check_indices(Caller(authorization=b"Basic x"), None, what="t")  # forward mode: the cluster decides
+
+
+def test_es_for_adds_the_callers_header_per_request():
+    class Client:
+        def options(self, headers):
+            return ("with", headers)
+
+    client = Client()
+    assert es_for(client, Caller()) is client
+    assert es_for(client, Caller(authorization=b"ApiKey abc")) == ("with", {"authorization": "ApiKey abc"})
+
+
+def test_the_real_client_sends_the_callers_header():
+    from elasticsearch import Elasticsearch
+
+    from search_extension.gateway.edges import strip_credentials
+
+    base = Elasticsearch(strip_credentials("http://gw:secret@127.0.0.1:1"))
+    assert "authorization" not in base._headers
+    assert es_for(base, Caller(authorization=basic("alice", "pw")))._headers["authorization"] == basic("alice", "pw").decode()
+    assert strip_credentials("https://u:p@[::1]:9200/prefix") == "https://[::1]:9200/prefix"
+
+
+# --- the endpoint allow-list ---------------------------------------------------
+
+
+@pytest.mark.parametrize("method, path, kind, indices", [
+    ("POST", "/docs/_search", "read", ("docs",)),
+    ("GET", "/_search", "read", None),
+    ("POST", "/a,b/_count", "read", ("a", "b")),
+    ("POST", "/_msearch", "read", None),
+    ("GET", "/docs/_mapping", "read", ("docs",)),
+    ("GET", "/docs/_mapping/field/text", "read", ("docs",)),
+    ("POST", "/docs/_field_caps", "read", ("docs",)),
+    ("POST", "/_search/scroll", "read", None),
+    ("DELETE", "/_search/scroll/abc", "read", None),
+    ("POST", "/docs/_pit", "read", ("docs",)),
+    ("DELETE", "/_pit", "read", None),
+    ("HEAD", "/docs", "read", ("docs",)),
+    ("GET", "/", "read", None),
+    ("GET", "/logs-%3Cnow%2Fd%3E/_search", "read", ("logs-<now/d>",)),
+    ("GET", "/_all/_search", "read", ("_all",)),
+    ("PUT", "/docs/_doc/1", "write", ("docs",)),
+    ("DELETE", "/docs", "write", ("docs",)),
+    ("POST", "/docs/_delete_by_query", "write", ("docs",)),
+    ("GET", "/docs/_doc/1", "write", ("docs",)),
+    ("POST", "/_bulk", "write", None),
+    ("PUT", "/docs/_mapping", "write", ("docs",)),
+    ("GET", "/_cluster/health", "cluster", None),
+    ("PUT", "/_cluster/settings", "cluster", None),
+    ("GET", "/_cat/indices", "cluster", None),
+    ("POST", "/_security/user/x", "cluster", None),
+    ("DELETE", "/_search/scroll/a/b", "cluster", None),
+])
+def test_endpoints_are_classified(method, path, kind, indices):
+    endpoint = classify(method, path)
+    assert (endpoint.kind, endpoint.indices) == (kind, indices)
+
+
+def test_passthrough_classes():
+    assert parse_classes("read") == {"read"} and parse_classes("read, write") == {"read", "write"} and parse_classes("all") == {"read", "write", "cluster"}
+    for bad in ("", "reads", "read,admin"):
+        with pytest.raises(ValueError, match="CHUNKRAG_GATEWAY_PASSTHROUGH"):
+            parse_classes(bad)
+
+
+def test_msearch_names_its_indices_per_header():
+    body = b'{"index":"docs-1"}\n{"query":{}}\n{}\n{"query":{}}\n{"index":["a","b"]}\n{}\n'
+    assert msearch_indices(body, ("path",)) == [("docs-1",), ("path",), ("a", "b")]
+    with pytest.raises(errors.GatewayError, match="not valid JSON"):
+        msearch_indices(b"{nope\n{}\n", None)
+
+
+# --- limits ----------------------------------------------------------------------
+
+
+def test_rate_limiter_refills_over_time():
+    now = [100.0]
+    limiter = RateLimiter(2.0, 3, clock=lambda: now[0])
+    for _ in range(3):
+        limiter.take("a")
+    with pytest.raises(errors.GatewayError) as limited:
+        limiter.take("a")
+    assert limited.value.status == 429 and limited.value.headers["retry-after"] == "1"
+    limiter.take("b")  # callers have buckets of their own
+    now[0] += 0.5  # one token back at 2/s
+    limiter.take("a")
+    with pytest.raises(errors.GatewayError):
+        limiter.take("a")
+    RateLimiter(0, 1).take("a")  # off
+
+
+def test_filtered_queue_answers_429_when_full():
+    async def scenario():
+        queue = FilteredQueue(running=1, queued=1, retry_after_s=7)
+        release = asyncio.Event()
+        outcomes = []
+
+        async def query(name):
+            try:
+                async with queue.slot():
+                    outcomes.append(f"{name} runs")
+                    await release.wait()
+            except errors.GatewayError as exc:
+                outcomes.append(f"{name} {exc.status} retry-after {exc.headers['retry-after']}")
+
+        tasks = [asyncio.create_task(query(n)) for n in ("first", "second", "third")]
+        await asyncio.sleep(0.01)
+        release.set()
+        await asyncio.gather(*tasks)
+        return outcomes
+
+    assert asyncio.run(scenario()) == ["first runs", "third 429 retry-after 7", "second runs"]
+
+
+# --- the app in process --------------------------------------------------------
+
+
+def app_client(transport=None, es=None, **gateway):
+    settings = Settings(es_url="http://gateway:own-secret@es.internal:9200", gateway=GatewaySettings(**gateway))
+    app = create_app(settings, es=es or FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(), judge_many_factory=judge_factory, http_transport=transport or RecordingTransport(es_reply))
+    return TestClient(app)
+
+
+def sent_authorization(transport):
+    return [headers.get(b"authorization") for _, _, headers, _ in transport.requests]
+
+
+class RecordingElasticsearch(FakeElasticsearch):
+    """Records the headers each search was made with (``options``)."""
+
+    def __init__(self, headers=None, log=None):
+        super().__init__()
+        self.headers, self.log = headers or {}, log if log is not None else []
+
+    def options(self, headers):
+        return RecordingElasticsearch({**self.headers, **headers}, self.log)
+
+    def msearch(self, searches):
+        self.log.append(self.headers.get("authorization"))
+        return super().msearch(searches)
+
+
+def test_forward_mode_sends_each_callers_credentials_everywhere():
+    transport, es = RecordingTransport(es_reply), RecordingElasticsearch()
+    client = app_client(transport, es=es)
+    alice, bob = basic("alice", "pw-a"), basic("bob", "pw-b")
+    client.post("/docs/_search", json={"query": {"match_all": {}}}, headers={"authorization": alice.decode()})
+    client.post("/docs/_count", headers={"authorization": bob.decode()})
+    client.head("/docs")
+    assert sent_authorization(transport) == [alice, bob, None]  # never the gateway's own
+    filtered = client.post("/docs/_search", json={"query": {"match": {"text": "a"}}, "ext": {"chunkrag": {}}}, headers={"authorization": bob.decode()})
+    retrieval_only = client.post("/v1/ask", json={"index": "docs", "question": "a", "options": {"stages": False}}, headers={"authorization": alice.decode()})
+    anonymous = client.post("/v1/ask", json={"index": "docs", "question": "a", "options": {"stages": False}})
+    assert filtered.status_code == retrieval_only.status_code == anonymous.status_code == 200
+    assert es.log == [bob.decode(), alice.decode(), None]
+
+
+def test_service_mode_uses_the_gateway_credentials_behind_gateway_keys():
+    transport, es = RecordingTransport(es_reply), RecordingElasticsearch()
+    client = app_client(transport, es=es, auth="service", api_keys=KEYS)
+    assert client.post("/docs-1/_search", json={}).status_code == 401
+    assert client.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}x"}).status_code == 401
+    team = {"authorization": f"ApiKey {KEY_A}"}
+    assert client.post("/docs-1/_search", json={}, headers=team).status_code == 200
+    assert sent_authorization(transport) == [basic("gateway", "own-secret")]  # the key itself never reaches the cluster
+    forbidden = client.post("/logs/_search", json={}, headers=team)
+    assert forbidden.status_code == 403 and "may not read index [logs]" in forbidden.json()["error"]["reason"]
+    assert client.post("/logs/_search", json={"query": {"match": {"text": "a"}}, "ext": {"chunkrag": {}}}, headers=team).status_code == 403
+    assert client.post("/v1/ask", json={"index": "logs", "question": "a"}, headers=team).status_code == 403
+    assert client.post("/v1/ask", json={"index": "faq", "question": "a", "options": {"stages": False}}, headers=team).status_code == 200
+    assert client.get("/_count", headers=team).status_code == 403  # all indices
+    msearch = b'{"index":"docs-1"}\n{}\n{"index":"logs"}\n{}\n'
+    assert client.post("/_msearch", content=msearch, headers={**team, "content-type": "application/x-ndjson"}).status_code == 403
+    assert client.post("/_msearch", content=msearch.replace(b"logs", b"faq"), headers={**team, "content-type": "application/x-ndjson"}).status_code == 200
+    assert client.post("/_search", json={"query": {"match_all": {}}}, headers=team).status_code == 403
+    assert client.post("/_search", json={"pit": {"id": "abc"}}, headers=team).status_code == 200
+    assert client.post("/_search/scroll", json={"scroll_id": "abc"}, headers=team).status_code == 200
+    ops = {"authorization": f"Bearer {KEY_B}"}
+    assert client.get("/_count", headers=ops).status_code == 200
+    # the public paths need no key
+    assert client.get("/openapi.json").status_code == 200
+
+
+def test_writes_and_cluster_apis_are_refused_unless_configured():
+    transport = RecordingTransport(es_reply)
+    client = app_client(transport)
+    refused = client.put("/docs/_doc/1", json={"a": 1})
+    assert refused.status_code == 403 and "write API" in refused.json()["error"]["reason"] and "CHUNKRAG_GATEWAY_PASSTHROUGH" in refused.json()["error"]["reason"]
+    assert client.get("/_cluster/health").status_code == 403 and client.post("/_bulk", content=b"{}\n").status_code == 403
+    assert transport.requests == []
+    writer = app_client(transport, passthrough="read,write")
+    assert writer.put("/docs/_doc/1", json={"a": 1}).status_code == 200 and writer.get("/_cluster/health").status_code == 403
+    assert app_client(transport, passthrough="all").get("/_cluster/health").status_code == 200
+
+
+def test_chunkrag_where_it_cannot_be_served_is_a_clear_400():
+    transport = RecordingTransport(es_reply)
+    client = app_client(transport)
+    index_less = client.post("/_search", json={"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {}}})
+    assert index_less.status_code == 400 and "needs the chunk index in the path" in index_less.json()["error"]["reason"]
+    msearch = client.post("/docs/_msearch", content=b'{}\n{"query":{"match_all":{}},"ext":{"chunkrag":{}}}\n', headers={"content-type": "application/x-ndjson"})
+    assert msearch.status_code == 400 and "not supported in _msearch" in msearch.json()["error"]["reason"]
+    assert transport.requests == []
+    # the word alone still passes
+    assert client.post("/_search", json={"query": {"match": {"text": "chunkrag"}}}).status_code == 200
+
+
+def test_query_length_and_rate_limits():
+    client = app_client(max_query_chars=10)
+    long = client.post("/docs/_search", json={"query": {"match": {"text": "x" * 11}}, "ext": {"chunkrag": {}}})
+    assert long.status_code == 400 and "limit is 10" in long.json()["error"]["reason"]
+    nul = client.post("/v1/ask", json={"index": "docs", "question": "a\u0000b"})
+    assert nul.status_code == 400 and "NUL" in nul.json()["error"]["reason"]
+    limited = app_client(rate_per_s=0.001, rate_burst=2)
+    statuses = [limited.post("/docs/_count").status_code for _ in range(3)]
+    assert statuses[:2] == [200, 200] and statuses[2] == 429
+    last = limited.post("/docs/_count")
+    assert last.json()["error"]["type"] == "es_rejected_execution_exception" and int(last.headers["retry-after"]) >= 1
+
+
+def test_misconfiguration_fails_at_creation():
+    with pytest.raises(ConfigError):
+        create_app(Settings(gateway=GatewaySettings(auth="service")))
+    with pytest.raises(ValueError, match="PASSTHROUGH"):
+        create_app(Settings(gateway=GatewaySettings(passthrough="everything")))
+
+
+def test_the_score_cache_holds_a_hash_and_a_number_never_text():
+    from workers.score_cache import RedisScoreCache
+
+    class Store:
+        def __init__(self):
+            self.data = {}
+
+        def set(self, key, value, ex=None):
+            self.data[key] = value
+
+        def get(self, key):
+            return self.data.get(key)
+
+    store = Store()
+    cache = RedisScoreCache(store)
+    secret = "model|listwise|what is the salary of alice|Alice earns 90k a year|base"
+    cache.set(secret, 0.75)
+    ((key, value),) = store.data.items()
+    assert key == "chunkrag:score:" + hashlib.sha256(secret.encode()).hexdigest() and value == "0.75"
+    assert "alice" not in key.lower() and cache.get(secret) == 0.75
