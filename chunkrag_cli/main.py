@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--fallback", choices=["top_k", "not_found"], default="top_k", help="when nothing passes: keep the top chunks, or answer that nothing was found")
     ask.add_argument("--method", default="listwise", choices=["listwise", "multistage", "yes_no", "likert"], help="relevance scoring (listwise: up to nine chunks per call; multistage: the paper's score, reflection, critic per chunk)")
     ask.add_argument("--no-answer", action="store_true", help="filter only; do not write an answer")
+    ask.add_argument("--segments", action="store_true", help="relevant segment extraction: answer from runs of neighbouring chunks around the relevant ones")
+    ask.add_argument("--segment-chars", type=int, default=None, help="character budget of all segments together (default: chunk budgets only)")
     ask.set_defaults(handler=cmd_ask)
 
     serve = commands.add_parser("serve", help="run the Elasticsearch-compatible gateway (ext.chunkrag in _search, /v1/ask)")
@@ -63,8 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--index", help="evaluation index (default chunkrag-eval-<format>)")
     evaluation.add_argument("--method", default="listwise", choices=["listwise", "multistage", "yes_no", "likert"], help="relevance scoring (listwise: several chunks per call)")
     evaluation.add_argument("--prior-weight", type=float, default=0.0, help="share of the score taken from the retrieval score (0 = the LLM alone)")
-    evaluation.add_argument("--threshold", choices=["dynamic", "llm", "fixed"], default="dynamic")
-    evaluation.add_argument("--fixed-threshold", type=float, default=0.5)
+    evaluation.add_argument("--orders", type=int, choices=[1, 2], help="listwise: ask each batch as retrieved (1) or also reversed (2, removes position bias)")
+    evaluation.add_argument("--judge-top", type=int, help="only the best N candidates go to the model (0: none; default: the filter's default)")
+    evaluation.add_argument("--calibration", choices=["default", "off"], help="combine the judge with the retrieval signals through the shipped logistic model (default: the filter's default)")
+    evaluation.add_argument("--threshold", choices=["dynamic", "llm", "fixed", "relative"], help="where the kept chunks are cut (default: the filter's default)")
+    evaluation.add_argument("--fixed-threshold", type=float, help="the fixed threshold, or the share of the best score for `relative`")
     evaluation.add_argument("--no-redundancy", action="store_true", help="skip the 0.9-cosine redundancy filter")
     evaluation.add_argument("--generate", action="store_true", help="also write an answer (PopQA) or verdict (PubHealth) from the kept chunks and grade it")
     evaluation.add_argument("--judge", choices=["threads", "celery"], help="where judging runs (default $CHUNKRAG_WORKER_JUDGE or threads)")
@@ -174,7 +179,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     options = FilterOptions(scoring=ScoringOptions(method=args.method), threshold=args.threshold, fixed_threshold=args.fixed_threshold, fallback=args.fallback, answer=not args.no_answer)
     retriever = HybridRetriever(_connected(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
-    result = ask(args.question, retriever=retriever, model=make_chat(settings.chat), options=options, candidates=args.candidates, parallel=settings.chat.parallel, model_name=settings.chat.model)
+    from search_extension.segments import SegmentSettings
+
+    segments = SegmentSettings(max_total_chars=args.segment_chars) if args.segments else None
+    result = ask(args.question, retriever=retriever, model=make_chat(settings.chat), options=options, candidates=args.candidates, parallel=settings.chat.parallel, model_name=settings.chat.model, segments=segments)
     print_ask(result, sys.stdout)
     return 0
 
@@ -183,11 +191,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from search_extension.gateway import create_app
+    from search_extension.gateway.server import uvicorn_options
 
     settings = Settings.from_env()
     gateway = dataclasses.replace(settings.gateway, host=args.host or settings.gateway.host, port=args.port or settings.gateway.port)
-    uvicorn.run(create_app(dataclasses.replace(settings, gateway=gateway)), host=gateway.host, port=gateway.port, access_log=args.access_log)
+    # HTTPS with CHUNKRAG_GATEWAY_SSL_CERTFILE and _KEYFILE.
+    uvicorn.run(create_app(dataclasses.replace(settings, gateway=gateway)), host=gateway.host, port=gateway.port, access_log=args.access_log, **uvicorn_options(gateway))
     return 0
+
+
+def filter_options_from_args(args: argparse.Namespace):
+    """FilterOptions from `eval`/`ask` flags; an unset flag keeps the filter's default."""
+    from search_extension.chunk_filter import FilterOptions
+    from search_extension.processors.calibration import DEFAULT_MODEL
+
+    defaults = FilterOptions()
+    scoring = dataclasses.replace(defaults.scoring, method=args.method) if args.method != defaults.scoring.method else defaults.scoring
+    if getattr(args, "orders", None):
+        scoring = dataclasses.replace(scoring, orders=args.orders)
+    calibration = defaults.calibration
+    if getattr(args, "calibration", None):
+        calibration = DEFAULT_MODEL if args.calibration == "default" else None
+    return dataclasses.replace(
+        defaults,
+        redundancy_threshold=None if args.no_redundancy else defaults.redundancy_threshold,
+        scoring=scoring,
+        threshold=args.threshold or defaults.threshold,
+        fixed_threshold=args.fixed_threshold if args.fixed_threshold is not None else defaults.fixed_threshold,
+        prior_weight=args.prior_weight,
+        judge_top=args.judge_top if getattr(args, "judge_top", None) is not None else defaults.judge_top,
+        calibration=calibration,
+        answer=False,
+    )
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -203,27 +238,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     fmt, items, bad = read_items(args.file, args.format, args.pool, args.limit)
     for record in bad:
         print(f"skipped line {record.line}: {record.reason}", file=sys.stderr)
-    options = FilterOptions(
-        redundancy_threshold=None if args.no_redundancy else FilterOptions().redundancy_threshold,
-        scoring=ScoringOptions(method=args.method),
-        threshold=args.threshold,
-        fixed_threshold=args.fixed_threshold,
-        prior_weight=args.prior_weight,
-        answer=False,
-    )
+    options = filter_options_from_args(args)
     model = make_chat(settings.chat)
     report = evaluate(
         items, fmt, client=_connected(settings), embedder=make_embedder(settings.embedder), settings=settings, model=model, options=options,
         judge_many=judge_many_for(dataclasses.replace(settings, workers=dataclasses.replace(settings.workers, judge=args.judge or settings.workers.judge)), model), index=args.index or f"chunkrag-eval-{fmt}",
         generate=args.generate, on_question=lambda outcome: print_outcome(outcome, sys.stderr),
     )
-    summary = {**report.summary(), "skipped_records": len(bad), "options": {"method": args.method, "prior_weight": args.prior_weight, "threshold": args.threshold, "redundancy": not args.no_redundancy, "judge": args.judge or settings.workers.judge, "model": settings.chat.model}}
+    summary = {**report.summary(), "skipped_records": len(bad), "options": {"method": options.scoring.method, "orders": options.scoring.orders, "judge_top": options.judge_top, "calibrated": options.calibration is not None, "prior_weight": options.prior_weight, "threshold": options.threshold, "fixed_threshold": options.fixed_threshold, "redundancy": not args.no_redundancy, "judge": args.judge or settings.workers.judge, "model": settings.chat.model}}
     if args.out:
         write_report(args.out, summary, report)
     if args.plots:
         from search_extension.evaluation.plots import write_plots
 
-        for path in write_plots(report, args.plots, f"{args.method}, prior {args.prior_weight}"):
+        for path in write_plots(report, args.plots, f"{options.scoring.method}{', calibrated' if options.calibration else ''}"):
             print(f"wrote {path}", file=sys.stderr)
     print(json.dumps(summary, indent=2))
     return 0

@@ -4,14 +4,19 @@ retrieval, then the chunk filter. One call, used by the CLI, the gateway and
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
 from search_extension.chunk_filter import FilterOptions, FilterResult, JudgeMany, judge_in_threads, run_filter
+from search_extension.neighbours import position_fetcher
+from search_extension.processors.answer import Answer, answer_from_chunks
 from search_extension.processors.rewrite import Rewrite, rewrite_query
 from search_extension.retriever import HybridRetriever, RetrievalResult
+from search_extension.segments import FetchPositions, Segment, SegmentSettings, extract_segments
 
 # Candidates handed to the filter: each costs at least one model call.
 DEFAULT_CANDIDATES = 8
@@ -33,6 +38,9 @@ class AskResult:
     filtered: FilterResult | None
     rewrite: Rewrite | None = None
     timings_ms: Mapping[str, float] = field(default_factory=dict)
+    # Relevant segments (when asked for), best first; the answer, if any,
+    # was then written from them.
+    segments: tuple[Segment, ...] = ()
 
     @property
     def query(self) -> str:
@@ -64,12 +72,20 @@ def ask(
     stages: bool = True,
     judge_many: JudgeMany | None = None,
     reranker=None,
+    segments: SegmentSettings | None = None,
+    fetch_positions: FetchPositions | None = None,
 ) -> AskResult:
     """Rewrite (optional), retrieve ``candidates`` chunks, filter them.
 
     With ``stages=False`` no model is called: the result is the hybrid
     retrieval alone (``filtered`` is None). ``judge_many`` decides where the
     judging runs; by default threads in this process, ``parallel`` at once.
+
+    With ``segments``, relevant segment extraction runs over the candidates
+    (relevance: the judge's probability, or the retrieval score without the
+    model stages), missing neighbours come from the index in one request
+    (``fetch_positions``, by default from the retriever's client), and the
+    answer is written from the segments instead of the kept chunks.
     """
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -86,10 +102,46 @@ def ask(
     filtered = None
     if stages:
         judge_many = judge_many or judge_in_threads(model, threads=parallel, model_name=model_name)
-        filtered = run_filter(query, retrieval.chunks, model=model, options=options, judge_many=judge_many, reranker=reranker)
+        filter_options = dataclasses.replace(options, answer=False) if segments is not None else options
+        filtered = run_filter(query, retrieval.chunks, model=model, options=filter_options, judge_many=judge_many, reranker=reranker)
         timings.update(filtered.timings_ms)
+    found: tuple[Segment, ...] = ()
+    if segments is not None:
+        clock = time.perf_counter()
+        fetch = fetch_positions or position_fetcher(retriever.client, retriever.index)
+        found = tuple(extract_segments(judged_in_rank_order(retrieval, filtered), fetch, segments))
+        timings["segments"] = _ms_since(clock)
+        if filtered is not None and options.answer:
+            clock = time.perf_counter()
+            # No segment worth its minimum value: answer from the kept chunks as usual.
+            passages = [segment_as_chunk(s) for s in found] or list(filtered.kept)
+            filtered = with_answer(filtered, answer_from_chunks(query, passages, model))
+            timings["answer"] = _ms_since(clock)
     timings["total"] = _ms_since(started)
-    return AskResult(question, retrieval, filtered, rewritten, timings)
+    return AskResult(question, retrieval, filtered, rewritten, timings, found)
+
+
+def judged_in_rank_order(retrieval: RetrievalResult, filtered: FilterResult | None) -> list[Chunk]:
+    """The candidates in retrieval order, each with the judge's scores when
+    it was judged."""
+    judged = {d.chunk.chunk_id: d.chunk for d in filtered.decisions} if filtered is not None else {}
+    return [judged.get(c.chunk_id, c) for c in retrieval.chunks]
+
+
+def segment_as_chunk(segment: Segment) -> Chunk:
+    """A segment as one passage for the answer prompt; a citation of it
+    names the segment's first chunk."""
+    return Chunk(doc_id=segment.doc_id, position=segment.first, text=segment.text, start=segment.start, end=segment.end, title=segment.title, header=segment.header)
+
+
+def with_answer(filtered: FilterResult, answer: Answer) -> FilterResult:
+    return dataclasses.replace(
+        filtered,
+        answer=answer,
+        model_calls=filtered.model_calls + answer.calls,
+        prompt_tokens=filtered.prompt_tokens + answer.prompt_tokens,
+        completion_tokens=filtered.completion_tokens + answer.completion_tokens,
+    )
 
 
 def judge_many_for(settings, model: ChatModel | None, *, budget_s: float | None = None, cache=None, celery_app=None) -> JudgeMany:
