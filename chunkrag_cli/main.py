@@ -133,13 +133,22 @@ def _connected(settings: Settings):
     return client
 
 
+def _backend(settings: Settings):
+    """The search backend SEARCH_BACKEND names (Elasticsearch or OpenSearch), healthy."""
+    from chunkrag_core.search_backend import make_backend
+
+    backend = make_backend(settings)
+    backend.health()
+    return backend
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     from chunkrag_cli.output import ingest_report_json, print_ingest_report
     from chunkrag_core.providers import make_embedder
     from ingest_pipeline.pipeline import ingest
 
     settings = _settings(args)
-    report = ingest(args.paths, client=_connected(settings), embedder=make_embedder(settings.embedder), settings=settings, progress=False if args.no_progress else None)
+    report = ingest(args.paths, client=_backend(settings), embedder=make_embedder(settings.embedder), settings=settings, progress=False if args.no_progress else None)
     if args.json:
         print(ingest_report_json(report))
     else:
@@ -158,7 +167,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         print(f"chunkrag: --filter is not JSON: {exc}", file=sys.stderr)
         return 2
-    retriever = HybridRetriever(_connected(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
+    retriever = HybridRetriever(_backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
     result = retriever.search(args.query, mode=args.mode, size=args.size, filters=filters, collapse_field=args.collapse)
     if args.json:
         print(hits_json(result))
@@ -178,7 +187,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from search_extension.processors.relevance import ScoringOptions
 
     options = FilterOptions(scoring=ScoringOptions(method=args.method), threshold=args.threshold, fixed_threshold=args.fixed_threshold, fallback=args.fallback, answer=not args.no_answer)
-    retriever = HybridRetriever(_connected(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
+    retriever = HybridRetriever(_backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
     from search_extension.segments import SegmentSettings
 
     segments = SegmentSettings(max_total_chars=args.segment_chars) if args.segments else None
@@ -241,7 +250,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     options = filter_options_from_args(args)
     model = make_chat(settings.chat)
     report = evaluate(
-        items, fmt, client=_connected(settings), embedder=make_embedder(settings.embedder), settings=settings, model=model, options=options,
+        items, fmt, client=_backend(settings), embedder=make_embedder(settings.embedder), settings=settings, model=model, options=options,
         judge_many=judge_many_for(dataclasses.replace(settings, workers=dataclasses.replace(settings.workers, judge=args.judge or settings.workers.judge)), model), index=args.index or f"chunkrag-eval-{fmt}",
         generate=args.generate, on_question=lambda outcome: print_outcome(outcome, sys.stderr),
     )
@@ -261,10 +270,10 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     from chunkrag_core.es_client import probe_capabilities
 
     settings = _settings(args)
-    client = _connected(settings)
-    health = client.cluster.health()
-    capabilities = probe_capabilities(client)
-    print(f"{settings.es_url_for_display}: {health['status']}, {health['number_of_nodes']} node(s)")
+    backend = _backend(settings)
+    health = backend.client.cluster.health()
+    capabilities = backend.capabilities()
+    print(f"{backend.engine} at {backend.display_url}: {health['status']}, {health['number_of_nodes']} node(s)")
     for name, value in dataclasses.asdict(capabilities).items():
         print(f"  {name}: {value}")
     return 0
@@ -295,7 +304,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if not args.no_filter and not os.environ.get("CHUNKRAG_CHAT_BASE_URL") and services_main(["up", "--only", "llm"]) != 0:
             return 1
     settings = _settings(args)
-    client = _connected(settings)
+    client = _backend(settings)
     embedder = make_embedder(settings.embedder)
     samples = resources.files("chunkrag_cli") / "samples"
     with resources.as_file(samples) as folder:

@@ -57,6 +57,10 @@ class ClusterCapabilities:
     has_english_analyzer: bool
     has_rrf_retriever: bool
     has_linear_retriever: bool
+    engine: str = "elasticsearch"
+    # OpenSearch's neural-search plugin: the `hybrid` query with a
+    # normalization pipeline fuses BM25 and kNN inside the cluster.
+    has_hybrid_query: bool = False
 
 
 def probe_capabilities(client) -> ClusterCapabilities:

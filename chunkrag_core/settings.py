@@ -164,6 +164,11 @@ class Settings:
     es_api_key: str | None = field(default=None, repr=False)
     es_ca_certs: str | None = None
     es_request_timeout_s: float = 30.0
+    # "elasticsearch" or "opensearch": which engine the project talks to
+    # (SEARCH_BACKEND; with only OPENSEARCH_URL set, "opensearch").
+    search_backend: str = "elasticsearch"
+    opensearch_url: str = "http://127.0.0.1:9201"
+    opensearch_ca_certs: str | None = None
     redis_url: str = "redis://127.0.0.1:6379/0"
     index: str = "chunkrag"
     chunking: ChunkingSettings = ChunkingSettings()
@@ -183,11 +188,15 @@ class Settings:
         # meant, on the ports they were told to use.
         local_es = f"http://127.0.0.1:{env.get('CHUNKRAG_ES_PORT') or 9200}"
         local_redis = f"redis://127.0.0.1:{env.get('CHUNKRAG_REDIS_PORT') or 6379}/0"
+        local_opensearch = f"http://127.0.0.1:{env.get('CHUNKRAG_OPENSEARCH_PORT') or 9201}"
         return replace(
             base,
             es_url=env.get("ES_URL") or local_es,
             es_api_key=env.get("ES_API_KEY") or None,
             es_ca_certs=env.get("ES_CA_CERTS") or None,
+            search_backend=_search_backend_from_env(env),
+            opensearch_url=env.get("OPENSEARCH_URL") or local_opensearch,
+            opensearch_ca_certs=env.get("OPENSEARCH_CA_CERTS") or None,
             redis_url=env.get("REDIS_URL") or local_redis,
             index=env.get("CHUNKRAG_INDEX", base.index),
             chunking=_overlay(base.chunking, env, "CHUNKRAG_CHUNK_"),
@@ -204,6 +213,15 @@ class Settings:
     def es_url_for_display(self) -> str:
         return redact_url(self.es_url)
 
+    @property
+    def search_url(self) -> str:
+        """The URL of the engine ``search_backend`` names."""
+        return self.opensearch_url if self.search_backend == "opensearch" else self.es_url
+
+    @property
+    def search_url_for_display(self) -> str:
+        return redact_url(self.search_url)
+
 
 def redact_url(url: str) -> str:
     """The URL with any password replaced, for logs and error messages."""
@@ -212,6 +230,19 @@ def redact_url(url: str) -> str:
         return url
     netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+SEARCH_BACKENDS = ("elasticsearch", "opensearch")
+
+
+def _search_backend_from_env(env: Mapping[str, str]) -> str:
+    chosen = (env.get("SEARCH_BACKEND") or "").strip().lower()
+    if not chosen:
+        # Pointing only OPENSEARCH_URL at a cluster is choosing it.
+        return "opensearch" if env.get("OPENSEARCH_URL") and not env.get("ES_URL") else "elasticsearch"
+    if chosen not in SEARCH_BACKENDS:
+        raise SettingsError(f"SEARCH_BACKEND={chosen!r}; choose one of {', '.join(SEARCH_BACKENDS)}")
+    return chosen
 
 
 def _embedder_from_env(base: EmbedderSettings, env: Mapping[str, str]) -> EmbedderSettings:

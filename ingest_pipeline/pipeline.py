@@ -16,7 +16,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from chunkrag_core.es_client import probe_capabilities
+from chunkrag_core.search_backend import as_backend
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import chunk_documents, document_fingerprint
@@ -102,7 +102,9 @@ def ingest_documents(
 ) -> IngestReport:
     index = index or settings.index
     began = time.perf_counter()
-    ensure_index(client, index, dims=settings.embedder.dims, vectors=settings.vector_index, capabilities=probe_capabilities(client))
+    # Elasticsearch or OpenSearch, or a raw client of either.
+    client = as_backend(client)
+    ensure_index(client, index, dims=settings.embedder.dims, vectors=settings.vector_index, capabilities=client.capabilities())
     shaping = f"{settings.chunking}|{settings.embedder.provider}:{settings.embedder.model}"
 
     skipped: list[Skipped] = []
@@ -131,7 +133,7 @@ def ingest_documents(
         finally:
             bar.close()
             _restore_refresh(client, index, previous_refresh)
-    client.indices.refresh(index=index)
+    client.refresh(index)
     return IngestReport(
         index=index,
         documents=totals["documents"],
@@ -150,16 +152,15 @@ def _pause_refresh(client, index: str) -> str | None:
     """Stop periodic refreshes while writing: each refresh cuts a small
     segment, and merging those rebuilds HNSW graphs, CPU the embedder needs.
     Returns the index's own setting to restore (None: the default)."""
-    current = client.indices.get_settings(index=index, name="index.refresh_interval")
-    previous = current.get(index, {}).get("settings", {}).get("index", {}).get("refresh_interval")
-    client.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
+    previous = client.refresh_interval(index)
+    client.set_refresh_interval(index, "-1")
     # "-1" found here is most likely left by a run that was killed before it
     # could restore the setting: restore the default rather than keep it.
     return None if previous == "-1" else previous
 
 
 def _restore_refresh(client, index: str, previous: str | None) -> None:
-    client.indices.put_settings(index=index, settings={"index": {"refresh_interval": previous}})
+    client.set_refresh_interval(index, previous)
 
 
 def _unchanged(document: Document, stored, shaping: str) -> bool:

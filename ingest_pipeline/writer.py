@@ -1,5 +1,6 @@
-"""Writing chunks into Elasticsearch: index creation, idempotent upserts,
-deletion of chunks a shorter new version no longer has."""
+"""Writing chunks into the search engine (through the backend seam): index
+creation, idempotent upserts, deletion of chunks a shorter new version no
+longer has."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any, Iterable, Iterator, Sequence
 from chunkrag_core import es_schema as schema
 from chunkrag_core.chunk import chunk_id_for
 from chunkrag_core.es_client import ClusterCapabilities
+from chunkrag_core.opensearch_dialect import vector_dims
+from chunkrag_core.search_backend import as_backend
 from chunkrag_core.settings import VectorIndexSettings
 from ingest_pipeline.chunker import ChunkedDocument
 
@@ -20,10 +23,10 @@ class IndexMismatch(RuntimeError):
 def ensure_index(client, index: str, *, dims: int, vectors: VectorIndexSettings, capabilities: ClusterCapabilities) -> bool:
     """Create the chunk index if missing (True if created); check an
     existing one can take vectors of ``dims``."""
-    if client.indices.exists(index=index):
-        mapping = client.indices.get_mapping(index=index)
-        properties = next(iter(mapping.values()))["mappings"].get("properties", {})
-        found = properties.get(schema.VECTOR, {}).get("dims")
+    backend = as_backend(client)
+    if backend.index_exists(index):
+        properties = backend.mapping_properties(index)
+        found = vector_dims(properties.get(schema.VECTOR, {}))
         if found != dims or schema.DOC_FINGERPRINT not in properties:
             raise IndexMismatch(
                 f"index {index!r} exists but is not a chunk index for {dims}-dim vectors "
@@ -31,10 +34,10 @@ def ensure_index(client, index: str, *, dims: int, vectors: VectorIndexSettings,
             )
         lacking = {name: spec for name, spec in schema.added_properties().items() if name not in properties}
         if lacking:
-            client.indices.put_mapping(index=index, properties=lacking)
+            backend.add_mapping_properties(index, lacking)
         return False
     body = schema.index_body(dims=dims, has_english=capabilities.has_english_analyzer, vectors=vectors)
-    client.indices.create(index=index, settings=body["settings"], mappings=body["mappings"])
+    backend.create_index(index, body)
     return True
 
 
@@ -55,11 +58,10 @@ def stored_documents(client, index: str, doc_ids: Sequence[str]) -> dict[str, St
     """The stored state of ``doc_ids``, in one aggregation request."""
     if not doc_ids:
         return {}
-    response = client.search(
-        index=index,
-        size=0,
-        query={"terms": {schema.DOC_ID: list(doc_ids)}},
-        aggs={
+    body = {
+        "size": 0,
+        "query": {"terms": {schema.DOC_ID: list(doc_ids)}},
+        "aggs": {
             "docs": {
                 "terms": {"field": schema.DOC_ID, "size": len(doc_ids)},
                 "aggs": {
@@ -69,7 +71,8 @@ def stored_documents(client, index: str, doc_ids: Sequence[str]) -> dict[str, St
                 },
             }
         },
-    )
+    }
+    response = as_backend(client).search(index, body)
     state = {}
     for bucket in response["aggregations"]["docs"]["buckets"]:
         state[bucket["key"]] = StoredDocument(
@@ -112,18 +115,13 @@ BULK_ACTIONS_PER_REQUEST = 500
 
 
 def bulk_write(client, actions: Iterable[dict[str, Any]]) -> BulkOutcome:
-    from elasticsearch import helpers
-
     indexed = deleted = 0
     errors: list[str] = []
-    for ok, item in helpers.streaming_bulk(
-        client,
+    for ok, item in as_backend(client).bulk(
         actions,
         chunk_size=BULK_ACTIONS_PER_REQUEST,
         max_retries=BULK_MAX_RETRIES,
         initial_backoff=BULK_INITIAL_BACKOFF_S,
-        raise_on_error=False,
-        raise_on_exception=False,
     ):
         op, result = next(iter(item.items()))
         if op == "delete":

@@ -8,9 +8,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
-from chunkrag_core.es_client import ClusterCapabilities, probe_capabilities
+from chunkrag_core.es_client import ClusterCapabilities
 from chunkrag_core.es_schema import chunk_from_hit
 from chunkrag_core.providers import Embedder
+from chunkrag_core.search_backend import as_backend
 from chunkrag_core.settings import RetrievalSettings
 from search_extension import fusion, queries
 from search_extension.queries import MODES, QuerySpec
@@ -37,7 +38,8 @@ class RetrievalResult:
 
 class HybridRetriever:
     def __init__(self, client, embedder: Embedder, index: str, settings: RetrievalSettings = RetrievalSettings(), capabilities: ClusterCapabilities | None = None):
-        self.client = client
+        # Elasticsearch or OpenSearch (a backend, or a raw client of either).
+        self.client = as_backend(client)
         self.embedder = embedder
         self.index = index
         self.settings = settings
@@ -46,7 +48,7 @@ class HybridRetriever:
     @property
     def capabilities(self) -> ClusterCapabilities:
         if self._capabilities is None:
-            self._capabilities = probe_capabilities(self.client)
+            self._capabilities = self.client.capabilities()
         return self._capabilities
 
     def _spec(self, text: str, *, size: int | None, filters: Sequence[Mapping[str, Any]], **options: Any) -> tuple[QuerySpec, float]:
@@ -76,10 +78,16 @@ class HybridRetriever:
             return self._hits(queries.native_sum_body(spec, w_text, w_knn)), "native"
         if mode == "linear":
             if not self.capabilities.has_linear_retriever:
-                raise RetrievalError("this cluster offers no `linear` retriever (it needs an Enterprise licence); use mode `minmax`, the same fusion done client-side")
+                raise RetrievalError("this cluster offers no `linear` retriever (Elasticsearch offers it with an Enterprise licence, OpenSearch not at all); use mode `minmax`, the same fusion done client-side")
             return self._hits(queries.linear_retriever_body(spec, w_text, w_knn)), "retriever"
         if mode == "rrf" and self.capabilities.has_rrf_retriever:
             return self._hits(queries.rrf_retriever_body(spec, self.settings.rrf_rank_constant)), "retriever"
+        # Only OpenSearch can have it, so Elasticsearch is never probed for it.
+        if mode == "minmax" and not spec.collapse_field and getattr(self.client, "engine", None) == "opensearch" and self.capabilities.has_hybrid_query:
+            # OpenSearch with neural-search: the same min-max fusion in the
+            # cluster (unboosted BM25 and kNN as the hybrid's sub-queries).
+            response = self.client.hybrid_search(self.index, queries.native_sum_body(spec, None, None), [w_text, w_knn])
+            return [chunk_from_hit(hit) for hit in response["hits"]["hits"]], "native"
         # Fuse on the collapse key when collapsing (BM25 and kNN may pick
         # different best chunks of one document), else on the chunk id.
         text_hits, knn_hits = self._msearch(spec)
@@ -92,11 +100,11 @@ class HybridRetriever:
         return [replace(best[key], score=score) for key, score in fused], "client"
 
     def _hits(self, body: dict[str, Any]) -> list[Chunk]:
-        response = self.client.search(index=self.index, body=body)
+        response = self.client.search(self.index, body)
         return [chunk_from_hit(hit) for hit in response["hits"]["hits"]]
 
     def _msearch(self, spec: QuerySpec) -> tuple[list[tuple[str, Chunk]], list[tuple[str, Chunk]]]:
-        response = self.client.msearch(searches=queries.msearch_bodies(spec, self.index))
+        response = self.client.msearch(queries.msearch_bodies(spec, self.index))
         sides = []
         for item in response["responses"]:
             if "error" in item:

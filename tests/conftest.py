@@ -35,6 +35,36 @@ def es(settings):
     client.close()
 
 
+ENGINES = ("elasticsearch", "opensearch")
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def engine(request, settings):
+    """Each search engine in turn, behind the project's backend seam: tests
+    using it run once on Elasticsearch and once on OpenSearch (both real
+    nodes, started by `make test`)."""
+    import dataclasses
+
+    from chunkrag_core.es_client import ClusterUnavailable
+    from chunkrag_core.search_backend import make_backend
+
+    backend = make_backend(dataclasses.replace(settings, search_backend=request.param))
+    try:
+        backend.health()
+    except ClusterUnavailable as exc:
+        pytest.fail(f"{exc}. Run the tests with `make test`, which starts it.", pytrace=False)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def engine_index(engine):
+    """A new index name per test on ``engine``; deleted after."""
+    name = f"test-chunkrag-{uuid.uuid4().hex[:12]}"
+    yield name
+    engine.delete_index(name)
+
+
 @pytest.fixture(scope="session")
 def embedder(settings):
     from chunkrag_core.providers import make_embedder

@@ -2,7 +2,6 @@ import json
 
 import pytest
 
-from chunkrag_core.es_client import probe_capabilities
 from ingest_pipeline.pipeline import ingest
 
 pytestmark = pytest.mark.integration
@@ -24,19 +23,20 @@ def write_corpus(folder):
     (folder / "latin1.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
 
 
-def all_chunks(es, index):
-    hits = es.search(index=index, size=1000, query={"match_all": {}}, sort=[{"doc_id": "asc"}, {"position": "asc"}])["hits"]["hits"]
+def all_chunks(engine, index):
+    body = {"size": 1000, "query": {"match_all": {}}, "sort": [{"doc_id": "asc"}, {"position": "asc"}], "_source": {"excludes": ["vector"]}}
+    hits = engine.search(index, body)["hits"]["hits"]
     return [hit["_source"] | {"_id": hit["_id"]} for hit in hits]
 
 
-def test_ingest_writes_chunks_with_offsets_sections_and_vectors(es, embedder, settings, fresh_index, tmp_path):
+def test_ingest_writes_chunks_with_offsets_sections_and_vectors(engine, embedder, settings, engine_index, tmp_path):
     write_corpus(tmp_path)
-    report = ingest([tmp_path], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    report = ingest([tmp_path], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
 
     assert report.ok, report.errors
     assert report.documents == 4  # guide.md, notes.txt, r1, r2
     assert sorted(s.origin.rsplit("/", 1)[-1] for s in report.skipped) == ["latin1.txt", "records.jsonl:3"]
-    chunks = all_chunks(es, fresh_index)
+    chunks = all_chunks(engine, engine_index)
     assert len(chunks) == report.chunks >= 4
     guide = (tmp_path / "guide.md").read_text(encoding="utf-8")
     for chunk in (c for c in chunks if c["doc_id"] == "guide.md"):
@@ -51,7 +51,7 @@ def test_ingest_writes_chunks_with_offsets_sections_and_vectors(es, embedder, se
     assert r1["title"] == "Punkt" and r1["metadata"] == {"year": 2006}
 
 
-def test_reingest_is_idempotent_and_removes_stale_chunks(es, embedder, settings, fresh_index, tmp_path):
+def test_reingest_is_idempotent_and_removes_stale_chunks(engine, embedder, settings, engine_index, tmp_path):
     doc = tmp_path / "doc.txt"
     sentences = [
         "The violin has four strings.",
@@ -60,36 +60,36 @@ def test_reingest_is_idempotent_and_removes_stale_chunks(es, embedder, settings,
         "Glaciers carve valleys over millennia.",
     ]
     doc.write_text(" ".join(sentences), encoding="utf-8")
-    first = ingest([doc], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
-    before = all_chunks(es, fresh_index)
+    first = ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    before = all_chunks(engine, engine_index)
     assert first.chunks == len(before) >= 2
 
-    again = ingest([doc], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    again = ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
     assert again.unchanged == 1 and again.chunks == 0
-    assert all_chunks(es, fresh_index) == before
+    assert all_chunks(engine, engine_index) == before
 
     doc.write_text(sentences[0], encoding="utf-8")
-    shorter = ingest([doc], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
-    after = all_chunks(es, fresh_index)
+    shorter = ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    after = all_chunks(engine, engine_index)
     assert shorter.unchanged == 0 and shorter.deleted == len(before) - 1
     assert [c["text"] for c in after] == [sentences[0]]
 
 
-def test_changing_chunk_settings_rechunks(es, embedder, settings, fresh_index, tmp_path):
+def test_changing_chunk_settings_rechunks(engine, embedder, settings, engine_index, tmp_path):
     import dataclasses
 
     doc = tmp_path / "doc.txt"
     doc.write_text("Cats purr when content. Cats also purr when stressed. Dogs bark at strangers.", encoding="utf-8")
-    ingest([doc], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
     loose = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, similarity_threshold=-1.0))
-    report = ingest([doc], client=es, embedder=embedder, settings=loose, index=fresh_index, progress=False)
+    report = ingest([doc], client=engine, embedder=embedder, settings=loose, index=engine_index, progress=False)
     assert report.unchanged == 0
     # With θ = -1 nothing is dissimilar enough to split: one chunk holds all three sentences.
-    chunks = all_chunks(es, fresh_index)
+    chunks = all_chunks(engine, engine_index)
     assert len(chunks) == 1 and chunks[0]["sentence_count"] == 3
 
 
-def test_per_item_bulk_errors_are_reported_and_the_rest_is_written(es, embedder, settings, fresh_index, tmp_path):
+def test_per_item_bulk_errors_are_reported_and_the_rest_is_written(engine, embedder, settings, engine_index, tmp_path):
     # metadata.year is a number in the first record and an object in the
     # second: Elasticsearch rejects the second document's chunks only.
     records = [
@@ -98,28 +98,29 @@ def test_per_item_bulk_errors_are_reported_and_the_rest_is_written(es, embedder,
     ]
     path = tmp_path / "mixed.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
-    report = ingest([path], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    report = ingest([path], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
     assert not report.ok
     assert len(report.errors) == 1 and report.errors[0].startswith("index bad:0: 400")
-    assert [c["doc_id"] for c in all_chunks(es, fresh_index)] == ["ok"]
+    assert [c["doc_id"] for c in all_chunks(engine, engine_index)] == ["ok"]
 
 
-def test_index_uses_the_best_analyzer_the_cluster_has(es, embedder, settings, fresh_index, tmp_path):
+def test_index_uses_the_best_analyzer_the_cluster_has(engine, embedder, settings, engine_index, tmp_path):
     (tmp_path / "a.txt").write_text("Running dogs.", encoding="utf-8")
-    ingest([tmp_path], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
-    analyzer = es.indices.get_settings(index=fresh_index)[fresh_index]["settings"]["index"]["analysis"]["analyzer"]["chunk_text"]
-    has_english = probe_capabilities(es).has_english_analyzer
+    ingest([tmp_path], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    analyzer = engine.client.indices.get_settings(index=engine_index)[engine_index]["settings"]["index"]["analysis"]["analyzer"]["chunk_text"]
+    has_english = engine.capabilities().has_english_analyzer
     assert analyzer["type"] == ("english" if has_english else "standard")
-    tokens = [t["token"] for t in es.indices.analyze(index=fresh_index, analyzer="chunk_text", text="The Running dogs")["tokens"]]
+    request = {"analyzer": "chunk_text", "text": "The Running dogs"}
+    analyzed = engine.client.indices.analyze(index=engine_index, body=request) if engine.engine == "opensearch" else engine.client.indices.analyze(index=engine_index, **request)
+    tokens = [t["token"] for t in analyzed["tokens"]]
     assert tokens == (["run", "dog"] if has_english else ["running", "dogs"])
 
 
-def test_refresh_is_restored_after_ingest_even_if_a_killed_run_left_it_paused(es, embedder, settings, fresh_index, tmp_path):
+def test_refresh_is_restored_after_ingest_even_if_a_killed_run_left_it_paused(engine, embedder, settings, engine_index, tmp_path):
     (tmp_path / "a.txt").write_text("First document.", encoding="utf-8")
-    ingest([tmp_path], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
-    es.indices.put_settings(index=fresh_index, settings={"index": {"refresh_interval": "-1"}})  # as a killed run leaves it
+    ingest([tmp_path], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    engine.set_refresh_interval(engine_index, "-1")  # as a killed run leaves it
     (tmp_path / "b.txt").write_text("Second document.", encoding="utf-8")
-    ingest([tmp_path], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
-    index_settings = es.indices.get_settings(index=fresh_index)[fresh_index]["settings"]["index"]
-    assert "refresh_interval" not in index_settings
-    assert es.count(index=fresh_index)["count"] == 2
+    ingest([tmp_path], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    assert engine.refresh_interval(engine_index) is None
+    assert engine.count(engine_index) == 2

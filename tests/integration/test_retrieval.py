@@ -1,6 +1,5 @@
 import pytest
 
-from chunkrag_core.es_client import probe_capabilities
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from search_extension.retriever import HybridRetriever, RetrievalError
@@ -16,11 +15,12 @@ DOCS = {
 
 
 @pytest.fixture
-def small_index(es, embedder, settings, fresh_index):
+def small_index(engine, embedder, settings, engine_index):
+    """The same four documents on each engine (Elasticsearch, OpenSearch)."""
     documents = [plain_document(doc_id, text, doc_id, title=title) for doc_id, (title, text) in DOCS.items()]
-    report = ingest_documents(documents, client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    report = ingest_documents(documents, client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
     assert report.ok and report.documents == 4
-    return HybridRetriever(es, embedder, fresh_index, settings.retrieval)
+    return HybridRetriever(engine, embedder, engine_index, settings.retrieval)
 
 
 @pytest.mark.parametrize("mode", ["bm25", "knn", "native_sum", "minmax", "rrf"])
@@ -62,9 +62,9 @@ def test_vectors_come_only_on_request(small_index):
     assert all(c.vector is None for c in small_index.search("Japan", size=3).chunks)
 
 
-def test_fusion_modes_report_how_they_ran(small_index, es):
-    capabilities = probe_capabilities(es)
-    assert small_index.search("violin", mode="minmax").fusion == "client"
+def test_fusion_modes_report_how_they_ran(small_index, engine):
+    capabilities = engine.capabilities()
+    assert small_index.search("violin", mode="minmax").fusion == ("native" if capabilities.has_hybrid_query else "client")
     assert small_index.search("violin", mode="rrf").fusion == ("retriever" if capabilities.has_rrf_retriever else "client")
     if capabilities.has_linear_retriever:
         assert small_index.search("violin", mode="linear").fusion == "retriever"

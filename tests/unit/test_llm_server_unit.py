@@ -179,14 +179,14 @@ def test_missing_server_extra_names_the_modules(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_default_services_leave_the_llm_out():
-    assert cli.DEFAULT_SERVICES == ("elasticsearch", "redis")
-    assert cli.ALL_SERVICES == ("elasticsearch", "redis", "llm")
-    assert cli._selected(None) == ("elasticsearch", "redis")
+    assert cli.DEFAULT_SERVICES == ("elasticsearch", "opensearch", "redis")
+    assert cli.ALL_SERVICES == ("elasticsearch", "opensearch", "redis", "llm")
+    assert cli._selected(None) == ("elasticsearch", "opensearch", "redis")
     assert cli._selected("llm") == ("llm",)
 
 
 def test_unknown_service_is_rejected():
-    with pytest.raises(LocalServiceError, match="choose one of elasticsearch, redis, llm"):
+    with pytest.raises(LocalServiceError, match="choose one of elasticsearch, opensearch, redis, llm"):
         cli._selected("postgres")
 
 
@@ -200,7 +200,7 @@ def test_only_accepts_llm_on_every_command():
 
 def _record_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
-    for module, name in ((cli.elasticsearch_node, "elasticsearch"), (cli.redis_server, "redis"), (cli.llm_server, "llm")):
+    for module, name in ((cli.elasticsearch_node, "elasticsearch"), (cli.opensearch_node, "opensearch"), (cli.redis_server, "redis"), (cli.llm_server, "llm")):
         for action in ("up", "down", "status", "wait_until_healthy"):
             monkeypatch.setattr(module, action, lambda *args, _n=name, _a=action, **kwargs: calls.append(f"{_a} {_n}"))
     return calls
@@ -212,13 +212,13 @@ def test_up_status_wait_without_only_leave_the_llm_alone(monkeypatch: pytest.Mon
     cli.services_status(log=lambda _line: None)
     cli.services_wait(log=lambda _line: None)
     assert not [call for call in calls if call.endswith(" llm")]
-    assert "up elasticsearch" in calls and "up redis" in calls
+    assert "up elasticsearch" in calls and "up opensearch" in calls and "up redis" in calls
 
 
 def test_down_without_only_also_stops_the_llm(monkeypatch: pytest.MonkeyPatch):
     calls = _record_calls(monkeypatch)
     cli.services_down(log=lambda _line: None)
-    assert calls == ["down llm", "down elasticsearch", "down redis"]
+    assert calls == ["down llm", "down elasticsearch", "down opensearch", "down redis"]
 
 
 def test_only_llm_acts_on_the_llm_alone(monkeypatch: pytest.MonkeyPatch):

@@ -1,0 +1,199 @@
+"""The backend seam and OpenSearch's dialect of the project's bodies, as values."""
+
+import pytest
+
+from chunkrag_core import es_schema as schema
+from chunkrag_core import opensearch_dialect as osd
+from chunkrag_core.search_backend import ElasticsearchBackend, OpenSearchBackend, as_backend, make_backend
+from chunkrag_core.settings import Settings, SettingsError, VectorIndexSettings
+from search_extension import queries
+from search_extension.queries import QuerySpec
+
+VECTOR = [0.1, 0.2, 0.3]
+TEXT = {"bool": {"must": [{"multi_match": {"query": "capital of japan", "fields": ["text^1", "title^0.5"], "type": "most_fields"}}]}}
+SOURCE = {"excludes": ["vector"]}
+
+
+def spec(**options):
+    return QuerySpec(text="capital of japan", vector=VECTOR, size=3, num_candidates=100, window=20, **options)
+
+
+# --- index bodies ------------------------------------------------------------------------
+
+
+def test_the_chunk_index_becomes_a_lucene_hnsw_knn_vector_index():
+    es_body = schema.index_body(dims=384, has_english=True, vectors=VectorIndexSettings())
+    body = osd.index_body(es_body)
+    assert body["settings"]["index"] == {"knn": True}
+    assert body["settings"]["number_of_shards"] == 1 and body["settings"]["analysis"] == es_body["settings"]["analysis"]
+    assert body["mappings"]["properties"][schema.VECTOR] == {
+        "type": "knn_vector",
+        "dimension": 384,
+        "method": {"name": "hnsw", "engine": "lucene", "space_type": "cosinesimil", "parameters": {"m": 16, "ef_construction": 100}},
+    }
+    # Everything but the vector is the same mapping on both engines.
+    others = {k: v for k, v in body["mappings"]["properties"].items() if k != schema.VECTOR}
+    assert others == {k: v for k, v in es_body["mappings"]["properties"].items() if k != schema.VECTOR}
+    assert body["mappings"]["dynamic"] == "strict"
+
+
+def test_elasticsearch_only_vector_types_are_refused_clearly():
+    es_body = schema.index_body(dims=8, has_english=False, vectors=VectorIndexSettings(type="int8_hnsw"))
+    with pytest.raises(osd.UnsupportedOnOpenSearch, match="CHUNKRAG_VECTOR_TYPE=hnsw"):
+        osd.index_body(es_body)
+
+
+@pytest.mark.parametrize("method", [{"name": "hnsw", "engine": "faiss", "space_type": "l2"}, {"name": "hnsw", "engine": "nmslib"}, None])
+def test_no_faiss_nmslib_or_default_engine_index_is_ever_created(method):
+    field = {"type": "knn_vector", "dimension": 3, **({"method": method} if method else {})}
+    with pytest.raises(osd.UnsupportedOnOpenSearch, match="only creates Lucene HNSW"):
+        osd.require_lucene_vectors({"mappings": {"properties": {"vector": field}}})
+
+
+def test_vector_dims_read_from_either_mapping():
+    assert osd.vector_dims({"type": "dense_vector", "dims": 384}) == 384
+    assert osd.vector_dims({"type": "knn_vector", "dimension": 384}) == 384
+    assert osd.vector_dims({}) is None
+
+
+# --- search bodies, per mode, in both dialects -------------------------------------------
+
+
+def test_bm25_is_the_same_request_on_both_engines():
+    body = queries.bm25_body(spec())
+    assert body == {"size": 3, "_source": SOURCE, "query": TEXT}
+    assert osd.search_body(body) == body
+
+
+def test_knn_top_level_section_becomes_a_knn_query_clause():
+    es_body = queries.knn_body(spec(filters=({"term": {"doc_id": "tokyo"}},)))
+    assert es_body["knn"] == {"field": "vector", "query_vector": VECTOR, "k": 3, "num_candidates": 100, "filter": [{"term": {"doc_id": "tokyo"}}]}
+    assert osd.search_body(es_body) == {
+        "size": 3,
+        "_source": SOURCE,
+        "query": {
+            "knn": {
+                "vector": {
+                    "vector": VECTOR,
+                    "k": 3,
+                    "method_parameters": {"ef_search": 100},
+                    "filter": {"bool": {"filter": [{"term": {"doc_id": "tokyo"}}]}},
+                }
+            }
+        },
+    }
+
+
+def test_native_sum_is_a_bool_should_of_the_boosted_match_and_knn():
+    es_body = queries.native_sum_body(spec(), 0.5, 0.5)
+    assert es_body["query"] == {"bool": {**TEXT["bool"], "boost": 0.5}}
+    assert es_body["knn"]["boost"] == 0.5 and es_body["knn"]["k"] == 20
+    assert osd.search_body(es_body) == {
+        "size": 3,
+        "_source": SOURCE,
+        "query": {
+            "bool": {
+                "should": [
+                    {"bool": {**TEXT["bool"], "boost": 0.5}},
+                    {"knn": {"vector": {"vector": VECTOR, "k": 20, "method_parameters": {"ef_search": 100}, "boost": 0.5}}},
+                ]
+            }
+        },
+    }
+
+
+def test_msearch_pairs_keep_headers_and_translate_bodies():
+    pairs = queries.msearch_bodies(spec(), "chunks")
+    translated = osd.msearch_body(pairs)
+    assert translated[0] == {"index": "chunks"} and translated[2] == {"index": "chunks"}
+    assert translated[1] == pairs[1]
+    assert "knn" not in translated[3] and translated[3]["query"]["knn"]["vector"]["k"] == 20
+
+
+def test_vectors_on_request_and_collapse():
+    es_body = queries.knn_body(spec(include_vectors=True, collapse_field="doc_id"))
+    assert es_body["_source"] == {"excludes": [], "exclude_vectors": False}
+    body = osd.search_body(es_body)
+    # OpenSearch returns _source as stored; it has no exclude_vectors flag.
+    assert body["_source"] == {"excludes": []}
+    assert body["collapse"] == {"field": "doc_id"} and body["query"]["knn"]["vector"]["k"] == 20
+
+
+def test_retriever_bodies_have_no_opensearch_equivalent():
+    with pytest.raises(osd.UnsupportedOnOpenSearch, match="minmax"):
+        osd.search_body(queries.rrf_retriever_body(spec()))
+
+
+def test_native_hybrid_query_and_its_normalisation_pipeline():
+    es_body = queries.native_sum_body(spec(), None, None)
+    assert osd.hybrid_body(es_body) == {
+        "size": 3,
+        "_source": SOURCE,
+        "query": {"hybrid": {"queries": [TEXT, {"knn": {"vector": {"vector": VECTOR, "k": 20, "method_parameters": {"ef_search": 100}}}}]}},
+    }
+    assert osd.hybrid_pipeline_name([0.5, 0.5]) == "chunkrag-minmax-0.5-0.5"
+    assert osd.hybrid_pipeline([0.7, 0.3])["phase_results_processors"] == [
+        {
+            "normalization-processor": {
+                "normalization": {"technique": "min_max"},
+                "combination": {"technique": "arithmetic_mean", "parameters": {"weights": [0.7, 0.3]}},
+            }
+        }
+    ]
+
+
+# --- choosing a backend ----------------------------------------------------------------
+
+
+def test_search_backend_setting():
+    assert Settings.from_env({}).search_backend == "elasticsearch"
+    assert Settings.from_env({"OPENSEARCH_URL": "https://os.example:443"}).search_backend == "opensearch"
+    assert Settings.from_env({"OPENSEARCH_URL": "http://a:9201", "ES_URL": "http://b:9200"}).search_backend == "elasticsearch"
+    both = Settings.from_env({"SEARCH_BACKEND": "OpenSearch", "CHUNKRAG_OPENSEARCH_PORT": "9555"})
+    assert (both.search_backend, both.search_url) == ("opensearch", "http://127.0.0.1:9555")
+    with pytest.raises(SettingsError, match="SEARCH_BACKEND='solr'"):
+        Settings.from_env({"SEARCH_BACKEND": "solr"})
+
+
+def test_make_backend_opens_no_connection_and_keeps_credentials_out_of_the_display_url():
+    settings = Settings.from_env({"SEARCH_BACKEND": "opensearch", "OPENSEARCH_URL": "http://admin:s3cret@127.0.0.1:1"})
+    backend = make_backend(settings)
+    assert isinstance(backend, OpenSearchBackend) and backend.engine == "opensearch"
+    assert "s3cret" not in backend.display_url
+    assert isinstance(make_backend(Settings()), ElasticsearchBackend)
+
+
+class RecordingClient:
+    """Records the keyword arguments opensearch-py would get."""
+
+    def __init__(self):
+        self.calls = []
+
+    def search(self, **kwargs):
+        self.calls.append(kwargs)
+        return {"hits": {"hits": []}}
+
+    def count(self, **kwargs):
+        self.calls.append(kwargs)
+        return {"count": 7}
+
+
+def test_header_views_send_the_callers_headers_and_leave_the_base_alone():
+    client = RecordingClient()
+    base = OpenSearchBackend(client)
+    view = base.with_headers({"Authorization": "Basic dTpw"})
+    view.search("chunks", queries.knn_body(spec()))
+    base.count("chunks")
+    assert client.calls[0]["headers"] == {"Authorization": "Basic dTpw"} and "knn" in client.calls[0]["body"]["query"]
+    assert client.calls[1] == {"index": "chunks"}
+    assert view.engine == "opensearch" and view._probed is base._probed  # one capability probe for all views
+
+
+def test_raw_clients_are_wrapped_and_backends_pass_through():
+    from elasticsearch import Elasticsearch
+    from opensearchpy import OpenSearch
+
+    assert isinstance(as_backend(Elasticsearch("http://127.0.0.1:1")), ElasticsearchBackend)
+    assert isinstance(as_backend(OpenSearch(["http://127.0.0.1:1"])), OpenSearchBackend)
+    backend = OpenSearchBackend(RecordingClient())
+    assert as_backend(backend) is backend
