@@ -96,7 +96,7 @@ def print_ask(result, out: TextIO, width: int = 100) -> None:
         mark = "kept" if decision.kept else "dropped"
         print(f"  {mark + ' ' + decision.reason:<16.16} {cells}  {decision.chunk.chunk_id}", file=out)
         print(f"      {textwrap.shorten(' '.join(decision.chunk.text.split()), width=width - 8, placeholder=' …')}", file=out)
-    for segment in getattr(result, "segments", ()):
+    for segment in getattr(result, "segments", None) or ():
         print(f"\n  segment {segment.doc_id} chunks {segment.first}..{segment.stop - 1} (value {segment.value:.2f}, characters {segment.start}..{segment.end})", file=out)
         print(textwrap.indent(textwrap.fill(" ".join(segment.text.split()), width=width - 6), "      "), file=out)
     if filtered.answer is not None:

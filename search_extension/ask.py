@@ -38,9 +38,9 @@ class AskResult:
     filtered: FilterResult | None
     rewrite: Rewrite | None = None
     timings_ms: Mapping[str, float] = field(default_factory=dict)
-    # Relevant segments (when asked for), best first; the answer, if any,
-    # was then written from them.
-    segments: tuple[Segment, ...] = ()
+    # Relevant segments, best first, when asked for (None when not); the
+    # answer, if any, was then written from them.
+    segments: tuple[Segment, ...] | None = None
 
     @property
     def query(self) -> str:
@@ -105,7 +105,7 @@ def ask(
         filter_options = dataclasses.replace(options, answer=False) if segments is not None else options
         filtered = run_filter(query, retrieval.chunks, model=model, options=filter_options, judge_many=judge_many, reranker=reranker)
         timings.update(filtered.timings_ms)
-    found: tuple[Segment, ...] = ()
+    found: tuple[Segment, ...] | None = None
     if segments is not None:
         clock = time.perf_counter()
         fetch = fetch_positions or position_fetcher(retriever.client, retriever.index)

@@ -16,12 +16,15 @@ from search_extension.chunk_filter import FilterOptions
 from search_extension.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD
 from search_extension.processors.relevance import MAX_LISTWISE_BATCH, ScoringOptions
 from search_extension.queries import MODES
+from search_extension.segments import Segment, SegmentError, SegmentSettings
 
 OPTION_KEYS = (
     "query", "rewrite", "candidates", "mode", "stages", "redundancy_threshold", "scoring", "threshold", "fixed_threshold",
-    "fallback", "fallback_k", "min_score", "prior_weight", "rerank", "lost_in_the_middle", "answer", "include_dropped", "budget_s",
+    "fallback", "fallback_k", "min_score", "prior_weight", "rerank", "lost_in_the_middle", "answer", "include_dropped", "budget_s", "segments",
 )
 SCORING_KEYS = ("method", "critic", "reflect_band", "use_logprobs", "weights", "listwise_batch")
+# ext.chunkrag.segments: true (dsRAG's balanced preset) or an object of these.
+SEGMENT_KEYS = ("max_segment_chunks", "max_total_chunks", "max_total_chars", "min_segment_value", "irrelevant_chunk_penalty", "decay_rate")
 # With ext.chunkrag the gateway, not Elasticsearch, answers: other body keys
 # (aggs, sort, from, ...) would be silently ignored, so they are refused.
 CHUNKRAG_BODY_KEYS = ("query", "size", "ext")
@@ -46,6 +49,8 @@ class ChunkragOptions:
     # Judging budget; None: the gateway's setting.
     budget_s: float | None = None
     filter: FilterOptions = FilterOptions()
+    # Relevant segment extraction; None: chunks, not segments, are returned.
+    segments: SegmentSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +167,7 @@ def parse_options(raw: Any, *, max_candidates: int, where: str = "ext.chunkrag")
         include_dropped=bool(checked.boolean("include_dropped")),
         budget_s=budget,
         filter=filter_options,
+        segments=parse_segments(raw.get("segments", False), where=f"{where}.segments"),
     )
 
 
@@ -187,6 +193,29 @@ def parse_scoring(raw: Any, *, where: str) -> ScoringOptions:
         # Unset keys keep the filter's defaults (listwise), not ScoringOptions' own.
         return dataclasses.replace(FilterOptions().scoring, **{k: v for k, v in values.items() if v is not None})
     except ValueError as exc:
+        raise OptionError(f"{where}: {exc}") from None
+
+
+def parse_segments(raw: Any, *, where: str) -> SegmentSettings | None:
+    if raw is False or raw is None:
+        return None
+    if raw is True:
+        return SegmentSettings()
+    if not isinstance(raw, Mapping):
+        raise OptionError(f"{where} must be true, false or an object, got {_json_kind(raw)}")
+    _refuse_unknown(raw, SEGMENT_KEYS, where)
+    checked = _Checker(raw, where)
+    values = {
+        "max_segment_chunks": checked.integer("max_segment_chunks", 1, None),
+        "max_total_chunks": checked.integer("max_total_chunks", 1, None),
+        "max_total_chars": checked.integer("max_total_chars", 1, None),
+        "min_segment_value": checked.number("min_segment_value", None, None),
+        "irrelevant_chunk_penalty": checked.number("irrelevant_chunk_penalty", 0.0, None),
+        "decay_rate": checked.number("decay_rate", 0.0, None),
+    }
+    try:
+        return SegmentSettings(**{k: v for k, v in values.items() if v is not None})
+    except SegmentError as exc:
         raise OptionError(f"{where}: {exc}") from None
 
 
@@ -241,7 +270,10 @@ def query_filters(query: Any) -> tuple[Mapping[str, Any], ...]:
 def search_response(result: AskResult, *, index: str, size: int, include_dropped: bool, took_ms: float) -> dict[str, Any]:
     """The Elasticsearch ``_search`` response shape: ``hits.hits`` are the
     kept chunks in final order (at most ``size``); the filter's view of the
-    query is under the top-level ``chunkrag`` key."""
+    query is under the top-level ``chunkrag`` key. With segments asked
+    for, ``hits.hits`` are the segments instead, best first."""
+    if result.segments is not None:
+        return _segments_response(result, index=index, size=size, took_ms=took_ms)
     ranks = _retrieval_ranks(result)
     kept = _kept_with_reasons(result)
     hits = [_hit(chunk, index, ranks, kept=True, reason=reason, stages=result.filtered is not None) for chunk, reason in kept[:size]]
@@ -257,6 +289,43 @@ def search_response(result: AskResult, *, index: str, size: int, include_dropped
         "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
         "hits": {"total": {"value": len(kept), "relation": "eq"}, "max_score": max(scores) if scores else None, "hits": hits},
         "chunkrag": section,
+    }
+
+
+def _segments_response(result: AskResult, *, index: str, size: int, took_ms: float) -> dict[str, Any]:
+    hits = [segment_hit(segment, index) for segment in result.segments[:size]]
+    return {
+        "took": int(round(took_ms)),
+        "timed_out": False,
+        "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+        "hits": {"total": {"value": len(result.segments), "relation": "eq"}, "max_score": hits[0]["_score"] if hits else None, "hits": hits},
+        "chunkrag": chunkrag_section(result),
+    }
+
+
+def segment_hit(segment: Segment, index: str) -> dict[str, Any]:
+    """A segment as a hit: ``_id`` names the document and the chunk range,
+    ``_source.text`` is the document text it covers (``start``..``end``)."""
+    return {
+        "_index": index,
+        "_id": f"{segment.doc_id}:{segment.first}-{segment.stop - 1}",
+        "_score": segment.value,
+        "_source": segment_source(segment),
+        "_chunkrag": {"segment": True, "chunk_ids": list(segment.chunk_ids), "span": {"start": segment.start, "end": segment.end}, "value": segment.value},
+    }
+
+
+def segment_source(segment: Segment) -> dict[str, Any]:
+    return {
+        "doc_id": segment.doc_id,
+        "first_position": segment.first,
+        "last_position": segment.stop - 1,
+        "start": segment.start,
+        "end": segment.end,
+        "title": segment.title,
+        "header": segment.header,
+        "section": list(segment.chunks[0].section) if segment.chunks else [],
+        "text": segment.text,
     }
 
 
@@ -294,6 +363,7 @@ def ask_response(result: AskResult, *, index: str) -> dict[str, Any]:
         "nothing_relevant": section["nothing_relevant"],
         "threshold": section["threshold"],
         "chunks": chunks,
+        "segments": None if result.segments is None else [{"id": segment_hit(s, index)["_id"], "value": s.value, "chunk_ids": list(s.chunk_ids), **segment_source(s)} for s in result.segments],
         "usage": section["usage"],
         "timings_ms": section["timings_ms"],
     }

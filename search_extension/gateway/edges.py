@@ -139,6 +139,7 @@ class Edges:
             stages=stages,
             judge_many=self.judge_many(self.budget_s(options)) if stages else None,
             reranker=self.reranker(options.filter.rerank) if stages else None,
+            segments=options.segments,
         )
 
     def capabilities(self, mode: str | None, es=None):

@@ -5,7 +5,7 @@ through here so that check can name them and list the allowed ones."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,6 +48,7 @@ class OptionsModel(BaseModel):
     answer: Optional[bool] = Field(None, description="write an answer from the kept chunks")
     include_dropped: Optional[bool] = Field(None, description="_search only: list the dropped chunks under chunkrag.dropped")
     budget_s: Optional[float] = Field(None, gt=0, description="seconds for judging; chunks not judged in time are unscored")
+    segments: Optional[Union[bool, SegmentsModel]] = Field(None, description="relevant segment extraction: true, or budgets; hits become segments")
 
 
 class AskRequest(BaseModel):
@@ -56,6 +57,32 @@ class AskRequest(BaseModel):
     index: str = Field(min_length=1)
     question: str = Field(min_length=1)
     options: OptionsModel = Field(default_factory=OptionsModel)
+
+
+class SegmentsModel(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    max_segment_chunks: Optional[int] = Field(None, ge=1, description="longest segment, in chunks (15)")
+    max_total_chunks: Optional[int] = Field(None, ge=1, description="all segments together, in chunks (30)")
+    max_total_chars: Optional[int] = Field(None, ge=1, description="all segments together, in characters (no limit)")
+    min_segment_value: Optional[float] = Field(None, description="a segment worth less is not returned (0.5)")
+    irrelevant_chunk_penalty: Optional[float] = Field(None, ge=0, description="subtracted per chunk; larger gives shorter segments (0.18)")
+    decay_rate: Optional[float] = Field(None, gt=0, description="rank decay exp(-rank / decay_rate) (30)")
+
+
+class AskSegment(BaseModel):
+    id: str
+    value: float
+    chunk_ids: list[str]
+    doc_id: str
+    first_position: int
+    last_position: int
+    start: int
+    end: int
+    title: str
+    header: str
+    section: list[str]
+    text: str
 
 
 class ThresholdModel(BaseModel):
@@ -101,5 +128,6 @@ class AskResponse(BaseModel):
     nothing_relevant: bool
     threshold: Optional[ThresholdModel]
     chunks: list[AskChunk] = Field(description="kept chunks in final order, then the dropped ones")
+    segments: Optional[list[AskSegment]] = Field(None, description="with options.segments: the relevant segments, best first; the answer was written from them")
     usage: UsageModel
     timings_ms: dict[str, float]

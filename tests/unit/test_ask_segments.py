@@ -83,4 +83,4 @@ def test_judged_segments_feed_the_answer():
 
 def test_without_segments_nothing_changes():
     result = ask("how is honey made", retriever=Retriever(), model=None, stages=False)
-    assert result.segments == ()
+    assert result.segments is None

@@ -27,6 +27,7 @@ from search_extension.processors.relevance import ScoringOptions
 from search_extension.processors.rewrite import Rewrite
 from search_extension.processors.thresholds import Threshold
 from search_extension.retriever import RetrievalResult
+from search_extension.segments import SegmentSettings
 
 
 def options(raw, max_candidates=50):
@@ -46,10 +47,11 @@ def test_every_option_is_read_into_typed_values():
         "scoring": {"method": "yes_no", "critic": "off", "reflect_band": [0.2, 0.8], "use_logprobs": False, "weights": [1, 0, 0], "listwise_batch": 4},
         "threshold": "fixed", "fixed_threshold": 0.6, "fallback": "not_found", "fallback_k": 2, "min_score": 0.05, "prior_weight": 0.25, "rerank": "off",
         "lost_in_the_middle": False, "answer": False, "include_dropped": True, "budget_s": 7,
+        "segments": {"max_total_chars": 1000},
     }
     parsed = options(raw)
     assert parsed == ChunkragOptions(
-        query="q", rewrite=True, candidates=12, mode="bm25", stages=True, include_dropped=True, budget_s=7.0,
+        query="q", rewrite=True, candidates=12, mode="bm25", stages=True, include_dropped=True, budget_s=7.0, segments=SegmentSettings(max_total_chars=1000),
         filter=FilterOptions(
             redundancy_threshold=None,
             scoring=ScoringOptions(method="yes_no", critic="off", reflect_band=(0.2, 0.8), use_logprobs=False, weights=(1.0, 0.0, 0.0), listwise_batch=4),
