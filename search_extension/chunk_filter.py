@@ -17,12 +17,13 @@ from typing import Callable, Sequence
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
 from search_extension.processors.answer import Answer, answer_from_chunks
+from search_extension.processors.calibration import LogisticModel, chunk_features
 from search_extension.processors.ordering import lost_in_the_middle
 from search_extension.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD, Redundant, drop_redundant
 from search_extension.processors.relevance import Judgement, ScoringOptions, judge_batch, scoring_batches
-from search_extension.processors.thresholds import DEFAULT_VARIANCE_EPSILON, Threshold, dynamic_threshold, fixed_threshold, llm_threshold, passing
+from search_extension.processors.thresholds import DEFAULT_VARIANCE_EPSILON, Threshold, dynamic_threshold, fixed_threshold, llm_threshold, passing, relative_threshold
 
-THRESHOLDS = ("dynamic", "llm", "fixed")
+THRESHOLDS = ("dynamic", "llm", "fixed", "relative")
 FALLBACKS = ("top_k", "not_found")
 RERANKERS = ("score", "cohere", "off")
 
@@ -39,6 +40,7 @@ class FilterOptions:
     # it for 4 of 8 at 23% with 29.9 calls (bench/REPORT.md).
     scoring: ScoringOptions = ScoringOptions(method="listwise")
     threshold: str = "dynamic"
+    # The threshold for "fixed"; for "relative", the share of the best score.
     fixed_threshold: float = 0.5
     variance_epsilon: float = DEFAULT_VARIANCE_EPSILON
     # When no chunk passes: keep the top k unfiltered, or answer that nothing
@@ -56,8 +58,17 @@ class FilterOptions:
     rerank: str = "score"
     lost_in_the_middle: bool = True
     answer: bool = True
+    # A cascade: only the best ``judge_top`` candidates in retrieval order go
+    # to the model (None: all of them; 0: none, the cheap signals decide).
+    judge_top: int | None = None
+    # When set, each candidate's combined score is this model's probability
+    # of relevance from the judge's share and the retrieval signals
+    # (processors/calibration.py); unjudged candidates are scored too.
+    calibration: LogisticModel | None = None
 
     def __post_init__(self) -> None:
+        if self.judge_top is not None and self.judge_top < 0:
+            raise ValueError("judge_top must be 0 or more (or None for every candidate)")
         for name, value, allowed in (("threshold", self.threshold, THRESHOLDS), ("fallback", self.fallback, FALLBACKS), ("rerank", self.rerank, RERANKERS)):
             if value not in allowed:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
@@ -136,6 +147,23 @@ def with_retrieval_prior(judgements: Sequence[Judgement], retrieval_scores: Sequ
     return blended
 
 
+def calibrated(candidates: Sequence[Chunk], judgements: Sequence[Judgement], model: LogisticModel, scoring: ScoringOptions, judged: int) -> list[Judgement]:
+    """Each candidate's combined score replaced by the calibrated probability
+    of relevance. A chunk whose judging failed (unreadable answer, budget)
+    keeps no score when the model needs the judge, so it is reported
+    "unscored" rather than silently judged by the cheap signals alone."""
+    batches = scoring_batches(judged, scoring.listwise_batch) if scoring.method == "listwise" else [[i] for i in range(judged)]
+    rows = chunk_features([c.stage_scores for c in candidates], [j.base for j in judgements], [len(c.text) for c in candidates], batches)
+    out = []
+    for i, (row, judgement) in enumerate(zip(rows, judgements)):
+        if model.uses_judge and i < judged and judgement.base is None:
+            out.append(judgement)
+            continue
+        probability = round(model.probability(row), 6)
+        out.append(dataclasses.replace(judgement, calibrated=probability, combined=probability))
+    return out
+
+
 def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options: FilterOptions = FilterOptions(), judge_many: JudgeMany | None = None, reranker=None) -> FilterResult:
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -152,7 +180,12 @@ def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options
         candidates, redundant = drop_redundant(candidates, options.redundancy_threshold)
     lap("redundancy")
 
-    judgements = (judge_many or judge_in_threads(model))(query, candidates, options.scoring)
+    judged = candidates if options.judge_top is None else candidates[: options.judge_top]
+    judgements = (judge_many or judge_in_threads(model))(query, judged, options.scoring) if judged else []
+    skipped = Judgement(None, None, None, None, notes=(f"not judged: ranked below judge_top={options.judge_top}",))
+    judgements = list(judgements) + [skipped] * (len(candidates) - len(judged))
+    if options.calibration is not None:
+        judgements = calibrated(candidates, judgements, options.calibration, options.scoring, len(judged))
     judgements = with_retrieval_prior(judgements, [c.score for c in candidates], options.prior_weight)
     scored = [c.with_score(**j.stage_scores()) for c, j in zip(candidates, judgements)]
     lap("scoring")
@@ -162,6 +195,8 @@ def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options
     extra_prompt_tokens = threshold_calls = 0
     if options.threshold == "fixed":
         threshold = fixed_threshold(scores, options.fixed_threshold)
+    elif options.threshold == "relative":
+        threshold = relative_threshold(scores, options.fixed_threshold)
     elif options.threshold == "llm" and scores:
         threshold, extra_prompt_tokens = llm_threshold(query, scores, model, options.variance_epsilon)
         threshold_calls = 1

@@ -25,6 +25,15 @@ class IndexNotFound(RetrievalError):
     """The index (or alias) searched does not exist."""
 
 
+class SearchRefused(RetrievalError):
+    """The cluster refused one side of a hybrid search for the credentials
+    it came with (401, 403): the caller's, when a gateway forwards them."""
+
+    def __init__(self, status: int, error: Any):
+        super().__init__(f"the cluster refused the search ({status}): {error}")
+        self.status, self.error = status, error
+
+
 @dataclass(frozen=True, slots=True)
 class RetrievalResult:
     chunks: tuple[Chunk, ...]
@@ -34,6 +43,9 @@ class RetrievalResult:
     fusion: str
     took_ms: float
     embed_ms: float
+    # The embedded query, for callers that compare it with chunk vectors
+    # (the evaluation's cosine baseline) without embedding it again.
+    query_vector: tuple[float, ...] | None = None
 
 
 class HybridRetriever:
@@ -66,7 +78,7 @@ class HybridRetriever:
         spec, embed_ms = self._spec(text, size=size, filters=filters, **options)
         started = time.perf_counter()
         chunks, how = self._run(mode, spec)
-        return RetrievalResult(tuple(chunks), mode, how, round((time.perf_counter() - started) * 1000, 2), round(embed_ms, 2))
+        return RetrievalResult(tuple(chunks), mode, how, round((time.perf_counter() - started) * 1000, 2), round(embed_ms, 2), tuple(spec.vector))
 
     def _run(self, mode: str, spec: QuerySpec) -> tuple[list[Chunk], str]:
         w_text, w_knn = self.settings.bm25_weight, self.settings.knn_weight
@@ -97,7 +109,8 @@ class HybridRetriever:
             fused = fusion.minmax_fuse(lists, [w_text, w_knn], spec.size)
         else:
             fused = fusion.rrf_fuse(lists, spec.size, self.settings.rrf_rank_constant)
-        return [replace(best[key], score=score) for key, score in fused], "client"
+        sides = side_scores(lists[0], lists[1])
+        return [best[key].with_score(score, **sides[key]) for key, score in fused], "client"
 
     def _hits(self, body: dict[str, Any]) -> list[Chunk]:
         response = self.client.search(self.index, body)
@@ -111,9 +124,29 @@ class HybridRetriever:
                 error = item["error"]
                 if item.get("status") == 404 or (isinstance(error, dict) and error.get("type") == "index_not_found_exception"):
                     raise IndexNotFound(f"no such index [{self.index}]")
+                if item.get("status") in (401, 403):
+                    raise SearchRefused(item["status"], error)
                 raise RetrievalError(f"one side of the hybrid search failed: {error}")
             sides.append([(_fusion_key(hit, spec.collapse_field), chunk_from_hit(hit)) for hit in item["hits"]["hits"]])
         return sides[0], sides[1]
+
+
+def side_scores(text_side: fusion.Ranked, knn_side: fusion.Ranked) -> dict:
+    """Per hit, what each side of the hybrid search thought of it: ``bm25``
+    and ``knn`` min-max normalised over this search's hits (0 where a side
+    did not return the hit), and ``cosine``, the raw query-chunk cosine read
+    back from the kNN score (Elasticsearch and OpenSearch's Lucene engine
+    both report a cosine similarity as (1 + cos) / 2). The chunk filter's
+    calibrated judge uses them as cheap relevance signals."""
+    bm25, knn = fusion.minmax_normalise(text_side), fusion.minmax_normalise(knn_side)
+    raw_knn = dict(knn_side)
+    scores = {}
+    for key in {*bm25, *knn}:
+        entry = {"bm25": round(bm25.get(key, 0.0), 6), "knn": round(knn.get(key, 0.0), 6)}
+        if key in raw_knn:
+            entry["cosine"] = round(2.0 * raw_knn[key] - 1.0, 6)
+        scores[key] = entry
+    return scores
 
 
 def _fusion_key(hit: Mapping[str, Any], collapse_field: str | None) -> str:

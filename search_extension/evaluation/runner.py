@@ -57,10 +57,15 @@ class QuestionOutcome:
     # With a generator: the answer/verdict and whether it was right.
     generated: str | None = None
     correct: bool | None = None
+    baseline_bm25_answer_in_context_after: bool | None = None
     # Combined scores of the candidates, and which held a gold answer (for plots).
     scores: tuple[float | None, ...] = ()
     gold: tuple[bool, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    # Per candidate, in retrieval order: its signals and the filter's
+    # decision, so other scoring and threshold rules can be replayed offline
+    # on the same model outputs (evaluation/ablation.py).
+    rows: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,7 @@ class EvalReport:
         before = rate([q.answer_in_context_before for q in qs if q.answer_in_context_before is not None])
         after = rate([q.answer_in_context_after for q in qs if q.answer_in_context_after is not None])
         baseline = rate([q.baseline_answer_in_context_after for q in qs if q.baseline_answer_in_context_after is not None])
+        bm25_baseline = rate([q.baseline_bm25_answer_in_context_after for q in qs if q.baseline_bm25_answer_in_context_after is not None])
         graded = [q.correct for q in qs if q.correct is not None]
         return {
             "dataset": self.dataset,
@@ -87,6 +93,7 @@ class EvalReport:
             "answer_in_context_after": after,
             "answer_in_context_kept_share": round(after / before, 4) if before and after is not None else None,
             "baseline_cosine_answer_in_context_after": baseline,
+            "baseline_bm25_answer_in_context_after": bm25_baseline,
             "context_chars_before": chars_before,
             "context_chars_after": chars_after,
             "context_chars_kept_share": round(chars_after / chars_before, 4) if chars_before else None,
@@ -159,14 +166,16 @@ def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, em
     by_id = {d.chunk.chunk_id: d.chunk for d in result.decisions}
     scores = tuple(by_id[c.chunk_id].stage_scores.get("combined") if c.chunk_id in by_id else None for c in candidates)
 
-    aic_before = aic_after = baseline_after = None
+    aic_before = aic_after = baseline_after = bm25_after = None
     gold: tuple[bool, ...] = ()
     if item.answers:
         gold = tuple(answer_in_context(c.text, item.answers) for c in candidates)
         aic_before = answer_in_context(" ".join(c.text for c in candidates), item.answers)
         aic_after = answer_in_context(kept_text, item.answers)
-        baseline = cosine_baseline(item.question, candidates, chars_after, embedder)
+        baseline = cosine_baseline(item.question, candidates, chars_after, embedder, retrieval.query_vector)
         baseline_after = answer_in_context(" ".join(c.text for c in baseline), item.answers)
+        bm25_kept = kept_within_budget([c.text for c in candidates], [c.stage_scores.get("bm25", 0.0) for c in candidates], chars_after)
+        bm25_after = answer_in_context(" ".join(candidates[i].text for i in bm25_kept), item.answers)
 
     generated = correct = None
     if generate:
@@ -191,17 +200,34 @@ def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, em
         baseline_answer_in_context_after=baseline_after,
         generated=generated,
         correct=correct,
+        baseline_bm25_answer_in_context_after=bm25_after,
         scores=scores,
         gold=gold,
+        rows=candidate_rows(candidates, result, gold),
     )
 
 
-def cosine_baseline(question: str, candidates: Sequence[Chunk], budget_chars: int, embedder) -> list[Chunk]:
+def candidate_rows(candidates: Sequence[Chunk], result: FilterResult, gold: Sequence[bool]) -> tuple[dict[str, Any], ...]:
+    decided = {d.chunk.chunk_id: d for d in result.decisions}
+    rows = []
+    for rank, chunk in enumerate(candidates):
+        decision = decided.get(chunk.chunk_id)
+        scores = dict(decision.chunk.stage_scores) if decision else dict(chunk.stage_scores)
+        rows.append({
+            "chunk_id": chunk.chunk_id, "rank": rank, "chars": len(chunk.text), "retrieval": chunk.score,
+            "gold": bool(gold[rank]) if gold else None,
+            "reason": decision.reason if decision else None,
+            **{name: round(float(value), 6) for name, value in scores.items()},
+        })
+    return tuple(rows)
+
+
+def cosine_baseline(question: str, candidates: Sequence[Chunk], budget_chars: int, embedder, query_vector: Sequence[float] | None = None) -> list[Chunk]:
     """The pool's chunks by embedding cosine to the question, taken until
     ``budget_chars`` (the characters the filter kept)."""
     if not candidates:
         return []
-    query = np.asarray(embedder.embed([question])[0], dtype=np.float32)
+    query = np.asarray(query_vector if query_vector is not None else embedder.embed([question])[0], dtype=np.float32)
     similarity = [float(np.dot(c.vector, query)) if c.vector is not None else -1.0 for c in candidates]
     return [candidates[i] for i in kept_within_budget([c.text for c in candidates], similarity, budget_chars)]
 

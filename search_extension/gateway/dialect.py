@@ -21,8 +21,9 @@ from search_extension.segments import Segment, SegmentError, SegmentSettings
 OPTION_KEYS = (
     "query", "rewrite", "candidates", "mode", "stages", "redundancy_threshold", "scoring", "threshold", "fixed_threshold",
     "fallback", "fallback_k", "min_score", "prior_weight", "rerank", "lost_in_the_middle", "answer", "include_dropped", "budget_s", "segments",
+    "judge_top", "calibrated",
 )
-SCORING_KEYS = ("method", "critic", "reflect_band", "use_logprobs", "weights", "listwise_batch")
+SCORING_KEYS = ("method", "critic", "reflect_band", "use_logprobs", "weights", "listwise_batch", "orders")
 # ext.chunkrag.segments: true (dsRAG's balanced preset) or an object of these.
 SEGMENT_KEYS = ("max_segment_chunks", "max_total_chunks", "max_total_chars", "min_segment_value", "irrelevant_chunk_penalty", "decay_rate")
 # With ext.chunkrag the gateway, not Elasticsearch, answers: other body keys
@@ -149,9 +150,17 @@ def parse_options(raw: Any, *, max_candidates: int, where: str = "ext.chunkrag")
         "rerank": checked.string("rerank"),
         "lost_in_the_middle": checked.boolean("lost_in_the_middle"),
         "answer": checked.boolean("answer"),
+        "judge_top": checked.integer("judge_top", 0, max_candidates),
     }
+    calibrated = checked.boolean("calibrated")
+    if calibrated is not None:
+        from search_extension.processors.calibration import DEFAULT_MODEL
+
+        if calibrated and DEFAULT_MODEL is None:
+            raise OptionError(f"{where}.calibrated: this build ships no calibrated model")
+        filter_values["calibration"] = DEFAULT_MODEL if calibrated else None
     try:
-        filter_options = FilterOptions(**{k: v for k, v in filter_values.items() if v is not None or k == "redundancy_threshold"})
+        filter_options = FilterOptions(**{k: v for k, v in filter_values.items() if v is not None or k in ("redundancy_threshold", "calibration")})
     except ValueError as exc:
         raise OptionError(f"{where}: {exc}") from None
     budget = checked.number("budget_s", 0.0, None)
@@ -183,6 +192,7 @@ def parse_scoring(raw: Any, *, where: str) -> ScoringOptions:
         "reflect_band": checked.numbers("reflect_band", 2, 0.0, 1.0),
         "weights": checked.numbers("weights", 3, 0.0, None),
         "listwise_batch": checked.integer("listwise_batch", 1, MAX_LISTWISE_BATCH),
+        "orders": checked.integer("orders", 1, 2),
     }
     band = values["reflect_band"]
     if band is not None and band[0] > band[1]:

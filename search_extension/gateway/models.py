@@ -23,6 +23,7 @@ class ScoringModel(BaseModel):
     use_logprobs: Optional[bool] = Field(None, description="read P(Yes) from log-probabilities when the provider returns them")
     weights: Optional[list[float]] = Field(None, min_length=3, max_length=3, description="base, reflection, critic")
     listwise_batch: Optional[int] = Field(None, ge=1, le=MAX_LISTWISE_BATCH, description="listwise: passages judged in one call")
+    orders: Optional[int] = Field(None, ge=1, le=2, description="listwise: 2 also asks each batch in reverse order and averages (removes position bias)")
 
 
 class OptionsModel(BaseModel):
@@ -48,6 +49,8 @@ class OptionsModel(BaseModel):
     answer: Optional[bool] = Field(None, description="write an answer from the kept chunks")
     include_dropped: Optional[bool] = Field(None, description="_search only: list the dropped chunks under chunkrag.dropped")
     budget_s: Optional[float] = Field(None, gt=0, description="seconds for judging; chunks not judged in time are unscored")
+    judge_top: Optional[int] = Field(None, ge=0, description="only the best N candidates go to the model (a cascade); 0: none")
+    calibrated: Optional[bool] = Field(None, description="combine the judge with the retrieval signals through the shipped logistic model")
     segments: Optional[Union[bool, SegmentsModel]] = Field(None, description="relevant segment extraction: true, or budgets; hits become segments")
 
 

@@ -39,6 +39,17 @@ def fixed_threshold(scores: Sequence[float], value: float) -> Threshold:
     return Threshold(value, "fixed", mean, variance**0.5, variance)
 
 
+def relative_threshold(scores: Sequence[float], share: float) -> Threshold:
+    """T = share × the best score: keep what comes close to the best chunk.
+    Suits calibrated probabilities, whose level says how sure the judge is
+    but whose spread Algorithm 1 reads as noise when most chunks are 0."""
+    if not 0.0 < share <= 1.0:
+        raise ValueError("a relative threshold's share must be in (0, 1]")
+    mean = statistics.fmean(scores) if scores else 0.0
+    variance = statistics.pvariance(scores, mu=mean) if scores else 0.0
+    return Threshold(share * max(scores) if scores else 1.0, "relative", mean, variance**0.5, variance)
+
+
 def passing(scores: Sequence[float], threshold: Threshold) -> list[int]:
     """Indices of the scores at or above the threshold (float noise forgiven)."""
     return [i for i, score in enumerate(scores) if score >= threshold.value - 1e-9]

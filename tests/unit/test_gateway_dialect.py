@@ -44,18 +44,19 @@ def test_empty_options_are_the_library_defaults():
 def test_every_option_is_read_into_typed_values():
     raw = {
         "query": "q", "rewrite": True, "candidates": 12, "mode": "bm25", "stages": True, "redundancy_threshold": None,
-        "scoring": {"method": "yes_no", "critic": "off", "reflect_band": [0.2, 0.8], "use_logprobs": False, "weights": [1, 0, 0], "listwise_batch": 4},
+        "scoring": {"method": "yes_no", "critic": "off", "reflect_band": [0.2, 0.8], "use_logprobs": False, "weights": [1, 0, 0], "listwise_batch": 4, "orders": 2},
         "threshold": "fixed", "fixed_threshold": 0.6, "fallback": "not_found", "fallback_k": 2, "min_score": 0.05, "prior_weight": 0.25, "rerank": "off",
         "lost_in_the_middle": False, "answer": False, "include_dropped": True, "budget_s": 7,
-        "segments": {"max_total_chars": 1000},
+        "segments": {"max_total_chars": 1000}, "judge_top": 9, "calibrated": False,
     }
     parsed = options(raw)
     assert parsed == ChunkragOptions(
         query="q", rewrite=True, candidates=12, mode="bm25", stages=True, include_dropped=True, budget_s=7.0, segments=SegmentSettings(max_total_chars=1000),
         filter=FilterOptions(
             redundancy_threshold=None,
-            scoring=ScoringOptions(method="yes_no", critic="off", reflect_band=(0.2, 0.8), use_logprobs=False, weights=(1.0, 0.0, 0.0), listwise_batch=4),
+            scoring=ScoringOptions(method="yes_no", critic="off", reflect_band=(0.2, 0.8), use_logprobs=False, weights=(1.0, 0.0, 0.0), listwise_batch=4, orders=2),
             threshold="fixed", fixed_threshold=0.6, fallback="not_found", fallback_k=2, min_score=0.05, prior_weight=0.25, rerank="off", lost_in_the_middle=False, answer=False,
+            judge_top=9, calibration=None,
         ),
     )
     assert set(raw) == set(OPTION_KEYS) and set(raw["scoring"]) == set(SCORING_KEYS)
@@ -110,7 +111,8 @@ def test_the_ask_request_model_declares_the_same_keys():
 def test_every_library_option_is_reachable_except_the_internal_ones():
     """Fails when the filter gains an option the dialect does not offer:
     expose it, or name it here as internal."""
-    internal_filter, internal_scoring = {"variance_epsilon"}, {"likert_threshold", "max_chunk_chars"}
+    # `calibration` (a fitted model, not JSON) is reached as the boolean `calibrated`.
+    internal_filter, internal_scoring = {"variance_epsilon", "calibration"}, {"likert_threshold", "max_chunk_chars"}
     assert {f.name for f in dataclasses.fields(FilterOptions)} - internal_filter <= set(OPTION_KEYS)
     assert {f.name for f in dataclasses.fields(ScoringOptions)} - internal_scoring == set(SCORING_KEYS)
 

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from local_services import cli, llm_server
+from local_services import cli, llama_build, llm_server
 from local_services.llm_server import (
     MODEL_ALIAS,
     MODEL_FILE,
     LlmSettings,
     assemble_parts,
+    llama_server_args,
     llm_server_args,
     part_member,
     part_numbers,
@@ -150,10 +151,54 @@ def test_server_command_line():
 
 
 def test_cmdline_marker_is_in_the_rendered_command_line():
-    settings = LlmSettings(home=Path("/srv/chunkrag"), port=8089)
+    settings = LlmSettings(home=Path("/srv/chunkrag"), port=8089, runtime="python")
     rendered = " ".join(llm_server_args(settings, Path("/usr/bin/python3")))
     assert settings.cmdline_marker in rendered
-    assert LlmSettings(home=Path("/srv/chunkrag"), port=8088).cmdline_marker not in rendered
+    assert LlmSettings(home=Path("/srv/chunkrag"), port=8088, runtime="python").cmdline_marker not in rendered
+
+
+def test_llama_server_command_line_and_marker():
+    settings = LlmSettings(home=Path("/srv/chunkrag"), port=8089, threads=2, ctx=4096, slots=2)
+    args = llama_server_args(settings, Path("/cache/llama-server"))
+    assert args == [
+        "/cache/llama-server",
+        "--host", "127.0.0.1",
+        "--port", "8089",
+        "--model", f"/srv/chunkrag/models/{MODEL_FILE}",
+        "--alias", "qwen2.5-coder-1.5b-instruct",
+        "--ctx-size", "8192",
+        "--parallel", "2",
+        "--threads", "2",
+        "--threads-batch", "2",
+        "--no-webui",
+    ]  # fmt: skip
+    assert settings.cmdline_marker in " ".join(args)
+    assert "--logits_all" not in args
+
+
+def test_runtime_and_slots_from_the_environment():
+    assert LlmSettings.from_environ({"CHUNKRAG_HOME": "/h"}).runtime == "llama-server"
+    settings = LlmSettings.from_environ({"CHUNKRAG_HOME": "/h", "CHUNKRAG_LLM_RUNTIME": "python", "CHUNKRAG_LLM_SLOTS": "4"})
+    assert (settings.runtime, settings.slots) == ("python", 4)
+    with pytest.raises(LocalServiceError, match="CHUNKRAG_LLM_RUNTIME"):
+        LlmSettings.from_environ({"CHUNKRAG_HOME": "/h", "CHUNKRAG_LLM_RUNTIME": "ollama"})
+
+
+def test_llama_build_is_keyed_by_sources_and_flags():
+    assert len(llama_build.build_key()) == 16
+    path = llama_build.binary_path({"XDG_CACHE_HOME": "/c", "HOME": "/root"})
+    assert path == Path(f"/c/chunkrag/llama-server-{llama_build.SDIST_VERSION}-{llama_build.build_key()}/llama-server")
+    assert llama_build.binary_path({"CHUNKRAG_LLAMA_SERVER": "/opt/llama-server"}) == Path("/opt/llama-server")
+    configure = llama_build.cmake_configure_args(Path("/src"), Path("/build"), "Ninja")
+    assert configure[:7] == ["cmake", "-S", "/src", "-B", "/build", "-G", "Ninja"]
+    # AMX is reported by this CPU but forbidden by the VM; the UI is never fetched.
+    assert "-DGGML_AMX_INT8=OFF" in configure and "-DGGML_NATIVE=OFF" in configure and "-DLLAMA_USE_PREBUILT_UI=OFF" in configure
+    assert llama_build.cmake_build_args(Path("/build"), 2) == ["cmake", "--build", "/build", "--target", "llama-server", "-j", "2"]
+
+
+def test_a_named_binary_that_is_missing_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(LocalServiceError, match="CHUNKRAG_LLAMA_SERVER"):
+        llama_build.ensure_llama_server({"CHUNKRAG_LLAMA_SERVER": str(tmp_path / "nothing")})
 
 
 def test_model_alias_is_what_clients_ask_for():
