@@ -21,7 +21,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from local_services.java import find_java_home
@@ -76,6 +76,13 @@ _HEAP_PATTERN = re.compile(r"^\d+[kmgKMG]?$")
 
 
 @dataclass(frozen=True)
+class FileUser:
+    name: str
+    password: str = field(repr=False)
+    roles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ElasticsearchSettings(PortRunFiles):
     """Where the node lives and how it is reached.
 
@@ -89,6 +96,14 @@ class ElasticsearchSettings(PortRunFiles):
     port: int = DEFAULT_PORT
     heap: str = DEFAULT_HEAP
     external_url: str | None = None
+    # A node with x-pack security on (HTTP without TLS, loopback only):
+    # file-realm users made with bin/elasticsearch-users, roles from roles_yml.
+    # The default node stays open; a secured one is for security tests.
+    security: bool = False
+    users: tuple[FileUser, ...] = ()
+    roles_yml: str = ""
+    # "user:password" for the health probes of a secured node.
+    probe_credentials: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> ElasticsearchSettings:
@@ -110,6 +125,18 @@ class ElasticsearchSettings(PortRunFiles):
     @property
     def url(self) -> str:
         return self.external_url or self.local_url
+
+    @property
+    def health_url(self) -> str:
+        """The URL health probes use: with the probe user on a secured node."""
+        if self.external_url or not self.probe_credentials:
+            return self.url
+        user, _, password = self.probe_credentials.partition(":")
+        return f"http://{urllib.parse.quote(user)}:{urllib.parse.quote(password)}@{LOOPBACK}:{self.port}"
+
+    @property
+    def cluster_name(self) -> str:
+        return f"{CLUSTER_NAME}-secured" if self.security else CLUSTER_NAME
 
     @property
     def transport_port(self) -> int:
@@ -149,7 +176,7 @@ class ElasticsearchSettings(PortRunFiles):
 
     @property
     def server_log(self) -> Path:
-        return self.logs_dir / f"{CLUSTER_NAME}.log"
+        return self.logs_dir / f"{self.cluster_name}.log"
 
 
 def elasticsearch_url(environ: Mapping[str, str] | None = None) -> str:
@@ -288,7 +315,7 @@ def render_elasticsearch_yml(settings: ElasticsearchSettings, include_geoip_sett
     """
     lines = [
         "# Written by local_services; regenerated on every start.",
-        f"cluster.name: {CLUSTER_NAME}",
+        f"cluster.name: {settings.cluster_name}",
         f"node.name: {NODE_NAME}",
         "discovery.type: single-node",
         # Loopback keeps bootstrap checks as warnings and the node private.
@@ -297,7 +324,7 @@ def render_elasticsearch_yml(settings: ElasticsearchSettings, include_geoip_sett
         f"transport.port: {settings.transport_port}",
         f"path.data: {json.dumps(str(settings.data_dir))}",
         f"path.logs: {json.dumps(str(settings.logs_dir))}",
-        "xpack.security.enabled: false",
+        *_security_lines(settings.security),
         # Dev disks are often nearly full; the watermark would make indices read-only.
         "cluster.routing.allocation.disk.threshold_enabled: false",
         # Tests delete indices by wildcard pattern.
@@ -306,6 +333,33 @@ def render_elasticsearch_yml(settings: ElasticsearchSettings, include_geoip_sett
     if include_geoip_setting:
         lines.append("ingest.geoip.downloader.enabled: false")
     return "\n".join(lines) + "\n"
+
+
+def _security_lines(enabled: bool) -> list[str]:
+    if not enabled:
+        return ["xpack.security.enabled: false"]
+    # Security without TLS: loopback only, so the bootstrap checks that
+    # demand transport TLS do not apply to a single node; callers reach it
+    # over plain HTTP with Basic credentials of the file realm.
+    return [
+        "xpack.security.enabled: true",
+        "xpack.security.http.ssl.enabled: false",
+        "xpack.security.transport.ssl.enabled: false",
+        "xpack.security.enrollment.enabled: false",
+    ]
+
+
+def _add_file_realm_users(settings: ElasticsearchSettings, distribution: Path, java_home: Path) -> None:
+    """roles.yml, then each user with bin/elasticsearch-users (which hashes
+    the password the way the file realm expects)."""
+    (settings.config_dir / "roles.yml").write_text(settings.roles_yml)
+    env = {key: value for key, value in os.environ.items() if key not in ("JAVA_HOME", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "ES_JAVA_OPTS")}
+    env.update(ES_JAVA_HOME=str(java_home), ES_PATH_CONF=str(settings.config_dir))
+    for user in settings.users:
+        command = [str(distribution / "bin" / "elasticsearch-users"), "useradd", user.name, "-p", user.password, "-r", ",".join(user.roles)]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        if result.returncode != 0:
+            raise LocalServiceError(f"bin/elasticsearch-users useradd {user.name} failed (exit {result.returncode}): {(result.stdout + result.stderr).strip()[-500:]}")
 
 
 def _prepare_run_dir(settings: ElasticsearchSettings, distribution: Path) -> None:
@@ -380,6 +434,8 @@ def start(settings: ElasticsearchSettings, log: Log = print_line) -> int:
         hint=f"Delete {distribution} so it is unpacked again with the archive's permissions.",
     )
     _prepare_run_dir(settings, distribution)
+    if settings.security:
+        _add_file_realm_users(settings, distribution, java.path)
     chown_tree(settings.run_dir, user)
 
     # bin/elasticsearch warns about (and ignores) these; drop them so the
@@ -456,7 +512,7 @@ def wait_until_healthy(
     last_problem = "no answer yet"
     while True:
         try:
-            health = cluster_health(settings.url, wait_for_status="yellow", timeout=5.0)
+            health = cluster_health(settings.health_url, wait_for_status="yellow", timeout=5.0)
             status = str(health.get("status"))
             if status in HEALTHY_STATUSES:
                 return status
@@ -485,7 +541,7 @@ def up(settings: ElasticsearchSettings, timeout: float = DEFAULT_WAIT_SECONDS, l
         began = time.monotonic()
         pid = running_pid(settings, log)
         if pid is not None:
-            health = _health_or_none(settings.url)
+            health = _health_or_none(settings.health_url)
             if health in HEALTHY_STATUSES:
                 log(f"elasticsearch already running (pid {pid}) and healthy ({health}) at {settings.url}")
                 return
@@ -514,7 +570,7 @@ def down(settings: ElasticsearchSettings, log: Log = print_line) -> None:
 def status(settings: ElasticsearchSettings, log: Log = print_line) -> ServiceStatus:
     state, pid = managed_state(settings.external_url, functools.partial(running_pid, settings), log)
     try:
-        health = str(cluster_health(settings.url, timeout=5.0).get("status"))
+        health = str(cluster_health(settings.health_url, timeout=5.0).get("status"))
     except OSError as exc:
         health = "unreachable" if state != "external" else f"unreachable: {getattr(exc, 'reason', exc)}"
         return ServiceStatus("elasticsearch", state, redact_url(settings.url), False, health, pid)

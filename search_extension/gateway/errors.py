@@ -70,10 +70,13 @@ def from_exception(exc: BaseException, *, es_url: str) -> GatewayError:
     from chunkrag_core.providers.chat import ChatError
     from chunkrag_core.providers.embedding import EmbeddingError
     from search_extension.gateway.dialect import OptionError
-    from search_extension.retriever import IndexNotFound, RetrievalError
+    from search_extension.retriever import IndexNotFound, RetrievalError, SearchRefused
 
     if isinstance(exc, GatewayError):
         return exc
+    if isinstance(exc, SearchRefused):
+        body = {"error": exc.error, "status": exc.status} if isinstance(exc.error, dict) else None
+        return GatewayError(exc.status, "security_exception", str(exc), body=body)
     if isinstance(exc, IndexNotFound):
         return GatewayError(404, "index_not_found_exception", str(exc))
     if isinstance(exc, (OptionError, RetrievalError)):

@@ -151,7 +151,10 @@ def es_for(client, caller: Caller):
     credentials, so a caller without any reaches the cluster without any)."""
     if caller.authorization is None:
         return client
-    return client.options(headers={"authorization": caller.authorization.decode("latin-1")})
+    headers = {"authorization": caller.authorization.decode("latin-1")}
+    # A search backend (Elasticsearch or OpenSearch) says it one way, the raw client another.
+    with_headers = getattr(client, "with_headers", None)
+    return with_headers(headers) if with_headers is not None else client.options(headers=headers)
 
 
 def forwarded_headers(caller: Caller) -> list[tuple[bytes, bytes]]:
