@@ -1,5 +1,5 @@
 """The one engine call segment extraction makes: fetch chunks by document
-and position. Kept apart so it can move behind a backend interface."""
+and position, through the search backend (Elasticsearch or OpenSearch)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,17 @@ from typing import Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.es_schema import chunk_from_hit
+from chunkrag_core.search_backend import as_backend
 from search_extension import queries
 from search_extension.segments import FetchPositions
 
 
 def fetch_positions(client, index: str, wanted: Mapping[str, Sequence[int]]) -> list[Chunk]:
-    """The chunks at ``wanted`` positions, in one search request."""
+    """The chunks at ``wanted`` positions, in one search request (``client``:
+    a search backend, or a raw client of either engine)."""
     if not any(wanted.values()):
         return []
-    response = client.search(index=index, body=queries.positions_body(wanted))
+    response = as_backend(client).search(index, queries.positions_body(wanted))
     return [chunk_from_hit(hit) for hit in response["hits"]["hits"]]
 
 
