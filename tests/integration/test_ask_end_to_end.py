@@ -1,5 +1,6 @@
-"""Ask end to end: real Elasticsearch, the real OpenAI-compatible client over
-HTTP, a scripted model server that judges by content."""
+"""Ask end to end: real Elasticsearch and real OpenSearch (each in turn), the
+real OpenAI-compatible client over HTTP, a scripted model server that judges
+by content."""
 
 import pytest
 
@@ -30,10 +31,10 @@ def judge_by_content(request):
     return completion("Yes", yes_probability=0.95 if "Tokyo is the capital" in chunk else 0.05)(request)
 
 
-def test_ask_keeps_the_answering_chunk_and_cites_it(es, embedder, settings, fresh_index):
+def test_ask_keeps_the_answering_chunk_and_cites_it(engine, embedder, settings, engine_index):
     documents = [plain_document(doc_id, text, doc_id, title=doc_id) for doc_id, text in DOCS.items()]
-    ingest_documents(documents, client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
-    retriever = HybridRetriever(es, embedder, fresh_index, settings.retrieval)
+    ingest_documents(documents, client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    retriever = HybridRetriever(engine, embedder, engine_index, settings.retrieval)
     with ScriptedOpenAI(default=judge_by_content) as server:
         model = OpenAICompatibleChat(model="scripted", base_url=server.base_url)
         result = ask("What is the capital of Japan?", retriever=retriever, model=model, options=FilterOptions(), candidates=5)

@@ -24,12 +24,20 @@ def eval_index(es):
     es.indices.delete(index=name, ignore_unavailable=True)
 
 
+@pytest.fixture
+def engine_eval_index(engine):
+    name = f"test-eval-{uuid.uuid4().hex[:10]}"
+    yield name
+    engine.delete_index(name)
+
+
 def run(items, fmt, model_server, es, embedder, settings, index, generate=False):
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
     return evaluate(items, fmt, client=es, embedder=embedder, settings=settings, model=model, options=FilterOptions(answer=False), judge_many=judge_in_threads(model, threads=2), index=index, generate=generate)
 
 
-def test_popqa_answer_in_context_follows_the_kept_chunks(es, embedder, settings, shared_eval, eval_index):
+def test_popqa_answer_in_context_follows_the_kept_chunks(engine, embedder, settings, shared_eval, engine_eval_index):
+    """On each engine: the evaluation indexes, retrieves and filters alike."""
     _, items, bad = read_items(shared_eval / "popqa" / "dev.jsonl", "popqa", limit=3)
     assert not bad and len(items) == 3
     gold = {item.question: item.answers for item in items}
@@ -44,8 +52,8 @@ def test_popqa_answer_in_context_follows_the_kept_chunks(es, embedder, settings,
         return completion(f"The answer is {gold[question][0]} [1].")(request)
 
     with ScriptedOpenAI(default=oracle) as server:
-        report = run(items, "popqa", server, es, embedder, settings, eval_index, generate=True)
-        again = run(items, "popqa", server, es, embedder, settings, eval_index)
+        report = run(items, "popqa", server, engine, embedder, settings, engine_eval_index, generate=True)
+        again = run(items, "popqa", server, engine, embedder, settings, engine_eval_index)
 
     summary = report.summary()
     assert summary["questions"] == 3
