@@ -9,6 +9,7 @@ What the gateway does not own (every path but /v1/*, /openapi.json and a
 from __future__ import annotations
 
 import functools
+import math
 import time
 from contextlib import asynccontextmanager
 from typing import Any
@@ -73,12 +74,13 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     @app.post("/v1/ask", response_model=AskResponse, summary="Retrieve, filter the chunks with the LLM judge, answer")
     async def ask(request: AskRequest, http: Request) -> Any:
         caller = _caller(http)
+        _refuse_non_finite(request.model_dump(exclude_unset=True), "body")
         check_indices(caller, tuple(request.index.split(",")), what="/v1/ask")
         decoded = parse_ask(request.question, request.options.model_dump(exclude_unset=True), max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
         result = await _call(edges, queue, request.index, decoded, caller)
         return ask_response(result, index=request.index)
 
-    @app.post("/{index}/_search", summary="Elasticsearch _search; with ext.chunkrag, filtered by the LLM judge")
+    @app.post("/{index}/_search", summary="Elasticsearch _search; with ext.chunkrag, filtered by the LLM judge", openapi_extra=SEARCH_OPENAPI)
     @app.get("/{index}/_search", include_in_schema=False)
     async def search(index: str, request: Request) -> Response:
         body = await request.body()
@@ -88,6 +90,7 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
             return await edges.passthrough.forward(request.method, request_target(request.scope), request.scope["headers"], body, caller)
         if request.url.query:
             raise errors.bad_request(f"query-string parameters are not supported with ext.chunkrag, got [{request.url.query}]; put options in ext.chunkrag")
+        _refuse_non_finite(decoded, "body")
         started = time.perf_counter()
         parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
         result = await _call(edges, queue, index, parsed, caller)
@@ -96,6 +99,24 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
         return es_json(payload, 200, request.headers.get("accept", ""))
 
     return app
+
+
+# The body of a filtered _search, for the OpenAPI document (and the fuzzer
+# that reads it); without ext.chunkrag any Elasticsearch search body passes.
+SEARCH_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {
+            "type": "object",
+            "required": ["ext"],
+            "properties": {
+                "query": {"type": "object", "properties": {"match": {"type": "object", "properties": {"text": {"type": "string"}}}}},
+                "size": {"type": "integer", "minimum": 0},
+                "ext": {"type": "object", "required": ["chunkrag"], "properties": {"chunkrag": {"$ref": "#/components/schemas/OptionsModel"}}},
+            },
+        }}},
+    },
+}
 
 
 def _caller(request: Request) -> Caller:
@@ -126,6 +147,19 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
         if isinstance(exc, TimeoutError) and scope.cancelled_caught:
             raise errors.timed_out(f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)") from None
         raise errors.from_exception(exc, es_url=settings.es_url_for_display) from exc
+
+
+def _refuse_non_finite(value: Any, where: str) -> None:
+    """JSON numbers too large for a double (1e309) decode as infinity, and
+    Python's parser takes NaN and Infinity literals: no option means either."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise errors.bad_request(f"{where} is {value!r}: numbers must be finite")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_non_finite(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            _refuse_non_finite(item, f"{where}[{position}]")
 
 
 def _json_body(body: bytes) -> Any:
@@ -161,5 +195,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _describe(error: dict) -> str:
+    if error.get("type") == "json_invalid":
+        position = next((part for part in error.get("loc", ()) if isinstance(part, int)), None)
+        cause = (error.get("ctx") or {}).get("error", "JSON decode error")
+        return f"request body is not valid JSON: {cause}" + (f" at character {position}" if position is not None else "")
     where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
     return f"{where or 'body'}: {error.get('msg', 'invalid')}"
