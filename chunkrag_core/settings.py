@@ -27,8 +27,14 @@ class ChunkingSettings:
     # a longer sentence is cut at word boundaries, never dropped.
     max_chars: int = 500
     language: str = "english"
+    # Contextual chunk headers: "title+section" (default, no model call),
+    # "title", "section" or "none". Part of the document fingerprint (this
+    # whole record is), so changing it re-ingests.
+    headers: str = "title+section"
 
     def __post_init__(self) -> None:
+        if self.headers not in ("none", "title", "section", "title+section"):
+            raise SettingsError(f"headers must be one of none, title, section, title+section; got {self.headers!r}")
         if not -1.0 <= self.similarity_threshold <= 1.0:
             raise SettingsError(f"similarity_threshold must be in [-1, 1], got {self.similarity_threshold}")
         if self.max_chars < 20:

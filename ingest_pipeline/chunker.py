@@ -2,8 +2,8 @@
 
 Sentences of a whole batch of documents are embedded in one call so the
 embedder can length-sort them into tight batches; a chunk of one sentence
-reuses that sentence's vector, and only multi-sentence chunks are embedded
-again.
+without a header reuses that sentence's vector, and other chunks are embedded
+again (with their contextual header in front, when they have one).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import ChunkingSettings
 from ingest_pipeline.chunking import consecutive_similarities, group_sentences
+from ingest_pipeline.headers import chunk_header, embedded_text
 from ingest_pipeline.sentences import Span, bounded_sentence_spans
 from ingest_pipeline.sources import Document
 
@@ -55,23 +56,24 @@ def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings:
     sentence_texts = [documents[d].text[s:e] for d, _, spans in sections for s, e in spans]
     sentence_vectors = embedder.embed(sentence_texts)
 
-    drafts: list[tuple[int, tuple[str, ...], Span, int, np.ndarray | None]] = []
+    drafts: list[tuple[int, tuple[str, ...], Span, int, np.ndarray | None, str]] = []
     offset = 0
     for doc_index, path, spans in sections:
         vectors = sentence_vectors[offset : offset + len(spans)]
         offset += len(spans)
         similarities = consecutive_similarities(vectors)
+        header = chunk_header(documents[doc_index].title, path, settings.headers)
         for group in group_sentences(spans, similarities, settings.similarity_threshold, settings.max_chars):
             span = (spans[group.start][0], spans[group.stop - 1][1])
-            single = vectors[group.start] if len(group) == 1 else None
-            drafts.append((doc_index, path, span, len(group), single))
+            single = vectors[group.start] if len(group) == 1 and not header else None
+            drafts.append((doc_index, path, span, len(group), single, header))
 
     multi = [i for i, draft in enumerate(drafts) if draft[4] is None]
-    multi_vectors = embedder.embed([documents[drafts[i][0]].text[drafts[i][2][0] : drafts[i][2][1]] for i in multi])
+    multi_vectors = embedder.embed([embedded_text(drafts[i][5], documents[drafts[i][0]].text[drafts[i][2][0] : drafts[i][2][1]]) for i in multi])
     vector_of = {i: multi_vectors[j] for j, i in enumerate(multi)}
 
     per_doc: dict[int, list[Chunk]] = {i: [] for i in range(len(documents))}
-    for i, (doc_index, path, (start, end), n_sentences, single) in enumerate(drafts):
+    for i, (doc_index, path, (start, end), n_sentences, single, header) in enumerate(drafts):
         document = documents[doc_index]
         previous_end = per_doc[doc_index][-1].end if per_doc[doc_index] else 0
         per_doc[doc_index].append(
@@ -87,6 +89,7 @@ def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings:
                 metadata=document.metadata,
                 vector=single if single is not None else vector_of[i],
                 lead=document.text[previous_end:start],
+                header=header,
             )
         )
     sentences_per_doc = [0] * len(documents)

@@ -14,8 +14,10 @@ from chunkrag_core import es_schema as schema
 MODES = ("native_sum", "minmax", "rrf", "linear", "bm25", "knn")
 
 # BM25 matches the chunk text and, with less weight, the document title every
-# chunk carries, so a chunk that never names its subject can still match it.
-DEFAULT_TEXT_FIELDS = (f"{schema.TEXT}^1", f"{schema.TITLE}^0.5")
+# chunk carries, so a chunk that never names its subject can still match it;
+# the contextual header (title and section path) adds the section names. It
+# repeats the title, so it weighs less again.
+DEFAULT_TEXT_FIELDS = (f"{schema.TEXT}^1", f"{schema.TITLE}^0.5", f"{schema.HEADER}^0.25")
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,3 +67,17 @@ def test_an_index_from_before_headers_gets_the_new_fields(es, embedder, settings
     assert report.ok, report.errors
     properties = es.indices.get_mapping(index=fresh_index)[fresh_index]["mappings"]["properties"]
     assert {"header", "lead"} <= set(properties)
+
+
+def test_headers_are_stored_and_bm25_finds_a_chunk_by_its_section_name(es, embedder, settings, fresh_index):
+    text = "# Apiary handbook\n\nKeep the hives dry.\n\n## Overwintering\n\nThey shiver to keep the queen warm.\n"
+    document = markdown_document("handbook.md", text, "test", fallback_title="handbook")
+    report = ingest_documents([document], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    assert report.ok
+    chunks = fetch_positions(es, fresh_index, {"handbook.md": list(range(report.chunks))})
+    assert [c.header for c in chunks] == ["Apiary handbook", "Apiary handbook > Overwintering"]
+    assert [c.text for c in chunks] == ["Keep the hives dry.", "They shiver to keep the queen warm."]
+    # "overwintering" is only in the header: BM25 on the header field finds the chunk.
+    retriever = HybridRetriever(es, embedder, fresh_index, settings.retrieval)
+    (hit,) = retriever.search("overwintering", mode="bm25", size=1).chunks
+    assert hit.chunk_id == "handbook.md:1"

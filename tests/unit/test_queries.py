@@ -4,7 +4,7 @@ from search_extension import queries
 from search_extension.queries import QuerySpec
 
 SPEC = QuerySpec(text="heart attack risk", vector=[0.5, 0.5], size=5, num_candidates=50, window=20, filters=({"term": {"doc_id": "d1"}},))
-TEXT = {"multi_match": {"query": "heart attack risk", "fields": ["text^1", "title^0.5"], "type": "most_fields"}}
+TEXT = {"multi_match": {"query": "heart attack risk", "fields": ["text^1", "title^0.5", "header^0.25"], "type": "most_fields"}}
 FILTERS = [{"term": {"doc_id": "d1"}}]
 
 

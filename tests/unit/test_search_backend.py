@@ -10,7 +10,7 @@ from search_extension import queries
 from search_extension.queries import QuerySpec
 
 VECTOR = [0.1, 0.2, 0.3]
-TEXT = {"bool": {"must": [{"multi_match": {"query": "capital of japan", "fields": ["text^1", "title^0.5"], "type": "most_fields"}}]}}
+TEXT = {"bool": {"must": [{"multi_match": {"query": "capital of japan", "fields": ["text^1", "title^0.5", "header^0.25"], "type": "most_fields"}}]}}
 SOURCE = {"excludes": ["vector"]}
 
 
