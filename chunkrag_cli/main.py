@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--fixed-threshold", type=float, help="the fixed threshold, or the share of the best score for `relative`")
     evaluation.add_argument("--no-redundancy", action="store_true", help="skip the 0.9-cosine redundancy filter")
     evaluation.add_argument("--generate", action="store_true", help="also write an answer (PopQA) or verdict (PubHealth) from the kept chunks and grade it")
+    evaluation.add_argument("--segments", action="store_true", help="also measure relevant segments of the judged candidates within the characters the filter kept")
     evaluation.add_argument("--judge", choices=["threads", "celery"], help="where judging runs (default $CHUNKRAG_WORKER_JUDGE or threads)")
     evaluation.add_argument("--out", help="write the summary and per-question outcomes to this JSON file")
     evaluation.add_argument("--plots", metavar="DIR", help="write PNG figures to DIR")
@@ -235,6 +236,12 @@ def filter_options_from_args(args: argparse.Namespace):
     )
 
 
+def _segment_settings(args: argparse.Namespace):
+    from search_extension.segments import SegmentSettings
+
+    return SegmentSettings() if getattr(args, "segments", False) else None
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
     from search_extension.ask import judge_many_for
@@ -255,7 +262,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate(
         items, fmt, client=_backend(settings), embedder=make_embedder(settings.embedder), settings=settings, model=model, options=options,
         judge_many=judge_many_for(dataclasses.replace(settings, workers=dataclasses.replace(settings.workers, judge=args.judge or settings.workers.judge)), model), index=args.index or f"chunkrag-eval-{fmt}",
-        generate=args.generate, on_question=lambda outcome: print_outcome(outcome, sys.stderr),
+        generate=args.generate, on_question=lambda outcome: print_outcome(outcome, sys.stderr), segments=_segment_settings(args),
     )
     summary = {**report.summary(), "skipped_records": len(bad), "options": {"method": options.scoring.method, "orders": options.scoring.orders, "judge_top": options.judge_top, "calibrated": options.calibration is not None, "prior_weight": options.prior_weight, "threshold": options.threshold, "fixed_threshold": options.fixed_threshold, "redundancy": not args.no_redundancy, "judge": args.judge or settings.workers.judge, "model": settings.chat.model}}
     if args.out:

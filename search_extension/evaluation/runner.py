@@ -27,6 +27,7 @@ from search_extension.evaluation.datasets import EvalItem
 from search_extension.evaluation.measures import answer_in_context, kept_within_budget, rate, summary
 from search_extension.processors.answer import answer_from_chunks, verdict_from_chunks
 from search_extension.retriever import HybridRetriever
+from search_extension.segments import SegmentSettings
 
 # The largest pool in popqa/pubhealth dev is 63 chunks; a pool past this cap
 # is judged on its best-retrieved chunks only (reported as `pool_truncated`).
@@ -66,6 +67,9 @@ class QuestionOutcome:
     # decision, so other scoring and threshold rules can be replayed offline
     # on the same model outputs (evaluation/ablation.py).
     rows: tuple[dict[str, Any], ...] = ()
+    # With segments: is a gold answer in the RSE segments of the judged
+    # candidates, within the characters the filter kept?
+    segments_answer_in_context_after: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,7 @@ class EvalReport:
             "answer_in_context_kept_share": round(after / before, 4) if before and after is not None else None,
             "baseline_cosine_answer_in_context_after": baseline,
             "baseline_bm25_answer_in_context_after": bm25_baseline,
+            "segments_answer_in_context_after": rate([q.segments_answer_in_context_after for q in qs if q.segments_answer_in_context_after is not None]),
             "context_chars_before": chars_before,
             "context_chars_after": chars_after,
             "context_chars_kept_share": round(chars_after / chars_before, 4) if chars_before else None,
@@ -137,6 +142,7 @@ def evaluate(
     index: str,
     generate: bool = False,
     on_question: Callable[[QuestionOutcome], None] | None = None,
+    segments: SegmentSettings | None = None,
 ) -> EvalReport:
     ingest_seconds = index_pools(items, dataset, client=client, embedder=embedder, settings=settings, index=index)
     retriever = HybridRetriever(client, embedder, index, settings.retrieval)
@@ -145,14 +151,14 @@ def evaluate(
     filter_options = replace(options, answer=False)
     outcomes = []
     for item in items:
-        outcome = evaluate_one(item, dataset, retriever=retriever, embedder=embedder, model=model, options=filter_options, judge_many=judge_many, generate=generate)
+        outcome = evaluate_one(item, dataset, retriever=retriever, embedder=embedder, model=model, options=filter_options, judge_many=judge_many, generate=generate, segments=segments)
         outcomes.append(outcome)
         if on_question:
             on_question(outcome)
     return EvalReport(dataset, tuple(outcomes), index, ingest_seconds, 0)
 
 
-def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, embedder, model: ChatModel, options: FilterOptions, judge_many: JudgeMany | None, generate: bool) -> QuestionOutcome:
+def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, embedder, model: ChatModel, options: FilterOptions, judge_many: JudgeMany | None, generate: bool, segments: SegmentSettings | None = None) -> QuestionOutcome:
     pool_filter = {"term": {DOC_ID: doc_id_for(dataset, item)}}
     started = time.perf_counter()
     retrieval = retriever.search(item.question, size=MAX_CANDIDATES, filters=[pool_filter], include_vectors=True)
@@ -166,7 +172,7 @@ def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, em
     by_id = {d.chunk.chunk_id: d.chunk for d in result.decisions}
     scores = tuple(by_id[c.chunk_id].stage_scores.get("combined") if c.chunk_id in by_id else None for c in candidates)
 
-    aic_before = aic_after = baseline_after = bm25_after = None
+    aic_before = aic_after = baseline_after = bm25_after = segments_after = None
     gold: tuple[bool, ...] = ()
     if item.answers:
         gold = tuple(answer_in_context(c.text, item.answers) for c in candidates)
@@ -176,6 +182,8 @@ def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, em
         baseline_after = answer_in_context(" ".join(c.text for c in baseline), item.answers)
         bm25_kept = kept_within_budget([c.text for c in candidates], [c.stage_scores.get("bm25", 0.0) for c in candidates], chars_after)
         bm25_after = answer_in_context(" ".join(candidates[i].text for i in bm25_kept), item.answers)
+        if segments is not None:
+            segments_after = _segments_hook(candidates, result, item.answers, retriever, segments, chars_after)
 
     generated = correct = None
     if generate:
@@ -204,7 +212,15 @@ def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, em
         scores=scores,
         gold=gold,
         rows=candidate_rows(candidates, result, gold),
+        segments_answer_in_context_after=segments_after,
     )
+
+
+def _segments_hook(candidates, result, answers, retriever: HybridRetriever, segments: SegmentSettings, budget_chars: int) -> bool:
+    from search_extension.evaluation.segments_eval import segment_answer_in_context
+    from search_extension.neighbours import position_fetcher
+
+    return segment_answer_in_context(candidates, result, answers, position_fetcher(retriever.client, retriever.index), segments, budget_chars)
 
 
 def candidate_rows(candidates: Sequence[Chunk], result: FilterResult, gold: Sequence[bool]) -> tuple[dict[str, Any], ...]:
