@@ -2,6 +2,7 @@
 Elasticsearch and through the gateway, interleaved.
 
     python -m bench.gateway_bench [--runs 5] [--requests 300] [--name gateway]
+    python -m bench.gateway_bench load | fuzz   (bench/gateway_soak.py)
 
 Two comparisons, on the `bench-scifact` index (SciFact, left by
 `bench.ingest_bench`) with SciFact's test queries:
@@ -103,6 +104,11 @@ def versions(client) -> dict:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("load", "fuzz"):
+        from bench import gateway_soak
+
+        return getattr(gateway_soak, argv[0])(argv[1:])
     import orjson
 
     from bench.retrieval_bench import load_queries
