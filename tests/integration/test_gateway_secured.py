@@ -86,7 +86,7 @@ def flush_cache(settings):
     redis.Redis.from_url(settings.redis_url.rsplit("/", 1)[0] + "/9").flushdb()
 
 
-def test_the_cluster_decides_what_a_caller_reads_through_the_gateway(forwarding_gateway, indices, model_server, settings):
+def test_the_cluster_decides_what_a_caller_reads_through_the_gateway(forwarding_gateway, indices, model_server, settings, monkeypatch):
     allowed, other = indices
     flush_cache(settings)
     alice = client_for(forwarding_gateway, basic_auth=(secured.READER.name, secured.READER.password))
@@ -95,6 +95,24 @@ def test_the_cluster_decides_what_a_caller_reads_through_the_gateway(forwarding_
     assert alice.count(index=allowed)["count"] == 6 and alice.indices.exists(index=allowed)
     filtered = alice.search(index=allowed, query=query, ext={"chunkrag": {"candidates": 4}})
     assert ids(filtered) == ["tokyo:0"] and filtered["chunkrag"]["usage"]["model_calls"] >= 1
+    # Segment extraction fetches neighbours with the client the search used:
+    # alice's credentials (the gateway's base client holds none, so without
+    # them the fetch would be a 401). These documents are too short for RSE
+    # to need a neighbour, so the fetcher it is given fetches one on purpose.
+    import search_extension.ask
+
+    fetched = []
+    real_fetcher = search_extension.ask.position_fetcher
+
+    def fetching_fetcher(client, index):
+        fetch = real_fetcher(client, index)
+        fetched.extend(fetch({"kyoto": [1]}))
+        return fetch
+
+    monkeypatch.setattr(search_extension.ask, "position_fetcher", fetching_fetcher)
+    segments = alice.search(index=allowed, query=query, size=2, ext={"chunkrag": {"stages": False, "candidates": 2, "segments": True}})
+    assert segments["hits"]["hits"] and all(hit["_chunkrag"]["segment"] for hit in segments["hits"]["hits"])
+    assert [chunk.chunk_id for chunk in fetched] == ["kyoto:1"]
     calls_before = len(model_server.requests)
     for ext in ({}, {"ext": {"chunkrag": {"stages": False}}}, {"ext": {"chunkrag": {"candidates": 4}}}):
         with pytest.raises(AuthorizationException) as refused:
