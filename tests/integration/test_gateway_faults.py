@@ -1,0 +1,128 @@
+"""Dependencies failing in the middle of a filtered query through the
+gateway, and the documented outcome of each:
+
+- Redis (the score cache, judging in threads) restarted mid-query: the query
+  answers 200 with every chunk judged; the cache is an optimisation, a
+  failed read or write is skipped (and the cache left alone for 30 s).
+- The model server killed mid-call: 503 naming the model provider (a
+  retryable failure: the client may try again), never a 500 or a hang; the
+  gateway answers the next query once a model server is back.
+
+Redis here is a server of this test's own on another port (default 6391),
+never the shared one. A Celery worker killed mid-judgement is covered in
+tests/integration/test_workers.py (the task is redelivered, no chunk lost).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from chunkrag_core.providers.chat import OpenAICompatibleChat
+from ingest_pipeline.pipeline import ingest_documents
+from ingest_pipeline.sources import plain_document
+from local_services import redis_server
+from local_services.process import state_home
+from search_extension.gateway import create_app
+from search_extension.gateway.server import serve_in_thread as serving
+from tests.integration.test_gateway import DOCS, MODEL_STALLS, QUESTION, by_content
+from tests.support.scripted_openai import ScriptedOpenAI
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+FAULT_REDIS_PORT = int(os.environ.get("CHUNKRAG_FAULT_REDIS_PORT") or 6391)
+
+
+@pytest.fixture(scope="module")
+def index(es, embedder, settings):
+    name = f"test-gateway-faults-{uuid.uuid4().hex[:8]}"
+    documents = [plain_document(doc_id, text, doc_id, title=doc_id) for doc_id, text in DOCS.items()]
+    ingest_documents(documents, client=es, embedder=embedder, settings=settings, index=name, progress=False)
+    yield name
+    es.indices.delete(index=name, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="module")
+def own_redis():
+    redis = redis_server.RedisSettings(home=state_home(os.environ), port=FAULT_REDIS_PORT)
+    redis_server.up(redis)
+    yield redis
+    redis_server.down(redis)
+
+
+def test_redis_restarted_during_a_filtered_query(settings, embedder, index, own_redis):
+    with ScriptedOpenAI(default=by_content) as server:
+        server._server.handle_error = lambda request, client_address: None
+        model = OpenAICompatibleChat(model="scripted", base_url=server.base_url, timeout_s=10)
+        gateway_settings = dataclasses.replace(settings, redis_url=own_redis.url)
+        with serving(create_app(gateway_settings, model=model, embedder=embedder)) as url:
+            # Warm the cache client's connection, so the restart breaks a live one.
+            assert httpx.post(f"{url}/v1/ask", json={"index": index, "question": QUESTION, "options": {"candidates": 2}}, timeout=30).status_code == 200
+            reply: dict = {}
+            stalled = f"{QUESTION} {MODEL_STALLS}"  # the model takes 1.5 s on it
+            worker = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/v1/ask", json={"index": index, "question": stalled, "options": {"candidates": 4}}, timeout=60)))
+            worker.start()
+            deadline = time.monotonic() + 10
+            while not any(MODEL_STALLS in str(r) for r in server.requests) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            redis_server.down(own_redis)
+            redis_server.up(own_redis)
+            worker.join(60)
+            after = httpx.get(f"{url}/v1/health", timeout=30).json()
+    response = reply["r"]
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["chunks"][0]["id"] == "tokyo:0" and body["chunks"][0]["kept"]
+    assert all(c["reason"] != "unscored" for c in body["chunks"])
+    assert after["redis"]["ok"]
+
+
+MODEL_SERVER = """
+import sys, time
+from tests.support.scripted_openai import ScriptedOpenAI, completion
+def reply(request):
+    time.sleep(float(sys.argv[1]))
+    return completion("1")(request)
+with ScriptedOpenAI(default=reply) as server:
+    print(server.base_url, flush=True)
+    time.sleep(600)
+"""
+
+
+def start_model_server(delay_s: float) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen([sys.executable, "-c", MODEL_SERVER, str(delay_s)], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    return process, process.stdout.readline().strip()
+
+
+def test_model_server_killed_during_a_call(settings, embedder, index):
+    process, base_url = start_model_server(delay_s=5.0)
+    try:
+        model = OpenAICompatibleChat(model="scripted", base_url=base_url, timeout_s=10)
+        with serving(create_app(settings, model=model, embedder=embedder)) as url:
+            reply: dict = {}
+            asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 2}}}, timeout=60)))
+            started = time.monotonic()
+            asking.start()
+            time.sleep(1.0)  # the judging call is in flight, the model "thinking"
+            os.killpg(process.pid, signal.SIGKILL)
+            asking.join(60)
+            elapsed = time.monotonic() - started
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+    response = reply["r"]
+    assert response.status_code == 503, response.text
+    assert "model provider" in response.json()["error"]["reason"]
+    assert elapsed < 10, "the gateway noticed the dead server at once, it did not wait out a timeout"
