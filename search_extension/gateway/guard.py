@@ -12,7 +12,7 @@ from __future__ import annotations
 from search_extension.gateway import errors
 from search_extension.gateway.identity import Authenticator, check_indices
 from search_extension.gateway.limits import RateLimiter
-from search_extension.gateway.policy import classify, refuse_unless_allowed
+from search_extension.gateway.policy import classify, refuse_odd_paths, refuse_unless_allowed
 from search_extension.gateway.responses import accept_of, error_response
 
 PUBLIC_PATHS = ("/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect", "/v1/health")
@@ -33,6 +33,7 @@ class Guard:
             endpoint = None
             if not scope["path"].startswith(GATEWAY_PREFIX):
                 raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+                refuse_odd_paths(raw_path)
                 endpoint = classify(scope["method"], raw_path)
                 refuse_unless_allowed(endpoint, scope["method"], raw_path, self.classes)
                 what = f"{scope['method']} {scope['path']}"

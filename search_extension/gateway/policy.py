@@ -94,6 +94,15 @@ def classify(method: str, raw_path: str) -> Endpoint:
     return Endpoint("cluster", None)
 
 
+def refuse_odd_paths(raw_path: str) -> None:
+    """Empty, ``.`` and ``..`` segments: what the gateway classified must be
+    what the cluster resolves, so paths a server might normalise are refused."""
+    path = raw_path.split("?", 1)[0]
+    parts = path.split("/")[1:]
+    if "//" in path or any(unquote(part) in (".", "..") for part in parts):
+        raise errors.bad_request(f"the path [{path}] holds an empty, . or .. segment; the gateway forwards only plain paths")
+
+
 def refuse_unless_allowed(endpoint: Endpoint, method: str, raw_path: str, allowed: frozenset[str]) -> None:
     if endpoint.kind in allowed:
         return

@@ -331,3 +331,19 @@ def test_the_score_cache_holds_a_hash_and_a_number_never_text():
     ((key, value),) = store.data.items()
     assert key == "chunkrag:score:" + hashlib.sha256(secret.encode()).hexdigest() and value == "0.75"
     assert "alice" not in key.lower() and cache.get(secret) == 0.75
+
+
+@pytest.mark.parametrize("path", ["/docs-1/../logs/_search", "/docs-1/%2e%2e/logs/_search", "//logs/_search", "/./_search", "/docs/%2E/_search?q=1"])
+def test_paths_a_server_might_normalise_are_refused(path):
+    from search_extension.gateway.policy import refuse_odd_paths
+
+    with pytest.raises(errors.GatewayError, match="plain paths"):
+        refuse_odd_paths(path)
+    refuse_odd_paths("/docs-1/_search?q=a/../b")  # the query string is not a path
+    refuse_odd_paths("/docs-1/")
+
+
+def test_an_encoded_dot_segment_never_reaches_the_cluster():
+    transport = RecordingTransport(es_reply)
+    refused = app_client(transport, passthrough="all").post("/docs-1/%2e%2e/logs/_search", json={})
+    assert refused.status_code == 400 and "plain paths" in refused.json()["error"]["reason"] and transport.requests == []
