@@ -31,6 +31,11 @@ SEGMENT_KEYS = ("max_segment_chunks", "max_total_chunks", "max_total_chars", "mi
 CHUNKRAG_BODY_KEYS = ("query", "size", "ext")
 TEXT_QUERIES = ("match", "match_phrase", "multi_match", "query_string", "simple_query_string")
 DEFAULT_SIZE = 10  # Elasticsearch's own default
+# Longest judging budget a query may ask for (an hour): beyond it no caller
+# waits, and larger values overflow the clock arithmetic (found by fuzzing).
+MAX_BUDGET_S = 3600.0
+# Largest stage weight: only their ratios matter, and huge ones overflow the sum.
+MAX_WEIGHT = 1000.0
 
 
 class OptionError(ValueError):
@@ -163,7 +168,7 @@ def parse_options(raw: Any, *, max_candidates: int, where: str = "ext.chunkrag")
         filter_options = FilterOptions(**{k: v for k, v in filter_values.items() if v is not None or k in ("redundancy_threshold", "calibration")})
     except ValueError as exc:
         raise OptionError(f"{where}: {exc}") from None
-    budget = checked.number("budget_s", 0.0, None)
+    budget = checked.number("budget_s", 0.0, MAX_BUDGET_S)
     if budget is not None and budget <= 0:
         raise OptionError(f"{where}.budget_s must be above 0, got {budget!r}")
     query = checked.string("query")
@@ -190,7 +195,7 @@ def parse_scoring(raw: Any, *, where: str) -> ScoringOptions:
         "critic": checked.string("critic"),
         "use_logprobs": checked.boolean("use_logprobs"),
         "reflect_band": checked.numbers("reflect_band", 2, 0.0, 1.0),
-        "weights": checked.numbers("weights", 3, 0.0, None),
+        "weights": checked.numbers("weights", 3, 0.0, MAX_WEIGHT),
         "listwise_batch": checked.integer("listwise_batch", 1, MAX_LISTWISE_BATCH),
         "orders": checked.integer("orders", 1, 2),
     }

@@ -48,7 +48,7 @@ class OptionsModel(BaseModel):
     lost_in_the_middle: Optional[bool] = None
     answer: Optional[bool] = Field(None, description="write an answer from the kept chunks")
     include_dropped: Optional[bool] = Field(None, description="_search only: list the dropped chunks under chunkrag.dropped")
-    budget_s: Optional[float] = Field(None, gt=0, description="seconds for judging; chunks not judged in time are unscored")
+    budget_s: Optional[float] = Field(None, gt=0, le=3600, description="seconds for judging (at most an hour); chunks not judged in time are unscored")
     judge_top: Optional[int] = Field(None, ge=0, description="only the best N candidates go to the model (a cascade); 0: none")
     calibrated: Optional[bool] = Field(None, description="combine the judge with the retrieval signals through the shipped logistic model")
     segments: Optional[Union[bool, SegmentsModel]] = Field(None, description="relevant segment extraction: true, or budgets; hits become segments")

@@ -112,7 +112,7 @@ ASK_CASES = [
     (b'{"index": "IDX", "question": "q", "options": {"budget_s": -1}}', None, "budget_s"),
     (b'{"index": "IDX", "question": "q", "options": {"scoring": {"weights": [1e309, 0, 0]}}}', None, "options.scoring.weights[0] is inf"),
     (b'{"index": "IDX", "question": "q", "options": {"fixed_threshold": NaN}}', None, "fixed_threshold"),
-    (b'{"index": "IDX", "question": "q", "options": {"budget_s": Infinity}}', None, "options.budget_s is inf"),
+    (b'{"index": "IDX", "question": "q", "options": {"budget_s": Infinity}}', None, "options.budget_s"),
     ('{"index": "IDX", "question": "q\\u0000?"}'.encode(), None, "NUL"),
     ('{"index": "IDX", "question": "\\ud800"}'.encode(), None, ""),
     ('{"index": "IDX\\u0000", "question": "q"}'.encode(), None, ""),

@@ -347,3 +347,12 @@ def test_an_encoded_dot_segment_never_reaches_the_cluster():
     transport = RecordingTransport(es_reply)
     refused = app_client(transport, passthrough="all").post("/docs-1/%2e%2e/logs/_search", json={})
     assert refused.status_code == 400 and "plain paths" in refused.json()["error"]["reason"] and transport.requests == []
+
+
+@pytest.mark.parametrize("raw, named", [({"budget_s": 1.7e307}, "budget_s"), ({"scoring": {"weights": [1e300, 1e300, 0]}}, "weights")])
+def test_numbers_that_overflow_downstream_are_refused(raw, named):
+    # Found by the fuzzer: a budget of 1.7e307 s overflowed the clock (a 500).
+    from search_extension.gateway.dialect import OptionError, parse_options
+
+    with pytest.raises(OptionError, match=named):
+        parse_options(raw, max_candidates=50)
