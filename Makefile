@@ -44,14 +44,12 @@ llm-setup: setup
 	$(BIN)/chunkrag services up --only llm
 
 # The previous runtime, llama-cpp-python's Python server, for comparisons
-# (bench/judge_speed.py): CHUNKRAG_LLM_RUNTIME=python. A native build would use
-# AMX, which this CPU reports but the VM forbids ("Illegal instruction").
-LLM_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
-	-DGGML_AVX512=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
-
+# (bench/judge_speed.py): CHUNKRAG_LLM_RUNTIME=python. Built with the x86 extensions this CPU
+# lists (never native: the VM forbids the AMX the CPU reports); --no-cache-dir because pip's
+# wheel cache ignores CMAKE_ARGS and would hand back a wheel built for another CPU.
 $(VENV)/.llm-python-installed: $(VENV)/.installed
 	@echo "installing llama-cpp-python (a first build from source takes 5-8 min on 2 cores)…"
-	CMAKE_ARGS="$(LLM_CMAKE_ARGS)" $(BIN)/pip install --quiet -c requirements.lock -e ".[llm]"
+	CMAKE_ARGS="$$($(BIN)/python -m local_services.llama_build --cpu-flags 2>/dev/null)" $(BIN)/pip install --quiet --no-cache-dir -c requirements.lock -e ".[llm]"
 	touch $@
 
 llm-python-setup: $(VENV)/.llm-python-installed

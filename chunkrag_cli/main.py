@@ -42,8 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("question")
     ask.add_argument("--index")
     ask.add_argument("--candidates", type=int, default=8, help="chunks retrieved and judged (each costs at least one model call)")
-    ask.add_argument("--threshold", choices=["dynamic", "llm", "fixed"], default="dynamic")
-    ask.add_argument("--fixed-threshold", type=float, default=0.5)
+    ask.add_argument("--threshold", choices=["dynamic", "llm", "fixed", "relative"], help="where the kept chunks are cut (default: the filter's default)")
+    ask.add_argument("--fixed-threshold", type=float, help="the fixed threshold, or the share of the best score for `relative`")
+    ask.add_argument("--orders", type=int, choices=[1, 2], help="listwise: ask each batch as retrieved (1) or also reversed (2)")
+    ask.add_argument("--judge-top", type=int, help="only the best N candidates go to the model (0: none)")
+    ask.add_argument("--calibration", choices=["default", "off"], help="combine the judge with the retrieval signals through the shipped logistic model")
     ask.add_argument("--fallback", choices=["top_k", "not_found"], default="top_k", help="when nothing passes: keep the top chunks, or answer that nothing was found")
     ask.add_argument("--method", default="listwise", choices=["listwise", "multistage", "yes_no", "likert"], help="relevance scoring (listwise: up to nine chunks per call; multistage: the paper's score, reflection, critic per chunk)")
     ask.add_argument("--no-answer", action="store_true", help="filter only; do not write an answer")
@@ -188,7 +191,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     settings = _settings(args)
     from search_extension.processors.relevance import ScoringOptions
 
-    options = FilterOptions(scoring=ScoringOptions(method=args.method), threshold=args.threshold, fixed_threshold=args.fixed_threshold, fallback=args.fallback, answer=not args.no_answer)
+    options = dataclasses.replace(filter_options_from_args(args), fallback=args.fallback, answer=not args.no_answer)
     retriever = HybridRetriever(_backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
     from search_extension.segments import SegmentSettings
 
@@ -222,14 +225,16 @@ def filter_options_from_args(args: argparse.Namespace):
         scoring = dataclasses.replace(scoring, orders=args.orders)
     calibration = defaults.calibration
     if getattr(args, "calibration", None):
+        if args.calibration == "default" and DEFAULT_MODEL is None:
+            raise SystemExit("this build ships no calibrated model; use --calibration off")
         calibration = DEFAULT_MODEL if args.calibration == "default" else None
     return dataclasses.replace(
         defaults,
-        redundancy_threshold=None if args.no_redundancy else defaults.redundancy_threshold,
+        redundancy_threshold=None if getattr(args, "no_redundancy", False) else defaults.redundancy_threshold,
         scoring=scoring,
         threshold=args.threshold or defaults.threshold,
         fixed_threshold=args.fixed_threshold if args.fixed_threshold is not None else defaults.fixed_threshold,
-        prior_weight=args.prior_weight,
+        prior_weight=getattr(args, "prior_weight", defaults.prior_weight),
         judge_top=args.judge_top if getattr(args, "judge_top", None) is not None else defaults.judge_top,
         calibration=calibration,
         answer=False,

@@ -34,11 +34,14 @@ SDIST_FILE = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 VENDORED = f"llama_cpp_python-{SDIST_VERSION}/vendor/llama.cpp"
 
-# The CPU reports AMX but the VM forbids it: a native build dies with
-# "Illegal instruction". These flags are the ones `make llm-setup` always
-# used for llama-cpp-python. The web UI is neither built (it needs npm) nor
+# Never `GGML_NATIVE`: on these VMs the CPU reports AMX but the hypervisor
+# forbids it ("Illegal instruction"). Each x86 extension is switched on only
+# when /proc/cpuinfo lists it: the machines this project runs on differ (an
+# Intel Xeon with AVX-512, an AMD EPYC without), and a binary built for one
+# dies on the other. The flags are part of the cache key, so each CPU kind
+# gets its own build. The web UI is neither built (it needs npm) nor
 # downloaded (LLAMA_USE_PREBUILT_UI would fetch it from a model hub).
-CMAKE_FLAGS = (
+BASE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
@@ -47,16 +50,42 @@ CMAKE_FLAGS = (
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_CURL=OFF",
-    "-DGGML_NATIVE=OFF",
-    "-DGGML_AVX=ON",
-    "-DGGML_AVX2=ON",
-    "-DGGML_FMA=ON",
-    "-DGGML_F16C=ON",
-    "-DGGML_AVX512=ON",
-    "-DGGML_AMX_TILE=OFF",
-    "-DGGML_AMX_INT8=OFF",
-    "-DGGML_AMX_BF16=OFF",
 )
+# GGML option -> the /proc/cpuinfo flags it needs (all of them).
+CPU_OPTIONS = (
+    ("GGML_AVX", ("avx",)),
+    ("GGML_AVX2", ("avx2",)),
+    ("GGML_FMA", ("fma",)),
+    ("GGML_F16C", ("f16c",)),
+    ("GGML_BMI2", ("bmi2",)),
+    # ggml's AVX512 build uses the F, CD, VL, DQ and BW subsets together.
+    ("GGML_AVX512", ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")),
+)
+NEVER = ("-DGGML_NATIVE=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF")
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The instruction-set flags of the first CPU in /proc/cpuinfo."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return frozenset()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def cpu_cmake_flags(flags: frozenset[str]) -> tuple[str, ...]:
+    """`-DGGML_<X>=ON|OFF` for what this CPU can run, AMX and native always off."""
+    return (*NEVER, *(f"-D{option}={'ON' if all(f in flags for f in needs) else 'OFF'}" for option, needs in CPU_OPTIONS))
+
+
+def cmake_flags(cpuinfo: str | None = None) -> tuple[str, ...]:
+    return (*BASE_FLAGS, *cpu_cmake_flags(cpu_flags(cpuinfo)))
+
+
 BUILD_TIMEOUT_SECONDS = 3600.0
 FETCH_TIMEOUT_SECONDS = 900.0
 
@@ -67,9 +96,10 @@ def cache_root(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "chunkrag"
 
 
-def build_key() -> str:
-    """Changes whenever the sources or the flags do, so a stale binary is never reused."""
-    return hashlib.sha256("\n".join((SDIST_SHA256, *CMAKE_FLAGS)).encode()).hexdigest()[:16]
+def build_key(flags: tuple[str, ...] | None = None) -> str:
+    """Changes whenever the sources or the flags do, so a stale binary (or
+    one built for another CPU) is never reused."""
+    return hashlib.sha256("\n".join((SDIST_SHA256, *(cmake_flags() if flags is None else flags))).encode()).hexdigest()[:16]
 
 
 def binary_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -81,8 +111,8 @@ def binary_path(environ: Mapping[str, str] | None = None) -> Path:
     return cache_root(env) / f"llama-server-{SDIST_VERSION}-{build_key()}" / "llama-server"
 
 
-def cmake_configure_args(source: Path, build: Path, generator: str | None) -> list[str]:
-    return ["cmake", "-S", str(source), "-B", str(build), *(["-G", generator] if generator else []), *CMAKE_FLAGS]
+def cmake_configure_args(source: Path, build: Path, generator: str | None, flags: tuple[str, ...] | None = None) -> list[str]:
+    return ["cmake", "-S", str(source), "-B", str(build), *(["-G", generator] if generator else []), *(cmake_flags() if flags is None else flags)]
 
 
 def cmake_build_args(build: Path, jobs: int) -> list[str]:
@@ -164,3 +194,12 @@ def ensure_llama_server(environ: Mapping[str, str] | None = None, log: Log = pri
             os.replace(staging, binary)  # a half-copied binary never has the final name
         log(f"llama-server built in {time.monotonic() - began:.0f} s: {binary}")
     return binary
+
+
+if __name__ == "__main__":
+    # `python -m local_services.llama_build --cpu-flags`: the GGML flags for
+    # this CPU, for the Makefile's llama-cpp-python build.
+    if sys.argv[1:] == ["--cpu-flags"]:
+        print(" ".join(cpu_cmake_flags(cpu_flags())))
+    else:
+        print(ensure_llama_server())

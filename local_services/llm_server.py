@@ -454,6 +454,14 @@ def _log_excerpt(settings: LlmSettings, lines: int = 40) -> str:
     return "\n".join(parts)
 
 
+def _rebuild_hint(settings: LlmSettings) -> str:
+    if settings.runtime == "llama-server":
+        return (f"If it printed nothing, {llama_build.binary_path()} may use CPU instructions this machine forbids "
+                f"(dmesg says \"invalid opcode\"); delete it and run `make llm-setup` to build it for this CPU.")
+    return (f"If it printed nothing, the llama.cpp build may use CPU instructions this machine forbids; reinstall it with "
+            f"`make llm-python-setup` after `{sys.executable} -m pip uninstall -y llama-cpp-python`.")
+
+
 def wait_until_healthy(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
     """Poll GET /v1/models until it lists our model."""
     deadline = time.monotonic() + timeout
@@ -468,12 +476,7 @@ def wait_until_healthy(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECO
         except OSError as exc:
             last_problem = str(getattr(exc, "reason", exc))
         if pid is not None and not pid_alive(pid):
-            raise LocalServiceError(
-                f"the llm server (pid {pid}) exited while starting. If it printed nothing, the llama.cpp build "
-                f"may use CPU instructions this machine forbids; reinstall it with `make llm-setup` after "
-                f"`{sys.executable} -m pip uninstall -y llama-cpp-python` and `pip cache remove llama_cpp_python`."
-                f"\n{_log_excerpt(settings)}"
-            )
+            raise LocalServiceError(f"the llm server (pid {pid}) exited while starting. {_rebuild_hint(settings)}\n{_log_excerpt(settings)}")
         if time.monotonic() >= deadline:
             raise LocalServiceError(
                 f"the llm server at {settings.base_url} did not list {MODEL_ALIAS} within {timeout:.0f} s "

@@ -189,11 +189,25 @@ def test_llama_build_is_keyed_by_sources_and_flags():
     path = llama_build.binary_path({"XDG_CACHE_HOME": "/c", "HOME": "/root"})
     assert path == Path(f"/c/chunkrag/llama-server-{llama_build.SDIST_VERSION}-{llama_build.build_key()}/llama-server")
     assert llama_build.binary_path({"CHUNKRAG_LLAMA_SERVER": "/opt/llama-server"}) == Path("/opt/llama-server")
-    configure = llama_build.cmake_configure_args(Path("/src"), Path("/build"), "Ninja")
-    assert configure[:7] == ["cmake", "-S", "/src", "-B", "/build", "-G", "Ninja"]
-    # AMX is reported by this CPU but forbidden by the VM; the UI is never fetched.
-    assert "-DGGML_AMX_INT8=OFF" in configure and "-DGGML_NATIVE=OFF" in configure and "-DLLAMA_USE_PREBUILT_UI=OFF" in configure
+    configure = llama_build.cmake_configure_args(Path("/src"), Path("/build"), "Ninja", flags=("-DX=ON",))
+    assert configure == ["cmake", "-S", "/src", "-B", "/build", "-G", "Ninja", "-DX=ON"]
+    assert llama_build.build_key(("-DA=ON",)) != llama_build.build_key(("-DA=OFF",))
     assert llama_build.cmake_build_args(Path("/build"), 2) == ["cmake", "--build", "/build", "--target", "llama-server", "-j", "2"]
+
+
+XEON = "processor\t: 0\nflags\t\t: fpu sse4_2 avx f16c fma avx2 bmi2 avx512f avx512cd avx512vl avx512dq avx512bw amx_tile amx_int8\n"
+EPYC = "processor\t: 0\nflags\t\t: fpu sse4_1 sse4_2 avx f16c sse4a avx2 bmi2 fma\n"
+
+
+def test_build_flags_follow_the_cpu():
+    xeon = llama_build.cmake_flags(XEON)
+    epyc = llama_build.cmake_flags(EPYC)
+    assert "-DGGML_AVX512=ON" in xeon and "-DGGML_AVX512=OFF" in epyc  # EPYC here has no AVX-512
+    for flags in (xeon, epyc):
+        # AMX is reported but forbidden by the VM; never native; the UI is never fetched.
+        assert {"-DGGML_AMX_INT8=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_NATIVE=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DGGML_AVX2=ON", "-DGGML_FMA=ON"} <= set(flags)
+    assert "-DGGML_AVX512=OFF" in llama_build.cmake_flags("flags : avx avx2 avx512f\n")  # F alone is not enough
+    assert llama_build.cpu_flags("no flags here") == frozenset()
 
 
 def test_a_named_binary_that_is_missing_is_a_clear_error(tmp_path: Path):
