@@ -5,12 +5,16 @@ gateway, and the documented outcome of each:
   answers 200 with every chunk judged; the cache is an optimisation, a
   failed read or write is skipped (and the cache left alone for 30 s).
 - The model server killed mid-call: 503 naming the model provider (a
-  retryable failure: the client may try again), never a 500 or a hang; the
-  gateway answers the next query once a model server is back.
+  retryable failure: the client may try again), never a 500 or a hang.
+- A Celery worker killed mid-judgement (judging on the workers): the
+  dispatcher re-sends the dead worker's batch to a live one; the query
+  answers 200 with every chunk judged. (Library-level variants, a pool
+  process killed and the visibility-timeout redelivery, are in
+  tests/integration/test_workers.py.)
 
 Redis here is a server of this test's own on another port (default 6391),
-never the shared one. A Celery worker killed mid-judgement is covered in
-tests/integration/test_workers.py (the task is redelivered, no chunk lost).
+never the shared one. Not covered: Redis restarted while it is the Celery
+broker of a query in flight.
 """
 
 from __future__ import annotations
@@ -126,3 +130,40 @@ def test_model_server_killed_during_a_call(settings, embedder, index):
     assert response.status_code == 503, response.text
     assert "model provider" in response.json()["error"]["reason"]
     assert elapsed < 10, "the gateway noticed the dead server at once, it did not wait out a timeout"
+
+
+def test_a_worker_killed_during_a_filtered_query(settings, embedder, index, own_redis, tmp_path):
+    from local_services.celery_workers import CeleryWorkers
+    from tests.integration.test_workers import _worker_running
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold_first(request):
+        # The first judging call never answers its (soon dead) worker.
+        if not held.is_set():
+            held.set()
+            release.wait(60)
+        return by_content(request)
+
+    with ScriptedOpenAI(default=hold_first) as server:
+        server._server.handle_error = lambda request, client_address: None
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(("CHUNKRAG_WORKER_", "CHUNKRAG_CHAT_"))}
+        env = {**inherited, "REDIS_URL": own_redis.url, "CHUNKRAG_CHAT_BASE_URL": server.base_url, "CHUNKRAG_CHAT_MODEL": "scripted", "CHUNKRAG_WORKER_JUDGE": "celery", "CHUNKRAG_CHAT_TIMEOUT_S": "10"}
+        gateway_settings = dataclasses.replace(settings, redis_url=own_redis.url, chat=dataclasses.replace(settings.chat, base_url=server.base_url, model="scripted", timeout_s=10), workers=dataclasses.replace(settings.workers, judge="celery"))
+        with CeleryWorkers(env, tmp_path) as workers:
+            workers.start(2)
+            with serving(create_app(gateway_settings, embedder=embedder)) as url:
+                try:
+                    reply: dict = {}
+                    asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 4, "answer": False}}}, timeout=120)))
+                    asking.start()
+                    assert held.wait(30), "no judging call reached the model"
+                    holder = _worker_running(workers.app, workers, "Tokyo", timeout=20)
+                    workers.kill(holder)
+                    asking.join(120)
+                finally:
+                    release.set()
+    response = reply["r"]
+    assert response.status_code == 200, response.text
+    hits = response.json()["hits"]["hits"]
+    assert [h["_id"] for h in hits] == ["tokyo:0"] and hits[0]["_chunkrag"]["reason"] == "above_threshold"

@@ -51,7 +51,7 @@ def fuzz_index(es, embedder, settings):
 def fuzz_gateway(settings, embedder, fuzz_index):
     with ScriptedOpenAI(default=by_content) as server:
         model = OpenAICompatibleChat(model="scripted", base_url=server.base_url, timeout_s=10)
-        quiet = dataclasses.replace(settings, redis_url=settings.redis_url.rsplit("/", 1)[0] + "/11")
+        quiet = dataclasses.replace(settings, redis_url=settings.redis_url.rsplit("/", 1)[0] + "/14")
         with serving(create_app(quiet, model=model, embedder=embedder)) as url:
             yield url
     report = os.environ.get("CHUNKRAG_FUZZ_REPORT")

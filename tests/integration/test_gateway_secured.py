@@ -59,8 +59,8 @@ def model_server():
 
 
 def gateway_settings(settings, es_url, **gateway):
-    # Redis db 9: these tests count model calls, so no cached score may answer.
-    return dataclasses.replace(settings, es_url=es_url, redis_url=settings.redis_url.rsplit("/", 1)[0] + "/9", gateway=dataclasses.replace(settings.gateway, **gateway))
+    # Redis db 13: these tests count model calls, so no cached score may answer.
+    return dataclasses.replace(settings, es_url=es_url, redis_url=settings.redis_url.rsplit("/", 1)[0] + "/13", gateway=dataclasses.replace(settings.gateway, **gateway))
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def ids(response):
 def flush_cache(settings):
     import redis
 
-    redis.Redis.from_url(settings.redis_url.rsplit("/", 1)[0] + "/9").flushdb()
+    redis.Redis.from_url(settings.redis_url.rsplit("/", 1)[0] + "/13").flushdb()
 
 
 def test_the_cluster_decides_what_a_caller_reads_through_the_gateway(forwarding_gateway, indices, model_server, settings, monkeypatch):
