@@ -11,10 +11,14 @@ gateway, and the documented outcome of each:
   answers 200 with every chunk judged. (Library-level variants, a pool
   process killed and the visibility-timeout redelivery, are in
   tests/integration/test_workers.py.)
+- Redis restarted while it is the Celery broker of a query in flight: the
+  batch and its result are lost with the restarted (non-persistent) Redis;
+  the query answers 200 within its budget with those chunks "unscored" and
+  the fallback's top hits marked "fallback", ``nothing_relevant`` true; a
+  retry judges normally.
 
 Redis here is a server of this test's own on another port (default 6391),
-never the shared one. Not covered: Redis restarted while it is the Celery
-broker of a query in flight.
+never the shared one.
 """
 
 from __future__ import annotations
@@ -167,3 +171,46 @@ def test_a_worker_killed_during_a_filtered_query(settings, embedder, index, own_
     assert response.status_code == 200, response.text
     hits = response.json()["hits"]["hits"]
     assert [h["_id"] for h in hits] == ["tokyo:0"] and hits[0]["_chunkrag"]["reason"] == "above_threshold"
+
+
+def test_redis_restarted_while_it_is_the_broker_of_a_query(settings, embedder, index, own_redis, tmp_path):
+    from local_services.celery_workers import CeleryWorkers
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold_first(request):
+        if not held.is_set():
+            held.set()
+            release.wait(60)
+        return by_content(request)
+
+    with ScriptedOpenAI(default=hold_first) as server:
+        server._server.handle_error = lambda request, client_address: None
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(("CHUNKRAG_WORKER_", "CHUNKRAG_CHAT_"))}
+        env = {**inherited, "REDIS_URL": own_redis.url, "CHUNKRAG_CHAT_BASE_URL": server.base_url, "CHUNKRAG_CHAT_MODEL": "scripted", "CHUNKRAG_WORKER_JUDGE": "celery", "CHUNKRAG_CHAT_TIMEOUT_S": "10"}
+        gateway_settings = dataclasses.replace(settings, redis_url=own_redis.url, chat=dataclasses.replace(settings.chat, base_url=server.base_url, model="scripted", timeout_s=10), workers=dataclasses.replace(settings.workers, judge="celery", query_budget_s=20))
+        with CeleryWorkers(env, tmp_path) as workers:
+            workers.start(1)
+            with serving(create_app(gateway_settings, embedder=embedder)) as url:
+                try:
+                    reply: dict = {}
+                    started = time.monotonic()
+                    asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 4, "answer": False, "include_dropped": True}}}, timeout=120)))
+                    asking.start()
+                    assert held.wait(30), "no judging call reached the model"
+                    redis_server.down(own_redis)
+                    redis_server.up(own_redis)
+                    release.set()
+                    asking.join(120)
+                    elapsed = time.monotonic() - started
+                finally:
+                    release.set()
+    # The batch in flight and its result lived in the restarted Redis: the
+    # query answers 200 within the budget, those chunks "unscored", and the
+    # fallback keeps the best retrieved ones (as for a model that timed out).
+    response = reply["r"]
+    assert response.status_code == 200, response.text
+    body = response.json()
+    decisions = [h["_chunkrag"]["reason"] for h in body["hits"]["hits"]] + [d["_chunkrag"]["reason"] for d in body["chunkrag"]["dropped"]]
+    assert set(decisions) <= {"fallback", "unscored"} and "fallback" in decisions, decisions
+    assert body["chunkrag"]["nothing_relevant"] and elapsed < gateway_settings.workers.query_budget_s + 10
