@@ -141,6 +141,8 @@ def check_indices(caller: Caller, indices: tuple[str, ...] | None, *, what: str)
     if indices is None:
         raise forbidden(f"gateway API key [{caller.key.name}] may read only [{', '.join(allowed)}]; {what} names no index, name one in the path")
     for index in indices:
+        if ":" in index:  # cluster:index reaches a remote cluster, whatever the pattern says
+            raise forbidden(f"gateway API key [{caller.key.name}] may not use the cross-cluster expression [{index}]")
         if not any(fnmatch.fnmatchcase(index, pattern) for pattern in allowed):
             raise forbidden(f"gateway API key [{caller.key.name}] may not read index [{index}]; it may read [{', '.join(allowed)}]")
 

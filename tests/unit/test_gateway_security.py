@@ -75,7 +75,7 @@ def test_index_allow_list():
     team = Caller(key=ApiKey("team-a", b"x" * 32, ("docs-*", "faq")))
     check_indices(team, ("docs-1", "faq"), what="t")
     check_indices(team, ("docs-*",), what="t")  # the allowed pattern itself
-    for refused in (("docs-1", "logs"), ("*",), ("_all",), ("docs*",), ("-faq",)):
+    for refused in (("docs-1", "logs"), ("*",), ("_all",), ("docs*",), ("-faq",), ("docs-x:logs",), ("<docs-{now/d}>",)):
         with pytest.raises(errors.GatewayError) as forbidden:
             check_indices(team, refused, what="t")
         assert forbidden.value.status == 403 and "team-a" in forbidden.value.reason
