@@ -4,7 +4,9 @@
 
 Sentences of 500 SciFact abstracts and of 200 SQuAD (Wikipedia) paragraphs
 are embedded once; the pure grouping then runs at each θ with the 500
-character cap, and the chunk-length distribution is recorded.
+character cap, and at percentile breakpoints of each document's own
+consecutive similarities (with and without a minimum chunk size), and the
+chunk-length distribution is recorded.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from bench.common import SHARED, write_result
 
 THETAS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
 MAX_CHARS = 500
+# (percentile of the distances, minimum chunk characters)
+PERCENTILES = ((95, 0), (90, 0), (80, 0), (70, 0), (95, 200), (90, 200))
 
 
 def corpora():
@@ -33,7 +37,7 @@ def corpora():
 def main() -> int:
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import EmbedderSettings
-    from ingest_pipeline.chunking import consecutive_similarities, group_sentences
+    from ingest_pipeline.chunking import consecutive_similarities, group_sentences, percentile_threshold
     from ingest_pipeline.pipeline import ChunkLengthStats
     from ingest_pipeline.sentences import bounded_sentence_spans
 
@@ -57,12 +61,23 @@ def main() -> int:
             stats = ChunkLengthStats.of(lengths, counts)
             rows[str(theta)] = {k: getattr(stats, k) for k in stats.__slots__}
             print(f"{name} θ={theta}: {stats}", file=sys.stderr)
+        by_percentile = {}
+        for percentile, min_chars in PERCENTILES:
+            lengths, counts = [], []
+            for (text, spans), sims in zip(per_doc, similarities):
+                for group in group_sentences(spans, sims, percentile_threshold(sims, percentile), MAX_CHARS, min_chars):
+                    lengths.append(spans[group.stop - 1][1] - spans[group.start][0])
+                    counts.append(len(group))
+            stats = ChunkLengthStats.of(lengths, counts)
+            by_percentile[f"p{percentile}_min{min_chars}"] = {k: getattr(stats, k) for k in stats.__slots__}
+            print(f"{name} percentile {percentile} min {min_chars}: {stats}", file=sys.stderr)
         all_sims.sort()
         out[name] = {
             "documents": len(documents),
             "sentences": offset,
             "consecutive_similarity_quartiles": [round(all_sims[int(q * (len(all_sims) - 1))], 3) for q in (0.25, 0.5, 0.75)],
             "by_threshold": rows,
+            "by_percentile": by_percentile,
         }
     print(write_result("chunk_lengths", "bench.chunk_lengths", {"max_chars": MAX_CHARS, "corpora": out}))
     return 0

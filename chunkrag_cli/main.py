@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--index", help="index name (default: $CHUNKRAG_INDEX or 'chunkrag')")
     ingest.add_argument("--similarity-threshold", type=float, help="new chunk where consecutive-sentence cosine drops below this (0.8)")
     ingest.add_argument("--max-chars", type=int, help="longest chunk in characters (500)")
+    ingest.add_argument("--percentile", type=float, help="break where the distance between consecutive sentences is above this percentile of the document's own (e.g. 95) instead of below --similarity-threshold")
+    ingest.add_argument("--min-chars", type=int, help="a chunk shorter than this is not closed at a similarity drop (0)")
+    ingest.add_argument("--headers", choices=["title+section", "title", "section", "none"], help="contextual chunk headers (title+section)")
     ingest.add_argument("--json", action="store_true", help="print the report as JSON")
     ingest.add_argument("--no-progress", action="store_true")
     ingest.set_defaults(handler=cmd_ingest)
@@ -127,6 +130,12 @@ def _settings(args: argparse.Namespace) -> Settings:
         chunking = dataclasses.replace(chunking, similarity_threshold=args.similarity_threshold)
     if getattr(args, "max_chars", None) is not None:
         chunking = dataclasses.replace(chunking, max_chars=args.max_chars)
+    if getattr(args, "percentile", None) is not None:
+        chunking = dataclasses.replace(chunking, breakpoint="percentile", breakpoint_percentile=args.percentile)
+    if getattr(args, "min_chars", None) is not None:
+        chunking = dataclasses.replace(chunking, min_chars=args.min_chars)
+    if getattr(args, "headers", None) is not None:
+        chunking = dataclasses.replace(chunking, headers=args.headers)
     return dataclasses.replace(settings, index=getattr(args, "index", None) or settings.index, chunking=chunking)
 
 

@@ -31,8 +31,23 @@ class ChunkingSettings:
     # "title", "section" or "none". Part of the document fingerprint (this
     # whole record is), so changing it re-ingests.
     headers: str = "title+section"
+    # "threshold": break below similarity_threshold (the paper's θ);
+    # "percentile": break where the distance between consecutive sentences
+    # is above this percentile of the document's own distances (LangChain's
+    # default 95), whatever range the model's similarities sit in.
+    breakpoint: str = "threshold"
+    breakpoint_percentile: float = 95.0
+    # A chunk shorter than this is not closed at a similarity drop (0: any
+    # length), so a document does not turn into stray short sentences.
+    min_chars: int = 0
 
     def __post_init__(self) -> None:
+        if self.breakpoint not in ("threshold", "percentile"):
+            raise SettingsError(f"breakpoint must be threshold or percentile, got {self.breakpoint!r}")
+        if not 0.0 <= self.breakpoint_percentile <= 100.0:
+            raise SettingsError(f"breakpoint_percentile must be in [0, 100], got {self.breakpoint_percentile}")
+        if not 0 <= self.min_chars <= self.max_chars:
+            raise SettingsError(f"min_chars must be between 0 and max_chars ({self.max_chars}), got {self.min_chars}")
         if self.headers not in ("none", "title", "section", "title+section"):
             raise SettingsError(f"headers must be one of none, title, section, title+section; got {self.headers!r}")
         if not -1.0 <= self.similarity_threshold <= 1.0:

@@ -18,7 +18,7 @@ import numpy as np
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import ChunkingSettings
-from ingest_pipeline.chunking import consecutive_similarities, group_sentences
+from ingest_pipeline.chunking import consecutive_similarities, group_sentences, percentile_threshold
 from ingest_pipeline.headers import chunk_header, embedded_text
 from ingest_pipeline.sentences import Span, bounded_sentence_spans
 from ingest_pipeline.sources import Document
@@ -44,6 +44,17 @@ def document_fingerprint(document: Document, shaping: str) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
 
 
+def _thresholds(documents, sections, section_similarities, settings: ChunkingSettings) -> list[float]:
+    """Each document's break threshold: θ, or the percentile of its own
+    consecutive similarities (over all its sections together)."""
+    if settings.breakpoint == "threshold":
+        return [settings.similarity_threshold] * len(documents)
+    per_doc: list[list[float]] = [[] for _ in documents]
+    for (doc_index, _, _), similarities in zip(sections, section_similarities):
+        per_doc[doc_index].extend(float(s) for s in similarities)
+    return [percentile_threshold(values, settings.breakpoint_percentile) for values in per_doc]
+
+
 def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings: ChunkingSettings, shaping: str = "") -> list[ChunkedDocument]:
     # (document index, section path, sentence spans) for each section
     sections: list[tuple[int, tuple[str, ...], list[Span]]] = []
@@ -56,14 +67,17 @@ def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings:
     sentence_texts = [documents[d].text[s:e] for d, _, spans in sections for s, e in spans]
     sentence_vectors = embedder.embed(sentence_texts)
 
-    drafts: list[tuple[int, tuple[str, ...], Span, int, np.ndarray | None, str]] = []
-    offset = 0
-    for doc_index, path, spans in sections:
-        vectors = sentence_vectors[offset : offset + len(spans)]
+    section_vectors, section_similarities, offset = [], [], 0
+    for _, _, spans in sections:
+        section_vectors.append(sentence_vectors[offset : offset + len(spans)])
+        section_similarities.append(consecutive_similarities(section_vectors[-1]))
         offset += len(spans)
-        similarities = consecutive_similarities(vectors)
+    thresholds = _thresholds(documents, sections, section_similarities, settings)
+
+    drafts: list[tuple[int, tuple[str, ...], Span, int, np.ndarray | None, str]] = []
+    for (doc_index, path, spans), vectors, similarities in zip(sections, section_vectors, section_similarities):
         header = chunk_header(documents[doc_index].title, path, settings.headers)
-        for group in group_sentences(spans, similarities, settings.similarity_threshold, settings.max_chars):
+        for group in group_sentences(spans, similarities, thresholds[doc_index], settings.max_chars, settings.min_chars):
             span = (spans[group.start][0], spans[group.stop - 1][1])
             single = vectors[group.start] if len(group) == 1 and not header else None
             drafts.append((doc_index, path, span, len(group), single, header))
