@@ -34,14 +34,23 @@ from search_extension.evaluation.ablation import Variant
 from search_extension.processors.calibration import CHEAP_FEATURES, FEATURES
 
 STUDY_DB = 12
+# The candidates judged together in the first batch (a full listwise batch).
+HEAD = 9
 
 
 def questions_file(dataset: str) -> Path:
     return RESULTS / f"filter_{dataset}_dev.questions.json"
 
 
-def collect(dataset: str, limit: int | None, orders: int) -> int:
+def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int | None, name: str | None) -> int:
+    """``judge``: "cascade" (the best nine in one batch, in ``orders``
+    orders), "study" (that, plus the rest as retrieved), or "none" (no model:
+    the retrieval signals alone, on every question in minutes).
+    Questions run in a seeded random order when ``seed`` is given, and the
+    report is rewritten after each one, so a run stopped early leaves a
+    random sample, not a prefix."""
     import dataclasses
+    import random
 
     from chunkrag_core.es_client import make_client
     from chunkrag_core.providers import make_chat, make_embedder
@@ -49,53 +58,83 @@ def collect(dataset: str, limit: int | None, orders: int) -> int:
     from search_extension.chunk_filter import FilterOptions, judge_in_threads
     from search_extension.evaluation.datasets import read_items
     from search_extension.evaluation.report import print_outcome, write_report
-    from search_extension.evaluation.runner import evaluate
+    from search_extension.evaluation.runner import EvalReport, evaluate
     from search_extension.processors.relevance import ScoringOptions
     from workers.score_cache import RedisScoreCache
 
     settings = Settings.from_env()
     _, items, bad = read_items(SHARED / "eval" / dataset / "dev.jsonl", dataset, "ambiguous", limit)
+    if seed is not None:
+        items = list(items)
+        random.Random(seed).shuffle(items)
     cache_url = settings.redis_url.rsplit("/", 1)[0] + f"/{STUDY_DB}"
     cache = RedisScoreCache.from_url(cache_url, ttl_s=30 * 24 * 3600)
     model = make_chat(settings.chat)
-    options = FilterOptions(scoring=ScoringOptions(method="listwise", orders=orders), answer=False)
+    options = FilterOptions(scoring=ScoringOptions(method="listwise", orders=1), answer=False, judge_top=0 if judge == "none" else None)
     # Two threads: the local server has two slots, so two batches run at once.
-    judge = judge_in_threads(model, threads=settings.chat.parallel, cache=cache, model_name=settings.chat.model)
+    threads = judge_in_threads(model, threads=settings.chat.parallel, cache=cache, model_name=settings.chat.model)
+    head_options = dataclasses.replace(options.scoring, orders=orders)
+
+    def judge_many(query, chunks, scoring):
+        # The best HEAD candidates in one batch, in `orders` orders (what the
+        # cascade sends, so its cache entries serve it later); for "study"
+        # the rest as retrieved, in batches of their own.
+        head = threads(query, chunks[:HEAD], head_options)
+        if judge == "study" and len(chunks) > HEAD:
+            return head + threads(query, chunks[HEAD:], scoring)
+        return head + [Judgement(None, None, None, None, notes=("not judged: below the best nine",))] * max(0, len(chunks) - HEAD)
+
+    from search_extension.processors.relevance import Judgement
+
+    path = RESULTS / f"{name or f'filter_{dataset}_dev'}.questions.json"
+    done: list = []
     started = time.perf_counter()
+    options_record = {"method": "listwise", "judge": judge, "head": HEAD, "head_orders": orders, "rest_orders": 1 if judge == "study" else None,
+                      "threshold": "dynamic", "redundancy": 0.9, "judge_threads": settings.chat.parallel, "question_order": f"seeded shuffle ({seed})" if seed is not None else "file order"}
+
+    def summary_of(report):
+        return {**report.summary(), "skipped_records": len(bad), "records_in_file": len(items), "wall_seconds": round(time.perf_counter() - started, 1),
+                "options": options_record, "model": settings.chat.model if judge != "none" else None, "model_base_url": settings.chat.base_url if judge != "none" else None}
+
+    def on_question(outcome):
+        print_outcome(outcome, sys.stderr)
+        done.append(outcome)
+        partial = EvalReport(dataset, tuple(done), f"chunkrag-eval-{dataset}", 0.0, 0)
+        write_report(path, summary_of(partial), partial)
+
     report = evaluate(
         items, dataset, client=make_client(settings), embedder=make_embedder(settings.embedder), settings=settings,
-        model=model, options=options, judge_many=judge, index=f"chunkrag-eval-{dataset}", generate=False,
-        on_question=lambda q: print_outcome(q, sys.stderr),
+        model=model, options=options, judge_many=judge_many if judge != "none" else None, index=f"chunkrag-eval-{dataset}", generate=False,
+        on_question=on_question,
     )
-    summary = {**report.summary(), "skipped_records": len(bad), "wall_seconds": round(time.perf_counter() - started, 1),
-               "options": {"method": "listwise", "orders": orders, "threshold": "dynamic", "redundancy": 0.9, "judge_threads": settings.chat.parallel},
-               "model": settings.chat.model, "model_base_url": settings.chat.base_url}
-    write_report(questions_file(dataset), summary, report)
-    print(json.dumps(summary, indent=2))
+    write_report(path, summary_of(report), report)
+    print(json.dumps(summary_of(report), indent=2))
     return 0
 
 
 # Cut rules tried for probabilities: Algorithm 1 on them, fixed
 # probabilities, and a share of the question's best probability.
-CUTS = ("algorithm1", "fixed:0.3", "fixed:0.4", "fixed:0.5", "relative:0.5", "relative:0.7")
-JUDGE_FEATURES = FEATURES
+CUTS = ("algorithm1", "fixed:0.3", "fixed:0.4", "relative:0.5", "relative:0.7")
+CHEAP_LABEL = "calibrated, retrieval signals only (no model)"
+JUDGE_LABELS = {("forward", 9): "calibrated, judge (best 9, as retrieved) + retrieval signals", ("both", 9): "calibrated, judge (best 9, both orders) + retrieval signals"}
 
 
-def variants() -> list[Variant]:
+def cheap_variants() -> list[Variant]:
     out = [
         Variant("cosine, Algorithm 1", "cosine", "algorithm1"),
         Variant("BM25, Algorithm 1", "bm25", "algorithm1"),
         Variant("hybrid retrieval score, Algorithm 1", "retrieval", "algorithm1"),
-        Variant("listwise as retrieved, all batches, Algorithm 1 (previous default)", "judge", "algorithm1", judge="forward"),
-        Variant("listwise both orders, all batches, Algorithm 1", "judge", "algorithm1", judge="both"),
-        Variant("listwise as retrieved, best 9 only, Algorithm 1", "judge", "algorithm1", judge="forward", top=9),
-        Variant("listwise both orders, best 9 only, Algorithm 1", "judge", "algorithm1", judge="both", top=9),
     ]
-    for cut in CUTS:
-        out.append(Variant(f"calibrated, cheap signals only, {cut}", "calibrated", cut, features=CHEAP_FEATURES))
-    for judge, top, label in (("forward", None, "as retrieved, all batches"), ("both", None, "both orders, all batches"), ("forward", 9, "as retrieved, best 9"), ("both", 9, "both orders, best 9")):
-        for cut in CUTS:
-            out.append(Variant(f"calibrated, judge {label} + cheap signals, {cut}", "calibrated", cut, judge=judge, top=top, features=JUDGE_FEATURES))
+    return out + [Variant(f"{CHEAP_LABEL}, {cut}", "calibrated", cut, features=CHEAP_FEATURES) for cut in CUTS]
+
+
+def judge_variants() -> list[Variant]:
+    out = [
+        Variant("listwise judge (best 9, as retrieved), Algorithm 1", "judge", "algorithm1", judge="forward", top=9),
+        Variant("listwise judge (best 9, both orders), Algorithm 1", "judge", "algorithm1", judge="both", top=9),
+    ]
+    for (judge, top), label in JUDGE_LABELS.items():
+        out += [Variant(f"{label}, {cut}", "calibrated", cut, judge=judge, top=top, features=FEATURES) for cut in CUTS]
     return out
 
 
@@ -104,13 +143,10 @@ def meets_goals(row: dict, before: float) -> bool:
             and row["answer_in_context_after"] >= 0.90 * before and row["context_chars_kept_share"] <= 0.25)
 
 
-def ablate(dataset: str, folds: int) -> int:
-    payload = json.loads(questions_file(dataset).read_text())
-    questions = ablation.questions_from_report(payload)
-    per_call = ablation.median_seconds_per_call(payload)
+def table_for(questions, variants, folds: int, per_call: float | None) -> tuple[list[dict], float]:
     before = sum(any(r["gold"] for r in q.rows) for q in questions) / len(questions)
-    table, fitted = [], {}
-    for variant in variants():
+    rows = []
+    for variant in variants:
         if variant.score == "calibrated":
             results, probabilities, labels = ablation.cross_validated(questions, variant, k=folds)
             auc = ablation.roc_auc(probabilities, labels)
@@ -119,29 +155,152 @@ def ablate(dataset: str, folds: int) -> int:
             auc = ablation.chunk_auc(questions, lambda q, v=variant: ablation.scores_for(q, v))
         row = {"variant": variant.name, "score": variant.score, "cut": variant.cut, "judge": variant.judge, "judge_top": variant.top,
                **ablation.summarise(results, per_call), "chunk_roc_auc": None if auc is None else round(auc, 4)}
+        row["margin_over_cosine"] = round(row["answer_in_context_after"] - row["baseline_cosine_answer_in_context_after"], 4)
         row["meets_goals"] = meets_goals(row, before)
-        table.append(row)
+        rows.append(row)
         print(f"{row['answer_in_context_after']:.3f} (cos {row['baseline_cosine_answer_in_context_after']:.3f}, bm25 {row['baseline_bm25_answer_in_context_after']:.3f}) "
               f"chars {row['context_chars_kept_share']:.3f} calls {row['model_calls_per_question']:.2f} auc {row['chunk_roc_auc']}  {variant.name}", file=sys.stderr)
-    for variant in variants():
-        if variant.score == "calibrated" and variant.cut == "algorithm1":
-            model = ablation.fit(questions, variant)
-            fitted[variant.name.rsplit(",", 1)[0]] = {"features": list(model.names), "weights": list(model.weights), "bias": model.bias}
-    summary = payload["summary"]
+    return rows, before
+
+
+def ablate(dataset: str, folds: int, judged_name: str, cheap_name: str, default_name: str | None = None) -> int:
+    cheap_payload = json.loads((RESULTS / f"{cheap_name}.questions.json").read_text())
+    judged_payload = json.loads((RESULTS / f"{judged_name}.questions.json").read_text())
+    whole = ablation.questions_from_report(cheap_payload)
+    sample = ablation.questions_from_report(judged_payload)
+    per_call = ablation.median_seconds_per_call(judged_payload)
+    print(f"--- whole set: {len(whole)} questions", file=sys.stderr)
+    whole_table, whole_before = table_for(whole, cheap_variants(), folds, None)
+    print(f"--- judged sample: {len(sample)} questions", file=sys.stderr)
+    sample_table, sample_before = table_for(sample, cheap_variants() + judge_variants(), folds, per_call)
+    fitted = {}
+    for variant in [v for v in cheap_variants() + judge_variants() if v.score == "calibrated" and v.cut == "algorithm1"]:
+        model = ablation.fit(sample if variant.judge else whole, variant)
+        fitted[variant.name.rsplit(",", 1)[0]] = {"features": list(model.names), "weights": list(model.weights), "bias": model.bias,
+                                                  "fitted_on": f"{len(sample if variant.judge else whole)} questions"}
+    summary = judged_payload["summary"]
     path = write_result(f"filter_{dataset}_dev_ablation", "bench.judge_study", {
-        "dataset": f"{dataset}/dev.jsonl (all {len(questions)} records with gold per chunk; pool: contexts.ambiguous)",
+        "dataset": f"{dataset}/dev.jsonl, pool contexts.ambiguous",
         "model": summary.get("model"),
-        "collection_run": {k: summary.get(k) for k in ("questions", "answer_in_context_before", "answer_in_context_after", "baseline_cosine_answer_in_context_after", "baseline_bm25_answer_in_context_after", "context_chars_kept_share", "model_calls_per_question", "naive_model_calls_per_question", "seconds_per_question", "wall_seconds", "options")},
-        "answer_in_context_before": round(before, 4),
-        "median_seconds_per_call": per_call,
+        "whole_set": {"questions": len(whole), "answer_in_context_before": round(whole_before, 4), "ablation": whole_table,
+                      "note": "Every dev question, retrieval signals only: no model call."},
+        "judged_sample": {"questions": len(sample), "answer_in_context_before": round(sample_before, 4),
+                          "how_chosen": f"questions run in a seeded random order ({summary.get('options', {}).get('question_order')}); the run was stopped by the session's time, leaving a random sample, not a prefix",
+                          "median_seconds_per_call": per_call, "collection_run": {k: summary.get(k) for k in ("questions", "model_calls_per_question", "seconds_per_question", "wall_seconds", "options", "model_base_url")},
+                          "ablation": sample_table},
         "cross_validation_folds": folds,
-        "ablation": table,
-        "fitted_on_all_questions": fitted,
-        "note": "Answer-in-context is per-chunk gold (some kept chunk holds a gold answer). Seconds per question are calls times the median seconds per call of the collection run. Calibrated rows are cross-validated by question: each question scored by a model fitted on the other folds.",
+        "fitted": fitted,
+        "note": "Answer-in-context is per-chunk gold (some kept chunk holds a gold answer). Baselines keep chunks by cosine (or BM25) to the question until they hold as many characters as the variant kept, per question. Calibrated rows are cross-validated by question (5 folds): each question is scored by a model fitted on the other folds only. Seconds per question are calls times the median seconds per call measured in the collection run (one llama-server thread on a loaded 2-core machine).",
+    })
+    print(path)
+    if default_name:
+        _write_headline(dataset, default_name, sample_table, sample_before, whole_table, whole_before, len(sample), len(whole), judged_payload, cheap_payload, fitted)
+    return 0
+
+
+def _write_headline(dataset, default_name, sample_table, sample_before, whole_table, whole_before, n_sample, n_whole, judged_payload, cheap_payload, fitted) -> None:
+    """results/filter_<dataset>_dev.json: the shipped default's figures (the
+    judged sample, cross-validated), its baselines, and the goals."""
+    row = next(r for r in sample_table if r["variant"] == default_name)
+    cheap_best = max((r for r in whole_table if r["context_chars_kept_share"] <= 0.25), key=lambda r: r["margin_over_cosine"])
+    summary = judged_payload["summary"]
+    naive = summary.get("naive_model_calls_per_question")
+    write_result(f"filter_{dataset}_dev", "bench.judge_study", {
+        "dataset": f"{dataset}/dev.jsonl: {n_sample} of {n_whole} questions judged (a seeded random sample); retrieval-only figures on all {n_whole}",
+        "model": summary.get("model"),
+        "default": default_name,
+        "questions": n_sample,
+        "answer_in_context_before": round(sample_before, 4),
+        "answer_in_context_after": row["answer_in_context_after"],
+        "answer_in_context_kept_share": row["kept_share_of_before"],
+        "baseline_cosine_answer_in_context_after": row["baseline_cosine_answer_in_context_after"],
+        "baseline_bm25_answer_in_context_after": row["baseline_bm25_answer_in_context_after"],
+        "context_chars_kept_share": row["context_chars_kept_share"],
+        "model_calls_per_question": row["model_calls_per_question"],
+        "naive_model_calls_per_question": naive,
+        "calls_reduction_vs_naive": round(naive / row["model_calls_per_question"], 2) if naive and row["model_calls_per_question"] else None,
+        "seconds_per_question_estimated": row["seconds_per_question_estimated"],
+        "chunk_roc_auc": row["chunk_roc_auc"],
+        "goals": {
+            "5_points_above_cosine_at_same_characters": {"margin": row["margin_over_cosine"], "met": row["margin_over_cosine"] >= 0.05},
+            "0.90_of_before_at_most_25_percent_characters": {"kept_share_of_before": row["kept_share_of_before"], "characters": row["context_chars_kept_share"],
+                                                             "met": (row["kept_share_of_before"] or 0) >= 0.90 and row["context_chars_kept_share"] <= 0.25},
+            "calls_2x_fewer_than_naive": {"met": bool(naive and row["model_calls_per_question"] and naive / row["model_calls_per_question"] >= 2)},
+        },
+        "whole_set_retrieval_only": {"questions": n_whole, "answer_in_context_before": round(whole_before, 4), "best_within_25_percent_characters": cheap_best},
+        "coefficients": fitted,
+        "ablation_file": f"bench/results/filter_{dataset}_dev_ablation.json",
+        "per_question_files": [f"bench/results/filter_{dataset}_dev.questions.json", f"bench/results/filter_{dataset}_dev_cheap.questions.json"],
+    })
+
+
+def verdicts(dataset: str, limit: int | None) -> int:
+    """True/false accuracy of a verdict written from what each variant keeps
+    (PubHealth has labels, not answer strings): the previous default, the
+    shipped default (calibration fitted on PopQA only), and cosine kept to
+    the shipped default's characters. Each verdict is one model call."""
+    from chunkrag_core.es_client import make_client
+    from chunkrag_core.es_schema import chunk_from_hit
+    from chunkrag_core.providers import make_chat
+    from chunkrag_core.settings import Settings
+    from search_extension.chunk_filter import FilterOptions
+    from search_extension.evaluation.datasets import read_items
+    from search_extension.evaluation.measures import kept_within_budget
+    from search_extension.processors.answer import verdict_from_chunks
+
+    payload = json.loads(questions_file(dataset).read_text())
+    questions = ablation.questions_from_report(payload, need_gold=False)[:limit]
+    _, items, _ = read_items(SHARED / "eval" / dataset / "dev.jsonl", dataset, "ambiguous", None)
+    claims = {item.item_id: item for item in items}
+    settings = Settings.from_env()
+    client, model = make_client(settings), make_chat(settings.chat)
+    default = FilterOptions()
+    shipped = Variant("shipped default", "calibrated", _cut_rule(default), judge="both" if default.scoring.orders == 2 else "forward", top=default.judge_top, features=default.calibration.names if default.calibration else ())
+    previous = Variant("previous default", "judge", "algorithm1", judge="forward")
+    tallies: dict[str, list[bool]] = {"previous default": [], "shipped default": [], "cosine at the shipped default's characters": []}
+    chars: dict[str, list[int]] = {k: [] for k in tallies}
+    for n, question in enumerate(questions):
+        rows = question.judged_rows
+        ids = [r["chunk_id"] for r in question.rows]
+        found = client.mget(index=f"chunkrag-eval-{dataset}", ids=ids)["docs"]
+        chunks = {doc["_id"]: chunk_from_hit(doc) for doc in found if doc.get("found")}
+        kept_sets = {
+            "previous default": [rows[i]["chunk_id"] for i in ablation.kept_indices(question, previous)],
+            "shipped default": [rows[i]["chunk_id"] for i in ablation.kept_indices(question, shipped, default.calibration)],
+        }
+        budget = sum(len(chunks[c].text) for c in kept_sets["shipped default"] if c in chunks)
+        every = [r for r in question.rows]
+        taken = kept_within_budget(["x" * r["chars"] for r in every], [r.get("cosine", 0.0) for r in every], budget)
+        kept_sets["cosine at the shipped default's characters"] = [every[i]["chunk_id"] for i in taken]
+        item = claims[question.item_id]
+        for name, kept_ids in kept_sets.items():
+            kept = [chunks[c] for c in kept_ids if c in chunks]
+            verdict = verdict_from_chunks(item.question, kept, model)
+            tallies[name].append(verdict.label == item.label)
+            chars[name].append(sum(len(c.text) for c in kept))
+        print(f"{n + 1}/{len(questions)} " + " ".join(f"{k[:8]}={sum(v)}" for k, v in tallies.items()), file=sys.stderr)
+    chars_before = sum(r["chars"] for q in questions for r in q.rows)
+    path = write_result(f"filter_{dataset}_dev", "bench.judge_study", {
+        "dataset": f"{dataset}/dev.jsonl (all {len(questions)} claims; pool: contexts.ambiguous)",
+        "model": settings.chat.model,
+        "collection_run": {k: payload["summary"].get(k) for k in ("questions", "context_chars_kept_share", "model_calls_per_question", "naive_model_calls_per_question", "seconds_per_question", "wall_seconds", "options")},
+        "true_share": round(sum(claims[q.item_id].label == "true" for q in questions) / len(questions), 4),
+        "accuracy": {k: round(sum(v) / len(v), 4) for k, v in tallies.items()},
+        "context_chars_kept_share": {k: round(sum(v) / chars_before, 4) for k, v in chars.items()},
+        "verdict_calls_per_claim_per_variant": 1,
+        "note": "Judge outputs from one collection run (the best nine in both orders, the rest as retrieved); each variant's kept chunks replayed from them, then one verdict call per claim per variant. The shipped default's calibration was fitted on PopQA dev only: PubHealth is data it was not fitted on.",
         "per_question_file": str(questions_file(dataset).relative_to(RESULTS.parent.parent)),
     })
     print(path)
     return 0
+
+
+def _cut_rule(options) -> str:
+    if options.threshold == "fixed":
+        return f"fixed:{options.fixed_threshold}"
+    if options.threshold == "relative":
+        return f"relative:{options.fixed_threshold}"
+    return "algorithm1"
 
 
 def main(argv=None) -> int:
@@ -151,13 +310,24 @@ def main(argv=None) -> int:
     c.add_argument("dataset", choices=["popqa", "pubhealth"])
     c.add_argument("--limit", type=int)
     c.add_argument("--orders", type=int, default=2, choices=[1, 2])
+    c.add_argument("--judge", default="cascade", choices=["cascade", "study", "none"])
+    c.add_argument("--seed", type=int, help="run the questions in this seeded random order")
+    c.add_argument("--name", help="result name (default filter_<dataset>_dev)")
     a = sub.add_parser("ablate")
     a.add_argument("dataset", nargs="?", default="popqa", choices=["popqa"])
     a.add_argument("--folds", type=int, default=5)
+    a.add_argument("--judged", default="filter_popqa_dev", help="the result name of the judged collection run")
+    a.add_argument("--cheap", default="filter_popqa_dev_cheap", help="the result name of the no-model run over every question")
+    a.add_argument("--default", help="the variant shipped as the default: also write results/filter_<dataset>_dev.json")
+    v = sub.add_parser("verdicts")
+    v.add_argument("dataset", nargs="?", default="pubhealth", choices=["pubhealth"])
+    v.add_argument("--limit", type=int)
     args = parser.parse_args(argv)
+    if args.command == "verdicts":
+        return verdicts(args.dataset, args.limit)
     if args.command == "collect":
-        return collect(args.dataset, args.limit, args.orders)
-    return ablate(args.dataset, args.folds)
+        return collect(args.dataset, args.limit, args.orders, args.judge, args.seed, args.name)
+    return ablate(args.dataset, args.folds, args.judged, args.cheap, args.default)
 
 
 if __name__ == "__main__":

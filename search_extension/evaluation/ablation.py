@@ -76,24 +76,35 @@ def judge_shares(rows: Sequence[Row], judge: str | None, top: int | None) -> lis
         if judge is None or (top is not None and i >= top):
             out.append(None)
         elif judge == "forward":
-            out.append(row.get("forward", row.get("base")))
+            # Rows judged in one order carry only `base`; in two, `forward` too.
+            out.append(row["forward"] if row.get("forward") is not None else row.get("base"))
         else:
             out.append(row.get("base"))
     return out
 
 
+def study_batches(count: int, top: int | None) -> list[list[int]]:
+    """The listwise batches the study asked: the best nine together, then
+    the rest (only when the variant judges every candidate)."""
+    head = list(range(min(count, MAX_LISTWISE_BATCH)))
+    if top is not None or count <= MAX_LISTWISE_BATCH:
+        return [head[: top]] if top is not None else [head]
+    return [head] + [[MAX_LISTWISE_BATCH + i for i in part] for part in scoring_batches(count - MAX_LISTWISE_BATCH, MAX_LISTWISE_BATCH)]
+
+
 def calls_for(count: int, variant: Variant) -> int:
-    if not variant.judge:
+    """Calls the variant would make: the first batch in ``orders`` orders,
+    the others (every-candidate variants) once each."""
+    if not variant.judge or count == 0:
         return 0
-    judged = count if variant.top is None else min(count, variant.top)
-    return len(scoring_batches(judged, MAX_LISTWISE_BATCH)) * variant.orders
+    batches = study_batches(count, variant.top)
+    return variant.orders + (len(batches) - 1)
 
 
 def feature_rows(question: Question, variant: Variant) -> list[dict[str, float]]:
     rows = question.judged_rows
     shares = judge_shares(rows, variant.judge or "both", variant.top) if variant.judge else [None] * len(rows)
-    judged = len(rows) if variant.top is None else min(len(rows), variant.top)
-    batches = scoring_batches(judged, MAX_LISTWISE_BATCH) if variant.judge else []
+    batches = study_batches(len(rows), variant.top) if variant.judge else []
     return chunk_features(rows, shares, [r["chars"] for r in rows], batches)
 
 
@@ -141,11 +152,16 @@ class QuestionResult:
     calls: int
 
 
+def kept_indices(question: Question, variant: Variant, model: LogisticModel | None = None) -> list[int]:
+    """Indices into ``question.judged_rows`` the variant keeps (the
+    retrieval top three when nothing passes, as the filter falls back)."""
+    kept = cut(scores_for(question, variant, model), variant.cut)
+    return kept or list(range(min(FALLBACK_K, len(question.judged_rows))))
+
+
 def replay(question: Question, variant: Variant, model: LogisticModel | None = None) -> QuestionResult:
     rows = question.judged_rows
-    kept = cut(scores_for(question, variant, model), variant.cut)
-    if not kept:
-        kept = list(range(min(FALLBACK_K, len(rows))))
+    kept = kept_indices(question, variant, model)
     chars_after = sum(rows[i]["chars"] for i in kept)
     every = question.rows
     texts_len = [r["chars"] for r in every]
@@ -231,13 +247,13 @@ def chunk_auc(questions: Sequence[Question], signal: Callable[[Question], Sequen
     return roc_auc(scores, labels)
 
 
-def questions_from_report(payload: Mapping[str, Any]) -> list[Question]:
+def questions_from_report(payload: Mapping[str, Any], need_gold: bool = True) -> list[Question]:
     """The questions of a report written by ``write_report`` that carry rows
-    with per-chunk gold (PopQA-style answers)."""
+    (with per-chunk gold, PopQA-style, unless ``need_gold`` is False)."""
     out = []
     for q in payload["questions"]:
         rows = tuple(q.get("rows") or ())
-        if rows and all(r.get("gold") is not None for r in rows):
+        if rows and (not need_gold or all(r.get("gold") is not None for r in rows)):
             out.append(Question(str(q["item_id"]), rows))
     return out
 

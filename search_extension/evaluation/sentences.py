@@ -153,18 +153,23 @@ def evaluate_sentences(name: str, path: str | Path, *, client, embedder, model, 
     items = read_set(name, path)
     cosine = cosine_scores(items, embedder)
     bm25 = bm25_scores(items, client, f"chunkrag-eval-sentences-{name}")
+    result = {
+        "set": name,
+        "file": str(path),
+        "items": len(items),
+        "pairs": sum(len(item.sentences) for item in items),
+        "relevant_share": round(sum(r for item in items for r in item.relevant) / max(1, sum(len(item.sentences) for item in items)), 4),
+        "whole_set": {"cosine": {**signal_report(items, cosine), "algorithm1_f1": algorithm1_f1(items, cosine)}, "bm25": signal_report(items, bm25)},
+    }
+    if judge_sample == 0:
+        return {**result, "judged": None}
     judged_items = sample(items, judge_sample, seed)
     positions = {item.query_id: i for i, item in enumerate(items)}
     picked = [positions[item.query_id] for item in judged_items]
     judge, calls, seconds = judge_scores(judged_items, model, options, (lambda n: progress(f"{n + 1}/{len(judged_items)}")) if progress else None)
     same = lambda scores: [scores[i] for i in picked]  # noqa: E731 (a one-line selector)
     return {
-        "set": name,
-        "file": str(path),
-        "items": len(items),
-        "pairs": sum(len(item.sentences) for item in items),
-        "relevant_share": round(sum(r for item in items for r in item.relevant) / max(1, sum(len(item.sentences) for item in items)), 4),
-        "whole_set": {"cosine": signal_report(items, cosine), "bm25": signal_report(items, bm25)},
+        **result,
         "judged": {
             "items": len(judged_items),
             "sample": None if len(judged_items) == len(items) else f"seeded random sample (seed {seed}) of {len(judged_items)} of {len(items)} items",
