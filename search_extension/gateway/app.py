@@ -146,7 +146,7 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
     except Exception as exc:
         if isinstance(exc, TimeoutError) and scope.cancelled_caught:
             raise errors.timed_out(f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)") from None
-        raise errors.from_exception(exc, es_url=settings.es_url_for_display) from exc
+        raise errors.from_exception(exc, es_url=settings.search_url_for_display) from exc
 
 
 def _refuse_non_finite(value: Any, where: str) -> None:

@@ -45,12 +45,13 @@ class Edges:
         search adds its caller's (``identity.es_for``)."""
         with self._lock:
             if self._es is None:
-                from chunkrag_core.es_client import make_client
+                from chunkrag_core.search_backend import make_backend
 
                 settings = self.settings
                 if settings.gateway.auth != "service":
-                    settings = dataclasses.replace(settings, es_url=strip_credentials(settings.es_url), es_api_key=None)
-                self._es = make_client(settings)
+                    settings = dataclasses.replace(settings, es_url=strip_credentials(settings.es_url), es_api_key=None, opensearch_url=strip_credentials(settings.opensearch_url))
+                # Elasticsearch or OpenSearch, as SEARCH_BACKEND says.
+                self._es = make_backend(settings)
             return self._es
 
     @property
@@ -149,9 +150,9 @@ class Edges:
         if (mode or self.settings.retrieval.mode) not in ("rrf", "linear"):
             return None
         if self._capabilities is None:
-            from chunkrag_core.es_client import probe_capabilities
+            from chunkrag_core.search_backend import as_backend
 
-            self._capabilities = probe_capabilities(es if es is not None else self.es)
+            self._capabilities = as_backend(es if es is not None else self.es).capabilities()
         return self._capabilities
 
     # --- health ------------------------------------------------------------

@@ -88,6 +88,8 @@ def from_exception(exc: BaseException, *, es_url: str) -> GatewayError:
         return timed_out(f"Elasticsearch at {es_url} did not answer in time: {exc}")
     if isinstance(exc, elasticsearch.TransportError):
         return unavailable(f"Elasticsearch at {es_url} is not reachable: {exc}")
+    if (type(exc).__module__ or "").startswith("opensearchpy"):
+        return _from_opensearch_error(exc, es_url)
     if isinstance(exc, ChatError):
         return _from_chat_error(exc)
     if isinstance(exc, EmbeddingError):
@@ -97,6 +99,23 @@ def from_exception(exc: BaseException, *, es_url: str) -> GatewayError:
     if isinstance(exc, TimeoutError):
         return timed_out(f"timed out: {exc}" if str(exc) else "timed out")
     log.error("unexpected error in the gateway", exc_info=exc)
+    return GatewayError(500, "gateway_exception", f"{type(exc).__name__}: {exc}")
+
+
+def _from_opensearch_error(exc, url: str) -> GatewayError:
+    """opensearch-py's exceptions, as the Elasticsearch client's are mapped
+    above: the cluster's own status and error body, 503 when it cannot be
+    reached, 504 when it is too slow."""
+    import opensearchpy
+
+    if isinstance(exc, opensearchpy.ConnectionTimeout):
+        return timed_out(f"OpenSearch at {url} did not answer in time: {exc}")
+    if isinstance(exc, opensearchpy.ConnectionError):
+        return unavailable(f"OpenSearch at {url} is not reachable: {exc}")
+    if isinstance(exc, opensearchpy.TransportError) and isinstance(exc.status_code, int):
+        body = exc.info if isinstance(exc.info, dict) and "error" in exc.info else None
+        return GatewayError(exc.status_code, "opensearch_exception", str(exc.error), body=body)
+    log.error("unexpected OpenSearch client error in the gateway", exc_info=exc)
     return GatewayError(500, "gateway_exception", f"{type(exc).__name__}: {exc}")
 
 

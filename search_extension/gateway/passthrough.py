@@ -49,7 +49,8 @@ class Passthrough:
         self.settings = settings
         self._transport = transport
         # A cluster behind a reverse proxy may live under a path.
-        self._prefix = urlsplit(settings.es_url).path.rstrip("/")
+        # Elasticsearch or OpenSearch, as SEARCH_BACKEND says.
+        self._prefix = urlsplit(settings.search_url).path.rstrip("/")
         self._service_mode = settings.gateway.auth == "service"
         # The gateway's own credentials: every request in service mode, and
         # the health probe in either mode.
@@ -75,13 +76,14 @@ class Passthrough:
         return response.status, orjson.loads(response.body)
 
     async def _send(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse:
-        where = self.settings.es_url_for_display
+        where = self.settings.search_url_for_display
+        engine = "OpenSearch" if self.settings.search_backend == "opensearch" else "Elasticsearch"
         try:
             return await self.transport.request(method, self._prefix + target, headers, body)
         except HttpTimeout as exc:
-            raise errors.timed_out(f"Elasticsearch at {where} did not answer in time ({exc})") from exc
+            raise errors.timed_out(f"{engine} at {where} did not answer in time ({exc})") from exc
         except HttpFailure as exc:
-            raise errors.unavailable(f"Elasticsearch at {where} is not reachable ({exc})") from exc
+            raise errors.unavailable(f"{engine} at {where} is not reachable ({exc})") from exc
         except ValueError as exc:
             raise errors.bad_request(f"cannot forward this request: {exc}") from exc
 
@@ -92,8 +94,8 @@ class Passthrough:
 
 def service_credentials(settings: Settings) -> list[tuple[bytes, bytes]]:
     """The gateway's own Authorization (ES_API_KEY, else the ES_URL user)."""
-    parts = urlsplit(settings.es_url)
-    if settings.es_api_key:
+    parts = urlsplit(settings.search_url)
+    if settings.es_api_key and settings.search_backend != "opensearch":
         return [(b"authorization", b"ApiKey " + settings.es_api_key.encode())]
     if parts.username is not None:
         credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
@@ -103,10 +105,10 @@ def service_credentials(settings: Settings) -> list[tuple[bytes, bytes]]:
 
 def _make_pool(settings: Settings) -> Http11Pool:
     """The connection pool; it holds no credentials (each request carries its own)."""
-    parts = urlsplit(settings.es_url)
+    parts = urlsplit(settings.search_url)
     context = None
     if parts.scheme == "https":
         # Verified against ES_CA_CERTS (a PEM bundle), else the system's CAs.
-        context = ssl.create_default_context(cafile=settings.es_ca_certs)
+        context = ssl.create_default_context(cafile=settings.opensearch_ca_certs if settings.search_backend == "opensearch" else settings.es_ca_certs)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return Http11Pool(parts.hostname or "127.0.0.1", port, ssl=context, timeout_s=settings.es_request_timeout_s)

@@ -197,3 +197,17 @@ def test_raw_clients_are_wrapped_and_backends_pass_through():
     assert isinstance(as_backend(OpenSearch(["http://127.0.0.1:1"])), OpenSearchBackend)
     backend = OpenSearchBackend(RecordingClient())
     assert as_backend(backend) is backend
+
+
+def test_opensearch_client_errors_map_to_the_gateways_statuses():
+    import opensearchpy
+
+    from search_extension.gateway import errors
+
+    body = {"error": {"type": "index_not_found_exception", "reason": "no such index [x]"}, "status": 404}
+    missing = errors.from_exception(opensearchpy.NotFoundError(404, "index_not_found_exception", body), es_url="http://os:9201")
+    assert (missing.status, missing.body) == (404, body)
+    down = errors.from_exception(opensearchpy.ConnectionError("N/A", "refused", OSError("refused")), es_url="http://os:9201")
+    assert down.status == 503 and "OpenSearch at http://os:9201" in down.reason
+    slow = errors.from_exception(opensearchpy.ConnectionTimeout("TIMEOUT", "timed out", TimeoutError()), es_url="http://os:9201")
+    assert slow.status == 504
