@@ -140,6 +140,10 @@ def test_a_worker_killed_during_a_filtered_query(settings, embedder, index, own_
     from local_services.celery_workers import CeleryWorkers
     from tests.integration.test_workers import _worker_running
 
+    import redis
+
+    # Scores cached by an earlier test of the same question would spare the model call held here.
+    redis.Redis.from_url(own_redis.url).flushdb()
     held, release = threading.Event(), threading.Event()
 
     def hold_first(request):
@@ -176,6 +180,10 @@ def test_a_worker_killed_during_a_filtered_query(settings, embedder, index, own_
 def test_redis_restarted_while_it_is_the_broker_of_a_query(settings, embedder, index, own_redis, tmp_path):
     from local_services.celery_workers import CeleryWorkers
 
+    import redis
+
+    # Scores cached by an earlier test of the same question would spare the model call held here.
+    redis.Redis.from_url(own_redis.url).flushdb()
     held, release = threading.Event(), threading.Event()
 
     def hold_first(request):
