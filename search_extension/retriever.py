@@ -34,15 +34,6 @@ class SearchRefused(RetrievalError):
         self.status, self.error = status, error
 
 
-class SearchRefused(RetrievalError):
-    """The cluster refused one side of a hybrid search for the credentials
-    it came with (401, 403): the caller's, when a gateway forwards them."""
-
-    def __init__(self, status: int, error: Any):
-        super().__init__(f"the cluster refused the search ({status}): {error}")
-        self.status, self.error = status, error
-
-
 @dataclass(frozen=True, slots=True)
 class RetrievalResult:
     chunks: tuple[Chunk, ...]
@@ -133,8 +124,6 @@ class HybridRetriever:
                 error = item["error"]
                 if item.get("status") == 404 or (isinstance(error, dict) and error.get("type") == "index_not_found_exception"):
                     raise IndexNotFound(f"no such index [{self.index}]")
-                if item.get("status") in (401, 403):
-                    raise SearchRefused(item["status"], error)
                 if item.get("status") in (401, 403):
                     raise SearchRefused(item["status"], error)
                 raise RetrievalError(f"one side of the hybrid search failed: {error}")

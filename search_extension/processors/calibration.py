@@ -63,8 +63,19 @@ class LogisticModel:
         return any(name in ("judge", "judged", "judge_top") for name in self.names)
 
 
-# Fitted on PopQA dev by bench/judge_study.py (see DEFAULT_MODEL's note when set).
-DEFAULT_MODEL: LogisticModel | None = None
+# The shipped model: fitted by `python -m bench.judge_study ablate` on the 68
+# PopQA dev questions the local model judged (Qwen2.5-Coder-1.5B, listwise on
+# the best nine as retrieved; bench/results/filter_popqa_dev.json). Read the
+# weights as: the judge's share and the raw cosine carry most of the
+# evidence; a high cosine relative to the question's best, a good retrieval
+# rank and a longer chunk add to it; being the batch's top pick adds nothing
+# beyond the share itself. Another model's shares are scaled differently:
+# refit with the same command for it.
+DEFAULT_MODEL: LogisticModel | None = LogisticModel(
+    names=("judge", "judged", "judge_top", "cosine", "cosine_gap", "bm25", "inv_rank", "log_chars"),
+    weights=(3.430026, -0.683546, -0.734638, 3.01528, 1.887609, -0.2058, 1.29221, 0.830651),
+    bias=-2.936772,
+)
 
 
 def _sigmoid(z: float) -> float:

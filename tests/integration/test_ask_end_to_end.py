@@ -45,6 +45,6 @@ def test_ask_keeps_the_answering_chunk_and_cites_it(engine, embedder, settings, 
     assert filtered.answer.found and filtered.answer.citations == ("tokyo:0",)
     dropped = {d.chunk.chunk_id for d in filtered.decisions if not d.kept}
     assert dropped == {c.chunk_id for c in result.retrieval.chunks} - {"tokyo:0"}
-    # one call per candidate (confident scores: no reflection) and one answer
-    # One listwise call judges every candidate (at most nine); one writes the answer.
-    assert filtered.model_calls == 1 + 1 == len(server.requests)
+    # One listwise batch judges every candidate (at most nine), in as many
+    # orders as the default asks; one call writes the answer.
+    assert filtered.model_calls == FilterOptions().scoring.orders + 1 == len(server.requests)

@@ -31,9 +31,9 @@ def engine_eval_index(engine):
     engine.delete_index(name)
 
 
-def run(items, fmt, model_server, es, embedder, settings, index, generate=False):
+def run(items, fmt, model_server, es, embedder, settings, index, generate=False, options=FilterOptions(answer=False)):
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
-    return evaluate(items, fmt, client=es, embedder=embedder, settings=settings, model=model, options=FilterOptions(answer=False), judge_many=judge_in_threads(model, threads=2), index=index, generate=generate)
+    return evaluate(items, fmt, client=es, embedder=embedder, settings=settings, model=model, options=options, judge_many=judge_in_threads(model, threads=2), index=index, generate=generate)
 
 
 def test_popqa_answer_in_context_follows_the_kept_chunks(engine, embedder, settings, shared_eval, engine_eval_index):
@@ -78,8 +78,11 @@ def test_pubhealth_verdicts_are_graded(es, embedder, settings, shared_eval, eval
             return listwise_choice("\x00")(request)  # nothing answers: fallback keeps the top chunks
         return completion("true")(request)
 
+    # The judge's own "none" is the nothing-relevant outcome when its shares
+    # are cut as they come; calibrated, the retrieval signals still rank.
+    paper = FilterOptions(answer=False, calibration=None, threshold="dynamic", judge_top=None)
     with ScriptedOpenAI(default=always_true) as server:
-        report = run(items, "pubhealth", server, es, embedder, settings, eval_index, generate=True)
+        report = run(items, "pubhealth", server, es, embedder, settings, eval_index, generate=True, options=paper)
     summary = report.summary()
     # "None of them" for every passage is the explicit nothing-relevant outcome.
     assert summary["nothing_relevant_rate"] == 1.0 and all(q.kept == 3 for q in report.questions)  # top_k fallback

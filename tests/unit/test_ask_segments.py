@@ -69,7 +69,7 @@ def test_retrieval_only_segments_use_normalised_scores_and_one_fetch():
 
 def test_judged_segments_feed_the_answer():
     fetch, model = Fetch(), Model()
-    options = FilterOptions(redundancy_threshold=None, scoring=ScoringOptions(method="multistage"))
+    options = FilterOptions(redundancy_threshold=None, scoring=ScoringOptions(method="multistage"), threshold="dynamic", calibration=None, judge_top=None)
     result = ask("how is honey made", retriever=Retriever(), model=model, options=options, segments=SegmentSettings(), fetch_positions=fetch)
     (segment,) = result.segments
     assert segment.chunk_ids == ("bees:0", "bees:1", "bees:2")

@@ -1,5 +1,6 @@
 """The filter chain with a scripted judge (unit-test double)."""
 
+import dataclasses
 import pytest
 
 from chunkrag_core.chunk import Chunk
@@ -29,11 +30,14 @@ class Answerer:
 
 
 CHUNKS = [chunk(0, [1, 0, 0]), chunk(1, [0.99, 0.14, 0]), chunk(2, [0, 1, 0]), chunk(3, [0, 0, 1]), chunk(4, [0.6, 0, 0.8])]
+# The paper's filter: the judge's scores as they come, cut by Algorithm 1
+# (the shipped default calibrates them first and cuts relative to the best).
+PAPER = FilterOptions(threshold="dynamic", calibration=None, judge_top=None)
 
 
 def test_redundancy_scoring_threshold_rerank_order_and_answer():
     scores = {"d:0": 0.9, "d:2": 0.2, "d:3": 0.7, "d:4": 0.1}
-    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=scripted_judge(scores), options=FilterOptions())
+    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=scripted_judge(scores), options=PAPER)
     # d:1 repeats d:0 (cos 0.99); mean of the rest is 0.475, spread: T = μ
     assert result.threshold.value == pytest.approx(0.475)
     assert [c.chunk_id for c in result.kept] == ["d:0", "d:3"]
@@ -47,7 +51,7 @@ def test_redundancy_scoring_threshold_rerank_order_and_answer():
 
 def test_lost_in_the_middle_order_of_kept_chunks():
     scores = {"d:0": 0.9, "d:2": 0.8, "d:3": 0.85, "d:4": 0.1}
-    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=scripted_judge(scores), options=FilterOptions(answer=False))
+    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=scripted_judge(scores), options=dataclasses.replace(PAPER, answer=False))
     # ranked by score: d:0, d:3, d:2 -> ends hold the two best
     assert [c.chunk_id for c in result.kept] == ["d:0", "d:2", "d:3"]
 
@@ -71,7 +75,7 @@ def test_unscored_chunks_are_reported_and_dropped():
     def judge_many(query, chunks, options):
         return [Judgement(None, None, None, None, calls=1, notes=("unreadable",)) if c.position == 2 else Judgement(0.8, None, None, 0.8, calls=1) for c in chunks]
 
-    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=judge_many, options=FilterOptions(answer=False))
+    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=judge_many, options=dataclasses.replace(PAPER, answer=False))
     assert {d.chunk.chunk_id: d.reason for d in result.decisions}["d:2"] == "unscored"
     assert "d:2" not in [c.chunk_id for c in result.kept]
 

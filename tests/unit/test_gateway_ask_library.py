@@ -58,7 +58,7 @@ def test_retrieval_only_calls_no_model_and_fetches_no_vectors():
 
 def test_rewrite_feeds_retrieval_and_judging_and_counts_in_usage():
     retriever, model = FakeRetriever(), Model()
-    result = ask("capital?", retriever=retriever, model=model, options=FilterOptions(redundancy_threshold=None, scoring=ScoringOptions(method="multistage")), rewrite=True, candidates=2)
+    result = ask("capital?", retriever=retriever, model=model, options=FilterOptions(redundancy_threshold=None, scoring=ScoringOptions(method="multistage"), threshold="dynamic", calibration=None, judge_top=None), rewrite=True, candidates=2)
     assert retriever.calls[0][0] == "capital city of Japan" and result.query == "capital city of Japan" and result.question == "capital?"
     assert [c.chunk_id for c in result.filtered.kept] == ["a:0"]
     assert result.usage.model_calls == 1 + 2 + 1 and result.usage.prompt_tokens == 30 + 2 * 10 + 50

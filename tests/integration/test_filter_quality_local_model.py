@@ -1,0 +1,68 @@
+"""A quality floor for the shipped filter with the offline default model, on
+real data: ten PopQA dev questions (the first ten of the seeded order the
+judge study ran them in, so their measured outcome is on record in
+bench/results/filter_popqa_dev.questions.json), each pool in real
+Elasticsearch, the local model on llama-server judging, the filter with
+its defaults.
+
+The floors are the measured figures less a margin for the model's
+run-to-run noise (parallel slots batch requests differently, which moves
+log-probabilities slightly); no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+
+from chunkrag_core.providers import make_chat
+from search_extension.chunk_filter import FilterOptions, judge_in_threads
+from search_extension.evaluation.datasets import read_items
+from search_extension.evaluation.runner import evaluate
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+QUESTION_IDS = ("28", "4", "41", "168", "81", "102", "120", "157", "13", "64")
+# Measured on these ten with the shipped default (replayed from
+# bench/results/filter_popqa_dev.questions.json with DEFAULT_MODEL): the
+# answer is in 8 of the pools and kept for 7, at 14% of the characters
+# (cosine kept to the same characters: 8; BM25: 7).
+MEASURED_ANSWER_KEPT = 7
+NOISE_MARGIN = 2  # questions
+
+
+@pytest.fixture(scope="module")
+def local_chat(settings):
+    url = settings.chat.base_url.rstrip("/") + "/models"
+    try:
+        httpx.get(url, timeout=5).raise_for_status()
+    except httpx.HTTPError as exc:
+        pytest.fail(f"the local model server is not answering at {url} ({exc}); `make test` starts it with `make llm-setup`", pytrace=False)
+    return make_chat(settings.chat)
+
+
+def test_the_default_filter_keeps_the_answer_above_the_floor(es, embedder, settings, shared_eval, local_chat):
+    _, items, _ = read_items(shared_eval / "popqa" / "dev.jsonl", "popqa", "ambiguous", None)
+    chosen = [item for item in items if item.item_id in QUESTION_IDS]
+    assert len(chosen) == len(QUESTION_IDS)
+    index = f"test-quality-{uuid.uuid4().hex[:8]}"
+    try:
+        report = evaluate(
+            chosen, "popqa", client=es, embedder=embedder, settings=settings, model=local_chat, options=FilterOptions(answer=False),
+            judge_many=judge_in_threads(local_chat, threads=settings.chat.parallel), index=index,
+        )
+    finally:
+        es.indices.delete(index=index, ignore_unavailable=True)
+    outcomes = report.questions
+    before = sum(bool(q.answer_in_context_before) for q in outcomes)
+    after = sum(bool(q.answer_in_context_after) for q in outcomes)
+    chars = sum(q.chars_after for q in outcomes) / sum(q.chars_before for q in outcomes)
+    calls = sum(q.model_calls for q in outcomes)
+    print(f"\nanswer kept {after} of {before}; {chars:.1%} of the characters; {calls} model calls")
+    # The model really judged: the default sends the best nine in one call.
+    assert calls >= len(outcomes)
+    assert all(q.rows and any("calibrated" in r for r in q.rows) for q in outcomes)
+    assert after >= MEASURED_ANSWER_KEPT - NOISE_MARGIN
+    assert chars <= 0.30
