@@ -92,7 +92,7 @@ def test_the_filter_reorders_kept_chunks_with_cohere():
 
     server = RerankServer()
     try:
-        result = run_filter("capital of japan", chunks, model=None, options=FilterOptions(rerank="cohere", lost_in_the_middle=False, answer=False, redundancy_threshold=None), judge_many=judge_many, reranker=CohereReranker(api_key="k", base_url=server.base_url))
+        result = run_filter("capital of japan", chunks, model=None, options=FilterOptions(rerank="cohere", lost_in_the_middle=False, answer=False, redundancy_threshold=None, threshold="dynamic", calibration=None, judge_top=None), judge_many=judge_many, reranker=CohereReranker(api_key="k", base_url=server.base_url))
     finally:
         server.close()
     assert [c.position for c in result.kept] == [1, 0]

@@ -182,7 +182,8 @@ def test_judging_on_workers_equals_judging_in_threads(model_server, judge_many, 
     assert on_workers == in_threads
     assert [j.base for j in on_workers] == pytest.approx([0.9, 0.1, 0.9, 0.1, 0.1])
     # the same filter decisions either way
-    options = FilterOptions(answer=False, scoring=ScoringOptions())  # per-chunk multi-stage
+    # Per-chunk multi-stage scores, cut by Algorithm 1 as they come (the paper's filter).
+    options = FilterOptions(answer=False, scoring=ScoringOptions(), threshold="dynamic", calibration=None, judge_top=None)
     query_2 = unique("Which fruit is red?")
     by_threads = run_filter(query_2, chunks, model=chat, options=options)
     by_workers = run_filter(query_2, chunks, model=chat, options=options, judge_many=judge_many)
