@@ -87,7 +87,9 @@ def main(argv=None) -> int:
         per_call = {"old": [], "new": []}
         for question, texts in calls:
             for name in ("old", "new") if run % 2 == 0 else ("new", "old"):
-                seconds, scores, prompt_tokens = one_call(servers[name], question, texts)
+                # A prompt the server has seen is nearly free to llama-server (its RAM
+                # prompt cache): each run and phase asks a question it has not seen.
+                seconds, scores, prompt_tokens = one_call(servers[name], f"{question} (run {run})", texts)
                 per_call[name].append(seconds)
                 if run == 0:
                     shares[name].append(scores)
@@ -98,7 +100,7 @@ def main(argv=None) -> int:
         for name, model in servers.items():
             started = time.perf_counter()
             with ThreadPoolExecutor(max_workers=2) as pool:
-                list(pool.map(lambda c: one_call(model, *c), calls))
+                list(pool.map(lambda c: one_call(model, f"{c[0]} (run {run}, two at a time)", c[1]), calls))
             parallel[name] = len(calls) / (time.perf_counter() - started)
         runs.append({
             "s_per_call_p50": {n: median(v) for n, v in per_call.items()},
