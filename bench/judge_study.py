@@ -59,7 +59,7 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
     from search_extension.evaluation.datasets import read_items
     from search_extension.evaluation.report import print_outcome, write_report
     from search_extension.evaluation.runner import EvalReport, evaluate
-    from search_extension.processors.relevance import ScoringOptions
+    from search_extension.processors.relevance import Judgement, ScoringOptions
     from workers.score_cache import RedisScoreCache
 
     settings = Settings.from_env()
@@ -83,8 +83,6 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
         if judge == "study" and len(chunks) > HEAD:
             return head + threads(query, chunks[HEAD:], scoring)
         return head + [Judgement(None, None, None, None, notes=("not judged: below the best nine",))] * max(0, len(chunks) - HEAD)
-
-    from search_extension.processors.relevance import Judgement
 
     path = RESULTS / f"{name or f'filter_{dataset}_dev'}.questions.json"
     done: list = []

@@ -194,12 +194,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from chunkrag_cli.output import print_ask
     from chunkrag_core.providers import make_chat, make_embedder
     from search_extension.ask import ask
-    from search_extension.chunk_filter import FilterOptions
     from search_extension.retriever import HybridRetriever
 
     settings = _settings(args)
-    from search_extension.processors.relevance import ScoringOptions
-
     options = dataclasses.replace(filter_options_from_args(args), fallback=args.fallback, answer=not args.no_answer)
     retriever = HybridRetriever(_backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
     from search_extension.segments import SegmentSettings

@@ -86,3 +86,17 @@ def shared_eval() -> Path:
     if not path.is_dir():
         pytest.fail(f"evaluation data not found at {path}; set CHUNKRAG_SHARED to the shared/ folder", pytrace=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def local_model(settings):
+    """The chat settings of the local model server, once it answers; the
+    tests that need it fail (not skip) when it does not."""
+    import httpx
+
+    url = settings.chat.base_url.rstrip("/") + "/models"
+    try:
+        httpx.get(url, timeout=5).raise_for_status()
+    except httpx.HTTPError as exc:
+        pytest.fail(f"the local model server is not answering at {url} ({exc}); `make test` starts it with `make llm-setup`", pytrace=False)
+    return settings.chat

@@ -262,5 +262,3 @@ def median_seconds_per_call(payload: Mapping[str, Any]) -> float | None:
     per_call = [q["seconds"] / q["model_calls"] for q in payload["questions"] if q.get("model_calls")]
     return round(statistics.median(per_call), 3) if per_call else None
 
-
-ALL_FEATURES = FEATURES

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import uuid
 
-import httpx
 import pytest
 
 from chunkrag_core.providers import make_chat
@@ -34,13 +33,8 @@ NOISE_MARGIN = 2  # questions
 
 
 @pytest.fixture(scope="module")
-def local_chat(settings):
-    url = settings.chat.base_url.rstrip("/") + "/models"
-    try:
-        httpx.get(url, timeout=5).raise_for_status()
-    except httpx.HTTPError as exc:
-        pytest.fail(f"the local model server is not answering at {url} ({exc}); `make test` starts it with `make llm-setup`", pytrace=False)
-    return make_chat(settings.chat)
+def local_chat(local_model):
+    return make_chat(local_model)
 
 
 def test_the_default_filter_keeps_the_answer_above_the_floor(es, embedder, settings, shared_eval, local_chat):

@@ -16,7 +16,6 @@ import uuid
 from importlib import resources
 from pathlib import Path
 
-import httpx
 import pytest
 
 from ingest_pipeline.pipeline import ingest
@@ -29,16 +28,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 QUESTION = "What did Lincoln at Gettysburg say must not perish from the earth?"
 ANSWER_PHRASE = "shall not perish from the earth"
 REDIS_DB = 9  # its own database: the cache starts empty, other tests are untouched
-
-
-@pytest.fixture(scope="module")
-def local_model(settings):
-    url = settings.chat.base_url.rstrip("/") + "/models"
-    try:
-        httpx.get(url, timeout=5).raise_for_status()
-    except httpx.HTTPError as exc:
-        pytest.fail(f"the local model server is not answering at {url} ({exc}); `make test` starts it with `make llm-setup`", pytrace=False)
-    return settings.chat
 
 
 @pytest.fixture(scope="module")
