@@ -160,17 +160,22 @@ class ElasticsearchBackend:
 # --- OpenSearch ----------------------------------------------------------------------
 
 
-def make_opensearch_client(url: str, *, request_timeout_s: float = 30.0, ca_certs: str | None = None):
+def make_opensearch_client(url: str, *, request_timeout_s: float = 30.0, ca_certs: str | None = None, sigv4: tuple[str, str] | None = None):
     """An `opensearch-py` client for ``url`` (credentials in the URL: basic
-    auth; https: TLS, verified against ``ca_certs`` when given). Opens no
-    connection."""
+    auth; ``sigv4`` = (region, service): every request signed with AWS
+    credentials instead; https: TLS, verified against ``ca_certs`` when
+    given). Opens no connection."""
     from urllib.parse import unquote, urlsplit, urlunsplit
 
     from opensearchpy import OpenSearch
 
     parts = urlsplit(url)
     options: dict[str, Any] = {"timeout": request_timeout_s}
-    if parts.username is not None:
+    if sigv4 is not None:
+        from chunkrag_core import aws_signing
+
+        options["http_auth"] = aws_signing.client_auth(*sigv4)
+    elif parts.username is not None:
         options["http_auth"] = (unquote(parts.username), unquote(parts.password or ""))
         host = parts.hostname or ""
         netloc = f"[{host}]" if ":" in host else host
@@ -320,9 +325,16 @@ class OpenSearchBackend:
 def make_backend(settings: Settings) -> SearchBackend:
     """The backend ``settings.search_backend`` names, for its URL."""
     if settings.search_backend == "opensearch":
-        client = make_opensearch_client(settings.opensearch_url, request_timeout_s=settings.es_request_timeout_s, ca_certs=settings.opensearch_ca_certs)
+        client = make_opensearch_client(settings.opensearch_url, request_timeout_s=settings.es_request_timeout_s, ca_certs=settings.opensearch_ca_certs, sigv4=opensearch_sigv4(settings))
         return OpenSearchBackend(client, redact_url(settings.opensearch_url))
     return ElasticsearchBackend(make_client(settings), settings.es_url_for_display)
+
+
+def opensearch_sigv4(settings: Settings) -> tuple[str, str] | None:
+    """(region, service) when OpenSearch requests are to be SigV4-signed."""
+    if settings.opensearch_auth != "sigv4":
+        return None
+    return settings.opensearch_aws_region, settings.opensearch_aws_service
 
 
 def as_backend(client_or_backend) -> SearchBackend:

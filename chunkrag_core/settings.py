@@ -190,6 +190,12 @@ class Settings:
     search_backend: str = "elasticsearch"
     opensearch_url: str = "http://127.0.0.1:9201"
     opensearch_ca_certs: str | None = None
+    # "basic" (credentials in OPENSEARCH_URL, if any) or "sigv4": every
+    # request signed with AWS credentials (botocore's default chain) for a
+    # managed domain (service "es") or a Serverless collection ("aoss").
+    opensearch_auth: str = "basic"
+    opensearch_aws_region: str = ""
+    opensearch_aws_service: str = "es"
     redis_url: str = "redis://127.0.0.1:6379/0"
     index: str = "chunkrag"
     chunking: ChunkingSettings = ChunkingSettings()
@@ -218,6 +224,7 @@ class Settings:
             search_backend=_search_backend_from_env(env),
             opensearch_url=env.get("OPENSEARCH_URL") or local_opensearch,
             opensearch_ca_certs=env.get("OPENSEARCH_CA_CERTS") or None,
+            **_opensearch_auth_from_env(env),
             redis_url=env.get("REDIS_URL") or local_redis,
             index=env.get("CHUNKRAG_INDEX", base.index),
             chunking=_overlay(base.chunking, env, "CHUNKRAG_CHUNK_"),
@@ -264,6 +271,27 @@ def _search_backend_from_env(env: Mapping[str, str]) -> str:
     if chosen not in SEARCH_BACKENDS:
         raise SettingsError(f"SEARCH_BACKEND={chosen!r}; choose one of {', '.join(SEARCH_BACKENDS)}")
     return chosen
+
+
+OPENSEARCH_AUTHS = ("basic", "sigv4")
+# SigV4 service names: a managed OpenSearch domain, a Serverless collection.
+OPENSEARCH_AWS_SERVICES = ("es", "aoss")
+
+
+def _opensearch_auth_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    auth = (env.get("OPENSEARCH_AUTH") or "basic").strip().lower()
+    if auth not in OPENSEARCH_AUTHS:
+        raise SettingsError(f"OPENSEARCH_AUTH={auth!r}; choose one of {', '.join(OPENSEARCH_AUTHS)}")
+    region = env.get("OPENSEARCH_AWS_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ""
+    service = (env.get("OPENSEARCH_AWS_SERVICE") or "es").strip().lower()
+    if auth == "sigv4":
+        if not region:
+            raise SettingsError("OPENSEARCH_AUTH=sigv4 needs the domain's region: set AWS_REGION (or OPENSEARCH_AWS_REGION)")
+        if service not in OPENSEARCH_AWS_SERVICES:
+            raise SettingsError(f"OPENSEARCH_AWS_SERVICE={service!r}; choose es (a managed domain) or aoss (Serverless)")
+        if urlsplit(env.get("OPENSEARCH_URL") or "").username is not None:
+            raise SettingsError("OPENSEARCH_AUTH=sigv4 signs every request: remove the user and password from OPENSEARCH_URL")
+    return {"opensearch_auth": auth, "opensearch_aws_region": region, "opensearch_aws_service": service}
 
 
 def _embedder_from_env(base: EmbedderSettings, env: Mapping[str, str]) -> EmbedderSettings:

@@ -27,7 +27,7 @@ from search_extension.gateway.body_limit import BodyLimit
 from search_extension.gateway.dialect import ChunkragSearch, OptionError, ask_response, chunkrag_block, parse_ask, parse_search, search_response
 from search_extension.gateway.edges import Edges, JudgeManyFactory
 from search_extension.gateway.guard import Guard
-from search_extension.gateway.identity import Authenticator, Caller, check_indices
+from search_extension.gateway.identity import Authenticator, Caller, check_engine_auth, check_indices
 from search_extension.gateway.lane import PassthroughLane, request_target
 from search_extension.gateway.limits import FilteredQueue, RateLimiter
 from search_extension.gateway.models import AskRequest, AskResponse
@@ -46,6 +46,7 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     limits = settings.gateway
     # Misconfigured security fails here, at start, not on the first request.
     authenticator = Authenticator.from_settings(limits)
+    check_engine_auth(settings)
     classes = parse_classes(limits.passthrough)
     queue = FilteredQueue(limits.max_filtered, limits.max_queued, limits.retry_after_s)
     edges = Edges(settings, es=es, model=model, embedder=embedder, judge_many_factory=judge_many_factory, http_transport=http_transport)

@@ -122,6 +122,17 @@ class Authenticator:
         return Caller(key=found, identity=f"key:{found.name}")
 
 
+def check_engine_auth(settings) -> None:
+    """SigV4 signs with the gateway's own AWS identity, which a caller's
+    credentials cannot take the place of: forward mode would hand that
+    identity to anyone, so SigV4 goes only with service mode and its keys."""
+    if settings.search_backend == "opensearch" and settings.opensearch_auth == "sigv4" and settings.gateway.auth != "service":
+        raise ConfigError(
+            "OPENSEARCH_AUTH=sigv4 signs every request with the gateway's AWS credentials, so callers' credentials cannot be forwarded: "
+            "set CHUNKRAG_GATEWAY_AUTH=service with CHUNKRAG_GATEWAY_API_KEYS (and index allow-lists per key)"
+        )
+
+
 def unauthenticated(reason: str) -> errors.GatewayError:
     return errors.GatewayError(401, "security_exception", reason, headers={"www-authenticate": 'ApiKey realm="chunkrag-gateway"'})
 

@@ -11,6 +11,7 @@ from urllib.parse import unquote, urlsplit
 import orjson
 from starlette.responses import Response
 
+from chunkrag_core.search_backend import opensearch_sigv4
 from chunkrag_core.settings import Settings
 from search_extension.gateway import errors
 from search_extension.gateway.http11 import HOP_BY_HOP, Http11Pool, HttpFailure, HttpResponse, HttpTimeout
@@ -21,6 +22,10 @@ from search_extension.gateway.identity import Caller, forwarded_headers
 # the gateway's in service mode, never both); cookies are the gateway's
 # business with its caller, not the cluster's.
 _NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"cookie", b"expect"}
+
+
+# What a SigV4 signature adds to a request (Host is the pool's own).
+_SIGV4_HEADERS = {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
 
 
 class HttpTransport(Protocol):
@@ -55,6 +60,10 @@ class Passthrough:
         # The gateway's own credentials: every request in service mode, and
         # the health probe in either mode.
         self._own_headers = service_credentials(settings)
+        # SigV4 (OpenSearch on AWS, service mode only): each request is signed
+        # here, as the pool is about to send it; the signer is made on first use.
+        self._sigv4 = opensearch_sigv4(settings) if settings.search_backend == "opensearch" else None
+        self._signer = None
 
     @property
     def transport(self) -> HttpTransport:
@@ -78,6 +87,10 @@ class Passthrough:
     async def _send(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse:
         where = self.settings.search_url_for_display
         engine = "OpenSearch" if self.settings.search_backend == "opensearch" else "Elasticsearch"
+        if self._sigv4 is not None:
+            # A caller's own x-amz-* headers would sit beside the gateway's.
+            kept = [(name, value) for name, value in headers if name.lower().decode("latin-1") not in _SIGV4_HEADERS]
+            headers = [*kept, *self._signed(method, self._prefix + target, body)]
         try:
             return await self.transport.request(method, self._prefix + target, headers, body)
         except HttpTimeout as exc:
@@ -86,6 +99,19 @@ class Passthrough:
             raise errors.unavailable(f"{engine} at {where} is not reachable ({exc})") from exc
         except ValueError as exc:
             raise errors.bad_request(f"cannot forward this request: {exc}") from exc
+
+    def _signed(self, method: str, target: str, body: bytes) -> list[tuple[bytes, bytes]]:
+        """The SigV4 headers for this request, signed over the Host header the
+        pool sends (``host:port``). Signing is a few HMACs; a credentials
+        refresh (a role's, hourly) may block the loop once for a moment."""
+        if self._signer is None:
+            from chunkrag_core import aws_signing
+
+            self._signer = aws_signing.request_signer(*self._sigv4)
+        parts = urlsplit(self.settings.search_url)
+        host = pool_host_header(parts)
+        signed = self._signer.sign(method, f"{parts.scheme}://{host}{target}", body, {"host": host})
+        return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in signed.items() if name.lower() in _SIGV4_HEADERS]
 
     async def aclose(self) -> None:
         if self._transport is not None:
@@ -103,6 +129,16 @@ def service_credentials(settings: Settings) -> list[tuple[bytes, bytes]]:
     return []
 
 
+def _pool_address(parts) -> tuple[str, int]:
+    return parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def pool_host_header(parts) -> str:
+    """The Host header ``Http11Pool`` sends for the URL ``parts``."""
+    host, port = _pool_address(parts)
+    return (f"[{host}]" if ":" in host else host) + f":{port}"
+
+
 def _make_pool(settings: Settings) -> Http11Pool:
     """The connection pool; it holds no credentials (each request carries its own)."""
     parts = urlsplit(settings.search_url)
@@ -110,5 +146,5 @@ def _make_pool(settings: Settings) -> Http11Pool:
     if parts.scheme == "https":
         # Verified against ES_CA_CERTS (a PEM bundle), else the system's CAs.
         context = ssl.create_default_context(cafile=settings.opensearch_ca_certs if settings.search_backend == "opensearch" else settings.es_ca_certs)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return Http11Pool(parts.hostname or "127.0.0.1", port, ssl=context, timeout_s=settings.es_request_timeout_s)
+    host, port = _pool_address(parts)
+    return Http11Pool(host, port, ssl=context, timeout_s=settings.es_request_timeout_s)
