@@ -14,19 +14,28 @@ from typing import Any, Mapping
 
 import numpy as np
 
-# Elasticsearch caps `_id` at 512 bytes; the chunk id appends ":<position>".
+# Elasticsearch caps `_id` at 512 bytes; the chunk id appends
+# ":<position>" (and "@<scale>" for a larger-scale chunk).
 MAX_DOC_ID_BYTES = 400
+# The scale of the semantic chunks themselves; larger scales (multi-scale
+# ensembling) are named by their approximate size in tokens.
+BASE_SCALE = 0
 
 
+def chunk_id_for(doc_id: str, position: int, scale: int = BASE_SCALE) -> str:
+    """The deterministic id of the chunk at ``position`` in ``doc_id`` at
+    ``scale``.
 
-def chunk_id_for(doc_id: str, position: int) -> str:
-    """The deterministic id of the chunk at ``position`` in ``doc_id``.
-
-    Ids depend on the document and position only, so re-ingesting a document
-    overwrites its chunks in place and the ones past its new length can be
-    found and deleted.
+    Ids depend on the document, scale and position only, so re-ingesting a
+    document overwrites its chunks in place and the ones past its new length
+    can be found and deleted. Base chunks keep the plain ``<doc_id>:<position>``
+    of indices made before scales existed; a larger scale appends
+    ``@<scale>``, which no base id ends with (after its last colon a base id
+    holds digits only), so ids stay unique across scales.
     """
-    return f"{doc_id}:{position}"
+    if scale == BASE_SCALE:
+        return f"{doc_id}:{position}"
+    return f"{doc_id}:{position}@{scale}"
 
 
 def _frozen_vector(vector: Any) -> np.ndarray | None:
@@ -68,12 +77,18 @@ class Chunk:
     # start) and this chunk's start, so a run of neighbouring chunks rebuilds
     # the document text exactly. None where it was not stored.
     lead: str | None = field(default=None, compare=False, repr=False)
+    # BASE_SCALE for the semantic chunks; for a larger-scale chunk of
+    # multi-scale ensembling, its target size in tokens. Positions count
+    # within one scale of one document.
+    scale: int = BASE_SCALE
 
     def __post_init__(self) -> None:
         if not self.doc_id:
             raise ValueError("a chunk needs a non-empty doc_id")
         if len(self.doc_id.encode("utf-8")) > MAX_DOC_ID_BYTES:
             raise ValueError(f"doc_id is longer than {MAX_DOC_ID_BYTES} bytes: {self.doc_id[:60]!r}…")
+        if self.scale < 0:
+            raise ValueError(f"a chunk's scale is not negative, got {self.scale}")
         if self.position < 0 or self.start < 0 or self.end < self.start:
             raise ValueError(f"bad chunk bounds: position={self.position} start={self.start} end={self.end}")
         object.__setattr__(self, "section", tuple(self.section))
@@ -83,7 +98,7 @@ class Chunk:
 
     @property
     def chunk_id(self) -> str:
-        return chunk_id_for(self.doc_id, self.position)
+        return chunk_id_for(self.doc_id, self.position, self.scale)
 
     def with_vector(self, vector: Any) -> Chunk:
         return dataclasses.replace(self, vector=vector)

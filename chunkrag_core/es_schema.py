@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from chunkrag_core.chunk import Chunk
+from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.settings import VectorIndexSettings
 
 TEXT = "text"
@@ -23,6 +23,10 @@ HEADER = "header"
 # Document text between the previous chunk and this one, kept only in
 # _source so segments rebuild the document text exactly.
 LEAD = "lead"
+# Multi-scale ensembling: BASE_SCALE (0) for the semantic chunks, else the
+# target size in tokens. Indices made before it existed hold base chunks
+# without the field, so base-only searches filter with BASE_SCALE_FILTER.
+SCALE = "scale"
 START = "start"
 END = "end"
 SENTENCE_COUNT = "sentence_count"
@@ -88,7 +92,20 @@ def added_properties() -> dict[str, Any]:
     return {
         HEADER: {"type": "text", "analyzer": TEXT_ANALYZER},
         LEAD: {"type": "text", "index": False},
+        SCALE: {"type": "integer"},
     }
+
+
+def base_scale_filter() -> dict[str, Any]:
+    """Base chunks only: scale 0, or no scale at all (chunks written before
+    the field existed). One clause: nothing above the base scale (a range
+    on a field an old index lacks matches nothing, so none is excluded)."""
+    return {"bool": {"must_not": [{"range": {SCALE: {"gt": BASE_SCALE}}}]}}
+
+
+def scale_filter(scale: int) -> dict[str, Any]:
+    """The chunks of one scale (the base one including chunks without the field)."""
+    return base_scale_filter() if scale == BASE_SCALE else {"term": {SCALE: scale}}
 
 
 def chunk_to_source(chunk: Chunk, *, fingerprint: str, doc_chunk_count: int) -> dict[str, Any]:
@@ -105,6 +122,7 @@ def chunk_to_source(chunk: Chunk, *, fingerprint: str, doc_chunk_count: int) -> 
         TEXT: chunk.text,
         HEADER: chunk.header,
         **({LEAD: chunk.lead} if chunk.lead is not None else {}),
+        SCALE: chunk.scale,
         VECTOR: chunk.vector.tolist(),
         DOC_FINGERPRINT: fingerprint,
         DOC_CHUNK_COUNT: doc_chunk_count,
@@ -129,4 +147,5 @@ def chunk_from_hit(hit: Mapping[str, Any]) -> Chunk:
         score=hit.get("_score"),
         header=source.get(HEADER) or "",
         lead=source.get(LEAD),
+        scale=int(source.get(SCALE) or BASE_SCALE),
     )

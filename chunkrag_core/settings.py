@@ -40,8 +40,15 @@ class ChunkingSettings:
     # A chunk shorter than this is not closed at a similarity drop (0: any
     # length), so a document does not turn into stray short sentences.
     min_chars: int = 0
+    # Multi-scale ensembling: each document is also indexed at these larger
+    # scales (target sizes in tokens, a token taken as CHARS_PER_TOKEN
+    # characters), cut at sentence boundaries. Empty (the default): base
+    # chunks only. Left out of repr so fingerprints made before scales
+    # existed stay valid; ingest adds them to the fingerprint when set.
+    scales: tuple[int, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "scales", parse_scales(self.scales))
         if self.breakpoint not in ("threshold", "percentile"):
             raise SettingsError(f"breakpoint must be threshold or percentile, got {self.breakpoint!r}")
         if not 0.0 <= self.breakpoint_percentile <= 100.0:
@@ -54,6 +61,33 @@ class ChunkingSettings:
             raise SettingsError(f"similarity_threshold must be in [-1, 1], got {self.similarity_threshold}")
         if self.max_chars < 20:
             raise SettingsError(f"max_chars must be at least 20, got {self.max_chars}")
+
+
+# Multi-scale ensembling sizes the README suggests (`--scales default`).
+DEFAULT_SCALES = (128, 512, 2000)
+# Tokens are approximated from characters (English text averages about four
+# characters per token in BPE and WordPiece vocabularies), so no tokenizer
+# runs at ingest.
+CHARS_PER_TOKEN = 4
+
+
+def parse_scales(raw) -> tuple[int, ...]:
+    """Scales from "128,512,2000", "default", "" / "off" / "none", or a
+    sequence of ints: sorted, distinct, each at least 1 token."""
+    if isinstance(raw, str):
+        text = raw.strip().lower()
+        if text in ("", "off", "none", "0"):
+            return ()
+        if text == "default":
+            return DEFAULT_SCALES
+        try:
+            raw = [int(part) for part in text.replace(" ", "").split(",") if part]
+        except ValueError:
+            raise SettingsError(f"scales must be comma-separated token counts such as 128,512,2000, got {raw!r}") from None
+    values = tuple(sorted({int(v) for v in raw}))
+    if any(v < 1 for v in values):
+        raise SettingsError(f"every scale must be at least 1 token, got {list(values)}")
+    return values
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +261,7 @@ class Settings:
             **_opensearch_auth_from_env(env),
             redis_url=env.get("REDIS_URL") or local_redis,
             index=env.get("CHUNKRAG_INDEX", base.index),
-            chunking=_overlay(base.chunking, env, "CHUNKRAG_CHUNK_"),
+            chunking=_chunking_from_env(base.chunking, env),
             embedder=_embedder_from_env(base.embedder, env),
             chat=_chat_from_env(base.chat, env),
             vector_index=_overlay(base.vector_index, env, "CHUNKRAG_VECTOR_"),
@@ -292,6 +326,14 @@ def _opensearch_auth_from_env(env: Mapping[str, str]) -> dict[str, str]:
         if urlsplit(env.get("OPENSEARCH_URL") or "").username is not None:
             raise SettingsError("OPENSEARCH_AUTH=sigv4 signs every request: remove the user and password from OPENSEARCH_URL")
     return {"opensearch_auth": auth, "opensearch_aws_region": region, "opensearch_aws_service": service}
+
+
+def _chunking_from_env(base: ChunkingSettings, env: Mapping[str, str]) -> ChunkingSettings:
+    settings = _overlay(base, env, "CHUNKRAG_CHUNK_")
+    # CHUNKRAG_SCALES="128,512,2000" (or "default"): multi-scale ensembling.
+    if env.get("CHUNKRAG_SCALES"):
+        settings = replace(settings, scales=parse_scales(env["CHUNKRAG_SCALES"]))
+    return settings
 
 
 def _embedder_from_env(base: EmbedderSettings, env: Mapping[str, str]) -> EmbedderSettings:

@@ -15,11 +15,12 @@ from typing import Sequence
 
 import numpy as np
 
-from chunkrag_core.chunk import Chunk
+from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import ChunkingSettings
 from ingest_pipeline.chunking import consecutive_similarities, group_sentences, percentile_threshold
 from ingest_pipeline.headers import chunk_header, embedded_text
+from ingest_pipeline.scales import group_to_size, target_chars
 from ingest_pipeline.sentences import Span, bounded_sentence_spans
 from ingest_pipeline.sources import Document
 
@@ -27,6 +28,7 @@ from ingest_pipeline.sources import Document
 @dataclass(frozen=True, slots=True)
 class ChunkedDocument:
     document: Document
+    # Base chunks first (in position order), then each larger scale's.
     chunks: tuple[Chunk, ...]
     sentence_count: int
     fingerprint: str
@@ -74,26 +76,35 @@ def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings:
         offset += len(spans)
     thresholds = _thresholds(documents, sections, section_similarities, settings)
 
-    drafts: list[tuple[int, tuple[str, ...], Span, int, np.ndarray | None, str]] = []
+    # (document index, scale, section path, span, sentences, reusable vector, header)
+    drafts: list[tuple[int, int, tuple[str, ...], Span, int, np.ndarray | None, str]] = []
     for (doc_index, path, spans), vectors, similarities in zip(sections, section_vectors, section_similarities):
         header = chunk_header(documents[doc_index].title, path, settings.headers)
         for group in group_sentences(spans, similarities, thresholds[doc_index], settings.max_chars, settings.min_chars):
             span = (spans[group.start][0], spans[group.stop - 1][1])
             single = vectors[group.start] if len(group) == 1 and not header else None
-            drafts.append((doc_index, path, span, len(group), single, header))
+            drafts.append((doc_index, BASE_SCALE, path, span, len(group), single, header))
+    # Larger scales for ensembling: the same sentences, grouped by length only.
+    for scale in settings.scales:
+        for doc_index, path, spans in sections:
+            header = chunk_header(documents[doc_index].title, path, settings.headers)
+            for group in group_to_size(spans, target_chars(scale)):
+                drafts.append((doc_index, scale, path, (spans[group.start][0], spans[group.stop - 1][1]), len(group), None, header))
 
-    multi = [i for i, draft in enumerate(drafts) if draft[4] is None]
-    multi_vectors = embedder.embed([embedded_text(drafts[i][5], documents[drafts[i][0]].text[drafts[i][2][0] : drafts[i][2][1]]) for i in multi])
+    multi = [i for i, draft in enumerate(drafts) if draft[5] is None]
+    multi_vectors = embedder.embed([embedded_text(drafts[i][6], documents[drafts[i][0]].text[drafts[i][3][0] : drafts[i][3][1]]) for i in multi])
     vector_of = {i: multi_vectors[j] for j, i in enumerate(multi)}
 
-    per_doc: dict[int, list[Chunk]] = {i: [] for i in range(len(documents))}
-    for i, (doc_index, path, (start, end), n_sentences, single, header) in enumerate(drafts):
+    # Positions and leads count within one scale of one document.
+    per_track: dict[tuple[int, int], list[Chunk]] = {}
+    for i, (doc_index, scale, path, (start, end), n_sentences, single, header) in enumerate(drafts):
         document = documents[doc_index]
-        previous_end = per_doc[doc_index][-1].end if per_doc[doc_index] else 0
-        per_doc[doc_index].append(
+        track = per_track.setdefault((doc_index, scale), [])
+        previous_end = track[-1].end if track else 0
+        track.append(
             Chunk(
                 doc_id=document.doc_id,
-                position=len(per_doc[doc_index]),
+                position=len(track),
                 text=document.text[start:end],
                 start=start,
                 end=end,
@@ -104,8 +115,12 @@ def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings:
                 vector=single if single is not None else vector_of[i],
                 lead=document.text[previous_end:start],
                 header=header,
+                scale=scale,
             )
         )
+    per_doc: dict[int, list[Chunk]] = {i: [] for i in range(len(documents))}
+    for (doc_index, _), chunks in per_track.items():
+        per_doc[doc_index].extend(chunks)
     sentences_per_doc = [0] * len(documents)
     for doc_index, _, spans in sections:
         sentences_per_doc[doc_index] += len(spans)

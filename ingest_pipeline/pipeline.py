@@ -16,6 +16,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from chunkrag_core.chunk import BASE_SCALE
 from chunkrag_core.search_backend import as_backend
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import Settings
@@ -71,7 +72,10 @@ class IngestReport:
     skipped: tuple[Skipped, ...]
     errors: tuple[str, ...]
     seconds: float
+    # Base (semantic) chunks only; the larger-scale chunks of ensembling
+    # are counted in scaled_chunks.
     chunk_lengths: ChunkLengthStats = field(default_factory=lambda: ChunkLengthStats.of([], []))
+    scaled_chunks: int = 0
 
     @property
     def ok(self) -> bool:
@@ -105,12 +109,12 @@ def ingest_documents(
     # Elasticsearch or OpenSearch, or a raw client of either.
     client = as_backend(client)
     ensure_index(client, index, dims=settings.embedder.dims, vectors=settings.vector_index, capabilities=client.capabilities())
-    shaping = f"{settings.chunking}|{settings.embedder.provider}:{settings.embedder.model}"
+    shaping = shaping_of(settings)
 
     skipped: list[Skipped] = []
     lengths: list[int] = []
     sentence_counts: list[int] = []
-    totals = {"documents": 0, "unchanged": 0, "sentences": 0}
+    totals = {"documents": 0, "unchanged": 0, "sentences": 0, "scaled_chunks": 0}
     writer = _BackgroundWriter(client)
     bar = _progress_bar(progress)
     previous_refresh = _pause_refresh(client, index)
@@ -123,8 +127,10 @@ def ingest_documents(
             chunked = chunk_documents(todo, embedder, settings.chunking, shaping) if todo else []
             for item in chunked:
                 totals["sentences"] += item.sentence_count
-                lengths.extend(len(c.text) for c in item.chunks)
-                sentence_counts.extend(c.sentence_count for c in item.chunks)
+                base = [c for c in item.chunks if c.scale == BASE_SCALE]
+                totals["scaled_chunks"] += len(item.chunks) - len(base)
+                lengths.extend(len(c.text) for c in base)
+                sentence_counts.extend(c.sentence_count for c in base)
             writer.submit([action for item in chunked for action in document_actions(index, item, stored.get(item.document.doc_id))])
             bar.update(len(batch))
     finally:
@@ -145,7 +151,19 @@ def ingest_documents(
         errors=outcome.errors,
         seconds=round(time.perf_counter() - began, 3),
         chunk_lengths=ChunkLengthStats.of(lengths, sentence_counts),
+        scaled_chunks=totals["scaled_chunks"],
     )
+
+
+def shaping_of(settings: Settings) -> str:
+    """Everything besides the document that shapes its chunks, for the
+    fingerprint: chunking settings and model, and the ensembling scales
+    when there are any (so fingerprints made before scales existed, and
+    with them off, stay as they were)."""
+    shaping = f"{settings.chunking}|{settings.embedder.provider}:{settings.embedder.model}"
+    if settings.chunking.scales:
+        shaping += "|scales=" + ",".join(str(s) for s in settings.chunking.scales)
+    return shaping
 
 
 def _pause_refresh(client, index: str) -> str | None:

@@ -4,16 +4,22 @@ longer has."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from chunkrag_core import es_schema as schema
-from chunkrag_core.chunk import chunk_id_for
+from chunkrag_core.chunk import BASE_SCALE, chunk_id_for
 from chunkrag_core.es_client import ClusterCapabilities
 from chunkrag_core.opensearch_dialect import vector_dims
 from chunkrag_core.search_backend import as_backend
 from chunkrag_core.settings import VectorIndexSettings
 from ingest_pipeline.chunker import ChunkedDocument
+
+
+# Scales a document may be stored at (the base one included): far more than
+# any configuration uses, so the aggregation never truncates.
+MAX_SCALES_PER_DOCUMENT = 32
 
 
 class IndexMismatch(RuntimeError):
@@ -46,12 +52,20 @@ class StoredDocument:
     """What the index holds for one document before this run."""
 
     fingerprints: tuple[str, ...]
-    chunk_count: int
-    max_position: int
+    chunk_count: int  # all scales together
+    max_position: int  # of the base scale
     declared_count: int  # doc_chunk_count as written, for completeness checks
+    # Highest position held at each scale (the base one included); empty:
+    # base chunks only, up to max_position.
+    scale_max_positions: Mapping[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        held = dict(self.scale_max_positions) or {BASE_SCALE: self.max_position}
+        object.__setattr__(self, "scale_max_positions", MappingProxyType(held))
 
     def is_complete(self, fingerprint: str) -> bool:
-        return self.fingerprints == (fingerprint,) and self.chunk_count == self.declared_count == self.max_position + 1
+        expected = sum(top + 1 for top in self.scale_max_positions.values())
+        return self.fingerprints == (fingerprint,) and self.chunk_count == self.declared_count == expected
 
 
 def stored_documents(client, index: str, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
@@ -66,8 +80,12 @@ def stored_documents(client, index: str, doc_ids: Sequence[str]) -> dict[str, St
                 "terms": {"field": schema.DOC_ID, "size": len(doc_ids)},
                 "aggs": {
                     "fingerprints": {"terms": {"field": schema.DOC_FINGERPRINT, "size": 4}},
-                    "max_position": {"max": {"field": schema.POSITION}},
                     "declared": {"max": {"field": schema.DOC_CHUNK_COUNT}},
+                    # Chunks written before scales existed have no scale: base.
+                    "scales": {
+                        "terms": {"field": schema.SCALE, "missing": BASE_SCALE, "size": MAX_SCALES_PER_DOCUMENT},
+                        "aggs": {"max_position": {"max": {"field": schema.POSITION}}},
+                    },
                 },
             }
         },
@@ -75,20 +93,25 @@ def stored_documents(client, index: str, doc_ids: Sequence[str]) -> dict[str, St
     response = as_backend(client).search(index, body)
     state = {}
     for bucket in response["aggregations"]["docs"]["buckets"]:
+        tops = {int(b["key"]): int(b["max_position"]["value"]) for b in bucket["scales"]["buckets"]}
         state[bucket["key"]] = StoredDocument(
             fingerprints=tuple(sorted(b["key"] for b in bucket["fingerprints"]["buckets"])),
             chunk_count=bucket["doc_count"],
-            max_position=int(bucket["max_position"]["value"]),
+            max_position=tops.get(BASE_SCALE, -1),
             declared_count=int(bucket["declared"]["value"]),
+            scale_max_positions=tops,
         )
     return state
 
 
 def document_actions(index: str, chunked: ChunkedDocument, stored: StoredDocument | None) -> Iterator[dict[str, Any]]:
     """Bulk actions that make the index hold exactly ``chunked``: every chunk
-    (overwritten by id), then deletes for positions the new version lacks."""
+    (overwritten by id), then deletes for the positions, at each scale, that
+    the new version lacks (a scale no longer asked for loses all of its)."""
     count = len(chunked.chunks)
+    per_scale: dict[int, int] = {}
     for chunk in chunked.chunks:
+        per_scale[chunk.scale] = per_scale.get(chunk.scale, 0) + 1
         yield {
             "_op_type": "index",
             "_index": index,
@@ -96,8 +119,9 @@ def document_actions(index: str, chunked: ChunkedDocument, stored: StoredDocumen
             "_source": schema.chunk_to_source(chunk, fingerprint=chunked.fingerprint, doc_chunk_count=count),
         }
     if stored is not None:
-        for position in range(count, stored.max_position + 1):
-            yield {"_op_type": "delete", "_index": index, "_id": chunk_id_for(chunked.document.doc_id, position)}
+        for scale, top in sorted(stored.scale_max_positions.items()):
+            for position in range(per_scale.get(scale, 0), top + 1):
+                yield {"_op_type": "delete", "_index": index, "_id": chunk_id_for(chunked.document.doc_id, position, scale)}
 
 
 @dataclass(frozen=True, slots=True)
