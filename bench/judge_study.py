@@ -42,13 +42,16 @@ def questions_file(dataset: str) -> Path:
     return RESULTS / f"filter_{dataset}_dev.questions.json"
 
 
-def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int | None, name: str | None) -> int:
+def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int | None, name: str | None,
+            skip_from: tuple[str, ...] = ()) -> int:
     """``judge``: "cascade" (the best nine in one batch, in ``orders``
     orders), "study" (that, plus the rest as retrieved), or "none" (no model:
     the retrieval signals alone, on every question in minutes).
     Questions run in a seeded random order when ``seed`` is given, and the
     report is rewritten after each one, so a run stopped early leaves a
-    random sample, not a prefix."""
+    random sample, not a prefix. ``skip_from`` names earlier runs whose
+    questions are left out, so a stopped run is continued under a new name
+    (in the same seeded order) and ``ablate --judged a+b`` reads both."""
     import dataclasses
     import random
 
@@ -67,6 +70,8 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
     if seed is not None:
         items = list(items)
         random.Random(seed).shuffle(items)
+    done_before = {str(q["item_id"]) for run in skip_from for q in json.loads((RESULTS / f"{run}.questions.json").read_text())["questions"]}
+    items = [item for item in items if str(item.item_id) not in done_before]
     cache_url = settings.redis_url.rsplit("/", 1)[0] + f"/{STUDY_DB}"
     cache = RedisScoreCache.from_url(cache_url, ttl_s=30 * 24 * 3600)
     model = make_chat(settings.chat)
@@ -88,7 +93,8 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
     done: list = []
     started = time.perf_counter()
     options_record = {"method": "listwise", "judge": judge, "head": HEAD, "head_orders": orders, "rest_orders": 1 if judge == "study" else None,
-                      "threshold": "dynamic", "redundancy": 0.9, "judge_threads": settings.chat.parallel, "question_order": f"seeded shuffle ({seed})" if seed is not None else "file order"}
+                      "threshold": "dynamic", "redundancy": 0.9, "judge_threads": settings.chat.parallel, "question_order": f"seeded shuffle ({seed})" if seed is not None else "file order",
+                      "continues": list(skip_from) or None}
 
     def summary_of(report):
         return {**report.summary(), "skipped_records": len(bad), "records_in_file": len(items), "wall_seconds": round(time.perf_counter() - started, 1),
@@ -163,7 +169,7 @@ def table_for(questions, variants, folds: int, per_call: float | None) -> tuple[
 
 def ablate(dataset: str, folds: int, judged_name: str, cheap_name: str, default_name: str | None = None) -> int:
     cheap_payload = json.loads((RESULTS / f"{cheap_name}.questions.json").read_text())
-    judged_payload = json.loads((RESULTS / f"{judged_name}.questions.json").read_text())
+    judged_payload = merged_runs(judged_name.split("+"))
     whole = ablation.questions_from_report(cheap_payload)
     sample = ablation.questions_from_report(judged_payload)
     per_call = ablation.median_seconds_per_call(judged_payload)
@@ -183,7 +189,9 @@ def ablate(dataset: str, folds: int, judged_name: str, cheap_name: str, default_
         "whole_set": {"questions": len(whole), "answer_in_context_before": round(whole_before, 4), "ablation": whole_table,
                       "note": "Every dev question, retrieval signals only: no model call."},
         "judged_sample": {"questions": len(sample), "answer_in_context_before": round(sample_before, 4),
-                          "how_chosen": f"questions run in a seeded random order ({summary.get('options', {}).get('question_order')}); the run was stopped by the session's time, leaving a random sample, not a prefix",
+                          "how_chosen": (f"every question, run in a seeded random order ({summary.get('options', {}).get('question_order')}) over {len(summary.get('runs', [])) or 1} run(s)"
+                                         if len(sample) == len(whole) else
+                                         f"questions run in a seeded random order ({summary.get('options', {}).get('question_order')}); the run was stopped by the session's time, leaving a random sample, not a prefix"),
                           "median_seconds_per_call": per_call, "collection_run": {k: summary.get(k) for k in ("questions", "model_calls_per_question", "seconds_per_question", "wall_seconds", "options", "model_base_url")},
                           "ablation": sample_table},
         "cross_validation_folds": folds,
@@ -192,11 +200,27 @@ def ablate(dataset: str, folds: int, judged_name: str, cheap_name: str, default_
     })
     print(path)
     if default_name:
-        _write_headline(dataset, default_name, sample_table, sample_before, whole_table, whole_before, len(sample), len(whole), judged_payload, cheap_payload, fitted)
+        _write_headline(dataset, default_name, sample_table, sample_before, whole_table, whole_before, len(sample), len(whole), judged_payload, cheap_payload, fitted,
+                        judged_name.split("+") + [cheap_name])
     return 0
 
 
-def _write_headline(dataset, default_name, sample_table, sample_before, whole_table, whole_before, n_sample, n_whole, judged_payload, cheap_payload, fitted) -> None:
+def merged_runs(names: list[str]) -> dict:
+    """One payload from a run and its continuations: their questions in
+    run order, the first run's summary with the totals of all."""
+    payloads = [json.loads((RESULTS / f"{name}.questions.json").read_text()) for name in names]
+    questions = [q for p in payloads for q in p["questions"]]
+    ids = [str(q["item_id"]) for q in questions]
+    if len(set(ids)) != len(ids):
+        raise SystemExit(f"runs {names} share questions: a continuation must skip the questions of the runs before it")
+    summary = dict(payloads[0]["summary"])
+    summary["questions"] = len(questions)
+    summary["wall_seconds"] = round(sum(p["summary"].get("wall_seconds") or 0 for p in payloads), 1)
+    summary["runs"] = [{"name": n, "questions": len(p["questions"]), "wall_seconds": p["summary"].get("wall_seconds")} for n, p in zip(names, payloads)]
+    return {"summary": summary, "questions": questions}
+
+
+def _write_headline(dataset, default_name, sample_table, sample_before, whole_table, whole_before, n_sample, n_whole, judged_payload, cheap_payload, fitted, runs) -> None:
     """results/filter_<dataset>_dev.json: the shipped default's figures (the
     judged sample, cross-validated), its baselines, and the goals."""
     row = next(r for r in sample_table if r["variant"] == default_name)
@@ -204,7 +228,8 @@ def _write_headline(dataset, default_name, sample_table, sample_before, whole_ta
     summary = judged_payload["summary"]
     naive = summary.get("naive_model_calls_per_question")
     write_result(f"filter_{dataset}_dev", "bench.judge_study", {
-        "dataset": f"{dataset}/dev.jsonl: {n_sample} of {n_whole} questions judged (a seeded random sample); retrieval-only figures on all {n_whole}",
+        "dataset": (f"{dataset}/dev.jsonl: all {n_whole} questions judged" if n_sample == n_whole else
+                    f"{dataset}/dev.jsonl: {n_sample} of {n_whole} questions judged (a seeded random sample); retrieval-only figures on all {n_whole}"),
         "model": summary.get("model"),
         "default": default_name,
         "questions": n_sample,
@@ -228,7 +253,7 @@ def _write_headline(dataset, default_name, sample_table, sample_before, whole_ta
         "whole_set_retrieval_only": {"questions": n_whole, "answer_in_context_before": round(whole_before, 4), "best_within_25_percent_characters": cheap_best},
         "coefficients": fitted,
         "ablation_file": f"bench/results/filter_{dataset}_dev_ablation.json",
-        "per_question_files": [f"bench/results/filter_{dataset}_dev.questions.json", f"bench/results/filter_{dataset}_dev_cheap.questions.json"],
+        "per_question_files": [f"bench/results/{run}.questions.json" for run in runs],
     })
 
 
@@ -311,10 +336,11 @@ def main(argv=None) -> int:
     c.add_argument("--judge", default="cascade", choices=["cascade", "study", "none"])
     c.add_argument("--seed", type=int, help="run the questions in this seeded random order")
     c.add_argument("--name", help="result name (default filter_<dataset>_dev)")
+    c.add_argument("--skip-from", action="append", default=[], metavar="NAME", help="leave out the questions of this earlier run (repeatable)")
     a = sub.add_parser("ablate")
     a.add_argument("dataset", nargs="?", default="popqa", choices=["popqa"])
     a.add_argument("--folds", type=int, default=5)
-    a.add_argument("--judged", default="filter_popqa_dev", help="the result name of the judged collection run")
+    a.add_argument("--judged", default="filter_popqa_dev", help="the result name of the judged collection run; a+b for a run and its continuation")
     a.add_argument("--cheap", default="filter_popqa_dev_cheap", help="the result name of the no-model run over every question")
     a.add_argument("--default", help="the variant shipped as the default: also write results/filter_<dataset>_dev.json")
     v = sub.add_parser("verdicts")
@@ -324,7 +350,7 @@ def main(argv=None) -> int:
     if args.command == "verdicts":
         return verdicts(args.dataset, args.limit)
     if args.command == "collect":
-        return collect(args.dataset, args.limit, args.orders, args.judge, args.seed, args.name)
+        return collect(args.dataset, args.limit, args.orders, args.judge, args.seed, args.name, tuple(args.skip_from))
     return ablate(args.dataset, args.folds, args.judged, args.cheap, args.default)
 
 

@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--threshold", choices=["dynamic", "llm", "fixed", "relative"], help="where the kept chunks are cut (default: the filter's default)")
     ask.add_argument("--fixed-threshold", type=float, help="the fixed threshold, or the share of the best score for `relative`")
     ask.add_argument("--orders", type=int, choices=[1, 2], help="listwise: ask each batch as retrieved (1) or also reversed (2)")
+    ask.add_argument("--passages", choices=["numbered", "quoted"], help="listwise prompt layout (quoted: each passage fenced as data, against planted instructions)")
     ask.add_argument("--judge-top", type=int, help="only the best N candidates go to the model (0: none)")
     ask.add_argument("--calibration", choices=["default", "off"], help="combine the judge with the retrieval signals through the shipped logistic model")
     ask.add_argument("--fallback", choices=["top_k", "not_found"], default="top_k", help="when nothing passes: keep the top chunks, or answer that nothing was found")
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--method", default="listwise", choices=["listwise", "multistage", "yes_no", "likert"], help="relevance scoring (listwise: several chunks per call)")
     evaluation.add_argument("--prior-weight", type=float, default=0.0, help="share of the score taken from the retrieval score (0 = the LLM alone)")
     evaluation.add_argument("--orders", type=int, choices=[1, 2], help="listwise: ask each batch as retrieved (1) or also reversed (2, removes position bias)")
+    evaluation.add_argument("--passages", choices=["numbered", "quoted"], help="listwise prompt layout (quoted: each passage fenced as data, against planted instructions)")
     evaluation.add_argument("--judge-top", type=int, help="only the best N candidates go to the model (0: none; default: the filter's default)")
     evaluation.add_argument("--calibration", choices=["default", "off"], help="combine the judge with the retrieval signals through the shipped logistic model (default: the filter's default)")
     evaluation.add_argument("--threshold", choices=["dynamic", "llm", "fixed", "relative"], help="where the kept chunks are cut (default: the filter's default)")
@@ -229,6 +231,8 @@ def filter_options_from_args(args: argparse.Namespace):
     scoring = dataclasses.replace(defaults.scoring, method=args.method) if args.method != defaults.scoring.method else defaults.scoring
     if getattr(args, "orders", None):
         scoring = dataclasses.replace(scoring, orders=args.orders)
+    if getattr(args, "passages", None):
+        scoring = dataclasses.replace(scoring, passages=args.passages)
     calibration = defaults.calibration
     if getattr(args, "calibration", None):
         if args.calibration == "default" and DEFAULT_MODEL is None:

@@ -23,7 +23,7 @@ OPTION_KEYS = (
     "fallback", "fallback_k", "min_score", "prior_weight", "rerank", "lost_in_the_middle", "answer", "include_dropped", "budget_s", "segments",
     "judge_top", "calibrated",
 )
-SCORING_KEYS = ("method", "critic", "reflect_band", "use_logprobs", "weights", "listwise_batch", "orders")
+SCORING_KEYS = ("method", "critic", "reflect_band", "use_logprobs", "weights", "listwise_batch", "orders", "passages")
 # ext.chunkrag.segments: true (dsRAG's balanced preset) or an object of these.
 SEGMENT_KEYS = ("max_segment_chunks", "max_total_chunks", "max_total_chars", "min_segment_value", "irrelevant_chunk_penalty", "decay_rate")
 # With ext.chunkrag the gateway, not Elasticsearch, answers: other body keys
@@ -198,6 +198,7 @@ def parse_scoring(raw: Any, *, where: str) -> ScoringOptions:
         "weights": checked.numbers("weights", 3, 0.0, MAX_WEIGHT),
         "listwise_batch": checked.integer("listwise_batch", 1, MAX_LISTWISE_BATCH),
         "orders": checked.integer("orders", 1, 2),
+        "passages": checked.string("passages"),
     }
     band = values["reflect_band"]
     if band is not None and band[0] > band[1]:

@@ -10,7 +10,7 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from search_extension.chunk_filter import FALLBACKS, RERANKERS, THRESHOLDS
-from search_extension.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS
+from search_extension.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS, PASSAGE_FORMATS
 from search_extension.queries import MODES
 
 
@@ -24,6 +24,7 @@ class ScoringModel(BaseModel):
     weights: Optional[list[float]] = Field(None, min_length=3, max_length=3, description="base, reflection, critic")
     listwise_batch: Optional[int] = Field(None, ge=1, le=MAX_LISTWISE_BATCH, description="listwise: passages judged in one call")
     orders: Optional[int] = Field(None, ge=1, le=2, description="listwise: 2 also asks each batch in reverse order and averages (removes position bias)")
+    passages: Optional[Literal[PASSAGE_FORMATS]] = Field(None, description="listwise prompt layout: numbered, or quoted (each passage fenced as data; against planted instructions)")
 
 
 class OptionsModel(BaseModel):

@@ -27,6 +27,10 @@ METHODS = ("multistage", "yes_no", "likert", "listwise")
 # the tokenizers we use (Qwen splits "10" into two digits).
 MAX_LISTWISE_BATCH = 9
 CRITICS = ("heuristic", "llm", "off")
+# How listwise passages are laid out: "numbered" ([1] text) or "quoted"
+# (each fenced as data, the task restated around them: a mitigation of
+# instructions planted in a chunk).
+PASSAGE_FORMATS = ("numbered", "quoted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +57,12 @@ class ScoringOptions:
     # passages (measured: bench/results/filter_popqa_dev.json, ablation);
     # reversing cancels that first-order bias for one more call per batch.
     orders: int = 1
+    # Listwise prompt layout (PASSAGE_FORMATS); see prompts.LISTWISE_QUOTED.
+    passages: str = "numbered"
 
     def __post_init__(self) -> None:
+        if self.passages not in PASSAGE_FORMATS:
+            raise ValueError(f"unknown passage format {self.passages!r}; choose one of {', '.join(PASSAGE_FORMATS)}")
         if self.orders not in (1, 2):
             raise ValueError("orders must be 1 (as retrieved) or 2 (as retrieved and reversed)")
         if not 1 <= self.listwise_batch <= MAX_LISTWISE_BATCH:
@@ -195,7 +203,8 @@ def judge_listwise(query: str, texts: Sequence[str], model: ChatModel, options: 
     if len(texts) > MAX_LISTWISE_BATCH:
         raise ValueError(f"a listwise batch holds at most {MAX_LISTWISE_BATCH} passages, got {len(texts)}")
     cut = [t[: options.max_chunk_chars] for t in texts]
-    ledger = _Ledger(model, cache, f"{model_name}|listwise|{query}|" + "\x1f".join(cut))
+    layout = "" if options.passages == "numbered" else f"|{options.passages}"
+    ledger = _Ledger(model, cache, f"{model_name}|listwise{layout}|{query}|" + "\x1f".join(cut))
     forward = _cached_listwise(query, cut, ledger, options, "")
     reverse = _cached_listwise(query, cut[::-1], ledger, options, "|reversed")[::-1] if options.orders == 2 else None
     scores = forward if reverse is None else [mean_of_orders(f, r) for f, r in zip(forward, reverse)]
@@ -236,10 +245,21 @@ def _cached_listwise(query: str, texts: Sequence[str], ledger: _Ledger, options:
     return scores
 
 
-def _listwise_scores(query: str, texts: Sequence[str], ledger: _Ledger, options: ScoringOptions) -> list[float | None]:
+def listwise_prompt(query: str, texts: Sequence[str], layout: str = "numbered") -> str:
+    """The listwise prompt for ``texts`` in the order given. "quoted" fences
+    each passage and turns angle brackets inside it into look-alikes, so a
+    chunk cannot close its own fence and speak outside it."""
+    if layout == "quoted":
+        fenced = (" ".join(t.split()).replace("<", "\u2039").replace(">", "\u203a") for t in texts)
+        passages = "\n".join(f"<passage {i}>\n{t}\n</passage {i}>" for i, t in enumerate(fenced, start=1))
+        return prompts.LISTWISE_QUOTED.format(passages=passages, query=query)
     passages = "\n".join(f"[{i}] {' '.join(t.split())}" for i, t in enumerate(texts, start=1))
+    return prompts.LISTWISE.format(passages=passages, query=query)
+
+
+def _listwise_scores(query: str, texts: Sequence[str], ledger: _Ledger, options: ScoringOptions) -> list[float | None]:
     use_logprobs = options.use_logprobs
-    response = ledger.ask(prompts.LISTWISE.format(passages=passages, query=query), max_tokens=1 if use_logprobs else 12, top_logprobs=20 if use_logprobs else 0)
+    response = ledger.ask(listwise_prompt(query, texts, options.passages), max_tokens=1 if use_logprobs else 12, top_logprobs=20 if use_logprobs else 0)
     labels = {str(i): i for i in range(len(texts) + 1)}
     mass = {labels[t.strip()]: math.exp(lp) for t, lp in response.first_token_logprobs.items() if t.strip() in labels}
     if mass:

@@ -44,7 +44,7 @@ def test_empty_options_are_the_library_defaults():
 def test_every_option_is_read_into_typed_values():
     raw = {
         "query": "q", "rewrite": True, "candidates": 12, "mode": "bm25", "stages": True, "redundancy_threshold": None,
-        "scoring": {"method": "yes_no", "critic": "off", "reflect_band": [0.2, 0.8], "use_logprobs": False, "weights": [1, 0, 0], "listwise_batch": 4, "orders": 2},
+        "scoring": {"method": "yes_no", "critic": "off", "reflect_band": [0.2, 0.8], "use_logprobs": False, "weights": [1, 0, 0], "listwise_batch": 4, "orders": 2, "passages": "quoted"},
         "threshold": "fixed", "fixed_threshold": 0.6, "fallback": "not_found", "fallback_k": 2, "min_score": 0.05, "prior_weight": 0.25, "rerank": "off",
         "lost_in_the_middle": False, "answer": False, "include_dropped": True, "budget_s": 7,
         "segments": {"max_total_chars": 1000}, "judge_top": 9, "calibrated": False,
@@ -54,7 +54,7 @@ def test_every_option_is_read_into_typed_values():
         query="q", rewrite=True, candidates=12, mode="bm25", stages=True, include_dropped=True, budget_s=7.0, segments=SegmentSettings(max_total_chars=1000),
         filter=FilterOptions(
             redundancy_threshold=None,
-            scoring=ScoringOptions(method="yes_no", critic="off", reflect_band=(0.2, 0.8), use_logprobs=False, weights=(1.0, 0.0, 0.0), listwise_batch=4, orders=2),
+            scoring=ScoringOptions(method="yes_no", critic="off", reflect_band=(0.2, 0.8), use_logprobs=False, weights=(1.0, 0.0, 0.0), listwise_batch=4, orders=2, passages="quoted"),
             threshold="fixed", fixed_threshold=0.6, fallback="not_found", fallback_k=2, min_score=0.05, prior_weight=0.25, rerank="off", lost_in_the_middle=False, answer=False,
             judge_top=9, calibration=None,
         ),
