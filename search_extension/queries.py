@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from chunkrag_core import es_schema as schema
+from chunkrag_core.chunk import BASE_SCALE
 
 MODES = ("native_sum", "minmax", "rrf", "linear", "bm25", "knn")
 
@@ -161,10 +162,10 @@ def position_runs(positions: Sequence[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def positions_body(wanted: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+def positions_body(wanted: Mapping[str, Sequence[int]], scale: int = BASE_SCALE) -> dict[str, Any]:
     """One request for the chunks at ``wanted`` positions of each document
-    (a segment's neighbours): a filter per document and run of positions,
-    sorted by document and position, without vectors."""
+    (a segment's neighbours) at ``scale``: a filter per document and run of
+    positions, sorted by document and position, without vectors."""
     clauses = [
         {"bool": {"filter": [{"term": {schema.DOC_ID: doc_id}}, {"range": {schema.POSITION: {"gte": lo, "lte": hi}}}]}}
         for doc_id in sorted(wanted)
@@ -174,7 +175,7 @@ def positions_body(wanted: Mapping[str, Sequence[int]]) -> dict[str, Any]:
         raise ValueError("no positions asked for")
     return {
         "size": sum(hi - lo + 1 for doc_id in wanted for lo, hi in position_runs(wanted[doc_id])),
-        "query": {"bool": {"filter": [{"bool": {"should": clauses, "minimum_should_match": 1}}]}},
+        "query": {"bool": {"filter": [{"bool": {"should": clauses, "minimum_should_match": 1}}, schema.scale_filter(scale)]}},
         "sort": [{schema.DOC_ID: "asc"}, {schema.POSITION: "asc"}],
         "_source": {"excludes": [schema.VECTOR]},
         "track_total_hits": False,

@@ -7,14 +7,19 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from chunkrag_core.chunk import Chunk
+from chunkrag_core import es_schema as schema
+from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.es_client import ClusterCapabilities
 from chunkrag_core.es_schema import chunk_from_hit
 from chunkrag_core.providers import Embedder
 from chunkrag_core.search_backend import as_backend
-from chunkrag_core.settings import RetrievalSettings
-from search_extension import fusion, queries
+from chunkrag_core.settings import DEFAULT_SCALES, RetrievalSettings
+from search_extension import ensemble, fusion, queries
 from search_extension.queries import MODES, QuerySpec
+
+
+# Ensembling fuses each scale's two sides client-side, as these modes do.
+ENSEMBLE_MODES = ("minmax", "rrf")
 
 
 class RetrievalError(ValueError):
@@ -66,7 +71,9 @@ class HybridRetriever:
     def _spec(self, text: str, *, size: int | None, filters: Sequence[Mapping[str, Any]], **options: Any) -> tuple[QuerySpec, float]:
         started = time.perf_counter()
         vector = self.embedder.embed([text])[0]
-        spec = QuerySpec(text=text, vector=vector, size=size or self.settings.size, num_candidates=self.settings.num_candidates, filters=tuple(filters), **options)
+        # Base chunks only: the larger scales of ensembling share the index.
+        filters = (*filters, schema.base_scale_filter())
+        spec = QuerySpec(text=text, vector=vector, size=size or self.settings.size, num_candidates=self.settings.num_candidates, filters=filters, **options)
         return spec, (time.perf_counter() - started) * 1000
 
     def search(self, text: str, *, mode: str | None = None, size: int | None = None, filters: Sequence[Mapping[str, Any]] = (), **options: Any) -> RetrievalResult:
@@ -103,21 +110,74 @@ class HybridRetriever:
         # Fuse on the collapse key when collapsing (BM25 and kNN may pick
         # different best chunks of one document), else on the chunk id.
         text_hits, knn_hits = self._msearch(spec)
-        best = {key: chunk for key, chunk in (*knn_hits, *text_hits)}
+        return self._client_fused(mode, spec.size, text_hits, knn_hits)[1], "client"
+
+    def search_ensemble(
+        self,
+        text: str,
+        *,
+        scales: Sequence[int] = DEFAULT_SCALES,
+        mode: str | None = None,
+        size: int | None = None,
+        filters: Sequence[Mapping[str, Any]] = (),
+        weights: Mapping[int, float] | None = None,
+        **options: Any,
+    ) -> RetrievalResult:
+        """Multi-scale ensembling: the base chunks and every larger scale in
+        one ``_msearch`` (BM25 and kNN per scale), each scale fused and
+        min-max normalised on its own, the scales fused, and the results
+        de-duplicated by span (``search_extension.ensemble``). Returns at
+        most ``size`` chunks, the score of each its ensemble score."""
+        mode = mode or self.settings.mode
+        if mode not in ENSEMBLE_MODES:
+            raise RetrievalError(f"ensembling fuses each scale client-side: use mode {' or '.join(ENSEMBLE_MODES)}, not {mode!r}")
+        if options.get("collapse_field"):
+            raise RetrievalError("ensembling returns spans, not one chunk per field value: it cannot collapse")
+        if not text.strip():
+            raise RetrievalError("the query text is empty")
+        all_scales = (BASE_SCALE, *sorted({int(s) for s in scales if int(s) != BASE_SCALE}))
+        started = time.perf_counter()
+        vector = self.embedder.embed([text])[0]
+        embed_ms = (time.perf_counter() - started) * 1000
+        size = size or self.settings.size
+        specs = [
+            QuerySpec(text=text, vector=vector, size=size, num_candidates=self.settings.num_candidates, filters=(*filters, schema.scale_filter(scale)), **options)
+            for scale in all_scales
+        ]
+        started = time.perf_counter()
+        sides = self._msearch_all([body for spec in specs for body in queries.msearch_bodies(spec, self.index)])
+        per_scale, best = [], {}
+        for scale, text_hits, knn_hits in zip(all_scales, sides[0::2], sides[1::2]):
+            fused, chunks = self._client_fused(mode, size, text_hits, knn_hits)
+            per_scale.append((scale, [(key, chunk.score or 0.0) for key, chunk in zip(fused, chunks)]))
+            best.update({key: chunk for key, chunk in zip(fused, chunks)})
+        ranked = [best[key].with_score(score, hybrid=best[key].score or 0.0) for key, score in ensemble.fuse_scales(per_scale, weights)]
+        chunks = ensemble.merge_spans(ranked, size)
+        return RetrievalResult(tuple(chunks), mode, "ensemble", round((time.perf_counter() - started) * 1000, 2), round(embed_ms, 2), tuple(float(v) for v in vector))
+
+    def _client_fused(self, mode: str, size: int, text_hits, knn_hits) -> tuple[list[str], list[Chunk]]:
+        """One scale's BM25 and kNN hits fused client-side (minmax or rrf),
+        each chunk with its per-side scores."""
         lists = [[(key, chunk.score or 0.0) for key, chunk in side] for side in (text_hits, knn_hits)]
         if mode == "minmax":
-            fused = fusion.minmax_fuse(lists, [w_text, w_knn], spec.size)
+            fused = fusion.minmax_fuse(lists, [self.settings.bm25_weight, self.settings.knn_weight], size)
         else:
-            fused = fusion.rrf_fuse(lists, spec.size, self.settings.rrf_rank_constant)
+            fused = fusion.rrf_fuse(lists, size, self.settings.rrf_rank_constant)
+        found = {key: chunk for key, chunk in (*knn_hits, *text_hits)}
         sides = side_scores(lists[0], lists[1])
-        return [best[key].with_score(score, **sides[key]) for key, score in fused], "client"
+        return [key for key, _ in fused], [found[key].with_score(score, **sides[key]) for key, score in fused]
 
     def _hits(self, body: dict[str, Any]) -> list[Chunk]:
         response = self.client.search(self.index, body)
         return [chunk_from_hit(hit) for hit in response["hits"]["hits"]]
 
     def _msearch(self, spec: QuerySpec) -> tuple[list[tuple[str, Chunk]], list[tuple[str, Chunk]]]:
-        response = self.client.msearch(queries.msearch_bodies(spec, self.index))
+        text_side, knn_side = self._msearch_all(queries.msearch_bodies(spec, self.index), spec.collapse_field)
+        return text_side, knn_side
+
+    def _msearch_all(self, searches: Sequence[Mapping[str, Any]], collapse_field: str | None = None) -> list[list[tuple[str, Chunk]]]:
+        """The hits of each search of one ``_msearch``, keyed for fusion."""
+        response = self.client.msearch(searches)
         sides = []
         for item in response["responses"]:
             if "error" in item:
@@ -127,8 +187,8 @@ class HybridRetriever:
                 if item.get("status") in (401, 403):
                     raise SearchRefused(item["status"], error)
                 raise RetrievalError(f"one side of the hybrid search failed: {error}")
-            sides.append([(_fusion_key(hit, spec.collapse_field), chunk_from_hit(hit)) for hit in item["hits"]["hits"]])
-        return sides[0], sides[1]
+            sides.append([(_fusion_key(hit, collapse_field), chunk_from_hit(hit)) for hit in item["hits"]["hits"]])
+        return sides
 
 
 def side_scores(text_side: fusion.Ranked, knn_side: fusion.Ranked) -> dict:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Iterable, Mapping, Sequence
 
-from chunkrag_core.chunk import Chunk
+from chunkrag_core.chunk import BASE_SCALE, Chunk
 
 # The judge's stage score that means "P(this chunk is relevant)".
 JUDGED_SCORE = "combined"
@@ -100,6 +100,9 @@ class DocumentValues:
     doc_id: str
     values: tuple[float, ...]
     spans: Mapping[int, tuple[int, int]]
+    # Positions count within one scale (ensembling): a segment is a run of
+    # one document's chunks at one scale.
+    scale: int = BASE_SCALE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "values", tuple(float(v) for v in self.values))
@@ -112,21 +115,23 @@ def document_values(chunks: Sequence[Chunk], settings: SegmentSettings = Segment
     ``relevance`` defaults to :func:`relevances`. Positions past the last
     retrieved chunk of a document are left out: a segment never ends on an
     unretrieved chunk, so they can never be part of one. A chunk retrieved
-    twice keeps its best rank. Documents come in order of their best chunk.
+    twice keeps its best rank. Documents come in order of their best chunk;
+    with chunks of several scales (ensembling), each scale of a document is
+    valued on its own, as if it were a document of its own.
     """
     relevance = relevances(chunks) if relevance is None else list(relevance)
     if len(relevance) != len(chunks):
         raise SegmentError(f"{len(chunks)} chunks need {len(chunks)} relevances, got {len(relevance)}")
-    per_doc: dict[str, dict[int, tuple[float, tuple[int, int]]]] = {}
+    per_doc: dict[tuple[str, int], dict[int, tuple[float, tuple[int, int]]]] = {}
     for rank, (chunk, rel) in enumerate(zip(chunks, relevance)):
-        known = per_doc.setdefault(chunk.doc_id, {})
+        known = per_doc.setdefault((chunk.doc_id, chunk.scale), {})
         if chunk.position not in known:
             known[chunk.position] = (chunk_value(rank, rel, settings), (chunk.start, chunk.end))
     out = []
-    for doc_id, known in per_doc.items():
+    for (doc_id, scale), known in per_doc.items():
         length = max(known) + 1
         values = [known[p][0] if p in known else -settings.irrelevant_chunk_penalty for p in range(length)]
-        out.append(DocumentValues(doc_id, tuple(values), {p: span for p, (_, span) in known.items()}))
+        out.append(DocumentValues(doc_id, tuple(values), {p: span for p, (_, span) in known.items()}, scale))
     return out
 
 
@@ -141,6 +146,7 @@ class SegmentPlan:
     value: float
     start: int
     end: int
+    scale: int = BASE_SCALE
 
     @property
     def positions(self) -> range:
@@ -163,7 +169,7 @@ def best_segments(documents: Sequence[DocumentValues], settings: SegmentSettings
     while True:
         best: tuple[tuple[float, int, int, int], SegmentPlan] | None = None
         for d_index, doc in enumerate(documents):
-            taken = [(s.first, s.stop) for s in chosen if s.doc_id == doc.doc_id]
+            taken = [(s.first, s.stop) for s in chosen if s.doc_id == doc.doc_id and s.scale == doc.scale]
             ends = sorted(p for p, v in enumerate(doc.values) if v > 0 and p in doc.spans)
             for first in ends:
                 for last in ends:
@@ -180,7 +186,7 @@ def best_segments(documents: Sequence[DocumentValues], settings: SegmentSettings
                     value = prefix[d_index][stop] - prefix[d_index][first]
                     key = (-value, stop - first, d_index, first)
                     if best is None or key < best[0]:
-                        best = (key, SegmentPlan(doc.doc_id, first, stop, value, start, end))
+                        best = (key, SegmentPlan(doc.doc_id, first, stop, value, start, end, doc.scale))
         if best is None or best[1].value < settings.min_segment_value:
             return chosen
         plan = best[1]
@@ -196,11 +202,13 @@ def _prefix_sums(values: Sequence[float]) -> list[float]:
     return sums
 
 
-def missing_positions(plans: Iterable[SegmentPlan], have: Iterable[Chunk]) -> dict[str, tuple[int, ...]]:
-    """Per document, the positions the plans need that ``have`` lacks."""
-    held = {(c.doc_id, c.position) for c in have}
+def missing_positions(plans: Iterable[SegmentPlan], have: Iterable[Chunk], scale: int = BASE_SCALE) -> dict[str, tuple[int, ...]]:
+    """Per document, the positions at ``scale`` the plans need that ``have`` lacks."""
+    held = {(c.doc_id, c.position) for c in have if c.scale == scale}
     missing: dict[str, set[int]] = {}
     for plan in plans:
+        if plan.scale != scale:
+            continue
         for position in plan.positions:
             if (plan.doc_id, position) not in held:
                 missing.setdefault(plan.doc_id, set()).add(position)
@@ -212,9 +220,10 @@ def join_chunks(chunks: Sequence[Chunk]) -> str:
 
     Chunks are placed in offset order; where two overlap, the overlapping
     characters are written once; where text lies between two chunks, the
-    later chunk's ``lead`` (the document text since the chunk before it) fills
-    it when its length matches, else spaces of the same length, so every
-    chunk's text still sits at its own offset within the result.
+    later chunk's ``lead`` (the document text since the chunk before it at
+    its scale) fills it when it is at least that long (its end is the gap:
+    chunks of different scales merged by ensembling), else spaces of the
+    same length, so every chunk's text still sits at its own offset.
     """
     if not chunks:
         return ""
@@ -227,7 +236,7 @@ def join_chunks(chunks: Sequence[Chunk]) -> str:
         if chunk.start > cursor:
             gap = chunk.start - cursor
             lead = chunk.lead
-            pieces.append(lead if lead is not None and len(lead) == gap else " " * gap)
+            pieces.append(lead[len(lead) - gap :] if lead is not None and len(lead) >= gap else " " * gap)
             cursor = chunk.start
         if chunk.end > cursor:
             pieces.append(chunk.text[cursor - chunk.start :])
@@ -247,6 +256,7 @@ class Segment:
     end: int
     text: str
     chunks: tuple[Chunk, ...]
+    scale: int = BASE_SCALE
 
     @property
     def chunk_ids(self) -> tuple[str, ...]:
@@ -264,17 +274,19 @@ class Segment:
 def assemble(plan: SegmentPlan, chunks: Iterable[Chunk]) -> Segment:
     """The segment of ``plan`` from chunks that include every position it
     spans (others are ignored); a missing one is an error, never a hole."""
-    by_position = {c.position: c for c in chunks if c.doc_id == plan.doc_id and c.position in plan.positions}
+    by_position = {c.position: c for c in chunks if c.doc_id == plan.doc_id and c.scale == plan.scale and c.position in plan.positions}
     missing = [p for p in plan.positions if p not in by_position]
     if missing:
         raise SegmentError(f"segment {plan.doc_id}[{plan.first}:{plan.stop}] lacks chunk positions {missing}")
     run = tuple(by_position[p] for p in plan.positions)
-    return Segment(plan.doc_id, plan.first, plan.stop, plan.value, run[0].start, run[-1].end, join_chunks(run), run)
+    return Segment(plan.doc_id, plan.first, plan.stop, plan.value, min(c.start for c in run), max(c.end for c in run), join_chunks(run), run, plan.scale)
 
 
 # Chunks at the given positions of each document, in one engine request
 # (search_extension.neighbours.fetch_positions over a client and an index).
-FetchPositions = Callable[[Mapping[str, Sequence[int]]], Sequence[Chunk]]
+# Called with the wanted positions alone for base chunks, and with
+# ``scale=`` for a larger scale's (ensembling).
+FetchPositions = Callable[..., Sequence[Chunk]]
 
 
 def extract_segments(
@@ -285,9 +297,14 @@ def extract_segments(
 ) -> list[Segment]:
     """RSE over candidates in rank order: plan the best segments, fetch the
     neighbours they lack in one call, and rebuild each segment's text.
-    Chunks of a segment that were candidates keep their scores."""
+    Chunks of a segment that were candidates keep their scores. Candidates of
+    several scales (ensembling) make segments of one scale each, and the
+    neighbours of each larger scale come in one more call."""
     plans = best_segments(document_values(candidates, settings, relevance), settings)
-    missing = missing_positions(plans, candidates)
-    fetched = list(fetch(missing)) if missing else []
+    fetched: list[Chunk] = []
+    for scale in sorted({plan.scale for plan in plans}):
+        missing = missing_positions(plans, candidates, scale)
+        if missing:
+            fetched.extend(fetch(missing) if scale == BASE_SCALE else fetch(missing, scale=scale))
     held = [*fetched, *reversed(candidates)]  # a candidate wins, at its best rank
     return [assemble(plan, held) for plan in plans]

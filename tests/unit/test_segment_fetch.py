@@ -34,7 +34,9 @@ def test_positions_body_is_one_filter_per_document_run():
                             ],
                             "minimum_should_match": 1,
                         }
-                    }
+                    },
+                    # Base chunks only: none of a larger ensembling scale.
+                    {"bool": {"must_not": [{"range": {"scale": {"gt": 0}}}]}},
                 ]
             }
         },
