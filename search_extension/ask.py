@@ -74,6 +74,7 @@ def ask(
     reranker=None,
     segments: SegmentSettings | None = None,
     fetch_positions: FetchPositions | None = None,
+    ensemble: Sequence[int] | None = None,
 ) -> AskResult:
     """Rewrite (optional), retrieve ``candidates`` chunks, filter them.
 
@@ -86,6 +87,11 @@ def ask(
     model stages), missing neighbours come from the index in one request
     (``fetch_positions``, by default from the retriever's client), and the
     answer is written from the segments instead of the kept chunks.
+
+    With ``ensemble`` (the larger scales the index holds), the candidates
+    come from multi-scale ensembling (one ``_msearch`` over every scale,
+    de-duplicated by span) instead of the base chunks alone; the filter and
+    RSE take them as they take chunks.
     """
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -96,7 +102,10 @@ def ask(
     query = rewritten.query if rewritten is not None else question
     # Vectors come along for the redundancy filter: nothing is re-embedded.
     wants_vectors = stages and options.redundancy_threshold is not None
-    retrieval = retriever.search(query, mode=mode, size=candidates, filters=filters, include_vectors=wants_vectors)
+    if ensemble is not None:
+        retrieval = retriever.search_ensemble(query, scales=ensemble, mode=mode, size=candidates, filters=filters, include_vectors=wants_vectors)
+    else:
+        retrieval = retriever.search(query, mode=mode, size=candidates, filters=filters, include_vectors=wants_vectors)
     timings["embed"] = retrieval.embed_ms
     timings["retrieval"] = retrieval.took_ms
     filtered = None
