@@ -11,7 +11,7 @@ import sys
 from importlib import resources
 from typing import Sequence
 
-from chunkrag_core.settings import Settings, SettingsError
+from chunkrag_core.settings import Settings, SettingsError, parse_scales
 from search_extension.queries import MODES
 
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--percentile", type=float, help="break where the distance between consecutive sentences is above this percentile of the document's own (e.g. 95) instead of below --similarity-threshold")
     ingest.add_argument("--min-chars", type=int, help="a chunk shorter than this is not closed at a similarity drop (0)")
     ingest.add_argument("--headers", choices=["title+section", "title", "section", "none"], help="contextual chunk headers (title+section)")
+    ingest.add_argument("--scales", help=SCALES_HELP + " (default $CHUNKRAG_SCALES, or none)")
     ingest.add_argument("--json", action="store_true", help="print the report as JSON")
     ingest.add_argument("--no-progress", action="store_true")
     ingest.set_defaults(handler=cmd_ingest)
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--size", type=int, default=None)
     search.add_argument("--filter", action="append", default=[], metavar="JSON", help='an Elasticsearch filter clause, e.g. \'{"term": {"doc_id": "a"}}\'')
     search.add_argument("--collapse", metavar="FIELD", help="best chunk per value of FIELD, e.g. doc_id")
+    _ensemble_arguments(search)
     search.add_argument("--json", action="store_true")
     search.set_defaults(handler=cmd_search)
 
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--no-answer", action="store_true", help="filter only; do not write an answer")
     ask.add_argument("--segments", action="store_true", help="relevant segment extraction: answer from runs of neighbouring chunks around the relevant ones")
     ask.add_argument("--segment-chars", type=int, default=None, help="character budget of all segments together (default: chunk budgets only)")
+    _ensemble_arguments(ask)
     ask.set_defaults(handler=cmd_ask)
 
     serve = commands.add_parser("serve", help="run the Elasticsearch-compatible gateway (ext.chunkrag in _search, /v1/ask)")
@@ -82,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--no-redundancy", action="store_true", help="skip the 0.9-cosine redundancy filter")
     evaluation.add_argument("--generate", action="store_true", help="also write an answer (PopQA) or verdict (PubHealth) from the kept chunks and grade it")
     evaluation.add_argument("--segments", action="store_true", help="also measure relevant segments of the judged candidates within the characters the filter kept")
+    _ensemble_arguments(evaluation, ingest=True)
     evaluation.add_argument("--judge", choices=["threads", "celery"], help="where judging runs (default $CHUNKRAG_WORKER_JUDGE or threads)")
     evaluation.add_argument("--out", help="write the summary and per-question outcomes to this JSON file")
     evaluation.add_argument("--plots", metavar="DIR", help="write PNG figures to DIR")
@@ -106,6 +110,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     register(commands)
     return parser
+
+
+SCALES_HELP = "multi-scale ensembling: also index each document at these chunk sizes in tokens, e.g. 128,512,2000 ('default' for those, 'off' for none)"
+
+
+def _ensemble_arguments(parser: argparse.ArgumentParser, *, ingest: bool = False) -> None:
+    parser.add_argument("--ensemble", action="store_true", help="retrieve the base chunks and every larger scale in one _msearch, fused per scale and de-duplicated by span (the index must have been ingested with --scales)")
+    where = "indexed and ensembled" if ingest else "ensembled"
+    parser.add_argument("--scales", help=f"with --ensemble, the scales {where} (default $CHUNKRAG_SCALES, else 128,512,2000)")
+
+
+def ensemble_scales(args: argparse.Namespace, settings: Settings) -> tuple[int, ...] | None:
+    """The scales to ensemble with ``--ensemble`` (None without it): the
+    settings' (``--scales``, $CHUNKRAG_SCALES), else the default ones."""
+    from chunkrag_core.settings import DEFAULT_SCALES
+
+    if not getattr(args, "ensemble", False):
+        return None
+    return settings.chunking.scales or DEFAULT_SCALES
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,6 +161,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         chunking = dataclasses.replace(chunking, min_chars=args.min_chars)
     if getattr(args, "headers", None) is not None:
         chunking = dataclasses.replace(chunking, headers=args.headers)
+    if getattr(args, "scales", None) is not None:
+        chunking = dataclasses.replace(chunking, scales=parse_scales(args.scales))
     return dataclasses.replace(settings, index=getattr(args, "index", None) or settings.index, chunking=chunking)
 
 
@@ -184,7 +209,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"chunkrag: --filter is not JSON: {exc}", file=sys.stderr)
         return 2
     retriever = HybridRetriever(_backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
-    result = retriever.search(args.query, mode=args.mode, size=args.size, filters=filters, collapse_field=args.collapse)
+    scales = ensemble_scales(args, settings)
+    if scales is not None:
+        result = retriever.search_ensemble(args.query, scales=scales, mode=args.mode, size=args.size, filters=filters, collapse_field=args.collapse)
+    else:
+        result = retriever.search(args.query, mode=args.mode, size=args.size, filters=filters, collapse_field=args.collapse)
     if args.json:
         print(hits_json(result))
     else:
@@ -204,7 +233,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from search_extension.segments import SegmentSettings
 
     segments = SegmentSettings(max_total_chars=args.segment_chars) if args.segments else None
-    result = ask(args.question, retriever=retriever, model=make_chat(settings.chat), options=options, candidates=args.candidates, parallel=settings.chat.parallel, model_name=settings.chat.model, segments=segments)
+    result = ask(args.question, retriever=retriever, model=make_chat(settings.chat), options=options, candidates=args.candidates, parallel=settings.chat.parallel, model_name=settings.chat.model, segments=segments, ensemble=ensemble_scales(args, settings))
     print_ask(result, sys.stdout)
     return 0
 
@@ -269,6 +298,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.format in ("wikiqa", "healthver", "climate_fever"):
         return _eval_sentences(args, settings)
+    ensemble = ensemble_scales(args, settings)
+    if ensemble is not None:
+        # The pools are indexed here, so at the scales ensembled.
+        settings = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, scales=ensemble))
     fmt, items, bad = read_items(args.file, args.format, args.pool, args.limit)
     for record in bad:
         print(f"skipped line {record.line}: {record.reason}", file=sys.stderr)
@@ -277,9 +310,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate(
         items, fmt, client=_backend(settings), embedder=make_embedder(settings.embedder), settings=settings, model=model, options=options,
         judge_many=judge_many_for(dataclasses.replace(settings, workers=dataclasses.replace(settings.workers, judge=args.judge or settings.workers.judge)), model), index=args.index or f"chunkrag-eval-{fmt}",
-        generate=args.generate, on_question=lambda outcome: print_outcome(outcome, sys.stderr), segments=_segment_settings(args),
+        generate=args.generate, on_question=lambda outcome: print_outcome(outcome, sys.stderr), segments=_segment_settings(args), ensemble=ensemble,
     )
-    summary = {**report.summary(), "skipped_records": len(bad), "options": {"method": options.scoring.method, "orders": options.scoring.orders, "judge_top": options.judge_top, "calibrated": options.calibration is not None, "prior_weight": options.prior_weight, "threshold": options.threshold, "fixed_threshold": options.fixed_threshold, "redundancy": not args.no_redundancy, "judge": args.judge or settings.workers.judge, "model": settings.chat.model}}
+    summary = {**report.summary(), "skipped_records": len(bad), "options": {"method": options.scoring.method, "orders": options.scoring.orders, "judge_top": options.judge_top, "calibrated": options.calibration is not None, "prior_weight": options.prior_weight, "threshold": options.threshold, "fixed_threshold": options.fixed_threshold, "redundancy": not args.no_redundancy, "judge": args.judge or settings.workers.judge, "model": settings.chat.model, "ensemble_scales": list(ensemble) if ensemble is not None else None}}
     if args.out:
         write_report(args.out, summary, report)
     if args.plots:

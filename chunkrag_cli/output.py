@@ -18,6 +18,7 @@ def print_ingest_report(report: IngestReport, out: TextIO) -> None:
     print(
         f"ingested {report.documents} documents into {report.index!r} in {report.seconds:.1f} s: "
         f"{report.sentences} sentences -> {report.chunks} chunks"
+        + (f" (+ {report.scaled_chunks} at the ensembling scales)" if report.scaled_chunks else "")
         + (f", {report.unchanged} unchanged (skipped)" if report.unchanged else "")
         + (f", {report.deleted} stale chunks deleted" if report.deleted else ""),
         file=out,
@@ -48,7 +49,8 @@ def print_hits(query: str, result: RetrievalResult, out: TextIO, width: int = 10
         print("  (no hits)", file=out)
     for rank, chunk in enumerate(result.chunks, start=1):
         where = " > ".join(chunk.section) or chunk.title
-        print(f"  {rank:>2}. {chunk.score:8.4f}  {chunk.chunk_id}  [{where}]", file=out)
+        span = f"  chars {chunk.start}-{chunk.end}" if result.fusion == "ensemble" else ""
+        print(f"  {rank:>2}. {chunk.score:8.4f}  {chunk.chunk_id}{span}  [{where}]", file=out)
         preview = textwrap.shorten(" ".join(chunk.text.split()), width=width - 8, placeholder=" …")
         print(f"      {preview}", file=out)
 
@@ -65,6 +67,7 @@ def hits_json(result: RetrievalResult) -> str:
                     "score": c.score,
                     "doc_id": c.doc_id,
                     "position": c.position,
+                    "scale": c.scale,
                     "title": c.title,
                     "section": list(c.section),
                     "start": c.start,

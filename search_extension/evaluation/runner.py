@@ -143,7 +143,10 @@ def evaluate(
     generate: bool = False,
     on_question: Callable[[QuestionOutcome], None] | None = None,
     segments: SegmentSettings | None = None,
+    ensemble: Sequence[int] | None = None,
 ) -> EvalReport:
+    """With ``ensemble`` (scales the pools are indexed at: ``settings.chunking.scales``),
+    candidates come from multi-scale ensembling instead of the base chunks."""
     ingest_seconds = index_pools(items, dataset, client=client, embedder=embedder, settings=settings, index=index)
     retriever = HybridRetriever(client, embedder, index, settings.retrieval)
     # The answer (or verdict) is written here, not inside the filter, so the
@@ -151,17 +154,20 @@ def evaluate(
     filter_options = replace(options, answer=False)
     outcomes = []
     for item in items:
-        outcome = evaluate_one(item, dataset, retriever=retriever, embedder=embedder, model=model, options=filter_options, judge_many=judge_many, generate=generate, segments=segments)
+        outcome = evaluate_one(item, dataset, retriever=retriever, embedder=embedder, model=model, options=filter_options, judge_many=judge_many, generate=generate, segments=segments, ensemble=ensemble)
         outcomes.append(outcome)
         if on_question:
             on_question(outcome)
     return EvalReport(dataset, tuple(outcomes), index, ingest_seconds, 0)
 
 
-def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, embedder, model: ChatModel, options: FilterOptions, judge_many: JudgeMany | None, generate: bool, segments: SegmentSettings | None = None) -> QuestionOutcome:
+def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, embedder, model: ChatModel, options: FilterOptions, judge_many: JudgeMany | None, generate: bool, segments: SegmentSettings | None = None, ensemble: Sequence[int] | None = None) -> QuestionOutcome:
     pool_filter = {"term": {DOC_ID: doc_id_for(dataset, item)}}
     started = time.perf_counter()
-    retrieval = retriever.search(item.question, size=MAX_CANDIDATES, filters=[pool_filter], include_vectors=True)
+    if ensemble is not None:
+        retrieval = retriever.search_ensemble(item.question, scales=ensemble, size=MAX_CANDIDATES, filters=[pool_filter], include_vectors=True)
+    else:
+        retrieval = retriever.search(item.question, size=MAX_CANDIDATES, filters=[pool_filter], include_vectors=True)
     candidates = list(retrieval.chunks)
     result = run_filter(item.question, candidates, model=model, options=options, judge_many=judge_many)
     seconds = time.perf_counter() - started
