@@ -10,7 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from chunkrag_core.chunk import Chunk
+from chunkrag_core.chunk import BASE_SCALE, Chunk
+from chunkrag_core.settings import DEFAULT_SCALES
 from search_extension.ask import DEFAULT_CANDIDATES, AskResult
 from search_extension.chunk_filter import FilterOptions
 from search_extension.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD
@@ -21,7 +22,7 @@ from search_extension.segments import Segment, SegmentError, SegmentSettings
 OPTION_KEYS = (
     "query", "rewrite", "candidates", "mode", "stages", "redundancy_threshold", "scoring", "threshold", "fixed_threshold",
     "fallback", "fallback_k", "min_score", "prior_weight", "rerank", "lost_in_the_middle", "answer", "include_dropped", "budget_s", "segments",
-    "judge_top", "calibrated",
+    "judge_top", "calibrated", "ensemble",
 )
 SCORING_KEYS = ("method", "critic", "reflect_band", "use_logprobs", "weights", "listwise_batch", "orders", "passages")
 # ext.chunkrag.segments: true (dsRAG's balanced preset) or an object of these.
@@ -57,6 +58,9 @@ class ChunkragOptions:
     filter: FilterOptions = FilterOptions()
     # Relevant segment extraction; None: chunks, not segments, are returned.
     segments: SegmentSettings | None = None
+    # Multi-scale ensembling: None off; () the gateway's scales
+    # (CHUNKRAG_SCALES, else the defaults); else the scales asked for.
+    ensemble: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +186,7 @@ def parse_options(raw: Any, *, max_candidates: int, where: str = "ext.chunkrag")
         budget_s=budget,
         filter=filter_options,
         segments=parse_segments(raw.get("segments", False), where=f"{where}.segments"),
+        ensemble=parse_ensemble(raw.get("ensemble", False), where=f"{where}.ensemble"),
     )
 
 
@@ -233,6 +238,26 @@ def parse_segments(raw: Any, *, where: str) -> SegmentSettings | None:
         return SegmentSettings(**{k: v for k, v in values.items() if v is not None})
     except SegmentError as exc:
         raise OptionError(f"{where}: {exc}") from None
+
+
+def parse_ensemble(raw: Any, *, where: str) -> tuple[int, ...] | None:
+    """``true`` (the gateway's scales), ``false``, or the scales themselves
+    as a list of token counts."""
+    if raw is False or raw is None:
+        return None
+    if raw is True:
+        return ()
+    if not isinstance(raw, list) or not raw or not all(_is_int(v) and v >= 1 for v in raw):
+        raise OptionError(f"{where} must be true, false or a non-empty list of scales in tokens (integers >= 1), got {raw!r}")
+    return tuple(sorted(set(raw)))
+
+
+def ensemble_scales(requested: tuple[int, ...] | None, configured: Sequence[int]) -> tuple[int, ...] | None:
+    """The scales to ensemble: None (off), those asked for, or for ``true``
+    the gateway's configured ones (CHUNKRAG_SCALES), else the defaults."""
+    if requested is None:
+        return None
+    return requested or tuple(configured) or DEFAULT_SCALES
 
 
 def query_text(query: Any) -> str | None:
@@ -324,16 +349,24 @@ def segment_hit(segment: Segment, index: str) -> dict[str, Any]:
     ``_source.text`` is the document text it covers (``start``..``end``)."""
     return {
         "_index": index,
-        "_id": f"{segment.doc_id}:{segment.first}-{segment.stop - 1}",
+        "_id": segment_id(segment),
         "_score": segment.value,
         "_source": segment_source(segment),
         "_chunkrag": {"segment": True, "chunk_ids": list(segment.chunk_ids), "span": {"start": segment.start, "end": segment.end}, "value": segment.value},
     }
 
 
+def segment_id(segment: Segment) -> str:
+    """``<doc_id>:<first>-<last>``, and ``@<scale>`` for a larger scale's
+    chunks (ensembling), as chunk ids do."""
+    suffix = f"@{segment.scale}" if segment.scale != BASE_SCALE else ""
+    return f"{segment.doc_id}:{segment.first}-{segment.stop - 1}{suffix}"
+
+
 def segment_source(segment: Segment) -> dict[str, Any]:
     return {
         "doc_id": segment.doc_id,
+        "scale": segment.scale,
         "first_position": segment.first,
         "last_position": segment.stop - 1,
         "start": segment.start,
@@ -379,7 +412,7 @@ def ask_response(result: AskResult, *, index: str) -> dict[str, Any]:
         "nothing_relevant": section["nothing_relevant"],
         "threshold": section["threshold"],
         "chunks": chunks,
-        "segments": None if result.segments is None else [{"id": segment_hit(s, index)["_id"], "value": s.value, "chunk_ids": list(s.chunk_ids), **segment_source(s)} for s in result.segments],
+        "segments": None if result.segments is None else [{"id": segment_id(s), "value": s.value, "chunk_ids": list(s.chunk_ids), **segment_source(s)} for s in result.segments],
         "usage": section["usage"],
         "timings_ms": section["timings_ms"],
     }
@@ -402,6 +435,7 @@ def source_of(chunk: Chunk) -> dict[str, Any]:
     return {
         "doc_id": chunk.doc_id,
         "position": chunk.position,
+        "scale": chunk.scale,
         "start": chunk.start,
         "end": chunk.end,
         "title": chunk.title,

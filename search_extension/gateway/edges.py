@@ -13,7 +13,7 @@ from chunkrag_core.settings import Settings, redact_url
 from search_extension.ask import AskResult, ask, judge_many_for
 from search_extension.chunk_filter import JudgeMany
 from search_extension.gateway import errors
-from search_extension.gateway.dialect import ChunkragOptions
+from search_extension.gateway.dialect import ChunkragOptions, ensemble_scales
 from search_extension.gateway.identity import Caller, es_for
 from search_extension.gateway.passthrough import HttpTransport, Passthrough
 
@@ -141,6 +141,7 @@ class Edges:
             judge_many=self.judge_many(self.budget_s(options)) if stages else None,
             reranker=self.reranker(options.filter.rerank) if stages else None,
             segments=options.segments,
+            ensemble=ensemble_scales(options.ensemble, self.settings.chunking.scales),
         )
 
     def capabilities(self, mode: str | None, es=None):

@@ -53,6 +53,7 @@ class OptionsModel(BaseModel):
     judge_top: Optional[int] = Field(None, ge=0, description="only the best N candidates go to the model (a cascade); 0: none")
     calibrated: Optional[bool] = Field(None, description="combine the judge with the retrieval signals through the shipped logistic model")
     segments: Optional[Union[bool, SegmentsModel]] = Field(None, description="relevant segment extraction: true, or budgets; hits become segments")
+    ensemble: Optional[Union[bool, list[int]]] = Field(None, description="multi-scale ensembling: true (the gateway's scales, CHUNKRAG_SCALES or 128,512,2000) or the scales in tokens; every scale in one _msearch, de-duplicated by span")
 
 
 class AskRequest(BaseModel):
@@ -79,6 +80,7 @@ class AskSegment(BaseModel):
     value: float
     chunk_ids: list[str]
     doc_id: str
+    scale: int = Field(0, description="0: the semantic chunks; else the ensembling scale (tokens) of the segment's chunks")
     first_position: int
     last_position: int
     start: int
@@ -107,6 +109,7 @@ class AskChunk(BaseModel):
     id: str
     doc_id: str
     position: int
+    scale: int = Field(0, description="0: a semantic chunk; else the ensembling scale (tokens); with ensembling, start..end may span several merged chunks")
     start: int
     end: int
     title: str

@@ -119,3 +119,26 @@ def test_an_index_without_scales_answers_ensembling_with_its_base_chunks(engine,
     retriever = HybridRetriever(engine, embedder, engine_index, settings.retrieval)
     result = retriever.search_ensemble("river delta flood", scales=SCALES, size=4)
     assert result.chunks and {c.scale for c in result.chunks} == {0}
+
+
+def test_the_gateway_ensembles_with_ext_chunkrag_ensemble(es, embedder, settings, fresh_index):
+    import httpx
+
+    from search_extension.gateway import create_app
+    from search_extension.gateway.server import serve_in_thread
+
+    ingest_documents(documents(), client=es, embedder=embedder, settings=scaled(settings, SCALES), index=fresh_index, progress=False)
+    body = {"query": {"match": {"text": "how do bees make honey"}}, "size": 5, "ext": {"chunkrag": {"stages": False, "candidates": 6, "ensemble": list(SCALES)}}}
+    with serve_in_thread(create_app(settings, embedder=embedder)) as url, httpx.Client() as http:
+        response = http.post(f"{url}/{fresh_index}/_search", json=body)
+        plain = http.post(f"{url}/{fresh_index}/_search", json={**body, "ext": {"chunkrag": {"stages": False, "candidates": 6}}})
+        bad = http.post(f"{url}/{fresh_index}/_search", json={**body, "ext": {"chunkrag": {"stages": False, "ensemble": "yes"}}})
+    assert response.status_code == 200, response.text
+    assert response.json()["chunkrag"]["retrieval"]["fusion"] == "ensemble"
+    hits = response.json()["hits"]["hits"]
+    assert hits and any(hit["_source"]["scale"] > 0 for hit in hits)
+    for hit in hits:
+        source = hit["_source"]
+        assert DOCUMENTS[source["doc_id"]][source["start"] : source["end"]] == source["text"]
+    assert {hit["_source"]["scale"] for hit in plain.json()["hits"]["hits"]} == {0}
+    assert bad.status_code == 400 and "ext.chunkrag.ensemble" in bad.text

@@ -47,11 +47,11 @@ def test_every_option_is_read_into_typed_values():
         "scoring": {"method": "yes_no", "critic": "off", "reflect_band": [0.2, 0.8], "use_logprobs": False, "weights": [1, 0, 0], "listwise_batch": 4, "orders": 2, "passages": "quoted"},
         "threshold": "fixed", "fixed_threshold": 0.6, "fallback": "not_found", "fallback_k": 2, "min_score": 0.05, "prior_weight": 0.25, "rerank": "off",
         "lost_in_the_middle": False, "answer": False, "include_dropped": True, "budget_s": 7,
-        "segments": {"max_total_chars": 1000}, "judge_top": 9, "calibrated": False,
+        "segments": {"max_total_chars": 1000}, "judge_top": 9, "calibrated": False, "ensemble": [512, 128],
     }
     parsed = options(raw)
     assert parsed == ChunkragOptions(
-        query="q", rewrite=True, candidates=12, mode="bm25", stages=True, include_dropped=True, budget_s=7.0, segments=SegmentSettings(max_total_chars=1000),
+        query="q", rewrite=True, candidates=12, mode="bm25", stages=True, include_dropped=True, budget_s=7.0, segments=SegmentSettings(max_total_chars=1000), ensemble=(128, 512),
         filter=FilterOptions(
             redundancy_threshold=None,
             scoring=ScoringOptions(method="yes_no", critic="off", reflect_band=(0.2, 0.8), use_logprobs=False, weights=(1.0, 0.0, 0.0), listwise_batch=4, orders=2, passages="quoted"),
@@ -221,7 +221,7 @@ def test_search_response_has_elasticsearch_shape_with_kept_chunks_in_order():
         "_index": "idx",
         "_id": "a:0",
         "_score": 0.9,
-        "_source": {"doc_id": "a", "position": 0, "start": 0, "end": 10, "title": "a", "section": [], "sentence_count": 1, "text": "a text 0", "metadata": {}},
+        "_source": {"doc_id": "a", "position": 0, "scale": 0, "start": 0, "end": 10, "title": "a", "section": [], "sentence_count": 1, "text": "a text 0", "metadata": {}},
         "_chunkrag": {"retrieval_rank": 1, "retrieval_score": 0.9, "scores": {"base": 0.95, "combined": 0.9}, "kept": True, "reason": "above_threshold"},
     }
     assert [h["_id"] for h in response["hits"]["hits"]] == ["a:0", "b:0"]

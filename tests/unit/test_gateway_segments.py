@@ -51,7 +51,7 @@ def test_segments_come_back_as_hits_with_chunk_ids_and_span():
         "_index": "docs",
         "_id": "bees:4-5",
         "_score": 0.9,
-        "_source": {"doc_id": "bees", "first_position": 4, "last_position": 5, "start": 100, "end": 129, "title": "Bees", "header": "Bees", "section": [], "text": "Bees make honey. From nectar."},
+        "_source": {"doc_id": "bees", "scale": 0, "first_position": 4, "last_position": 5, "start": 100, "end": 129, "title": "Bees", "header": "Bees", "section": [], "text": "Bees make honey. From nectar."},
         "_chunkrag": {"segment": True, "chunk_ids": ["bees:4", "bees:5"], "span": {"start": 100, "end": 129}, "value": 0.9},
     }
     assert search_response(make_result(), index="docs", size=0, include_dropped=False, took_ms=5)["hits"]["hits"] == []
