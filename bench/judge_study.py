@@ -262,6 +262,8 @@ def verdicts(dataset: str, limit: int | None) -> int:
     (PubHealth has labels, not answer strings): the previous default, the
     shipped default (calibration fitted on PopQA only), and cosine kept to
     the shipped default's characters. Each verdict is one model call."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from chunkrag_core.es_client import make_client
     from chunkrag_core.es_schema import chunk_from_hit
     from chunkrag_core.providers import make_chat
@@ -282,7 +284,8 @@ def verdicts(dataset: str, limit: int | None) -> int:
     previous = Variant("previous default", "judge", "algorithm1", judge="forward")
     tallies: dict[str, list[bool]] = {"previous default": [], "shipped default": [], "cosine at the shipped default's characters": []}
     chars: dict[str, list[int]] = {k: [] for k in tallies}
-    for n, question in enumerate(questions):
+
+    def one(question) -> dict[str, tuple[bool, int]]:
         rows = question.judged_rows
         ids = [r["chunk_id"] for r in question.rows]
         found = client.mget(index=f"chunkrag-eval-{dataset}", ids=ids)["docs"]
@@ -296,12 +299,20 @@ def verdicts(dataset: str, limit: int | None) -> int:
         taken = kept_within_budget(["x" * r["chars"] for r in every], [r.get("cosine", 0.0) for r in every], budget)
         kept_sets["cosine at the shipped default's characters"] = [every[i]["chunk_id"] for i in taken]
         item = claims[question.item_id]
+        out = {}
         for name, kept_ids in kept_sets.items():
             kept = [chunks[c] for c in kept_ids if c in chunks]
             verdict = verdict_from_chunks(item.question, kept, model)
-            tallies[name].append(verdict.label == item.label)
-            chars[name].append(sum(len(c.text) for c in kept))
-        print(f"{n + 1}/{len(questions)} " + " ".join(f"{k[:8]}={sum(v)}" for k, v in tallies.items()), file=sys.stderr)
+            out[name] = (verdict.label == item.label, sum(len(c.text) for c in kept))
+        return out
+
+    # Claims two at a time: the local server has two slots.
+    with ThreadPoolExecutor(max_workers=max(1, settings.chat.parallel)) as pool:
+        for n, outcome in enumerate(pool.map(one, questions)):
+            for name, (right, kept_chars) in outcome.items():
+                tallies[name].append(right)
+                chars[name].append(kept_chars)
+            print(f"{n + 1}/{len(questions)} " + " ".join(f"{k[:8]}={sum(v)}" for k, v in tallies.items()), file=sys.stderr)
     chars_before = sum(r["chars"] for q in questions for r in q.rows)
     path = write_result(f"filter_{dataset}_dev", "bench.judge_study", {
         "dataset": f"{dataset}/dev.jsonl (all {len(questions)} claims; pool: contexts.ambiguous)",
