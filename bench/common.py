@@ -48,3 +48,20 @@ def write_result(name: str, module: str, payload: dict[str, Any]) -> Path:
     payload = {"command": " ".join(["python", "-m", module, *sys.argv[1:]]), "machine": machine(), "date": time.strftime("%Y-%m-%d"), **payload}
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+def merge_result(name: str, module: str, section: str, payload: dict[str, Any], rows_key: str, rows: dict[str, Any]) -> Path:
+    """Add rows measured by a later, separate run (behind a flag) to
+    ``results/NAME.json`` without re-running or dropping the rows already
+    there: ``rows`` go under ``rows_key`` beside the old ones, and how they
+    were measured (command, machine, date, ``payload``) under ``section``."""
+    path = RESULTS / f"{name}.json"
+    existing = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    merged = {
+        **existing,
+        rows_key: {**existing.get(rows_key, {}), **rows},
+        section: {"command": " ".join(["python", "-m", module, *sys.argv[1:]]), "machine": machine(), "date": time.strftime("%Y-%m-%d"), **payload},
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
+    return path

@@ -1,6 +1,7 @@
 """Relevant segment extraction and contextual headers on long documents.
 
     python -m bench.segments_bench [--candidates 50] [--limit N] [--keep]
+    python -m bench.segments_bench --ensemble [--scales 128,512,2000]   # ensembling rows only
 
 Each SQuAD 2 dev article becomes one document (its paragraphs joined by
 blank lines) and is ingested twice: without headers, and with the default
@@ -12,7 +13,11 @@ of 500, 1,000, 2,000 and 4,000, the context is
   overflow is skipped and smaller ones after it may still fit);
 - RSE segments: dsRAG's "balanced" segment extraction with relevance the
   min-max normalised retrieval score (no model call) and the budget as its
-  character limit; neighbours fetched from Elasticsearch in one request.
+  character limit; neighbours fetched from Elasticsearch in one request;
+- with ``--ensemble`` (a separate run whose rows are added to the file):
+  ensembling (the articles also indexed at ~128, ~512 and ~2,000-token
+  chunks, every scale retrieved in one _msearch, de-duplicated by span,
+  then top-k within the budget) and ensembling + RSE.
 
 Answer-in-context: any gold answer as a case-insensitive substring of the
 context (the chunk or segment texts, headers not included). Retrieval,
@@ -27,7 +32,8 @@ import json
 import time
 from typing import Sequence
 
-from bench.common import SHARED, median, write_result
+from bench.common import SHARED, median, merge_result, write_result
+from chunkrag_core.settings import CHARS_PER_TOKEN
 
 SQUAD = SHARED / "eval" / "squad" / "squad2_cs224n_dev-v2.0.json"
 BUDGETS = (500, 1000, 2000, 4000)
@@ -35,9 +41,10 @@ VARIANTS = {"plain": "none", "headers": "title"}
 INDEX_PREFIX = "bench-squad-articles"
 
 
-def load_articles(path=SQUAD):
-    """(documents as (doc_id, title, text)), questions as (question, answers)."""
-    data = json.loads(path.read_text(encoding="utf-8"))["data"]
+def load_articles(path=SQUAD, articles: int | None = None):
+    """(documents as (doc_id, title, text)), questions as (question, answers);
+    with ``articles``, the first that many articles and their questions."""
+    data = json.loads(path.read_text(encoding="utf-8"))["data"][:articles]
     documents, questions = [], []
     for article in data:
         text = "\n\n".join(paragraph["context"] for paragraph in article["paragraphs"])
@@ -78,6 +85,7 @@ def ingest_variant(client, embedder, settings, index: str, headers: str, documen
         "unchanged": report.unchanged,
         "sentences": report.sentences,
         "chunks": report.chunks,
+        "scaled_chunks": report.scaled_chunks,
         "seconds": report.seconds,
         "sentences_per_s": round(report.sentences / report.seconds, 1) if report.seconds and report.sentences else None,
         "chunk_chars_p50": report.chunk_lengths.p50,
@@ -85,30 +93,71 @@ def ingest_variant(client, embedder, settings, index: str, headers: str, documen
     }
 
 
+def score_questions(questions, retrieve, fetch, presets, top_name: str, rse_prefix: str, candidates: int, at_budget=None):
+    """Answer-in-context at every budget for top-k and each RSE preset over
+    the candidates ``retrieve(question, size)`` returns (made ready for each
+    budget by ``at_budget(found, budget)`` when given); rows and timings."""
+    from search_extension.evaluation.measures import answer_in_context
+    from search_extension.segments import SegmentSettings, extract_segments
+
+    methods = {top_name: [0] * len(BUDGETS)}
+    for penalty, minimum in presets:
+        methods[f"{rse_prefix}_p{penalty:g}_min{minimum:g}"] = [0] * len(BUDGETS)
+    used = {name: [[] for _ in BUDGETS] for name in methods}
+    search_ms, rse_ms = [], []
+    for question, answers in questions:
+        started = time.perf_counter()
+        found = retrieve(question, candidates)
+        search_ms.append((time.perf_counter() - started) * 1000)
+        for b, budget in enumerate(BUDGETS):
+            ready = at_budget(found, budget) if at_budget is not None else found
+            chosen = top_k_within(ready, budget)
+            methods[top_name][b] += answer_in_context(" ".join(c.text for c in chosen), answers)
+            used[top_name][b].append(sum(len(c.text) for c in chosen))
+            for penalty, minimum in presets:
+                rse = SegmentSettings(max_total_chars=budget, irrelevant_chunk_penalty=penalty, min_segment_value=minimum)
+                started = time.perf_counter()
+                segments = extract_segments(ready, fetch, rse)
+                rse_ms.append((time.perf_counter() - started) * 1000)
+                name = f"{rse_prefix}_p{penalty:g}_min{minimum:g}"
+                methods[name][b] += answer_in_context(" ".join(s.text for s in segments), answers)
+                used[name][b].append(sum(s.end - s.start for s in segments))
+    n = len(questions)
+    rows = {
+        name: {str(budget): {"answer_in_context": round(hits[b] / n, 4), "mean_context_chars": round(sum(used[name][b]) / n, 1)} for b, budget in enumerate(BUDGETS)}
+        for name, hits in methods.items()
+    }
+    return rows, {"search_ms_median": median(search_ms), "rse_ms_median": median(rse_ms), "rse_calls": len(rse_ms)}
+
+
 def main(argv=None) -> int:
     from chunkrag_core.es_client import make_client
     from chunkrag_core.providers import make_embedder
-    from chunkrag_core.settings import Settings
-    from search_extension.evaluation.measures import answer_in_context
+    from chunkrag_core.settings import Settings, parse_scales
     from search_extension.neighbours import position_fetcher
     from search_extension.retriever import HybridRetriever
-    from search_extension.segments import SegmentSettings, extract_segments
+    from search_extension.segments import SegmentSettings
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--candidates", type=int, default=50, help="chunks retrieved per question")
     parser.add_argument("--limit", type=int, help="first N answerable questions only (a quick check)")
+    parser.add_argument("--articles", type=int, help="first N articles only, and their questions (a quick check; with --name, so the results file is not overwritten)")
     parser.add_argument("--keep", action="store_true", help="reuse the indices if present (ingest timing then means nothing)")
     parser.add_argument("--rse", default="0.18:0.5", help="RSE settings to report as penalty:minimum_value pairs, comma-separated (0.18:0.5 is dsRAG's balanced preset)")
+    parser.add_argument("--ensemble", action="store_true", help="only the multi-scale ensembling rows (ensembling, ensembling + RSE), added to the results file beside the rows already there")
+    parser.add_argument("--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens")
     parser.add_argument("--name", default="segments")
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
     client = make_client(settings)
     embedder = make_embedder(settings.embedder)
-    documents, questions = load_articles()
+    documents, questions = load_articles(articles=args.articles)
     if args.limit:
         questions = questions[: args.limit]
     presets = [tuple(float(v) for v in spec.split(":")) for spec in args.rse.split(",")]
+    if args.ensemble:
+        return ensemble_main(args, client, embedder, settings, documents, questions, presets, parse_scales(args.scales))
 
     ingest, rows, timings = {}, {}, {}
     for variant, headers in VARIANTS.items():
@@ -116,39 +165,13 @@ def main(argv=None) -> int:
         ingest[variant] = ingest_variant(client, embedder, settings, index, headers, documents, args.keep)
         retriever = HybridRetriever(client, embedder, index, settings.retrieval)
         fetch = position_fetcher(client, index)
-        methods = {f"top_k_{variant}": [0] * len(BUDGETS)}
-        for penalty, minimum in presets:
-            methods[f"rse_{variant}_p{penalty:g}_min{minimum:g}"] = [0] * len(BUDGETS)
-        used = {name: [[] for _ in BUDGETS] for name in methods}
-        search_ms, rse_ms = [], []
-        for question, answers in questions:
-            started = time.perf_counter()
-            candidates = retriever.search(question, size=args.candidates).chunks
-            search_ms.append((time.perf_counter() - started) * 1000)
-            for b, budget in enumerate(BUDGETS):
-                chosen = top_k_within(candidates, budget)
-                name = f"top_k_{variant}"
-                methods[name][b] += answer_in_context(" ".join(c.text for c in chosen), answers)
-                used[name][b].append(sum(len(c.text) for c in chosen))
-                for penalty, minimum in presets:
-                    rse = SegmentSettings(max_total_chars=budget, irrelevant_chunk_penalty=penalty, min_segment_value=minimum)
-                    started = time.perf_counter()
-                    segments = extract_segments(candidates, fetch, rse)
-                    rse_ms.append((time.perf_counter() - started) * 1000)
-                    name = f"rse_{variant}_p{penalty:g}_min{minimum:g}"
-                    methods[name][b] += answer_in_context(" ".join(s.text for s in segments), answers)
-                    used[name][b].append(sum(s.end - s.start for s in segments))
-        n = len(questions)
-        for name, hits in methods.items():
-            rows[name] = {
-                str(budget): {"answer_in_context": round(hits[b] / n, 4), "mean_context_chars": round(sum(used[name][b]) / n, 1)}
-                for b, budget in enumerate(BUDGETS)
-            }
-        timings[variant] = {"search_ms_median": median(search_ms), "rse_ms_median": median(rse_ms), "rse_calls": len(rse_ms)}
-        print(json.dumps({variant: {k: v for k, v in rows.items() if variant in k}}, indent=1), flush=True)
+        retrieve = lambda question, size: retriever.search(question, size=size).chunks  # noqa: E731
+        found, timings[variant] = score_questions(questions, retrieve, fetch, presets, f"top_k_{variant}", f"rse_{variant}", args.candidates)
+        rows.update(found)
+        print(json.dumps({variant: found}, indent=1), flush=True)
 
     path = write_result(args.name, "bench.segments_bench", {
-        "dataset": "SQuAD 2.0 dev (cs224n split): 16 articles as whole documents, paragraphs joined by blank lines",
+        "dataset": f"SQuAD 2.0 dev (cs224n split): {len(documents)} articles as whole documents, paragraphs joined by blank lines",
         "questions": len(questions),
         "candidates": args.candidates,
         "retrieval_mode": settings.retrieval.mode,
@@ -163,6 +186,43 @@ def main(argv=None) -> int:
         "timings": timings,
         "results": rows,
     })
+    print(f"wrote {path}")
+    return 0
+
+
+def ensemble_main(args, client, embedder, settings, documents, questions, presets, scales) -> int:
+    """The ensembling rows: the articles indexed (without headers, like
+    `plain`) at the base scale and at ``scales`` in one index; candidates
+    from one ensemble search (every scale in one _msearch, de-duplicated by
+    span); then top-k spans within the budget, and RSE over them."""
+    from search_extension.ensemble import merge_spans
+    from search_extension.neighbours import position_fetcher
+    from search_extension.retriever import HybridRetriever
+
+    index = f"{INDEX_PREFIX}-ensemble"
+    scaled = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, scales=scales))
+    ingest = ingest_variant(client, embedder, scaled, index, "none", documents, args.keep)
+    retriever = HybridRetriever(client, embedder, index, settings.retrieval)
+    # One search per question; the spans are de-duplicated under each budget
+    # (a chunk longer than the budget could never be used, so it must not
+    # hide the smaller chunks inside it).
+    retrieve = lambda question, size: retriever.ensemble_candidates(question, scales=scales, size=size).chunks  # noqa: E731
+    at_budget = lambda ranked, budget: merge_spans(ranked, args.candidates, budget)  # noqa: E731
+    rows, timings = score_questions(questions, retrieve, position_fetcher(client, index), presets, "ensemble_plain", "ensemble_rse_plain", args.candidates, at_budget)
+    print(json.dumps(rows, indent=1), flush=True)
+    path = merge_result(args.name, "bench.segments_bench", "ensembling", {
+        "articles": len(documents),
+        "questions": len(questions),
+        "candidates": args.candidates,
+        "scales_tokens": list(scales),
+        "chars_per_token": CHARS_PER_TOKEN,
+        "rows": {
+            "ensemble_plain": "top-k over the ensemble's spans (every scale, one _msearch, min-max per scale, de-duplicated by span with the budget as the span cap), in rank order while they fit",
+            "ensemble_rse_plain_*": "RSE (same presets, budget as max_total_chars) over the ensemble's spans; segments stay within one scale",
+        },
+        "ingest": ingest,
+        "timings": timings,
+    }, "results", rows)
     print(f"wrote {path}")
     return 0
 

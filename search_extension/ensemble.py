@@ -8,7 +8,9 @@ merged by weighted normalised score. Then, walking that order, results of
 one document are kept as disjoint spans: a chunk lying inside a kept span is
 dropped (its text is already there), and one that overlaps or touches kept
 spans (only whitespace between) merges with them into one span, at the rank
-of the best of them, with text rebuilt exactly from offsets.
+of the best of them, with text rebuilt exactly from offsets, as long as the
+span stays within a length cap (by default the largest scale's chunk
+length), so spans do not snowball into whole documents.
 
 Nothing here calls a cluster.
 """
@@ -79,23 +81,41 @@ def covered(group: Sequence[Chunk], chunk: Chunk) -> bool:
     return chunk.doc_id == group[0].doc_id and min(c.start for c in group) <= chunk.start and chunk.end <= max(c.end for c in group)
 
 
-def merge_spans(ranked: Sequence[Chunk], size: int | None = None) -> list[Chunk]:
-    """Chunks best first -> disjoint, non-touching spans best first (at
-    most ``size``): a chunk inside a kept span is dropped; one that overlaps
-    or touches kept spans joins them. A span of several chunks is the best
-    one's record (id, scale, scores, vector) with the union's text and
-    offsets and ``ensemble_members`` among its stage scores."""
+def overlaps(group: Sequence[Chunk], chunk: Chunk) -> bool:
+    """Whether ``chunk`` shares at least one character with ``group``'s span."""
+    return chunk.doc_id == group[0].doc_id and chunk.start < max(c.end for c in group) and min(c.start for c in group) < chunk.end
+
+
+def merge_spans(ranked: Sequence[Chunk], size: int | None = None, max_span_chars: int | None = None) -> list[Chunk]:
+    """Chunks best first -> disjoint spans best first (at most ``size``).
+
+    Walking the chunks in order: one inside a kept span is dropped (its text
+    is there already); one that overlaps or touches kept spans joins them
+    into one span at the best rank, unless the union would be longer than
+    ``max_span_chars``: then it is dropped if it overlaps them (it would
+    repeat text) and kept on its own if it only touches them. A chunk longer
+    than ``max_span_chars`` is never kept, so it hides none of the smaller
+    chunks inside it (a caller with a character budget passes the budget).
+    A span of several chunks is the best one's record (id, scale, scores,
+    vector) with the union's text and offsets, and ``ensemble_members``
+    among its stage scores."""
     groups: list[list[Chunk]] = []
     for chunk in ranked:
+        if max_span_chars is not None and chunk.end - chunk.start > max_span_chars:
+            continue
         if any(covered(group, chunk) for group in groups):
             continue
         joined = [i for i, group in enumerate(groups) if touches(group, chunk)]
-        if not joined:
-            groups.append([chunk])
-            continue
-        first = joined[0]
-        merged = [c for i in joined for c in groups[i]] + [chunk]
-        groups = [merged if i == first else group for i, group in enumerate(groups) if i == first or i not in joined]
+        if joined:
+            members = [c for i in joined for c in groups[i]] + [chunk]
+            union = max(c.end for c in members) - min(c.start for c in members)
+            if max_span_chars is None or union <= max_span_chars:
+                first = joined[0]
+                groups = [members if i == first else group for i, group in enumerate(groups) if i == first or i not in joined]
+                continue
+            if any(overlaps(groups[i], chunk) for i in joined):
+                continue
+        groups.append([chunk])
     spans = [span_chunk(group) for group in groups]
     return spans if size is None else spans[:size]
 

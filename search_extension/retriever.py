@@ -13,7 +13,7 @@ from chunkrag_core.es_client import ClusterCapabilities
 from chunkrag_core.es_schema import chunk_from_hit
 from chunkrag_core.providers import Embedder
 from chunkrag_core.search_backend import as_backend
-from chunkrag_core.settings import DEFAULT_SCALES, RetrievalSettings
+from chunkrag_core.settings import CHARS_PER_TOKEN, DEFAULT_SCALES, RetrievalSettings
 from search_extension import ensemble, fusion, queries
 from search_extension.queries import MODES, QuerySpec
 
@@ -121,13 +121,35 @@ class HybridRetriever:
         size: int | None = None,
         filters: Sequence[Mapping[str, Any]] = (),
         weights: Mapping[int, float] | None = None,
+        max_span_chars: int | None = None,
         **options: Any,
     ) -> RetrievalResult:
         """Multi-scale ensembling: the base chunks and every larger scale in
         one ``_msearch`` (BM25 and kNN per scale), each scale fused and
         min-max normalised on its own, the scales fused, and the results
         de-duplicated by span (``search_extension.ensemble``). Returns at
-        most ``size`` chunks, the score of each its ensemble score."""
+        most ``size`` spans, the score of each its ensemble score. No span
+        is longer than ``max_span_chars`` (by default the largest scale's
+        chunk length)."""
+        ranked = self.ensemble_candidates(text, scales=scales, mode=mode, size=size, filters=filters, weights=weights, **options)
+        cap = max_span_chars if max_span_chars is not None else max(scales, default=0) * CHARS_PER_TOKEN or None
+        chunks = ensemble.merge_spans(ranked.chunks, size or self.settings.size, cap)
+        return replace(ranked, chunks=tuple(chunks))
+
+    def ensemble_candidates(
+        self,
+        text: str,
+        *,
+        scales: Sequence[int] = DEFAULT_SCALES,
+        mode: str | None = None,
+        size: int | None = None,
+        filters: Sequence[Mapping[str, Any]] = (),
+        weights: Mapping[int, float] | None = None,
+        **options: Any,
+    ) -> RetrievalResult:
+        """The fused chunks of every scale before de-duplication by span
+        (``size`` from each scale), best first: for callers that
+        de-duplicate under caps of their own (``ensemble.merge_spans``)."""
         mode = mode or self.settings.mode
         if mode not in ENSEMBLE_MODES:
             raise RetrievalError(f"ensembling fuses each scale client-side: use mode {' or '.join(ENSEMBLE_MODES)}, not {mode!r}")
@@ -148,12 +170,11 @@ class HybridRetriever:
         sides = self._msearch_all([body for spec in specs for body in queries.msearch_bodies(spec, self.index)])
         per_scale, best = [], {}
         for scale, text_hits, knn_hits in zip(all_scales, sides[0::2], sides[1::2]):
-            fused, chunks = self._client_fused(mode, size, text_hits, knn_hits)
-            per_scale.append((scale, [(key, chunk.score or 0.0) for key, chunk in zip(fused, chunks)]))
-            best.update({key: chunk for key, chunk in zip(fused, chunks)})
+            keys, chunks = self._client_fused(mode, size, text_hits, knn_hits)
+            per_scale.append((scale, [(key, chunk.score or 0.0) for key, chunk in zip(keys, chunks)]))
+            best.update(zip(keys, chunks))
         ranked = [best[key].with_score(score, hybrid=best[key].score or 0.0) for key, score in ensemble.fuse_scales(per_scale, weights)]
-        chunks = ensemble.merge_spans(ranked, size)
-        return RetrievalResult(tuple(chunks), mode, "ensemble", round((time.perf_counter() - started) * 1000, 2), round(embed_ms, 2), tuple(float(v) for v in vector))
+        return RetrievalResult(tuple(ranked), mode, "ensemble", round((time.perf_counter() - started) * 1000, 2), round(embed_ms, 2), tuple(float(v) for v in vector))
 
     def _client_fused(self, mode: str, size: int, text_hits, knn_hits) -> tuple[list[str], list[Chunk]]:
         """One scale's BM25 and kNN hits fused client-side (minmax or rrf),

@@ -103,3 +103,18 @@ def test_every_order_gives_disjoint_spans_whose_text_is_the_documents(order):
     pieces = [chunk(0, 30, scale=128), chunk(14, 30, position=1, lead_from=13), chunk(32, 56, scale=128, position=1, lead_from=30)]
     spans = merge_spans([pieces[i] for i in order])
     assert len(spans) == 1 and spans[0].text == DOCUMENT and (spans[0].start, spans[0].end) == (0, 56)
+
+
+def test_a_cap_keeps_spans_from_snowballing_and_skips_chunks_longer_than_it():
+    first = chunk(14, 30, position=1, lead_from=13, score=1.0)
+    adjacent = chunk(32, 47, position=2, lead_from=30, score=0.9)       # union 14..47 is 33 characters
+    assert [(s.start, s.end) for s in merge_spans([first, adjacent], max_span_chars=33)] == [(14, 47)]
+    # Over the cap: a chunk that only touches stays a span of its own ...
+    assert [(s.start, s.end) for s in merge_spans([first, adjacent], max_span_chars=20)] == [(14, 30), (32, 47)]
+    # ... one that overlaps is dropped (it would repeat text) ...
+    straddling = chunk(14, 47, scale=128, lead_from=13, score=0.8)
+    kept = chunk(0, 30, scale=128, score=1.0)
+    assert [(s.start, s.end) for s in merge_spans([kept, straddling], max_span_chars=40)] == [(0, 30)]
+    # ... and a chunk longer than the cap never hides the smaller ones inside it.
+    whole = chunk(0, 56, scale=512, score=1.0)
+    assert [(s.start, s.end) for s in merge_spans([whole, first], max_span_chars=40)] == [(14, 30)]
