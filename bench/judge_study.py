@@ -257,11 +257,16 @@ def _write_headline(dataset, default_name, sample_table, sample_before, whole_ta
     })
 
 
-def verdicts(dataset: str, limit: int | None) -> int:
+JUDGE_ALONE = "the judge alone (its judged candidates, Algorithm 1)"
+COSINE_AT_SHIPPED = "cosine at the shipped default's characters"
+
+
+def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False) -> int:
     """True/false accuracy of a verdict written from what each variant keeps
-    (PubHealth has labels, not answer strings): the previous default, the
-    shipped default (calibration fitted on PopQA only), and cosine kept to
-    the shipped default's characters. Each verdict is one model call."""
+    (PubHealth has labels, not answer strings): the shipped default
+    (calibration fitted on PopQA only), cosine kept to the shipped default's
+    characters, and optionally the judge's share alone cut by Algorithm 1
+    (the previous default). Each verdict is one model call."""
     from concurrent.futures import ThreadPoolExecutor
 
     from chunkrag_core.es_client import make_client
@@ -281,37 +286,40 @@ def verdicts(dataset: str, limit: int | None) -> int:
     client, model = make_client(settings), make_chat(settings.chat)
     default = FilterOptions()
     shipped = Variant("shipped default", "calibrated", _cut_rule(default), judge="both" if default.scoring.orders == 2 else "forward", top=default.judge_top, features=default.calibration.names if default.calibration else ())
-    previous = Variant("previous default", "judge", "algorithm1", judge="forward")
-    tallies: dict[str, list[bool]] = {"previous default": [], "shipped default": [], "cosine at the shipped default's characters": []}
+    previous = Variant(JUDGE_ALONE, "judge", "algorithm1", judge="forward")
+    names = ["shipped default", COSINE_AT_SHIPPED] + ([JUDGE_ALONE] if with_judge_alone else [])
+    tallies: dict[str, list[bool]] = {name: [] for name in names}
     chars: dict[str, list[int]] = {k: [] for k in tallies}
+    per_claim: list[dict] = []
 
-    def one(question) -> dict[str, tuple[bool, int]]:
+    def one(question) -> dict[str, tuple[bool, int, str | None]]:
         rows = question.judged_rows
         ids = [r["chunk_id"] for r in question.rows]
         found = client.mget(index=f"chunkrag-eval-{dataset}", ids=ids)["docs"]
         chunks = {doc["_id"]: chunk_from_hit(doc) for doc in found if doc.get("found")}
-        kept_sets = {
-            "previous default": [rows[i]["chunk_id"] for i in ablation.kept_indices(question, previous)],
-            "shipped default": [rows[i]["chunk_id"] for i in ablation.kept_indices(question, shipped, default.calibration)],
-        }
+        kept_sets = {"shipped default": [rows[i]["chunk_id"] for i in ablation.kept_indices(question, shipped, default.calibration)]}
+        if with_judge_alone:
+            kept_sets[JUDGE_ALONE] = [rows[i]["chunk_id"] for i in ablation.kept_indices(question, previous)]
         budget = sum(len(chunks[c].text) for c in kept_sets["shipped default"] if c in chunks)
         every = [r for r in question.rows]
         taken = kept_within_budget(["x" * r["chars"] for r in every], [r.get("cosine", 0.0) for r in every], budget)
-        kept_sets["cosine at the shipped default's characters"] = [every[i]["chunk_id"] for i in taken]
+        kept_sets[COSINE_AT_SHIPPED] = [every[i]["chunk_id"] for i in taken]
         item = claims[question.item_id]
         out = {}
         for name, kept_ids in kept_sets.items():
             kept = [chunks[c] for c in kept_ids if c in chunks]
             verdict = verdict_from_chunks(item.question, kept, model)
-            out[name] = (verdict.label == item.label, sum(len(c.text) for c in kept))
+            out[name] = (verdict.label == item.label, sum(len(c.text) for c in kept), verdict.label)
         return out
 
     # Claims two at a time: the local server has two slots.
     with ThreadPoolExecutor(max_workers=max(1, settings.chat.parallel)) as pool:
-        for n, outcome in enumerate(pool.map(one, questions)):
-            for name, (right, kept_chars) in outcome.items():
+        for n, (question, outcome) in enumerate(zip(questions, pool.map(one, questions))):
+            for name, (right, kept_chars, _) in outcome.items():
                 tallies[name].append(right)
                 chars[name].append(kept_chars)
+            per_claim.append({"item_id": question.item_id, "label": claims[question.item_id].label,
+                              "verdicts": {name: {"verdict": said, "kept_chars": kept_chars} for name, (_, kept_chars, said) in outcome.items()}})
             print(f"{n + 1}/{len(questions)} " + " ".join(f"{k[:8]}={sum(v)}" for k, v in tallies.items()), file=sys.stderr)
     chars_before = sum(r["chars"] for q in questions for r in q.rows)
     path = write_result(f"filter_{dataset}_dev", "bench.judge_study", {
@@ -322,8 +330,9 @@ def verdicts(dataset: str, limit: int | None) -> int:
         "accuracy": {k: round(sum(v) / len(v), 4) for k, v in tallies.items()},
         "context_chars_kept_share": {k: round(sum(v) / chars_before, 4) for k, v in chars.items()},
         "verdict_calls_per_claim_per_variant": 1,
-        "note": "Judge outputs from one collection run (the best nine in both orders, the rest as retrieved); each variant's kept chunks replayed from them, then one verdict call per claim per variant. The shipped default's calibration was fitted on PopQA dev only: PubHealth is data it was not fitted on.",
+        "note": "Judge outputs from one collection run (collection_run.options); each variant's kept chunks replayed from them, then one verdict call per claim per variant. The shipped default's calibration was fitted on PopQA dev only: PubHealth is data it was not fitted on. Accuracy is the share of claims whose verdict matches the label (a verdict that names neither true nor false counts as wrong).",
         "per_question_file": str(questions_file(dataset).relative_to(RESULTS.parent.parent)),
+        "per_claim": per_claim,
     })
     print(path)
     return 0
@@ -357,9 +366,10 @@ def main(argv=None) -> int:
     v = sub.add_parser("verdicts")
     v.add_argument("dataset", nargs="?", default="pubhealth", choices=["pubhealth"])
     v.add_argument("--limit", type=int)
+    v.add_argument("--judge-alone", action="store_true", help="also the judge's share alone cut by Algorithm 1 (one more verdict per claim)")
     args = parser.parse_args(argv)
     if args.command == "verdicts":
-        return verdicts(args.dataset, args.limit)
+        return verdicts(args.dataset, args.limit, args.judge_alone)
     if args.command == "collect":
         return collect(args.dataset, args.limit, args.orders, args.judge, args.seed, args.name, tuple(args.skip_from))
     return ablate(args.dataset, args.folds, args.judged, args.cheap, args.default)
