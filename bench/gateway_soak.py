@@ -13,6 +13,8 @@ after --model-latency seconds, and --clients threads sending, for
 judging and an answer). Every answer other than 200 or the documented 429 is
 an error. The gateway's RSS is sampled every 10 s. One run (it loads both
 cores for the whole duration); bounded in time and count, loopback only.
+--no-save prints the figures without touching gateway.json (short runs);
+--trace-memory DIR runs the gateway under bench.gateway_memory (tracemalloc).
 
 fuzz: the schemathesis run of tests/integration/test_gateway_fuzz.py, with
 its counts.
@@ -111,6 +113,8 @@ def load(argv) -> int:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of load")
     parser.add_argument("--model-latency", type=float, default=0.4, help="seconds the scripted model takes per call")
+    parser.add_argument("--trace-memory", metavar="DIR", help="run the gateway under bench.gateway_memory (tracemalloc, samples in DIR)")
+    parser.add_argument("--no-save", action="store_true", help="print the figures, leave gateway.json alone (short or traced runs)")
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
@@ -130,7 +134,9 @@ def load(argv) -> int:
     with ScriptedOpenAI(default=scripted_reply(args.model_latency)) as model:
         port = free_port()
         env = {**os.environ, "CHUNKRAG_CHAT_BASE_URL": model.base_url, "CHUNKRAG_CHAT_MODEL": "scripted", "REDIS_URL": redis_db, "CHUNKRAG_CHAT_TIMEOUT_S": "30"}
-        gateway = subprocess.Popen([sys.executable, "-m", "chunkrag_cli", "serve", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        serve = ["serve", "--port", str(port)]
+        launcher = ["-m", "bench.gateway_memory", "run", args.trace_memory, "--"] if args.trace_memory else ["-m", "chunkrag_cli"]
+        gateway = subprocess.Popen([sys.executable, *launcher, *serve], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:
             deadline = time.monotonic() + 60
             while True:
@@ -218,8 +224,10 @@ def load(argv) -> int:
         "goal": "zero errors other than 429s; RSS flat",
         "goal_met": errors == 0,
     }
-    print(merge_section("load", section))
+    if not args.no_save:
+        print(merge_section("load", section))
     print(json.dumps({k: v for k, v in section.items() if k != "gateway_rss_mb"}, indent=2))
+    print("gateway RSS (s, MB):", " ".join(f"{s:g}:{mb}" for s, mb in rss))
     return 0 if errors == 0 else 1
 
 

@@ -242,8 +242,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from search_extension.gateway import create_app
+    from search_extension.gateway.allocator import limit_malloc_arenas
     from search_extension.gateway.server import uvicorn_options
 
+    # Before any thread starts: RSS stays flat under load (allocator.py).
+    limit_malloc_arenas()
     settings = Settings.from_env()
     gateway = dataclasses.replace(settings.gateway, host=args.host or settings.gateway.host, port=args.port or settings.gateway.port)
     # HTTPS with CHUNKRAG_GATEWAY_SSL_CERTFILE and _KEYFILE.
