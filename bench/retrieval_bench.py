@@ -1,11 +1,19 @@
 """SciFact retrieval quality and latency for every retrieval mode.
 
-    python -m bench.retrieval_bench [--runs 3]
+    python -m bench.retrieval_bench [--runs 3] [--limit N]
+    python -m bench.retrieval_bench --ensemble [--scales 128,512,2000]   # the ensembling row only
 
 Needs the `bench-scifact` index that `bench.ingest_bench` leaves behind (or
 builds it). The qrels judge documents, so each mode retrieves chunks
 collapsed to the best chunk per document (top 100 documents) and documents
 are ranked by that best chunk.
+
+With ``--ensemble`` only the multi-scale ensembling row is measured and
+added to the results file beside the rows already there: SciFact indexed
+(in ``bench-scifact-ensemble``, built when missing) at the base scale and
+at ``--scales``, each query one ensemble search (every scale in one
+_msearch, min-max per scale, de-duplicated by span) for DEPTH spans, and
+documents ranked by their first span.
 """
 
 from __future__ import annotations
@@ -17,16 +25,17 @@ import statistics
 import sys
 from collections import defaultdict
 
-from bench.common import SHARED, median, write_result
+from bench.common import SHARED, median, merge_result, write_result
 from bench.metrics import ndcg_at_k, percentile, recall_at_k
 
 BEIR = SHARED / "eval" / "scifact" / "beir_derived"
 INDEX = "bench-scifact"
+ENSEMBLE_INDEX = "bench-scifact-ensemble"
 MODES = ("bm25", "knn", "native_sum", "minmax", "rrf")
 DEPTH = 100
 
 
-def load_queries():
+def load_queries(limit: int | None = None):
     queries = {}
     for line in (BEIR / "queries_validation.jsonl").read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
@@ -36,7 +45,85 @@ def load_queries():
         for row in csv.DictReader(handle, delimiter="\t"):
             if int(row["score"]) > 0:
                 qrels[row["query-id"]].add(row["corpus-id"])
-    return {qid: text for qid, text in queries.items() if qid in qrels}, qrels
+    judged = [(qid, text) for qid, text in queries.items() if qid in qrels]
+    return dict(judged[:limit]), qrels
+
+
+def ensemble_main(args) -> int:
+    from chunkrag_core.es_client import make_client
+    from chunkrag_core.providers import make_embedder
+    from chunkrag_core.settings import Settings, parse_scales
+    from search_extension.retriever import HybridRetriever
+
+    settings = Settings.from_env()
+    scales = parse_scales(args.scales)
+    client = make_client(settings)
+    embedder = make_embedder(settings.embedder)
+    ingest = None
+    if not client.indices.exists(index=args.ensemble_index):
+        ingest = build_ensemble_index(client, embedder, settings, args.ensemble_index, scales, args.corpus_limit)
+    queries, qrels = load_queries(args.limit)
+    retriever = HybridRetriever(client, embedder, args.ensemble_index, settings.retrieval)
+    retriever.search_ensemble("warm up", scales=scales, size=10)
+    per_run_p50, per_run_p95, embed_ms = [], [], []
+    for run in range(args.runs):
+        took, ndcgs, recalls = [], [], []
+        for qid, text in queries.items():
+            result = retriever.search_ensemble(text, scales=scales, size=DEPTH)
+            took.append(result.took_ms)
+            embed_ms.append(result.embed_ms)
+            ranked = list(dict.fromkeys(chunk.doc_id for chunk in result.chunks))
+            ndcgs.append(ndcg_at_k(ranked, qrels[qid], 10))
+            recalls.append(recall_at_k(ranked, qrels[qid], DEPTH))
+        per_run_p50.append(percentile(took, 0.5))
+        per_run_p95.append(percentile(took, 0.95))
+    row = {
+        "ndcg_at_10": round(statistics.mean(ndcgs), 4),
+        "recall_at_100": round(statistics.mean(recalls), 4),
+        "p50_ms": median(per_run_p50),
+        "p95_ms": median(per_run_p95),
+        "fusion": "ensemble",
+    }
+    print(f"ensembling: nDCG@10 {row['ndcg_at_10']:.4f}  R@100 {row['recall_at_100']:.4f}  p50 {row['p50_ms']} ms  p95 {row['p95_ms']} ms", file=sys.stderr)
+    print(merge_result(args.name, "bench.retrieval_bench", "ensembling", {
+        "index": args.ensemble_index,
+        "chunks_by_scale": chunks_by_scale(client, args.ensemble_index),
+        "scales_tokens": list(scales),
+        "queries": len(queries),
+        "runs": args.runs,
+        "how": f"one ensemble search per query: the base chunks and each scale, BM25 + kNN ({settings.retrieval.mode}) per scale in one _msearch, min-max per scale, fused, de-duplicated by span; {DEPTH} spans, documents ranked by their first span (recall@100 over at most {DEPTH} spans, so over fewer documents when one document holds several)",
+        "latency_note": "p50/p95 of the engine part of one ensemble search (the one _msearch, fusion, de-duplication), median over runs; query embedding excluded",
+        "embed_p50_ms": round(percentile(embed_ms, 0.5), 2),
+        "ingest": ingest,
+    }, "modes", {"ensembling": row}))
+    return 0
+
+
+def build_ensemble_index(client, embedder, settings, index: str, scales, corpus_limit: int | None) -> dict:
+    """SciFact ingested at the base scale and at ``scales``; the ingest
+    figures (this is the ensembling ingest-throughput measurement)."""
+    import dataclasses
+
+    from bench.ingest_bench import scifact_documents
+    from ingest_pipeline.pipeline import ingest_documents
+
+    scaled = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, scales=scales))
+    report = ingest_documents(scifact_documents(corpus_limit), client=client, embedder=embedder, settings=scaled, index=index, progress=False)
+    if not report.ok:
+        raise RuntimeError(report.errors[:3])
+    return {
+        "documents": report.documents,
+        "sentences": report.sentences,
+        "chunks": report.chunks,
+        "scaled_chunks": report.scaled_chunks,
+        "seconds": report.seconds,
+        "sentences_per_s": round(report.sentences / report.seconds, 1) if report.seconds else None,
+    }
+
+
+def chunks_by_scale(client, index: str) -> dict[str, int]:
+    response = client.search(index=index, size=0, aggs={"scales": {"terms": {"field": "scale", "missing": 0, "size": 32}}})
+    return {str(b["key"]): b["doc_count"] for b in response["aggregations"]["scales"]["buckets"]}
 
 
 def main(argv=None) -> int:
@@ -49,7 +136,14 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--index", default=INDEX)
     parser.add_argument("--name", default="retrieval", help="results file name (bench/results/NAME.json)")
+    parser.add_argument("--limit", type=int, help="first N queries only (a quick check; with --name, so the results file is not overwritten)")
+    parser.add_argument("--ensemble", action="store_true", help="only the multi-scale ensembling row, added to the results file beside the rows already there")
+    parser.add_argument("--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens")
+    parser.add_argument("--ensemble-index", default=ENSEMBLE_INDEX, help="with --ensemble: the index with the scales (built from SciFact when missing)")
+    parser.add_argument("--corpus-limit", type=int, help="with --ensemble, when the index is built: the first N SciFact documents only (a quick check)")
     args = parser.parse_args(argv)
+    if args.ensemble:
+        return ensemble_main(args)
 
     settings = Settings.from_env()
     client = make_client(settings)
@@ -57,7 +151,7 @@ def main(argv=None) -> int:
         print(f"index {args.index!r} missing: run `python -m bench.ingest_bench` first", file=sys.stderr)
         return 1
     chunk_count = client.count(index=args.index)["count"]
-    queries, qrels = load_queries()
+    queries, qrels = load_queries(args.limit)
     retriever = HybridRetriever(client, make_embedder(settings.embedder), args.index, settings.retrieval)
     retriever.search("warm up", size=10)
 
