@@ -10,7 +10,8 @@ import urllib.request
 import pytest
 
 from local_services import services_status
-from local_services.elasticsearch_node import ElasticsearchSettings, cluster_health, elasticsearch_url
+from local_services.elasticsearch_node import ElasticsearchSettings, elasticsearch_url
+from local_services.jvm_node import cluster_health
 from local_services.opensearch_node import OpenSearchSettings, opensearch_url
 from local_services.redis_server import RedisSettings, parse_redis_url, ping, redis_url
 

@@ -1,0 +1,527 @@
+"""What the local Elasticsearch and OpenSearch nodes share.
+
+Both are a Java server fetched as a zip from Maven Central, unpacked keeping
+file modes, configured in a run directory of their own, started with
+`bin/<name> -d -p <pidfile>` as an unprivileged user, and probed with
+`GET /_cluster/health`. A node module describes itself with a
+:class:`JvmNode` (names, version, environment prefix, its own fetching and
+configuring steps) and binds the lifecycle here to it with
+:func:`lifecycle`; what only one engine has (security users, the k-NN
+plugin, the jvm.options rewrite) stays in its module.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple, Self
+
+from local_services.java import JavaHome, find_java_home
+from local_services.process import (
+    ELASTICSEARCH_SYSTEM_USER,
+    LOOPBACK,
+    LocalServiceError,
+    Log,
+    ServiceStatus,
+    ServiceUser,
+    chown_tree,
+    command_as,
+    describe_port_owner,
+    ensure_state_home,
+    env_port,
+    error_lines,
+    exclusive_lock,
+    live_pid_from_pidfile,
+    make_public_dir,
+    managed_state,
+    pid_alive,
+    port_in_use,
+    print_line,
+    redact_url,
+    require_reachable,
+    state_home,
+    stop_managed,
+    tail,
+    unprivileged_user,
+)
+
+DEFAULT_HEAP = "1g"
+DEFAULT_WAIT_SECONDS = 120.0
+STOP_GRACE_SECONDS = 30.0
+# `bin/<name> -d` returns once the node has started; a cold JVM on 2 cores
+# can take a while, a hang beyond this is a bug.
+LAUNCH_TIMEOUT_SECONDS = 300.0
+HEALTHY_STATUSES = ("green", "yellow")
+
+_HEAP_PATTERN = re.compile(r"^\d+[kmgKMG]?$")
+
+
+@dataclass(frozen=True)
+class JvmNode:
+    """One engine's names and steps; the lifecycle below is the same for both."""
+
+    name: str  # "elasticsearch": bin/<name>, lib/<name>-<version>.jar, messages
+    title: str  # "Elasticsearch", in messages about its files
+    version: str
+    env_prefix: str  # "ES": ES_JAVA_HOME, ES_PATH_CONF, ES_JAVA_OPTS, ES_TMPDIR
+    # Main class of the server JVM; distinguishes our node from a reused pid.
+    cmdline_marker: str
+    # (settings, java, log) -> the unpacked distribution, fetched if needed.
+    fetch: Callable[[Any, JavaHome, Log], Path]
+    # (settings, distribution, java) -> the run dir's config written.
+    configure: Callable[[Any, Path, JavaHome], None]
+    # How long the pidfile may take after `-d` returns (0: it is already written).
+    pidfile_wait_s: float = 0.0
+
+
+class JvmRunFiles:
+    """Where a node's files live and how it is reached. Mixed, beside
+    ``PortRunFiles``, into each node's frozen settings dataclass, which has
+    ``home``, ``port``, ``heap`` and ``external_url`` fields and sets the
+    class variables."""
+
+    CLUSTER_NAME: ClassVar[str]
+    TRANSPORT_PORT_OFFSET: ClassVar[int]
+    DEFAULT_PORT: ClassVar[int]
+    PORT_VARIABLE: ClassVar[str]  # "CHUNKRAG_ES_PORT"
+    HEAP_VARIABLE: ClassVar[str]  # "CHUNKRAG_ES_HEAP"
+    URL_VARIABLE: ClassVar[str]  # "ES_URL": an external cluster, never started here
+    run_dir: Path
+    home: Path
+    port: int
+    heap: str
+    external_url: str | None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Self:
+        env = os.environ if environ is None else environ
+        heap = env.get(cls.HEAP_VARIABLE, "").strip() or DEFAULT_HEAP
+        if not _HEAP_PATTERN.match(heap):
+            raise LocalServiceError(f"{cls.HEAP_VARIABLE}={heap!r} is not a JVM heap size like '1g' or '512m'")
+        return cls(
+            home=state_home(env),
+            port=env_port(env, cls.PORT_VARIABLE, cls.DEFAULT_PORT),
+            heap=heap,
+            external_url=env.get(cls.URL_VARIABLE, "").strip() or None,
+        )
+
+    @property
+    def local_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return self.external_url or self.local_url
+
+    @property
+    def health_url(self) -> str:
+        """The URL health probes use."""
+        return self.url
+
+    @property
+    def cluster_name(self) -> str:
+        return self.CLUSTER_NAME
+
+    @property
+    def transport_port(self) -> int:
+        return self.port + self.TRANSPORT_PORT_OFFSET
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.run_dir / "config"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.run_dir / "data"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.run_dir / "logs"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.run_dir / "tmp"
+
+    @property
+    def launcher_log(self) -> Path:
+        return self.run_dir / "launcher.log"
+
+    @property
+    def server_log(self) -> Path:
+        return self.logs_dir / f"{self.cluster_name}.log"
+
+
+# --- HTTP ----------------------------------------------------------------------
+
+
+def split_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """Move user:password from the URL into a Basic Authorization header.
+
+    urllib does not send URL credentials by itself.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, {}
+    user = urllib.parse.unquote(parts.username)
+    password = urllib.parse.unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)), {"Authorization": f"Basic {token}"}
+
+
+def cluster_health(url: str, wait_for_status: str | None = None, timeout: float = 5.0) -> dict:
+    """GET /_cluster/health. Raises OSError if the node cannot be reached."""
+    base, headers = split_credentials(url)
+    query = f"?wait_for_status={wait_for_status}&timeout=1s" if wait_for_status else ""
+    request = urllib.request.Request(f"{base.rstrip('/')}/_cluster/health{query}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as exc:
+        # 408 means wait_for_status timed out; the body still has the status.
+        body = exc.read()
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise OSError(f"HTTP {exc.code} from {redact_url(url)}: {body[:200]!r}") from None
+    except ValueError as exc:
+        raise OSError(f"{redact_url(url)} did not answer with JSON: {exc}") from None
+
+
+def _health_or_none(url: str) -> str | None:
+    try:
+        return str(cluster_health(url, timeout=3.0).get("status"))
+    except OSError:
+        return None
+
+
+# --- fetching and unpacking ----------------------------------------------------
+
+
+def zip_member_mode(info: zipfile.ZipInfo) -> int:
+    """Permission bits stored in a zip entry (zipfile.extract ignores them).
+
+    Setuid/setgid/sticky are dropped on purpose; archives made without Unix
+    modes get ordinary defaults.
+    """
+    mode = (info.external_attr >> 16) & 0o777
+    if mode == 0:
+        return 0o755 if info.is_dir() else 0o644
+    return mode
+
+
+def extract_zip_preserving_modes(zip_path: Path, destination: Path) -> None:
+    root = destination.resolve()
+    with zipfile.ZipFile(zip_path) as archive:
+        directories: list[tuple[Path, int]] = []
+        for info in archive.infolist():
+            target = (root / info.filename).resolve()
+            if target != root and root not in target.parents:
+                raise LocalServiceError(f"{zip_path} contains a path outside the archive: {info.filename!r}")
+            archive.extract(info, root)
+            if info.is_dir():
+                directories.append((target, zip_member_mode(info)))
+            else:
+                target.chmod(zip_member_mode(info))
+        # Directories last, deepest first, so a read-only directory does not
+        # block extracting its own files.
+        for directory, mode in sorted(directories, key=lambda item: len(item[0].parts), reverse=True):
+            directory.chmod(mode)
+
+
+def unpack(node: JvmNode, zip_path: Path, destination: Path, log: Log, finish: Callable[[Path], None] | None = None) -> Path:
+    """Unpack ``zip_path`` (whose top folder is ``<name>-<version>``) to
+    ``destination``; ``finish`` runs on the unpacked tree before it gets its
+    final name."""
+    log(f"unpacking {zip_path.name} into {destination.parent}…")
+    staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=".unpack-"))
+    top = f"{node.name}-{node.version}"
+    try:
+        extract_zip_preserving_modes(zip_path, staging)
+        unpacked = staging / top
+        if not (unpacked / "bin" / node.name).is_file():
+            raise LocalServiceError(f"{zip_path} does not contain {top}/bin/{node.name}; delete it and retry")
+        if finish is not None:
+            finish(unpacked)
+        # Rename is atomic: a half-unpacked (or half-finished) tree is never
+        # seen under the final name, even if this process is killed.
+        os.rename(unpacked, destination)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return destination
+
+
+# --- configuration ---------------------------------------------------------------
+
+
+def render_node_yml(settings: JvmRunFiles, node_name: str, engine_lines: Sequence[str] = (), last_lines: Sequence[str] = ()) -> str:
+    """The node's yml for a loopback-only, single-node development node:
+    what both engines take, with ``engine_lines`` (settings only one engine
+    knows) after the paths and ``last_lines`` at the end."""
+    lines = [
+        "# Written by local_services; regenerated on every start.",
+        f"cluster.name: {settings.cluster_name}",
+        f"node.name: {node_name}",
+        "discovery.type: single-node",
+        # Loopback keeps bootstrap checks as warnings and the node private.
+        f"network.host: {LOOPBACK}",
+        f"http.port: {settings.port}",
+        f"transport.port: {settings.transport_port}",
+        f"path.data: {json.dumps(str(settings.data_dir))}",
+        f"path.logs: {json.dumps(str(settings.logs_dir))}",
+        *engine_lines,
+        # Dev disks are often nearly full; the watermark would make indices read-only.
+        "cluster.routing.allocation.disk.threshold_enabled: false",
+        # Tests delete indices by wildcard pattern.
+        "action.destructive_requires_name: false",
+        *last_lines,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def java_env(node: JvmNode, java_home: Path) -> dict[str, str]:
+    """This process's environment for the node's scripts, with its JDK.
+
+    The launch scripts warn about (and ignore) the generic Java variables, and
+    a stray <PREFIX>_PATH_CONF or _JAVA_OPTS would point them elsewhere: drop
+    them so the output only shows real problems."""
+    prefix = node.env_prefix
+    ignored = ("JAVA_HOME", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", f"{prefix}_JAVA_OPTS", f"{prefix}_PATH_CONF")
+    env = {key: value for key, value in os.environ.items() if key not in ignored}
+    env[f"{prefix}_JAVA_HOME"] = str(java_home)
+    return env
+
+
+def prepare_run_dir(settings: JvmRunFiles, distribution: Path) -> None:
+    """The run dir with a fresh copy of the distribution's config (so it
+    always matches the current settings and distribution; data survives
+    restarts), for the node module to write its own files into."""
+    make_public_dir(settings.run_dir.parent)
+    settings.run_dir.mkdir(exist_ok=True)
+    shutil.rmtree(settings.config_dir, ignore_errors=True)
+    shutil.copytree(distribution / "config", settings.config_dir)
+    for directory in (settings.data_dir, settings.logs_dir, settings.tmp_dir):
+        directory.mkdir(exist_ok=True)
+
+
+# --- lifecycle -------------------------------------------------------------------
+
+
+def running_pid(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> int | None:
+    return live_pid_from_pidfile(settings.pidfile, node.cmdline_marker, log)
+
+
+def _node_user(settings: JvmRunFiles, log: Log) -> ServiceUser:
+    """The account the node runs as, after checking it can reach CHUNKRAG_HOME.
+
+    Checked before anything is created or fetched so a bad CHUNKRAG_HOME
+    (root's default under /root) fails fast. Both engines refuse root.
+    """
+    user = unprivileged_user(ELASTICSEARCH_SYSTEM_USER, log)
+    require_reachable(
+        [("state directory (CHUNKRAG_HOME)", settings.home)],
+        user,
+        hint="Set CHUNKRAG_HOME to a directory all users can traverse, e.g. CHUNKRAG_HOME=<repo>/.chunkrag.",
+    )
+    return user
+
+
+def _refuse_taken_ports(node: JvmNode, settings: JvmRunFiles) -> None:
+    for port, role in ((settings.port, "HTTP"), (settings.transport_port, "transport")):
+        if port_in_use(port):
+            raise LocalServiceError(
+                f"cannot start {node.name}: {role} port {LOOPBACK}:{port} is already taken by "
+                f"{describe_port_owner(port)}, which was not started from CHUNKRAG_HOME={settings.home}. "
+                f"Stop that process, choose another port with {settings.PORT_VARIABLE} (transport uses "
+                f"port+{settings.TRANSPORT_PORT_OFFSET}), or set {settings.URL_VARIABLE} to use an already running cluster."
+            )
+
+
+def start(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> int:
+    """Start the node in the background and return its pid (no health wait)."""
+    if settings.external_url:
+        raise LocalServiceError(f"{settings.URL_VARIABLE} is set ({redact_url(settings.url)}); not starting a local node")
+    pid = running_pid(node, settings, log)
+    if pid is not None:
+        return pid
+    _refuse_taken_ports(node, settings)
+    user = _node_user(settings, log)
+    java = find_java_home()
+    require_reachable(
+        [("JDK", java.path / "bin" / "java")],
+        user,
+        hint="Set ES_JAVA_HOME to a JDK in a world-readable location such as /usr/lib/jvm.",
+    )
+    distribution = node.fetch(settings, java, log)
+    require_reachable(
+        [(f"{node.title} distribution", distribution / "lib" / f"{node.name}-{node.version}.jar")],
+        user,
+        hint=f"Delete {distribution} so it is unpacked again with the archive's permissions.",
+    )
+    prepare_run_dir(settings, distribution)
+    node.configure(settings, distribution, java)
+    chown_tree(settings.run_dir, user)
+
+    prefix = node.env_prefix
+    env = java_env(node, java.path)
+    env.update(
+        {
+            f"{prefix}_PATH_CONF": str(settings.config_dir),
+            f"{prefix}_JAVA_OPTS": f"-Xms{settings.heap} -Xmx{settings.heap}",
+            f"{prefix}_TMPDIR": str(settings.tmp_dir),
+        }
+    )
+    if not user.is_current:
+        env.update(HOME=str(settings.run_dir), USER=user.name, LOGNAME=user.name)
+    argv = command_as(user, [str(distribution / "bin" / node.name), "-d", "-p", str(settings.pidfile)])
+    log(f"starting {node.name} {node.version} on {LOOPBACK}:{settings.port} as {user.name} (Java {java.major} from {java.path})…")
+    with settings.launcher_log.open("wb") as launcher_output:
+        try:
+            result = subprocess.run(
+                argv,
+                cwd=settings.run_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=launcher_output,
+                stderr=subprocess.STDOUT,
+                # Ctrl-C in the caller's terminal must not reach the node.
+                start_new_session=True,
+                timeout=LAUNCH_TIMEOUT_SECONDS,
+            )
+        except subprocess.TimeoutExpired:
+            raise LocalServiceError(f"bin/{node.name} -d did not return within {LAUNCH_TIMEOUT_SECONDS:.0f} s.\n{log_excerpt(settings)}") from None
+    if result.returncode != 0:
+        raise LocalServiceError(f"{node.name} failed to start (exit {result.returncode}).\n{log_excerpt(settings)}")
+    deadline = time.monotonic() + node.pidfile_wait_s
+    while (pid := running_pid(node, settings, log)) is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if pid is None:
+        within = f" within {node.pidfile_wait_s:.0f} s" if node.pidfile_wait_s else ""
+        raise LocalServiceError(f"{node.name} reported a successful start but {settings.pidfile} names no running node{within}.\n{log_excerpt(settings)}")
+    return pid
+
+
+def log_excerpt(settings: JvmRunFiles, lines: int = 40) -> str:
+    """Likely cause from this start's launcher output, then the node log's tail."""
+    if not settings.launcher_log.exists():
+        return (
+            f"No node was ever started from CHUNKRAG_HOME={settings.home} on port {settings.port}; "
+            f"start one with 'python -m local_services up'."
+        )
+    parts = []
+    causes = error_lines(settings.launcher_log)
+    if causes:
+        parts += [f"--- errors in {settings.launcher_log} ---", *causes]
+    # The node log only exists once the JVM got far enough to configure
+    # logging; before that everything went to the launcher output.
+    log_file = settings.server_log if settings.server_log.exists() else settings.launcher_log
+    parts += [f"--- last {lines} lines of {log_file} ---", tail(log_file, lines)]
+    return "\n".join(parts)
+
+
+def wait_until_healthy(node: JvmNode, settings: JvmRunFiles, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> str:
+    """Poll cluster health until green/yellow; return that status."""
+    deadline = time.monotonic() + timeout
+    pid = None if settings.external_url else running_pid(node, settings, log)
+    last_problem = "no answer yet"
+    while True:
+        try:
+            status = str(cluster_health(settings.health_url, wait_for_status="yellow", timeout=5.0).get("status"))
+            if status in HEALTHY_STATUSES:
+                return status
+            last_problem = f"cluster status {status}"
+        except OSError as exc:
+            last_problem = str(getattr(exc, "reason", exc))
+        if pid is not None and not pid_alive(pid):
+            raise LocalServiceError(f"{node.name} (pid {pid}) exited while starting.\n{log_excerpt(settings)}")
+        if time.monotonic() >= deadline:
+            excerpt = "" if settings.external_url else f"\n{log_excerpt(settings)}"
+            raise LocalServiceError(f"{node.name} at {redact_url(settings.url)} was not healthy after {timeout:.0f} s (last: {last_problem}).{excerpt}")
+        time.sleep(0.5)
+
+
+def up(node: JvmNode, settings: JvmRunFiles, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
+    """Idempotent: fetch if needed, start if not running, wait until healthy."""
+    if settings.external_url:
+        log(f"{node.name}: using external cluster at {redact_url(settings.url)}")
+        return
+    _node_user(settings, log)
+    ensure_state_home(settings.home)
+    with exclusive_lock(settings.lock_file):
+        began = time.monotonic()
+        pid = running_pid(node, settings, log)
+        if pid is not None:
+            health = _health_or_none(settings.health_url)
+            if health in HEALTHY_STATUSES:
+                log(f"{node.name} already running (pid {pid}) and healthy ({health}) at {settings.url}")
+                return
+            log(f"{node.name} already running (pid {pid}); waiting for it to become healthy…")
+        else:
+            start(node, settings, log)
+        status = wait_until_healthy(node, settings, timeout, log)
+    log(f"{node.name} healthy ({status}) in {time.monotonic() - began:.1f} s at {settings.url}")
+
+
+def down(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> None:
+    """Idempotent: stop the node started from this CHUNKRAG_HOME, if any."""
+    stop_managed(
+        node.name,
+        external_url=settings.external_url,
+        run_dir=settings.run_dir,
+        lock_file=settings.lock_file,
+        pidfile=settings.pidfile,
+        find_pid=functools.partial(running_pid, node, settings),
+        log=log,
+        external_kind="cluster",
+        grace_seconds=STOP_GRACE_SECONDS,
+    )
+
+
+def status(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> ServiceStatus:
+    state, pid = managed_state(settings.external_url, functools.partial(running_pid, node, settings), log)
+    try:
+        health = str(cluster_health(settings.health_url, timeout=5.0).get("status"))
+    except OSError as exc:
+        health = "unreachable" if state != "external" else f"unreachable: {getattr(exc, 'reason', exc)}"
+        return ServiceStatus(node.name, state, redact_url(settings.url), False, health, pid)
+    if state == "stopped":
+        # Something answers on our port, but we did not start it.
+        state = "unmanaged"
+    return ServiceStatus(node.name, state, redact_url(settings.url), health in HEALTHY_STATUSES, health, pid)
+
+
+class Lifecycle(NamedTuple):
+    running_pid: Callable[..., int | None]
+    start: Callable[..., int]
+    wait_until_healthy: Callable[..., str]
+    up: Callable[..., None]
+    down: Callable[..., None]
+    status: Callable[..., ServiceStatus]
+
+
+def lifecycle(node: JvmNode) -> Lifecycle:
+    """The functions above with ``node`` bound: each takes (settings, …) as
+    the services CLI calls every service's."""
+    return Lifecycle(*(functools.partial(function, node) for function in (running_pid, start, wait_until_healthy, up, down, status)))
