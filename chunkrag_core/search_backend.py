@@ -59,6 +59,27 @@ def _refresh_interval_of(response: Mapping[str, Any], index: str) -> str | None:
     return response.get(index, {}).get("settings", {}).get("index", {}).get("refresh_interval")
 
 
+def _streaming_bulk(helpers, client, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float, **request: Any) -> Iterator[BulkItem]:
+    """Each action's (ok, item) from either client's ``helpers.streaming_bulk``
+    (the same options in both): failures are reported per item, not raised."""
+    return helpers.streaming_bulk(
+        client,
+        actions,
+        chunk_size=chunk_size,
+        max_retries=max_retries,
+        initial_backoff=initial_backoff,
+        raise_on_error=False,
+        raise_on_exception=False,
+        **request,
+    )
+
+
+def _delete_ids(backend: SearchBackend, index: str, ids: Sequence[str]) -> int:
+    """Delete by id through the backend's bulk; the count deleted."""
+    actions = ({"_op_type": "delete", "_index": index, "_id": chunk_id} for chunk_id in ids)
+    return sum(ok for ok, _ in backend.bulk(actions, chunk_size=500, max_retries=0, initial_backoff=1))
+
+
 class _Probed:
     """Capabilities probed once per backend (and shared by its header views)."""
 
@@ -120,15 +141,7 @@ class ElasticsearchBackend:
     def bulk(self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float) -> Iterator[BulkItem]:
         from elasticsearch import helpers
 
-        return helpers.streaming_bulk(
-            self.client,
-            actions,
-            chunk_size=chunk_size,
-            max_retries=max_retries,
-            initial_backoff=initial_backoff,
-            raise_on_error=False,
-            raise_on_exception=False,
-        )
+        return _streaming_bulk(helpers, self.client, actions, chunk_size=chunk_size, max_retries=max_retries, initial_backoff=initial_backoff)
 
     def search(self, index: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self.client.search(index=index, body=dict(body))
@@ -146,8 +159,7 @@ class ElasticsearchBackend:
         return [doc for doc in docs if doc.get("found")]
 
     def delete_ids(self, index: str, ids: Sequence[str]) -> int:
-        actions = ({"_op_type": "delete", "_index": index, "_id": chunk_id} for chunk_id in ids)
-        return sum(ok for ok, _ in self.bulk(actions, chunk_size=500, max_retries=0, initial_backoff=1))
+        return _delete_ids(self, index, ids)
 
     def count(self, index: str) -> int:
         return int(self.client.count(index=index)["count"])
@@ -275,16 +287,7 @@ class OpenSearchBackend:
     def bulk(self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float) -> Iterator[BulkItem]:
         from opensearchpy import helpers
 
-        return helpers.streaming_bulk(
-            self.client,
-            actions,
-            chunk_size=chunk_size,
-            max_retries=max_retries,
-            initial_backoff=initial_backoff,
-            raise_on_error=False,
-            raise_on_exception=False,
-            **self._h(),
-        )
+        return _streaming_bulk(helpers, self.client, actions, chunk_size=chunk_size, max_retries=max_retries, initial_backoff=initial_backoff, **self._h())
 
     def search(self, index: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self.client.search(index=index, body=osd.search_body(body), **self._h())
@@ -308,8 +311,7 @@ class OpenSearchBackend:
         return [doc for doc in docs if doc.get("found")]
 
     def delete_ids(self, index: str, ids: Sequence[str]) -> int:
-        actions = ({"_op_type": "delete", "_index": index, "_id": chunk_id} for chunk_id in ids)
-        return sum(ok for ok, _ in self.bulk(actions, chunk_size=500, max_retries=0, initial_backoff=1))
+        return _delete_ids(self, index, ids)
 
     def count(self, index: str) -> int:
         return int(self.client.count(index=index, **self._h())["count"])
