@@ -112,26 +112,15 @@ class HybridRetriever:
         text_hits, knn_hits = self._msearch(spec)
         return self._client_fused(mode, spec.size, text_hits, knn_hits)[1], "client"
 
-    def search_ensemble(
-        self,
-        text: str,
-        *,
-        scales: Sequence[int] = DEFAULT_SCALES,
-        mode: str | None = None,
-        size: int | None = None,
-        filters: Sequence[Mapping[str, Any]] = (),
-        weights: Mapping[int, float] | None = None,
-        max_span_chars: int | None = None,
-        **options: Any,
-    ) -> RetrievalResult:
-        """Multi-scale ensembling: the base chunks and every larger scale in
-        one ``_msearch`` (BM25 and kNN per scale), each scale fused and
-        min-max normalised on its own, the scales fused, and the results
-        de-duplicated by span (``search_extension.ensemble``). Returns at
-        most ``size`` spans, the score of each its ensemble score. No span
-        is longer than ``max_span_chars`` (by default the largest scale's
-        chunk length)."""
-        ranked = self.ensemble_candidates(text, scales=scales, mode=mode, size=size, filters=filters, weights=weights, **options)
+    def search_ensemble(self, text: str, *, size: int | None = None, max_span_chars: int | None = None, **options: Any) -> RetrievalResult:
+        """Multi-scale ensembling: :meth:`ensemble_candidates` (every scale
+        in one ``_msearch``, each fused and min-max normalised on its own,
+        then merged), de-duplicated by span (``search_extension.ensemble``).
+        Returns at most ``size`` spans, the score of each its ensemble
+        score. No span is longer than ``max_span_chars`` (by default the
+        largest scale's chunk length)."""
+        ranked = self.ensemble_candidates(text, size=size, **options)
+        scales = options.get("scales", DEFAULT_SCALES)
         cap = max_span_chars if max_span_chars is not None else max(scales, default=0) * CHARS_PER_TOKEN or None
         chunks = ensemble.merge_spans(ranked.chunks, size or self.settings.size, cap)
         return replace(ranked, chunks=tuple(chunks))
