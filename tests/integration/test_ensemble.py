@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from chunkrag_core import es_schema as schema
+from chunkrag_core.search_backend import as_backend
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from search_extension.ask import ask
@@ -146,3 +147,21 @@ def test_the_gateway_ensembles_with_ext_chunkrag_ensemble(es, embedder, settings
         assert DOCUMENTS[source["doc_id"]][source["start"] : source["end"]] == source["text"]
     assert {hit["_source"]["scale"] for hit in plain.json()["hits"]["hits"]} == {0}
     assert bad.status_code == 400 and "ext.chunkrag.ensemble" in bad.text
+
+
+def test_eval_retrieves_the_ensemble_of_the_pools_it_indexes_at_the_scales(es, embedder, settings, shared_eval, fresh_index):
+    from chunkrag_core.providers.chat import OpenAICompatibleChat
+    from search_extension.chunk_filter import FilterOptions, judge_in_threads
+    from search_extension.evaluation.datasets import read_items
+    from search_extension.evaluation.runner import evaluate
+    from tests.support.scripted_openai import ScriptedOpenAI, listwise_choice
+
+    _, items, _ = read_items(shared_eval / "popqa" / "dev.jsonl", "popqa", limit=2)
+    with ScriptedOpenAI(default=listwise_choice("\x00")) as server:
+        model = OpenAICompatibleChat(model="scripted", base_url=server.base_url, timeout_s=10)
+        report = evaluate(items, "popqa", client=es, embedder=embedder, settings=scaled(settings, SCALES), model=model, options=FilterOptions(answer=False),
+                          judge_many=judge_in_threads(model, threads=2), index=fresh_index, ensemble=SCALES)
+    assert len(report.questions) == 2 and all(q.candidates > 0 for q in report.questions)
+    assert {scale for _, scale, _ in held(as_backend(es), fresh_index)} == {0, 16, 48}
+    # Spans, not repeated chunks: the candidates' characters are at most the pool's.
+    assert all(q.chars_before <= len(item.pool) for q, item in zip(report.questions, items))
