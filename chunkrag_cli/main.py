@@ -116,7 +116,8 @@ SCALES_HELP = "multi-scale ensembling: also index each document at these chunk s
 
 
 def _ensemble_arguments(parser: argparse.ArgumentParser, *, ingest: bool = False) -> None:
-    parser.add_argument("--ensemble", action="store_true", help="retrieve the base chunks and every larger scale in one _msearch, fused per scale and de-duplicated by span (the index must have been ingested with --scales)")
+    needs = "the pools are indexed at the scales" if ingest else "the index must have been ingested with --scales"
+    parser.add_argument("--ensemble", action="store_true", help=f"retrieve the base chunks and every larger scale in one _msearch, fused per scale and de-duplicated by span ({needs})")
     where = "indexed and ensembled" if ingest else "ensembled"
     parser.add_argument("--scales", help=f"with --ensemble, the scales {where} (default $CHUNKRAG_SCALES, else 128,512,2000)")
 
