@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 import urllib.error
@@ -48,15 +47,16 @@ from local_services.process import (
     live_pid_from_pidfile,
     make_public_dir,
     managed_state,
-    pid_alive,
     port_in_use,
     print_line,
     redact_url,
     require_reachable,
+    run_launcher,
     state_home,
     stop_managed,
     tail,
     unprivileged_user,
+    wait_until_ready,
 )
 
 DEFAULT_HEAP = "1g"
@@ -397,21 +397,9 @@ def start(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> int:
         env.update(HOME=str(settings.run_dir), USER=user.name, LOGNAME=user.name)
     argv = command_as(user, [str(distribution / "bin" / node.name), "-d", "-p", str(settings.pidfile)])
     log(f"starting {node.name} {node.version} on {LOOPBACK}:{settings.port} as {user.name} (Java {java.major} from {java.path})…")
+    timed_out = lambda: f"bin/{node.name} -d did not return within {LAUNCH_TIMEOUT_SECONDS:.0f} s.\n{log_excerpt(settings)}"  # noqa: E731
     with settings.launcher_log.open("wb") as launcher_output:
-        try:
-            result = subprocess.run(
-                argv,
-                cwd=settings.run_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=launcher_output,
-                stderr=subprocess.STDOUT,
-                # Ctrl-C in the caller's terminal must not reach the node.
-                start_new_session=True,
-                timeout=LAUNCH_TIMEOUT_SECONDS,
-            )
-        except subprocess.TimeoutExpired:
-            raise LocalServiceError(f"bin/{node.name} -d did not return within {LAUNCH_TIMEOUT_SECONDS:.0f} s.\n{log_excerpt(settings)}") from None
+        result = run_launcher(argv, cwd=settings.run_dir, timeout=LAUNCH_TIMEOUT_SECONDS, timed_out=timed_out, env=env, output=launcher_output)
     if result.returncode != 0:
         raise LocalServiceError(f"{node.name} failed to start (exit {result.returncode}).\n{log_excerpt(settings)}")
     deadline = time.monotonic() + node.pidfile_wait_s
@@ -443,23 +431,16 @@ def log_excerpt(settings: JvmRunFiles, lines: int = 40) -> str:
 
 def wait_until_healthy(node: JvmNode, settings: JvmRunFiles, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> str:
     """Poll cluster health until green/yellow; return that status."""
-    deadline = time.monotonic() + timeout
+
+    def probe() -> tuple[bool, str]:
+        status = str(cluster_health(settings.health_url, wait_for_status="yellow", timeout=5.0).get("status"))
+        return (True, status) if status in HEALTHY_STATUSES else (False, f"cluster status {status}")
+
     pid = None if settings.external_url else running_pid(node, settings, log)
-    last_problem = "no answer yet"
-    while True:
-        try:
-            status = str(cluster_health(settings.health_url, wait_for_status="yellow", timeout=5.0).get("status"))
-            if status in HEALTHY_STATUSES:
-                return status
-            last_problem = f"cluster status {status}"
-        except OSError as exc:
-            last_problem = str(getattr(exc, "reason", exc))
-        if pid is not None and not pid_alive(pid):
-            raise LocalServiceError(f"{node.name} (pid {pid}) exited while starting.\n{log_excerpt(settings)}")
-        if time.monotonic() >= deadline:
-            excerpt = "" if settings.external_url else f"\n{log_excerpt(settings)}"
-            raise LocalServiceError(f"{node.name} at {redact_url(settings.url)} was not healthy after {timeout:.0f} s (last: {last_problem}).{excerpt}")
-        time.sleep(0.5)
+    excerpt = (lambda: "") if settings.external_url else (lambda: f"\n{log_excerpt(settings)}")
+    exited = lambda: f"{node.name} (pid {pid}) exited while starting.\n{log_excerpt(settings)}"  # noqa: E731
+    timed_out = lambda last: f"{node.name} at {redact_url(settings.url)} was not healthy after {timeout:.0f} s (last: {last}).{excerpt()}"  # noqa: E731
+    return wait_until_ready(probe, timeout=timeout, pid=pid, interval=0.5, exited=exited, timed_out=timed_out)
 
 
 def up(node: JvmNode, settings: JvmRunFiles, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
@@ -486,17 +467,8 @@ def up(node: JvmNode, settings: JvmRunFiles, timeout: float = DEFAULT_WAIT_SECON
 
 def down(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> None:
     """Idempotent: stop the node started from this CHUNKRAG_HOME, if any."""
-    stop_managed(
-        node.name,
-        external_url=settings.external_url,
-        run_dir=settings.run_dir,
-        lock_file=settings.lock_file,
-        pidfile=settings.pidfile,
-        find_pid=functools.partial(running_pid, node, settings),
-        log=log,
-        external_kind="cluster",
-        grace_seconds=STOP_GRACE_SECONDS,
-    )
+    find_pid = functools.partial(running_pid, node, settings)
+    stop_managed(node.name, settings, external_url=settings.external_url, find_pid=find_pid, log=log, external_kind="cluster", grace_seconds=STOP_GRACE_SECONDS)
 
 
 def status(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> ServiceStatus:

@@ -44,12 +44,13 @@ from local_services.process import (
     live_pid_from_pidfile,
     make_public_dir,
     managed_state,
-    pid_alive,
     port_in_use,
     print_line,
     state_home,
     stop_managed,
+    run_launcher,
     tail,
+    wait_until_ready,
 )
 
 MODEL_ALIAS = "qwen2.5-coder-1.5b-instruct"
@@ -423,19 +424,8 @@ def start(settings: LlmSettings, log: Log = print_line) -> int:
         f"starting llm server ({settings.runtime}, {MODEL_ALIAS}, {settings.threads} threads, context {settings.ctx}) on "
         f"{LOOPBACK}:{settings.port} ({model.name})…"
     )
-    try:
-        result = subprocess.run(
-            ["/bin/sh", "-c", _BACKGROUND, "sh", str(settings.log_file), *command],
-            cwd=settings.run_dir,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            # Ctrl-C in the caller's terminal must not reach the server.
-            start_new_session=True,
-            timeout=LAUNCH_TIMEOUT_SECONDS,
-        )
-    except subprocess.TimeoutExpired:
-        raise LocalServiceError(f"could not launch the llm server within {LAUNCH_TIMEOUT_SECONDS:.0f} s") from None
+    argv = ["/bin/sh", "-c", _BACKGROUND, "sh", str(settings.log_file), *command]
+    result = run_launcher(argv, cwd=settings.run_dir, timeout=LAUNCH_TIMEOUT_SECONDS, timed_out=lambda: f"could not launch the llm server within {LAUNCH_TIMEOUT_SECONDS:.0f} s")
     launched = result.stdout.strip()
     if result.returncode != 0 or not launched.isdigit():
         raise LocalServiceError(
@@ -464,25 +454,15 @@ def _rebuild_hint(settings: LlmSettings) -> str:
 
 def wait_until_healthy(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
     """Poll GET /v1/models until it lists our model."""
-    deadline = time.monotonic() + timeout
+
+    def probe() -> tuple[bool, str]:
+        models = served_models(settings.base_url, timeout=5.0)
+        return MODEL_ALIAS in models, f"serving {models} instead of {MODEL_ALIAS!r}"
+
     pid = running_pid(settings, log)
-    last_problem = "no answer yet"
-    while True:
-        try:
-            models = served_models(settings.base_url, timeout=5.0)
-            if MODEL_ALIAS in models:
-                return
-            last_problem = f"serving {models} instead of {MODEL_ALIAS!r}"
-        except OSError as exc:
-            last_problem = str(getattr(exc, "reason", exc))
-        if pid is not None and not pid_alive(pid):
-            raise LocalServiceError(f"the llm server (pid {pid}) exited while starting. {_rebuild_hint(settings)}\n{_log_excerpt(settings)}")
-        if time.monotonic() >= deadline:
-            raise LocalServiceError(
-                f"the llm server at {settings.base_url} did not list {MODEL_ALIAS} within {timeout:.0f} s "
-                f"(last: {last_problem}).\n{_log_excerpt(settings)}"
-            )
-        time.sleep(0.5)
+    exited = lambda: f"the llm server (pid {pid}) exited while starting. {_rebuild_hint(settings)}\n{_log_excerpt(settings)}"  # noqa: E731
+    timed_out = lambda last: f"the llm server at {settings.base_url} did not list {MODEL_ALIAS} within {timeout:.0f} s (last: {last}).\n{_log_excerpt(settings)}"  # noqa: E731
+    wait_until_ready(probe, timeout=timeout, pid=pid, interval=0.5, exited=exited, timed_out=timed_out)
 
 
 def up(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
@@ -505,16 +485,7 @@ def up(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = 
 
 def down(settings: LlmSettings, log: Log = print_line) -> None:
     """Idempotent: stop the server started from this CHUNKRAG_HOME, if any."""
-    stop_managed(
-        "llm server",
-        external_url=None,
-        run_dir=settings.run_dir,
-        lock_file=settings.lock_file,
-        pidfile=settings.pidfile,
-        find_pid=functools.partial(running_pid, settings),
-        log=log,
-        grace_seconds=STOP_GRACE_SECONDS,
-    )
+    stop_managed("llm server", settings, external_url=None, find_pid=functools.partial(running_pid, settings), log=log, grace_seconds=STOP_GRACE_SECONDS)
 
 
 def status(settings: LlmSettings, log: Log = print_line) -> ServiceStatus:

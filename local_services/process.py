@@ -245,22 +245,13 @@ def managed_state(external_url: str | None, find_pid: FindPid, log: Log) -> tupl
     return ("running" if pid is not None else "stopped"), pid
 
 
-def stop_managed(
-    name: str,
-    *,
-    external_url: str | None,
-    run_dir: Path,
-    lock_file: Path,
-    pidfile: Path,
-    find_pid: FindPid,
-    log: Log,
-    external_kind: str = "server",
-    grace_seconds: float = 30.0,
-) -> None:
-    """Idempotent `down`: stop the server started from this CHUNKRAG_HOME, if any.
+def stop_managed(name: str, files: PortRunFiles, *, external_url: str | None, find_pid: FindPid, log: Log, external_kind: str = "server", grace_seconds: float = 30.0) -> None:
+    """Idempotent `down`: stop the server started from this CHUNKRAG_HOME
+    (its run dir, lock and pidfile are ``files``'), if any.
 
     An external service (`external_url` set) is never stopped.
     """
+    run_dir, lock_file, pidfile = files.run_dir, files.lock_file, files.pidfile
     if external_url:
         log(f"{name}: using external {external_kind} at {redact_url(external_url)}; not stopping it")
         return
@@ -276,6 +267,46 @@ def stop_managed(
         killed = terminate(pid, grace_seconds)
         pidfile.unlink(missing_ok=True)
     log(f"{name} stopped" + (f" (killed after {grace_seconds:.0f} s without exiting)" if killed else ""))
+
+
+def run_launcher(argv: list[str], *, cwd: Path, timeout: float, timed_out: Callable[[], str], env: Mapping[str, str] | None = None, output=None) -> subprocess.CompletedProcess:
+    """Run a command that starts a service in the background and returns: in
+    a session of its own (Ctrl-C in the caller's terminal must not reach the
+    service), stdin closed, its output captured as text, or written to the
+    binary file ``output``. Raises LocalServiceError(``timed_out()``) if it
+    has not returned after ``timeout`` s."""
+    streams = {"stdout": output, "stderr": subprocess.STDOUT} if output is not None else {"capture_output": True, "text": True}
+    try:
+        return subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True, timeout=timeout, **streams)
+    except subprocess.TimeoutExpired:
+        raise LocalServiceError(timed_out()) from None
+
+
+# A probe's answer: (True, what to return) when ready, else (False, the problem).
+Probe = Callable[[], "tuple[bool, object]"]
+
+
+def wait_until_ready(probe: Probe, *, timeout: float, pid: int | None, interval: float, exited: Callable[[], str], timed_out: Callable[[str], str]):
+    """Call ``probe`` every ``interval`` s until it says ready and return what
+    it found. An OSError from it is a problem like any other (the service is
+    not listening yet). Raises LocalServiceError with ``exited()`` if the
+    started process ``pid`` died, or ``timed_out(last problem)`` after
+    ``timeout`` s; both are called only then (they may read logs)."""
+    deadline = time.monotonic() + timeout
+    last_problem = "no answer yet"
+    while True:
+        try:
+            ready, found = probe()
+            if ready:
+                return found
+            last_problem = str(found)
+        except OSError as exc:
+            last_problem = str(getattr(exc, "reason", exc))
+        if pid is not None and not pid_alive(pid):
+            raise LocalServiceError(exited())
+        if time.monotonic() >= deadline:
+            raise LocalServiceError(timed_out(last_problem))
+        time.sleep(interval)
 
 
 def tail(path: Path, lines: int = 40, width: int = 400) -> str:

@@ -11,7 +11,6 @@ import os
 import shutil
 import socket
 import ssl
-import subprocess
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -31,13 +30,14 @@ from local_services.process import (
     live_pid_from_pidfile,
     make_public_dir,
     managed_state,
-    pid_alive,
     port_in_use,
     print_line,
     redact_url,
     state_home,
     stop_managed,
+    run_launcher,
     tail,
+    wait_until_ready,
 )
 
 DEFAULT_PORT = 6379
@@ -227,18 +227,7 @@ def start(settings: RedisSettings, log: Log = print_line) -> int:
     make_public_dir(settings.run_dir.parent)
     settings.run_dir.mkdir(exist_ok=True)
     log(f"starting redis on {LOOPBACK}:{settings.port} ({binary})…")
-    try:
-        result = subprocess.run(
-            redis_server_args(settings, binary),
-            cwd=settings.run_dir,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            start_new_session=True,
-            timeout=LAUNCH_TIMEOUT_SECONDS,
-        )
-    except subprocess.TimeoutExpired:
-        raise LocalServiceError(f"redis-server did not daemonise within {LAUNCH_TIMEOUT_SECONDS:.0f} s") from None
+    result = run_launcher(redis_server_args(settings, binary), cwd=settings.run_dir, timeout=LAUNCH_TIMEOUT_SECONDS, timed_out=lambda: f"redis-server did not daemonise within {LAUNCH_TIMEOUT_SECONDS:.0f} s")
     if result.returncode != 0:
         output = (result.stdout + result.stderr).strip()
         raise LocalServiceError(
@@ -260,27 +249,17 @@ def _log_excerpt(settings: RedisSettings, lines: int = 40) -> str:
 
 def wait_until_healthy(settings: RedisSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
     """PING until PONG."""
-    deadline = time.monotonic() + timeout
-    pid = None if settings.external_url else running_pid(settings, log)
     endpoint = parse_redis_url(settings.url)
-    last_problem = "no answer yet"
-    while True:
-        try:
-            reply = ping(endpoint)
-            if reply == "+PONG":
-                return
-            last_problem = f"reply {reply!r}"
-        except OSError as exc:
-            last_problem = str(exc)
-        if pid is not None and not pid_alive(pid):
-            raise LocalServiceError(f"redis (pid {pid}) exited while starting.\n{_log_excerpt(settings)}")
-        if time.monotonic() >= deadline:
-            excerpt = "" if settings.external_url else f"\n{_log_excerpt(settings)}"
-            raise LocalServiceError(
-                f"redis at {redact_url(settings.url)} did not answer PING within {timeout:.0f} s "
-                f"(last: {last_problem}).{excerpt}"
-            )
-        time.sleep(0.2)
+
+    def probe() -> tuple[bool, str]:
+        reply = ping(endpoint)
+        return reply == "+PONG", f"reply {reply!r}"
+
+    pid = None if settings.external_url else running_pid(settings, log)
+    excerpt = (lambda: "") if settings.external_url else (lambda: f"\n{_log_excerpt(settings)}")
+    exited = lambda: f"redis (pid {pid}) exited while starting.\n{_log_excerpt(settings)}"  # noqa: E731
+    timed_out = lambda last: f"redis at {redact_url(settings.url)} did not answer PING within {timeout:.0f} s (last: {last}).{excerpt()}"  # noqa: E731
+    wait_until_ready(probe, timeout=timeout, pid=pid, interval=0.2, exited=exited, timed_out=timed_out)
 
 
 def up(settings: RedisSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
@@ -303,16 +282,7 @@ def up(settings: RedisSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log 
 
 def down(settings: RedisSettings, log: Log = print_line) -> None:
     """Idempotent: stop the server started from this CHUNKRAG_HOME, if any."""
-    stop_managed(
-        "redis",
-        external_url=settings.external_url,
-        run_dir=settings.run_dir,
-        lock_file=settings.lock_file,
-        pidfile=settings.pidfile,
-        find_pid=functools.partial(running_pid, settings),
-        log=log,
-        grace_seconds=STOP_GRACE_SECONDS,
-    )
+    stop_managed("redis", settings, external_url=settings.external_url, find_pid=functools.partial(running_pid, settings), log=log, grace_seconds=STOP_GRACE_SECONDS)
 
 
 def status(settings: RedisSettings, log: Log = print_line) -> ServiceStatus:
