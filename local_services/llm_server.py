@@ -46,9 +46,9 @@ from local_services.process import (
     managed_state,
     port_in_use,
     print_line,
+    run_launcher,
     state_home,
     stop_managed,
-    run_launcher,
     tail,
     wait_until_ready,
 )

@@ -33,9 +33,9 @@ from local_services.process import (
     port_in_use,
     print_line,
     redact_url,
+    run_launcher,
     state_home,
     stop_managed,
-    run_launcher,
     tail,
     wait_until_ready,
 )

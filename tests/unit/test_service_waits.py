@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from local_services import llm_server, redis_server
-from local_services.process import LocalServiceError, wait_until_ready
+from local_services.process import LocalServiceError, run_launcher, wait_until_ready
 
 
 def answers(*replies):
@@ -81,3 +81,13 @@ def test_llm_wait_until_our_model_is_listed(tmp_path: Path):
         _Models.served = [llm_server.MODEL_ALIAS]
         server.shutdown()
         server.server_close()
+
+
+def test_the_launcher_runs_detached_and_captures_or_writes_its_output(tmp_path: Path):
+    captured = run_launcher(["/bin/sh", "-c", "echo 4242; echo oops >&2"], cwd=tmp_path, timeout=30, timed_out=never)
+    assert (captured.returncode, captured.stdout, captured.stderr) == (0, "4242\n", "oops\n")
+    with (tmp_path / "launcher.log").open("wb") as output:
+        run_launcher(["/bin/sh", "-c", "echo started; echo warning >&2"], cwd=tmp_path, timeout=30, timed_out=never, output=output)
+    assert (tmp_path / "launcher.log").read_text() == "started\nwarning\n"
+    with pytest.raises(LocalServiceError, match="^did not return$"):
+        run_launcher(["sleep", "5"], cwd=tmp_path, timeout=0.2, timed_out=lambda: "did not return")
