@@ -147,10 +147,25 @@ def meets_goals(row: dict, before: float) -> bool:
             and row["answer_in_context_after"] >= 0.90 * before and row["context_chars_kept_share"] <= 0.25)
 
 
-def table_for(questions, variants, folds: int, per_call: float | None) -> tuple[list[dict], float]:
-    before = sum(any(r["gold"] for r in q.rows) for q in questions) / len(questions)
+def asked_both_orders(question) -> bool:
+    """Whether the run asked this question's first batch in both orders (a
+    continuation may have asked one order only)."""
+    head = question.judged_rows[:HEAD]
+    return bool(head) and all(r.get("reverse") is not None for r in head)
+
+
+def questions_for(questions, variant: Variant) -> list:
+    """Both-order variants replay only the questions asked in both orders."""
+    return [q for q in questions if asked_both_orders(q)] if variant.judge == "both" else list(questions)
+
+
+def table_for(all_questions, variants, folds: int, per_call: float | None) -> tuple[list[dict], float]:
+    before = sum(any(r["gold"] for r in q.rows) for q in all_questions) / len(all_questions)
     rows = []
     for variant in variants:
+        questions = questions_for(all_questions, variant)
+        if not questions:
+            continue
         if variant.score == "calibrated":
             results, probabilities, labels = ablation.cross_validated(questions, variant, k=folds)
             auc = ablation.roc_auc(probabilities, labels)
@@ -158,9 +173,10 @@ def table_for(questions, variants, folds: int, per_call: float | None) -> tuple[
             results = [ablation.replay(q, variant) for q in questions]
             auc = ablation.chunk_auc(questions, lambda q, v=variant: ablation.scores_for(q, v))
         row = {"variant": variant.name, "score": variant.score, "cut": variant.cut, "judge": variant.judge, "judge_top": variant.top,
+               "questions": len(questions), "answer_in_context_before": round(sum(r.before for r in results) / len(results), 4),
                **ablation.summarise(results, per_call), "chunk_roc_auc": None if auc is None else round(auc, 4)}
         row["margin_over_cosine"] = round(row["answer_in_context_after"] - row["baseline_cosine_answer_in_context_after"], 4)
-        row["meets_goals"] = meets_goals(row, before)
+        row["meets_goals"] = meets_goals(row, row["answer_in_context_before"])
         rows.append(row)
         print(f"{row['answer_in_context_after']:.3f} (cos {row['baseline_cosine_answer_in_context_after']:.3f}, bm25 {row['baseline_bm25_answer_in_context_after']:.3f}) "
               f"chars {row['context_chars_kept_share']:.3f} calls {row['model_calls_per_question']:.2f} auc {row['chunk_roc_auc']}  {variant.name}", file=sys.stderr)
@@ -179,9 +195,10 @@ def ablate(dataset: str, folds: int, judged_name: str, cheap_name: str, default_
     sample_table, sample_before = table_for(sample, cheap_variants() + judge_variants(), folds, per_call)
     fitted = {}
     for variant in [v for v in cheap_variants() + judge_variants() if v.score == "calibrated" and v.cut == "algorithm1"]:
-        model = ablation.fit(sample if variant.judge else whole, variant)
+        fitted_on = questions_for(sample if variant.judge else whole, variant)
+        model = ablation.fit(fitted_on, variant)
         fitted[variant.name.rsplit(",", 1)[0]] = {"features": list(model.names), "weights": list(model.weights), "bias": model.bias,
-                                                  "fitted_on": f"{len(sample if variant.judge else whole)} questions"}
+                                                  "fitted_on": f"{len(fitted_on)} questions"}
     summary = judged_payload["summary"]
     path = write_result(f"filter_{dataset}_dev_ablation", "bench.judge_study", {
         "dataset": f"{dataset}/dev.jsonl, pool contexts.ambiguous",
