@@ -65,3 +65,16 @@ def merge_result(name: str, module: str, section: str, payload: dict[str, Any], 
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+def parse_scale_weights(raw: str | None) -> dict[int, float] | None:
+    """"128:0.5,512:0.25" -> {128: 0.5, 512: 0.25} (ensembling's per-scale
+    weights; a scale not named keeps weight 1); None or "" -> None."""
+    if not raw:
+        return None
+    return {int(scale): float(weight) for scale, weight in (part.split(":") for part in raw.split(","))}
+
+
+def weights_suffix(weights: dict[int, float] | None) -> str:
+    """A row-name suffix naming non-default weights ("" for none)."""
+    return "" if not weights else "_w" + "_".join(f"{scale}x{weight:g}" for scale, weight in sorted(weights.items()))

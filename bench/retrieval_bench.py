@@ -25,7 +25,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-from bench.common import SHARED, median, merge_result, write_result
+from bench.common import SHARED, median, merge_result, parse_scale_weights, weights_suffix, write_result
 from bench.metrics import ndcg_at_k, percentile, recall_at_k
 
 BEIR = SHARED / "eval" / "scifact" / "beir_derived"
@@ -64,12 +64,13 @@ def ensemble_main(args) -> int:
         ingest = build_ensemble_index(client, embedder, settings, args.ensemble_index, scales, args.corpus_limit)
     queries, qrels = load_queries(args.limit)
     retriever = HybridRetriever(client, embedder, args.ensemble_index, settings.retrieval)
+    weights = parse_scale_weights(args.scale_weights)
     retriever.search_ensemble("warm up", scales=scales, size=10)
     per_run_p50, per_run_p95, embed_ms = [], [], []
     for run in range(args.runs):
         took, ndcgs, recalls = [], [], []
         for qid, text in queries.items():
-            result = retriever.search_ensemble(text, scales=scales, size=DEPTH)
+            result = retriever.search_ensemble(text, scales=scales, size=DEPTH, weights=weights)
             took.append(result.took_ms)
             embed_ms.append(result.embed_ms)
             ranked = list(dict.fromkeys(chunk.doc_id for chunk in result.chunks))
@@ -84,18 +85,20 @@ def ensemble_main(args) -> int:
         "p95_ms": median(per_run_p95),
         "fusion": "ensemble",
     }
-    print(f"ensembling: nDCG@10 {row['ndcg_at_10']:.4f}  R@100 {row['recall_at_100']:.4f}  p50 {row['p50_ms']} ms  p95 {row['p95_ms']} ms", file=sys.stderr)
-    print(merge_result(args.name, "bench.retrieval_bench", "ensembling", {
+    name = f"ensembling{weights_suffix(weights)}"
+    print(f"{name}: nDCG@10 {row['ndcg_at_10']:.4f}  R@100 {row['recall_at_100']:.4f}  p50 {row['p50_ms']} ms  p95 {row['p95_ms']} ms", file=sys.stderr)
+    print(merge_result(args.name, "bench.retrieval_bench", name, {
         "index": args.ensemble_index,
         "chunks_by_scale": chunks_by_scale(client, args.ensemble_index),
         "scales_tokens": list(scales),
+        "scale_weights": weights or "1 each",
         "queries": len(queries),
         "runs": args.runs,
         "how": f"one ensemble search per query: the base chunks and each scale, BM25 + kNN ({settings.retrieval.mode}) per scale in one _msearch, min-max per scale, fused, de-duplicated by span; {DEPTH} spans, documents ranked by their first span (recall@100 over at most {DEPTH} spans, so over fewer documents when one document holds several)",
         "latency_note": "p50/p95 of the engine part of one ensemble search (the one _msearch, fusion, de-duplication), median over runs; query embedding excluded",
         "embed_p50_ms": round(percentile(embed_ms, 0.5), 2),
         "ingest": ingest,
-    }, "modes", {"ensembling": row}))
+    }, "modes", {name: row}))
     return 0
 
 
@@ -139,6 +142,7 @@ def main(argv=None) -> int:
     parser.add_argument("--limit", type=int, help="first N queries only (a quick check; with --name, so the results file is not overwritten)")
     parser.add_argument("--ensemble", action="store_true", help="only the multi-scale ensembling row, added to the results file beside the rows already there")
     parser.add_argument("--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens")
+    parser.add_argument("--scale-weights", help="with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; the row's name then says them)")
     parser.add_argument("--ensemble-index", default=ENSEMBLE_INDEX, help="with --ensemble: the index with the scales (built from SciFact when missing)")
     parser.add_argument("--corpus-limit", type=int, help="with --ensemble, when the index is built: the first N SciFact documents only (a quick check)")
     args = parser.parse_args(argv)

@@ -32,7 +32,7 @@ import json
 import time
 from typing import Sequence
 
-from bench.common import SHARED, median, merge_result, write_result
+from bench.common import SHARED, median, merge_result, parse_scale_weights, weights_suffix, write_result
 from chunkrag_core.settings import CHARS_PER_TOKEN
 
 SQUAD = SHARED / "eval" / "squad" / "squad2_cs224n_dev-v2.0.json"
@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rse", default="0.18:0.5", help="RSE settings to report as penalty:minimum_value pairs, comma-separated (0.18:0.5 is dsRAG's balanced preset)")
     parser.add_argument("--ensemble", action="store_true", help="only the multi-scale ensembling rows (ensembling, ensembling + RSE), added to the results file beside the rows already there")
     parser.add_argument("--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens")
+    parser.add_argument("--scale-weights", help="with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; the rows' names then say them)")
     parser.add_argument("--name", default="segments")
     args = parser.parse_args(argv)
 
@@ -206,15 +207,18 @@ def ensemble_main(args, client, embedder, settings, documents, questions, preset
     # One search per question; the spans are de-duplicated under each budget
     # (a chunk longer than the budget could never be used, so it must not
     # hide the smaller chunks inside it).
-    retrieve = lambda question, size: retriever.ensemble_candidates(question, scales=scales, size=size).chunks  # noqa: E731
+    weights = parse_scale_weights(args.scale_weights)
+    retrieve = lambda question, size: retriever.ensemble_candidates(question, scales=scales, size=size, weights=weights).chunks  # noqa: E731
     at_budget = lambda ranked, budget: merge_spans(ranked, args.candidates, budget)  # noqa: E731
-    rows, timings = score_questions(questions, retrieve, position_fetcher(client, index), presets, "ensemble_plain", "ensemble_rse_plain", args.candidates, at_budget)
+    suffix = weights_suffix(weights)
+    rows, timings = score_questions(questions, retrieve, position_fetcher(client, index), presets, f"ensemble{suffix}_plain", f"ensemble{suffix}_rse_plain", args.candidates, at_budget)
     print(json.dumps(rows, indent=1), flush=True)
-    path = merge_result(args.name, "bench.segments_bench", "ensembling", {
+    path = merge_result(args.name, "bench.segments_bench", f"ensembling{suffix}", {
         "articles": len(documents),
         "questions": len(questions),
         "candidates": args.candidates,
         "scales_tokens": list(scales),
+        "scale_weights": weights or "1 each",
         "chars_per_token": CHARS_PER_TOKEN,
         "rows": {
             "ensemble_plain": "top-k over the ensemble's spans (every scale, one _msearch, min-max per scale, de-duplicated by span with the budget as the span cap), in rank order while they fit",

@@ -6,11 +6,11 @@ scales are not comparable (a 2,000-token chunk gathers more BM25 than a
 sentence), so each list is min-max normalised on its own and the lists are
 merged by weighted normalised score. Then, walking that order, results of
 one document are kept as disjoint spans: a chunk lying inside a kept span is
-dropped (its text is already there), and one that overlaps or touches kept
-spans (only whitespace between) merges with them into one span, at the rank
-of the best of them, with text rebuilt exactly from offsets, as long as the
-span stays within a length cap (by default the largest scale's chunk
-length), so spans do not snowball into whole documents.
+dropped (its text is already there), and a chunk no larger than the kept
+spans it overlaps or touches (only whitespace between) merges with them into
+one span, at the rank of the best of them, with text rebuilt exactly from
+offsets, within a length cap (by default the largest scale's chunk length),
+so spans do not snowball into whole documents.
 
 Nothing here calls a cluster.
 """
@@ -89,13 +89,20 @@ def overlaps(group: Sequence[Chunk], chunk: Chunk) -> bool:
 def merge_spans(ranked: Sequence[Chunk], size: int | None = None, max_span_chars: int | None = None) -> list[Chunk]:
     """Chunks best first -> disjoint spans best first (at most ``size``).
 
-    Walking the chunks in order: one inside a kept span is dropped (its text
-    is there already); one that overlaps or touches kept spans joins them
-    into one span at the best rank, unless the union would be longer than
-    ``max_span_chars``: then it is dropped if it overlaps them (it would
-    repeat text) and kept on its own if it only touches them. A chunk longer
-    than ``max_span_chars`` is never kept, so it hides none of the smaller
-    chunks inside it (a caller with a character budget passes the budget).
+    Walking the chunks in order, a kept span grows only by chunks no larger
+    (in scale) than the largest chunk already in it, so a low-ranked large
+    chunk never swells a better-ranked small one into its whole context:
+
+    - a chunk inside a kept span is dropped (its text is there already);
+    - a chunk that overlaps or touches (only whitespace between) kept spans
+      holding a chunk of its scale or larger joins them into one span, at
+      the best rank, while the union stays within ``max_span_chars``;
+    - otherwise a chunk that overlaps a kept span is dropped (it would
+      repeat text), and one that only touches is kept as a span of its own;
+    - a chunk longer than ``max_span_chars`` is never kept, so it hides none
+      of the smaller chunks inside it (a caller with a character budget
+      passes the budget).
+
     A span of several chunks is the best one's record (id, scale, scores,
     vector) with the union's text and offsets, and ``ensemble_members``
     among its stage scores."""
@@ -107,9 +114,11 @@ def merge_spans(ranked: Sequence[Chunk], size: int | None = None, max_span_chars
             continue
         joined = [i for i, group in enumerate(groups) if touches(group, chunk)]
         if joined:
-            members = [c for i in joined for c in groups[i]] + [chunk]
+            kept = [c for i in joined for c in groups[i]]
+            members = [*kept, chunk]
             union = max(c.end for c in members) - min(c.start for c in members)
-            if max_span_chars is None or union <= max_span_chars:
+            small_enough = chunk.scale <= max(c.scale for c in kept)
+            if small_enough and (max_span_chars is None or union <= max_span_chars):
                 first = joined[0]
                 groups = [members if i == first else group for i, group in enumerate(groups) if i == first or i not in joined]
                 continue

@@ -72,17 +72,26 @@ def test_adjacent_small_chunks_merge_into_one_span_at_the_best_rank_with_exact_t
     assert merged.lead == DOCUMENT[13:14]
 
 
-def test_a_larger_chunk_ranked_below_a_smaller_one_inside_it_absorbs_it():
+def test_a_larger_chunk_ranked_below_a_smaller_one_never_swells_it():
     small = chunk(14, 30, position=1, lead_from=13, score=1.0)
-    large = chunk(0, 56, scale=512, score=0.6)
-    (merged,) = merge_spans([small, large])
-    assert merged.chunk_id == "d:1" and (merged.start, merged.end) == (0, 56) and merged.text == DOCUMENT
+    container = chunk(0, 56, scale=512, score=0.6)                      # overlaps: dropped
+    next_door = chunk(32, 56, scale=128, position=1, lead_from=30, score=0.5)   # touches: apart
+    spans = merge_spans([small, container, next_door])
+    assert [(s.chunk_id, s.start, s.end) for s in spans] == [("d:1", 14, 30), ("d:1@128", 32, 56)]
 
 
-def test_a_chunk_bridging_two_kept_spans_joins_them_at_the_first_ones_rank():
+def test_a_smaller_chunk_joins_a_larger_kept_span_it_overlaps_or_touches():
+    large = chunk(14, 47, scale=128, lead_from=13, score=1.0)
+    before = chunk(0, 13, score=0.9)                                     # touches: " " between
+    overlapping = chunk(32, 56, scale=16, position=3, lead_from=30, score=0.8)  # 32..47 shared
+    (merged,) = merge_spans([large, before, overlapping])
+    assert merged.chunk_id == "d:0@128" and merged.text == DOCUMENT and merged.stage_scores["ensemble_members"] == 3.0
+
+
+def test_a_base_chunk_bridging_two_kept_spans_joins_them_at_the_first_ones_rank():
     a = chunk(0, 13, score=1.0)
-    b = chunk(48, 56, position=3, lead_from=47, score=0.9)
-    bridge = chunk(14, 47, scale=128, position=0, lead_from=13, score=0.5)
+    b = chunk(32, 56, position=2, lead_from=30, score=0.9)
+    bridge = chunk(14, 30, position=1, lead_from=13, score=0.5)
     (merged,) = merge_spans([a, b, bridge])
     assert merged.chunk_id == "d:0" and merged.text == DOCUMENT and merged.stage_scores["ensemble_members"] == 3.0
 
@@ -98,11 +107,15 @@ def test_join_uses_the_end_of_a_longer_lead_and_spaces_where_no_lead_reaches():
     assert join_chunks([chunk(0, 13), chunk(32, 47, lead_from=31)]) == DOCUMENT[0:13] + " " * 19 + DOCUMENT[32:47]
 
 
-@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 0, 2)])
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 0, 2), (1, 2, 0)])
 def test_every_order_gives_disjoint_spans_whose_text_is_the_documents(order):
     pieces = [chunk(0, 30, scale=128), chunk(14, 30, position=1, lead_from=13), chunk(32, 56, scale=128, position=1, lead_from=30)]
     spans = merge_spans([pieces[i] for i in order])
-    assert len(spans) == 1 and spans[0].text == DOCUMENT and (spans[0].start, spans[0].end) == (0, 56)
+    for span in spans:
+        assert span.text == DOCUMENT[span.start : span.end]
+    bounds = sorted((s.start, s.end) for s in spans)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(bounds, bounds[1:]))
+    assert bounds[-1][1] == 56  # the last sentence is never lost
 
 
 def test_a_cap_keeps_spans_from_snowballing_and_skips_chunks_longer_than_it():
