@@ -59,10 +59,12 @@ def ensemble_main(args) -> int:
     scales = parse_scales(args.scales)
     client = make_client(settings)
     embedder = make_embedder(settings.embedder)
+    queries, qrels = load_queries(args.limit)
     ingest = None
     if not client.indices.exists(index=args.ensemble_index):
-        ingest = build_ensemble_index(client, embedder, settings, args.ensemble_index, scales, args.corpus_limit)
-    queries, qrels = load_queries(args.limit)
+        # A quick check still finds something: the queries' judged documents come along.
+        wanted = {doc for qid in queries for doc in qrels[qid]}
+        ingest = build_ensemble_index(client, embedder, settings, args.ensemble_index, scales, args.corpus_limit, wanted)
     retriever = HybridRetriever(client, embedder, args.ensemble_index, settings.retrieval)
     weights = parse_scale_weights(args.scale_weights)
     retriever.search_ensemble("warm up", scales=scales, size=10)
@@ -102,16 +104,20 @@ def ensemble_main(args) -> int:
     return 0
 
 
-def build_ensemble_index(client, embedder, settings, index: str, scales, corpus_limit: int | None) -> dict:
+def build_ensemble_index(client, embedder, settings, index: str, scales, corpus_limit: int | None, wanted=frozenset()) -> dict:
     """SciFact ingested at the base scale and at ``scales``; the ingest
-    figures (this is the ensembling ingest-throughput measurement)."""
+    figures (this is the ensembling ingest-throughput measurement). With
+    ``corpus_limit``, the first that many documents and those in ``wanted``."""
     import dataclasses
 
     from bench.ingest_bench import scifact_documents
     from ingest_pipeline.pipeline import ingest_documents
 
     scaled = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, scales=scales))
-    report = ingest_documents(scifact_documents(corpus_limit), client=client, embedder=embedder, settings=scaled, index=index, progress=False)
+    documents = scifact_documents(None)
+    if corpus_limit is not None:
+        documents = [d for i, d in enumerate(documents) if i < corpus_limit or d.doc_id in wanted]
+    report = ingest_documents(documents, client=client, embedder=embedder, settings=scaled, index=index, progress=False)
     if not report.ok:
         raise RuntimeError(report.errors[:3])
     return {
