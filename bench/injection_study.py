@@ -16,9 +16,10 @@ data), so the study costs 6 calls per question on the local model.
 Reported per layout: the target's share clean/control/injected, how often
 it becomes the judge's top passage, how much the other passages' shares
 move (mean absolute change, control vs injected), the gold passages' total
-share, and the shipped default replayed on the new shares (calibrated
-probability, cut at 0.3): how often the target is kept and how often
-answer-in-context is lost. Candidates, gold labels and retrieval signals
+share, and the judge as shipped when turned on, replayed on the new shares
+(JUDGED_MODEL's probability, cut at 0.4): how often the target is kept and
+how often answer-in-context is lost. `--resummarise` recomputes the
+summaries from a committed results file, with no model call. Candidates, gold labels and retrieval signals
 come from the judged collection run (bench.judge_study collect).
 """
 
@@ -35,7 +36,7 @@ from typing import Sequence
 from bench.common import RESULTS, write_result
 from search_extension.evaluation import ablation
 from search_extension.evaluation.ablation import Question, Variant
-from search_extension.processors.calibration import DEFAULT_MODEL, FEATURES
+from search_extension.processors.calibration import FEATURES, JUDGED_MODEL
 from search_extension.processors.relevance import PASSAGE_FORMATS
 
 # Three planted instructions, used in turn: one aimed at the ranking, one at
@@ -54,7 +55,12 @@ NEUTRAL = (
 )
 INDEX = "chunkrag-eval-popqa"
 HEAD = 9
-SHIPPED = Variant("shipped default", "calibrated", "fixed:0.3", judge="forward", top=HEAD, features=FEATURES)
+NOTE_REPLAY = ("The judge as shipped when turned on (judge_top 9) is replayed with JUDGED_MODEL (processors/calibration.py, fitted on clean PopQA dev, numbered layout) cut at 0.4; "
+               "with the quoted layout the same coefficients are applied to that layout's shares, which they were not fitted on. The default filter (no judge) reads no text "
+               "beyond retrieval, so a planted instruction can only act on it through BM25 and the embedding.")
+# The judge as shipped when turned on: its share calibrated with the
+# retrieval signals (JUDGED_MODEL), cut at the default 0.4.
+JUDGED = Variant("judge on (judge_top 9), calibrated", "calibrated", "fixed:0.4", judge="forward", top=HEAD, features=FEATURES)
 
 
 def study_questions(names: Sequence[str], limit: int) -> list[Question]:
@@ -143,9 +149,8 @@ def run(question_names: Sequence[str], limit: int) -> int:
         "attacks": list(ATTACKS),
         "neutral_controls": list(NEUTRAL),
         "by_layout": summary,
-        "note": "Target: the lowest-ranked chunk without a gold answer among the nine judged. Shares are the listwise judge's (one order, as retrieved). "
-                "The shipped default is replayed with the coefficients in processors/calibration.py (fitted on clean PopQA dev, numbered layout) and cut at 0.3; "
-                "with the quoted layout the same coefficients are applied to that layout's shares, which they were not fitted on.",
+        "note": "Target: the lowest-ranked chunk without a gold answer among the nine judged. Shares are the listwise judge's (one order, as retrieved). " +
+                NOTE_REPLAY,
         "per_question": records,
     })
     print(path)
@@ -175,7 +180,7 @@ def summarise(layout: str, records: Sequence[dict], questions: dict[str, Questio
         kept_target, answered = 0, 0
         for r in usable:
             question = with_head_shares(questions[r["item_id"]], r["shares"][layout][condition])
-            kept = ablation.kept_indices(question, SHIPPED, DEFAULT_MODEL)
+            kept = ablation.kept_indices(question, JUDGED, JUDGED_MODEL)
             kept_target += r["target"] in kept
             answered += any(question.judged_rows[i]["gold"] for i in kept)
         return {"target_kept": round(kept_target / len(usable), 4), "answer_in_context_after": round(answered / len(usable), 4)}
@@ -189,7 +194,7 @@ def summarise(layout: str, records: Sequence[dict], questions: dict[str, Questio
         "target_is_top_passage": {c: tops(c) for c in ("clean", "control", "injected")},
         "other_passages_mean_abs_change": {c: others_moved(c) for c in ("control", "injected")},
         "gold_share": {c: gold_mass(c) for c in ("clean", "control", "injected")},
-        "shipped_default_replayed": {c: replayed(c) for c in ("clean", "control", "injected")},
+        "judge_on_replayed": {c: replayed(c) for c in ("clean", "control", "injected")},
         "by_attack": {str(a): {"questions": sum(r["attack"] == a for r in usable),
                                "target_share_injected": mean([r["shares"][layout]["injected"][r["target"]] for r in usable if r["attack"] == a] or [0.0]),
                                "target_share_control": mean([r["shares"][layout]["control"][r["target"]] for r in usable if r["attack"] == a] or [0.0])}
@@ -197,11 +202,34 @@ def summarise(layout: str, records: Sequence[dict], questions: dict[str, Questio
     }
 
 
+def resummarise(question_names: Sequence[str]) -> int:
+    """The summaries again from results/injection.json's per-question
+    shares (after the shipped calibration changed, say): no model call."""
+    path = RESULTS / "injection.json"
+    payload = json.loads(path.read_text())
+    records = payload["per_question"]
+    wanted = {r["item_id"] for r in records}
+    by_id = {}
+    for name in question_names:
+        for question in ablation.questions_from_report(json.loads((RESULTS / f"{name}.questions.json").read_text())):
+            if question.item_id in wanted:
+                by_id[question.item_id] = question
+    payload["by_layout"] = {layout: summarise(layout, records, by_id) for layout in PASSAGE_FORMATS}
+    payload["note"] = payload["note"].split(" The ")[0] + " " + NOTE_REPLAY
+    payload["resummarised"] = "python -m bench.injection_study --resummarise (summaries recomputed from per_question with the current shipped calibration; no model call)"
+    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(payload["by_layout"], indent=1))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=30)
     parser.add_argument("--runs", default="filter_popqa_dev", help="judged collection runs to draw from, a+b")
+    parser.add_argument("--resummarise", action="store_true", help="recompute the summaries of results/injection.json (no model call)")
     args = parser.parse_args(argv)
+    if args.resummarise:
+        return resummarise(args.runs.split("+"))
     return run(args.runs.split("+"), args.questions)
 
 

@@ -265,8 +265,9 @@ def _write_headline(dataset, default_name, sample_table, sample_before, whole_ta
             "5_points_above_cosine_at_same_characters": {"margin": row["margin_over_cosine"], "met": row["margin_over_cosine"] >= 0.05},
             "0.90_of_before_at_most_25_percent_characters": {"kept_share_of_before": row["kept_share_of_before"], "characters": row["context_chars_kept_share"],
                                                              "met": (row["kept_share_of_before"] or 0) >= 0.90 and row["context_chars_kept_share"] <= 0.25},
-            "calls_2x_fewer_than_naive": {"met": bool(naive and row["model_calls_per_question"] and naive / row["model_calls_per_question"] >= 2)},
+            "calls_2x_fewer_than_naive": {"met": bool(naive) and (row["model_calls_per_question"] == 0 or naive / row["model_calls_per_question"] >= 2)},
         },
+        "judge_on_at_the_same_cut": next((r for r in sample_table if r["judge"] == "forward" and r["score"] == "calibrated" and r["cut"] == row["cut"]), None),
         "whole_set_retrieval_only": {"questions": n_whole, "answer_in_context_before": round(whole_before, 4), "best_within_25_percent_characters": cheap_best},
         "coefficients": fitted,
         "ablation_file": f"bench/results/filter_{dataset}_dev_ablation.json",
@@ -275,22 +276,28 @@ def _write_headline(dataset, default_name, sample_table, sample_before, whole_ta
 
 
 JUDGE_ALONE = "the judge alone (its judged candidates, Algorithm 1)"
-COSINE_AT_SHIPPED = "cosine at the shipped default's characters"
+DEFAULT_LABEL = "default (retrieval signals calibrated, no judge)"
+JUDGE_ON = "judge on (best nine, calibrated with the retrieval signals)"
+COSINE_AT_DEFAULT = "cosine at the default's characters"
 
 
 def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False) -> int:
     """True/false accuracy of a verdict written from what each variant keeps
-    (PubHealth has labels, not answer strings): the shipped default
-    (calibration fitted on PopQA only), cosine kept to the shipped default's
-    characters, and optionally the judge's share alone cut by Algorithm 1
-    (the previous default). Each verdict is one model call."""
+    (PubHealth has labels, not answer strings): the shipped default (the
+    retrieval signals calibrated, no judge), the judge turned on (its share
+    calibrated with the same signals), cosine kept to the default's
+    characters, and optionally the judge's share alone cut by Algorithm 1.
+    Both calibrations were fitted on PopQA dev only. Each verdict is one
+    model call; a variant keeping the same chunks as another reuses its
+    verdict (the model answers deterministically)."""
+    import dataclasses
     from concurrent.futures import ThreadPoolExecutor
 
     from chunkrag_core.es_client import make_client
     from chunkrag_core.es_schema import chunk_from_hit
     from chunkrag_core.providers import make_chat
     from chunkrag_core.settings import Settings
-    from search_extension.chunk_filter import FilterOptions
+    from search_extension.chunk_filter import JUDGE_TOP_WHEN_ASKED, FilterOptions
     from search_extension.evaluation.datasets import read_items
     from search_extension.evaluation.measures import kept_within_budget
     from search_extension.processors.answer import verdict_from_chunks
@@ -302,9 +309,14 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False) ->
     settings = Settings.from_env()
     client, model = make_client(settings), make_chat(settings.chat)
     default = FilterOptions()
-    shipped = Variant("shipped default", "calibrated", _cut_rule(default), judge="both" if default.scoring.orders == 2 else "forward", top=default.judge_top, features=default.calibration.names if default.calibration else ())
-    previous = Variant(JUDGE_ALONE, "judge", "algorithm1", judge="forward")
-    names = ["shipped default", COSINE_AT_SHIPPED] + ([JUDGE_ALONE] if with_judge_alone else [])
+    judged = dataclasses.replace(default, judge_top=JUDGE_TOP_WHEN_ASKED)
+    variants = {
+        DEFAULT_LABEL: (Variant(DEFAULT_LABEL, "calibrated", _cut_rule(default), features=default.calibration.names), default.calibration),
+        JUDGE_ON: (Variant(JUDGE_ON, "calibrated", _cut_rule(judged), judge="forward", top=judged.judge_top, features=judged.calibration.names), judged.calibration),
+    }
+    if with_judge_alone:
+        variants[JUDGE_ALONE] = (Variant(JUDGE_ALONE, "judge", "algorithm1", judge="forward"), None)
+    names = list(variants) + [COSINE_AT_DEFAULT]
     tallies: dict[str, list[bool]] = {name: [] for name in names}
     chars: dict[str, list[int]] = {k: [] for k in tallies}
     per_claim: list[dict] = []
@@ -314,30 +326,32 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False) ->
         ids = [r["chunk_id"] for r in question.rows]
         found = client.mget(index=f"chunkrag-eval-{dataset}", ids=ids)["docs"]
         chunks = {doc["_id"]: chunk_from_hit(doc) for doc in found if doc.get("found")}
-        kept_sets = {"shipped default": [rows[i]["chunk_id"] for i in ablation.kept_indices(question, shipped, default.calibration)]}
-        if with_judge_alone:
-            kept_sets[JUDGE_ALONE] = [rows[i]["chunk_id"] for i in ablation.kept_indices(question, previous)]
-        budget = sum(len(chunks[c].text) for c in kept_sets["shipped default"] if c in chunks)
-        every = [r for r in question.rows]
+        kept_sets = {name: [rows[i]["chunk_id"] for i in ablation.kept_indices(question, variant, calibration)] for name, (variant, calibration) in variants.items()}
+        budget = sum(len(chunks[c].text) for c in kept_sets[DEFAULT_LABEL] if c in chunks)
+        every = list(question.rows)
         taken = kept_within_budget(["x" * r["chars"] for r in every], [r.get("cosine", 0.0) for r in every], budget)
-        kept_sets[COSINE_AT_SHIPPED] = [every[i]["chunk_id"] for i in taken]
+        kept_sets[COSINE_AT_DEFAULT] = [every[i]["chunk_id"] for i in taken]
         item = claims[question.item_id]
-        out = {}
+        out, asked = {}, {}
         for name, kept_ids in kept_sets.items():
             kept = [chunks[c] for c in kept_ids if c in chunks]
-            verdict = verdict_from_chunks(item.question, kept, model)
-            out[name] = (verdict.label == item.label, sum(len(c.text) for c in kept), verdict.label)
+            key = tuple(c.chunk_id for c in kept)
+            if key not in asked:
+                asked[key] = verdict_from_chunks(item.question, kept, model).label
+            out[name] = (asked[key] == item.label, sum(len(c.text) for c in kept), asked[key])
         return out
 
     # Claims two at a time: the local server has two slots.
+    calls = 0
     with ThreadPoolExecutor(max_workers=max(1, settings.chat.parallel)) as pool:
         for n, (question, outcome) in enumerate(zip(questions, pool.map(one, questions))):
             for name, (right, kept_chars, _) in outcome.items():
                 tallies[name].append(right)
                 chars[name].append(kept_chars)
+            calls += len({(said, kept_chars) for _, kept_chars, said in outcome.values()})
             per_claim.append({"item_id": question.item_id, "label": claims[question.item_id].label,
                               "verdicts": {name: {"verdict": said, "kept_chars": kept_chars} for name, (_, kept_chars, said) in outcome.items()}})
-            print(f"{n + 1}/{len(questions)} " + " ".join(f"{k[:8]}={sum(v)}" for k, v in tallies.items()), file=sys.stderr)
+            print(f"{n + 1}/{len(questions)} " + " ".join(f"{k[:12]}={sum(v)}" for k, v in tallies.items()), file=sys.stderr)
     chars_before = sum(r["chars"] for q in questions for r in q.rows)
     path = write_result(f"filter_{dataset}_dev", "bench.judge_study", {
         "dataset": f"{dataset}/dev.jsonl (all {len(questions)} claims; pool: contexts.ambiguous)",
@@ -346,8 +360,9 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False) ->
         "true_share": round(sum(claims[q.item_id].label == "true" for q in questions) / len(questions), 4),
         "accuracy": {k: round(sum(v) / len(v), 4) for k, v in tallies.items()},
         "context_chars_kept_share": {k: round(sum(v) / chars_before, 4) for k, v in chars.items()},
-        "verdict_calls_per_claim_per_variant": 1,
-        "note": "Judge outputs from one collection run (collection_run.options); each variant's kept chunks replayed from them, then one verdict call per claim per variant. The shipped default's calibration was fitted on PopQA dev only: PubHealth is data it was not fitted on. Accuracy is the share of claims whose verdict matches the label (a verdict that names neither true nor false counts as wrong).",
+        "judge_calls_per_claim": {DEFAULT_LABEL: 0, JUDGE_ON: 1, COSINE_AT_DEFAULT: 0, **({JUDGE_ALONE: "as collected"} if with_judge_alone else {})},
+        "verdict_calls": calls,
+        "note": "Judge outputs from one collection run (collection_run.options); each variant's kept chunks replayed from them, then one verdict call per claim per distinct kept set. Both calibrations were fitted on PopQA dev only: PubHealth is data they were not fitted on. Accuracy is the share of claims whose verdict matches the label (a verdict that names neither true nor false counts as wrong); true_share is what always answering 'true' would score.",
         "per_question_file": str(questions_file(dataset).relative_to(RESULTS.parent.parent)),
         "per_claim": per_claim,
     })

@@ -51,10 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--fixed-threshold", type=float, help="the fixed threshold, or the share of the best score for `relative`")
     ask.add_argument("--orders", type=int, choices=[1, 2], help="listwise: ask each batch as retrieved (1) or also reversed (2)")
     ask.add_argument("--passages", choices=["numbered", "quoted"], help="listwise prompt layout (quoted: each passage fenced as data, against planted instructions)")
-    ask.add_argument("--judge-top", type=int, help="only the best N candidates go to the model (0: none)")
+    ask.add_argument("--judge-top", type=int, help="the best N candidates go to the LLM judge (default 0: none, the retrieval signals decide)")
     ask.add_argument("--calibration", choices=["default", "off"], help="combine the judge with the retrieval signals through the shipped logistic model")
     ask.add_argument("--fallback", choices=["top_k", "not_found"], default="top_k", help="when nothing passes: keep the top chunks, or answer that nothing was found")
-    ask.add_argument("--method", default="listwise", choices=["listwise", "multistage", "yes_no", "likert"], help="relevance scoring (listwise: up to nine chunks per call; multistage: the paper's score, reflection, critic per chunk)")
+    ask.add_argument("--method", choices=["listwise", "multistage", "yes_no", "likert"], help="turn the LLM judge on with this scoring (listwise: up to nine chunks per call; multistage: the paper's score, reflection, critic per chunk); off by default")
     ask.add_argument("--no-answer", action="store_true", help="filter only; do not write an answer")
     ask.add_argument("--segments", action="store_true", help="relevant segment extraction: answer from runs of neighbouring chunks around the relevant ones")
     ask.add_argument("--segment-chars", type=int, default=None, help="character budget of all segments together (default: chunk budgets only)")
@@ -74,11 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--pool", default="ambiguous", choices=["ambiguous", "correct", "incorrect"], help="which context pool of each record is indexed")
     evaluation.add_argument("--limit", type=int, help="only the first N usable records")
     evaluation.add_argument("--index", help="evaluation index (default chunkrag-eval-<format>)")
-    evaluation.add_argument("--method", default="listwise", choices=["listwise", "multistage", "yes_no", "likert"], help="relevance scoring (listwise: several chunks per call)")
+    evaluation.add_argument("--method", choices=["listwise", "multistage", "yes_no", "likert"], help="turn the LLM judge on with this scoring (listwise: several chunks per call); off by default")
     evaluation.add_argument("--prior-weight", type=float, default=0.0, help="share of the score taken from the retrieval score (0 = the LLM alone)")
     evaluation.add_argument("--orders", type=int, choices=[1, 2], help="listwise: ask each batch as retrieved (1) or also reversed (2, removes position bias)")
     evaluation.add_argument("--passages", choices=["numbered", "quoted"], help="listwise prompt layout (quoted: each passage fenced as data, against planted instructions)")
-    evaluation.add_argument("--judge-top", type=int, help="only the best N candidates go to the model (0: none; default: the filter's default)")
+    evaluation.add_argument("--judge-top", type=int, help="the best N candidates go to the LLM judge (default 0: none, the retrieval signals decide)")
     evaluation.add_argument("--calibration", choices=["default", "off"], help="combine the judge with the retrieval signals through the shipped logistic model (default: the filter's default)")
     evaluation.add_argument("--threshold", choices=["dynamic", "llm", "fixed", "relative"], help="where the kept chunks are cut (default: the filter's default)")
     evaluation.add_argument("--fixed-threshold", type=float, help="the fixed threshold, or the share of the best score for `relative`")
@@ -256,21 +256,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def filter_options_from_args(args: argparse.Namespace):
-    """FilterOptions from `eval`/`ask` flags; an unset flag keeps the filter's default."""
-    from search_extension.chunk_filter import FilterOptions
-    from search_extension.processors.calibration import DEFAULT_MODEL
+    """FilterOptions from `eval`/`ask` flags; an unset flag keeps the filter's
+    default. A judging flag (--method, --orders, --passages) without
+    --judge-top turns the judge on for the best nine."""
+    from search_extension.chunk_filter import JUDGE_TOP_WHEN_ASKED, FilterOptions
+    from search_extension.processors.calibration import RETRIEVAL_MODEL
 
     defaults = FilterOptions()
-    scoring = dataclasses.replace(defaults.scoring, method=args.method) if args.method != defaults.scoring.method else defaults.scoring
-    if getattr(args, "orders", None):
-        scoring = dataclasses.replace(scoring, orders=args.orders)
-    if getattr(args, "passages", None):
-        scoring = dataclasses.replace(scoring, passages=args.passages)
+    scoring = defaults.scoring
+    asked_for_judge = False
+    for flag in ("method", "orders", "passages"):
+        value = getattr(args, flag, None)
+        if value:
+            scoring = dataclasses.replace(scoring, **{flag: value})
+            asked_for_judge = True
+    judge_top = defaults.judge_top
+    if getattr(args, "judge_top", None) is not None:
+        judge_top = args.judge_top
+    elif asked_for_judge:
+        judge_top = JUDGE_TOP_WHEN_ASKED
     calibration = defaults.calibration
     if getattr(args, "calibration", None):
-        if args.calibration == "default" and DEFAULT_MODEL is None:
-            raise SystemExit("this build ships no calibrated model; use --calibration off")
-        calibration = DEFAULT_MODEL if args.calibration == "default" else None
+        # The shipped model; FilterOptions picks the one fitted for judging on or off.
+        calibration = RETRIEVAL_MODEL if args.calibration == "default" else None
     return dataclasses.replace(
         defaults,
         redundancy_threshold=None if getattr(args, "no_redundancy", False) else defaults.redundancy_threshold,
@@ -278,7 +286,7 @@ def filter_options_from_args(args: argparse.Namespace):
         threshold=args.threshold or defaults.threshold,
         fixed_threshold=args.fixed_threshold if args.fixed_threshold is not None else defaults.fixed_threshold,
         prior_weight=getattr(args, "prior_weight", defaults.prior_weight),
-        judge_top=args.judge_top if getattr(args, "judge_top", None) is not None else defaults.judge_top,
+        judge_top=judge_top,
         calibration=calibration,
         answer=False,
     )

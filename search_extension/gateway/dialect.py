@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.settings import DEFAULT_SCALES
 from search_extension.ask import DEFAULT_CANDIDATES, AskResult
-from search_extension.chunk_filter import FilterOptions
+from search_extension.chunk_filter import JUDGE_TOP_WHEN_ASKED, FilterOptions
+from search_extension.processors.calibration import RETRIEVAL_MODEL
 from search_extension.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD
 from search_extension.processors.relevance import MAX_LISTWISE_BATCH, ScoringOptions
 from search_extension.queries import MODES
@@ -161,13 +162,13 @@ def parse_options(raw: Any, *, max_candidates: int, where: str = "ext.chunkrag")
         "answer": checked.boolean("answer"),
         "judge_top": checked.integer("judge_top", 0, max_candidates),
     }
+    if filter_values["judge_top"] is None and "scoring" in raw:
+        # Asking how to judge asks for the judge (off by default).
+        filter_values["judge_top"] = JUDGE_TOP_WHEN_ASKED
     calibrated = checked.boolean("calibrated")
     if calibrated is not None:
-        from search_extension.processors.calibration import DEFAULT_MODEL
-
-        if calibrated and DEFAULT_MODEL is None:
-            raise OptionError(f"{where}.calibrated: this build ships no calibrated model")
-        filter_values["calibration"] = DEFAULT_MODEL if calibrated else None
+        # The shipped model; FilterOptions picks the one fitted for judging on or off.
+        filter_values["calibration"] = RETRIEVAL_MODEL if calibrated else None
     try:
         filter_options = FilterOptions(**{k: v for k, v in filter_values.items() if v is not None or k in ("redundancy_threshold", "calibration")})
     except ValueError as exc:

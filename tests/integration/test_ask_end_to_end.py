@@ -37,7 +37,7 @@ def test_ask_keeps_the_answering_chunk_and_cites_it(engine, embedder, settings, 
     retriever = HybridRetriever(engine, embedder, engine_index, settings.retrieval)
     with ScriptedOpenAI(default=judge_by_content) as server:
         model = OpenAICompatibleChat(model="scripted", base_url=server.base_url)
-        result = ask("What is the capital of Japan?", retriever=retriever, model=model, options=FilterOptions(), candidates=5)
+        result = ask("What is the capital of Japan?", retriever=retriever, model=model, options=FilterOptions(judge_top=9), candidates=5)
 
     filtered = result.filtered
     assert [c.chunk_id for c in filtered.kept] == ["tokyo:0"]
@@ -45,6 +45,6 @@ def test_ask_keeps_the_answering_chunk_and_cites_it(engine, embedder, settings, 
     assert filtered.answer.found and filtered.answer.citations == ("tokyo:0",)
     dropped = {d.chunk.chunk_id for d in filtered.decisions if not d.kept}
     assert dropped == {c.chunk_id for c in result.retrieval.chunks} - {"tokyo:0"}
-    # One listwise batch judges every candidate (at most nine), in as many
-    # orders as the default asks; one call writes the answer.
+    # The judge turned on: one listwise batch judges every candidate (at most
+    # nine), in as many orders as the default asks; one call writes the answer.
     assert filtered.model_calls == FilterOptions().scoring.orders + 1 == len(server.requests)

@@ -31,7 +31,7 @@ def engine_eval_index(engine):
     engine.delete_index(name)
 
 
-def run(items, fmt, model_server, es, embedder, settings, index, generate=False, options=FilterOptions(answer=False)):
+def run(items, fmt, model_server, es, embedder, settings, index, generate=False, options=FilterOptions(answer=False, judge_top=9)):
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
     return evaluate(items, fmt, client=es, embedder=embedder, settings=settings, model=model, options=options, judge_many=judge_in_threads(model, threads=2), index=index, generate=generate)
 

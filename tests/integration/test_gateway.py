@@ -30,6 +30,10 @@ DOCS = {
     "violin": "The violin has four strings tuned in fifths. It is played with a bow.",
 }
 DEFAULTS = FilterOptions()
+# The judge is off by default (the retrieval signals decide); these tests are
+# about the judging path through the gateway, so they turn it on.
+JUDGE = {"judge_top": 9}
+JUDGED = FilterOptions(judge_top=9)
 QUESTION = "What is the capital of Japan?"
 # Markers in the question steer the scripted model (every prompt holds the question).
 PROVIDER_REFUSES = "refused-by-provider"
@@ -136,7 +140,7 @@ def test_official_client_works_unchanged(client, index):
     plain = client.search(index=index, query={"match": {"text": "violin strings"}}, size=2)
     assert ids(plain)[0] == "violin:0" and "_chunkrag" not in plain["hits"]["hits"][0]
 
-    filtered = client.search(index=index, query={"match": {"text": QUESTION}}, size=5, ext={"chunkrag": {"candidates": 6, "include_dropped": True}})
+    filtered = client.search(index=index, query={"match": {"text": QUESTION}}, size=5, ext={"chunkrag": {"candidates": 6, "include_dropped": True, **JUDGE}})
     assert ids(filtered) == ["tokyo:0"]
     hit = filtered["hits"]["hits"][0]
     assert hit["_index"] == index and hit["_score"] == pytest.approx(hit["_chunkrag"]["scores"]["combined"])
@@ -148,7 +152,7 @@ def test_official_client_works_unchanged(client, index):
     assert section["threshold"]["method"] == DEFAULTS.threshold and not section["nothing_relevant"]
     assert {d["_id"] for d in section["dropped"]} == {f"{d}:{p}" for d in DOCS for p in (0, 1)} - {"tokyo:0"}
     # One listwise batch, asked in as many orders as the default asks; one answer.
-    assert section["usage"]["model_calls"] == DEFAULTS.scoring.orders + 1 and section["usage"]["prompt_tokens"] > 0
+    assert section["usage"]["model_calls"] == JUDGED.scoring.orders + 1 and section["usage"]["prompt_tokens"] > 0
     assert {"embed", "retrieval", "scoring", "answer", "total"} <= set(section["timings_ms"])
 
 
@@ -160,14 +164,14 @@ def test_retrieval_only_search_calls_no_model(client, index, model_server):
 
 
 def test_ask_endpoint(gateway, index):
-    response = httpx.post(f"{gateway}/v1/ask", json={"index": index, "question": QUESTION, "options": {"candidates": 4}}, timeout=30)
+    response = httpx.post(f"{gateway}/v1/ask", json={"index": index, "question": QUESTION, "options": {"candidates": 4, **JUDGE}}, timeout=30)
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["answer"] == "Tokyo is the capital of Japan [1]." and body["citations"] == ["tokyo:0"]
     assert body["chunks"][0]["id"] == "tokyo:0" and body["chunks"][0]["kept"]
     assert len(body["chunks"]) == 4 and all(not c["kept"] for c in body["chunks"][1:])
     # One listwise batch judges the four candidates (in each order); one call writes the answer.
-    assert body["usage"]["model_calls"] == DEFAULTS.scoring.orders + 1 and body["threshold"]["value"] > 0
+    assert body["usage"]["model_calls"] == JUDGED.scoring.orders + 1 and body["threshold"]["value"] > 0
 
 
 def test_health_and_openapi(gateway):
@@ -207,10 +211,10 @@ def test_model_failures(client, index):
     from elasticsearch import ApiError
 
     with pytest.raises(ApiError) as refused:
-        client.search(index=index, query={"match": {"text": f"{QUESTION} {PROVIDER_REFUSES}"}}, ext={"chunkrag": {"candidates": 3}})
+        client.search(index=index, query={"match": {"text": f"{QUESTION} {PROVIDER_REFUSES}"}}, ext={"chunkrag": {"candidates": 3, **JUDGE}})
     assert refused.value.meta.status == 502 and "400" in refused.value.body["error"]["reason"]
 
-    rambling = client.search(index=index, query={"match": {"text": f"{QUESTION} {MODEL_RAMBLES}"}}, ext={"chunkrag": {"candidates": 4, "fallback_k": 1, "include_dropped": True}})
+    rambling = client.search(index=index, query={"match": {"text": f"{QUESTION} {MODEL_RAMBLES}"}}, ext={"chunkrag": {"candidates": 4, "fallback_k": 1, "include_dropped": True, **JUDGE}})
     decisions = [h["_chunkrag"]["reason"] for h in rambling["hits"]["hits"]] + [d["_chunkrag"]["reason"] for d in rambling["chunkrag"]["dropped"]]
     assert sorted(decisions) == ["fallback", "unscored", "unscored", "unscored"]
     assert rambling["chunkrag"]["nothing_relevant"] and all(h["_score"] is None for h in rambling["hits"]["hits"])
@@ -221,10 +225,10 @@ def test_budget_and_model_timeout(settings, embedder, model_server, index):
     patient_model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
     question = f"{QUESTION} {MODEL_STALLS}"
     with serving(create_app(own_cache(settings), model=patient_model, embedder=embedder)) as url:
-        late = httpx.post(f"{url}/v1/ask", json={"index": index, "question": question, "options": {"candidates": 2, "budget_s": 0.3}}, timeout=30)
+        late = httpx.post(f"{url}/v1/ask", json={"index": index, "question": question, "options": {"candidates": 2, "budget_s": 0.3, **JUDGE}}, timeout=30)
     assert late.status_code == 200 and {c["reason"] for c in late.json()["chunks"]} <= {"unscored", "fallback"}
     with serving(create_app(own_cache(settings), model=slow_model, embedder=embedder)) as url:
-        timed_out = httpx.post(f"{url}/v1/ask", json={"index": index, "question": question, "options": {"candidates": 2}}, timeout=30)
+        timed_out = httpx.post(f"{url}/v1/ask", json={"index": index, "question": question, "options": {"candidates": 2, **JUDGE}}, timeout=30)
     assert timed_out.status_code == 504 and timed_out.json()["error"]["type"] == "timeout_exception"
 
 

@@ -76,10 +76,10 @@ def test_redis_restarted_during_a_filtered_query(settings, embedder, index, own_
         gateway_settings = dataclasses.replace(settings, redis_url=own_redis.url)
         with serving(create_app(gateway_settings, model=model, embedder=embedder)) as url:
             # Warm the cache client's connection, so the restart breaks a live one.
-            assert httpx.post(f"{url}/v1/ask", json={"index": index, "question": QUESTION, "options": {"candidates": 2}}, timeout=30).status_code == 200
+            assert httpx.post(f"{url}/v1/ask", json={"index": index, "question": QUESTION, "options": {"candidates": 2, "judge_top": 9}}, timeout=30).status_code == 200
             reply: dict = {}
             stalled = f"{QUESTION} {MODEL_STALLS}"  # the model takes 1.5 s on it
-            worker = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/v1/ask", json={"index": index, "question": stalled, "options": {"candidates": 4}}, timeout=60)))
+            worker = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/v1/ask", json={"index": index, "question": stalled, "options": {"candidates": 4, "judge_top": 9}}, timeout=60)))
             worker.start()
             deadline = time.monotonic() + 10
             while not any(MODEL_STALLS in str(r) for r in server.requests) and time.monotonic() < deadline:
@@ -119,7 +119,7 @@ def test_model_server_killed_during_a_call(settings, embedder, index):
         model = OpenAICompatibleChat(model="scripted", base_url=base_url, timeout_s=10)
         with serving(create_app(settings, model=model, embedder=embedder)) as url:
             reply: dict = {}
-            asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 2}}}, timeout=60)))
+            asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 2, "judge_top": 9}}}, timeout=60)))
             started = time.monotonic()
             asking.start()
             time.sleep(1.0)  # the judging call is in flight, the model "thinking"
@@ -163,7 +163,7 @@ def test_a_worker_killed_during_a_filtered_query(settings, embedder, index, own_
             with serving(create_app(gateway_settings, embedder=embedder)) as url:
                 try:
                     reply: dict = {}
-                    asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 4, "answer": False}}}, timeout=120)))
+                    asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 4, "answer": False, "judge_top": 9}}}, timeout=120)))
                     asking.start()
                     assert held.wait(30), "no judging call reached the model"
                     holder = _worker_running(workers.app, workers, "Tokyo", timeout=20)
@@ -203,7 +203,7 @@ def test_redis_restarted_while_it_is_the_broker_of_a_query(settings, embedder, i
                 try:
                     reply: dict = {}
                     started = time.monotonic()
-                    asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 4, "answer": False, "include_dropped": True}}}, timeout=120)))
+                    asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 4, "answer": False, "include_dropped": True, "judge_top": 9}}}, timeout=120)))
                     asking.start()
                     assert held.wait(30), "no judging call reached the model"
                     redis_server.down(own_redis)

@@ -93,7 +93,7 @@ def test_the_cluster_decides_what_a_caller_reads_through_the_gateway(forwarding_
     query = {"match": {"text": QUESTION}}
     assert ids(alice.search(index=allowed, query=query, size=1)) == ["tokyo:0"]
     assert alice.count(index=allowed)["count"] == 6 and alice.indices.exists(index=allowed)
-    filtered = alice.search(index=allowed, query=query, ext={"chunkrag": {"candidates": 4}})
+    filtered = alice.search(index=allowed, query=query, ext={"chunkrag": {"candidates": 4, "judge_top": 9}})
     assert ids(filtered) == ["tokyo:0"] and filtered["chunkrag"]["usage"]["model_calls"] >= 1
     # Segment extraction fetches neighbours with the client the search used:
     # alice's credentials (the gateway's base client holds none, so without

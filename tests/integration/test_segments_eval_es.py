@@ -33,13 +33,14 @@ def test_eval_reports_segments_within_the_kept_characters(es, embedder, settings
     try:
         with ScriptedOpenAI(default=oracle) as server:
             model = OpenAICompatibleChat(model="scripted", base_url=server.base_url, timeout_s=10)
-            report = evaluate(items, "popqa", client=es, embedder=embedder, settings=settings, model=model, options=FilterOptions(answer=False),
+            report = evaluate(items, "popqa", client=es, embedder=embedder, settings=settings, model=model, options=FilterOptions(answer=False, judge_top=9, calibration=None, threshold="dynamic"),
                               judge_many=judge_in_threads(model, threads=2), index=index, segments=SegmentSettings())
     finally:
         es.indices.delete(index=index, ignore_unavailable=True)
     outcomes = report.questions
     assert all(isinstance(q.segments_answer_in_context_after, bool) for q in outcomes)
-    # The oracle judge gives the gold chunk the top probability: RSE finds it
+    # The oracle judge (uncalibrated: its share is the relevance) gives the
+    # gold chunk the top probability: RSE finds it
     # wherever the filter kept it.
     for q in outcomes:
         if q.answer_in_context_after:

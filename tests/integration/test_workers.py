@@ -248,7 +248,7 @@ def test_a_bad_request_fails_at_once_and_its_chunks_are_unscored_with_the_reason
     query = unique("Which fruit is red?")
     router.routes[query] = error(400, "model does not exist")
     chat = OpenAICompatibleChat(model=MODEL, base_url=model_server.base_url)
-    result = run_filter(query, chunks_of(f"Apples are {MARK}.", "Bananas are yellow."), model=chat, options=FilterOptions(answer=False, fallback="not_found", scoring=ScoringOptions()), judge_many=judge_many)
+    result = run_filter(query, chunks_of(f"Apples are {MARK}.", "Bananas are yellow."), model=chat, options=FilterOptions(answer=False, fallback="not_found", scoring=ScoringOptions(), judge_top=9), judge_many=judge_many)
     assert [d.reason for d in result.decisions] == ["unscored", "unscored"] and result.nothing_relevant
 
 

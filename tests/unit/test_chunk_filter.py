@@ -80,6 +80,33 @@ def test_unscored_chunks_are_reported_and_dropped():
     assert "d:2" not in [c.chunk_id for c in result.kept]
 
 
+def test_the_default_scores_every_candidate_from_retrieval_signals_without_a_judge_call():
+    from search_extension.processors.calibration import RETRIEVAL_MODEL
+
+    def never(query, chunks, options):
+        raise AssertionError("the default asks no judge")
+
+    signals = [{"cosine": 0.8, "bm25": 1.0}, {"cosine": 0.2, "bm25": 0.0}, {"cosine": 0.75, "bm25": 0.6}]
+    chunks = [dataclasses.replace(chunk(i, [float(i == 0), float(i == 1), float(i == 2)], text="x" * 200), stage_scores=s) for i, s in enumerate(signals)]
+    model = Answerer()
+    result = run_filter("q", chunks, model=model, judge_many=never, options=FilterOptions())
+    # sigmoid(-3.754981 + 3.376989*0.8 + 0.006575*0 + 0.625046*1 + 0.766057/1 + 0.826934*ln 2) = sigmoid(0.9109) = 0.7132
+    first = RETRIEVAL_MODEL.probability({"cosine": 0.8, "cosine_gap": 0.0, "bm25": 1.0, "inv_rank": 1.0, "log_chars": 0.6931471805599453})
+    assert first == pytest.approx(0.7132, abs=1e-4)
+    assert [c.chunk_id for c in result.kept] == ["d:0", "d:2"]  # 0.71 and 0.50 pass 0.4; 0.11 does not
+    assert result.model_calls == 1 and model.calls == 1  # the answer only
+
+
+def test_the_shipped_calibration_follows_the_judge():
+    from search_extension.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
+
+    assert FilterOptions().calibration is RETRIEVAL_MODEL and FilterOptions().judge_top == 0
+    on = dataclasses.replace(FilterOptions(), judge_top=9)
+    assert on.calibration is JUDGED_MODEL and dataclasses.replace(on, judge_top=0).calibration is RETRIEVAL_MODEL
+    assert FilterOptions(judge_top=None).calibration is JUDGED_MODEL
+    assert FilterOptions(judge_top=9, calibration=None).calibration is None
+
+
 def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="unknown fallback"):
         FilterOptions(fallback="pray")
@@ -98,6 +125,6 @@ def test_model_calls_count_the_llm_threshold_and_answer_even_without_token_count
 
     scores = {"d:0": 0.9, "d:2": 0.2, "d:3": 0.7, "d:4": 0.1}
     model = Silent()
-    result = run_filter("q", CHUNKS, model=model, judge_many=scripted_judge(scores), options=FilterOptions(threshold="llm"))
+    result = run_filter("q", CHUNKS, model=model, judge_many=scripted_judge(scores), options=FilterOptions(threshold="llm", judge_top=9))
     assert result.threshold.method == "llm" and result.threshold.value == 0.5
     assert model.calls == 2 and result.model_calls == 4 + 2

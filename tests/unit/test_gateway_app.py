@@ -132,7 +132,7 @@ def test_a_body_mentioning_chunkrag_outside_ext_still_passes_through():
 def test_chunkrag_search_answers_in_elasticsearch_shape_and_ext_never_reaches_elasticsearch():
     transport, es = RecordingTransport(es_reply), FakeElasticsearch()
     client, _ = make_client(transport, es=es)
-    response = client.post("/idx/_search", json={"query": {"match": {"text": "what does a say"}}, "size": 5, "ext": {"chunkrag": {"redundancy_threshold": None, "calibrated": False, "threshold": "dynamic"}}}, headers={"accept": COMPAT})
+    response = client.post("/idx/_search", json={"query": {"match": {"text": "what does a say"}}, "size": 5, "ext": {"chunkrag": {"redundancy_threshold": None, "calibrated": False, "threshold": "dynamic", "judge_top": 9}}}, headers={"accept": COMPAT})
     assert response.status_code == 200, response.text
     assert response.headers["x-elastic-product"] == "Elasticsearch" and response.headers["content-type"].startswith("application/vnd.elasticsearch+json")
     body = response.json()

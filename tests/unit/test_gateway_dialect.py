@@ -41,6 +41,17 @@ def test_empty_options_are_the_library_defaults():
     assert options({}) == ChunkragOptions()
 
 
+def test_asking_how_to_judge_turns_the_judge_on_with_its_shipped_calibration():
+    from search_extension.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
+
+    assert options({}).filter.judge_top == 0 and options({}).filter.calibration is RETRIEVAL_MODEL
+    asked = options({"scoring": {"method": "listwise"}}).filter
+    assert asked.judge_top == 9 and asked.calibration is JUDGED_MODEL
+    assert options({"scoring": {"orders": 2}, "judge_top": 0}).filter.judge_top == 0
+    assert options({"judge_top": 20, "calibrated": True}).filter.calibration is JUDGED_MODEL
+    assert options({"scoring": {}, "calibrated": False}).filter.calibration is None
+
+
 def test_every_option_is_read_into_typed_values():
     raw = {
         "query": "q", "rewrite": True, "candidates": 12, "mode": "bm25", "stages": True, "redundancy_threshold": None,
