@@ -281,7 +281,7 @@ JUDGE_ON = "judge on (best nine, calibrated with the retrieval signals)"
 COSINE_AT_DEFAULT = "cosine at the default's characters"
 
 
-def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False) -> int:
+def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, runs: tuple[str, ...] = ()) -> int:
     """True/false accuracy of a verdict written from what each variant keeps
     (PubHealth has labels, not answer strings): the shipped default (the
     retrieval signals calibrated, no judge), the judge turned on (its share
@@ -302,7 +302,8 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False) ->
     from search_extension.evaluation.measures import kept_within_budget
     from search_extension.processors.answer import verdict_from_chunks
 
-    payload = json.loads(questions_file(dataset).read_text())
+    runs = runs or (f"filter_{dataset}_dev",)
+    payload = merged_runs(list(runs))
     questions = ablation.questions_from_report(payload, need_gold=False)[:limit]
     _, items, _ = read_items(SHARED / "eval" / dataset / "dev.jsonl", dataset, "ambiguous", None)
     claims = {item.item_id: item for item in items}
@@ -363,7 +364,7 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False) ->
         "judge_calls_per_claim": {DEFAULT_LABEL: 0, JUDGE_ON: 1, COSINE_AT_DEFAULT: 0, **({JUDGE_ALONE: "as collected"} if with_judge_alone else {})},
         "verdict_calls": calls,
         "note": "Judge outputs from one collection run (collection_run.options); each variant's kept chunks replayed from them, then one verdict call per claim per distinct kept set. Both calibrations were fitted on PopQA dev only: PubHealth is data they were not fitted on. Accuracy is the share of claims whose verdict matches the label (a verdict that names neither true nor false counts as wrong); true_share is what always answering 'true' would score.",
-        "per_question_file": str(questions_file(dataset).relative_to(RESULTS.parent.parent)),
+        "per_question_files": [f"bench/results/{run}.questions.json" for run in runs],
         "per_claim": per_claim,
     })
     print(path)
@@ -399,9 +400,10 @@ def main(argv=None) -> int:
     v.add_argument("dataset", nargs="?", default="pubhealth", choices=["pubhealth"])
     v.add_argument("--limit", type=int)
     v.add_argument("--judge-alone", action="store_true", help="also the judge's share alone cut by Algorithm 1 (one more verdict per claim)")
+    v.add_argument("--judged", help="the collection run(s) to read, a+b (default filter_<dataset>_dev)")
     args = parser.parse_args(argv)
     if args.command == "verdicts":
-        return verdicts(args.dataset, args.limit, args.judge_alone)
+        return verdicts(args.dataset, args.limit, args.judge_alone, tuple(args.judged.split("+")) if args.judged else ())
     if args.command == "collect":
         return collect(args.dataset, args.limit, args.orders, args.judge, args.seed, args.name, tuple(args.skip_from))
     return ablate(args.dataset, args.folds, args.judged, args.cheap, args.default)
