@@ -422,11 +422,13 @@ def _demo_filter(settings: Settings, embedder, questions: list[str]) -> None:
     from search_extension.gateway.server import serve_in_thread
 
     settings = dataclasses.replace(settings, workers=dataclasses.replace(settings.workers, judge="celery"))
-    print(f"\nthe chunk filter, through the gateway and a Celery worker, with {settings.chat.model} at {settings.chat.base_url}:")
+    # The default filter scores from the retrieval signals alone (no judge
+    # call); the demo turns the LLM judge on to show it working on a worker.
+    print(f"\nthe chunk filter with the LLM judge on (ext.chunkrag.judge_top), through the gateway and a Celery worker, with {settings.chat.model} at {settings.chat.base_url}:")
     with tempfile.TemporaryDirectory() as logs, CeleryWorkers({**os.environ, "REDIS_URL": settings.redis_url}, Path(logs)) as workers:
         workers.start(1)
         with serve_in_thread(create_app(settings, embedder=embedder)) as url:
             client = Elasticsearch(url, request_timeout=settings.workers.query_budget_s + 2 * settings.chat.timeout_s, max_retries=0)
             for question in questions:
-                body = {"query": {"match": {"text": question}}, "size": 3, "ext": {"chunkrag": {"candidates": 6, "include_dropped": True}}}
+                body = {"query": {"match": {"text": question}}, "size": 3, "ext": {"chunkrag": {"candidates": 6, "judge_top": 6, "include_dropped": True}}}
                 print_gateway_search(question, client.search(index=settings.index, body=body), sys.stdout)
