@@ -57,7 +57,7 @@ def test_gateway_filters_with_the_local_model_on_a_real_worker(local_model, samp
     body = {
         "query": {"match": {"text": QUESTION}},
         "size": 5,
-        "ext": {"chunkrag": {"candidates": 6, "answer": True, "include_dropped": True}},
+        "ext": {"chunkrag": {"candidates": 6, "judge_top": 6, "answer": True, "include_dropped": True}},
     }
     with CeleryWorkers(env, Path(tmp_path)) as workers:
         workers.start(1)
