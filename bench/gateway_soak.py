@@ -41,6 +41,9 @@ LOAD_INDEX = "bench-gateway-load"
 LOAD_DOCUMENTS = 300  # SciFact abstracts: ~2,500 chunks, ingested once
 SIZE = 10
 FILTERED_CANDIDATES = 10
+# The filtered queries turn the LLM judge on (the default makes no judge
+# call), so each holds model calls as the heaviest real query would.
+FILTERED_OPTIONS = {"candidates": FILTERED_CANDIDATES, "judge_top": FILTERED_CANDIDATES}
 RSS_EVERY_S = 10.0
 # Requests of one client at most: bounds the run even if answers are instant.
 MAX_REQUESTS_PER_CLIENT = 20_000
@@ -123,7 +126,7 @@ def load(argv) -> int:
     vectors = make_embedder(settings.embedder).embed(texts)
     hybrid = [orjson.dumps(queries.native_sum_body(queries.QuerySpec(text=t, vector=v, size=SIZE, num_candidates=settings.retrieval.num_candidates))) for t, v in zip(texts, vectors)]
     retrieval = [orjson.dumps({"query": {"match": {"text": t}}, "size": SIZE, "ext": {"chunkrag": {"stages": False}}}) for t in texts]
-    filtered = [orjson.dumps({"query": {"match": {"text": t}}, "size": 5, "ext": {"chunkrag": {"candidates": FILTERED_CANDIDATES}}}) for t in texts]
+    filtered = [orjson.dumps({"query": {"match": {"text": t}}, "size": 5, "ext": {"chunkrag": FILTERED_OPTIONS}}) for t in texts]
     kinds = (("passthrough", hybrid), ("stages_false", retrieval), ("filtered", filtered))
     path = f"/{LOAD_INDEX}/_search"
 
