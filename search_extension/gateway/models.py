@@ -50,8 +50,8 @@ class OptionsModel(BaseModel):
     answer: Optional[bool] = Field(None, description="write an answer from the kept chunks")
     include_dropped: Optional[bool] = Field(None, description="_search only: list the dropped chunks under chunkrag.dropped")
     budget_s: Optional[float] = Field(None, gt=0, le=3600, description="seconds for judging (at most an hour); chunks not judged in time are unscored")
-    judge_top: Optional[int] = Field(None, ge=0, description="only the best N candidates go to the model (a cascade); 0: none")
-    calibrated: Optional[bool] = Field(None, description="combine the judge with the retrieval signals through the shipped logistic model")
+    judge_top: Optional[int] = Field(None, ge=0, description="the best N candidates go to the LLM judge (default 0: none, the retrieval signals decide; giving `scoring` turns it on for 9)")
+    calibrated: Optional[bool] = Field(None, description="score with the shipped logistic model over the retrieval signals (and the judge's share when it runs); default true")
     segments: Optional[Union[bool, SegmentsModel]] = Field(None, description="relevant segment extraction: true, or budgets; hits become segments")
     ensemble: Optional[Union[bool, list[int]]] = Field(None, description="multi-scale ensembling: true (the gateway's scales, CHUNKRAG_SCALES or 128,512,2000) or the scales in tokens; every scale in one _msearch, de-duplicated by span")
 
