@@ -26,7 +26,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from bench.common import RESULTS, SHARED, write_result
 from search_extension.evaluation import ablation
@@ -36,10 +35,6 @@ from search_extension.processors.calibration import CHEAP_FEATURES, FEATURES
 STUDY_DB = 12
 # The candidates judged together in the first batch (a full listwise batch).
 HEAD = 9
-
-
-def questions_file(dataset: str) -> Path:
-    return RESULTS / f"filter_{dataset}_dev.questions.json"
 
 
 def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int | None, name: str | None,
@@ -322,7 +317,9 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
     chars: dict[str, list[int]] = {k: [] for k in tallies}
     per_claim: list[dict] = []
 
-    def one(question) -> dict[str, tuple[bool, int, str | None]]:
+    def one(question) -> tuple[dict[str, tuple[bool, int, str | None]], int]:
+        """Each variant's (right, kept characters, verdict), and the verdict
+        calls made (one per distinct kept set)."""
         rows = question.judged_rows
         ids = [r["chunk_id"] for r in question.rows]
         found = client.mget(index=f"chunkrag-eval-{dataset}", ids=ids)["docs"]
@@ -340,16 +337,16 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
             if key not in asked:
                 asked[key] = verdict_from_chunks(item.question, kept, model).label
             out[name] = (asked[key] == item.label, sum(len(c.text) for c in kept), asked[key])
-        return out
+        return out, len(asked)
 
     # Claims two at a time: the local server has two slots.
     calls = 0
     with ThreadPoolExecutor(max_workers=max(1, settings.chat.parallel)) as pool:
-        for n, (question, outcome) in enumerate(zip(questions, pool.map(one, questions))):
+        for n, (question, (outcome, asked_calls)) in enumerate(zip(questions, pool.map(one, questions))):
             for name, (right, kept_chars, _) in outcome.items():
                 tallies[name].append(right)
                 chars[name].append(kept_chars)
-            calls += len({(said, kept_chars) for _, kept_chars, said in outcome.values()})
+            calls += asked_calls
             per_claim.append({"item_id": question.item_id, "label": claims[question.item_id].label,
                               "verdicts": {name: {"verdict": said, "kept_chars": kept_chars} for name, (_, kept_chars, said) in outcome.items()}})
             print(f"{n + 1}/{len(questions)} " + " ".join(f"{k[:12]}={sum(v)}" for k, v in tallies.items()), file=sys.stderr)

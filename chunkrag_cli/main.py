@@ -305,7 +305,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from search_extension.evaluation.datasets import read_items
     from search_extension.evaluation.report import print_outcome, write_report
     from search_extension.evaluation.runner import evaluate
-    from search_extension.processors.relevance import ScoringOptions
 
     settings = _settings(args)
     if args.format in ("wikiqa", "healthver", "climate_fever"):
