@@ -18,6 +18,7 @@ from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
 from search_extension.processors.answer import Answer, answer_from_chunks
 from search_extension.processors.calibration import RETRIEVAL_MODEL, SHIPPED_MODELS, LogisticModel, chunk_features, shipped_model
+from search_extension.processors import prompts
 from search_extension.processors.ordering import lost_in_the_middle
 from search_extension.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD, Redundant, drop_redundant
 from search_extension.processors.relevance import Judgement, ScoringOptions, judge_batch, scoring_batches
@@ -113,6 +114,11 @@ class FilterResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
+def judged_text(chunk: Chunk) -> str:
+    """What the judge reads of a chunk: its header line, then its text."""
+    return prompts.passage(chunk.text, chunk.header)
+
+
 def judge_in_threads(model: ChatModel, threads: int = 4, cache=None, model_name: str = "", budget_s: float | None = None) -> JudgeMany:
     """Judging in this process: one batch per thread (a listwise batch, or
     a single chunk for the per-chunk methods). With ``budget_s``, a chunk not
@@ -125,7 +131,7 @@ def judge_in_threads(model: ChatModel, threads: int = 4, cache=None, model_name:
         batches = scoring_batches(len(chunks), size)
         pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="judge")
         try:
-            futures = [pool.submit(judge_batch, query, [chunks[i].text for i in part], model, options, cache=cache, model_name=model_name) for part in batches]
+            futures = [pool.submit(judge_batch, query, [judged_text(chunks[i]) for i in part], model, options, cache=cache, model_name=model_name) for part in batches]
             done, _ = wait(futures, timeout=budget_s, return_when=FIRST_EXCEPTION)
         finally:
             # Calls already in flight finish in the background (each bounded

@@ -24,10 +24,15 @@ class Answer:
     calls: int = 0  # model calls made (0 when there was nothing to answer from)
 
 
+def numbered_passages(chunks: Sequence[Chunk]) -> str:
+    """The kept chunks as "[n] passage" blocks, headers included."""
+    return "\n\n".join(f"[{i}] {prompts.passage(chunk.text, chunk.header)}" for i, chunk in enumerate(chunks, start=1))
+
+
 def answer_from_chunks(query: str, chunks: Sequence[Chunk], model: ChatModel, max_tokens: int = 256) -> Answer:
     if not chunks:
         return Answer(NOT_FOUND, False, ())
-    passages = "\n\n".join(f"[{i}] {' '.join(chunk.text.split())}" for i, chunk in enumerate(chunks, start=1))
+    passages = numbered_passages(chunks)
     response = model.complete(ChatRequest(messages=(Message("user", prompts.ANSWER.format(passages=passages, query=query)),), max_tokens=max_tokens))
     text = response.text.strip()
     found = bool(text) and NOT_FOUND not in text.upper()
@@ -49,7 +54,7 @@ class Verdict:
 def verdict_from_chunks(claim: str, chunks: Sequence[Chunk], model: ChatModel, max_tokens: int = 4) -> Verdict:
     """Judge ``claim`` true or false from the kept chunks; with none kept the
     model is asked from the claim alone (the paper's PubHealth setting)."""
-    passages = "\n\n".join(f"[{i}] {' '.join(chunk.text.split())}" for i, chunk in enumerate(chunks, start=1)) or "(none)"
+    passages = numbered_passages(chunks) or "(none)"
     response = model.complete(ChatRequest(messages=(Message("user", prompts.VERDICT.format(passages=passages, claim=claim)),), max_tokens=max_tokens))
     match = _VERDICT_WORD.search(response.text)
     return Verdict(match.group(1).lower() if match else None, response.text.strip(), response.prompt_tokens, response.completion_tokens)

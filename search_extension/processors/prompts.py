@@ -7,6 +7,20 @@ Each scoring prompt puts the query before the chunk, so a server that caches
 prompt prefixes (llama.cpp does) reuses the query part across chunks.
 """
 
+from __future__ import annotations
+
+
+def passage(text: str, header: str = "") -> str:
+    """A chunk as the judge and the answer prompts see it: its contextual
+    header (title, section path) in front of the text, as dsRAG shows it, so
+    a sentence such as "It was founded in 1901" keeps its subject. One line
+    (whitespace runs folded): the listwise prompt is one passage per line.
+    A chunk without a header is its text alone, so prompts over corpora
+    without titles are unchanged."""
+    body = " ".join(text.split())
+    head = " ".join(header.split())
+    return f"{head}: {body}" if head else body
+
 QUERY_REWRITE = """You are an AI assistant that improves user queries for better search results.
 
 Rewrite the following query to be more effective for document retrieval without changing its meaning.

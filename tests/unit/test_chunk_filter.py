@@ -128,3 +128,22 @@ def test_model_calls_count_the_llm_threshold_and_answer_even_without_token_count
     result = run_filter("q", CHUNKS, model=model, judge_many=scripted_judge(scores), options=FilterOptions(threshold="llm", judge_top=9))
     assert result.threshold.method == "llm" and result.threshold.value == 0.5
     assert model.calls == 2 and result.model_calls == 4 + 2
+
+
+def test_the_judge_reads_each_chunks_header_in_front_of_its_text():
+    from search_extension.chunk_filter import judge_in_threads
+    from search_extension.processors.relevance import ScoringOptions
+
+    class Listwise:
+        def __init__(self):
+            self.prompts = []
+
+        def complete(self, request):
+            self.prompts.append(request.messages[-1].content)
+            return ChatResponse(text="1")
+
+    model = Listwise()
+    headed = dataclasses.replace(CHUNKS[0], text="It was founded in 1901.", header="Nobel Prize > History")
+    judge_in_threads(model, threads=1)("When was it founded?", [headed, CHUNKS[2]], ScoringOptions(method="listwise"))
+    assert len(model.prompts) == 1
+    assert "[1] Nobel Prize > History: It was founded in 1901.\n[2] chunk 2" in model.prompts[0]

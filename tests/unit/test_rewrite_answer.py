@@ -38,3 +38,11 @@ def test_not_found_with_no_chunks_costs_no_call_and_model_can_say_not_found():
     assert answer_from_chunks("q", [], model).text == "NOT FOUND" and model.requests == []
     answer = answer_from_chunks("q", [chunk(0, "x")], Fixed("NOT FOUND."))
     assert not answer.found and answer.citations == ()
+
+
+def test_the_answer_prompt_shows_each_chunks_header_in_front_of_its_text():
+    with_header = Chunk(doc_id="d", position=0, text="It was founded\n in 1901.", start=0, end=24, header="Nobel Prize > History")
+    model = Fixed("1901 [1].")
+    answer_from_chunks("When was the Nobel Prize founded?", [with_header, chunk(1, "No header here.")], model)
+    prompt = model.requests[0].messages[0].content
+    assert "[1] Nobel Prize > History: It was founded in 1901.\n\n[2] No header here." in prompt
