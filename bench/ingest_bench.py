@@ -1,6 +1,11 @@
 """Ingest SciFact end to end and compare with the embedder's raw limit.
 
     python -m bench.ingest_bench [--runs 3] [--limit N]
+    CHUNKRAG_CHUNK_HEADERS=title python -m bench.ingest_bench --no-raw --name ingest_headers_title --index bench-scifact-title
+
+The chunking settings come from the environment (as for `chunkrag ingest`)
+and are written into the result, so a variant (headers, percentile
+breakpoints, ensembling scales) is one more run with its own --name.
 
 `pipeline` runs the real ingest (read, split, embed, chunk, write to
 Elasticsearch) into a fresh index; `raw` embeds the same sentences with the
@@ -55,6 +60,7 @@ def one_pipeline_run(limit: int | None, index: str) -> dict:
         "docs": report.documents,
         "sentences": report.sentences,
         "chunks": report.chunks,
+        "scaled_chunks": report.scaled_chunks,
         "wall_s": round(wall, 2),
         "pipeline_sentences_per_s": round(report.sentences / wall, 1),
         "peak_rss_mb": peak_rss_mb(),
@@ -97,12 +103,24 @@ def one_raw_run(limit: int | None) -> dict:
     }
 
 
+def chunking_settings() -> dict:
+    """The chunking settings the runs used (from the environment), by name."""
+    import dataclasses
+
+    from chunkrag_core.settings import Settings
+
+    chunking = Settings.from_env().chunking
+    return {f.name: getattr(chunking, f.name) for f in dataclasses.fields(chunking)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--limit", type=int, default=None, help="first N documents only (for a quick look)")
     parser.add_argument("--one-run", choices=["pipeline", "raw"], help=argparse.SUPPRESS)
     parser.add_argument("--index", default=INDEX)
+    parser.add_argument("--name", default=None, help="results file name (default ingest, or ingest_first_N with --limit)")
+    parser.add_argument("--no-raw", action="store_true", help="skip the raw-embedder runs (a settings variant compared with ingest.json's)")
     args = parser.parse_args(argv)
     limit = ["--limit", str(args.limit)] if args.limit else []
 
@@ -117,29 +135,33 @@ def main(argv=None) -> int:
     # Alternate the two so a slow spell of the machine hits both alike; raw
     # first, so it never shares the CPU with merges left by a pipeline run.
     for run in range(args.runs):
-        raw_runs.append(run_child("bench.ingest_bench", ["--one-run", "raw", *limit]))
-        print(f"raw run {run + 1}: {raw_runs[-1]['raw_embed_sentences_per_s']} sentences/s", file=sys.stderr)
+        if not args.no_raw:
+            raw_runs.append(run_child("bench.ingest_bench", ["--one-run", "raw", *limit]))
+            print(f"raw run {run + 1}: {raw_runs[-1]['raw_embed_sentences_per_s']} sentences/s", file=sys.stderr)
         pipeline_runs.append(run_child("bench.ingest_bench", ["--one-run", "pipeline", "--index", args.index, *limit]))
         print(f"pipeline run {run + 1}: {pipeline_runs[-1]['pipeline_sentences_per_s']} sentences/s", file=sys.stderr)
     last = pipeline_runs[-1]
     pipeline_rate = median([r["pipeline_sentences_per_s"] for r in pipeline_runs])
-    raw_rate = median([r["raw_embed_sentences_per_s"] for r in raw_runs])
+    raw_rate = median([r["raw_embed_sentences_per_s"] for r in raw_runs]) if raw_runs else None
     result = {
         "corpus": str(CORPUS.relative_to(SHARED)) + (f" (first {args.limit})" if args.limit else ""),
         "runs": args.runs,
         "docs": last["docs"],
         "sentences": last["sentences"],
         "chunks": last["chunks"],
+        "scaled_chunks": last["scaled_chunks"],
         "wall_s": median([r["wall_s"] for r in pipeline_runs]),
         "pipeline_sentences_per_s": pipeline_rate,
         "peak_rss_mb": median([r["peak_rss_mb"] for r in pipeline_runs]),
         "raw_embed_sentences_per_s": raw_rate,
-        "pipeline_over_raw": round(pipeline_rate / raw_rate, 3),
-        "raw_batch_size": raw_runs[-1]["batch_size"],
+        "pipeline_over_raw": round(pipeline_rate / raw_rate, 3) if raw_rate else None,
+        "raw_batch_size": raw_runs[-1]["batch_size"] if raw_runs else None,
+        "index": args.index,
+        "chunking": chunking_settings(),
         "chunk_lengths": last["chunk_lengths"],
         "per_run": {"pipeline": pipeline_runs, "raw": raw_runs},
     }
-    name = "ingest" if not args.limit else f"ingest_first_{args.limit}"
+    name = args.name or ("ingest" if not args.limit else f"ingest_first_{args.limit}")
     print(write_result(name, "bench.ingest_bench", result))
     return 0
 

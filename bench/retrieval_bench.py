@@ -2,6 +2,12 @@
 
     python -m bench.retrieval_bench [--runs 3] [--limit N]
     python -m bench.retrieval_bench --ensemble [--scales 128,512,2000]   # the ensembling row only
+    python -m bench.retrieval_bench --index bench-scifact-title --variant headers_title   # a variant's rows
+
+With ``--variant NAME`` every mode is measured on ``--index`` (ingested
+with other chunking settings, e.g. by ``bench.ingest_bench --name ...``)
+and the rows go under ``variants.NAME`` of the results file, beside the
+baseline rows already there.
 
 Needs the `bench-scifact` index that `bench.ingest_bench` leaves behind (or
 builds it). The qrels judge documents, so each mode retrieves chunks
@@ -150,6 +156,7 @@ def main(argv=None) -> int:
     parser.add_argument("--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens")
     parser.add_argument("--scale-weights", help="with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; the row's name then says them)")
     parser.add_argument("--ensemble-index", default=ENSEMBLE_INDEX, help="with --ensemble: the index with the scales (built from SciFact when missing)")
+    parser.add_argument("--variant", help="measure --index as this named variant: its rows go under variants.NAME beside the baseline rows")
     parser.add_argument("--corpus-limit", type=int, help="with --ensemble, when the index is built: the first N SciFact documents only (a quick check)")
     args = parser.parse_args(argv)
     if args.ensemble:
@@ -203,8 +210,22 @@ def main(argv=None) -> int:
         "best_hybrid": best_hybrid,
         "best_hybrid_beats_both_single_modes": results[best_hybrid]["ndcg_at_10"] > max(results["bm25"]["ndcg_at_10"], results["knn"]["ndcg_at_10"]),
     }
+    if args.variant:
+        payload["chunking"] = index_chunking(client, args.index)
+        print(merge_result(args.name, "bench.retrieval_bench", f"variant_{args.variant}", {k: v for k, v in payload.items() if k != "modes"}, "variants", {args.variant: results}))
+        return 0
     print(write_result(args.name, "bench.retrieval_bench", payload))
     return 0
+
+
+def index_chunking(client, index: str) -> dict:
+    """How the index's chunks look: count, header share, median characters
+    (from a sample), so a variant's row says what it measured."""
+    total = client.count(index=index)["count"]
+    with_header = client.count(index=index, query={"bool": {"filter": [{"exists": {"field": "header"}}]}})["count"]
+    hits = client.search(index=index, size=2000, query={"function_score": {"random_score": {"seed": 7, "field": "_seq_no"}}}, source=["text"])["hits"]["hits"]
+    lengths = sorted(len(h["_source"]["text"]) for h in hits)
+    return {"chunks": total, "with_header": with_header, "sample_median_chars": lengths[len(lengths) // 2] if lengths else None}
 
 
 if __name__ == "__main__":
