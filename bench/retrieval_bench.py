@@ -33,6 +33,7 @@ from collections import defaultdict
 
 from bench.common import SHARED, median, merge_result, parse_scale_weights, weights_suffix, write_result
 from bench.metrics import ndcg_at_k, percentile, recall_at_k
+from search_extension.queries import DEFAULT_TEXT_FIELDS
 
 BEIR = SHARED / "eval" / "scifact" / "beir_derived"
 INDEX = "bench-scifact"
@@ -156,6 +157,7 @@ def main(argv=None) -> int:
     parser.add_argument("--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens")
     parser.add_argument("--scale-weights", help="with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; the row's name then says them)")
     parser.add_argument("--ensemble-index", default=ENSEMBLE_INDEX, help="with --ensemble: the index with the scales (built from SciFact when missing)")
+    parser.add_argument("--text-fields", help="BM25 fields and boosts, e.g. text^1,title^0.5 (default: the retriever's own)")
     parser.add_argument("--variant", help="measure --index as this named variant: its rows go under variants.NAME beside the baseline rows")
     parser.add_argument("--corpus-limit", type=int, help="with --ensemble, when the index is built: the first N SciFact documents only (a quick check)")
     args = parser.parse_args(argv)
@@ -172,6 +174,7 @@ def main(argv=None) -> int:
     retriever = HybridRetriever(client, make_embedder(settings.embedder), args.index, settings.retrieval)
     retriever.search("warm up", size=10)
 
+    fields = {"text_fields": tuple(args.text_fields.split(","))} if args.text_fields else {}
     results = {}
     for mode in MODES:
         per_run_p50, per_run_p95, embed_ms = [], [], []
@@ -179,7 +182,7 @@ def main(argv=None) -> int:
         for run in range(args.runs):
             took, ndcgs, recalls = [], [], []
             for qid, text in queries.items():
-                result = retriever.search(text, mode=mode, size=DEPTH, collapse_field="doc_id")
+                result = retriever.search(text, mode=mode, size=DEPTH, collapse_field="doc_id", **fields)
                 took.append(result.took_ms)
                 embed_ms.append(result.embed_ms)
                 ranked = [chunk.doc_id for chunk in result.chunks]
@@ -212,6 +215,7 @@ def main(argv=None) -> int:
     }
     if args.variant:
         payload["chunking"] = index_chunking(client, args.index)
+        payload["bm25_fields"] = list(fields.get("text_fields", DEFAULT_TEXT_FIELDS))
         print(merge_result(args.name, "bench.retrieval_bench", f"variant_{args.variant}", {k: v for k, v in payload.items() if k != "modes"}, "variants", {args.variant: results}))
         return 0
     print(write_result(args.name, "bench.retrieval_bench", payload))
