@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--min-chars", type=int, help="a chunk shorter than this is not closed at a similarity drop (0)")
     ingest.add_argument("--headers", choices=["title+section", "title", "section", "none"], help="contextual chunk headers (title+section)")
     ingest.add_argument("--scales", help=SCALES_HELP + " (default $CHUNKRAG_SCALES, or none)")
+    ingest.add_argument("--llm-titles", action="store_true", help="the chat model writes a title for each document that has none (one call per such document; cached)")
+    ingest.add_argument("--summaries", action="store_true", help="the chat model writes a short summary of each document into its chunks' headers (one call per document; cached)")
+    ingest.add_argument("--semantic-sections", action="store_true", help="the chat model names the sections of each document without headings (one call per ~8,000 characters; cached)")
     ingest.add_argument("--json", action="store_true", help="print the report as JSON")
     ingest.add_argument("--no-progress", action="store_true")
     ingest.set_defaults(handler=cmd_ingest)
@@ -164,6 +167,12 @@ def _settings(args: argparse.Namespace) -> Settings:
         chunking = dataclasses.replace(chunking, headers=args.headers)
     if getattr(args, "scales", None) is not None:
         chunking = dataclasses.replace(chunking, scales=parse_scales(args.scales))
+    if getattr(args, "llm_titles", False):
+        chunking = dataclasses.replace(chunking, llm_titles=True)
+    if getattr(args, "summaries", False):
+        chunking = dataclasses.replace(chunking, summaries=True)
+    if getattr(args, "semantic_sections", False):
+        chunking = dataclasses.replace(chunking, sectioning="llm")
     return dataclasses.replace(settings, index=getattr(args, "index", None) or settings.index, chunking=chunking)
 
 

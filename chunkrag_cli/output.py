@@ -29,6 +29,16 @@ def print_ingest_report(report: IngestReport, out: TextIO) -> None:
             f"{lengths.sentences_per_chunk} sentences per chunk, {lengths.single_sentence_share:.0%} single-sentence",
             file=out,
         )
+    if report.context_documents:
+        per_document = report.context_seconds / report.context_documents
+        print(
+            f"document context: {report.context_calls} model calls for {report.context_documents} documents "
+            f"({report.context_seconds:.1f} s, {per_document:.2f} s per document), {report.context_cache_hits} answers from the cache, "
+            f"{len(report.context_fallbacks)} fallbacks",
+            file=out,
+        )
+    for fallback in report.context_fallbacks[:20]:
+        print(f"fallback {fallback}", file=out)
     for skipped in report.skipped:
         print(f"skipped {skipped}", file=out)
     for error in report.errors[:20]:

@@ -46,9 +46,20 @@ class ChunkingSettings:
     # chunks only. Left out of repr so fingerprints made before scales
     # existed stay valid; ingest adds them to the fingerprint when set.
     scales: tuple[int, ...] = field(default=(), repr=False)
+    # Document context written by the chat model (ingest_pipeline/
+    # document_context.py), all off by default (no model call at ingest):
+    # a title for a document that has none, a short summary in every
+    # chunk's header, and sections named by the model for a document without
+    # headings ("llm"; "headings": the document's own). Left out of repr
+    # like scales; ingest adds them to the fingerprint when on.
+    llm_titles: bool = field(default=False, repr=False)
+    summaries: bool = field(default=False, repr=False)
+    sectioning: str = field(default="headings", repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scales", parse_scales(self.scales))
+        if self.sectioning not in SECTIONINGS:
+            raise SettingsError(f"sectioning must be one of {', '.join(SECTIONINGS)}; got {self.sectioning!r}")
         if self.breakpoint not in ("threshold", "percentile"):
             raise SettingsError(f"breakpoint must be threshold or percentile, got {self.breakpoint!r}")
         if not 0.0 <= self.breakpoint_percentile <= 100.0:
@@ -63,6 +74,9 @@ class ChunkingSettings:
             raise SettingsError(f"max_chars must be at least 20, got {self.max_chars}")
 
 
+# "headings": a document's own (markdown) headings; "llm": the chat model
+# names the sections of a document that has none.
+SECTIONINGS = ("headings", "llm")
 # Multi-scale ensembling sizes the README suggests (`--scales default`).
 DEFAULT_SCALES = (128, 512, 2000)
 # Tokens are approximated from characters (English text averages about four
@@ -365,7 +379,16 @@ def _overlay(value, env: Mapping[str, str], prefix: str):
             continue
         kind = type(getattr(value, f.name))
         try:
-            changes[f.name] = kind(raw) if kind in (int, float) else raw
+            changes[f.name] = _boolean(raw) if kind is bool else kind(raw) if kind in (int, float) else raw
         except ValueError as exc:
             raise SettingsError(f"{prefix + f.name.upper()}={raw!r} is not a valid {kind.__name__}") from exc
     return replace(value, **changes)
+
+
+def _boolean(raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)

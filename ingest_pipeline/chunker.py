@@ -79,7 +79,7 @@ def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings:
     # (document index, scale, section path, span, sentences, reusable vector, header)
     drafts: list[tuple[int, int, tuple[str, ...], Span, int, np.ndarray | None, str]] = []
     for (doc_index, path, spans), vectors, similarities in zip(sections, section_vectors, section_similarities):
-        header = chunk_header(documents[doc_index].title, path, settings.headers)
+        header = chunk_header(documents[doc_index].title, path, settings.headers, documents[doc_index].summary)
         for group in group_sentences(spans, similarities, thresholds[doc_index], settings.max_chars, settings.min_chars):
             span = (spans[group.start][0], spans[group.stop - 1][1])
             single = vectors[group.start] if len(group) == 1 and not header else None
@@ -87,7 +87,7 @@ def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings:
     # Larger scales for ensembling: the same sentences, grouped by length only.
     for scale in settings.scales:
         for doc_index, path, spans in sections:
-            header = chunk_header(documents[doc_index].title, path, settings.headers)
+            header = chunk_header(documents[doc_index].title, path, settings.headers, documents[doc_index].summary)
             for group in group_to_size(spans, target_chars(scale)):
                 drafts.append((doc_index, scale, path, (spans[group.start][0], spans[group.stop - 1][1]), len(group), None, header))
 

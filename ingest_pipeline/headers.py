@@ -17,19 +17,24 @@ HEADER_MODES = ("none", "title", "section", "title+section")
 SEPARATOR = " > "
 
 
-def chunk_header(title: str, section: Sequence[str], mode: str = "title+section") -> str:
+def chunk_header(title: str, section: Sequence[str], mode: str = "title+section", summary: str = "") -> str:
     """The header of a chunk under ``section`` of a document titled
     ``title``. A heading that repeats the title (a markdown document's H1 is
-    both) is named once; empty parts are left out."""
+    both) is named once; empty parts are left out. With a document
+    ``summary`` (written by the chat model, opt-in) the header is three
+    lines, as dsRAG lays its context out: the title, the summary, then the
+    section path; ``none`` leaves it out too."""
     if mode not in HEADER_MODES:
         raise ValueError(f"unknown header mode {mode!r}; choose one of {', '.join(HEADER_MODES)}")
     title = " ".join(title.split())
-    parts = [title] if title and mode in ("title", "title+section") else []
+    named = [title] if title and mode in ("title", "title+section") else []
+    path = []
     if mode in ("section", "title+section"):
-        for heading in (" ".join(h.split()) for h in section):
-            if heading and heading != title:
-                parts.append(heading)
-    return SEPARATOR.join(parts)
+        path = [heading for heading in (" ".join(h.split()) for h in section) if heading and heading != title]
+    summary = " ".join(summary.split())
+    if summary and mode != "none":
+        return "\n".join(part for part in (*named, summary, SEPARATOR.join(path)) if part)
+    return SEPARATOR.join(named + path)
 
 
 def embedded_text(header: str, text: str) -> str:

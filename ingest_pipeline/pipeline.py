@@ -10,7 +10,7 @@ import queue
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -18,9 +18,11 @@ import numpy as np
 
 from chunkrag_core.chunk import BASE_SCALE
 from chunkrag_core.search_backend import as_backend
-from chunkrag_core.providers import Embedder
+from chunkrag_core.providers import ChatModel, Embedder
 from chunkrag_core.settings import Settings
-from ingest_pipeline.chunker import chunk_documents, document_fingerprint
+from ingest_pipeline.chunker import ChunkedDocument, chunk_documents, document_fingerprint
+from ingest_pipeline.context_cache import ContextCache, default_cache_dir
+from ingest_pipeline.document_context import ContextFailure, ContextOutcome, add_context, wants_context
 from ingest_pipeline.sources import Document, Skipped, read_sources
 from ingest_pipeline.writer import BulkOutcome, bulk_write, document_actions, ensure_index, stored_documents
 
@@ -76,6 +78,15 @@ class IngestReport:
     # are counted in scaled_chunks.
     chunk_lengths: ChunkLengthStats = field(default_factory=lambda: ChunkLengthStats.of([], []))
     scaled_chunks: int = 0
+    # Document context written by the chat model (titles, summaries,
+    # sections; off by default): documents that went through it, model
+    # calls made, answers taken from the cache, "<doc_id>: <part>: <why>"
+    # for each answer that could not be used, and the seconds spent there.
+    context_documents: int = 0
+    context_calls: int = 0
+    context_cache_hits: int = 0
+    context_fallbacks: tuple[str, ...] = ()
+    context_seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -90,9 +101,11 @@ def ingest(
     settings: Settings,
     index: str | None = None,
     progress: bool | None = None,
+    chat: ChatModel | None = None,
+    context_cache: Path | None = None,
 ) -> IngestReport:
     """Ingest every document under ``paths``; see :func:`ingest_documents`."""
-    return ingest_documents(read_sources(paths), client=client, embedder=embedder, settings=settings, index=index, progress=progress)
+    return ingest_documents(read_sources(paths), client=client, embedder=embedder, settings=settings, index=index, progress=progress, chat=chat, context_cache=context_cache)
 
 
 def ingest_documents(
@@ -103,7 +116,12 @@ def ingest_documents(
     settings: Settings,
     index: str | None = None,
     progress: bool | None = None,
+    chat: ChatModel | None = None,
+    context_cache: Path | None = None,
 ) -> IngestReport:
+    """``chat`` and ``context_cache`` serve the document context the
+    chunking settings may ask for (default: the settings' chat model, made
+    on first need, and a cache under CHUNKRAG_HOME)."""
     index = index or settings.index
     began = time.perf_counter()
     # Elasticsearch or OpenSearch, or a raw client of either.
@@ -115,6 +133,7 @@ def ingest_documents(
     lengths: list[int] = []
     sentence_counts: list[int] = []
     totals = {"documents": 0, "unchanged": 0, "sentences": 0, "scaled_chunks": 0}
+    context = _ContextStage(settings, chat, context_cache)
     writer = _BackgroundWriter(client)
     bar = _progress_bar(progress)
     previous_refresh = _pause_refresh(client, index)
@@ -124,7 +143,8 @@ def ingest_documents(
             todo = [d for d in batch if not _unchanged(d, stored, shaping)]
             totals["documents"] += len(batch)
             totals["unchanged"] += len(batch) - len(todo)
-            chunked = chunk_documents(todo, embedder, settings.chunking, shaping) if todo else []
+            todo = context.apply(todo, shaping)
+            chunked = context.fingerprinted(chunk_documents(todo, embedder, settings.chunking, shaping) if todo else [])
             for item in chunked:
                 totals["sentences"] += item.sentence_count
                 base = [c for c in item.chunks if c.scale == BASE_SCALE]
@@ -148,10 +168,11 @@ def ingest_documents(
         chunks=len(lengths),
         deleted=outcome.deleted,
         skipped=tuple(skipped),
-        errors=outcome.errors,
+        errors=context.errors + outcome.errors,
         seconds=round(time.perf_counter() - began, 3),
         chunk_lengths=ChunkLengthStats.of(lengths, sentence_counts),
         scaled_chunks=totals["scaled_chunks"],
+        **context.report(),
     )
 
 
@@ -163,6 +184,12 @@ def shaping_of(settings: Settings) -> str:
     shaping = f"{settings.chunking}|{settings.embedder.provider}:{settings.embedder.model}"
     if settings.chunking.scales:
         shaping += "|scales=" + ",".join(str(s) for s in settings.chunking.scales)
+    # Likewise the document context, only when some is asked for. The chat
+    # model's name is not in it: switching models does not redo the stored
+    # documents (the cache is per model, so a re-ingest would).
+    asked = [name for name, on in (("titles", settings.chunking.llm_titles), ("summaries", settings.chunking.summaries), ("sections", settings.chunking.sectioning == "llm")) if on]
+    if asked:
+        shaping += "|context=" + ",".join(asked)
     return shaping
 
 
@@ -204,6 +231,51 @@ def _document_batches(items: Iterable[Document | Skipped], skipped: list[Skipped
             batch = []
     if batch:
         yield batch
+
+
+class _ContextStage:
+    """The document-context stage of one run: passes documents through
+    unchanged when nothing is asked; else adds what is asked, keeps the
+    fingerprint of each document as read (so the unchanged check, made
+    before any model call, matches next time), and totals the cost."""
+
+    def __init__(self, settings: Settings, chat: ChatModel | None, cache_dir: Path | None):
+        self._settings = settings
+        self._chat = chat
+        self._cache_dir = cache_dir
+        self._cache: ContextCache | None = None
+        self._read_fingerprints: dict[str, str] = {}
+        self.errors: tuple[str, ...] = ()
+        self._outcomes: list[ContextOutcome] = []
+
+    def apply(self, documents: list[Document], shaping: str) -> list[Document]:
+        if not documents or not wants_context(self._settings.chunking):
+            return documents
+        if self._chat is None:
+            from chunkrag_core.providers import make_chat
+
+            self._chat = make_chat(self._settings.chat)
+        if self._cache is None:
+            self._cache = ContextCache(self._cache_dir or default_cache_dir())
+        results = add_context(documents, self._settings.chunking, model=self._chat, model_name=self._settings.chat.model, cache=self._cache, parallel=self._settings.chat.parallel)
+        done = [r for r in results if isinstance(r, ContextOutcome)]
+        failed = [r for r in results if isinstance(r, ContextFailure)]
+        self.errors += tuple(f"{f.document.doc_id}: document context: {f.reason}; not ingested, run again" for f in failed)
+        self._outcomes.extend(done)
+        self._read_fingerprints = {o.document.doc_id: document_fingerprint(d, shaping) for o, d in zip(results, documents) if isinstance(o, ContextOutcome)}
+        return [o.document for o in done]
+
+    def fingerprinted(self, chunked: list[ChunkedDocument]) -> list[ChunkedDocument]:
+        return [replace(item, fingerprint=self._read_fingerprints.get(item.document.doc_id, item.fingerprint)) for item in chunked]
+
+    def report(self) -> dict:
+        return {
+            "context_documents": len(self._outcomes),
+            "context_calls": sum(o.calls for o in self._outcomes),
+            "context_cache_hits": sum(o.cache_hits for o in self._outcomes),
+            "context_fallbacks": tuple(f"{o.document.doc_id}: {reason}" for o in self._outcomes for reason in o.fallbacks),
+            "context_seconds": round(sum(o.seconds for o in self._outcomes), 3),
+        }
 
 
 class _BackgroundWriter:

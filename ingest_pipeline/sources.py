@@ -36,6 +36,10 @@ class Document:
     sections: tuple[Section, ...]
     metadata: Mapping[str, Any] = field(default_factory=dict)
     origin: str = ""  # file (and line) it came from, for messages
+    # A short summary written by the chat model (document_context, opt-in);
+    # it goes into every chunk's header. Not part of the fingerprint, which
+    # is taken of the document as read.
+    summary: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
