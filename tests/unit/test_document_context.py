@@ -312,3 +312,14 @@ def test_the_ingest_report_prints_the_context_cost():
     print_ingest_report(report, out)
     assert "document context: 3 model calls for 2 documents (3.0 s, 1.50 s per document), 1 answers from the cache, 1 fallbacks" in out.getvalue()
     assert "fallback d: sections: no rows" in out.getvalue()
+
+
+def test_the_ingest_flags_turn_the_context_on(monkeypatch):
+    from chunkrag_cli.main import _settings, build_parser
+
+    for name in ("CHUNKRAG_CHUNK_SUMMARIES", "CHUNKRAG_CHUNK_LLM_TITLES", "CHUNKRAG_CHUNK_SECTIONING"):
+        monkeypatch.delenv(name, raising=False)
+    plain = _settings(build_parser().parse_args(["ingest", "docs"])).chunking
+    assert (plain.llm_titles, plain.summaries, plain.sectioning) == (False, False, "headings")
+    chunking = _settings(build_parser().parse_args(["ingest", "docs", "--llm-titles", "--summaries", "--semantic-sections"])).chunking
+    assert (chunking.llm_titles, chunking.summaries, chunking.sectioning) == (True, True, "llm")
