@@ -114,10 +114,10 @@ def retry_request(request: ChatRequest, answer: str, reason: str) -> ChatRequest
     )
 
 
-# "12: Title", "[12] Title", "- Line 12 - Title", "12. Title" (case-insensitive);
-# a bare number needs a separator, so a sentence that opens with a year is
-# not read as a row.
-_ROW = re.compile(r"^\s*(?:[-*•]\s*)?(?:line\s*)?(?:\[(\d+)\]|(\d+)\s*[:.)\-–—])\s*[:.\-–—]?\s*(\S.*?)\s*$", re.IGNORECASE)
+# "12: Title", "[12] Title", "- Line 12 - Title", "12. Title", "Lines 12-15: Title"
+# (case-insensitive, after bold and code marks are dropped); a bare number
+# needs a separator, so a sentence that opens with a year is not a row.
+_ROW = re.compile(r"^\s*(?:[-•]\s*)?(?:lines?\s*)?(?:\[(\d+)\]|(\d+)(?:\s*(?:-|–|to)\s*\d+)?\s*[:.)\-–—])\s*[:.\-–—]?\s*(\S.*?)\s*$", re.IGNORECASE)
 
 
 def parse_sections(answer: str) -> list[tuple[int, str]]:
@@ -125,7 +125,7 @@ def parse_sections(answer: str) -> list[tuple[int, str]]:
     written; rows that are not '<line>: <title>' are passed over."""
     pairs = []
     for row in answer.splitlines():
-        match = _ROW.match(row)
+        match = _ROW.match(row.replace("*", "").replace("`", ""))
         if match:
             title = clean_title(match.group(3))
             if title:
@@ -166,19 +166,22 @@ def plan_sections(text: str, lines: Sequence[Line], propose: Propose, max_chars:
     """(start line, title) of every section of the document, window by
     window. A window's last section may run on past it, so the next window
     starts at that section's first line (dsRAG's way) and the model sees it
-    whole; a window that is one section is taken whole, and the next starts
-    after it."""
+    whole. Only a last section that starts in the window's second half is
+    carried over, so every call moves on by at least half a window (calls
+    stay under twice the windows); otherwise, as for a window that is one
+    section, the window is taken whole and the next starts after it."""
     sections: list[tuple[int, str]] = []
     first = 0
     while first < len(lines):
         end = window_end(text, lines, first, max_chars)
         found = propose(first, end)
-        if end == len(lines) or len(found) == 1:
+        last = found[-1][0]
+        if end < len(lines) and last >= first + (end - first) // 2 and last > first:
+            sections.extend(found[:-1])
+            first = last
+        else:
             sections.extend(found)
             first = end
-        else:
-            sections.extend(found[:-1])
-            first = found[-1][0]
     return sections
 
 

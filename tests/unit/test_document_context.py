@@ -75,6 +75,7 @@ def test_rows_in_the_usual_forms_are_parsed_and_chatter_is_passed_over():
     answer = "Here are the sections:\n0: Bees\n[2] Tokyo  \n- Line 3 - **Trains**\n2023 was a good year\n4. \"Food\"\n"
     assert parse_sections(answer) == [(0, "Bees"), (2, "Tokyo"), (3, "Trains"), (4, "Food")]
     assert parse_sections("I cannot split this document.") == []
+    assert parse_sections("**0**: Bees\nLines 2-3: `Tokyo`\n3 - Trains") == [(0, "Bees"), (2, "Tokyo"), (3, "Trains")]
 
 
 def test_validation_names_what_is_wrong():
@@ -104,6 +105,20 @@ def test_windows_overlap_at_the_last_section_and_merge():
     # The last section of a window opens the next one; a window that is one
     # section is taken whole.
     assert asked == [(0, 2), (1, 3), (2, 4), (4, 5)]
+
+
+def test_a_last_section_in_the_first_half_of_a_window_is_not_carried_over():
+    lines = [Line(i * 11, i * 11 + 10) for i in range(10)]
+    script = {(0, 4): [(0, "A"), (1, "B")], (4, 8): [(4, "C"), (6, "D")], (6, 10): [(6, "D"), (9, "E")]}
+    asked = []
+
+    def propose(first, end):
+        asked.append((first, end))
+        return script[(first, end)]
+
+    # Window 0-3 ends with B at line 1, before its middle (2): taken whole.
+    assert plan_sections("", lines, propose, max_chars=40) == [(0, "A"), (1, "B"), (4, "C"), (6, "D"), (9, "E")]
+    assert asked == [(0, 4), (4, 8), (6, 10)]
 
 
 def test_sections_tile_the_text_exactly():
