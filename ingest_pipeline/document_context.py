@@ -199,25 +199,24 @@ def add_document_context(document: Document, settings: ChunkingSettings, *, mode
     :class:`ChatError` when the provider fails."""
     began = time.perf_counter()
     counted = _CountingModel(model)
-    text, parts, changes = document.text, [], {}
-    if settings.llm_titles and not document.title.strip():
+    text, parts = document.text, []
+    title, summary, sections = document.title, document.summary, document.sections
+    if settings.llm_titles and not title.strip():
         key = cache_key(PROMPT_VERSION, "title", model_name, text[:TITLE_CONTEXT_CHARS])
         parts.append(_through_cache(cache, key, _is_text, lambda: _written_title(counted, text)))
-        if parts[-1].value:
-            changes["title"] = parts[-1].value
+        title = parts[-1].value or title
     if settings.summaries:
-        title = changes.get("title", document.title)
         key = cache_key(PROMPT_VERSION, "summary", model_name, title, text[:SUMMARY_CONTEXT_CHARS])
         parts.append(_through_cache(cache, key, _is_text, lambda: _written_summary(counted, title, text)))
-        if parts[-1].value:
-            changes["summary"] = parts[-1].value
+        summary = parts[-1].value or summary
     if settings.sectioning == "llm" and has_no_headings(document):
         key = cache_key(PROMPT_VERSION, "sections", model_name, settings.language, WINDOW_CHARS, MAX_LINE_CHARS, text)
         parts.append(_through_cache(cache, key, lambda v: v is None or valid_offsets(text, v), lambda: _semantic_offsets(counted, text, settings.language)))
         if parts[-1].value:
-            changes["sections"] = sections_at_offsets(text, [(int(start), title) for start, title in parts[-1].value])
+            sections = sections_at_offsets(text, [(start, section_title) for start, section_title in parts[-1].value])
+    changed = (title, summary, sections) != (document.title, document.summary, document.sections)
     return ContextOutcome(
-        document=replace(document, **changes) if changes else document,
+        document=replace(document, title=title, summary=summary, sections=sections) if changed else document,
         calls=counted.calls,
         cache_hits=sum(part.hit for part in parts),
         fallbacks=tuple(part.fallback for part in parts if part.fallback),
