@@ -18,7 +18,7 @@ import numpy as np
 
 from chunkrag_core.chunk import BASE_SCALE
 from chunkrag_core.search_backend import as_backend
-from chunkrag_core.providers import ChatModel, Embedder
+from chunkrag_core.providers import ChatModel, Embedder, make_chat
 from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import ChunkedDocument, chunk_documents, document_fingerprint
 from ingest_pipeline.context_cache import ContextCache, default_cache_dir
@@ -186,7 +186,7 @@ def shaping_of(settings: Settings) -> str:
         shaping += "|scales=" + ",".join(str(s) for s in settings.chunking.scales)
     # Likewise the document context, only when some is asked for. The chat
     # model's name is not in it: switching models does not redo the stored
-    # documents (the cache is per model, so a re-ingest would).
+    # documents (a document re-ingested for another reason asks the new one).
     asked = [name for name, on in (("titles", settings.chunking.llm_titles), ("summaries", settings.chunking.summaries), ("sections", settings.chunking.sectioning == "llm")) if on]
     if asked:
         shaping += "|context=" + ",".join(asked)
@@ -252,9 +252,7 @@ class _ContextStage:
         if not documents or not wants_context(self._settings.chunking):
             return documents
         if self._chat is None:
-            from chunkrag_core.providers import make_chat
-
-            self._chat = make_chat(self._settings.chat)
+            self._chat = make_chat(self._settings.chat)  # opens no connection
         if self._cache is None:
             self._cache = ContextCache(self._cache_dir or default_cache_dir())
         results = add_context(documents, self._settings.chunking, model=self._chat, model_name=self._settings.chat.model, cache=self._cache, parallel=self._settings.chat.parallel)
