@@ -205,7 +205,8 @@ def add_document_context(document: Document, settings: ChunkingSettings, *, mode
         key = cache_key(PROMPT_VERSION, "title", model_name, text[:TITLE_CONTEXT_CHARS])
         parts.append(_through_cache(cache, key, _is_text, lambda: _written_title(counted, text)))
         title = parts[-1].value or title
-    if settings.summaries:
+    # A summary lives only in the header: with headers off it would be a wasted call.
+    if settings.summaries and settings.headers != "none":
         key = cache_key(PROMPT_VERSION, "summary", model_name, title, text[:SUMMARY_CONTEXT_CHARS])
         parts.append(_through_cache(cache, key, _is_text, lambda: _written_summary(counted, title, text)))
         summary = parts[-1].value or summary

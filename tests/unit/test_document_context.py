@@ -215,6 +215,8 @@ def test_only_what_is_asked_runs():
     outcome = add_document_context(untitled, settings, model=model, model_name="m", cache=None)
     assert outcome.calls == 2 and outcome.document.title == "Bees and Tokyo" and outcome.document.summary == ""
     assert not wants_context(ChunkingSettings()) and wants_context(ChunkingSettings(summaries=True))
+    # Headers off: nowhere to put a summary, so no call for one.
+    assert add_document_context(titled, ChunkingSettings(summaries=True, headers="none"), model=answers(), model_name="m", cache=None).calls == 0
 
 
 def test_a_one_line_document_needs_no_sectioning_call():
