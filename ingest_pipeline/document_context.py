@@ -188,7 +188,7 @@ def _semantic_offsets(model: ChatModel, text: str, language: str) -> tuple[list[
             return pairs
 
     try:
-        starts = plan_sections(text, lines, propose)
+        starts = plan_sections(lines, propose)
     except InvalidSections as problem:
         return None, f"sections: {problem} (after one retry); kept the document's own"
     return section_offsets(lines, starts), ""

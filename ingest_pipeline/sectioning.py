@@ -65,7 +65,7 @@ def document_lines(text: str, language: str = "english", max_line_chars: int = M
     return tuple(lines)
 
 
-def window_end(text: str, lines: Sequence[Line], first: int, max_chars: int = WINDOW_CHARS) -> int:
+def window_end(lines: Sequence[Line], first: int, max_chars: int = WINDOW_CHARS) -> int:
     """The end (exclusive) of the window starting at line ``first``: as many
     lines as fit in ``max_chars``, and at least one."""
     used, end = 0, first
@@ -162,7 +162,7 @@ def validate_sections(pairs: Sequence[tuple[int, str]], first: int, end: int) ->
 Propose = Callable[[int, int], list[tuple[int, str]]]
 
 
-def plan_sections(text: str, lines: Sequence[Line], propose: Propose, max_chars: int = WINDOW_CHARS) -> list[tuple[int, str]]:
+def plan_sections(lines: Sequence[Line], propose: Propose, max_chars: int = WINDOW_CHARS) -> list[tuple[int, str]]:
     """(start line, title) of every section of the document, window by
     window. A window's last section may run on past it, so the next window
     starts at that section's first line (dsRAG's way) and the model sees it
@@ -173,7 +173,7 @@ def plan_sections(text: str, lines: Sequence[Line], propose: Propose, max_chars:
     sections: list[tuple[int, str]] = []
     first = 0
     while first < len(lines):
-        end = window_end(text, lines, first, max_chars)
+        end = window_end(lines, first, max_chars)
         found = propose(first, end)
         last = found[-1][0]
         if end < len(lines) and last >= first + (end - first) // 2 and last > first:

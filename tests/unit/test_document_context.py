@@ -62,10 +62,10 @@ def test_a_line_over_the_limit_becomes_its_sentences():
 
 def test_a_window_holds_the_lines_that_fit_and_at_least_one():
     lines = [Line(0, 10), Line(11, 21), Line(22, 32), Line(33, 83)]
-    assert window_end("", lines, 0, max_chars=25) == 2  # 10 + 10 fit, + 10 does not
-    assert window_end("", lines, 0, max_chars=30) == 3
-    assert window_end("", lines, 3, max_chars=25) == 4  # one line longer than the window
-    assert window_end("", lines, 1, max_chars=1000) == 4
+    assert window_end(lines, 0, max_chars=25) == 2  # 10 + 10 fit, + 10 does not
+    assert window_end(lines, 0, max_chars=30) == 3
+    assert window_end(lines, 3, max_chars=25) == 4  # one line longer than the window
+    assert window_end(lines, 1, max_chars=1000) == 4
 
 
 # --- the answer ---------------------------------------------------------------
@@ -101,7 +101,7 @@ def test_windows_overlap_at_the_last_section_and_merge():
         asked.append((first, end))
         return script[(first, end)]
 
-    assert plan_sections("", lines, propose, max_chars=25) == [(0, "A"), (1, "B"), (2, "C"), (4, "D")]
+    assert plan_sections(lines, propose, max_chars=25) == [(0, "A"), (1, "B"), (2, "C"), (4, "D")]
     # The last section of a window opens the next one; a window that is one
     # section is taken whole.
     assert asked == [(0, 2), (1, 3), (2, 4), (4, 5)]
@@ -117,7 +117,7 @@ def test_a_last_section_in_the_first_half_of_a_window_is_not_carried_over():
         return script[(first, end)]
 
     # Window 0-3 ends with B at line 1, before its middle (2): taken whole.
-    assert plan_sections("", lines, propose, max_chars=40) == [(0, "A"), (1, "B"), (4, "C"), (6, "D"), (9, "E")]
+    assert plan_sections(lines, propose, max_chars=40) == [(0, "A"), (1, "B"), (4, "C"), (6, "D"), (9, "E")]
     assert asked == [(0, 4), (4, 8), (6, 10)]
 
 
