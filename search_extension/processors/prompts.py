@@ -15,10 +15,11 @@ def passage(text: str, header: str = "") -> str:
     header (title, section path) in front of the text, as dsRAG shows it, so
     a sentence such as "It was founded in 1901" keeps its subject. One line
     (whitespace runs folded): the listwise prompt is one passage per line.
-    A chunk without a header is its text alone, so prompts over corpora
-    without titles are unchanged."""
+    A header of several lines (title, summary, section path) keeps its
+    parts apart with " | ". A chunk without a header is its text alone, so
+    prompts over corpora without titles are unchanged."""
     body = " ".join(text.split())
-    head = " ".join(header.split())
+    head = " | ".join(" ".join(line.split()) for line in header.splitlines() if line.strip())
     return f"{head}: {body}" if head else body
 
 QUERY_REWRITE = """You are an AI assistant that improves user queries for better search results.

@@ -46,3 +46,10 @@ def test_the_answer_prompt_shows_each_chunks_header_in_front_of_its_text():
     answer_from_chunks("When was the Nobel Prize founded?", [with_header, chunk(1, "No header here.")], model)
     prompt = model.requests[0].messages[0].content
     assert "[1] Nobel Prize > History: It was founded in 1901.\n\n[2] No header here." in prompt
+
+
+def test_a_header_with_a_summary_line_stays_one_passage_line():
+    from search_extension.processors.prompts import passage
+
+    assert passage("Trains  run\nlate.", "notes\nThis document is about Tokyo.\nTokyo railways") == "notes | This document is about Tokyo. | Tokyo railways: Trains run late."
+    assert passage("Plain text.", "") == "Plain text."
