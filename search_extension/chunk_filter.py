@@ -114,11 +114,6 @@ class FilterResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
-def judged_text(chunk: Chunk) -> str:
-    """What the judge reads of a chunk: its header line, then its text."""
-    return prompts.passage(chunk.text, chunk.header)
-
-
 def judge_in_threads(model: ChatModel, threads: int = 4, cache=None, model_name: str = "", budget_s: float | None = None) -> JudgeMany:
     """Judging in this process: one batch per thread (a listwise batch, or
     a single chunk for the per-chunk methods). With ``budget_s``, a chunk not
@@ -131,7 +126,7 @@ def judge_in_threads(model: ChatModel, threads: int = 4, cache=None, model_name:
         batches = scoring_batches(len(chunks), size)
         pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="judge")
         try:
-            futures = [pool.submit(judge_batch, query, [judged_text(chunks[i]) for i in part], model, options, cache=cache, model_name=model_name) for part in batches]
+            futures = [pool.submit(judge_batch, query, [prompts.passage(chunks[i].text, chunks[i].header) for i in part], model, options, cache=cache, model_name=model_name) for part in batches]
             done, _ = wait(futures, timeout=budget_s, return_when=FIRST_EXCEPTION)
         finally:
             # Calls already in flight finish in the background (each bounded

@@ -31,7 +31,7 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.settings import Settings, redact_url
-from search_extension.chunk_filter import judged_text
+from search_extension.processors import prompts
 from search_extension.processors.relevance import Judgement, ScoringOptions, scoring_batches
 from workers.app import JUDGE_TASK, make_app
 from workers.codec import CodecError, decode_judgement, encode_options
@@ -198,7 +198,7 @@ class CeleryJudgeMany:
             return []
         check_workers(self.app, self.ping_timeout_s, limit=1)
         encoded = encode_options(options)
-        sent = [_Sent(part, (query, [judged_text(c) for c in chunks[part.start : part.stop]], encoded, self.model_name)) for part in task_batches(len(chunks), options, self.batch_size)]
+        sent = [_Sent(part, (query, [prompts.passage(c.text, c.header) for c in chunks[part.start : part.stop]], encoded, self.model_name)) for part in task_batches(len(chunks), options, self.batch_size)]
         deadline = time.monotonic() + self.budget_s
         self._send(sent)
         self._wait(sent, deadline)
