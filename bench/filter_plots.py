@@ -7,6 +7,7 @@ writes bench/results/plots/<name>/*.png.
 
 from __future__ import annotations
 
+import json
 import sys
 
 from bench.common import RESULTS
@@ -16,8 +17,11 @@ from search_extension.evaluation.report import load_report
 
 def main(names: list[str]) -> int:
     for name in names:
-        report = load_report(RESULTS / f"{name}.questions.json")
-        for path in write_plots(report, RESULTS / "plots" / name, name):
+        source = RESULTS / f"{name}.questions.json"
+        report = load_report(source)
+        # The titles name the filter from the options the run recorded.
+        options = json.loads(source.read_text(encoding="utf-8"))["summary"].get("options")
+        for path in write_plots(report, RESULTS / "plots" / name, name, options):
             print(path)
     return 0
 

@@ -338,7 +338,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.plots:
         from search_extension.evaluation.plots import write_plots
 
-        for path in write_plots(report, args.plots, f"{options.scoring.method}{', calibrated' if options.calibration else ''}"):
+        for path in write_plots(report, args.plots, options=summary["options"]):
             print(f"wrote {path}", file=sys.stderr)
     print(json.dumps(summary, indent=2))
     return 0
