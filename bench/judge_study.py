@@ -203,7 +203,7 @@ def ablate(dataset: str, folds: int, judged_name: str, cheap_name: str, default_
         "judged_sample": {"questions": len(sample), "answer_in_context_before": round(sample_before, 4),
                           "how_chosen": (f"every question, run in a seeded random order ({summary.get('options', {}).get('question_order')}) over {len(summary.get('runs', [])) or 1} run(s)"
                                          if len(sample) == len(whole) else
-                                         f"questions run in a seeded random order ({summary.get('options', {}).get('question_order')}); the run was stopped by the session's time, leaving a random sample, not a prefix"),
+                                         f"questions run in a seeded random order ({summary.get('options', {}).get('question_order')}); the run was stopped before the end, leaving a random sample, not a prefix"),
                           "median_seconds_per_call": per_call, "collection_run": {k: summary.get(k) for k in ("questions", "model_calls_per_question", "seconds_per_question", "wall_seconds", "options", "model_base_url")},
                           "ablation": sample_table},
         "cross_validation_folds": folds,
