@@ -48,4 +48,5 @@ def refused(engine: str, status: int, body: Any, reason: str, where: str) -> Eng
     error answer; ``body`` is kept only when it is an engine error body."""
     kind = EngineNotFound if status == 404 else EngineRefused
     kept = body if isinstance(body, dict) and "error" in body else None
-    return kind(f"{engine} at {where} answered {status}: {reason}", engine=engine, status=status, body=kept, reason=reason)
+    message = f"{engine} at {where} answered {status}: {reason}"
+    return kind(message, engine=engine, status=status, body=kept, reason=reason)

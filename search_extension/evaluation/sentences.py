@@ -104,7 +104,8 @@ def bm25_scores(items: Sequence[Labelled], backend: SearchBackend, index: str) -
             for item in items
             for i, s in enumerate(item.sentences)
         )
-        failed = [item for ok, item in backend.bulk(actions, chunk_size=500, max_retries=3, initial_backoff=2) if not ok]
+        written = backend.bulk(actions, chunk_size=500, max_retries=3, initial_backoff=2)
+        failed = [item for ok, item in written if not ok]
         if failed:
             raise RuntimeError(f"{len(failed)} sentences could not be indexed for BM25, the first: {failed[0]}")
         backend.refresh(index)

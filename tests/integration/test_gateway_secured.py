@@ -48,7 +48,8 @@ def indices(admin, embedder, settings):
     allowed, other = f"{secured.ALLOWED_PREFIX}{suffix}", f"{secured.OTHER_PREFIX}{suffix}"
     documents = [plain_document(doc_id, text, doc_id, title=doc_id) for doc_id, text in DOCS.items()]
     for name in (allowed, other):
-        ingest_documents(documents, client=ElasticsearchBackend(admin), embedder=embedder, settings=settings, index=name, progress=False)
+        backend = ElasticsearchBackend(admin)
+        ingest_documents(documents, client=backend, embedder=embedder, settings=settings, index=name, progress=False)
     yield allowed, other
     admin.indices.delete(index=f"{allowed},{other}", ignore_unavailable=True)
 

@@ -60,7 +60,8 @@ def test_an_index_from_before_headers_gets_the_new_fields(es, embedder, settings
     has_english = es.capabilities().has_english_analyzer
     body = schema.index_body(dims=settings.embedder.dims, has_english=has_english, vectors=settings.vector_index)
     old_properties = {k: v for k, v in body["mappings"]["properties"].items() if k not in schema.added_properties()}
-    es.create_index(fresh_index, {"settings": body["settings"], "mappings": {**body["mappings"], "properties": old_properties}})
+    old_mappings = {**body["mappings"], "properties": old_properties}
+    es.create_index(fresh_index, {"settings": body["settings"], "mappings": old_mappings})
 
     document = markdown_document("bees.md", GUIDE, "test", fallback_title="bees")
     report = ingest_documents([document], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)

@@ -253,11 +253,13 @@ def test_public_health_shows_no_address(caplog):
 
     # Port 1 on this machine: nothing listens, Redis's connection is refused at once.
     settings = Settings(es_url="http://user:secret@es.internal:9200", redis_url="redis://cache-user:pw@127.0.0.1:1/3")
-    app = create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(), http_transport=RecordingTransport(unreachable))
+    transport = RecordingTransport(unreachable)
+    app = create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(), http_transport=transport)
     with caplog.at_level("WARNING", logger="chunkrag.gateway"):
         response = TestClient(app).get("/v1/health")
     assert response.status_code == 503
     assert response.json()["elasticsearch"] == {"ok": False, "reason": "Elasticsearch is not reachable"}
     assert response.json()["redis"]["reason"] == "Redis is not reachable"
-    assert not any(part in response.text for part in ("es.internal", "9200", "127.0.0.1", "cache-user", "secret", "redis://"))
+    addresses = ("es.internal", "9200", "127.0.0.1", "cache-user", "secret", "redis://")
+    assert not any(part in response.text for part in addresses)
     assert "es.internal:9200" in caplog.text and "127.0.0.1:1" in caplog.text

@@ -223,7 +223,8 @@ def test_opensearch_client_errors_map_to_the_gateways_statuses():
     down = errors.from_exception(from_opensearch(opensearchpy.ConnectionError("N/A", "refused", OSError("refused"))))
     # The caller is told which dependency failed, not where it lives.
     assert down.status == 503 and down.reason == "OpenSearch is not reachable" and "os:9201" not in down.reason
-    slow = errors.from_exception(from_opensearch(opensearchpy.ConnectionTimeout("TIMEOUT", "timed out", TimeoutError())))
+    slow_client = opensearchpy.ConnectionTimeout("TIMEOUT", "timed out", TimeoutError())
+    slow = errors.from_exception(from_opensearch(slow_client))
     assert slow.status == 504
 
 
@@ -238,7 +239,8 @@ class FailingClient:
     def count(self, **kwargs):
         import opensearchpy
 
-        raise opensearchpy.NotFoundError(404, "index_not_found_exception", {"error": {"type": "index_not_found_exception"}, "status": 404})
+        body = {"error": {"type": "index_not_found_exception"}, "status": 404}
+        raise opensearchpy.NotFoundError(404, "index_not_found_exception", body)
 
 
 def test_a_backend_raises_project_errors_never_its_clients():
