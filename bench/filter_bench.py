@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import RESULTS, SHARED, write_result
-from chunkrag_core.es_client import make_client
+from chunkrag_core.engines import make_backend
 from chunkrag_core.providers import make_chat, make_embedder
 from chunkrag_core.settings import Settings
 from local_services.celery_workers import CeleryWorkers
@@ -49,7 +49,7 @@ def run(dataset: str, items, *, workers: int, redis_db: int, options: FilterOpti
         pool.start(workers)
         print(f"--- {label}: {len(items)} questions, {workers} worker(s)", file=sys.stderr)
         return evaluate(
-            items, dataset, client=make_client(settings), embedder=make_embedder(settings.embedder), settings=settings,
+            items, dataset, client=make_backend(settings), embedder=make_embedder(settings.embedder), settings=settings,
             model=make_chat(settings.chat), options=options, judge_many=celery_judge_many(settings=settings),
             index=f"chunkrag-eval-{dataset}", generate=generate, on_question=lambda q: print_outcome(q, sys.stderr),
         )

@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     import orjson
 
     from bench.retrieval_bench import load_queries
-    from chunkrag_core.es_client import make_client
+    from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings
     from search_extension import queries
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
-    client = make_client(settings)
+    client = make_backend(settings).client
     if not client.indices.exists(index=args.index):
         print(f"index {args.index!r} missing: run `python -m bench.ingest_bench` first", file=sys.stderr)
         return 1

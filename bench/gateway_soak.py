@@ -89,16 +89,16 @@ def scripted_reply(latency_s: float):
 
 def ensure_index(settings) -> int:
     from bench.ingest_bench import scifact_documents
-    from chunkrag_core.es_client import make_client
+    from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
     from ingest_pipeline.pipeline import ingest_documents
 
-    client = make_client(settings)
-    if not client.indices.exists(index=LOAD_INDEX):
+    client = make_backend(settings)
+    if not client.index_exists(LOAD_INDEX):
         print(f"ingesting the first {LOAD_DOCUMENTS} SciFact abstracts into {LOAD_INDEX}…", file=sys.stderr)
         ingest_documents(scifact_documents(LOAD_DOCUMENTS), client=client, embedder=make_embedder(settings.embedder), settings=settings, index=LOAD_INDEX, progress=False)
-        client.indices.refresh(index=LOAD_INDEX)
-    return client.count(index=LOAD_INDEX)["count"]
+        client.refresh(LOAD_INDEX)
+    return client.count(LOAD_INDEX)
 
 
 def load(argv) -> int:

@@ -42,14 +42,14 @@ def scifact_documents(limit: int | None):
 
 
 def one_pipeline_run(limit: int | None, index: str) -> dict:
-    from chunkrag_core.es_client import make_client
+    from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings
     from ingest_pipeline.pipeline import ingest_documents
 
     settings = Settings.from_env()
-    client = make_client(settings)
-    client.indices.delete(index=index, ignore_unavailable=True)
+    client = make_backend(settings)
+    client.delete_index(index)
     documents = scifact_documents(limit)
     embedder = make_embedder(settings.embedder)
     began = time.perf_counter()

@@ -92,17 +92,17 @@ def with_head_shares(question: Question, shares: Sequence[float | None]) -> Ques
 
 
 def run(question_names: Sequence[str], limit: int) -> int:
-    from chunkrag_core.es_client import make_client
+    from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_chat
     from chunkrag_core.settings import Settings
     from search_extension.processors.relevance import ScoringOptions, judge_listwise
 
     settings = Settings.from_env()
-    client, model = make_client(settings), make_chat(settings.chat)
+    client, model = make_backend(settings), make_chat(settings.chat)
     questions = study_questions(question_names, limit)
     texts_by_question = {}
     wanted = {r["chunk_id"] for q in questions for r in q.judged_rows[:HEAD]}
-    found = client.mget(index=INDEX, ids=sorted(wanted))["docs"]
+    found = client.fetch(INDEX, sorted(wanted))
     texts = {d["_id"]: d["_source"]["text"] for d in found if d.get("found")}
     asked = {str(q["item_id"]): q["question"] for name in question_names for q in json.loads((RESULTS / f"{name}.questions.json").read_text())["questions"]}
     for question in questions:

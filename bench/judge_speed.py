@@ -29,8 +29,8 @@ from chunkrag_core.chunk import Chunk
 
 def prompts_for(count: int, seed: int) -> list[tuple[str, list[list[str]]]]:
     """(question, listwise batches of chunk texts) for ``count`` sampled questions."""
-    from chunkrag_core.es_client import make_client
-    from chunkrag_core.es_schema import DOC_ID
+    from chunkrag_core.engines import make_backend
+    from chunkrag_core.engines.schema import DOC_ID
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings
     from search_extension.evaluation.datasets import read_items
@@ -42,7 +42,7 @@ def prompts_for(count: int, seed: int) -> list[tuple[str, list[list[str]]]]:
     settings = Settings.from_env()
     _, items, _ = read_items(SHARED / "eval" / "popqa" / "dev.jsonl", "popqa", "ambiguous", None)
     chosen = sorted(random.Random(seed).sample(items, count), key=lambda i: i.item_id)
-    client, embedder = make_client(settings), make_embedder(settings.embedder)
+    client, embedder = make_backend(settings), make_embedder(settings.embedder)
     index = "chunkrag-eval-popqa"
     index_pools(chosen, "popqa", client=client, embedder=embedder, settings=settings, index=index)
     retriever = HybridRetriever(client, embedder, index, settings.retrieval)

@@ -50,7 +50,7 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
     import dataclasses
     import random
 
-    from chunkrag_core.es_client import make_client
+    from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_chat, make_embedder
     from chunkrag_core.settings import Settings
     from search_extension.chunk_filter import FilterOptions, judge_in_threads
@@ -102,7 +102,7 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
         write_report(path, summary_of(partial), partial)
 
     report = evaluate(
-        items, dataset, client=make_client(settings), embedder=make_embedder(settings.embedder), settings=settings,
+        items, dataset, client=make_backend(settings), embedder=make_embedder(settings.embedder), settings=settings,
         model=model, options=options, judge_many=judge_many if judge != "none" else None, index=f"chunkrag-eval-{dataset}", generate=False,
         on_question=on_question,
     )
@@ -288,8 +288,8 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
     import dataclasses
     from concurrent.futures import ThreadPoolExecutor
 
-    from chunkrag_core.es_client import make_client
-    from chunkrag_core.es_schema import chunk_from_hit
+    from chunkrag_core.engines import make_backend
+    from chunkrag_core.engines.schema import chunk_from_hit
     from chunkrag_core.providers import make_chat
     from chunkrag_core.settings import Settings
     from search_extension.chunk_filter import JUDGE_TOP_WHEN_ASKED, FilterOptions
@@ -303,7 +303,7 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
     _, items, _ = read_items(SHARED / "eval" / dataset / "dev.jsonl", dataset, "ambiguous", None)
     claims = {item.item_id: item for item in items}
     settings = Settings.from_env()
-    client, model = make_client(settings), make_chat(settings.chat)
+    client, model = make_backend(settings), make_chat(settings.chat)
     default = FilterOptions()
     judged = dataclasses.replace(default, judge_top=JUDGE_TOP_WHEN_ASKED)
     variants = {
@@ -322,7 +322,7 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
         calls made (one per distinct kept set)."""
         rows = question.judged_rows
         ids = [r["chunk_id"] for r in question.rows]
-        found = client.mget(index=f"chunkrag-eval-{dataset}", ids=ids)["docs"]
+        found = client.fetch(f"chunkrag-eval-{dataset}", ids)
         chunks = {doc["_id"]: chunk_from_hit(doc) for doc in found if doc.get("found")}
         kept_sets = {name: [rows[i]["chunk_id"] for i in ablation.kept_indices(question, variant, calibration)] for name, (variant, calibration) in variants.items()}
         budget = sum(len(chunks[c].text) for c in kept_sets[DEFAULT_LABEL] if c in chunks)

@@ -60,7 +60,7 @@ def embedded_corpus(settings, cache: Path, limit: int | None = None):
     chunk the real chunker makes, embedded once and cached."""
     import numpy as np
 
-    from chunkrag_core import es_schema as schema
+    from chunkrag_core.engines import schema
     from chunkrag_core.providers import make_embedder
     from ingest_pipeline.chunker import chunk_documents
 
@@ -108,7 +108,7 @@ def write_all(backend, chunked, settings, index: str) -> dict:
 
 def main(argv=None) -> int:
     from chunkrag_core.providers import make_embedder
-    from chunkrag_core.search_backend import make_backend
+    from chunkrag_core.engines import make_backend
     from chunkrag_core.settings import Settings
     from local_services.process import state_home
     from search_extension.retriever import HybridRetriever

@@ -57,18 +57,18 @@ def load_queries(limit: int | None = None):
 
 
 def ensemble_main(args) -> int:
-    from chunkrag_core.es_client import make_client
+    from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings, parse_scales
     from search_extension.retriever import HybridRetriever
 
     settings = Settings.from_env()
     scales = parse_scales(args.scales)
-    client = make_client(settings)
+    client = make_backend(settings)
     embedder = make_embedder(settings.embedder)
     queries, qrels = load_queries(args.limit)
     ingest = None
-    if not client.indices.exists(index=args.ensemble_index):
+    if not client.index_exists(args.ensemble_index):
         # A quick check still finds something: the queries' judged documents come along.
         wanted = {doc for qid in queries for doc in qrels[qid]}
         ingest = build_ensemble_index(client, embedder, settings, args.ensemble_index, scales, args.corpus_limit, wanted)
@@ -138,12 +138,12 @@ def build_ensemble_index(client, embedder, settings, index: str, scales, corpus_
 
 
 def chunks_by_scale(client, index: str) -> dict[str, int]:
-    response = client.search(index=index, size=0, aggs={"scales": {"terms": {"field": "scale", "missing": 0, "size": 32}}})
+    response = client.search(index, {"size": 0, "aggs": {"scales": {"terms": {"field": "scale", "missing": 0, "size": 32}}}})
     return {str(b["key"]): b["doc_count"] for b in response["aggregations"]["scales"]["buckets"]}
 
 
 def main(argv=None) -> int:
-    from chunkrag_core.es_client import make_client
+    from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings
     from search_extension.retriever import HybridRetriever
@@ -165,11 +165,11 @@ def main(argv=None) -> int:
         return ensemble_main(args)
 
     settings = Settings.from_env()
-    client = make_client(settings)
-    if not client.indices.exists(index=args.index):
+    client = make_backend(settings)
+    if not client.index_exists(args.index):
         print(f"index {args.index!r} missing: run `python -m bench.ingest_bench` first", file=sys.stderr)
         return 1
-    chunk_count = client.count(index=args.index)["count"]
+    chunk_count = client.count(args.index)
     queries, qrels = load_queries(args.limit)
     retriever = HybridRetriever(client, make_embedder(settings.embedder), args.index, settings.retrieval)
     retriever.search("warm up", size=10)
@@ -225,9 +225,9 @@ def main(argv=None) -> int:
 def index_chunking(client, index: str) -> dict:
     """How the index's chunks look: count, header share, median characters
     (from a sample), so a variant's row says what it measured."""
-    total = client.count(index=index)["count"]
-    with_header = client.count(index=index, query={"bool": {"filter": [{"exists": {"field": "header"}}]}})["count"]
-    hits = client.search(index=index, size=2000, query={"function_score": {"random_score": {"seed": 7, "field": "_seq_no"}}}, source=["text"])["hits"]["hits"]
+    total = client.count(index)
+    with_header = client.client.count(index=index, query={"bool": {"filter": [{"exists": {"field": "header"}}]}})["count"]
+    hits = client.client.search(index=index, size=2000, query={"function_score": {"random_score": {"seed": 7, "field": "_seq_no"}}}, source=["text"])["hits"]["hits"]
     lengths = sorted(len(h["_source"]["text"]) for h in hits)
     return {"chunks": total, "with_header": with_header, "sample_median_chars": lengths[len(lengths) // 2] if lengths else None}
 

@@ -73,7 +73,7 @@ def ingest_variant(client, embedder, settings, index: str, headers: str, documen
     from ingest_pipeline.sources import plain_document
 
     if not keep:
-        client.indices.delete(index=index, ignore_unavailable=True)
+        client.delete_index(index)
     variant = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, headers=headers))
     docs = [plain_document(doc_id, text, "squad", title=title) for doc_id, title, text in documents]
     report = ingest_documents(docs, client=client, embedder=embedder, settings=variant, index=index, progress=False)
@@ -131,7 +131,7 @@ def score_questions(questions, retrieve, fetch, presets, top_name: str, rse_pref
 
 
 def main(argv=None) -> int:
-    from chunkrag_core.es_client import make_client
+    from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings, parse_scales
     from search_extension.neighbours import position_fetcher
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
-    client = make_client(settings)
+    client = make_backend(settings)
     embedder = make_embedder(settings.embedder)
     documents, questions = load_articles(articles=args.articles)
     if args.limit:

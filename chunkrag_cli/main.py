@@ -176,17 +176,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     return dataclasses.replace(settings, index=getattr(args, "index", None) or settings.index, chunking=chunking)
 
 
-def _connected(settings: Settings):
-    from chunkrag_core.es_client import check_health, make_client
-
-    client = make_client(settings)
-    check_health(client, settings.es_url_for_display)
-    return client
-
-
 def _backend(settings: Settings):
     """The search backend SEARCH_BACKEND names (Elasticsearch or OpenSearch), healthy."""
-    from chunkrag_core.search_backend import make_backend
+    from chunkrag_core.engines import make_backend
 
     backend = make_backend(settings)
     backend.health()
@@ -350,7 +342,7 @@ def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
 
     options = filter_options_from_args(args).scoring
     result = evaluate_sentences(
-        args.format, args.file, client=_connected(settings), embedder=make_embedder(settings.embedder), model=make_chat(settings.chat),
+        args.format, args.file, client=_backend(settings), embedder=make_embedder(settings.embedder), model=make_chat(settings.chat),
         options=options, judge_sample=args.judge_sample, progress=lambda line: print(line, file=sys.stderr, end="\r"),
     )
     if args.out:
@@ -363,9 +355,9 @@ def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_cluster(args: argparse.Namespace) -> int:
     settings = _settings(args)
     backend = _backend(settings)
-    health = backend.client.cluster.health()
+    health = backend.cluster_health()
     capabilities = backend.capabilities()
-    print(f"{backend.engine} at {backend.display_url}: {health['status']}, {health['number_of_nodes']} node(s)")
+    print(f"{backend.engine} at {backend.display_url}: {health.status}, {health.nodes} node(s)")
     for name, value in dataclasses.asdict(capabilities).items():
         print(f"  {name}: {value}")
     return 0

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from chunkrag_core.chunk import BASE_SCALE
-from chunkrag_core.search_backend import as_backend
+from chunkrag_core.engines.base import SearchBackend
 from chunkrag_core.providers import ChatModel, Embedder, make_chat
 from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import ChunkedDocument, chunk_documents, document_fingerprint
@@ -96,7 +96,7 @@ class IngestReport:
 def ingest(
     paths: Iterable[str | Path],
     *,
-    client,
+    client: SearchBackend,
     embedder: Embedder,
     settings: Settings,
     index: str | None = None,
@@ -111,7 +111,7 @@ def ingest(
 def ingest_documents(
     items: Iterable[Document | Skipped],
     *,
-    client,
+    client: SearchBackend,
     embedder: Embedder,
     settings: Settings,
     index: str | None = None,
@@ -124,8 +124,6 @@ def ingest_documents(
     on first need, and a cache under CHUNKRAG_HOME)."""
     index = index or settings.index
     began = time.perf_counter()
-    # Elasticsearch or OpenSearch, or a raw client of either.
-    client = as_backend(client)
     ensure_index(client, index, dims=settings.embedder.dims, vectors=settings.vector_index, capabilities=client.capabilities())
     shaping = shaping_of(settings)
 

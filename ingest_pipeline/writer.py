@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from chunkrag_core import es_schema as schema
 from chunkrag_core.chunk import BASE_SCALE, chunk_id_for
-from chunkrag_core.es_client import ClusterCapabilities
-from chunkrag_core.opensearch_dialect import vector_dims
-from chunkrag_core.search_backend import as_backend
+from chunkrag_core.engines import schema
+from chunkrag_core.engines.base import ClusterCapabilities, SearchBackend
+from chunkrag_core.engines.opensearch_dialect import vector_dims
 from chunkrag_core.settings import VectorIndexSettings
 from ingest_pipeline.chunker import ChunkedDocument
 
@@ -26,10 +25,9 @@ class IndexMismatch(RuntimeError):
     """The index exists with a mapping these chunks cannot go into."""
 
 
-def ensure_index(client, index: str, *, dims: int, vectors: VectorIndexSettings, capabilities: ClusterCapabilities) -> bool:
+def ensure_index(backend: SearchBackend, index: str, *, dims: int, vectors: VectorIndexSettings, capabilities: ClusterCapabilities) -> bool:
     """Create the chunk index if missing (True if created); check an
     existing one can take vectors of ``dims``."""
-    backend = as_backend(client)
     if backend.index_exists(index):
         properties = backend.mapping_properties(index)
         found = vector_dims(properties.get(schema.VECTOR, {}))
@@ -68,7 +66,7 @@ class StoredDocument:
         return self.fingerprints == (fingerprint,) and self.chunk_count == self.declared_count == expected
 
 
-def stored_documents(client, index: str, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
+def stored_documents(backend: SearchBackend, index: str, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
     """The stored state of ``doc_ids``, in one aggregation request."""
     if not doc_ids:
         return {}
@@ -90,7 +88,7 @@ def stored_documents(client, index: str, doc_ids: Sequence[str]) -> dict[str, St
             }
         },
     }
-    response = as_backend(client).search(index, body)
+    response = backend.search(index, body)
     state = {}
     for bucket in response["aggregations"]["docs"]["buckets"]:
         tops = {int(b["key"]): int(b["max_position"]["value"]) for b in bucket["scales"]["buckets"]}
@@ -138,10 +136,10 @@ BULK_INITIAL_BACKOFF_S = 2
 BULK_ACTIONS_PER_REQUEST = 500
 
 
-def bulk_write(client, actions: Iterable[dict[str, Any]]) -> BulkOutcome:
+def bulk_write(backend: SearchBackend, actions: Iterable[dict[str, Any]]) -> BulkOutcome:
     indexed = deleted = 0
     errors: list[str] = []
-    for ok, item in as_backend(client).bulk(
+    for ok, item in backend.bulk(
         actions,
         chunk_size=BULK_ACTIONS_PER_REQUEST,
         max_retries=BULK_MAX_RETRIES,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from chunkrag_core import es_schema as schema
+from chunkrag_core.engines import schema
 from chunkrag_core.chunk import BASE_SCALE
 
 MODES = ("native_sum", "minmax", "rrf", "linear", "bm25", "knn")

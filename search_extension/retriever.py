@@ -7,12 +7,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from chunkrag_core import es_schema as schema
 from chunkrag_core.chunk import BASE_SCALE, Chunk
-from chunkrag_core.es_client import ClusterCapabilities
-from chunkrag_core.es_schema import chunk_from_hit
+from chunkrag_core.engines import schema
+from chunkrag_core.engines.base import ClusterCapabilities, SearchBackend
+from chunkrag_core.engines.schema import chunk_from_hit
 from chunkrag_core.providers import Embedder
-from chunkrag_core.search_backend import as_backend
 from chunkrag_core.settings import CHARS_PER_TOKEN, DEFAULT_SCALES, RetrievalSettings
 from search_extension import ensemble, fusion, queries
 from search_extension.queries import MODES, QuerySpec
@@ -54,9 +53,9 @@ class RetrievalResult:
 
 
 class HybridRetriever:
-    def __init__(self, client, embedder: Embedder, index: str, settings: RetrievalSettings = RetrievalSettings(), capabilities: ClusterCapabilities | None = None):
-        # Elasticsearch or OpenSearch (a backend, or a raw client of either).
-        self.client = as_backend(client)
+    def __init__(self, client: SearchBackend, embedder: Embedder, index: str, settings: RetrievalSettings = RetrievalSettings(), capabilities: ClusterCapabilities | None = None):
+        # Elasticsearch or OpenSearch, behind the backend seam.
+        self.client = client
         self.embedder = embedder
         self.index = index
         self.settings = settings
@@ -67,6 +66,13 @@ class HybridRetriever:
         if self._capabilities is None:
             self._capabilities = self.client.capabilities()
         return self._capabilities
+
+    def _offers_hybrid_query(self) -> bool:
+        # Capabilities given (or probed already) answer it; else the backend
+        # does, without a probe where the engine can have no such query.
+        if self._capabilities is not None:
+            return self._capabilities.has_hybrid_query
+        return self.client.offers_hybrid_query()
 
     def _spec(self, text: str, *, size: int | None, filters: Sequence[Mapping[str, Any]], **options: Any) -> tuple[QuerySpec, float]:
         started = time.perf_counter()
@@ -101,10 +107,10 @@ class HybridRetriever:
             return self._hits(queries.linear_retriever_body(spec, w_text, w_knn)), "retriever"
         if mode == "rrf" and self.capabilities.has_rrf_retriever:
             return self._hits(queries.rrf_retriever_body(spec, self.settings.rrf_rank_constant)), "retriever"
-        # Only OpenSearch can have it, so Elasticsearch is never probed for it.
-        if mode == "minmax" and not spec.collapse_field and getattr(self.client, "engine", None) == "opensearch" and self.capabilities.has_hybrid_query:
-            # OpenSearch with neural-search: the same min-max fusion in the
-            # cluster (unboosted BM25 and kNN as the hybrid's sub-queries).
+        if mode == "minmax" and not spec.collapse_field and self._offers_hybrid_query():
+            # A cluster with a native `hybrid` query (OpenSearch's neural-search):
+            # the same min-max fusion in the cluster (unboosted BM25 and kNN
+            # as the hybrid's sub-queries).
             response = self.client.hybrid_search(self.index, queries.native_sum_body(spec, None, None), [w_text, w_knn])
             return [chunk_from_hit(hit) for hit in response["hits"]["hits"]], "native"
         # Fuse on the collapse key when collapsing (BM25 and kNN may pick

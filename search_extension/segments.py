@@ -283,7 +283,7 @@ def assemble(plan: SegmentPlan, chunks: Iterable[Chunk]) -> Segment:
 
 
 # Chunks at the given positions of each document, in one engine request
-# (search_extension.neighbours.fetch_positions over a client and an index).
+# (search_extension.neighbours.fetch_positions over a search backend and an index).
 # Called with the wanted positions alone for base chunks, and with
 # ``scale=`` for a larger scale's (ensembling).
 FetchPositions = Callable[..., Sequence[Chunk]]

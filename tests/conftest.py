@@ -24,15 +24,17 @@ def settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def es(settings):
-    from chunkrag_core.es_client import ClusterUnavailable, check_health, make_client
+    """The Elasticsearch backend (its raw client, where a test needs one, is ``es.client``)."""
+    from chunkrag_core.engines.elasticsearch import ElasticsearchBackend
+    from chunkrag_core.engines.errors import EngineUnavailable
 
-    client = make_client(settings)
+    backend = ElasticsearchBackend.from_settings(settings)
     try:
-        check_health(client, settings.es_url_for_display)
-    except ClusterUnavailable as exc:
+        backend.health()
+    except EngineUnavailable as exc:
         pytest.fail(f"{exc}. Run the tests with `make test`, which starts it.", pytrace=False)
-    yield client
-    client.close()
+    yield backend
+    backend.close()
 
 
 ENGINES = ("elasticsearch", "opensearch")
@@ -45,13 +47,13 @@ def engine(request, settings):
     nodes, started by `make test`)."""
     import dataclasses
 
-    from chunkrag_core.es_client import ClusterUnavailable
-    from chunkrag_core.search_backend import make_backend
+    from chunkrag_core.engines import make_backend
+    from chunkrag_core.engines.errors import EngineUnavailable
 
     backend = make_backend(dataclasses.replace(settings, search_backend=request.param))
     try:
         backend.health()
-    except ClusterUnavailable as exc:
+    except EngineUnavailable as exc:
         pytest.fail(f"{exc}. Run the tests with `make test`, which starts it.", pytrace=False)
     yield backend
     backend.close()
@@ -77,7 +79,7 @@ def fresh_index(es):
     """A new index name per test; whatever the test created is deleted after."""
     name = f"test-chunkrag-{uuid.uuid4().hex[:12]}"
     yield name
-    es.indices.delete(index=name, ignore_unavailable=True)
+    es.delete_index(name)
 
 
 @pytest.fixture(scope="session")

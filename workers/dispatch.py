@@ -56,7 +56,13 @@ MAX_RESENDS = 2
 
 
 class WorkersUnavailable(RuntimeError):
-    """Judging cannot be dispatched: Redis is unreachable or no worker runs."""
+    """Judging cannot be dispatched: Redis is unreachable or no worker runs.
+    The message names the broker; ``reason`` says the same without its
+    address, for the gateway's callers."""
+
+    def __init__(self, message: str, *, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason or message
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +130,20 @@ def check_workers(app: Celery, timeout: float = 1.0, *, limit: int | None = None
             # default of retrying forever.
             connection.ensure_connection(max_retries=0, timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - whatever the transport raised, the broker is down
-        raise WorkersUnavailable(f"cannot reach the Celery broker (Redis) at {broker}: {exc}") from exc
+        raise WorkersUnavailable(
+            f"cannot reach the Celery broker (Redis) at {broker}: {exc}",
+            reason="cannot reach the Celery broker (Redis)",
+        ) from exc
     try:
         with _PING_LOCK:
             replies = app.control.ping(timeout=timeout, limit=limit)
     except Exception as exc:  # noqa: BLE001
-        raise WorkersUnavailable(f"pinging Celery workers through {broker} failed: {exc}") from exc
+        raise WorkersUnavailable(
+            f"pinging Celery workers through {broker} failed: {exc}", reason="pinging the Celery workers failed"
+        ) from exc
     if not replies:
-        raise WorkersUnavailable(f"no Celery worker answered a ping within {timeout:g} s on {broker}; {START_HINT}")
+        silent = f"no Celery worker answered a ping within {timeout:g} s"
+        raise WorkersUnavailable(f"{silent} on {broker}; {START_HINT}", reason=f"{silent}; {START_HINT}")
     return len(replies)
 
 
@@ -220,7 +232,11 @@ class CeleryJudgeMany:
         try:
             results = group(self._signature(batch.args, self.budget_s) for batch in sent).apply_async().results
         except Exception as exc:  # noqa: BLE001 - the broker went away between the ping and the send
-            raise WorkersUnavailable(f"could not send scoring tasks to {redact_url(self.app.conf.broker_url or '')}: {exc}") from exc
+            broker = redact_url(self.app.conf.broker_url or "")
+            raise WorkersUnavailable(
+                f"could not send scoring tasks to {broker}: {exc}",
+                reason="could not send scoring tasks to the Celery broker",
+            ) from exc
         for batch, result in zip(sent, results):
             batch.attempts.append(result)
 

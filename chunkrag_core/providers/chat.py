@@ -13,12 +13,16 @@ from typing import Mapping, Protocol, Sequence
 
 
 class ChatError(RuntimeError):
-    """The chat provider failed; ``retryable`` says whether trying again may help."""
+    """The chat provider failed; ``retryable`` says whether trying again may
+    help, ``timed_out`` that it did not answer in time, ``status`` what it
+    answered. The message names the provider's address (for logs and the
+    command line); callers that must not show it read the fields."""
 
-    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None):
+    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None, timed_out: bool = False):
         super().__init__(message)
         self.retryable = retryable
         self.status = status
+        self.timed_out = timed_out
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +106,8 @@ class OpenAICompatibleChat:
                 stop=list(request.stop) or None,
                 **options,
             )
-        except openai.RateLimitError as exc:
-            raise ChatError(f"rate limited by {self._where()}: {exc}", retryable=True, status=429) from exc
-        except openai.APIStatusError as exc:
-            raise ChatError(f"{self._where()} answered {exc.status_code}: {exc.message}", retryable=exc.status_code >= 500, status=exc.status_code) from exc
-        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-            raise ChatError(f"{self._where()} did not answer: {exc}", retryable=True) from exc
+        except (openai.APIStatusError, openai.APIConnectionError) as exc:
+            raise chat_error(exc, self._where()) from exc
         if not response.choices:
             raise ChatError(f"{self._where()} returned no choices", retryable=True)
         choice = response.choices[0]
@@ -122,6 +122,22 @@ class OpenAICompatibleChat:
 
     def _where(self) -> str:
         return self.base_url or "OpenAI"
+
+
+def chat_error(exc: BaseException, where: str) -> ChatError:
+    """The :class:`ChatError` for an exception of the ``openai`` client
+    talking to ``where`` (anything else: a non-retryable failure)."""
+    import openai
+
+    if isinstance(exc, openai.RateLimitError):
+        return ChatError(f"rate limited by {where}: {exc}", retryable=True, status=429)
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        return ChatError(f"{where} answered {status}: {exc.message}", retryable=status >= 500, status=status)
+    if isinstance(exc, openai.APIConnectionError):  # a timeout among them
+        timed_out = isinstance(exc, openai.APITimeoutError)
+        return ChatError(f"{where} did not answer: {exc}", retryable=True, timed_out=timed_out)
+    return ChatError(f"{where} failed: {type(exc).__name__}: {exc}")
 
 
 def _first_token_logprobs(choice) -> dict[str, float]:

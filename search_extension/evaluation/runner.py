@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from chunkrag_core.chunk import Chunk
-from chunkrag_core.es_schema import DOC_ID
+from chunkrag_core.engines.schema import DOC_ID
 from chunkrag_core.providers.chat import ChatModel
 from chunkrag_core.settings import Settings
 from ingest_pipeline.pipeline import ingest_documents

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from chunkrag_core.engines.base import SearchBackend
 from search_extension.processors.calibration import best_f1, f1_at, roc_auc
 from search_extension.processors.relevance import ScoringOptions, judge_batch
 from search_extension.processors.thresholds import dynamic_threshold
@@ -90,23 +91,31 @@ def cosine_scores(items: Sequence[Labelled], embedder) -> list[list[float]]:
     return out
 
 
-def bm25_scores(items: Sequence[Labelled], client, index: str) -> list[list[float]]:
-    """BM25 of each sentence for its own query, from an Elasticsearch index
-    of all the set's sentences (0 where a sentence shares no term)."""
-    from elasticsearch import helpers
-
-    client.indices.delete(index=index, ignore_unavailable=True)
-    client.indices.create(index=index, settings={"number_of_shards": 1, "number_of_replicas": 0}, mappings={"properties": {"qid": {"type": "keyword"}, "text": {"type": "text"}}})
-    actions = ({"_index": index, "_id": f"{item.query_id}:{i}", "qid": item.query_id, "text": s} for item in items for i, s in enumerate(item.sentences))
-    helpers.bulk(client, actions, refresh="wait_for")
+def bm25_scores(items: Sequence[Labelled], backend: SearchBackend, index: str) -> list[list[float]]:
+    """BM25 of each sentence for its own query, from an index (Elasticsearch
+    or OpenSearch) of all the set's sentences (0 where a sentence shares no term)."""
+    backend.delete_index(index)
+    mappings = {"properties": {"qid": {"type": "keyword"}, "text": {"type": "text"}}}
+    backend.create_index(index, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": mappings})
     out = []
     try:
+        actions = (
+            {"_index": index, "_id": f"{item.query_id}:{i}", "_source": {"qid": item.query_id, "text": s}}
+            for item in items
+            for i, s in enumerate(item.sentences)
+        )
+        written = backend.bulk(actions, chunk_size=500, max_retries=3, initial_backoff=2)
+        failed = [item for ok, item in written if not ok]
+        if failed:
+            raise RuntimeError(f"{len(failed)} sentences could not be indexed for BM25, the first: {failed[0]}")
+        backend.refresh(index)
         for item in items:
-            response = client.search(index=index, query={"bool": {"must": {"match": {"text": item.query}}, "filter": {"term": {"qid": item.query_id}}}}, size=len(item.sentences))
+            query = {"bool": {"must": {"match": {"text": item.query}}, "filter": {"term": {"qid": item.query_id}}}}
+            response = backend.search(index, {"query": query, "size": len(item.sentences)})
             found = {hit["_id"]: hit["_score"] for hit in response["hits"]["hits"]}
             out.append([float(found.get(f"{item.query_id}:{i}", 0.0)) for i in range(len(item.sentences))])
     finally:
-        client.indices.delete(index=index, ignore_unavailable=True)
+        backend.delete_index(index)
     return out
 
 
@@ -145,7 +154,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def evaluate_sentences(name: str, path: str | Path, *, client, embedder, model, options: ScoringOptions, judge_sample: int | None = None, seed: int = 7, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def evaluate_sentences(name: str, path: str | Path, *, client: SearchBackend, embedder, model, options: ScoringOptions, judge_sample: int | None = None, seed: int = 7, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Judge, cosine and BM25 on a labelled set. Cosine and BM25 are scored
     on every pair; the judge on every item, or on a seeded random sample of
     ``judge_sample`` items (reported as such), where the cheap signals are

@@ -37,7 +37,7 @@ from search_extension.gateway.responses import error_response, es_json
 
 
 def create_app(settings: Settings | None = None, *, es=None, model=None, embedder=None, judge_many_factory: JudgeManyFactory | None = None, http_transport: HttpTransport | None = None) -> FastAPI:
-    """The gateway app. ``es`` (a sync ``Elasticsearch``), ``model`` (a
+    """The gateway app. ``es`` (a search backend), ``model`` (a
     ChatModel), ``embedder``, ``judge_many_factory`` (budget_s -> JudgeMany)
     and ``http_transport`` (what the pass-through sends through, see
     ``passthrough.HttpTransport``) replace what would otherwise be made from
@@ -147,7 +147,7 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
     except Exception as exc:
         if isinstance(exc, TimeoutError) and scope.cancelled_caught:
             raise errors.timed_out(f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)") from None
-        raise errors.from_exception(exc, es_url=settings.search_url_for_display) from exc
+        raise errors.from_exception(exc) from exc
 
 
 def _refuse_non_finite(value: Any, where: str) -> None:

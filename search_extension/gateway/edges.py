@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import threading
 from urllib.parse import urlsplit, urlunsplit
 from typing import Any, Callable, Mapping, Sequence
@@ -22,6 +23,8 @@ JudgeManyFactory = Callable[[float], JudgeMany]
 
 # Redis and the workers answer a health probe within this, or count as down.
 HEALTH_TIMEOUT_S = 2.0
+
+log = logging.getLogger("chunkrag.gateway")
 
 
 class Edges:
@@ -41,11 +44,11 @@ class Edges:
 
     @property
     def es(self):
-        """The base client. In forward mode it holds no credentials: each
-        search adds its caller's (``identity.es_for``)."""
+        """The base search backend. In forward mode it holds no credentials:
+        each search adds its caller's (``identity.es_for``)."""
         with self._lock:
             if self._es is None:
-                from chunkrag_core.search_backend import make_backend
+                from chunkrag_core.engines import make_backend
 
                 settings = self.settings
                 if settings.gateway.auth != "service":
@@ -151,16 +154,16 @@ class Edges:
         if (mode or self.settings.retrieval.mode) not in ("rrf", "linear"):
             return None
         if self._capabilities is None:
-            from chunkrag_core.search_backend import as_backend
-
-            self._capabilities = as_backend(es if es is not None else self.es).capabilities()
+            self._capabilities = (es if es is not None else self.es).capabilities()
         return self._capabilities
 
     # --- health ------------------------------------------------------------
 
     async def health(self) -> dict[str, Any]:
         """Each dependency's state; ``ok`` is false when a required one is down.
-        Redis is required only when judging runs on the Celery workers."""
+        Redis is required only when judging runs on the Celery workers. The
+        report is public: a reason names the dependency, never its address or
+        account (the detail goes to the log)."""
         uses_celery = self.settings.workers.judge == "celery"
         checks = [self._es_health(), self._redis_health(required=uses_celery)]
         if uses_celery:
@@ -177,7 +180,8 @@ class Edges:
         except errors.GatewayError as exc:
             return "elasticsearch", {"ok": False, "reason": exc.reason}
         if status != 200:
-            return "elasticsearch", {"ok": False, "reason": f"_cluster/health answered {status}: {body}"}
+            log.warning("health: _cluster/health answered %s: %s", status, body)
+            return "elasticsearch", {"ok": False, "reason": f"_cluster/health answered {status}"}
         healthy = body.get("status") in ("green", "yellow")
         state = {"ok": healthy, "status": body.get("status"), "nodes": body.get("number_of_nodes")}
         if not healthy:
@@ -192,7 +196,8 @@ class Edges:
             await client.ping()
             return "redis", {"ok": True, "required": required}
         except Exception as exc:  # noqa: BLE001 - whatever the client raised, Redis is down for us
-            return "redis", {"ok": False, "required": required, "reason": f"Redis at {redact_url(self.settings.redis_url)} is not reachable: {exc}"}
+            log.warning("health: Redis at %s is not reachable: %s", redact_url(self.settings.redis_url), exc)
+            return "redis", {"ok": False, "required": required, "reason": "Redis is not reachable"}
         finally:
             await client.aclose()
 
@@ -205,7 +210,8 @@ class Edges:
             # In a thread: the first call also imports Celery and makes its app.
             count = await run_in_threadpool(lambda: check_workers(self.celery, HEALTH_TIMEOUT_S))
         except WorkersUnavailable as exc:
-            return "workers", {"ok": False, "count": 0, "reason": str(exc)}
+            log.warning("health: %s", exc)
+            return "workers", {"ok": False, "count": 0, "reason": exc.reason}
         return "workers", {"ok": True, "count": count}
 
     async def aclose(self) -> None:

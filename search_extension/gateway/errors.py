@@ -1,6 +1,10 @@
 """Errors in Elasticsearch's shape, so the official clients raise their usual
 exceptions (BadRequestError for 400, NotFoundError for 404, ApiError else)
-and show the reason; and the mapping from library failures to a status."""
+and show the reason; and the mapping from library failures to a status.
+
+A reason is read by whoever calls the gateway: it names a failing
+dependency ("Elasticsearch is not reachable") but never its host, port, URL
+or account; that detail goes to the gateway's log."""
 
 from __future__ import annotations
 
@@ -53,20 +57,31 @@ def forbidden_endpoint(reason: str) -> GatewayError:
     return GatewayError(403, "security_exception", reason)
 
 
-def unavailable(reason: str) -> GatewayError:
-    return GatewayError(503, "unavailable_exception", reason)
+def unavailable(reason: str, *, detail: object = None) -> GatewayError:
+    """503. ``reason`` (the caller's) names the dependency, never its
+    address; ``detail`` (addresses, the client's own words) goes to the log."""
+    return _logged(GatewayError(503, "unavailable_exception", reason), detail)
 
 
-def timed_out(reason: str) -> GatewayError:
-    return GatewayError(504, "timeout_exception", reason)
+def timed_out(reason: str, *, detail: object = None) -> GatewayError:
+    """504; ``reason`` and ``detail`` as for :func:`unavailable`."""
+    return _logged(GatewayError(504, "timeout_exception", reason), detail)
 
 
-def from_exception(exc: BaseException, *, es_url: str) -> GatewayError:
+def _logged(error: GatewayError, detail: object) -> GatewayError:
+    if detail is not None:
+        log.warning("%s (%s): %s", error.reason, error.status, detail)
+    return error
+
+
+def from_exception(exc: BaseException) -> GatewayError:
     """The status and reason for an exception raised by the library call.
-    Anything unforeseen is a 500 naming the exception; the traceback goes to
-    the log, not to the caller."""
-    import elasticsearch
-
+    Every edge raises the project's own errors (the engines', the model
+    providers', the workers'), so no client library is imported here. A
+    reason names the failing dependency, never its address: that detail goes
+    to the log. Anything unforeseen is a 500 naming the exception; the
+    traceback goes to the log, not to the caller."""
+    from chunkrag_core.engines.errors import EngineRefused, EngineTimeout, EngineUnavailable
     from chunkrag_core.providers.chat import ChatError
     from chunkrag_core.providers.embedding import EmbeddingError
     from search_extension.gateway.dialect import OptionError
@@ -81,54 +96,37 @@ def from_exception(exc: BaseException, *, es_url: str) -> GatewayError:
         return GatewayError(404, "index_not_found_exception", str(exc))
     if isinstance(exc, (OptionError, RetrievalError)):
         return bad_request(str(exc))
-    if isinstance(exc, elasticsearch.ApiError):
-        body = exc.body if isinstance(exc.body, dict) and "error" in exc.body else None
-        return GatewayError(exc.meta.status, "elasticsearch_exception", str(exc.message), body=body)
-    if isinstance(exc, elasticsearch.ConnectionTimeout):
-        return timed_out(f"Elasticsearch at {es_url} did not answer in time: {exc}")
-    if isinstance(exc, elasticsearch.TransportError):
-        return unavailable(f"Elasticsearch at {es_url} is not reachable: {exc}")
-    if (type(exc).__module__ or "").startswith("opensearchpy"):
-        return _from_opensearch_error(exc, es_url)
+    if isinstance(exc, EngineRefused):
+        # The cluster's own status and error body, as it would answer directly.
+        return GatewayError(exc.status, f"{exc.engine.lower()}_exception", exc.reason, body=exc.body)
+    if isinstance(exc, EngineTimeout):
+        return timed_out(f"{exc.engine} did not answer in time", detail=exc)
+    if isinstance(exc, EngineUnavailable):
+        return unavailable(f"{exc.engine} is not reachable", detail=exc)
     if isinstance(exc, ChatError):
         return _from_chat_error(exc)
     if isinstance(exc, EmbeddingError):
-        return GatewayError(502, "embedding_provider_exception", f"the embedding provider failed: {exc}")
+        log.warning("the embedding provider failed: %s", exc)
+        return GatewayError(502, "embedding_provider_exception", "the embedding provider failed")
     if (mapped := _from_queue_error(exc)) is not None:
         return mapped
     if isinstance(exc, TimeoutError):
-        return timed_out(f"timed out: {exc}" if str(exc) else "timed out")
+        return timed_out("timed out", detail=exc if str(exc) else None)
     log.error("unexpected error in the gateway", exc_info=exc)
     return GatewayError(500, "gateway_exception", f"{type(exc).__name__}: {exc}")
 
 
-def _from_opensearch_error(exc, url: str) -> GatewayError:
-    """opensearch-py's exceptions, as the Elasticsearch client's are mapped
-    above: the cluster's own status and error body, 503 when it cannot be
-    reached, 504 when it is too slow."""
-    import opensearchpy
-
-    if isinstance(exc, opensearchpy.ConnectionTimeout):
-        return timed_out(f"OpenSearch at {url} did not answer in time: {exc}")
-    if isinstance(exc, opensearchpy.ConnectionError):
-        return unavailable(f"OpenSearch at {url} is not reachable: {exc}")
-    if isinstance(exc, opensearchpy.TransportError) and isinstance(exc.status_code, int):
-        body = exc.info if isinstance(exc.info, dict) and "error" in exc.info else None
-        return GatewayError(exc.status_code, "opensearch_exception", str(exc.error), body=body)
-    log.error("unexpected OpenSearch client error in the gateway", exc_info=exc)
-    return GatewayError(500, "gateway_exception", f"{type(exc).__name__}: {exc}")
-
-
 def _from_chat_error(exc) -> GatewayError:
-    if not exc.retryable:
-        return GatewayError(502, "model_provider_exception", f"the model provider failed: {exc}")
-    import openai
-
-    # The chat adapter wraps the client's exception; a timeout is "too slow",
-    # a refused connection or a 429/5xx is "not available now".
-    if isinstance(exc.__cause__, openai.APITimeoutError):
-        return timed_out(f"the model provider did not answer in time: {exc}")
-    return unavailable(f"the model provider is unavailable (try again later): {exc}")
+    # A timeout is "too slow"; a refused connection or a 429/5xx is "not
+    # available now"; any other answer is the provider refusing the request.
+    if exc.timed_out:
+        return timed_out("the model provider did not answer in time", detail=exc)
+    if exc.retryable:
+        answered = f" (it answered {exc.status})" if exc.status else ""
+        return unavailable(f"the model provider is unavailable (try again later){answered}", detail=exc)
+    log.warning("the model provider failed (502): %s", exc)
+    answered = f": it answered {exc.status}" if exc.status else ""
+    return GatewayError(502, "model_provider_exception", f"the model provider failed{answered}")
 
 
 def _from_queue_error(exc: BaseException) -> GatewayError | None:
@@ -137,19 +135,19 @@ def _from_queue_error(exc: BaseException) -> GatewayError | None:
     import redis
 
     if isinstance(exc, redis.exceptions.ConnectionError):
-        return unavailable(f"Redis is not reachable: {exc}")
+        return unavailable("Redis is not reachable", detail=exc)
     module = type(exc).__module__ or ""
     if module.startswith("workers"):
         from workers.dispatch import WorkersUnavailable
 
         if isinstance(exc, WorkersUnavailable):
-            return unavailable(f"no Celery workers are available: {exc}")
+            return unavailable(f"no Celery workers are available: {exc.reason}", detail=exc)
     if module.startswith(("kombu", "celery")):
         from celery.exceptions import TimeoutError as CeleryTimeout
         from kombu.exceptions import OperationalError
 
         if isinstance(exc, OperationalError):
-            return unavailable(f"the Celery broker (Redis) is not reachable: {exc}")
+            return unavailable("the Celery broker (Redis) is not reachable", detail=exc)
         if isinstance(exc, CeleryTimeout):
-            return timed_out(f"the workers did not finish in time: {exc}")
+            return timed_out("the workers did not finish in time", detail=exc)
     return None

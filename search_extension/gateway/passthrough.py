@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlsplit
 import orjson
 from starlette.responses import Response
 
-from chunkrag_core.search_backend import opensearch_sigv4
+from chunkrag_core.engines.aws_signing import opensearch_sigv4
 from chunkrag_core.settings import Settings
 from search_extension.gateway import errors
 from search_extension.gateway.http11 import HOP_BY_HOP, Http11Pool, HttpFailure, HttpResponse, HttpTimeout
@@ -94,9 +94,9 @@ class Passthrough:
         try:
             return await self.transport.request(method, self._prefix + target, headers, body)
         except HttpTimeout as exc:
-            raise errors.timed_out(f"{engine} at {where} did not answer in time ({exc})") from exc
+            raise errors.timed_out(f"{engine} did not answer in time", detail=f"{where}: {exc}") from exc
         except HttpFailure as exc:
-            raise errors.unavailable(f"{engine} at {where} is not reachable ({exc})") from exc
+            raise errors.unavailable(f"{engine} is not reachable", detail=f"{where}: {exc}") from exc
         except ValueError as exc:
             raise errors.bad_request(f"cannot forward this request: {exc}") from exc
 
@@ -105,7 +105,7 @@ class Passthrough:
         pool sends (``host:port``). Signing is a few HMACs; a credentials
         refresh (a role's, hourly) may block the loop once for a moment."""
         if self._signer is None:
-            from chunkrag_core import aws_signing
+            from chunkrag_core.engines import aws_signing
 
             self._signer = aws_signing.request_signer(*self._sigv4)
         parts = urlsplit(self.settings.search_url)

@@ -33,7 +33,7 @@ def scripted_model(request: dict):
 
 def stored_chunks(es, index):
     body = {"size": 100, "query": {"match_all": {}}, "sort": [{"position": "asc"}], "_source": {"excludes": ["vector"]}}
-    return [hit["_source"] for hit in es.search(index=index, body=body)["hits"]["hits"]]
+    return [hit["_source"] for hit in es.search(index, body)["hits"]["hits"]]
 
 
 def test_sections_and_summary_are_stored_in_headers_and_reingest_costs_no_call(es, embedder, settings, fresh_index, tmp_path):
@@ -53,7 +53,7 @@ def test_sections_and_summary_are_stored_in_headers_and_reingest_costs_no_call(e
             # A new index re-chunks the document, but the answers come from the cache.
             cached = ingest([tmp_path / "docs"], client=es, embedder=embedder, settings=on, index=other_index, progress=False, context_cache=cache)
         finally:
-            es.indices.delete(index=other_index, ignore_unavailable=True)
+            es.delete_index(other_index)
 
     assert first.ok, first.errors
     assert (first.context_documents, first.context_calls, first.context_cache_hits, first.context_fallbacks) == (1, 2, 0, ())

@@ -9,8 +9,7 @@ import dataclasses
 
 import pytest
 
-from chunkrag_core import es_schema as schema
-from chunkrag_core.search_backend import as_backend
+from chunkrag_core.engines import schema
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from search_extension.ask import ask
@@ -161,6 +160,6 @@ def test_eval_retrieves_the_ensemble_of_the_pools_it_indexes_at_the_scales(es, e
         report = evaluate(items, "popqa", client=es, embedder=embedder, settings=scaled(settings, SCALES), model=model, options=FilterOptions(answer=False),
                           judge_many=judge_in_threads(model, threads=2), index=fresh_index, ensemble=SCALES)
     assert len(report.questions) == 2 and all(q.candidates > 0 for q in report.questions)
-    assert {scale for _, scale, _ in held(as_backend(es), fresh_index)} == {0, 16, 48}
+    assert {scale for _, scale, _ in held(es, fresh_index)} == {0, 16, 48}
     # Spans, not repeated chunks: the candidates' characters are at most the pool's.
     assert all(q.chars_before <= len(item.pool) for q, item in zip(report.questions, items))

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 def eval_index(es):
     name = f"test-eval-{uuid.uuid4().hex[:10]}"
     yield name
-    es.indices.delete(index=name, ignore_unavailable=True)
+    es.delete_index(name)
 
 
 @pytest.fixture

@@ -49,7 +49,7 @@ def test_the_judged_filter_keeps_the_answer_above_the_floor(es, embedder, settin
             judge_many=judge_in_threads(local_chat, threads=settings.chat.parallel), index=index,
         )
     finally:
-        es.indices.delete(index=index, ignore_unavailable=True)
+        es.delete_index(index)
     outcomes = report.questions
     before = sum(bool(q.answer_in_context_before) for q in outcomes)
     after = sum(bool(q.answer_in_context_after) for q in outcomes)

@@ -58,7 +58,7 @@ def index(es, embedder, settings):
     documents = [plain_document(doc_id, text, doc_id, title=doc_id) for doc_id, text in DOCS.items()]
     ingest_documents(documents, client=es, embedder=embedder, settings=settings, index=name, progress=False)
     yield name
-    es.indices.delete(index=name, ignore_unavailable=True)
+    es.delete_index(name)
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +134,50 @@ def test_model_server_killed_during_a_call(settings, embedder, index):
     assert response.status_code == 503, response.text
     assert "model provider" in response.json()["error"]["reason"]
     assert elapsed < 10, "the gateway noticed the dead server at once, it did not wait out a timeout"
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_unreachable_dependencies_are_named_without_their_addresses(settings, embedder, index, caplog):
+    """Elasticsearch, Redis and the model on closed ports: each 503 (and the
+    public health report) names the dependency; no host, port, URL or account
+    reaches the caller, all of it reaches the gateway's log."""
+    es_port, redis_port, model_port = closed_port(), closed_port(), closed_port()
+    ports = (es_port, redis_port, model_port)
+    addresses = ("127.0.0.1", "localhost", *map(str, ports), "http://", "redis://", "gw-user", "s3cret")
+
+    def shows_an_address(response) -> bool:
+        return any(part in response.text for part in addresses)
+
+    es_url, redis_url = f"http://gw-user:s3cret@127.0.0.1:{es_port}", f"redis://127.0.0.1:{redis_port}/0"
+    down = dataclasses.replace(settings, es_url=es_url, redis_url=redis_url)
+    retrieval_only = {"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {"stages": False}}}
+    with caplog.at_level("WARNING", logger="chunkrag.gateway"), serving(create_app(down, embedder=embedder)) as url:
+        passed_through = httpx.get(f"{url}/_count", timeout=30)
+        filtered = httpx.post(f"{url}/{index}/_search", json=retrieval_only, timeout=30)
+        health = httpx.get(f"{url}/v1/health", timeout=30)
+    for response in (passed_through, filtered, health):
+        assert response.status_code == 503 and not shows_an_address(response), response.text
+    assert filtered.json()["error"]["reason"] == "Elasticsearch is not reachable"
+    assert health.json()["elasticsearch"]["reason"] == "Elasticsearch is not reachable"
+    assert health.json()["redis"]["reason"] == "Redis is not reachable"
+    assert f"127.0.0.1:{es_port}" in caplog.text and f"127.0.0.1:{redis_port}" in caplog.text
+
+    model = OpenAICompatibleChat(model="scripted", base_url=f"http://127.0.0.1:{model_port}/v1", timeout_s=10)
+    judged = {"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 2, "judge_top": 9}}}
+    with caplog.at_level("WARNING", logger="chunkrag.gateway"):
+        with serving(create_app(settings, model=model, embedder=embedder)) as url:
+            asked = httpx.post(f"{url}/{index}/_search", json=judged, timeout=60)
+    assert asked.status_code == 503 and not shows_an_address(asked), asked.text
+    assert "model provider" in asked.json()["error"]["reason"]
+    assert f"127.0.0.1:{model_port}" in caplog.text
 
 
 def test_a_worker_killed_during_a_filtered_query(settings, embedder, index, own_redis, tmp_path):

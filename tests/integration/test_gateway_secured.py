@@ -13,6 +13,7 @@ import httpx
 import pytest
 from elasticsearch import AuthenticationException, AuthorizationException, Elasticsearch
 
+from chunkrag_core.engines.elasticsearch import ElasticsearchBackend
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
@@ -47,7 +48,8 @@ def indices(admin, embedder, settings):
     allowed, other = f"{secured.ALLOWED_PREFIX}{suffix}", f"{secured.OTHER_PREFIX}{suffix}"
     documents = [plain_document(doc_id, text, doc_id, title=doc_id) for doc_id, text in DOCS.items()]
     for name in (allowed, other):
-        ingest_documents(documents, client=admin, embedder=embedder, settings=settings, index=name, progress=False)
+        backend = ElasticsearchBackend(admin)
+        ingest_documents(documents, client=backend, embedder=embedder, settings=settings, index=name, progress=False)
     yield allowed, other
     admin.indices.delete(index=f"{allowed},{other}", ignore_unavailable=True)
 

@@ -28,7 +28,7 @@ def index(es, embedder, settings):
     documents = [plain_document("bees", BEES, "bees", title="Honey bees"), plain_document("violin", "The violin has four strings. It is played with a bow.", "violin", title="Violin")]
     ingest_documents(documents, client=es, embedder=embedder, settings=settings, index=name, progress=False)
     yield name
-    es.indices.delete(index=name, ignore_unavailable=True)
+    es.delete_index(name)
 
 
 def test_segments_are_hits_with_chunk_ids_and_span(settings, embedder, index):

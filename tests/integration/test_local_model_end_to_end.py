@@ -37,7 +37,7 @@ def sample_index(es, embedder, settings):
         report = ingest([corpus], client=es, embedder=embedder, settings=settings, index=name, progress=False)
     assert report.ok
     yield name
-    es.indices.delete(index=name, ignore_unavailable=True)
+    es.delete_index(name)
 
 
 @pytest.fixture(scope="module")

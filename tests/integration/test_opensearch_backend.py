@@ -8,8 +8,7 @@ import dataclasses
 
 import pytest
 
-from chunkrag_core import es_schema as schema
-from chunkrag_core.search_backend import make_backend
+from chunkrag_core.engines import make_backend, schema
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import markdown_document
 from search_extension.neighbours import fetch_positions, position_fetcher

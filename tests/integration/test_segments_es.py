@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from chunkrag_core import es_schema as schema
-from chunkrag_core.es_client import probe_capabilities
+from chunkrag_core.engines import schema
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import markdown_document
 from search_extension.neighbours import fetch_positions, position_fetcher
@@ -58,14 +57,16 @@ def test_segment_text_is_the_document_text_and_neighbours_come_in_one_request(es
 
 
 def test_an_index_from_before_headers_gets_the_new_fields(es, embedder, settings, fresh_index):
-    body = schema.index_body(dims=settings.embedder.dims, has_english=probe_capabilities(es).has_english_analyzer, vectors=settings.vector_index)
+    has_english = es.capabilities().has_english_analyzer
+    body = schema.index_body(dims=settings.embedder.dims, has_english=has_english, vectors=settings.vector_index)
     old_properties = {k: v for k, v in body["mappings"]["properties"].items() if k not in schema.added_properties()}
-    es.indices.create(index=fresh_index, settings=body["settings"], mappings={**body["mappings"], "properties": old_properties})
+    old_mappings = {**body["mappings"], "properties": old_properties}
+    es.create_index(fresh_index, {"settings": body["settings"], "mappings": old_mappings})
 
     document = markdown_document("bees.md", GUIDE, "test", fallback_title="bees")
     report = ingest_documents([document], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
     assert report.ok, report.errors
-    properties = es.indices.get_mapping(index=fresh_index)[fresh_index]["mappings"]["properties"]
+    properties = es.mapping_properties(fresh_index)
     assert {"header", "lead"} <= set(properties)
 
 

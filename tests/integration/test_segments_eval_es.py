@@ -36,7 +36,7 @@ def test_eval_reports_segments_within_the_kept_characters(es, embedder, settings
             report = evaluate(items, "popqa", client=es, embedder=embedder, settings=settings, model=model, options=FilterOptions(answer=False, judge_top=9, calibration=None, threshold="dynamic"),
                               judge_many=judge_in_threads(model, threads=2), index=index, segments=SegmentSettings())
     finally:
-        es.indices.delete(index=index, ignore_unavailable=True)
+        es.delete_index(index)
     outcomes = report.questions
     assert all(isinstance(q.segments_answer_in_context_after, bool) for q in outcomes)
     # The oracle judge (uncalibrated: its share is the relevance) gives the

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from chunkrag_core.search_backend import make_backend
+from chunkrag_core.engines import make_backend
 from chunkrag_core.settings import Settings, SettingsError
 from search_extension.gateway import create_app
 from search_extension.gateway.identity import ConfigError, key_hash

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from chunkrag_core import es_schema as schema
+from chunkrag_core.engines import schema
 from chunkrag_core.chunk import Chunk, chunk_id_for
 from chunkrag_core.settings import ChunkingSettings, Settings, SettingsError, parse_scales
 from ingest_pipeline.chunker import ChunkedDocument, chunk_documents

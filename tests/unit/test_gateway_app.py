@@ -21,10 +21,13 @@ def hit(doc, position, score):
 
 
 class FakeElasticsearch:
-    """Answers the retriever's _msearch (BM25 side, kNN side)."""
+    """A search backend that answers the retriever's _msearch (BM25 side, kNN side)."""
 
     def __init__(self):
         self.calls = []
+
+    def offers_hybrid_query(self):
+        return False
 
     def msearch(self, searches):
         self.calls.append(searches)
@@ -177,7 +180,8 @@ def test_model_refusal_is_502_and_elasticsearch_unreachable_is_503():
 
     client, _ = make_client(RecordingTransport(unreachable))
     down = client.get("/idx/_count")
-    assert down.status_code == 503 and "es.internal" in down.json()["error"]["reason"] and "secret" not in down.text
+    assert down.status_code == 503 and "es.internal" not in down.text and "secret" not in down.text
+    assert down.json()["error"]["reason"] == "Elasticsearch is not reachable"
 
 
 def test_ask_endpoint_and_openapi():
@@ -241,3 +245,21 @@ def test_health_with_celery_reports_the_workers(monkeypatch):
     assert response.status_code == 503
     assert response.json()["workers"] == {"ok": False, "count": 0, "reason": "no Celery worker answered a ping within 2 s"}
     assert response.json()["redis"]["required"] is True
+
+
+def test_public_health_shows_no_address(caplog):
+    def unreachable(method, target):
+        raise HttpFailure("cannot connect to es.internal:9200: Connection refused")
+
+    # Port 1 on this machine: nothing listens, Redis's connection is refused at once.
+    settings = Settings(es_url="http://user:secret@es.internal:9200", redis_url="redis://cache-user:pw@127.0.0.1:1/3")
+    transport = RecordingTransport(unreachable)
+    app = create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(), http_transport=transport)
+    with caplog.at_level("WARNING", logger="chunkrag.gateway"):
+        response = TestClient(app).get("/v1/health")
+    assert response.status_code == 503
+    assert response.json()["elasticsearch"] == {"ok": False, "reason": "Elasticsearch is not reachable"}
+    assert response.json()["redis"]["reason"] == "Redis is not reachable"
+    addresses = ("es.internal", "9200", "127.0.0.1", "cache-user", "secret", "redis://")
+    assert not any(part in response.text for part in addresses)
+    assert "es.internal:9200" in caplog.text and "127.0.0.1:1" in caplog.text

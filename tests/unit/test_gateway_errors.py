@@ -1,4 +1,10 @@
-"""Which status and Elasticsearch-shaped body each library failure becomes."""
+"""Which status and Elasticsearch-shaped body each library failure becomes:
+client exceptions as their edge translates them (the engines', the chat
+provider's), then as the gateway maps the project's errors."""
+
+import logging
+import subprocess
+import sys
 
 import httpx
 import openai
@@ -7,7 +13,9 @@ import redis
 from elastic_transport import ApiResponseMeta, HttpHeaders, NodeConfig
 
 import elasticsearch
-from chunkrag_core.providers.chat import ChatError
+from chunkrag_core.engines import elasticsearch as es_engine
+from chunkrag_core.engines.errors import EngineNotFound, EngineRefused, EngineTimeout, EngineUnavailable
+from chunkrag_core.providers.chat import ChatError, chat_error
 from chunkrag_core.providers.embedding import EmbeddingError
 from search_extension.gateway import errors
 from search_extension.gateway.dialect import OptionError
@@ -15,14 +23,12 @@ from search_extension.retriever import RetrievalError
 
 
 def mapped(exc):
-    return errors.from_exception(exc, es_url="http://es:9200")
+    return errors.from_exception(exc)
 
 
-def chat_error_caused_by(cause, **kwargs):
-    try:
-        raise ChatError("provider did not answer", **kwargs) from cause
-    except ChatError as exc:
-        return exc
+def from_elasticsearch(exc):
+    """As the Elasticsearch backend raises it."""
+    return es_engine.engine_error(exc, "http://es:9200")
 
 
 def test_error_body_is_elasticsearch_shaped():
@@ -41,8 +47,8 @@ def test_model_provider_failures():
     refused = mapped(ChatError("http://model/v1 answered 400: bad request", retryable=False, status=400))
     assert (refused.status, refused.type) == (502, "model_provider_exception") and "answered 400" in refused.reason
     request = httpx.Request("POST", "http://model/v1")
-    assert mapped(chat_error_caused_by(openai.APITimeoutError(request=request), retryable=True)).status == 504
-    assert mapped(chat_error_caused_by(openai.APIConnectionError(request=request), retryable=True)).status == 503
+    assert mapped(chat_error(openai.APITimeoutError(request=request), "http://model/v1")).status == 504
+    assert mapped(chat_error(openai.APIConnectionError(request=request), "http://model/v1")).status == 503
     assert mapped(ChatError("rate limited", retryable=True, status=429)).status == 503
     assert mapped(EmbeddingError("embeddings request failed")).status == 502
 
@@ -50,10 +56,10 @@ def test_model_provider_failures():
 def test_elasticsearch_failures():
     meta = ApiResponseMeta(status=404, http_version="1.1", headers=HttpHeaders(), duration=0.0, node=NodeConfig("http", "es", 9200))
     body = {"error": {"type": "index_not_found_exception", "reason": "no such index [x]"}, "status": 404}
-    missing = mapped(elasticsearch.NotFoundError("index_not_found_exception", meta, body))
+    missing = mapped(from_elasticsearch(elasticsearch.NotFoundError("index_not_found_exception", meta, body)))
     assert missing.status == 404 and errors.body_of(missing) == body
-    assert mapped(elasticsearch.ConnectionError("refused")).status == 503
-    assert mapped(elasticsearch.ConnectionTimeout("slow")).status == 504
+    assert mapped(from_elasticsearch(elasticsearch.ConnectionError("refused"))).status == 503
+    assert mapped(from_elasticsearch(elasticsearch.ConnectionTimeout("slow"))).status == 504
 
 
 def test_queue_failures_and_timeouts():
@@ -75,3 +81,80 @@ def test_anything_else_is_a_500_naming_the_exception(caplog):
 @pytest.mark.parametrize("error", [errors.bad_request("x"), errors.unavailable("x"), errors.timed_out("x"), errors.too_large(10), errors.parse_error("x")])
 def test_gateway_errors_map_to_themselves(error):
     assert mapped(error) is error
+
+
+def es_meta(status):
+    node = NodeConfig("http", "es", 9200)
+    return ApiResponseMeta(status=status, http_version="1.1", headers=HttpHeaders(), duration=0.0, node=node)
+
+
+def test_the_elasticsearch_backend_translates_its_clients_exceptions():
+    body = {"error": {"type": "parsing_exception", "reason": "unknown query [mtch]"}, "status": 400}
+    refused = from_elasticsearch(elasticsearch.BadRequestError("parsing_exception", es_meta(400), body))
+    assert type(refused) is EngineRefused
+    assert (refused.status, refused.body, refused.engine) == (400, body, "Elasticsearch")
+    missing = from_elasticsearch(elasticsearch.NotFoundError("not_found", es_meta(404), "no body"))
+    assert isinstance(missing, EngineNotFound) and missing.body is None
+    down = from_elasticsearch(elasticsearch.ConnectionError("refused"))
+    assert isinstance(down, EngineUnavailable) and "http://es:9200" in str(down)  # the detail, for the log
+    assert isinstance(from_elasticsearch(elasticsearch.ConnectionTimeout("slow")), EngineTimeout)
+    other = KeyError("doc_id")
+    assert from_elasticsearch(other) is other
+
+
+ADDRESSES = ("10.0.0.5", "6379", "9200", "es.internal", "model.internal", "redis://", "http://")
+MODEL_URL = "http://model.internal:8088/v1"
+
+
+def address_free(text: str) -> bool:
+    return not any(part in text for part in ADDRESSES)
+
+
+def failures_with_addresses():
+    """(exception, status, the reason's start) for each dependency, every
+    exception's own message naming where the dependency lives."""
+    from kombu.exceptions import OperationalError
+
+    from workers.dispatch import WorkersUnavailable
+
+    request = httpx.Request("POST", f"{MODEL_URL}/chat/completions")
+    refused_redis = "Error 111 connecting to 10.0.0.5:6379. Connection refused."
+    broker_down = "cannot reach the Celery broker (Redis) at redis://10.0.0.5:6379/0: refused"
+    return [
+        (EngineUnavailable("Elasticsearch at http://es.internal:9200 is not reachable", engine="Elasticsearch"), 503,
+         "Elasticsearch is not reachable"),
+        (EngineTimeout("OpenSearch at http://es.internal:9200 did not answer in time", engine="OpenSearch"), 504,
+         "OpenSearch did not answer in time"),
+        (chat_error(openai.APIConnectionError(request=request), MODEL_URL), 503, "the model provider is unavailable"),
+        (chat_error(openai.APITimeoutError(request=request), MODEL_URL), 504,
+         "the model provider did not answer in time"),
+        (ChatError(f"{MODEL_URL} answered 400: bad", status=400), 502, "the model provider failed: it answered 400"),
+        (EmbeddingError(f"embeddings request to {MODEL_URL} failed: refused"), 502, "the embedding provider failed"),
+        (redis.exceptions.ConnectionError(refused_redis), 503, "Redis is not reachable"),
+        (TimeoutError("timed out connecting to 10.0.0.5:6379"), 504, "timed out"),
+        (OperationalError(refused_redis), 503, "the Celery broker (Redis) is not reachable"),
+        (WorkersUnavailable(broker_down, reason="cannot reach the Celery broker (Redis)"), 503,
+         "no Celery workers are available"),
+    ]
+
+
+def test_unavailable_and_timed_out_name_the_dependency_never_its_address(caplog):
+    with caplog.at_level(logging.WARNING, logger="chunkrag.gateway"):
+        for exc, status, reason in failures_with_addresses():
+            error = mapped(exc)
+            assert error.status == status and error.reason.startswith(reason), (exc, error.reason)
+            assert address_free(str(errors.body_of(error))), error.reason
+    # The operator still learns where: the full detail is in the gateway's log.
+    assert "http://es.internal:9200" in caplog.text and "10.0.0.5:6379" in caplog.text and MODEL_URL in caplog.text
+
+
+def test_errors_reads_no_client_library():
+    script = (
+        "import sys\n"
+        "from chunkrag_core.engines.errors import EngineUnavailable\n"
+        "from search_extension.gateway import errors\n"
+        "errors.from_exception(EngineUnavailable('x', engine='Elasticsearch'))\n"
+        "print(sorted(m for m in ('elasticsearch', 'opensearchpy', 'openai') if m in sys.modules))\n"
+    )
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"

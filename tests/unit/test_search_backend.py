@@ -2,9 +2,12 @@
 
 import pytest
 
-from chunkrag_core import es_schema as schema
-from chunkrag_core import opensearch_dialect as osd
-from chunkrag_core.search_backend import ElasticsearchBackend, OpenSearchBackend, as_backend, make_backend
+from chunkrag_core.engines import SearchBackend, make_backend, schema
+from chunkrag_core.engines import opensearch as os_engine
+from chunkrag_core.engines import opensearch_dialect as osd
+from chunkrag_core.engines.elasticsearch import ElasticsearchBackend
+from chunkrag_core.engines.errors import EngineNotFound, EngineTimeout, EngineUnavailable
+from chunkrag_core.engines.opensearch import OpenSearchBackend
 from chunkrag_core.settings import Settings, SettingsError, VectorIndexSettings
 from search_extension import queries
 from search_extension.queries import QuerySpec
@@ -189,14 +192,24 @@ def test_header_views_send_the_callers_headers_and_leave_the_base_alone():
     assert view.engine == "opensearch" and view._probed is base._probed  # one capability probe for all views
 
 
-def test_raw_clients_are_wrapped_and_backends_pass_through():
+def test_only_backends_cross_the_seam():
     from elasticsearch import Elasticsearch
     from opensearchpy import OpenSearch
 
-    assert isinstance(as_backend(Elasticsearch("http://127.0.0.1:1")), ElasticsearchBackend)
-    assert isinstance(as_backend(OpenSearch(["http://127.0.0.1:1"])), OpenSearchBackend)
-    backend = OpenSearchBackend(RecordingClient())
-    assert as_backend(backend) is backend
+    assert isinstance(ElasticsearchBackend(Elasticsearch("http://127.0.0.1:1")), SearchBackend)
+    assert isinstance(OpenSearchBackend(OpenSearch(["http://127.0.0.1:1"])), SearchBackend)
+    assert not isinstance(Elasticsearch("http://127.0.0.1:1"), SearchBackend)
+    assert not isinstance(OpenSearch(["http://127.0.0.1:1"]), SearchBackend)
+
+
+def test_what_each_backend_offers_is_asked_of_the_backend():
+    # Elasticsearch has no `hybrid` query: answered without a probe (no client call).
+    assert ElasticsearchBackend(RecordingClient()).offers_hybrid_query() is False
+
+
+def from_opensearch(exc):
+    """As the OpenSearch backend raises it."""
+    return os_engine.engine_error(exc, "http://os:9201")
 
 
 def test_opensearch_client_errors_map_to_the_gateways_statuses():
@@ -205,9 +218,49 @@ def test_opensearch_client_errors_map_to_the_gateways_statuses():
     from search_extension.gateway import errors
 
     body = {"error": {"type": "index_not_found_exception", "reason": "no such index [x]"}, "status": 404}
-    missing = errors.from_exception(opensearchpy.NotFoundError(404, "index_not_found_exception", body), es_url="http://os:9201")
+    missing = errors.from_exception(from_opensearch(opensearchpy.NotFoundError(404, "index_not_found_exception", body)))
     assert (missing.status, missing.body) == (404, body)
-    down = errors.from_exception(opensearchpy.ConnectionError("N/A", "refused", OSError("refused")), es_url="http://os:9201")
-    assert down.status == 503 and "OpenSearch at http://os:9201" in down.reason
-    slow = errors.from_exception(opensearchpy.ConnectionTimeout("TIMEOUT", "timed out", TimeoutError()), es_url="http://os:9201")
+    down = errors.from_exception(from_opensearch(opensearchpy.ConnectionError("N/A", "refused", OSError("refused"))))
+    # The caller is told which dependency failed, not where it lives.
+    assert down.status == 503 and down.reason == "OpenSearch is not reachable" and "os:9201" not in down.reason
+    slow_client = opensearchpy.ConnectionTimeout("TIMEOUT", "timed out", TimeoutError())
+    slow = errors.from_exception(from_opensearch(slow_client))
     assert slow.status == 504
+
+
+class FailingClient:
+    """An opensearch-py client whose cluster went away."""
+
+    def search(self, **kwargs):
+        import opensearchpy
+
+        raise opensearchpy.ConnectionError("N/A", "refused", OSError("refused"))
+
+    def count(self, **kwargs):
+        import opensearchpy
+
+        body = {"error": {"type": "index_not_found_exception"}, "status": 404}
+        raise opensearchpy.NotFoundError(404, "index_not_found_exception", body)
+
+
+def test_a_backend_raises_project_errors_never_its_clients():
+    backend = OpenSearchBackend(FailingClient(), "http://os:9201")
+    with pytest.raises(EngineUnavailable, match="OpenSearch at http://os:9201 is not reachable") as down:
+        backend.search("chunks", queries.bm25_body(spec()))
+    assert down.value.engine == "OpenSearch"
+    with pytest.raises(EngineNotFound) as missing:
+        backend.with_headers({"Authorization": "Basic dTpw"}).count("chunks")
+    assert missing.value.status == 404 and missing.value.body["error"]["type"] == "index_not_found_exception"
+
+
+def test_a_bulk_failing_as_it_streams_raises_a_project_error():
+    import opensearchpy
+
+    def failing_items():
+        yield True, {"index": {"_id": "a"}}
+        raise opensearchpy.ConnectionTimeout("TIMEOUT", "timed out", TimeoutError())
+
+    items = os_engine.base.translated_items(failing_items(), os_engine.engine_error, "http://os:9201")
+    assert next(items) == (True, {"index": {"_id": "a"}})
+    with pytest.raises(EngineTimeout):
+        next(items)

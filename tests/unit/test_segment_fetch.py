@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chunkrag_core import es_schema as schema
+from chunkrag_core.engines import schema
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.settings import VectorIndexSettings
 from search_extension.queries import position_runs, positions_body

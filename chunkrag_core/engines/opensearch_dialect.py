@@ -1,7 +1,7 @@
 """OpenSearch's dialect of the project's request bodies, as pure functions.
 
 The project builds every index body and search body once, in Elasticsearch's
-shape (`es_schema.index_body`, `search_extension.queries`); the OpenSearch
+shape (`engines.schema.index_body`, `search_extension.queries`); the OpenSearch
 backend sends them through these translations. Nothing here calls a cluster:
 tests assert on the values.
 

@@ -10,9 +10,16 @@ container and instance roles. botocore is the optional extra ``[aws]``.
 
 from __future__ import annotations
 
-from chunkrag_core.settings import SettingsError
+from chunkrag_core.settings import Settings, SettingsError
 
 MISSING_BOTOCORE = "OPENSEARCH_AUTH=sigv4 needs botocore, which is not installed: pip install 'chunkrag-es[aws]'"
+
+
+def opensearch_sigv4(settings: Settings) -> tuple[str, str] | None:
+    """(region, service) when OpenSearch requests are to be SigV4-signed."""
+    if settings.opensearch_auth != "sigv4":
+        return None
+    return settings.opensearch_aws_region, settings.opensearch_aws_service
 
 
 def credentials():

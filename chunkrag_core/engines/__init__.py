@@ -1,0 +1,33 @@
+"""The one seam between the project and a search engine.
+
+Only :class:`SearchBackend` objects cross it (``base``): Elasticsearch
+(``elasticsearch``) or OpenSearch (``opensearch``, its dialect of the
+project's bodies in ``opensearch_dialect``, AWS signing in ``aws_signing``).
+The chunk index layout both share is ``schema``; the failures every backend
+raises, whatever its client, are ``errors``.
+
+Chosen by `SEARCH_BACKEND` (`elasticsearch` | `opensearch`; with only
+`OPENSEARCH_URL` set, OpenSearch) in :func:`make_backend`. Creating a
+backend opens no connection; capabilities are probed once, on first use.
+"""
+
+from __future__ import annotations
+
+from chunkrag_core.engines.base import ClusterCapabilities, ClusterHealth, SearchBackend
+from chunkrag_core.settings import Settings
+
+ENGINES = ("elasticsearch", "opensearch")
+
+
+def make_backend(settings: Settings) -> SearchBackend:
+    """The backend ``settings.search_backend`` names, for its URL."""
+    if settings.search_backend == "opensearch":
+        from chunkrag_core.engines.opensearch import OpenSearchBackend
+
+        return OpenSearchBackend.from_settings(settings)
+    from chunkrag_core.engines.elasticsearch import ElasticsearchBackend
+
+    return ElasticsearchBackend.from_settings(settings)
+
+
+__all__ = ["ENGINES", "ClusterCapabilities", "ClusterHealth", "SearchBackend", "make_backend"]

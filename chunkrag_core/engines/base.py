@@ -1,0 +1,146 @@
+"""What the project asks of a search engine: the :class:`SearchBackend`
+protocol, what a cluster offers (:class:`ClusterCapabilities`), and the
+helpers both backends share.
+
+Everything the project asks of Elasticsearch or OpenSearch goes through a
+backend: create a chunk index, bulk write, search and msearch, fetch by id,
+delete by id, pause and restore refreshes, probe capabilities, health.
+Request bodies are built once, in Elasticsearch's shape (`engines.schema`,
+`search_extension.queries`); the OpenSearch backend translates them
+(`engines.opensearch_dialect`). Only backends cross the seam: no caller
+holds a raw client, and every client failure leaves a backend as one of the
+errors in `engines.errors`.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+
+BulkItem = tuple[bool, dict[str, Any]]
+
+# A backend's translation of its client's exception (and the address it
+# talks to) into an `engines.errors` error; anything else comes back as is.
+EngineErrorOf = Callable[[BaseException, str], BaseException]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterCapabilities:
+    version: str
+    has_english_analyzer: bool
+    has_rrf_retriever: bool
+    has_linear_retriever: bool
+    engine: str = "elasticsearch"
+    # OpenSearch's neural-search plugin: the `hybrid` query with a
+    # normalization pipeline fuses BM25 and kNN inside the cluster.
+    has_hybrid_query: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterHealth:
+    status: str  # green | yellow (red is raised as EngineUnavailable)
+    nodes: int
+
+
+@runtime_checkable
+class SearchBackend(Protocol):
+    """What the project asks of a search engine. Bodies are Elasticsearch-shaped.
+    Failures are raised as `engines.errors` (unavailable, timeout, refused,
+    not found), never as the client's own exceptions."""
+
+    engine: str
+    display_url: str
+
+    def with_headers(self, headers: Mapping[str, str]) -> SearchBackend: ...
+    def health(self) -> str: ...
+    def cluster_health(self) -> ClusterHealth: ...
+    def capabilities(self) -> ClusterCapabilities: ...
+    def offers_hybrid_query(self) -> bool: ...
+    def index_exists(self, index: str) -> bool: ...
+    def mapping_properties(self, index: str) -> dict[str, Any]: ...
+    def create_index(self, index: str, body: Mapping[str, Any]) -> None: ...
+    def add_mapping_properties(self, index: str, properties: Mapping[str, Any]) -> None: ...
+    def delete_index(self, index: str) -> None: ...
+    def refresh(self, index: str) -> None: ...
+    def refresh_interval(self, index: str) -> str | None: ...
+    def set_refresh_interval(self, index: str, value: str | None) -> None: ...
+    def bulk(self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float) -> Iterator[BulkItem]: ...
+    def search(self, index: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+    def msearch(self, searches: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
+    def hybrid_search(self, index: str, body: Mapping[str, Any], weights: Sequence[float]) -> dict[str, Any]: ...
+    def fetch(self, index: str, ids: Sequence[str]) -> list[dict[str, Any]]: ...
+    def delete_ids(self, index: str, ids: Sequence[str]) -> int: ...
+    def count(self, index: str) -> int: ...
+    def close(self) -> None: ...
+
+
+def refresh_interval_of(response: Mapping[str, Any], index: str) -> str | None:
+    return response.get(index, {}).get("settings", {}).get("index", {}).get("refresh_interval")
+
+
+def streaming_bulk(helpers, client, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float, **request: Any) -> Iterator[BulkItem]:
+    """Each action's (ok, item) from either client's ``helpers.streaming_bulk``
+    (the same options in both): failures are reported per item, not raised."""
+    return helpers.streaming_bulk(
+        client,
+        actions,
+        chunk_size=chunk_size,
+        max_retries=max_retries,
+        initial_backoff=initial_backoff,
+        raise_on_error=False,
+        raise_on_exception=False,
+        **request,
+    )
+
+
+def delete_ids(backend: SearchBackend, index: str, ids: Sequence[str]) -> int:
+    """Delete by id through the backend's bulk; the count deleted."""
+    actions = ({"_op_type": "delete", "_index": index, "_id": chunk_id} for chunk_id in ids)
+    return sum(ok for ok, _ in backend.bulk(actions, chunk_size=500, max_retries=0, initial_backoff=1))
+
+
+class Probed:
+    """Capabilities probed once per backend (and shared by its header views)."""
+
+    def __init__(self) -> None:
+        self.value: ClusterCapabilities | None = None
+        self.lock = threading.Lock()
+
+    def get(self, probe) -> ClusterCapabilities:
+        with self.lock:
+            if self.value is None:
+                self.value = probe()
+            return self.value
+
+
+@contextmanager
+def translated(engine_error: EngineErrorOf, where: str) -> Iterator[None]:
+    """Client exceptions raised inside leave as project errors."""
+    try:
+        yield
+    except Exception as exc:
+        error = engine_error(exc, where)
+        if error is exc:
+            raise
+        raise error from exc
+
+
+def translating(method):
+    """A backend method whose client exceptions leave as project errors
+    (through the backend's ``engine_error``)."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with translated(self.engine_error, self.display_url):
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+def translated_items(items: Iterable[BulkItem], engine_error: EngineErrorOf, where: str) -> Iterator[BulkItem]:
+    """``items`` (a lazy bulk), its client exceptions translated as they happen."""
+    with translated(engine_error, where):
+        yield from items

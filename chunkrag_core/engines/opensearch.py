@@ -1,0 +1,206 @@
+"""The OpenSearch backend: Elasticsearch-shaped bodies translated
+(`engines.opensearch_dialect`) and sent through `opensearch-py`, because the
+`elasticsearch` client refuses OpenSearch servers; its exceptions translated
+into `engines.errors`. The client library is imported on first use."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from chunkrag_core.engines import base
+from chunkrag_core.engines import opensearch_dialect as osd
+from chunkrag_core.engines.aws_signing import opensearch_sigv4
+from chunkrag_core.engines.base import BulkItem, ClusterCapabilities, ClusterHealth
+from chunkrag_core.engines.errors import EngineTimeout, EngineUnavailable, refused
+from chunkrag_core.settings import Settings, redact_url
+
+NAME = "OpenSearch"
+
+
+def make_opensearch_client(url: str, *, request_timeout_s: float = 30.0, ca_certs: str | None = None, sigv4: tuple[str, str] | None = None):
+    """An `opensearch-py` client for ``url`` (credentials in the URL: basic
+    auth; ``sigv4`` = (region, service): every request signed with AWS
+    credentials instead; https: TLS, verified against ``ca_certs`` when
+    given). Opens no connection."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    from opensearchpy import OpenSearch
+
+    parts = urlsplit(url)
+    options: dict[str, Any] = {"timeout": request_timeout_s}
+    if sigv4 is not None:
+        from chunkrag_core.engines import aws_signing
+
+        options["http_auth"] = aws_signing.client_auth(*sigv4)
+    elif parts.username is not None:
+        options["http_auth"] = (unquote(parts.username), unquote(parts.password or ""))
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        url = urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
+    if parts.scheme == "https":
+        options.update(use_ssl=True, verify_certs=True)
+        if ca_certs:
+            options["ca_certs"] = ca_certs
+    return OpenSearch([url], **options)
+
+
+def engine_error(exc: BaseException, where: str) -> BaseException:
+    """The project error for an exception of `opensearch-py` (anything else
+    is returned as it is): the cluster's own status and error body, or
+    unavailable / timed out when it could not answer."""
+    import opensearchpy
+
+    if isinstance(exc, opensearchpy.ConnectionTimeout):
+        return EngineTimeout(f"{NAME} at {where} did not answer in time: {exc}", engine=NAME)
+    if isinstance(exc, opensearchpy.ConnectionError):
+        return EngineUnavailable(f"{NAME} at {where} is not reachable: {exc}", engine=NAME)
+    if isinstance(exc, opensearchpy.TransportError) and isinstance(exc.status_code, int):
+        return refused(NAME, exc.status_code, exc.info, str(exc.error), where)
+    return exc
+
+
+class OpenSearchBackend:
+    engine = "opensearch"
+    engine_error = staticmethod(engine_error)
+
+    def __init__(self, client, display_url: str = NAME, *, headers: Mapping[str, str] | None = None, _probed: base.Probed | None = None, _owner: bool = True):
+        self.client = client
+        self.display_url = display_url
+        self._headers = dict(headers or {})
+        self._probed = _probed or base.Probed()
+        self._pipelines: set[str] = set()
+        self._owner = _owner
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OpenSearchBackend:
+        client = make_opensearch_client(settings.opensearch_url, request_timeout_s=settings.es_request_timeout_s, ca_certs=settings.opensearch_ca_certs, sigv4=opensearch_sigv4(settings))
+        return cls(client, redact_url(settings.opensearch_url))
+
+    def _h(self) -> dict[str, Any]:
+        # opensearch-py takes per-request headers on every API call.
+        return {"headers": dict(self._headers)} if self._headers else {}
+
+    def with_headers(self, headers: Mapping[str, str]) -> OpenSearchBackend:
+        """A view that sends ``headers`` (e.g. the caller's Authorization) on every request."""
+        return OpenSearchBackend(self.client, self.display_url, headers={**self._headers, **headers}, _probed=self._probed, _owner=False)
+
+    def health(self) -> str:
+        return self.cluster_health().status
+
+    def cluster_health(self) -> ClusterHealth:
+        try:
+            health = self.client.cluster.health(**self._h())
+        except Exception as exc:
+            raise EngineUnavailable(
+                f"{NAME} at {self.display_url} is not reachable ({type(exc).__name__}: {exc}); "
+                "start it with `chunkrag services up --only opensearch` or point OPENSEARCH_URL at a cluster",
+                engine=NAME,
+            ) from exc
+        if health["status"] == "red":
+            raise EngineUnavailable(f"{NAME} at {self.display_url} is red", engine=NAME)
+        return ClusterHealth(health["status"], int(health.get("number_of_nodes") or 0))
+
+    @base.translating
+    def capabilities(self) -> ClusterCapabilities:
+        return self._probed.get(self._probe)
+
+    def offers_hybrid_query(self) -> bool:
+        return self.capabilities().has_hybrid_query
+
+    def _probe(self) -> ClusterCapabilities:
+        """Asked of the cluster, like Elasticsearch's probe: a query type the
+        cluster lacks fails to parse even when no index exists."""
+        from opensearchpy import TransportError
+
+        def works(call) -> bool:
+            try:
+                call()
+                return True
+            except TransportError:
+                return False
+
+        version = self.client.cluster.stats(filter_path="nodes.versions", **self._h())["nodes"]["versions"][0]
+        hybrid = {"size": 0, "query": {"hybrid": {"queries": [{"match_none": {}}]}}}
+        return ClusterCapabilities(
+            version=version,
+            has_english_analyzer=works(lambda: self.client.indices.analyze(body={"analyzer": "english", "text": "probe"}, **self._h())),
+            has_rrf_retriever=False,
+            has_linear_retriever=False,
+            engine=self.engine,
+            has_hybrid_query=works(lambda: self.client.search(index="*", body=hybrid, allow_no_indices=True, **self._h())),
+        )
+
+    @base.translating
+    def index_exists(self, index: str) -> bool:
+        return bool(self.client.indices.exists(index=index, **self._h()))
+
+    @base.translating
+    def mapping_properties(self, index: str) -> dict[str, Any]:
+        mapping = self.client.indices.get_mapping(index=index, **self._h())
+        return dict(next(iter(mapping.values()))["mappings"].get("properties", {}))
+
+    @base.translating
+    def create_index(self, index: str, body: Mapping[str, Any]) -> None:
+        self.client.indices.create(index=index, body=osd.index_body(body), **self._h())
+
+    @base.translating
+    def add_mapping_properties(self, index: str, properties: Mapping[str, Any]) -> None:
+        self.client.indices.put_mapping(index=index, body={"properties": osd.properties(properties)}, **self._h())
+
+    @base.translating
+    def delete_index(self, index: str) -> None:
+        self.client.indices.delete(index=index, ignore_unavailable=True, **self._h())
+
+    @base.translating
+    def refresh(self, index: str) -> None:
+        self.client.indices.refresh(index=index, **self._h())
+
+    @base.translating
+    def refresh_interval(self, index: str) -> str | None:
+        return base.refresh_interval_of(self.client.indices.get_settings(index=index, name="index.refresh_interval", **self._h()), index)
+
+    @base.translating
+    def set_refresh_interval(self, index: str, value: str | None) -> None:
+        self.client.indices.put_settings(index=index, body={"index": {"refresh_interval": value}}, **self._h())
+
+    def bulk(self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float) -> Iterator[BulkItem]:
+        from opensearchpy import helpers
+
+        items = base.streaming_bulk(helpers, self.client, actions, chunk_size=chunk_size, max_retries=max_retries, initial_backoff=initial_backoff, **self._h())
+        return base.translated_items(items, self.engine_error, self.display_url)
+
+    @base.translating
+    def search(self, index: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.client.search(index=index, body=osd.search_body(body), **self._h())
+
+    @base.translating
+    def msearch(self, searches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return self.client.msearch(body=osd.msearch_body(searches), **self._h())
+
+    @base.translating
+    def hybrid_search(self, index: str, body: Mapping[str, Any], weights: Sequence[float]) -> dict[str, Any]:
+        """`query` + `knn` fused by the cluster (neural-search's `hybrid`
+        query and a min-max normalisation pipeline, made on first use)."""
+        name = osd.hybrid_pipeline_name(weights)
+        if name not in self._pipelines:
+            self.client.transport.perform_request("PUT", f"/_search/pipeline/{name}", body=osd.hybrid_pipeline(weights), **self._h())
+            self._pipelines.add(name)
+        return self.client.search(index=index, body=osd.hybrid_body(body), params={"search_pipeline": name}, **self._h())
+
+    @base.translating
+    def fetch(self, index: str, ids: Sequence[str]) -> list[dict[str, Any]]:
+        if not ids:
+            return []
+        docs = self.client.mget(index=index, body={"ids": list(ids)}, **self._h())["docs"]
+        return [doc for doc in docs if doc.get("found")]
+
+    def delete_ids(self, index: str, ids: Sequence[str]) -> int:
+        return base.delete_ids(self, index, ids)
+
+    @base.translating
+    def count(self, index: str) -> int:
+        return int(self.client.count(index=index, **self._h())["count"])
+
+    def close(self) -> None:
+        if self._owner:
+            self.client.close()
