@@ -132,13 +132,23 @@ def test_a_body_mentioning_chunkrag_outside_ext_still_passes_through():
 def test_chunkrag_search_answers_in_elasticsearch_shape_and_ext_never_reaches_elasticsearch():
     transport, es = RecordingTransport(es_reply), FakeElasticsearch()
     client, _ = make_client(transport, es=es)
-    response = client.post("/idx/_search", json={"query": {"match": {"text": "what does a say"}}, "size": 5, "ext": {"chunkrag": {"redundancy_threshold": None, "calibrated": False, "threshold": "dynamic", "judge_top": 9}}}, headers={"accept": COMPAT})
+    response = client.post("/idx/_search", json={"query": {"match": {"text": "what does a say"}}, "size": 5, "ext": {"chunkrag": {"redundancy_threshold": None, "calibrated": False, "threshold": "dynamic", "judge_top": 9, "answer": True}}}, headers={"accept": COMPAT})
     assert response.status_code == 200, response.text
     assert response.headers["x-elastic-product"] == "Elasticsearch" and response.headers["content-type"].startswith("application/vnd.elasticsearch+json")
     body = response.json()
     assert [h["_id"] for h in body["hits"]["hits"]] == ["a:0"] and body["hits"]["hits"][0]["_score"] == 0.9
     assert body["chunkrag"]["answer"]["citations"] == ["a:0"] and body["chunkrag"]["usage"]["model_calls"] == 3 + 1
     assert transport.requests == [] and all("ext" not in body for body in es.calls[0])
+
+
+def test_a_filtered_search_writes_an_answer_only_when_asked_and_ask_answers_by_default():
+    client, _ = make_client()
+    body = {"query": {"match": {"text": "what does a say"}}, "ext": {"chunkrag": {"calibrated": False, "threshold": "dynamic", "judge_top": 9}}}
+    section = client.post("/idx/_search", json=body).json()["chunkrag"]
+    # Three judged chunks, no answer call: a search client asked for hits.
+    assert section["answer"] is None and section["usage"]["model_calls"] == 3
+    asked = client.post("/v1/ask", json={"index": "idx", "question": "what does a say", "options": body["ext"]["chunkrag"]}).json()
+    assert asked["answer"] == "a says 0 [1]." and asked["usage"]["model_calls"] == 3 + 1
 
 
 def test_invalid_requests_are_400_in_elasticsearch_shape():
