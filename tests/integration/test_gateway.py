@@ -142,7 +142,7 @@ def test_official_client_works_unchanged(client, index):
     plain = client.search(index=index, query={"match": {"text": "violin strings"}}, size=2)
     assert ids(plain)[0] == "violin:0" and "_chunkrag" not in plain["hits"]["hits"][0]
 
-    filtered = client.search(index=index, query={"match": {"text": QUESTION}}, size=5, ext={"chunkrag": {"candidates": 6, "include_dropped": True, **JUDGE}})
+    filtered = client.search(index=index, query={"match": {"text": QUESTION}}, size=5, ext={"chunkrag": {"candidates": 6, "include_dropped": True, "answer": True, **JUDGE}})
     assert ids(filtered) == ["tokyo:0"]
     hit = filtered["hits"]["hits"][0]
     assert hit["_index"] == index and hit["_score"] == pytest.approx(hit["_chunkrag"]["scores"]["combined"])

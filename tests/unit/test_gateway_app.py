@@ -199,6 +199,53 @@ def test_ask_endpoint_and_openapi():
     assert "/{path}" not in schema["paths"]
 
 
+def test_openapi_lists_every_status_each_route_answers_in_elasticsearch_shape():
+    client, _ = make_client()
+    schema = client.get("/openapi.json").json()
+    filtered = {"200", "400", "401", "403", "404", "408", "413", "429", "431", "502", "503", "504"}
+    expected = {("/v1/ask", "post"): filtered, ("/{index}/_search", "post"): filtered, ("/v1/health", "get"): {"200", "400", "413", "431", "503"}}
+    for (path, method), statuses in expected.items():
+        responses = schema["paths"][path][method]["responses"]
+        assert set(responses) == statuses, path
+        for status in statuses - {"200"}:
+            assert responses[status]["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/ElasticsearchError", (path, status)
+            assert responses[status]["description"]
+    error = schema["components"]["schemas"]["ElasticsearchError"]
+    assert set(error["required"]) == {"error", "status"} and "HTTPValidationError" not in schema["components"]["schemas"]
+
+
+def test_the_search_body_schema_requires_the_query_text_where_the_gateway_does():
+    import jsonschema_rs
+
+    from search_extension.gateway.dialect import parse_search
+
+    client, _ = make_client()
+    document = client.get("/openapi.json").json()
+    body_schema = document["paths"]["/{index}/_search"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    validator = jsonschema_rs.Draft202012Validator({**body_schema, "components": document["components"]})
+    valid = [
+        {"query": {"match": {"text": "tokyo"}}, "ext": {"chunkrag": {}}},
+        {"query": {"match": {"title": {"query": "tokyo"}}}, "size": 3, "ext": {"chunkrag": {"judge_top": 3}}},
+        {"query": {"multi_match": {"query": "tokyo", "fields": ["text"]}}, "ext": {"chunkrag": {}}},
+        {"query": {"bool": {"must": {"match_phrase": {"text": "tokyo"}}, "filter": [{"term": {"doc_id": "a"}}]}}, "ext": {"chunkrag": {}}},
+        {"ext": {"chunkrag": {"query": "tokyo"}}},
+    ]
+    refused = [
+        {"ext": {"chunkrag": {}}},
+        {"query": {"term": {"doc_id": "x"}}, "ext": {"chunkrag": {}}},
+        {"query": {"match": {"text": "  "}}, "ext": {"chunkrag": {}}},
+        {"ext": {"chunkrag": {"query": " "}}},
+        {"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {"candidate": 3}}},
+    ]
+    for body in valid:
+        assert validator.is_valid(body), body
+        parse_search(body, max_candidates=50)
+    for body in refused:
+        assert not validator.is_valid(body), body
+        with pytest.raises(ValueError):
+            parse_search(body, max_candidates=50)
+
+
 @pytest.mark.parametrize("status, ok", [("green", True), ("red", False)])
 def test_health_reports_each_dependency(status, ok, monkeypatch):
     reply = HttpResponse(200, (), b'{"status": "%s", "number_of_nodes": 1}' % status.encode())
