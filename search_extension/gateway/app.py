@@ -172,6 +172,11 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error_response(errors.GatewayError(exc.status_code, kind, str(exc.detail)), accept(request))
 
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        try:
+            # A non-finite number is named as such, before any bound it breaks.
+            _refuse_non_finite(exc.body, "body")
+        except errors.GatewayError as refused:
+            return error_response(refused, accept(request))
         problems = "; ".join(_describe(exc.errors(), exc.body))
         kind = "parse_exception" if any(e.get("type") == "json_invalid" for e in exc.errors()) else "illegal_argument_exception"
         return error_response(errors.GatewayError(400, kind, problems), accept(request))
