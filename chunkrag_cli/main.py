@@ -212,7 +212,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     scales = ensemble_scales(args, settings)
     mode = filter_options_from_args(args, "search").mode
     if scales is not None:
-        result = retriever.search_ensemble(args.query, scales=scales, mode=mode, size=args.size, filters=filters, collapse_field=args.collapse)
+        result = retriever.search_ensemble(args.query, scales=scales, mode=mode, size=args.size, filters=filters,
+                                           collapse_field=args.collapse)
     else:
         result = retriever.search(args.query, mode=mode, size=args.size, filters=filters, collapse_field=args.collapse)
     if args.json:
@@ -234,7 +235,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from search_extension.segments import SegmentSettings
 
     segments = SegmentSettings(max_total_chars=args.segment_chars) if args.segments else None
-    result = ask(args.question, retriever=retriever, model=make_chat(settings.chat), options=resolved.filter, candidates=resolved.candidates or DEFAULT_CANDIDATES, parallel=settings.chat.parallel, model_name=settings.chat.model, segments=segments, ensemble=ensemble_scales(args, settings))
+    result = ask(args.question, retriever=retriever, model=make_chat(settings.chat), options=resolved.filter,
+                 candidates=resolved.candidates or DEFAULT_CANDIDATES, parallel=settings.chat.parallel,
+                 model_name=settings.chat.model, segments=segments, ensemble=ensemble_scales(args, settings))
     print_ask(result, sys.stdout)
     return 0
 

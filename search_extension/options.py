@@ -94,16 +94,39 @@ class _Options(BaseModel):
 class ScoringModel(_Options):
     """How the LLM judge scores a chunk; giving any of these turns the judge on."""
 
-    method: Annotated[Literal[METHODS], Unknown("scoring method"), Cli(("ask", "eval"), help="turn the LLM judge on with this scoring")] = Field(
-        _FILTER.scoring.method, description="listwise: up to nine passages per call; multistage: the paper's base score, self-reflection on borderline scores and critic per chunk; yes_no; likert")
-    critic: Annotated[Literal[CRITICS], Unknown("critic")] = Field(_FILTER.scoring.critic, description="multistage critic: a rule check (no call), the model, or none")
-    reflect_band: list[_Unit] = Field(list(_FILTER.scoring.reflect_band), min_length=2, max_length=2, description="[low, high]: self-reflect only on base scores inside")
-    use_logprobs: bool = Field(_FILTER.scoring.use_logprobs, description="read P(Yes) from log-probabilities when the provider returns them")
-    weights: list[Annotated[float, Field(ge=0, le=MAX_WEIGHT)]] = Field(list(_FILTER.scoring.weights), min_length=3, max_length=3, description="weights of base, reflection, critic")
-    listwise_batch: int = Field(_FILTER.scoring.listwise_batch, ge=1, le=MAX_LISTWISE_BATCH, description="listwise: passages judged in one call")
-    orders: Annotated[int, Cli(("ask", "eval"))] = Field(_FILTER.scoring.orders, ge=1, le=2, description="listwise: 2 also asks each batch in reverse order and averages (removes position bias)")
+    method: Annotated[
+        Literal[METHODS], Unknown("scoring method"),
+        Cli(("ask", "eval"), help="turn the LLM judge on with this scoring"),
+    ] = Field(
+        _FILTER.scoring.method,
+        description="listwise: up to nine passages per call; multistage: the paper's base score, self-reflection on "
+        "borderline scores and critic per chunk; yes_no; likert",
+    )
+    critic: Annotated[Literal[CRITICS], Unknown("critic")] = Field(
+        _FILTER.scoring.critic, description="multistage critic: a rule check (no call), the model, or none"
+    )
+    reflect_band: list[_Unit] = Field(
+        list(_FILTER.scoring.reflect_band), min_length=2, max_length=2,
+        description="[low, high]: self-reflect only on base scores inside",
+    )
+    use_logprobs: bool = Field(
+        _FILTER.scoring.use_logprobs, description="read P(Yes) from log-probabilities when the provider returns them"
+    )
+    weights: list[Annotated[float, Field(ge=0, le=MAX_WEIGHT)]] = Field(
+        list(_FILTER.scoring.weights), min_length=3, max_length=3, description="weights of base, reflection, critic"
+    )
+    listwise_batch: int = Field(
+        _FILTER.scoring.listwise_batch, ge=1, le=MAX_LISTWISE_BATCH, description="listwise: passages judged in one call"
+    )
+    orders: Annotated[int, Cli(("ask", "eval"))] = Field(
+        _FILTER.scoring.orders, ge=1, le=2,
+        description="listwise: 2 also asks each batch in reverse order and averages (removes position bias)",
+    )
     passages: Annotated[Literal[PASSAGE_FORMATS], Unknown("passage format"), Cli(("ask", "eval"))] = Field(
-        _FILTER.scoring.passages, description="listwise prompt layout: numbered, or quoted (each passage fenced as data; against planted instructions)")
+        _FILTER.scoring.passages,
+        description="listwise prompt layout: numbered, or quoted (each passage fenced as data; "
+        "against planted instructions)",
+    )
 
     def resolve(self, *, where: str) -> ScoringOptions:
         low, high = self.reflect_band
@@ -124,48 +147,113 @@ class SegmentsModel(_Options):
 
     max_segment_chunks: int = Field(_SEGMENTS.max_segment_chunks, ge=1, description="longest segment, in chunks")
     max_total_chunks: int = Field(_SEGMENTS.max_total_chunks, ge=1, description="all segments together, in chunks")
-    max_total_chars: int = Field(_SEGMENTS.max_total_chars, ge=1, description="all segments together, in characters (default: no limit)")
+    max_total_chars: int = Field(
+        _SEGMENTS.max_total_chars, ge=1, description="all segments together, in characters (default: no limit)"
+    )
     min_segment_value: float = Field(_SEGMENTS.min_segment_value, description="a segment worth less is not returned")
-    irrelevant_chunk_penalty: float = Field(_SEGMENTS.irrelevant_chunk_penalty, ge=0, description="subtracted per chunk; larger gives shorter segments")
+    irrelevant_chunk_penalty: float = Field(
+        _SEGMENTS.irrelevant_chunk_penalty, ge=0, description="subtracted per chunk; larger gives shorter segments"
+    )
     # SegmentSettings refuses 0 with its own reason; the schema says so.
-    decay_rate: float = Field(_SEGMENTS.decay_rate, ge=0, json_schema_extra={"exclusiveMinimum": 0}, description="rank decay exp(-rank / decay_rate)")
+    decay_rate: float = Field(
+        _SEGMENTS.decay_rate, ge=0, json_schema_extra={"exclusiveMinimum": 0},
+        description="rank decay exp(-rank / decay_rate)",
+    )
 
 
 class OptionsModel(_Options):
     """The keys of ``ext.chunkrag`` in a ``_search`` body, and of ``options`` in ``/v1/ask``."""
 
-    query: str = Field(None, json_schema_extra=_TEXT_SCHEMA, description="text to retrieve and judge with, instead of the body's query or the question")
+    query: str = Field(
+        None, json_schema_extra=_TEXT_SCHEMA,
+        description="text to retrieve and judge with, instead of the body's query or the question",
+    )
     rewrite: bool = Field(False, description="rewrite the query with the model before retrieval")
     candidates: Annotated[int, AtMost("max_candidates", " (the gateway's max_candidates)"), Cli(("ask",))] = Field(
-        None, ge=1, description="chunks retrieved and judged (default 8 with the model stages, else the hits asked for; at most the gateway's max_candidates)")
-    mode: Annotated[Literal[MODES], Cli(("search",))] = Field(None, description="retrieval mode (default: the settings', minmax: BM25 and kNN each normalised, 0.5/0.5)")
+        None, ge=1,
+        description="chunks retrieved and judged (default 8 with the model stages, else the hits asked for; "
+        "at most the gateway's max_candidates)",
+    )
+    mode: Annotated[Literal[MODES], Cli(("search",))] = Field(
+        None, description="retrieval mode (default: the settings', minmax: BM25 and kNN each normalised, 0.5/0.5)"
+    )
     stages: bool = Field(True, description="false: hybrid retrieval only, no model call")
-    redundancy_threshold: Annotated[Optional[float], Cli(("eval",), flag="--no-redundancy", set_to=None, help="skip the redundancy filter")] = Field(
-        _FILTER.redundancy_threshold, ge=-1, le=1, description="cosine above which a chunk repeats an earlier one; null skips the check")
-    scoring: ScoringModel = Field(ScoringModel(), description=f"how the LLM judge scores; giving it turns the judge on for the best {JUDGE_TOP_WHEN_ASKED} (see judge_top)")
+    redundancy_threshold: Annotated[
+        Optional[float], Cli(("eval",), flag="--no-redundancy", set_to=None, help="skip the redundancy filter")
+    ] = Field(
+        _FILTER.redundancy_threshold, ge=-1, le=1,
+        description="cosine above which a chunk repeats an earlier one; null skips the check",
+    )
+    scoring: ScoringModel = Field(
+        ScoringModel(),
+        description=f"how the LLM judge scores; giving it turns the judge on for the best {JUDGE_TOP_WHEN_ASKED} "
+        "(see judge_top)",
+    )
     threshold: Annotated[Literal[THRESHOLDS], Unknown("threshold"), Cli(("ask", "eval"))] = Field(
-        _FILTER.threshold, description="where the kept chunks are cut: fixed (a calibrated probability), dynamic (the paper's), relative (a share of the best), llm")
-    fixed_threshold: Annotated[float, Cli(("ask", "eval"))] = Field(_FILTER.fixed_threshold, ge=0, le=1, description="the fixed threshold, or the share of the best score for `relative`")
+        _FILTER.threshold,
+        description="where the kept chunks are cut: fixed (a calibrated probability), dynamic (the paper's), "
+        "relative (a share of the best), llm",
+    )
+    fixed_threshold: Annotated[float, Cli(("ask", "eval"))] = Field(
+        _FILTER.fixed_threshold, ge=0, le=1,
+        description="the fixed threshold, or the share of the best score for `relative`",
+    )
     fallback: Annotated[Literal[FALLBACKS], Unknown("fallback"), Cli(("ask",))] = Field(
-        _FILTER.fallback, description="when no chunk passes the threshold: keep the top chunks, or answer that nothing was found")
+        _FILTER.fallback,
+        description="when no chunk passes the threshold: keep the top chunks, or answer that nothing was found",
+    )
     fallback_k: int = Field(_FILTER.fallback_k, ge=1, description="chunks kept by the top_k fallback")
-    min_score: float = Field(_FILTER.min_score, ge=0, le=1, description="a chunk scored below this never passes; when none clears it the outcome is 'nothing relevant'")
-    prior_weight: Annotated[float, Cli(("eval",))] = Field(_FILTER.prior_weight, ge=0, le=1, description="share of the final score taken from the retrieval score; 0: the judgement alone")
-    rerank: Annotated[Literal[RERANKERS], Unknown("rerank")] = Field(_FILTER.rerank, description="order of the kept chunks: by score, by a Cohere reranker, or as retrieved")
-    lost_in_the_middle: bool = Field(_FILTER.lost_in_the_middle, description="put the best kept chunks at both ends of the context")
-    answer: Annotated[bool, Cli(("ask",), flag="--no-answer", set_to=False, help="filter only; do not write an answer")] = Field(
-        None, description="write an answer from the kept chunks (default: false in _search, true in /v1/ask and `chunkrag ask`)")
+    min_score: float = Field(
+        _FILTER.min_score, ge=0, le=1,
+        description="a chunk scored below this never passes; when none clears it the outcome is 'nothing relevant'",
+    )
+    prior_weight: Annotated[float, Cli(("eval",))] = Field(
+        _FILTER.prior_weight, ge=0, le=1,
+        description="share of the final score taken from the retrieval score; 0: the judgement alone",
+    )
+    rerank: Annotated[Literal[RERANKERS], Unknown("rerank")] = Field(
+        _FILTER.rerank, description="order of the kept chunks: by score, by a Cohere reranker, or as retrieved"
+    )
+    lost_in_the_middle: bool = Field(
+        _FILTER.lost_in_the_middle, description="put the best kept chunks at both ends of the context"
+    )
+    answer: Annotated[
+        bool, Cli(("ask",), flag="--no-answer", set_to=False, help="filter only; do not write an answer")
+    ] = Field(
+        None,
+        description="write an answer from the kept chunks (one more model call; default: false in _search, "
+        "true in /v1/ask and `chunkrag ask`)",
+    )
     include_dropped: bool = Field(False, description="_search only: list the dropped chunks under chunkrag.dropped")
-    budget_s: float = Field(None, gt=0, le=MAX_BUDGET_S, description="seconds for judging (at most an hour; default: the gateway's); chunks not judged in time are unscored")
-    segments: Union[bool, SegmentsModel] = Field(False, description="relevant segment extraction: true, or budgets; hits become segments")
+    budget_s: float = Field(
+        None, gt=0, le=MAX_BUDGET_S,
+        description="seconds for judging (at most an hour; default: the gateway's); chunks not judged in time "
+        "are unscored",
+    )
+    segments: Union[bool, SegmentsModel] = Field(
+        False, description="relevant segment extraction: true, or budgets; hits become segments"
+    )
     judge_top: Annotated[int, AtMost("max_candidates"), Cli(("ask", "eval"))] = Field(
-        _FILTER.judge_top, ge=0, description=f"the best N candidates go to the LLM judge (0: none, the retrieval signals decide; any scoring option makes it {JUDGE_TOP_WHEN_ASKED})")
-    calibrated: Annotated[bool, Cli(("ask", "eval"), flag="--calibration", values={"default": True, "off": False})] = Field(
-        _FILTER.calibration is not None, description="score with the shipped logistic model over the retrieval signals (and the judge's share when it runs)")
+        _FILTER.judge_top, ge=0,
+        description="the best N candidates go to the LLM judge (0: none, the retrieval signals decide; "
+        f"any scoring option makes it {JUDGE_TOP_WHEN_ASKED})",
+    )
+    calibrated: Annotated[
+        bool, Cli(("ask", "eval"), flag="--calibration", values={"default": True, "off": False})
+    ] = Field(
+        _FILTER.calibration is not None,
+        description="score with the shipped logistic model over the retrieval signals (and the judge's share "
+        "when it runs)",
+    )
     ensemble: Union[bool, Annotated[list[_Scale], Field(min_length=1)]] = Field(
-        False, description="multi-scale ensembling: true (the gateway's scales, CHUNKRAG_SCALES or 128,512,2000) or the scales in tokens; every scale in one _msearch, de-duplicated by span")
+        False,
+        description="multi-scale ensembling: true (the gateway's scales, CHUNKRAG_SCALES or 128,512,2000) or the "
+        "scales in tokens; every scale in one _msearch, de-duplicated by span",
+    )
 
-    def resolve(self, *, surface: str = "ask", max_candidates: int | None = None, where: str = "ext.chunkrag") -> ChunkragOptions:
+    def resolve(
+        self, *, surface: str = "ask", max_candidates: int | None = None, where: str = "ext.chunkrag"
+    ) -> ChunkragOptions:
         """The frozen values the library runs on. The rules tying options
         together live here: a scoring option turns the judge on for the best
         nine; ``calibrated`` means the shipped model (FilterOptions picks the
@@ -175,7 +263,8 @@ class OptionsModel(_Options):
             for key in ("candidates", "judge_top"):
                 value = getattr(self, key)
                 if value is not None and value > max_candidates:
-                    raise OptionError(f"{where}.{key} must be {_wanted(type(self).model_fields[key], {'max_candidates': max_candidates})}, got {value!r}")
+                    wanted = _wanted(type(self).model_fields[key], {"max_candidates": max_candidates})
+                    raise OptionError(f"{where}.{key} must be {wanted}, got {value!r}")
         judge_top = self.judge_top
         if "judge_top" not in given and "scoring" in given:
             # Asking how to judge asks for the judge (off by default).
@@ -266,10 +355,13 @@ SEGMENT_KEYS = tuple(SegmentsModel.model_fields)
 # --- validation with messages that name the option ---------------------------
 
 
-def parse_options(raw: Any, *, max_candidates: int | None = None, where: str = "ext.chunkrag", surface: str = "ask") -> ChunkragOptions:
+def parse_options(
+    raw: Any, *, max_candidates: int | None = None, where: str = "ext.chunkrag", surface: str = "ask"
+) -> ChunkragOptions:
     """A JSON options object (or an already validated :class:`OptionsModel`),
     resolved; :class:`OptionError` names the first option it cannot use."""
-    return validate(raw, where=where, limits={"max_candidates": max_candidates}).resolve(surface=surface, max_candidates=max_candidates, where=where)
+    model = validate(raw, where=where, limits={"max_candidates": max_candidates})
+    return model.resolve(surface=surface, max_candidates=max_candidates, where=where)
 
 
 def validate(raw: Any, *, where: str = "ext.chunkrag", limits: Mapping[str, Any] | None = None) -> OptionsModel:
@@ -283,7 +375,9 @@ def validate(raw: Any, *, where: str = "ext.chunkrag", limits: Mapping[str, Any]
         raise OptionError(first_error(raw, exc.errors(), where=where, limits=limits)) from None
 
 
-def first_error(raw: Mapping[str, Any], errors: Sequence[Mapping[str, Any]], *, where: str, limits: Mapping[str, Any] | None = None) -> str:
+def first_error(
+    raw: Mapping[str, Any], errors: Sequence[Mapping[str, Any]], *, where: str, limits: Mapping[str, Any] | None = None
+) -> str:
     """The refusal of the first option pydantic complained about, in the
     order the options are read (see :func:`error_message`)."""
     first = min(errors, key=lambda e: _error_order(OptionsModel, e))
@@ -299,7 +393,9 @@ def _error_order(model: type[BaseModel], error: Mapping[str, Any]) -> tuple[int,
     return (0 if extra and len(loc) == 1 else 1, position, 0 if extra else 1, -len(loc))
 
 
-def error_message(model: type[BaseModel], raw: Any, error: Mapping[str, Any], *, where: str, limits: Mapping[str, Any] | None = None) -> str:
+def error_message(
+    model: type[BaseModel], raw: Any, error: Mapping[str, Any], *, where: str, limits: Mapping[str, Any] | None = None
+) -> str:
     """One pydantic error as the option's own refusal: the option's path,
     what it must be (from its declaration) and the value given."""
     loc = list(error["loc"])
@@ -324,7 +420,8 @@ def error_message(model: type[BaseModel], raw: Any, error: Mapping[str, Any], *,
 def _refusal(field, key: str, value: Any, where: str, limits: Mapping[str, Any]) -> str:
     unknown = _marker(field, Unknown)
     if unknown is not None and isinstance(value, str):
-        return f"{where}: unknown {unknown.label} {value!r}; choose one of {', '.join(get_args(_bare(field.annotation)))}"
+        choices = ", ".join(get_args(_bare(field.annotation)))
+        return f"{where}: unknown {unknown.label} {value!r}; choose one of {choices}"
     shown = json_kind(value) if _nested_model(field.annotation) is not None else repr(value)
     return f"{where}.{key} must be {_wanted(field, limits)}, got {shown}"
 
@@ -346,13 +443,15 @@ def _words(annotation: Any, bounds: Mapping[str, float], metadata: Sequence[Any]
         members = [a for a in get_args(annotation) if a is not type(None)]
         if len(members) == 1:
             return _words(members[0], bounds, metadata)
-        rest = [_words(_bare(a), _bounds(_annotated_metadata(a)), _annotated_metadata(a)) for a in members if a is not bool]
+        rest = [_words(_bare(a), _bounds(_annotated_metadata(a)), _annotated_metadata(a))
+                for a in members if a is not bool]
         return "true, false or " + " or ".join(rest)
     if origin is Literal:
         return f"one of [{', '.join(get_args(annotation))}]"
     if origin is list:
         (item,) = get_args(annotation)
-        items = _words(_bare(item), _bounds(_annotated_metadata(item)), ()).replace("an integer", "integers").replace("a number", "numbers")
+        items = _words(_bare(item), _bounds(_annotated_metadata(item)), ())
+        items = items.replace("an integer", "integers").replace("a number", "numbers")
         length = _bounds(metadata)
         if length.get("min_length") == length.get("max_length") is not None:
             return f"a list of {length['min_length']} {items}"
@@ -418,7 +517,8 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def json_kind(value: Any) -> str:
-    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number", type(None): "null"}
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+             type(None): "null"}
     return kinds.get(type(value), type(value).__name__)
 
 
@@ -458,7 +558,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             choices = list(get_args(annotation)) if get_origin(annotation) is Literal else None
             bounds = _bounds(field.metadata)
             kind = str if choices else annotation
-            if kind is int and bounds.get("ge") is not None and bounds.get("le") is not None and bounds["le"] - bounds["ge"] < 10:
+            # A short range of integers (--orders 1|2) reads best as choices.
+            if kind is int and None not in (bounds.get("ge"), bounds.get("le")) and bounds["le"] - bounds["ge"] < 10:
                 choices = list(range(int(bounds["ge"]), int(bounds["le"]) + 1))
             default = "" if field.default is None else f" (default: {field.default})"
             parser.add_argument(flag, dest=dest, type=kind, choices=choices, help=help_text + default)

@@ -71,22 +71,28 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     _add_error_handlers(app)
 
-    @app.get("/v1/health", summary="Elasticsearch, Redis and (with judge=celery) the workers", responses=error_responses(PUBLIC_STATUSES))
+    @app.get("/v1/health", summary="Elasticsearch, Redis and (with judge=celery) the workers",
+             responses=error_responses(PUBLIC_STATUSES))
     async def health() -> Response:
         report = await edges.health()
         return es_json(report, 200 if report["ok"] else 503)
 
-    @app.post("/v1/ask", response_model=AskResponse, summary="Retrieve, filter the chunks with the LLM judge, answer", responses=error_responses(FILTERED_STATUSES))
+    @app.post("/v1/ask", response_model=AskResponse, summary="Retrieve, filter the chunks with the LLM judge, answer",
+              responses=error_responses(FILTERED_STATUSES))
     async def ask(request: AskRequest, http: Request) -> Any:
         caller = _caller(http)
         _refuse_non_finite(request.model_dump(exclude_unset=True), "body")
         check_indices(caller, tuple(request.index.split(",")), what="/v1/ask")
-        decoded = parse_ask(request.question, request.options, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
+        decoded = parse_ask(request.question, request.options, max_candidates=limits.max_candidates,
+                            max_query_chars=limits.max_query_chars)
         result = await _call(edges, queue, request.index, decoded, caller)
         return ask_response(result, index=request.index)
 
-    @app.post("/{index}/_search", summary="Elasticsearch _search; with ext.chunkrag, filtered by the LLM judge", openapi_extra=search_openapi(),
-              responses={200: {"description": "Elasticsearch's search response: the kept chunks as hits, the filter's view under `chunkrag`"}, **error_responses(FILTERED_STATUSES)})
+    searched = "Elasticsearch's search response: the kept chunks as hits, the filter's view under `chunkrag`"
+
+    @app.post("/{index}/_search", summary="Elasticsearch _search; with ext.chunkrag, filtered by the LLM judge",
+              openapi_extra=search_openapi(),
+              responses={200: {"description": searched}, **error_responses(FILTERED_STATUSES)})
     @app.get("/{index}/_search", include_in_schema=False)
     async def search(index: str, request: Request) -> Response:
         body = await request.body()

@@ -19,7 +19,8 @@ class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     index: str = Field(min_length=1)
-    question: str = Field(min_length=1, json_schema_extra={"pattern": r"\S"}, description="answered from the kept chunks (options.query, when given, is what is retrieved and judged)")
+    question: str = Field(min_length=1, json_schema_extra={"pattern": r"\S"},
+                          description="answered from the kept chunks (options.query, when given, is what is judged)")
     options: OptionsModel = Field(default_factory=OptionsModel)
 
 
@@ -98,7 +99,7 @@ class ErrorCause(BaseModel):
 
 class ErrorDetail(BaseModel):
     root_cause: list[ErrorCause]
-    type: str = Field(description="e.g. illegal_argument_exception, parse_exception, security_exception, index_not_found_exception")
+    type: str = Field(description="illegal_argument_exception, parse_exception, security_exception, ...")
     reason: str
 
 
@@ -145,10 +146,11 @@ def _only(key: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 def _text_query() -> dict[str, Any]:
     """The full-text queries the query text is read from (dialect.query_text)."""
-    by_field = {"type": "object", "minProperties": 1, "maxProperties": 1,
-                "additionalProperties": {"anyOf": [_TEXT, {"type": "object", "required": ["query"], "properties": {"query": _TEXT}}]}}
     with_query = {"type": "object", "required": ["query"], "properties": {"query": _TEXT}}
-    return {"anyOf": [_only(kind, by_field if kind in ("match", "match_phrase") else with_query) for kind in TEXT_QUERIES]}
+    by_field = {"type": "object", "minProperties": 1, "maxProperties": 1,
+                "additionalProperties": {"anyOf": [_TEXT, with_query]}}
+    return {"anyOf": [_only(kind, by_field if kind in ("match", "match_phrase") else with_query)
+                      for kind in TEXT_QUERIES]}
 
 
 def search_body_schema() -> dict[str, Any]:
@@ -165,7 +167,8 @@ def search_body_schema() -> dict[str, Any]:
         "required": ["ext"],
         "additionalProperties": False,
         "properties": {
-            "query": {"anyOf": [*text["anyOf"], boolean], "description": "where the query text comes from, unless ext.chunkrag.query is given"},
+            "query": {"anyOf": [*text["anyOf"], boolean],
+                      "description": "where the query text comes from, unless ext.chunkrag.query is given"},
             "size": {"type": "integer", "minimum": 0, "description": "kept hits returned at most (10)"},
             "ext": _only("chunkrag", options),
         },

@@ -25,19 +25,67 @@ def test_unset_flags_keep_the_filter_defaults_and_ask_answers_by_default():
 
 
 def test_every_ask_flag_keeps_its_name_and_reaches_its_option():
-    resolved = flags("ask", "q", "--candidates", "5", "--threshold", "dynamic", "--fixed-threshold", "0.5", "--fallback", "not_found",
-                     "--no-answer", "--judge-top", "4", "--calibration", "off", "--method", "multistage", "--orders", "2", "--passages", "quoted")
+    resolved = flags(
+        "ask",
+        "q",
+        "--candidates",
+        "5",
+        "--threshold",
+        "dynamic",
+        "--fixed-threshold",
+        "0.5",
+        "--fallback",
+        "not_found",
+        "--no-answer",
+        "--judge-top",
+        "4",
+        "--calibration",
+        "off",
+        "--method",
+        "multistage",
+        "--orders",
+        "2",
+        "--passages",
+        "quoted",
+    )
     assert resolved.candidates == 5
     assert resolved.filter == dataclasses.replace(
-        FilterOptions(), threshold="dynamic", fixed_threshold=0.5, fallback="not_found", answer=False, judge_top=4, calibration=None,
+        FilterOptions(),
+        threshold="dynamic",
+        fixed_threshold=0.5,
+        fallback="not_found",
+        answer=False,
+        judge_top=4,
+        calibration=None,
         scoring=dataclasses.replace(FilterOptions().scoring, method="multistage", orders=2, passages="quoted"),
     )
 
 
 def test_every_eval_flag_keeps_its_name_and_reaches_its_option():
-    resolved = flags("eval", "dev.jsonl", "--no-redundancy", "--threshold", "relative", "--fixed-threshold", "0.6", "--prior-weight", "0.25",
-                     "--judge-top", "0", "--calibration", "default", "--method", "yes_no", "--orders", "1", "--passages", "numbered").filter
-    assert resolved.redundancy_threshold is None and resolved.threshold == "relative" and resolved.fixed_threshold == 0.6
+    resolved = flags(
+        "eval",
+        "dev.jsonl",
+        "--no-redundancy",
+        "--threshold",
+        "relative",
+        "--fixed-threshold",
+        "0.6",
+        "--prior-weight",
+        "0.25",
+        "--judge-top",
+        "0",
+        "--calibration",
+        "default",
+        "--method",
+        "yes_no",
+        "--orders",
+        "1",
+        "--passages",
+        "numbered",
+    ).filter
+    assert (
+        resolved.redundancy_threshold is None and resolved.threshold == "relative" and resolved.fixed_threshold == 0.6
+    )
     assert resolved.prior_weight == 0.25 and resolved.judge_top == 0 and resolved.calibration is RETRIEVAL_MODEL
     assert resolved.scoring.method == "yes_no" and not resolved.answer
     assert flags("search", "q", "--mode", "bm25").mode == "bm25"
@@ -50,7 +98,10 @@ def test_a_judging_flag_turns_the_judge_on_for_nine_as_a_scoring_option_does():
     key, value = "method", "listwise"
     assert flags("ask", "q", "--method", value).filter == parse_options({"scoring": {key: value}}).filter
     assert flags("ask", "q", "--method", "listwise", "--judge-top", "0").filter.judge_top == 0
-    assert flags("ask", "q", "--method", "listwise", "--calibration", "off").filter == parse_options({"scoring": {"method": "listwise"}, "calibrated": False}).filter
+    assert (
+        flags("ask", "q", "--method", "listwise", "--calibration", "off").filter
+        == parse_options({"scoring": {"method": "listwise"}, "calibrated": False}).filter
+    )
 
 
 def test_an_invalid_flag_value_is_refused_with_the_options_reason(capsys):
@@ -71,7 +122,18 @@ def test_answer_defaults_by_surface():
 def test_the_declaration_holds_the_library_defaults_and_a_help_line_for_every_option():
     schema = OptionsModel.model_json_schema()
     filter_defaults = FilterOptions()
-    for name in ("threshold", "fixed_threshold", "fallback", "fallback_k", "min_score", "prior_weight", "rerank", "lost_in_the_middle", "judge_top", "redundancy_threshold"):
+    for name in (
+        "threshold",
+        "fixed_threshold",
+        "fallback",
+        "fallback_k",
+        "min_score",
+        "prior_weight",
+        "rerank",
+        "lost_in_the_middle",
+        "judge_top",
+        "redundancy_threshold",
+    ):
         assert schema["properties"][name]["default"] == getattr(filter_defaults, name), name
     scoring = schema["$defs"]["ScoringModel"]["properties"]
     assert scoring["method"]["default"] == filter_defaults.scoring.method == "listwise"
@@ -82,7 +144,9 @@ def test_the_declaration_holds_the_library_defaults_and_a_help_line_for_every_op
 
 
 def test_resolved_values_are_the_frozen_library_dataclasses():
-    resolved = parse_options({"scoring": {"weights": [1, 0, 0], "reflect_band": [0.2, 0.8]}, "segments": True, "ensemble": [512, 128, 128]})
+    resolved = parse_options(
+        {"scoring": {"weights": [1, 0, 0], "reflect_band": [0.2, 0.8]}, "segments": True, "ensemble": [512, 128, 128]}
+    )
     assert isinstance(resolved.filter.scoring, ScoringOptions) and resolved.filter.scoring.weights == (1.0, 0.0, 0.0)
     assert resolved.filter.scoring.reflect_band == (0.2, 0.8) and resolved.ensemble == (128, 512)
     with pytest.raises(dataclasses.FrozenInstanceError):
