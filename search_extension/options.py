@@ -442,7 +442,7 @@ def _words(annotation: Any, bounds: Mapping[str, float], metadata: Sequence[Any]
     if origin is Union:
         members = [a for a in get_args(annotation) if a is not type(None)]
         if len(members) == 1:
-            return _words(members[0], bounds, metadata)
+            return _words(members[0], bounds, metadata) + " or null"
         rest = [_words(_bare(a), _bounds(_annotated_metadata(a)), _annotated_metadata(a))
                 for a in members if a is not bool]
         return "true, false or " + " or ".join(rest)
@@ -583,3 +583,37 @@ def from_arguments(args: argparse.Namespace, command: str) -> OptionsModel:
             target = target.setdefault(part, {})
         target[name] = value
     return validate(raw, where="options")
+
+
+# --- documentation -----------------------------------------------------------
+
+
+def reference() -> str:
+    """A Markdown table of every option (ext.chunkrag, /v1/ask options, the
+    flags), from the declaration: for the docs, so they cannot drift."""
+    flags_by_option: dict[str, list[str]] = {}
+    for command in ("ask", "search", "eval"):
+        for _path, name, _field, cli in _cli_fields(command):
+            flag = _flag(name, cli)[0]
+            flags_by_option.setdefault(name, [])
+            if flag not in flags_by_option[name]:
+                flags_by_option[name].append(flag)
+    rows = ["| option | value | default | flag | what it does |", "|---|---|---|---|---|"]
+    for prefix, model in (("", OptionsModel), ("scoring.", ScoringModel), ("segments.", SegmentsModel)):
+        for name, field in model.model_fields.items():
+            default = "unset" if field.default is None else f"`{_json_default(field.default)}`"
+            flags = ", ".join(f"`{flag}`" for flag in flags_by_option.get(name, ()))
+            rows.append(f"| `{prefix}{name}` | {_wanted(field, {})} | {default} | {flags} | {field.description} |")
+    return "\n".join(rows) + "\n"
+
+
+def _json_default(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, BaseModel):
+        return "{}"
+    return str(value)
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

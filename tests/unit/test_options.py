@@ -151,3 +151,13 @@ def test_resolved_values_are_the_frozen_library_dataclasses():
     assert resolved.filter.scoring.reflect_band == (0.2, 0.8) and resolved.ensemble == (128, 512)
     with pytest.raises(dataclasses.FrozenInstanceError):
         resolved.filter.answer = False
+
+
+def test_the_reference_table_lists_every_option_with_its_flag():
+    from search_extension.options import OPTION_KEYS, SCORING_KEYS, SEGMENT_KEYS, reference
+
+    table = reference()
+    for key in (*OPTION_KEYS, *(f"scoring.{k}" for k in SCORING_KEYS), *(f"segments.{k}" for k in SEGMENT_KEYS)):
+        assert table.count(f"| `{key}` |") == 1, key
+    assert "| `calibrated` | true or false | `true` | `--calibration` |" in table
+    assert "| `scoring.orders` | an integer from 1 to 2 | `1` | `--orders` |" in table
