@@ -87,8 +87,16 @@ _Unit = Annotated[float, Field(ge=0, le=1)]
 _Scale = Annotated[int, Field(ge=1)]
 
 
+def _without_null_defaults(schema: dict[str, Any], _model: type) -> None:
+    # An option left unset has no default value of its type (the gateway
+    # decides, e.g. the retrieval mode): its schema names no default.
+    for prop in schema.get("properties", {}).values():
+        if "default" in prop and prop["default"] is None and "anyOf" not in prop:
+            del prop["default"]
+
+
 class _Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, json_schema_extra=_without_null_defaults)
 
 
 class ScoringModel(_Options):

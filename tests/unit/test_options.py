@@ -161,3 +161,15 @@ def test_the_reference_table_lists_every_option_with_its_flag():
         assert table.count(f"| `{key}` |") == 1, key
     assert "| `calibrated` | true or false | `true` | `--calibration` |" in table
     assert "| `scoring.orders` | an integer from 1 to 2 | `1` | `--orders` |" in table
+
+
+def test_the_declaration_imports_neither_the_gateway_nor_the_cli_nor_the_workers():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, search_extension.options; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'starlette', 'workers', 'chunkrag_cli', 'celery')"
+        " or m.startswith('search_extension.gateway')))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
