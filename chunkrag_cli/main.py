@@ -404,5 +404,5 @@ def _demo_filter(settings: Settings, embedder, questions: list[str]) -> None:
         with serve_in_thread(create_app(settings, embedder=embedder)) as url:
             client = Elasticsearch(url, request_timeout=settings.workers.query_budget_s + 2 * settings.chat.timeout_s, max_retries=0)
             for question in questions:
-                body = {"query": {"match": {"text": question}}, "size": 3, "ext": {"chunkrag": {"candidates": 6, "judge_top": 6, "include_dropped": True}}}
+                body = {"query": {"match": {"text": question}}, "size": 3, "ext": {"chunkrag": {"candidates": 6, "judge_top": 6, "include_dropped": True, "answer": True}}}
                 print_gateway_search(question, client.search(index=settings.index, body=body), sys.stdout)
