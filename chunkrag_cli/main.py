@@ -12,10 +12,12 @@ from importlib import resources
 from typing import Sequence
 
 from chunkrag_core.settings import Settings, SettingsError, parse_scales
-from search_extension.queries import MODES
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The filter's flags are made from its options' one declaration.
+    from search_extension.options import add_arguments as add_filter_arguments
+
     parser = argparse.ArgumentParser(prog="chunkrag", description="ChunkRAG on Elasticsearch: ingest documents as semantic chunks and search them.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -38,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     search = commands.add_parser("search", help="hybrid search over a chunk index")
     search.add_argument("query")
     search.add_argument("--index")
-    search.add_argument("--mode", choices=MODES, help="retrieval mode (default minmax: BM25 and kNN each normalised, 0.5/0.5)")
+    add_filter_arguments(search, "search")
     search.add_argument("--size", type=int, default=None)
     search.add_argument("--filter", action="append", default=[], metavar="JSON", help='an Elasticsearch filter clause, e.g. \'{"term": {"doc_id": "a"}}\'')
     search.add_argument("--collapse", metavar="FIELD", help="best chunk per value of FIELD, e.g. doc_id")
@@ -49,16 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask = commands.add_parser("ask", help="retrieve, filter chunks with the LLM judge, and answer from what was kept")
     ask.add_argument("question")
     ask.add_argument("--index")
-    ask.add_argument("--candidates", type=int, default=8, help="chunks retrieved and judged (each costs at least one model call)")
-    ask.add_argument("--threshold", choices=["dynamic", "llm", "fixed", "relative"], help="where the kept chunks are cut (default: the filter's default)")
-    ask.add_argument("--fixed-threshold", type=float, help="the fixed threshold, or the share of the best score for `relative`")
-    ask.add_argument("--orders", type=int, choices=[1, 2], help="listwise: ask each batch as retrieved (1) or also reversed (2)")
-    ask.add_argument("--passages", choices=["numbered", "quoted"], help="listwise prompt layout (quoted: each passage fenced as data, against planted instructions)")
-    ask.add_argument("--judge-top", type=int, help="the best N candidates go to the LLM judge (default 0: none, the retrieval signals decide)")
-    ask.add_argument("--calibration", choices=["default", "off"], help="combine the judge with the retrieval signals through the shipped logistic model")
-    ask.add_argument("--fallback", choices=["top_k", "not_found"], default="top_k", help="when nothing passes: keep the top chunks, or answer that nothing was found")
-    ask.add_argument("--method", choices=["listwise", "multistage", "yes_no", "likert"], help="turn the LLM judge on with this scoring (listwise: up to nine chunks per call; multistage: the paper's score, reflection, critic per chunk); off by default")
-    ask.add_argument("--no-answer", action="store_true", help="filter only; do not write an answer")
+    add_filter_arguments(ask, "ask")
     ask.add_argument("--segments", action="store_true", help="relevant segment extraction: answer from runs of neighbouring chunks around the relevant ones")
     ask.add_argument("--segment-chars", type=int, default=None, help="character budget of all segments together (default: chunk budgets only)")
     _ensemble_arguments(ask)
@@ -77,15 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--pool", default="ambiguous", choices=["ambiguous", "correct", "incorrect"], help="which context pool of each record is indexed")
     evaluation.add_argument("--limit", type=int, help="only the first N usable records")
     evaluation.add_argument("--index", help="evaluation index (default chunkrag-eval-<format>)")
-    evaluation.add_argument("--method", choices=["listwise", "multistage", "yes_no", "likert"], help="turn the LLM judge on with this scoring (listwise: several chunks per call); off by default")
-    evaluation.add_argument("--prior-weight", type=float, default=0.0, help="share of the score taken from the retrieval score (0 = the LLM alone)")
-    evaluation.add_argument("--orders", type=int, choices=[1, 2], help="listwise: ask each batch as retrieved (1) or also reversed (2, removes position bias)")
-    evaluation.add_argument("--passages", choices=["numbered", "quoted"], help="listwise prompt layout (quoted: each passage fenced as data, against planted instructions)")
-    evaluation.add_argument("--judge-top", type=int, help="the best N candidates go to the LLM judge (default 0: none, the retrieval signals decide)")
-    evaluation.add_argument("--calibration", choices=["default", "off"], help="combine the judge with the retrieval signals through the shipped logistic model (default: the filter's default)")
-    evaluation.add_argument("--threshold", choices=["dynamic", "llm", "fixed", "relative"], help="where the kept chunks are cut (default: the filter's default)")
-    evaluation.add_argument("--fixed-threshold", type=float, help="the fixed threshold, or the share of the best score for `relative`")
-    evaluation.add_argument("--no-redundancy", action="store_true", help="skip the 0.9-cosine redundancy filter")
+    add_filter_arguments(evaluation, "eval")
     evaluation.add_argument("--generate", action="store_true", help="also write an answer (PopQA) or verdict (PubHealth) from the kept chunks and grade it")
     evaluation.add_argument("--segments", action="store_true", help="also measure relevant segments of the judged candidates within the characters the filter kept")
     _ensemble_arguments(evaluation, ingest=True)
@@ -138,10 +123,15 @@ def ensemble_scales(args: argparse.Namespace, settings: Settings) -> tuple[int, 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from search_extension.options import OptionError
+
     try:
         return args.handler(args)
     except SettingsError as exc:
         print(f"chunkrag: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except OptionError as exc:
+        print(f"chunkrag: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -212,10 +202,12 @@ def cmd_search(args: argparse.Namespace) -> int:
         return 2
     retriever = HybridRetriever(_backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
     scales = ensemble_scales(args, settings)
+    mode = filter_options_from_args(args, "search").mode
     if scales is not None:
-        result = retriever.search_ensemble(args.query, scales=scales, mode=args.mode, size=args.size, filters=filters, collapse_field=args.collapse)
+        result = retriever.search_ensemble(args.query, scales=scales, mode=mode, size=args.size, filters=filters,
+                                           collapse_field=args.collapse)
     else:
-        result = retriever.search(args.query, mode=args.mode, size=args.size, filters=filters, collapse_field=args.collapse)
+        result = retriever.search(args.query, mode=mode, size=args.size, filters=filters, collapse_field=args.collapse)
     if args.json:
         print(hits_json(result))
     else:
@@ -226,16 +218,18 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_ask(args: argparse.Namespace) -> int:
     from chunkrag_cli.output import print_ask
     from chunkrag_core.providers import make_chat, make_embedder
-    from search_extension.ask import ask
+    from search_extension.ask import DEFAULT_CANDIDATES, ask
     from search_extension.retriever import HybridRetriever
 
     settings = _settings(args)
-    options = dataclasses.replace(filter_options_from_args(args), fallback=args.fallback, answer=not args.no_answer)
+    resolved = filter_options_from_args(args, "ask")
     retriever = HybridRetriever(_backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
     from search_extension.segments import SegmentSettings
 
     segments = SegmentSettings(max_total_chars=args.segment_chars) if args.segments else None
-    result = ask(args.question, retriever=retriever, model=make_chat(settings.chat), options=options, candidates=args.candidates, parallel=settings.chat.parallel, model_name=settings.chat.model, segments=segments, ensemble=ensemble_scales(args, settings))
+    result = ask(args.question, retriever=retriever, model=make_chat(settings.chat), options=resolved.filter,
+                 candidates=resolved.candidates or DEFAULT_CANDIDATES, parallel=settings.chat.parallel,
+                 model_name=settings.chat.model, segments=segments, ensemble=ensemble_scales(args, settings))
     print_ask(result, sys.stdout)
     return 0
 
@@ -256,41 +250,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def filter_options_from_args(args: argparse.Namespace):
-    """FilterOptions from `eval`/`ask` flags; an unset flag keeps the filter's
-    default. A judging flag (--method, --orders, --passages) without
-    --judge-top turns the judge on for the best nine."""
-    from search_extension.chunk_filter import JUDGE_TOP_WHEN_ASKED, FilterOptions
-    from search_extension.processors.calibration import RETRIEVAL_MODEL
+def filter_options_from_args(args: argparse.Namespace, command: str):
+    """The resolved options (ChunkragOptions) the filter flags of ``command``
+    set; an unset flag keeps the declared default, and the rules (a judging
+    flag turns the judge on for the best nine, ``--calibration``, whether an
+    answer is written) are the same as the gateway's."""
+    from search_extension.options import from_arguments
 
-    defaults = FilterOptions()
-    scoring = defaults.scoring
-    asked_for_judge = False
-    for flag in ("method", "orders", "passages"):
-        value = getattr(args, flag, None)
-        if value:
-            scoring = dataclasses.replace(scoring, **{flag: value})
-            asked_for_judge = True
-    judge_top = defaults.judge_top
-    if getattr(args, "judge_top", None) is not None:
-        judge_top = args.judge_top
-    elif asked_for_judge:
-        judge_top = JUDGE_TOP_WHEN_ASKED
-    calibration = defaults.calibration
-    if getattr(args, "calibration", None):
-        # The shipped model; FilterOptions picks the one fitted for judging on or off.
-        calibration = RETRIEVAL_MODEL if args.calibration == "default" else None
-    return dataclasses.replace(
-        defaults,
-        redundancy_threshold=None if getattr(args, "no_redundancy", False) else defaults.redundancy_threshold,
-        scoring=scoring,
-        threshold=args.threshold or defaults.threshold,
-        fixed_threshold=args.fixed_threshold if args.fixed_threshold is not None else defaults.fixed_threshold,
-        prior_weight=getattr(args, "prior_weight", defaults.prior_weight),
-        judge_top=judge_top,
-        calibration=calibration,
-        answer=False,
-    )
+    return from_arguments(args, command).resolve(surface=command)
 
 
 def _segment_settings(args: argparse.Namespace):
@@ -302,7 +269,6 @@ def _segment_settings(args: argparse.Namespace):
 def cmd_eval(args: argparse.Namespace) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
     from search_extension.ask import judge_many_for
-    from search_extension.chunk_filter import FilterOptions
     from search_extension.evaluation.datasets import read_items
     from search_extension.evaluation.report import print_outcome, write_report
     from search_extension.evaluation.runner import evaluate
@@ -317,14 +283,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     fmt, items, bad = read_items(args.file, args.format, args.pool, args.limit)
     for record in bad:
         print(f"skipped line {record.line}: {record.reason}", file=sys.stderr)
-    options = filter_options_from_args(args)
+    options = filter_options_from_args(args, "eval").filter
     model = make_chat(settings.chat)
     report = evaluate(
         items, fmt, client=_backend(settings), embedder=make_embedder(settings.embedder), settings=settings, model=model, options=options,
         judge_many=judge_many_for(dataclasses.replace(settings, workers=dataclasses.replace(settings.workers, judge=args.judge or settings.workers.judge)), model), index=args.index or f"chunkrag-eval-{fmt}",
         generate=args.generate, on_question=lambda outcome: print_outcome(outcome, sys.stderr), segments=_segment_settings(args), ensemble=ensemble,
     )
-    summary = {**report.summary(), "skipped_records": len(bad), "options": {"method": options.scoring.method, "orders": options.scoring.orders, "judge_top": options.judge_top, "calibrated": options.calibration is not None, "prior_weight": options.prior_weight, "threshold": options.threshold, "fixed_threshold": options.fixed_threshold, "redundancy": not args.no_redundancy, "judge": args.judge or settings.workers.judge, "model": settings.chat.model, "ensemble_scales": list(ensemble) if ensemble is not None else None}}
+    summary = {**report.summary(), "skipped_records": len(bad), "options": {"method": options.scoring.method, "orders": options.scoring.orders, "judge_top": options.judge_top, "calibrated": options.calibration is not None, "prior_weight": options.prior_weight, "threshold": options.threshold, "fixed_threshold": options.fixed_threshold, "redundancy": options.redundancy_threshold is not None, "judge": args.judge or settings.workers.judge, "model": settings.chat.model, "ensemble_scales": list(ensemble) if ensemble is not None else None}}
     if args.out:
         write_report(args.out, summary, report)
     if args.plots:
@@ -340,7 +306,7 @@ def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
     from search_extension.evaluation.sentences import evaluate_sentences
 
-    options = filter_options_from_args(args).scoring
+    options = filter_options_from_args(args, "eval").filter.scoring
     result = evaluate_sentences(
         args.format, args.file, client=_backend(settings), embedder=make_embedder(settings.embedder), model=make_chat(settings.chat),
         options=options, judge_sample=args.judge_sample, progress=lambda line: print(line, file=sys.stderr, end="\r"),
@@ -430,5 +396,5 @@ def _demo_filter(settings: Settings, embedder, questions: list[str]) -> None:
         with serve_in_thread(create_app(settings, embedder=embedder)) as url:
             client = Elasticsearch(url, request_timeout=settings.workers.query_budget_s + 2 * settings.chat.timeout_s, max_retries=0)
             for question in questions:
-                body = {"query": {"match": {"text": question}}, "size": 3, "ext": {"chunkrag": {"candidates": 6, "judge_top": 6, "include_dropped": True}}}
+                body = {"query": {"match": {"text": question}}, "size": 3, "ext": {"chunkrag": {"candidates": 6, "judge_top": 6, "include_dropped": True, "answer": True}}}
                 print_gateway_search(question, client.search(index=settings.index, body=body), sys.stdout)

@@ -30,10 +30,13 @@ from search_extension.gateway.guard import Guard
 from search_extension.gateway.identity import Authenticator, Caller, check_engine_auth, check_indices
 from search_extension.gateway.lane import PassthroughLane, request_target
 from search_extension.gateway.limits import FilteredQueue, RateLimiter
-from search_extension.gateway.models import AskRequest, AskResponse
+from search_extension.gateway.models import (
+    FILTERED_STATUSES, PUBLIC_STATUSES, AskRequest, AskResponse, error_responses, gateway_openapi, search_openapi,
+)
 from search_extension.gateway.passthrough import HttpTransport
 from search_extension.gateway.policy import parse_classes
 from search_extension.gateway.responses import error_response, es_json
+from search_extension.options import first_error
 
 
 def create_app(settings: Settings | None = None, *, es=None, model=None, embedder=None, judge_many_factory: JudgeManyFactory | None = None, http_transport: HttpTransport | None = None) -> FastAPI:
@@ -60,6 +63,7 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     app = FastAPI(title="chunkrag gateway", version="0.1.0", lifespan=lifespan, docs_url="/v1/docs", redoc_url=None, openapi_url="/openapi.json",
                   description="Elasticsearch-compatible search with ChunkRAG's LLM chunk filter: add `ext.chunkrag` to a `_search` body. Every other request is forwarded to Elasticsearch unchanged.")
     app.state.edges = edges
+    app.openapi = functools.partial(gateway_openapi, app)
     # The last added runs first: the size limit guards everything, then the
     # guard (who, how often, which endpoint), then the lane.
     app.add_middleware(PassthroughLane, passthrough=edges.passthrough)
@@ -67,21 +71,28 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     _add_error_handlers(app)
 
-    @app.get("/v1/health", summary="Elasticsearch, Redis and (with judge=celery) the workers")
+    @app.get("/v1/health", summary="Elasticsearch, Redis and (with judge=celery) the workers",
+             responses=error_responses(PUBLIC_STATUSES))
     async def health() -> Response:
         report = await edges.health()
         return es_json(report, 200 if report["ok"] else 503)
 
-    @app.post("/v1/ask", response_model=AskResponse, summary="Retrieve, filter the chunks with the LLM judge, answer")
+    @app.post("/v1/ask", response_model=AskResponse, summary="Retrieve, filter the chunks with the LLM judge, answer",
+              responses=error_responses(FILTERED_STATUSES))
     async def ask(request: AskRequest, http: Request) -> Any:
         caller = _caller(http)
         _refuse_non_finite(request.model_dump(exclude_unset=True), "body")
         check_indices(caller, tuple(request.index.split(",")), what="/v1/ask")
-        decoded = parse_ask(request.question, request.options.model_dump(exclude_unset=True), max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
+        decoded = parse_ask(request.question, request.options, max_candidates=limits.max_candidates,
+                            max_query_chars=limits.max_query_chars)
         result = await _call(edges, queue, request.index, decoded, caller)
         return ask_response(result, index=request.index)
 
-    @app.post("/{index}/_search", summary="Elasticsearch _search; with ext.chunkrag, filtered by the LLM judge", openapi_extra=SEARCH_OPENAPI)
+    searched = "Elasticsearch's search response: the kept chunks as hits, the filter's view under `chunkrag`"
+
+    @app.post("/{index}/_search", summary="Elasticsearch _search; with ext.chunkrag, filtered by the LLM judge",
+              openapi_extra=search_openapi(),
+              responses={200: {"description": searched}, **error_responses(FILTERED_STATUSES)})
     @app.get("/{index}/_search", include_in_schema=False)
     async def search(index: str, request: Request) -> Response:
         body = await request.body()
@@ -100,24 +111,6 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
         return es_json(payload, 200, request.headers.get("accept", ""))
 
     return app
-
-
-# The body of a filtered _search, for the OpenAPI document (and the fuzzer
-# that reads it); without ext.chunkrag any Elasticsearch search body passes.
-SEARCH_OPENAPI = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": {
-            "type": "object",
-            "required": ["ext"],
-            "properties": {
-                "query": {"type": "object", "properties": {"match": {"type": "object", "properties": {"text": {"type": "string"}}}}},
-                "size": {"type": "integer", "minimum": 0},
-                "ext": {"type": "object", "required": ["chunkrag"], "properties": {"chunkrag": {"$ref": "#/components/schemas/OptionsModel"}}},
-            },
-        }}},
-    },
-}
 
 
 def _caller(request: Request) -> Caller:
@@ -185,7 +178,12 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error_response(errors.GatewayError(exc.status_code, kind, str(exc.detail)), accept(request))
 
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        problems = "; ".join(_describe(error) for error in exc.errors())
+        try:
+            # A non-finite number is named as such, before any bound it breaks.
+            _refuse_non_finite(exc.body, "body")
+        except errors.GatewayError as refused:
+            return error_response(refused, accept(request))
+        problems = "; ".join(_describe(exc.errors(), exc.body))
         kind = "parse_exception" if any(e.get("type") == "json_invalid" for e in exc.errors()) else "illegal_argument_exception"
         return error_response(errors.GatewayError(400, kind, problems), accept(request))
 
@@ -195,7 +193,23 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, invalid_request)
 
 
-def _describe(error: dict) -> str:
+def _describe(errors: list[dict], body: Any) -> list[str]:
+    """One line per problem; for the filter's options, the first one as
+    ext.chunkrag would name it."""
+    options = body.get("options") if isinstance(body, dict) else None
+    problems, of_options = [], []
+    for error in errors:
+        loc = tuple(error.get("loc", ()))
+        if loc[:2] == ("body", "options") and len(loc) > 2 and isinstance(options, dict):
+            of_options.append({**error, "loc": loc[2:]})
+        else:
+            problems.append(_describe_one(error))
+    if of_options:
+        problems.append(first_error(options, of_options, where="options"))
+    return problems
+
+
+def _describe_one(error: dict) -> str:
     if error.get("type") == "json_invalid":
         position = next((part for part in error.get("loc", ()) if isinstance(part, int)), None)
         cause = (error.get("ctx") or {}).get("error", "JSON decode error")

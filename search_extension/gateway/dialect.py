@@ -5,63 +5,24 @@ literal values."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.settings import DEFAULT_SCALES
 from search_extension.ask import DEFAULT_CANDIDATES, AskResult
-from search_extension.chunk_filter import JUDGE_TOP_WHEN_ASKED, FilterOptions
-from search_extension.processors.calibration import RETRIEVAL_MODEL
-from search_extension.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD
-from search_extension.processors.relevance import MAX_LISTWISE_BATCH, ScoringOptions
-from search_extension.queries import MODES
-from search_extension.segments import Segment, SegmentError, SegmentSettings
-
-OPTION_KEYS = (
-    "query", "rewrite", "candidates", "mode", "stages", "redundancy_threshold", "scoring", "threshold", "fixed_threshold",
-    "fallback", "fallback_k", "min_score", "prior_weight", "rerank", "lost_in_the_middle", "answer", "include_dropped", "budget_s", "segments",
-    "judge_top", "calibrated", "ensemble",
+# The options themselves are declared, validated and resolved there; this
+# module reads the rest of the body (and re-exports them for its callers).
+from search_extension.options import (  # noqa: F401
+    OPTION_KEYS, SCORING_KEYS, SEGMENT_KEYS, ChunkragOptions, OptionError, parse_options,
 )
-SCORING_KEYS = ("method", "critic", "reflect_band", "use_logprobs", "weights", "listwise_batch", "orders", "passages")
-# ext.chunkrag.segments: true (dsRAG's balanced preset) or an object of these.
-SEGMENT_KEYS = ("max_segment_chunks", "max_total_chunks", "max_total_chars", "min_segment_value", "irrelevant_chunk_penalty", "decay_rate")
+from search_extension.segments import Segment
+
 # With ext.chunkrag the gateway, not Elasticsearch, answers: other body keys
 # (aggs, sort, from, ...) would be silently ignored, so they are refused.
 CHUNKRAG_BODY_KEYS = ("query", "size", "ext")
 TEXT_QUERIES = ("match", "match_phrase", "multi_match", "query_string", "simple_query_string")
 DEFAULT_SIZE = 10  # Elasticsearch's own default
-# Longest judging budget a query may ask for (an hour): beyond it no caller
-# waits, and larger values overflow the clock arithmetic (found by fuzzing).
-MAX_BUDGET_S = 3600.0
-# Largest stage weight: only their ratios matter, and huge ones overflow the sum.
-MAX_WEIGHT = 1000.0
-
-
-class OptionError(ValueError):
-    """A search body or option the gateway cannot use; the message names it."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkragOptions:
-    query: str | None = None
-    rewrite: bool = False
-    # None: DEFAULT_CANDIDATES with the model stages, else the hits asked for.
-    candidates: int | None = None
-    mode: str | None = None
-    # False: hybrid retrieval only, no model call.
-    stages: bool = True
-    include_dropped: bool = False
-    # Judging budget; None: the gateway's setting.
-    budget_s: float | None = None
-    filter: FilterOptions = FilterOptions()
-    # Relevant segment extraction; None: chunks, not segments, are returned.
-    segments: SegmentSettings | None = None
-    # Multi-scale ensembling: None off; () the gateway's scales
-    # (CHUNKRAG_SCALES, else the defaults); else the scales asked for.
-    ensemble: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +59,8 @@ def parse_search(body: Mapping[str, Any], *, max_candidates: int, max_query_char
     size = body.get("size", DEFAULT_SIZE)
     if not _is_int(size) or size < 0:
         raise OptionError(f"[size] must be a non-negative integer, got {size!r}")
-    options = parse_options(body["ext"]["chunkrag"], max_candidates=max_candidates)
+    # A search client asked for hits: no answer (a model call) unless it says so.
+    options = parse_options(body["ext"]["chunkrag"], max_candidates=max_candidates, surface="search")
     query = body.get("query")
     text = options.query or query_text(query)
     if not text or not text.strip():
@@ -112,8 +74,9 @@ def parse_search(body: Mapping[str, Any], *, max_candidates: int, max_query_char
 
 
 def parse_ask(question: str, raw_options: Any, *, max_candidates: int, max_query_chars: int | None = None) -> ChunkragSearch:
-    """A ``/v1/ask`` request: the question (or ``options.query``), every kept chunk."""
-    options = parse_options(raw_options, max_candidates=max_candidates, where="options")
+    """A ``/v1/ask`` request: the question (or ``options.query``), every kept
+    chunk. ``raw_options``: a JSON object, or the validated OptionsModel."""
+    options = parse_options(raw_options, max_candidates=max_candidates, where="options", surface="ask")
     text = options.query or question
     if not text.strip():
         raise OptionError("the question is empty")
@@ -136,121 +99,6 @@ def _candidates(options: ChunkragOptions, size: int, max_candidates: int) -> int
         return min(DEFAULT_CANDIDATES, max_candidates)
     # Retrieval only: as many as the hits asked for.
     return min(max(size, 1), max_candidates)
-
-
-def parse_options(raw: Any, *, max_candidates: int, where: str = "ext.chunkrag") -> ChunkragOptions:
-    if not isinstance(raw, Mapping):
-        raise OptionError(f"{where} must be an object, got {_json_kind(raw)}")
-    _refuse_unknown(raw, OPTION_KEYS, where)
-    checked = _Checker(raw, where)
-    candidates = checked.integer("candidates", 1, max_candidates, why=" (the gateway's max_candidates)")
-    mode = checked.choice("mode", MODES)
-    redundancy = DEFAULT_REDUNDANCY_THRESHOLD
-    if "redundancy_threshold" in raw:
-        redundancy = None if raw["redundancy_threshold"] is None else checked.number("redundancy_threshold", -1.0, 1.0)
-    filter_values: dict[str, Any] = {
-        "redundancy_threshold": redundancy,
-        "scoring": parse_scoring(raw.get("scoring", {}), where=f"{where}.scoring"),
-        "threshold": checked.string("threshold"),
-        "fixed_threshold": checked.number("fixed_threshold", 0.0, 1.0),
-        "fallback": checked.string("fallback"),
-        "fallback_k": checked.integer("fallback_k", 1, None),
-        "min_score": checked.number("min_score", 0.0, 1.0),
-        "prior_weight": checked.number("prior_weight", 0.0, 1.0),
-        "rerank": checked.string("rerank"),
-        "lost_in_the_middle": checked.boolean("lost_in_the_middle"),
-        "answer": checked.boolean("answer"),
-        "judge_top": checked.integer("judge_top", 0, max_candidates),
-    }
-    if filter_values["judge_top"] is None and "scoring" in raw:
-        # Asking how to judge asks for the judge (off by default).
-        filter_values["judge_top"] = JUDGE_TOP_WHEN_ASKED
-    calibrated = checked.boolean("calibrated")
-    if calibrated is not None:
-        # The shipped model; FilterOptions picks the one fitted for judging on or off.
-        filter_values["calibration"] = RETRIEVAL_MODEL if calibrated else None
-    try:
-        filter_options = FilterOptions(**{k: v for k, v in filter_values.items() if v is not None or k in ("redundancy_threshold", "calibration")})
-    except ValueError as exc:
-        raise OptionError(f"{where}: {exc}") from None
-    budget = checked.number("budget_s", 0.0, MAX_BUDGET_S)
-    if budget is not None and budget <= 0:
-        raise OptionError(f"{where}.budget_s must be above 0, got {budget!r}")
-    query = checked.string("query")
-    return ChunkragOptions(
-        query=query,
-        rewrite=bool(checked.boolean("rewrite")),
-        candidates=candidates,
-        mode=mode,
-        stages=checked.boolean("stages") is not False,
-        include_dropped=bool(checked.boolean("include_dropped")),
-        budget_s=budget,
-        filter=filter_options,
-        segments=parse_segments(raw.get("segments", False), where=f"{where}.segments"),
-        ensemble=parse_ensemble(raw.get("ensemble", False), where=f"{where}.ensemble"),
-    )
-
-
-def parse_scoring(raw: Any, *, where: str) -> ScoringOptions:
-    if not isinstance(raw, Mapping):
-        raise OptionError(f"{where} must be an object, got {_json_kind(raw)}")
-    _refuse_unknown(raw, SCORING_KEYS, where)
-    checked = _Checker(raw, where)
-    values: dict[str, Any] = {
-        "method": checked.string("method"),
-        "critic": checked.string("critic"),
-        "use_logprobs": checked.boolean("use_logprobs"),
-        "reflect_band": checked.numbers("reflect_band", 2, 0.0, 1.0),
-        "weights": checked.numbers("weights", 3, 0.0, MAX_WEIGHT),
-        "listwise_batch": checked.integer("listwise_batch", 1, MAX_LISTWISE_BATCH),
-        "orders": checked.integer("orders", 1, 2),
-        "passages": checked.string("passages"),
-    }
-    band = values["reflect_band"]
-    if band is not None and band[0] > band[1]:
-        raise OptionError(f"{where}.reflect_band must be [low, high] with low <= high, got {list(band)}")
-    if values["weights"] is not None and sum(values["weights"]) <= 0:
-        raise OptionError(f"{where}.weights must not all be 0")
-    try:
-        # Unset keys keep the filter's defaults (listwise), not ScoringOptions' own.
-        return dataclasses.replace(FilterOptions().scoring, **{k: v for k, v in values.items() if v is not None})
-    except ValueError as exc:
-        raise OptionError(f"{where}: {exc}") from None
-
-
-def parse_segments(raw: Any, *, where: str) -> SegmentSettings | None:
-    if raw is False or raw is None:
-        return None
-    if raw is True:
-        return SegmentSettings()
-    if not isinstance(raw, Mapping):
-        raise OptionError(f"{where} must be true, false or an object, got {_json_kind(raw)}")
-    _refuse_unknown(raw, SEGMENT_KEYS, where)
-    checked = _Checker(raw, where)
-    values = {
-        "max_segment_chunks": checked.integer("max_segment_chunks", 1, None),
-        "max_total_chunks": checked.integer("max_total_chunks", 1, None),
-        "max_total_chars": checked.integer("max_total_chars", 1, None),
-        "min_segment_value": checked.number("min_segment_value", None, None),
-        "irrelevant_chunk_penalty": checked.number("irrelevant_chunk_penalty", 0.0, None),
-        "decay_rate": checked.number("decay_rate", 0.0, None),
-    }
-    try:
-        return SegmentSettings(**{k: v for k, v in values.items() if v is not None})
-    except SegmentError as exc:
-        raise OptionError(f"{where}: {exc}") from None
-
-
-def parse_ensemble(raw: Any, *, where: str) -> tuple[int, ...] | None:
-    """``true`` (the gateway's scales), ``false``, or the scales themselves
-    as a list of token counts."""
-    if raw is False or raw is None:
-        return None
-    if raw is True:
-        return ()
-    if not isinstance(raw, list) or not raw or not all(_is_int(v) and v >= 1 for v in raw):
-        raise OptionError(f"{where} must be true, false or a non-empty list of scales in tokens (integers >= 1), got {raw!r}")
-    return tuple(sorted(set(raw)))
 
 
 def ensemble_scales(requested: tuple[int, ...] | None, configured: Sequence[int]) -> tuple[int, ...] | None:
@@ -496,80 +344,8 @@ def _dropped(result: AskResult) -> list[tuple[Chunk, str]]:
 # --- validation helpers ------------------------------------------------------
 
 
-class _Checker:
-    """Reads one option of an object, typed strictly (JSON true is not 1)."""
-
-    def __init__(self, raw: Mapping[str, Any], where: str):
-        self.raw, self.where = raw, where
-
-    def _fail(self, key: str, wanted: str) -> OptionError:
-        return OptionError(f"{self.where}.{key} must be {wanted}, got {self.raw[key]!r}")
-
-    def boolean(self, key: str) -> bool | None:
-        if key not in self.raw:
-            return None
-        if not isinstance(self.raw[key], bool):
-            raise self._fail(key, "true or false")
-        return self.raw[key]
-
-    def string(self, key: str) -> str | None:
-        if key not in self.raw:
-            return None
-        if not isinstance(self.raw[key], str):
-            raise self._fail(key, "a string")
-        return self.raw[key]
-
-    def choice(self, key: str, allowed: Sequence[str]) -> str | None:
-        value = self.string(key)
-        if value is not None and value not in allowed:
-            raise self._fail(key, f"one of [{', '.join(allowed)}]")
-        return value
-
-    def number(self, key: str, low: float | None, high: float | None) -> float | None:
-        if key not in self.raw:
-            return None
-        value = self.raw[key]
-        if not _is_number(value) or (low is not None and value < low) or (high is not None and value > high):
-            raise self._fail(key, _range("a number", low, high))
-        return float(value)
-
-    def integer(self, key: str, low: int | None, high: int | None, why: str = "") -> int | None:
-        if key not in self.raw:
-            return None
-        value = self.raw[key]
-        if not _is_int(value) or (low is not None and value < low) or (high is not None and value > high):
-            raise self._fail(key, _range("an integer", low, high) + why)
-        return value
-
-    def numbers(self, key: str, count: int, low: float | None, high: float | None) -> tuple[float, ...] | None:
-        if key not in self.raw:
-            return None
-        value = self.raw[key]
-        if not isinstance(value, list) or len(value) != count or not all(_is_number(v) and (low is None or v >= low) and (high is None or v <= high) for v in value):
-            raise self._fail(key, f"a list of {count} " + _range("numbers", low, high))
-        return tuple(float(v) for v in value)
-
-
-def _refuse_unknown(raw: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
-    for key in raw:
-        if key not in allowed:
-            raise OptionError(f"unknown option [{key}] in {where}; allowed: {', '.join(allowed)}")
-
-
-def _range(kind: str, low: float | None, high: float | None) -> str:
-    if low is not None and high is not None:
-        return f"{kind} from {low:g} to {high:g}"
-    if low is not None:
-        return f"{kind} of at least {low:g}"
-    return kind
-
-
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _text(value: Any) -> str | None:
@@ -580,7 +356,3 @@ def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, list) else [value]
-
-
-def _json_kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), type(value).__name__)

@@ -1,78 +1,27 @@
-"""Request and response models of ``/v1/ask``, for validation and the
-OpenAPI document. The options are checked again, with the messages shared
-with ``ext.chunkrag``, by :func:`dialect.parse_options`: unknown keys are let
-through here so that check can name them and list the allowed ones."""
+"""Request and response models of the gateway, for validation and the
+OpenAPI document. The filter's options (``ext.chunkrag``, ``options`` of
+``/v1/ask``) are declared in :mod:`search_extension.options`; the app turns
+pydantic's complaints about them into the same messages ``ext.chunkrag``
+gets (:func:`options.error_message`)."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Any, Optional
 
+from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 
-from search_extension.chunk_filter import FALLBACKS, RERANKERS, THRESHOLDS
-from search_extension.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS, PASSAGE_FORMATS
-from search_extension.queries import MODES
-
-
-class ScoringModel(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    method: Optional[Literal[METHODS]] = Field(None, description="multistage: base score, self-reflection on borderline scores, critic; listwise: several passages per call")
-    critic: Optional[Literal[CRITICS]] = None
-    reflect_band: Optional[list[float]] = Field(None, min_length=2, max_length=2, description="[low, high]: self-reflect only on base scores inside")
-    use_logprobs: Optional[bool] = Field(None, description="read P(Yes) from log-probabilities when the provider returns them")
-    weights: Optional[list[float]] = Field(None, min_length=3, max_length=3, description="base, reflection, critic")
-    listwise_batch: Optional[int] = Field(None, ge=1, le=MAX_LISTWISE_BATCH, description="listwise: passages judged in one call")
-    orders: Optional[int] = Field(None, ge=1, le=2, description="listwise: 2 also asks each batch in reverse order and averages (removes position bias)")
-    passages: Optional[Literal[PASSAGE_FORMATS]] = Field(None, description="listwise prompt layout: numbered, or quoted (each passage fenced as data; against planted instructions)")
-
-
-class OptionsModel(BaseModel):
-    """The keys of ``ext.chunkrag`` in a ``_search`` body."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    query: Optional[str] = Field(None, description="text to retrieve and judge with, instead of the question")
-    rewrite: Optional[bool] = Field(None, description="rewrite the query with the model before retrieval")
-    candidates: Optional[int] = Field(None, ge=1, description="chunks retrieved and judged (at most the gateway's max_candidates)")
-    mode: Optional[Literal[MODES]] = None
-    stages: Optional[bool] = Field(None, description="false: hybrid retrieval only, no model call")
-    redundancy_threshold: Optional[float] = Field(None, description="cosine above which a chunk repeats an earlier one; null skips the check")
-    scoring: Optional[ScoringModel] = None
-    threshold: Optional[Literal[THRESHOLDS]] = None
-    fixed_threshold: Optional[float] = Field(None, ge=0, le=1)
-    fallback: Optional[Literal[FALLBACKS]] = Field(None, description="when no chunk passes the threshold")
-    fallback_k: Optional[int] = Field(None, ge=1)
-    min_score: Optional[float] = Field(None, ge=0, le=1, description="a chunk scored below this never passes; when none clears it the outcome is 'nothing relevant'")
-    prior_weight: Optional[float] = Field(None, ge=0, le=1, description="share of the final score taken from the retrieval score; 0: the LLM judgement alone")
-    rerank: Optional[Literal[RERANKERS]] = None
-    lost_in_the_middle: Optional[bool] = None
-    answer: Optional[bool] = Field(None, description="write an answer from the kept chunks")
-    include_dropped: Optional[bool] = Field(None, description="_search only: list the dropped chunks under chunkrag.dropped")
-    budget_s: Optional[float] = Field(None, gt=0, le=3600, description="seconds for judging (at most an hour); chunks not judged in time are unscored")
-    judge_top: Optional[int] = Field(None, ge=0, description="the best N candidates go to the LLM judge (default 0: none, the retrieval signals decide; giving `scoring` turns it on for 9)")
-    calibrated: Optional[bool] = Field(None, description="score with the shipped logistic model over the retrieval signals (and the judge's share when it runs); default true")
-    segments: Optional[Union[bool, SegmentsModel]] = Field(None, description="relevant segment extraction: true, or budgets; hits become segments")
-    ensemble: Optional[Union[bool, list[int]]] = Field(None, description="multi-scale ensembling: true (the gateway's scales, CHUNKRAG_SCALES or 128,512,2000) or the scales in tokens; every scale in one _msearch, de-duplicated by span")
+from search_extension.gateway.dialect import TEXT_QUERIES
+from search_extension.options import OptionsModel, ScoringModel, SegmentsModel  # noqa: F401 (the OpenAPI components)
 
 
 class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     index: str = Field(min_length=1)
-    question: str = Field(min_length=1)
+    question: str = Field(min_length=1, json_schema_extra={"pattern": r"\S"},
+                          description="answered from the kept chunks (options.query, when given, is what is judged)")
     options: OptionsModel = Field(default_factory=OptionsModel)
-
-
-class SegmentsModel(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    max_segment_chunks: Optional[int] = Field(None, ge=1, description="longest segment, in chunks (15)")
-    max_total_chunks: Optional[int] = Field(None, ge=1, description="all segments together, in chunks (30)")
-    max_total_chars: Optional[int] = Field(None, ge=1, description="all segments together, in characters (no limit)")
-    min_segment_value: Optional[float] = Field(None, description="a segment worth less is not returned (0.5)")
-    irrelevant_chunk_penalty: Optional[float] = Field(None, ge=0, description="subtracted per chunk; larger gives shorter segments (0.18)")
-    decay_rate: Optional[float] = Field(None, gt=0, description="rank decay exp(-rank / decay_rate) (30)")
 
 
 class AskSegment(BaseModel):
@@ -138,3 +87,112 @@ class AskResponse(BaseModel):
     segments: Optional[list[AskSegment]] = Field(None, description="with options.segments: the relevant segments, best first; the answer was written from them")
     usage: UsageModel
     timings_ms: dict[str, float]
+
+
+# --- errors ------------------------------------------------------------------
+
+
+class ErrorCause(BaseModel):
+    type: str
+    reason: str
+
+
+class ErrorDetail(BaseModel):
+    root_cause: list[ErrorCause]
+    type: str = Field(description="illegal_argument_exception, parse_exception, security_exception, ...")
+    reason: str
+
+
+class ElasticsearchError(BaseModel):
+    """Elasticsearch's error shape: the official clients raise their usual
+    exceptions on it. Errors of Elasticsearch itself pass through as they are."""
+
+    error: ErrorDetail
+    status: int
+
+
+# Every status the gateway answers itself, and when. 401/403/429 come from
+# the guard (not on the public paths), 408/413 from the body limit, 431 from
+# the HTTP server (headers too large), the rest from the routes.
+_WHY = {
+    400: "an invalid body, option or header (the reason names it)",
+    401: "service mode: no valid gateway API key",
+    403: "an endpoint or index the caller may not reach",
+    404: "no such index",
+    408: "the request body did not arrive in time (CHUNKRAG_GATEWAY_BODY_TIMEOUT_S)",
+    413: "the request body is over the limit (CHUNKRAG_GATEWAY_MAX_BODY_BYTES)",
+    429: "the caller's rate limit, or the queue of filtered queries, is full (see Retry-After)",
+    431: "the request headers are too large",
+    502: "the model or embedding provider refused the call",
+    503: "Elasticsearch, Redis, the model provider or the workers are unavailable",
+    504: "the request did not finish within its deadline",
+}
+FILTERED_STATUSES = (400, 401, 403, 404, 408, 413, 429, 431, 502, 503, 504)
+PUBLIC_STATUSES = (400, 413, 431, 503)
+
+
+def error_responses(statuses: tuple[int, ...]) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": ElasticsearchError, "description": _WHY[status]} for status in statuses}
+
+
+# --- the body of a filtered _search --------------------------------------------
+
+_TEXT = {"type": "string", "pattern": r"\S"}  # blank text is "no query text"
+
+
+def _only(key: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": [key], "additionalProperties": False, "properties": {key: schema}}
+
+
+def _text_query() -> dict[str, Any]:
+    """The full-text queries the query text is read from (dialect.query_text)."""
+    with_query = {"type": "object", "required": ["query"], "properties": {"query": _TEXT}}
+    by_field = {"type": "object", "minProperties": 1, "maxProperties": 1,
+                "additionalProperties": {"anyOf": [_TEXT, with_query]}}
+    return {"anyOf": [_only(kind, by_field if kind in ("match", "match_phrase") else with_query)
+                      for kind in TEXT_QUERIES]}
+
+
+def search_body_schema() -> dict[str, Any]:
+    """A ``_search`` body with ``ext.chunkrag``: the query text is required,
+    given as ``ext.chunkrag.query`` or as a full-text query (alone or as
+    ``bool.must``, with ``bool.filter`` clauses restricting both sides of the
+    hybrid search). Without ext.chunkrag any Elasticsearch body passes through."""
+    text = _text_query()
+    boolean = _only("bool", {"type": "object", "required": ["must"], "properties": {
+        "must": text, "filter": {"type": "array", "items": {"type": "object", "minProperties": 1}}}})
+    options = {"$ref": "#/components/schemas/OptionsModel"}
+    return {
+        "type": "object",
+        "required": ["ext"],
+        "additionalProperties": False,
+        "properties": {
+            "query": {"anyOf": [*text["anyOf"], boolean],
+                      "description": "where the query text comes from, unless ext.chunkrag.query is given"},
+            "size": {"type": "integer", "minimum": 0, "description": "kept hits returned at most (10)"},
+            "ext": _only("chunkrag", options),
+        },
+        "anyOf": [
+            {"required": ["query"]},
+            {"properties": {"ext": _only("chunkrag", {"allOf": [options, {"required": ["query"]}]})}},
+        ],
+    }
+
+
+def search_openapi() -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": search_body_schema()}}}}
+
+
+def gateway_openapi(app) -> dict[str, Any]:
+    """FastAPI's document without its 422 (the gateway answers 400 in
+    Elasticsearch's shape instead)."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        components = schema.get("components", {}).get("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            components.pop(unused, None)
+        app.openapi_schema = schema
+    return app.openapi_schema

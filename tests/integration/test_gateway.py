@@ -53,9 +53,11 @@ def by_content(request):
         return listwise_choice("Tokyo is the capital")(request)
     if "Passages:" in prompt:
         return completion("Tokyo is the capital of Japan [1].")(request)
+    if "optimal threshold" in prompt:  # threshold "llm"
+        return completion("0.5")(request)
     if "Rewritten Query:" in prompt:  # the paper's rewriting prompt: the query back
         return completion(prompt.split('Original Query: "', 1)[1].split('"\n', 1)[0])(request)
-    chunk = prompt.split("Chunk:", 1)[1]
+    chunk = prompt.split("Chunk:", 1)[-1]  # any other prompt: judged as a whole
     return completion("Yes", yes_probability=0.95 if "Tokyo is the capital" in chunk else 0.05)(request)
 
 
@@ -142,7 +144,7 @@ def test_official_client_works_unchanged(client, index):
     plain = client.search(index=index, query={"match": {"text": "violin strings"}}, size=2)
     assert ids(plain)[0] == "violin:0" and "_chunkrag" not in plain["hits"]["hits"][0]
 
-    filtered = client.search(index=index, query={"match": {"text": QUESTION}}, size=5, ext={"chunkrag": {"candidates": 6, "include_dropped": True, **JUDGE}})
+    filtered = client.search(index=index, query={"match": {"text": QUESTION}}, size=5, ext={"chunkrag": {"candidates": 6, "include_dropped": True, "answer": True, **JUDGE}})
     assert ids(filtered) == ["tokyo:0"]
     hit = filtered["hits"]["hits"][0]
     assert hit["_index"] == index and hit["_score"] == pytest.approx(hit["_chunkrag"]["scores"]["combined"])

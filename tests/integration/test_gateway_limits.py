@@ -54,7 +54,8 @@ def test_a_full_queue_of_filtered_queries_is_429_with_retry_after(settings, embe
     redis.Redis.from_url(with_gateway(settings).redis_url).flushdb()
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
     app = create_app(with_gateway(settings, max_filtered=1, max_queued=0, retry_after_s=3), model=model, embedder=embedder)
-    body = {"query": {"match": {"text": f"{QUESTION} {MODEL_STALLS}"}}, "ext": {"chunkrag": {"candidates": 2}}}
+    # The answer call stalls (a _search writes one only when asked).
+    body = {"query": {"match": {"text": f"{QUESTION} {MODEL_STALLS}"}}, "ext": {"chunkrag": {"candidates": 2, "answer": True}}}
     with serving(app) as url, concurrent.futures.ThreadPoolExecutor(3) as pool:
         replies = list(pool.map(lambda _: httpx.post(f"{url}/{index}/_search", json=body, timeout=30), range(3)))
         # Retrieval only holds no place in the queue.

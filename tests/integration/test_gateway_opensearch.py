@@ -107,7 +107,7 @@ def test_opensearch_py_works_unchanged_through_the_gateway(client, index, model_
     assert ids(plain)[0] == "violin:0" and "_chunkrag" not in plain["hits"]["hits"][0]
 
     before = len(model_server.requests)
-    filtered = client.search(index=index, body={"query": {"match": {"text": QUESTION}}, "size": 5, "ext": {"chunkrag": {"candidates": 6, "include_dropped": True, "judge_top": 9}}})
+    filtered = client.search(index=index, body={"query": {"match": {"text": QUESTION}}, "size": 5, "ext": {"chunkrag": {"candidates": 6, "include_dropped": True, "judge_top": 9, "answer": True}}})
     assert ids(filtered) == ["tokyo:0"]
     hit = filtered["hits"]["hits"][0]
     assert hit["_chunkrag"]["kept"] and "vector" not in hit["_source"] and hit["_source"]["doc_id"] == "tokyo"

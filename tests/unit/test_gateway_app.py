@@ -135,13 +135,23 @@ def test_a_body_mentioning_chunkrag_outside_ext_still_passes_through():
 def test_chunkrag_search_answers_in_elasticsearch_shape_and_ext_never_reaches_elasticsearch():
     transport, es = RecordingTransport(es_reply), FakeElasticsearch()
     client, _ = make_client(transport, es=es)
-    response = client.post("/idx/_search", json={"query": {"match": {"text": "what does a say"}}, "size": 5, "ext": {"chunkrag": {"redundancy_threshold": None, "calibrated": False, "threshold": "dynamic", "judge_top": 9}}}, headers={"accept": COMPAT})
+    response = client.post("/idx/_search", json={"query": {"match": {"text": "what does a say"}}, "size": 5, "ext": {"chunkrag": {"redundancy_threshold": None, "calibrated": False, "threshold": "dynamic", "judge_top": 9, "answer": True}}}, headers={"accept": COMPAT})
     assert response.status_code == 200, response.text
     assert response.headers["x-elastic-product"] == "Elasticsearch" and response.headers["content-type"].startswith("application/vnd.elasticsearch+json")
     body = response.json()
     assert [h["_id"] for h in body["hits"]["hits"]] == ["a:0"] and body["hits"]["hits"][0]["_score"] == 0.9
     assert body["chunkrag"]["answer"]["citations"] == ["a:0"] and body["chunkrag"]["usage"]["model_calls"] == 3 + 1
     assert transport.requests == [] and all("ext" not in body for body in es.calls[0])
+
+
+def test_a_filtered_search_writes_an_answer_only_when_asked_and_ask_answers_by_default():
+    client, _ = make_client()
+    body = {"query": {"match": {"text": "what does a say"}}, "ext": {"chunkrag": {"calibrated": False, "threshold": "dynamic", "judge_top": 9}}}
+    section = client.post("/idx/_search", json=body).json()["chunkrag"]
+    # Three judged chunks, no answer call: a search client asked for hits.
+    assert section["answer"] is None and section["usage"]["model_calls"] == 3
+    asked = client.post("/v1/ask", json={"index": "idx", "question": "what does a say", "options": body["ext"]["chunkrag"]}).json()
+    assert asked["answer"] == "a says 0 [1]." and asked["usage"]["model_calls"] == 3 + 1
 
 
 def test_invalid_requests_are_400_in_elasticsearch_shape():
@@ -191,6 +201,53 @@ def test_ask_endpoint_and_openapi():
     schema = client.get("/openapi.json").json()
     assert schema["paths"]["/v1/ask"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/AskRequest")
     assert "/{path}" not in schema["paths"]
+
+
+def test_openapi_lists_every_status_each_route_answers_in_elasticsearch_shape():
+    client, _ = make_client()
+    schema = client.get("/openapi.json").json()
+    filtered = {"200", "400", "401", "403", "404", "408", "413", "429", "431", "502", "503", "504"}
+    expected = {("/v1/ask", "post"): filtered, ("/{index}/_search", "post"): filtered, ("/v1/health", "get"): {"200", "400", "413", "431", "503"}}
+    for (path, method), statuses in expected.items():
+        responses = schema["paths"][path][method]["responses"]
+        assert set(responses) == statuses, path
+        for status in statuses - {"200"}:
+            assert responses[status]["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/ElasticsearchError", (path, status)
+            assert responses[status]["description"]
+    error = schema["components"]["schemas"]["ElasticsearchError"]
+    assert set(error["required"]) == {"error", "status"} and "HTTPValidationError" not in schema["components"]["schemas"]
+
+
+def test_the_search_body_schema_requires_the_query_text_where_the_gateway_does():
+    import jsonschema_rs
+
+    from search_extension.gateway.dialect import parse_search
+
+    client, _ = make_client()
+    document = client.get("/openapi.json").json()
+    body_schema = document["paths"]["/{index}/_search"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    validator = jsonschema_rs.Draft202012Validator({**body_schema, "components": document["components"]})
+    valid = [
+        {"query": {"match": {"text": "tokyo"}}, "ext": {"chunkrag": {}}},
+        {"query": {"match": {"title": {"query": "tokyo"}}}, "size": 3, "ext": {"chunkrag": {"judge_top": 3}}},
+        {"query": {"multi_match": {"query": "tokyo", "fields": ["text"]}}, "ext": {"chunkrag": {}}},
+        {"query": {"bool": {"must": {"match_phrase": {"text": "tokyo"}}, "filter": [{"term": {"doc_id": "a"}}]}}, "ext": {"chunkrag": {}}},
+        {"ext": {"chunkrag": {"query": "tokyo"}}},
+    ]
+    refused = [
+        {"ext": {"chunkrag": {}}},
+        {"query": {"term": {"doc_id": "x"}}, "ext": {"chunkrag": {}}},
+        {"query": {"match": {"text": "  "}}, "ext": {"chunkrag": {}}},
+        {"ext": {"chunkrag": {"query": " "}}},
+        {"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {"candidate": 3}}},
+    ]
+    for body in valid:
+        assert validator.is_valid(body), body
+        parse_search(body, max_candidates=50)
+    for body in refused:
+        assert not validator.is_valid(body), body
+        with pytest.raises(ValueError):
+            parse_search(body, max_candidates=50)
 
 
 @pytest.mark.parametrize("status, ok", [("green", True), ("red", False)])

@@ -1,0 +1,177 @@
+"""The filter's options, declared once: the CLI flags made from the
+declaration, the rules resolve() holds, and the defaults by surface."""
+
+import dataclasses
+
+import pytest
+
+from chunkrag_cli.main import build_parser, filter_options_from_args, main
+from search_extension.chunk_filter import FilterOptions
+from search_extension.options import ANSWER_BY_DEFAULT, OptionsModel, ScoringModel, SegmentsModel, parse_options
+from search_extension.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
+from search_extension.processors.relevance import ScoringOptions
+
+
+def flags(*argv):
+    args = build_parser().parse_args(list(argv))
+    return filter_options_from_args(args, argv[0])
+
+
+def test_unset_flags_keep_the_filter_defaults_and_ask_answers_by_default():
+    assert flags("ask", "q").filter == FilterOptions()
+    assert flags("ask", "q").candidates is None
+    assert flags("eval", "dev.jsonl").filter == dataclasses.replace(FilterOptions(), answer=False)
+    assert flags("search", "q").mode is None
+
+
+def test_every_ask_flag_keeps_its_name_and_reaches_its_option():
+    resolved = flags(
+        "ask",
+        "q",
+        "--candidates",
+        "5",
+        "--threshold",
+        "dynamic",
+        "--fixed-threshold",
+        "0.5",
+        "--fallback",
+        "not_found",
+        "--no-answer",
+        "--judge-top",
+        "4",
+        "--calibration",
+        "off",
+        "--method",
+        "multistage",
+        "--orders",
+        "2",
+        "--passages",
+        "quoted",
+    )
+    assert resolved.candidates == 5
+    assert resolved.filter == dataclasses.replace(
+        FilterOptions(),
+        threshold="dynamic",
+        fixed_threshold=0.5,
+        fallback="not_found",
+        answer=False,
+        judge_top=4,
+        calibration=None,
+        scoring=dataclasses.replace(FilterOptions().scoring, method="multistage", orders=2, passages="quoted"),
+    )
+
+
+def test_every_eval_flag_keeps_its_name_and_reaches_its_option():
+    resolved = flags(
+        "eval",
+        "dev.jsonl",
+        "--no-redundancy",
+        "--threshold",
+        "relative",
+        "--fixed-threshold",
+        "0.6",
+        "--prior-weight",
+        "0.25",
+        "--judge-top",
+        "0",
+        "--calibration",
+        "default",
+        "--method",
+        "yes_no",
+        "--orders",
+        "1",
+        "--passages",
+        "numbered",
+    ).filter
+    assert (
+        resolved.redundancy_threshold is None and resolved.threshold == "relative" and resolved.fixed_threshold == 0.6
+    )
+    assert resolved.prior_weight == 0.25 and resolved.judge_top == 0 and resolved.calibration is RETRIEVAL_MODEL
+    assert resolved.scoring.method == "yes_no" and not resolved.answer
+    assert flags("search", "q", "--mode", "bm25").mode == "bm25"
+
+
+def test_a_judging_flag_turns_the_judge_on_for_nine_as_a_scoring_option_does():
+    for argv in (("--method", "listwise"), ("--orders", "2"), ("--passages", "quoted")):
+        cli = flags("ask", "q", *argv).filter
+        assert cli.judge_top == 9 and cli.calibration is JUDGED_MODEL, argv
+    key, value = "method", "listwise"
+    assert flags("ask", "q", "--method", value).filter == parse_options({"scoring": {key: value}}).filter
+    assert flags("ask", "q", "--method", "listwise", "--judge-top", "0").filter.judge_top == 0
+    assert (
+        flags("ask", "q", "--method", "listwise", "--calibration", "off").filter
+        == parse_options({"scoring": {"method": "listwise"}, "calibrated": False}).filter
+    )
+
+
+def test_an_invalid_flag_value_is_refused_with_the_options_reason(capsys):
+    assert main(["ask", "q", "--fixed-threshold", "1.5"]) == 2
+    assert "options.fixed_threshold must be a number from 0 to 1, got 1.5" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["ask", "q", "--threshold", "median"])
+
+
+def test_answer_defaults_by_surface():
+    assert ANSWER_BY_DEFAULT == {"search": False, "ask": True, "eval": False}
+    assert parse_options({}, surface="search").filter.answer is False
+    assert parse_options({"answer": True}, surface="search").filter.answer is True
+    assert parse_options({}, surface="ask").filter.answer is True
+    assert parse_options({"answer": False}, surface="ask").filter.answer is False
+
+
+def test_the_declaration_holds_the_library_defaults_and_a_help_line_for_every_option():
+    schema = OptionsModel.model_json_schema()
+    filter_defaults = FilterOptions()
+    for name in (
+        "threshold",
+        "fixed_threshold",
+        "fallback",
+        "fallback_k",
+        "min_score",
+        "prior_weight",
+        "rerank",
+        "lost_in_the_middle",
+        "judge_top",
+        "redundancy_threshold",
+    ):
+        assert schema["properties"][name]["default"] == getattr(filter_defaults, name), name
+    scoring = schema["$defs"]["ScoringModel"]["properties"]
+    assert scoring["method"]["default"] == filter_defaults.scoring.method == "listwise"
+    assert tuple(scoring["reflect_band"]["default"]) == filter_defaults.scoring.reflect_band
+    for model in (OptionsModel, ScoringModel, SegmentsModel):
+        for name, field in model.model_fields.items():
+            assert field.description and "\n" not in field.description, (model.__name__, name)
+
+
+def test_resolved_values_are_the_frozen_library_dataclasses():
+    resolved = parse_options(
+        {"scoring": {"weights": [1, 0, 0], "reflect_band": [0.2, 0.8]}, "segments": True, "ensemble": [512, 128, 128]}
+    )
+    assert isinstance(resolved.filter.scoring, ScoringOptions) and resolved.filter.scoring.weights == (1.0, 0.0, 0.0)
+    assert resolved.filter.scoring.reflect_band == (0.2, 0.8) and resolved.ensemble == (128, 512)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        resolved.filter.answer = False
+
+
+def test_the_reference_table_lists_every_option_with_its_flag():
+    from search_extension.options import OPTION_KEYS, SCORING_KEYS, SEGMENT_KEYS, reference
+
+    table = reference()
+    for key in (*OPTION_KEYS, *(f"scoring.{k}" for k in SCORING_KEYS), *(f"segments.{k}" for k in SEGMENT_KEYS)):
+        assert table.count(f"| `{key}` |") == 1, key
+    assert "| `calibrated` | true or false | `true` | `--calibration` |" in table
+    assert "| `scoring.orders` | an integer from 1 to 2 | `1` | `--orders` |" in table
+
+
+def test_the_declaration_imports_neither_the_gateway_nor_the_cli_nor_the_workers():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, search_extension.options; "
+        "print(sorted(m for m in sys.modules"
+        " if m.split('.')[0] in ('fastapi', 'starlette', 'workers', 'chunkrag_cli', 'celery')"
+        " or m.startswith('search_extension.gateway')))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
