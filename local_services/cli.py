@@ -12,8 +12,9 @@ same module functions: up, down, status, wait_until_healthy, process.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from local_services import elasticsearch_node, llm_server, opensearch_node, redis_server
 from local_services.elasticsearch_node import ElasticsearchSettings
@@ -84,6 +85,25 @@ def services_logs(only: str | None = None, lines: int = 40, log: Log = print_lin
     """Each selected service's log excerpt: likely causes of a failure, then the log's tail."""
     for name, module, settings in _services(_selected(only, default=ALL_SERVICES), ALL_SERVICES):
         log(f"=== {name} ===\n{module.process(settings).logs(lines)}")
+
+
+def app_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The URL variables the app reads (ES_URL, OPENSEARCH_URL, REDIS_URL,
+    CHUNKRAG_CHAT_BASE_URL) pointing at the services `up` starts from this
+    environment, for those it does not set itself. The app knows URLs only:
+    a program that starts the local services (on whatever ports) and then
+    runs the app passes these on."""
+    env = os.environ if environ is None else environ
+    urls = {
+        "ES_URL": ElasticsearchSettings.from_environ(env).url,
+        "OPENSEARCH_URL": OpenSearchSettings.from_environ(env).url,
+        "REDIS_URL": RedisSettings.from_environ(env).url,
+        "CHUNKRAG_CHAT_BASE_URL": LlmSettings.from_environ(env).base_url,
+    }
+    if env.get("OPENSEARCH_URL") and not env.get("ES_URL"):
+        # OPENSEARCH_URL alone chooses OpenSearch (SEARCH_BACKEND unset); an added ES_URL would undo that.
+        del urls["ES_URL"]
+    return {name: url for name, url in urls.items() if not env.get(name)}
 
 
 # --- argparse ----------------------------------------------------------------------
