@@ -33,6 +33,7 @@ from local_services.process import (
     pid_alive,
     port_in_use,
     print_line,
+    process_cmdline,
     redact_url,
     run_launcher,
     tail,
@@ -179,8 +180,14 @@ class ManagedProcess:
             raise LocalServiceError(
                 f"could not launch {self.title} (exit {result.returncode}): {(result.stdout + result.stderr).strip()}"
             )
-        self.pidfile.write_text(f"{launched}\n")
-        return int(launched)
+        pid = int(launched)
+        # $! names the forked shell until it has exec'd the program: a pidfile
+        # read before then would look stale (the marker is not there yet).
+        deadline = time.monotonic() + 10.0
+        while self.cmdline_marker not in process_cmdline(pid) and pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.pidfile.write_text(f"{pid}\n")
+        return pid
 
     # --- health --------------------------------------------------------------------
 
