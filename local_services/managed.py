@@ -119,8 +119,9 @@ class ManagedProcess:
 
     # --- starting ------------------------------------------------------------------
 
-    def start(self, log: Log = print_line) -> int:
-        """Start the process in the background and return its pid (no health wait)."""
+    def start(self, log: Log = print_line, on_launch: Callable[[], None] | None = None) -> int:
+        """Start the process in the background and return its pid (no health
+        wait); ``on_launch`` is called once preparing is done, just before the launch."""
         if self.external_url:
             raise LocalServiceError(
                 f"{self.title}: {redact_url(self.external_url)} is configured; not starting a local one"
@@ -145,6 +146,8 @@ class ManagedProcess:
                 "USER": command.user.name,
                 "LOGNAME": command.user.name,
             }
+        if on_launch is not None:
+            on_launch()
         if self.daemonizes:
             return self._start_daemon(argv, command.cwd, env)
         return self._start_in_background(argv, command.cwd, env)
@@ -214,6 +217,13 @@ class ManagedProcess:
             return None
         ensure_state_home(self.home)
         with exclusive_lock(self.lock_file):
+            began = time.monotonic()
+
+            def launching() -> None:
+                # From the launch: a first download or build is not start-up time.
+                nonlocal began
+                began = time.monotonic()
+
             pid = self.running_pid(log)
             if pid is not None:
                 healthy, health = self._check_or_unreachable()
@@ -222,9 +232,7 @@ class ManagedProcess:
                     return health
                 log(f"{self.title} already running (pid {pid}); waiting for it to become healthy…")
             else:
-                self.start(log)
-            # After the start: a first download or build is not start-up time.
-            began = time.monotonic()
+                self.start(log, on_launch=launching)
             health = self.wait(timeout, log)
         log(f"{self.title} healthy ({health}) in {time.monotonic() - began:.1f} s at {redact_url(self.url)}")
         return health
