@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from chunkrag_core.settings import Settings
 from local_services.managed import Command, ManagedProcess, terminate_all
@@ -136,7 +137,7 @@ class CeleryWorkers:
             worker.managed.pidfile.unlink(missing_ok=True)
         self.running.clear()
 
-    def __enter__(self) -> CeleryWorkers:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -73,23 +73,23 @@ def described(
 ) -> ManagedProcess:
     run_dir = tmp_path / "run" / "svc"
     run_dir.mkdir(parents=True, exist_ok=True)
-    fields = dict(
-        name="svc",
-        title="test server",
-        home=tmp_path,
-        run_dir=run_dir,
-        pidfile=run_dir / "svc.pid",
-        lock_file=tmp_path / "run" / "svc.lock",
-        launch_log=run_dir / "svc.log",
-        server_log=run_dir / "svc.log",
-        cmdline_marker=marker,
-        url=f"http://127.0.0.1:{port}",
-        check=check or http_check(port),
-        prepare=lambda log: (log("starting the test server…"), Command(argv, cwd=run_dir))[1],
-        ports=((port, "port"),) if port else (),
-        stop_grace_s=5.0,
-        wait_interval_s=0.1,
-    )
+    fields = {
+        "name": "svc",
+        "title": "test server",
+        "home": tmp_path,
+        "run_dir": run_dir,
+        "pidfile": run_dir / "svc.pid",
+        "lock_file": tmp_path / "run" / "svc.lock",
+        "launch_log": run_dir / "svc.log",
+        "server_log": run_dir / "svc.log",
+        "cmdline_marker": marker,
+        "url": f"http://127.0.0.1:{port}",
+        "check": check or http_check(port),
+        "prepare": lambda log: (log("starting the test server…"), Command(argv, cwd=run_dir))[1],
+        "ports": ((port, "port"),) if port else (),
+        "stop_grace_s": 5.0,
+        "wait_interval_s": 0.1,
+    }
     fields.update(overrides)
     return ManagedProcess(**fields)
 
