@@ -346,6 +346,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from search_extension.retriever import HybridRetriever
 
     if not args.no_services:
+        from local_services.cli import app_environ
         from local_services.cli import main as services_main
 
         if services_main(["up"]) != 0:
@@ -353,6 +354,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         # The local model only when no other OpenAI-compatible server is configured.
         if not args.no_filter and not os.environ.get("CHUNKRAG_CHAT_BASE_URL") and services_main(["up", "--only", "llm"]) != 0:
             return 1
+        # The app (and the demo's worker) know the services by URL: those just started, on their ports.
+        os.environ.update(app_environ())
     settings = _settings(args)
     client = _backend(settings)
     embedder = make_embedder(settings.embedder)

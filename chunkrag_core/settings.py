@@ -8,6 +8,7 @@ entry points (CLI, gateway, workers), never at import time.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
 from urllib.parse import urlsplit, urlunsplit
@@ -259,21 +260,19 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         base = cls()
-        # Without ES_URL / REDIS_URL the project's own local services are
-        # meant, on the ports they were told to use.
-        local_es = f"http://127.0.0.1:{env.get('CHUNKRAG_ES_PORT') or 9200}"
-        local_redis = f"redis://127.0.0.1:{env.get('CHUNKRAG_REDIS_PORT') or 6379}/0"
-        local_opensearch = f"http://127.0.0.1:{env.get('CHUNKRAG_OPENSEARCH_PORT') or 9201}"
+        # The app knows services by URL only; the defaults are the project's
+        # local services on their default ports (local_services reads the
+        # ports it starts them on).
         return replace(
             base,
-            es_url=env.get("ES_URL") or local_es,
+            es_url=env.get("ES_URL") or base.es_url,
             es_api_key=env.get("ES_API_KEY") or None,
             es_ca_certs=env.get("ES_CA_CERTS") or None,
             search_backend=_search_backend_from_env(env),
-            opensearch_url=env.get("OPENSEARCH_URL") or local_opensearch,
+            opensearch_url=env.get("OPENSEARCH_URL") or base.opensearch_url,
             opensearch_ca_certs=env.get("OPENSEARCH_CA_CERTS") or None,
             **_opensearch_auth_from_env(env),
-            redis_url=env.get("REDIS_URL") or local_redis,
+            redis_url=env.get("REDIS_URL") or base.redis_url,
             index=env.get("CHUNKRAG_INDEX", base.index),
             chunking=_chunking_from_env(base.chunking, env),
             embedder=_embedder_from_env(base.embedder, env),
@@ -330,11 +329,11 @@ def _opensearch_auth_from_env(env: Mapping[str, str]) -> dict[str, str]:
     auth = (env.get("OPENSEARCH_AUTH") or "basic").strip().lower()
     if auth not in OPENSEARCH_AUTHS:
         raise SettingsError(f"OPENSEARCH_AUTH={auth!r}; choose one of {', '.join(OPENSEARCH_AUTHS)}")
-    region = env.get("OPENSEARCH_AWS_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ""
+    region = env.get("AWS_REGION") or _deprecated(env, "OPENSEARCH_AWS_REGION", "AWS_REGION") or ""
     service = (env.get("OPENSEARCH_AWS_SERVICE") or "es").strip().lower()
     if auth == "sigv4":
         if not region:
-            raise SettingsError("OPENSEARCH_AUTH=sigv4 needs the domain's region: set AWS_REGION (or OPENSEARCH_AWS_REGION)")
+            raise SettingsError("OPENSEARCH_AUTH=sigv4 needs the domain's region: set AWS_REGION")
         if service not in OPENSEARCH_AWS_SERVICES:
             raise SettingsError(f"OPENSEARCH_AWS_SERVICE={service!r}; choose es (a managed domain) or aoss (Serverless)")
         if urlsplit(env.get("OPENSEARCH_URL") or "").username is not None:
@@ -343,7 +342,8 @@ def _opensearch_auth_from_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def _chunking_from_env(base: ChunkingSettings, env: Mapping[str, str]) -> ChunkingSettings:
-    settings = _overlay(base, env, "CHUNKRAG_CHUNK_")
+    # Scales have one name, CHUNKRAG_SCALES, not CHUNKRAG_CHUNK_SCALES too.
+    settings = _overlay(base, env, "CHUNKRAG_CHUNK_", skip=("scales",))
     # CHUNKRAG_SCALES="128,512,2000" (or "default"): multi-scale ensembling.
     if env.get("CHUNKRAG_SCALES"):
         settings = replace(settings, scales=parse_scales(env["CHUNKRAG_SCALES"]))
@@ -362,18 +362,16 @@ def _embedder_from_env(base: EmbedderSettings, env: Mapping[str, str]) -> Embedd
 
 
 def _chat_from_env(base: ChatSettings, env: Mapping[str, str]) -> ChatSettings:
-    # Without CHUNKRAG_CHAT_BASE_URL the project's own model server is meant,
-    # on the port it was told to use.
-    if env.get("CHUNKRAG_LLM_PORT"):
-        base = replace(base, base_url=f"http://127.0.0.1:{env['CHUNKRAG_LLM_PORT']}/v1")
     settings = _overlay(base, env, "CHUNKRAG_CHAT_")
     return replace(settings, api_key=env.get("CHUNKRAG_CHAT_API_KEY") or env.get("OPENAI_API_KEY") or None)
 
 
-def _overlay(value, env: Mapping[str, str], prefix: str):
-    """``value`` with each field replaced by ``<PREFIX><FIELD>`` when set."""
+def _overlay(value, env: Mapping[str, str], prefix: str, skip: tuple[str, ...] = ()):
+    """``value`` with each field (but those in ``skip``) replaced by ``<PREFIX><FIELD>`` when set."""
     changes = {}
     for f in fields(value):
+        if f.name in skip:
+            continue
         raw = env.get(prefix + f.name.upper())
         if raw is None or raw == "":
             continue
@@ -383,6 +381,16 @@ def _overlay(value, env: Mapping[str, str], prefix: str):
         except ValueError as exc:
             raise SettingsError(f"{prefix + f.name.upper()}={raw!r} is not a valid {kind.__name__}") from exc
     return replace(value, **changes)
+
+
+def _deprecated(env: Mapping[str, str], old: str, new: str) -> str | None:
+    """A knob's former name, still read for one release, with a warning."""
+    value = env.get(old)
+    if value:
+        message = f"{old} is deprecated and will be ignored in the next release; set {new} instead"
+        # FutureWarning, not DeprecationWarning: shown by default to whoever runs the program.
+        warnings.warn(message, FutureWarning, stacklevel=3)
+    return value
 
 
 def _boolean(raw: str) -> bool:

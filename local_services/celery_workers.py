@@ -5,38 +5,82 @@ the environment, stopped (or killed) by pid.
     with CeleryWorkers(env, log_dir) as workers:
         workers.start(2)          # returns once both answer a ping
         ...
+
+Each worker is a :class:`~local_services.managed.ManagedProcess` whose
+pidfile and log live in ``log_dir``; the pool waits for all of them at once,
+since a worker is healthy only when the broker hears it.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from chunkrag_core.settings import Settings
+from local_services.managed import Command, ManagedProcess, terminate_all
+from local_services.process import LocalServiceError, pid_alive, tail, wait_until_ready
 from workers.app import make_app
 from workers.dispatch import WorkersUnavailable, check_workers
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
+STOP_GRACE_SECONDS = 15.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkerProcess:
     name: str
-    process: subprocess.Popen
-    log_file: Path
+    managed: ManagedProcess
+    pid: int
+
+    @property
+    def log_file(self) -> Path:
+        return self.managed.launch_log
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_file.read_text(errors="replace").splitlines()
-        except OSError:
-            return "(no log)"
-        return "\n".join(text[-lines:])
+        return tail(self.log_file, lines)
+
+
+def worker_command(name: str, concurrency: int) -> list[str]:
+    return [
+        sys.executable, "-m", "celery", "-A", "workers.app", "worker",
+        "--loglevel=INFO", "--pool=prefork", f"--concurrency={concurrency}", "-n", name,
+        # Startup handshakes the tests do not need; they cost seconds.
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+    ]  # fmt: skip
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def _unchecked() -> tuple[bool, str]:
+    # One worker alone has no health check: the broker hears the pool (CeleryWorkers.wait_for).
+    return True, "started"
+
+
+def worker_process(name: str, env: Mapping[str, str], log_dir: Path, concurrency: int = 1) -> ManagedProcess:
+    short = name.split("@")[0]
+    return ManagedProcess(
+        name=short,
+        title=f"celery worker {name}",
+        home=log_dir,
+        run_dir=log_dir,
+        pidfile=log_dir / f"{short}.pid",
+        lock_file=log_dir / f"{short}.lock",
+        launch_log=log_dir / f"{short}.log",
+        server_log=log_dir / f"{short}.log",
+        # Unique to this worker, in its -n argument and in the title Celery
+        # gives the process when setproctitle is installed.
+        cmdline_marker=f"{short}@",
+        url="",
+        check=_unchecked,
+        prepare=lambda _log: Command(worker_command(name, concurrency), cwd=ROOT, env=env),
+        stop_grace_s=STOP_GRACE_SECONDS,
+    )
 
 
 class CeleryWorkers:
@@ -54,57 +98,46 @@ class CeleryWorkers:
 
     def _spawn(self) -> WorkerProcess:
         name = f"test-{uuid.uuid4().hex[:6]}@%h"
-        log_file = self.log_dir / f"{name.split('@')[0]}.log"
-        command = [
-            sys.executable, "-m", "celery", "-A", "workers.app", "worker",
-            "--loglevel=INFO", "--pool=prefork", f"--concurrency={self.concurrency}", "-n", name,
-            # Startup handshakes the tests do not need; they cost seconds.
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-        ]  # fmt: skip
-        with log_file.open("wb") as log:
-            # A session of its own: the worker and its pool children can be
-            # killed together without touching the test process.
-            process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        worker = WorkerProcess(name, process, log_file)
+        managed = worker_process(name, self.env, self.log_dir, self.concurrency)
+        worker = WorkerProcess(name, managed, managed.start(_quiet))
         self.running.append(worker)
         return worker
 
     def wait_for(self, count: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        answered, problem = 0, "no answer yet"
-        while time.monotonic() < deadline:
+        """Until ``count`` workers answer a broker ping; a worker that exits
+        meanwhile is reported at once, with its log."""
+
+        def probe() -> tuple[bool, str]:
             for worker in self.running:
-                if worker.process.poll() is not None:
-                    raise RuntimeError(f"celery worker {worker.name} exited with {worker.process.returncode}:\n{worker.log_tail()}")
+                if not pid_alive(worker.pid):
+                    raise LocalServiceError(f"celery worker {worker.name} exited:\n{worker.log_tail()}")
             try:
                 answered = check_workers(self.app, timeout=1.0)
             except WorkersUnavailable as exc:
-                answered, problem = 0, str(exc)
-            if answered >= count:
-                return
-            time.sleep(0.2)
-        logs = "\n".join(f"--- {w.name} ---\n{w.log_tail()}" for w in self.running)
-        raise RuntimeError(f"{answered} of {count} celery workers answered within {timeout:.0f} s ({problem})\n{logs}")
+                return False, f"0 answered ({exc})"
+            return answered >= count, f"{answered} answered"
+
+        def timed_out(last: str) -> str:
+            logs = "\n".join(f"--- {w.name} ---\n{w.log_tail()}" for w in self.running)
+            return f"fewer than {count} celery workers answered within {timeout:.0f} s ({last})\n{logs}"
+
+        wait_until_ready(probe, timeout=timeout, pid=None, interval=0.2, exited=lambda: "", timed_out=timed_out)
 
     def kill(self, worker: WorkerProcess) -> None:
         """SIGKILL a worker with its pool children: a machine dying."""
-        os.killpg(worker.process.pid, signal.SIGKILL)
-        worker.process.wait(timeout=10)
+        worker.managed.kill()
         self.running.remove(worker)
 
-    def stop(self, grace_s: float = 15.0) -> None:
+    def stop(self) -> None:
+        """A warm shutdown of every worker (each finishes the task in hand),
+        then SIGKILL for any still running after the grace period."""
+        ours = [pid for worker in self.running if (pid := worker.managed.running_pid(_quiet)) is not None]
+        terminate_all(ours, STOP_GRACE_SECONDS)
         for worker in self.running:
-            if worker.process.poll() is None:
-                worker.process.send_signal(signal.SIGTERM)  # warm shutdown: finish the task in hand
-        for worker in self.running:
-            try:
-                worker.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.process.pid, signal.SIGKILL)  # with its pool children
-                worker.process.wait(timeout=10)
+            worker.managed.pidfile.unlink(missing_ok=True)
         self.running.clear()
 
-    def __enter__(self) -> CeleryWorkers:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

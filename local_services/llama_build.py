@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from chunkrag_core.artifacts import file_sha256
 from local_services.process import LocalServiceError, Log, exclusive_lock, print_line
 
 SDIST_NAME = "llama-cpp-python"
@@ -119,14 +120,6 @@ def cmake_build_args(build: Path, jobs: int) -> list[str]:
     return ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _run(command: list[str], *, cwd: Path, timeout: float, what: str, log_file: Path) -> None:
     with log_file.open("ab") as out:
         try:
@@ -143,7 +136,7 @@ def _run(command: list[str], *, cwd: Path, timeout: float, what: str, log_file: 
 def fetch_sdist(directory: Path, log: Log = print_line) -> Path:
     """The pinned sdist, downloaded with pip (PyPI) and sha256-checked."""
     target = directory / SDIST_FILE
-    if target.is_file() and _sha256(target) == SDIST_SHA256:
+    if target.is_file() and file_sha256(target) == SDIST_SHA256:
         return target
     target.unlink(missing_ok=True)
     log(f"downloading the {SDIST_NAME} {SDIST_VERSION} sources (llama.cpp is vendored inside) with pip…")
@@ -152,7 +145,7 @@ def fetch_sdist(directory: Path, log: Log = print_line) -> Path:
     result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=FETCH_TIMEOUT_SECONDS)
     if result.returncode != 0 or not target.is_file():
         raise LocalServiceError(f"pip could not download {SDIST_NAME}=={SDIST_VERSION} (exit {result.returncode}):\n{(result.stdout + result.stderr)[-2000:]}")
-    actual = _sha256(target)
+    actual = file_sha256(target)
     if actual != SDIST_SHA256:
         target.unlink(missing_ok=True)
         raise LocalServiceError(f"{SDIST_FILE} has sha256 {actual}, expected {SDIST_SHA256}; deleted it")

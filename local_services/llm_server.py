@@ -30,27 +30,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from local_services import llama_build
+from local_services.managed import Command, ManagedProcess
 from local_services.process import (
     LOOPBACK,
     LocalServiceError,
     Log,
     PortRunFiles,
     ServiceStatus,
-    describe_port_owner,
     ensure_state_home,
     env_port,
-    error_lines,
     exclusive_lock,
-    live_pid_from_pidfile,
     make_public_dir,
-    managed_state,
-    port_in_use,
     print_line,
-    run_launcher,
     state_home,
-    stop_managed,
-    tail,
-    wait_until_ready,
 )
 
 MODEL_ALIAS = "qwen2.5-coder-1.5b-instruct"
@@ -384,64 +376,26 @@ def served_models(base_url: str, timeout: float = 5.0) -> list[str]:
     return [str(entry.get("id")) for entry in body.get("data", []) if isinstance(entry, dict)]
 
 
-def _serves_our_model(settings: LlmSettings) -> bool:
-    try:
-        return MODEL_ALIAS in served_models(settings.base_url, timeout=3.0)
-    except OSError:
-        return False
+def _check(settings: LlmSettings) -> tuple[bool, str]:
+    models = served_models(settings.base_url, timeout=5.0)
+    if MODEL_ALIAS in models:
+        return True, f"model {MODEL_ALIAS}"
+    return False, f"serving {models} instead of {MODEL_ALIAS!r}"
 
 
 # --- lifecycle -------------------------------------------------------------------
 
 
-def running_pid(settings: LlmSettings, log: Log = print_line) -> int | None:
-    return live_pid_from_pidfile(settings.pidfile, settings.cmdline_marker, log)
-
-
-# The server does not daemonise itself. /bin/sh starts it in the background,
-# prints its pid and exits, so the server is reparented to init and never
-# lingers as an unreaped child of a long-lived caller (such as pytest).
-_BACKGROUND = 'log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!'
-
-
-def start(settings: LlmSettings, log: Log = print_line) -> int:
-    """Start the server in the background and return its pid (no health wait)."""
-    pid = running_pid(settings, log)
-    if pid is not None:
-        return pid
-    if port_in_use(settings.port):
-        raise LocalServiceError(
-            f"cannot start the llm server: port {LOOPBACK}:{settings.port} is already taken by "
-            f"{describe_port_owner(settings.port)}, which was not started from CHUNKRAG_HOME={settings.home}. "
-            f"Stop that process or choose another port with CHUNKRAG_LLM_PORT."
-        )
+def _prepare(settings: LlmSettings, log: Log) -> Command:
     model = fetch_model(settings, log)
     command = launch_args(settings)
     make_public_dir(settings.run_dir.parent)
     settings.run_dir.mkdir(exist_ok=True)
-    settings.log_file.write_bytes(b"")  # This start's output only.
     log(
         f"starting llm server ({settings.runtime}, {MODEL_ALIAS}, {settings.threads} threads, context {settings.ctx}) on "
         f"{LOOPBACK}:{settings.port} ({model.name})…"
     )
-    argv = ["/bin/sh", "-c", _BACKGROUND, "sh", str(settings.log_file), *command]
-    result = run_launcher(argv, cwd=settings.run_dir, timeout=LAUNCH_TIMEOUT_SECONDS, timed_out=lambda: f"could not launch the llm server within {LAUNCH_TIMEOUT_SECONDS:.0f} s")
-    launched = result.stdout.strip()
-    if result.returncode != 0 or not launched.isdigit():
-        raise LocalServiceError(
-            f"could not launch the llm server (exit {result.returncode}): {(result.stdout + result.stderr).strip()}"
-        )
-    settings.pidfile.write_text(f"{launched}\n")
-    return int(launched)
-
-
-def _log_excerpt(settings: LlmSettings, lines: int = 40) -> str:
-    parts = []
-    causes = error_lines(settings.log_file)
-    if causes:
-        parts += [f"--- errors in {settings.log_file} ---", *causes]
-    parts += [f"--- last {lines} lines of {settings.log_file} ---", tail(settings.log_file, lines)]
-    return "\n".join(parts)
+    return Command(command, cwd=settings.run_dir)
 
 
 def _rebuild_hint(settings: LlmSettings) -> str:
@@ -452,51 +406,54 @@ def _rebuild_hint(settings: LlmSettings) -> str:
             f"`make llm-python-setup` after `{sys.executable} -m pip uninstall -y llama-cpp-python`.")
 
 
-def wait_until_healthy(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
+def process(settings: LlmSettings) -> ManagedProcess:
+    """The model server as a managed process: started in the background (it
+    does not daemonise itself), healthy when GET /v1/models lists our model."""
+    return ManagedProcess(
+        name="llm",
+        title="llm server",
+        home=settings.home,
+        run_dir=settings.run_dir,
+        pidfile=settings.pidfile,
+        lock_file=settings.lock_file,
+        launch_log=settings.log_file,
+        server_log=settings.log_file,
+        cmdline_marker=settings.cmdline_marker,
+        url=settings.base_url,
+        check=functools.partial(_check, settings),
+        prepare=functools.partial(_prepare, settings),
+        ready_phrase=f"list {MODEL_ALIAS}",
+        ports=((settings.port, "port"),),
+        port_hint="or choose another port with CHUNKRAG_LLM_PORT",
+        launch_timeout_s=LAUNCH_TIMEOUT_SECONDS,
+        stop_grace_s=STOP_GRACE_SECONDS,
+        exit_hint=functools.partial(_rebuild_hint, settings),
+    )
+
+
+def running_pid(settings: LlmSettings, log: Log = print_line) -> int | None:
+    return process(settings).running_pid(log)
+
+
+def start(settings: LlmSettings, log: Log = print_line) -> int:
+    """Fetch the model if needed, start the server in the background and return its pid (no health wait)."""
+    return process(settings).start(log)
+
+
+def wait_until_healthy(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> str:
     """Poll GET /v1/models until it lists our model."""
-
-    def probe() -> tuple[bool, str]:
-        models = served_models(settings.base_url, timeout=5.0)
-        return MODEL_ALIAS in models, f"serving {models} instead of {MODEL_ALIAS!r}"
-
-    pid = running_pid(settings, log)
-    exited = lambda: f"the llm server (pid {pid}) exited while starting. {_rebuild_hint(settings)}\n{_log_excerpt(settings)}"  # noqa: E731
-    timed_out = lambda last: f"the llm server at {settings.base_url} did not list {MODEL_ALIAS} within {timeout:.0f} s (last: {last}).\n{_log_excerpt(settings)}"  # noqa: E731
-    wait_until_ready(probe, timeout=timeout, pid=pid, interval=0.5, exited=exited, timed_out=timed_out)
+    return process(settings).wait(timeout, log)
 
 
 def up(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
     """Idempotent: fetch the model if needed, start if not running, wait until healthy."""
-    ensure_state_home(settings.home)
-    with exclusive_lock(settings.lock_file):
-        began = time.monotonic()
-        pid = running_pid(settings, log)
-        if pid is not None and _serves_our_model(settings):
-            log(f"llm server already running (pid {pid}) and healthy at {settings.base_url}")
-            return
-        if pid is None:
-            start(settings, log)
-            began = time.monotonic()  # Do not count the model download as start-up time.
-        else:
-            log(f"llm server already running (pid {pid}); waiting for it to become healthy…")
-        wait_until_healthy(settings, timeout, log)
-    log(f"llm server healthy in {time.monotonic() - began:.1f} s at {settings.base_url} (model {MODEL_ALIAS})")
+    process(settings).up(timeout, log)
 
 
 def down(settings: LlmSettings, log: Log = print_line) -> None:
     """Idempotent: stop the server started from this CHUNKRAG_HOME, if any."""
-    stop_managed("llm server", settings, external_url=None, find_pid=functools.partial(running_pid, settings), log=log, grace_seconds=STOP_GRACE_SECONDS)
+    process(settings).down(log)
 
 
 def status(settings: LlmSettings, log: Log = print_line) -> ServiceStatus:
-    state, pid = managed_state(None, functools.partial(running_pid, settings), log)
-    try:
-        models = served_models(settings.base_url, timeout=5.0)
-    except OSError:
-        return ServiceStatus("llm", state, settings.base_url, False, "unreachable", pid)
-    if state == "stopped":
-        # Something answers on our port, but we did not start it.
-        state = "unmanaged"
-    healthy = MODEL_ALIAS in models
-    health = f"model {MODEL_ALIAS}" if healthy else f"serves {', '.join(models) or 'no model'}"
-    return ServiceStatus("llm", state, settings.base_url, healthy, health, pid)
+    return process(settings).status(log)

@@ -6,25 +6,17 @@ plugin): Maven Central is the one registry that carries their server zips.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from chunkrag_core.artifacts import file_sha256
 from local_services.process import LocalServiceError, Log
 
 MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 FETCH_TIMEOUT_SECONDS = 1800.0
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def maven_file_name(artifact: str) -> str:
@@ -41,7 +33,7 @@ def fetch_pinned(artifact: str, sha256: str, target: Path, log: Log, *, cleanup_
     cached copy matches, else downloaded with mvn and checked before it is
     moved into place (a half-downloaded or altered file is never used)."""
     if target.is_file():
-        actual = sha256_of(target)
+        actual = file_sha256(target)
         if actual == sha256:
             return target
         log(f"cached {target.name} has sha256 {actual}, expected {sha256}; fetching again")
@@ -69,7 +61,7 @@ def fetch_pinned(artifact: str, sha256: str, target: Path, log: Log, *, cleanup_
         if result.returncode != 0 or not downloaded.is_file():
             output = "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
             raise LocalServiceError(f"mvn failed to download {artifact} (exit {result.returncode}). Command: {' '.join(command)}\n{output}")
-        actual = sha256_of(downloaded)
+        actual = file_sha256(downloaded)
         if actual != sha256:
             raise LocalServiceError(f"downloaded {downloaded.name} has sha256 {actual}, expected {sha256}; refusing to use it. {cleanup_hint}")
         os.replace(downloaded, target)

@@ -176,4 +176,4 @@ NODE = JvmNode(
 )
 
 # Each takes (settings, ...): running_pid(settings, log), up(settings, timeout, log), ...
-running_pid, start, wait_until_healthy, up, down, status = jvm_node.lifecycle(NODE)
+running_pid, start, wait_until_healthy, up, down, status, process = jvm_node.lifecycle(NODE)

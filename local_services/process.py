@@ -1,6 +1,6 @@
-"""Process plumbing shared by the service modules.
+"""Process plumbing shared by the service modules (the lifecycle built on it is managed.py).
 
-Pidfiles, liveness, stopping, port checks, the state directory, and running
+Pidfiles, liveness, port checks, the wait loop, the state directory, and running
 a service as an unprivileged user (Elasticsearch refuses to run as root).
 """
 
@@ -12,7 +12,6 @@ import grp
 import os
 import pwd
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -24,7 +23,6 @@ from pathlib import Path
 from typing import ClassVar
 
 Log = Callable[[str], None]
-FindPid = Callable[[Log], int | None]
 
 LOOPBACK = "127.0.0.1"
 ELASTICSEARCH_SYSTEM_USER = "chunkrag-es"
@@ -174,27 +172,6 @@ def live_pid_from_pidfile(pidfile: Path, cmdline_marker: str, log: Log) -> int |
     return None
 
 
-def terminate(pid: int, grace_seconds: float = 30.0) -> bool:
-    """SIGTERM, wait, then SIGKILL. Returns True if SIGKILL was needed."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline:
-        if not pid_alive(pid):
-            return False
-        time.sleep(0.2)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + 10
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return True
-
-
 @contextlib.contextmanager
 def exclusive_lock(path: Path) -> Iterator[None]:
     """Serialise up/down of one service across processes.
@@ -235,38 +212,6 @@ class PortRunFiles:
     def lock_file(self) -> Path:
         # Beside, not inside, run_dir: Elasticsearch's run_dir is handed to the node's user.
         return self.home / "run" / f"{self.RUN_NAME}-{self.port}.lock"
-
-
-def managed_state(external_url: str | None, find_pid: FindPid, log: Log) -> tuple[str, int | None]:
-    """The `status` state ("external", "running" or "stopped") and our server's pid, if any."""
-    if external_url:
-        return "external", None
-    pid = find_pid(log)
-    return ("running" if pid is not None else "stopped"), pid
-
-
-def stop_managed(name: str, files: PortRunFiles, *, external_url: str | None, find_pid: FindPid, log: Log, external_kind: str = "server", grace_seconds: float = 30.0) -> None:
-    """Idempotent `down`: stop the server started from this CHUNKRAG_HOME
-    (its run dir, lock and pidfile are ``files``'), if any.
-
-    An external service (`external_url` set) is never stopped.
-    """
-    run_dir, lock_file, pidfile = files.run_dir, files.lock_file, files.pidfile
-    if external_url:
-        log(f"{name}: using external {external_kind} at {redact_url(external_url)}; not stopping it")
-        return
-    if not run_dir.exists():
-        log(f"{name} is not running")
-        return
-    with exclusive_lock(lock_file):
-        pid = find_pid(log)
-        if pid is None:
-            log(f"{name} is not running")
-            return
-        log(f"stopping {name} (pid {pid})…")
-        killed = terminate(pid, grace_seconds)
-        pidfile.unlink(missing_ok=True)
-    log(f"{name} stopped" + (f" (killed after {grace_seconds:.0f} s without exiting)" if killed else ""))
 
 
 def run_launcher(argv: list[str], *, cwd: Path, timeout: float, timed_out: Callable[[], str], env: Mapping[str, str] | None = None, output=None) -> subprocess.CompletedProcess:

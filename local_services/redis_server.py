@@ -11,33 +11,24 @@ import os
 import shutil
 import socket
 import ssl
-import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from local_services.managed import Command, ManagedProcess
 from local_services.process import (
     LOOPBACK,
     LocalServiceError,
     Log,
     PortRunFiles,
     ServiceStatus,
-    describe_port_owner,
     ensure_state_home,
     env_port,
-    exclusive_lock,
-    live_pid_from_pidfile,
     make_public_dir,
-    managed_state,
-    port_in_use,
     print_line,
     redact_url,
-    run_launcher,
     state_home,
-    stop_managed,
-    tail,
-    wait_until_ready,
 )
 
 DEFAULT_PORT = 6379
@@ -198,101 +189,71 @@ def redis_server_args(settings: RedisSettings, binary: Path) -> list[str]:
 # --- lifecycle -------------------------------------------------------------------
 
 
-def running_pid(settings: RedisSettings, log: Log = print_line) -> int | None:
-    return live_pid_from_pidfile(settings.pidfile, settings.cmdline_marker, log)
+def _check(settings: RedisSettings) -> tuple[bool, str]:
+    reply = ping(parse_redis_url(settings.url))
+    return (True, "PONG") if reply == "+PONG" else (False, f"reply {reply!r}")
 
 
-def _is_pong(settings: RedisSettings) -> bool:
-    try:
-        return ping(parse_redis_url(settings.url)) == "+PONG"
-    except OSError:
-        return False
-
-
-def start(settings: RedisSettings, log: Log = print_line) -> int:
-    """Start redis-server daemonised and return its pid (no PING wait)."""
-    if settings.external_url:
-        raise LocalServiceError(f"REDIS_URL is set ({redact_url(settings.url)}); not starting a local Redis")
-    pid = running_pid(settings, log)
-    if pid is not None:
-        return pid
-    if port_in_use(settings.port):
-        raise LocalServiceError(
-            f"cannot start redis: port {LOOPBACK}:{settings.port} is already taken by "
-            f"{describe_port_owner(settings.port)}, which was not started from CHUNKRAG_HOME={settings.home}. "
-            f"Stop that process, choose another port with CHUNKRAG_REDIS_PORT, or set REDIS_URL to use it."
-        )
+def _prepare(settings: RedisSettings, log: Log) -> Command:
     binary = find_redis_server()
     ensure_state_home(settings.home)
     make_public_dir(settings.run_dir.parent)
     settings.run_dir.mkdir(exist_ok=True)
     log(f"starting redis on {LOOPBACK}:{settings.port} ({binary})…")
-    result = run_launcher(redis_server_args(settings, binary), cwd=settings.run_dir, timeout=LAUNCH_TIMEOUT_SECONDS, timed_out=lambda: f"redis-server did not daemonise within {LAUNCH_TIMEOUT_SECONDS:.0f} s")
-    if result.returncode != 0:
-        output = (result.stdout + result.stderr).strip()
-        raise LocalServiceError(
-            f"redis-server failed to start (exit {result.returncode}): {output}\n{_log_excerpt(settings)}"
-        )
-    # The daemon writes its pidfile just after forking.
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        pid = running_pid(settings, lambda _message: None)
-        if pid is not None:
-            return pid
-        time.sleep(0.1)
-    raise LocalServiceError(f"redis-server exited right after starting.\n{_log_excerpt(settings)}")
+    return Command(redis_server_args(settings, binary), cwd=settings.run_dir)
 
 
-def _log_excerpt(settings: RedisSettings, lines: int = 40) -> str:
-    return f"--- last {lines} lines of {settings.log_file} ---\n{tail(settings.log_file, lines)}"
+def process(settings: RedisSettings) -> ManagedProcess:
+    """The local Redis as a managed process: daemonised by itself (it writes
+    the pidfile just after forking), healthy when it answers PING."""
+    return ManagedProcess(
+        name="redis",
+        title="redis",
+        home=settings.home,
+        run_dir=settings.run_dir,
+        pidfile=settings.pidfile,
+        lock_file=settings.lock_file,
+        launch_log=settings.run_dir / "launcher.log",
+        server_log=settings.log_file,
+        cmdline_marker=settings.cmdline_marker,
+        url=settings.url,
+        check=functools.partial(_check, settings),
+        prepare=functools.partial(_prepare, settings),
+        ready_phrase="answer PING",
+        external_url=settings.external_url,
+        ports=((settings.port, "port"),),
+        port_hint="choose another port with CHUNKRAG_REDIS_PORT, or set REDIS_URL to use it",
+        daemonizes=True,
+        pidfile_wait_s=5.0,
+        launch_timeout_s=LAUNCH_TIMEOUT_SECONDS,
+        stop_grace_s=STOP_GRACE_SECONDS,
+        wait_interval_s=0.2,
+    )
 
 
-def wait_until_healthy(settings: RedisSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
+def running_pid(settings: RedisSettings, log: Log = print_line) -> int | None:
+    return process(settings).running_pid(log)
+
+
+def start(settings: RedisSettings, log: Log = print_line) -> int:
+    """Start redis-server daemonised and return its pid (no PING wait)."""
+    return process(settings).start(log)
+
+
+def wait_until_healthy(settings: RedisSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> str:
     """PING until PONG."""
-    endpoint = parse_redis_url(settings.url)
-
-    def probe() -> tuple[bool, str]:
-        reply = ping(endpoint)
-        return reply == "+PONG", f"reply {reply!r}"
-
-    pid = None if settings.external_url else running_pid(settings, log)
-    excerpt = (lambda: "") if settings.external_url else (lambda: f"\n{_log_excerpt(settings)}")
-    exited = lambda: f"redis (pid {pid}) exited while starting.\n{_log_excerpt(settings)}"  # noqa: E731
-    timed_out = lambda last: f"redis at {redact_url(settings.url)} did not answer PING within {timeout:.0f} s (last: {last}).{excerpt()}"  # noqa: E731
-    wait_until_ready(probe, timeout=timeout, pid=pid, interval=0.2, exited=exited, timed_out=timed_out)
+    return process(settings).wait(timeout, log)
 
 
 def up(settings: RedisSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
     """Idempotent: start if not running, then wait for PONG."""
-    if settings.external_url:
-        log(f"redis: using external server at {redact_url(settings.url)}")
-        return
-    ensure_state_home(settings.home)
-    with exclusive_lock(settings.lock_file):
-        began = time.monotonic()
-        pid = running_pid(settings, log)
-        if pid is not None and _is_pong(settings):
-            log(f"redis already running (pid {pid}) and healthy at {settings.url}")
-            return
-        if pid is None:
-            start(settings, log)
-        wait_until_healthy(settings, timeout, log)
-    log(f"redis healthy in {time.monotonic() - began:.1f} s at {settings.url}")
+    process(settings).up(timeout, log)
 
 
 def down(settings: RedisSettings, log: Log = print_line) -> None:
     """Idempotent: stop the server started from this CHUNKRAG_HOME, if any."""
-    stop_managed("redis", settings, external_url=settings.external_url, find_pid=functools.partial(running_pid, settings), log=log, grace_seconds=STOP_GRACE_SECONDS)
+    process(settings).down(log)
 
 
 def status(settings: RedisSettings, log: Log = print_line) -> ServiceStatus:
-    state, pid = managed_state(settings.external_url, functools.partial(running_pid, settings), log)
-    try:
-        reply = ping(parse_redis_url(settings.url))
-    except OSError as exc:
-        health = "unreachable" if state != "external" else f"unreachable: {exc}"
-        return ServiceStatus("redis", state, redact_url(settings.url), False, health, pid)
-    if state == "stopped":
-        state = "unmanaged"
-    healthy = reply == "+PONG"
-    return ServiceStatus("redis", state, redact_url(settings.url), healthy, "PONG" if healthy else reply, pid)
+    return process(settings).status(log)

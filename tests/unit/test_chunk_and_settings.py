@@ -41,15 +41,33 @@ def test_settings_from_env_overrides_and_validates():
     assert redact_url("http://es:9200") == "http://es:9200"
 
 
-def test_local_service_ports_shape_the_default_urls():
-    settings = Settings.from_env({"CHUNKRAG_ES_PORT": "9210", "CHUNKRAG_REDIS_PORT": "6390"})
-    assert settings.es_url == "http://127.0.0.1:9210" and settings.redis_url == "redis://127.0.0.1:6390/0"
-    assert Settings.from_env({}).es_url == "http://127.0.0.1:9200"
+def test_the_app_knows_services_by_url_only():
+    # Defaults: the local services on their default ports. The ports
+    # local_services starts them on are its own settings, not the app's.
+    ports = {
+        "CHUNKRAG_ES_PORT": "9210",
+        "CHUNKRAG_REDIS_PORT": "6390",
+        "CHUNKRAG_OPENSEARCH_PORT": "9555",
+        "CHUNKRAG_LLM_PORT": "18088",
+    }
+    for env in ({}, ports):
+        settings = Settings.from_env(env)
+        assert (settings.es_url, settings.opensearch_url) == ("http://127.0.0.1:9200", "http://127.0.0.1:9201")
+        assert settings.redis_url == "redis://127.0.0.1:6379/0"
+        assert settings.chat.base_url == "http://127.0.0.1:8088/v1"
+    urls = {"ES_URL": "http://es:9210", "REDIS_URL": "redis://r:6390/0", "CHUNKRAG_CHAT_BASE_URL": "https://x/v1"}
+    settings = Settings.from_env(urls)
+    assert (settings.es_url, settings.redis_url) == ("http://es:9210", "redis://r:6390/0")
+    assert settings.chat.base_url == "https://x/v1"
 
 
-def test_the_chat_model_follows_the_local_model_port_unless_a_url_is_given():
-    from chunkrag_core.settings import Settings
-
-    assert Settings.from_env({}).chat.base_url == "http://127.0.0.1:8088/v1"
-    assert Settings.from_env({"CHUNKRAG_LLM_PORT": "18088"}).chat.base_url == "http://127.0.0.1:18088/v1"
-    assert Settings.from_env({"CHUNKRAG_LLM_PORT": "18088", "CHUNKRAG_CHAT_BASE_URL": "https://x/v1"}).chat.base_url == "https://x/v1"
+def test_each_knob_has_one_name():
+    assert Settings.from_env({"CHUNKRAG_SCALES": "128,2000"}).chunking.scales == (128, 2000)
+    assert Settings.from_env({"CHUNKRAG_CHUNK_SCALES": "128,2000"}).chunking.scales == ()
+    sigv4 = {"OPENSEARCH_AUTH": "sigv4", "OPENSEARCH_URL": "https://os.example"}
+    assert Settings.from_env({**sigv4, "AWS_REGION": "eu-west-1"}).opensearch_aws_region == "eu-west-1"
+    with pytest.raises(SettingsError, match="set AWS_REGION"):
+        Settings.from_env({**sigv4, "AWS_DEFAULT_REGION": "eu-west-1"})
+    # The former name still works for one release, with a warning.
+    with pytest.warns(FutureWarning, match="OPENSEARCH_AWS_REGION is deprecated.*set AWS_REGION"):
+        assert Settings.from_env({**sigv4, "OPENSEARCH_AWS_REGION": "us-east-2"}).opensearch_aws_region == "us-east-2"

@@ -200,3 +200,18 @@ def test_encode_command_is_resp_array():
 def test_status_line():
     status = ServiceStatus("redis", "running", "redis://127.0.0.1:6379/0", True, "PONG", 4242)
     assert status.line() == "redis         running   pid 4242    redis://127.0.0.1:6379/0    healthy (PONG)"
+
+
+def test_app_environ_points_the_app_at_the_local_services_on_their_ports():
+    from local_services.cli import app_environ
+
+    env = {"CHUNKRAG_HOME": "/srv/x", "CHUNKRAG_ES_PORT": "9210", "CHUNKRAG_REDIS_PORT": "6390", "CHUNKRAG_LLM_PORT": "18088"}
+    assert app_environ(env) == {
+        "ES_URL": "http://127.0.0.1:9210",
+        "OPENSEARCH_URL": "http://127.0.0.1:9201",
+        "REDIS_URL": "redis://127.0.0.1:6390/0",
+        "CHUNKRAG_CHAT_BASE_URL": "http://127.0.0.1:18088/v1",
+    }
+    # What the environment names stays; OPENSEARCH_URL alone keeps choosing OpenSearch.
+    chosen = {"CHUNKRAG_HOME": "/srv/x", "OPENSEARCH_URL": "https://os.example", "CHUNKRAG_CHAT_BASE_URL": "https://x/v1"}
+    assert app_environ(chosen) == {"REDIS_URL": "redis://127.0.0.1:6379/0"}

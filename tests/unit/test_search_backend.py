@@ -152,7 +152,8 @@ def test_search_backend_setting():
     assert Settings.from_env({}).search_backend == "elasticsearch"
     assert Settings.from_env({"OPENSEARCH_URL": "https://os.example:443"}).search_backend == "opensearch"
     assert Settings.from_env({"OPENSEARCH_URL": "http://a:9201", "ES_URL": "http://b:9200"}).search_backend == "elasticsearch"
-    both = Settings.from_env({"SEARCH_BACKEND": "OpenSearch", "CHUNKRAG_OPENSEARCH_PORT": "9555"})
+    urls = {"OPENSEARCH_URL": "http://127.0.0.1:9555", "ES_URL": "http://b:9200"}
+    both = Settings.from_env({"SEARCH_BACKEND": "OpenSearch", **urls})
     assert (both.search_backend, both.search_url) == ("opensearch", "http://127.0.0.1:9555")
     with pytest.raises(SettingsError, match="SEARCH_BACKEND='solr'"):
         Settings.from_env({"SEARCH_BACKEND": "solr"})
