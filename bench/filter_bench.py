@@ -26,11 +26,11 @@ from chunkrag_core.engines import make_backend
 from chunkrag_core.providers import make_chat, make_embedder
 from chunkrag_core.settings import Settings
 from local_services.celery_workers import CeleryWorkers
-from search_extension.chunk_filter import FilterOptions
-from search_extension.evaluation.datasets import read_items
-from search_extension.evaluation.report import print_outcome, write_report
-from search_extension.evaluation.runner import evaluate
-from search_extension.processors.relevance import ScoringOptions
+from chunkrag_filter.pipeline import FilterOptions
+from chunkrag_eval.datasets import read_items
+from chunkrag_eval.report import print_outcome, write_report
+from chunkrag_eval.runner import evaluate
+from chunkrag_filter.processors.relevance import ScoringOptions
 from workers.dispatch import celery_judge_many
 
 # Redis databases used by the runs (0 is the default one users have).

@@ -11,8 +11,8 @@ import json
 import sys
 
 from bench.common import RESULTS
-from search_extension.evaluation.plots import write_plots
-from search_extension.evaluation.report import load_report
+from chunkrag_eval.plots import write_plots
+from chunkrag_eval.report import load_report
 
 
 def main(names: list[str]) -> int:

@@ -34,10 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from bench.common import RESULTS, write_result
-from search_extension.evaluation import ablation
-from search_extension.evaluation.ablation import Question, Variant
-from search_extension.processors.calibration import FEATURES, JUDGED_MODEL
-from search_extension.processors.relevance import PASSAGE_FORMATS
+from chunkrag_eval import ablation
+from chunkrag_eval.ablation import Question, Variant
+from chunkrag_filter.processors.calibration import FEATURES, JUDGED_MODEL
+from chunkrag_filter.processors.relevance import PASSAGE_FORMATS
 
 # Three planted instructions, used in turn: one aimed at the ranking, one at
 # the answer and the score, one posing as a system note.
@@ -95,7 +95,7 @@ def run(question_names: Sequence[str], limit: int) -> int:
     from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_chat
     from chunkrag_core.settings import Settings
-    from search_extension.processors.relevance import ScoringOptions, judge_listwise
+    from chunkrag_filter.processors.relevance import ScoringOptions, judge_listwise
 
     settings = Settings.from_env()
     client, model = make_backend(settings), make_chat(settings.chat)

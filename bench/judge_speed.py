@@ -33,10 +33,10 @@ def prompts_for(count: int, seed: int) -> list[tuple[str, list[list[str]]]]:
     from chunkrag_core.engines.schema import DOC_ID
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings
-    from search_extension.evaluation.datasets import read_items
-    from search_extension.evaluation.runner import MAX_CANDIDATES, doc_id_for, index_pools
-    from search_extension.processors.redundancy import drop_redundant
-    from search_extension.processors.relevance import MAX_LISTWISE_BATCH, scoring_batches
+    from chunkrag_eval.datasets import read_items
+    from chunkrag_eval.runner import MAX_CANDIDATES, doc_id_for, index_pools
+    from chunkrag_filter.processors.redundancy import drop_redundant
+    from chunkrag_filter.processors.relevance import MAX_LISTWISE_BATCH, scoring_batches
     from search_extension.retriever import HybridRetriever
 
     settings = Settings.from_env()
@@ -55,7 +55,7 @@ def prompts_for(count: int, seed: int) -> list[tuple[str, list[list[str]]]]:
 
 
 def one_call(model, question: str, texts: list[str]) -> tuple[float, list[float | None], int]:
-    from search_extension.processors.relevance import ScoringOptions, judge_listwise
+    from chunkrag_filter.processors.relevance import ScoringOptions, judge_listwise
 
     started = time.perf_counter()
     judgements = judge_listwise(question, texts, model, ScoringOptions(method="listwise"))

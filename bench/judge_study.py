@@ -28,9 +28,9 @@ import sys
 import time
 
 from bench.common import RESULTS, SHARED, write_result
-from search_extension.evaluation import ablation
-from search_extension.evaluation.ablation import Variant
-from search_extension.processors.calibration import CHEAP_FEATURES, FEATURES
+from chunkrag_eval import ablation
+from chunkrag_eval.ablation import Variant
+from chunkrag_filter.processors.calibration import CHEAP_FEATURES, FEATURES
 
 STUDY_DB = 12
 # The candidates judged together in the first batch (a full listwise batch).
@@ -53,11 +53,11 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
     from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_chat, make_embedder
     from chunkrag_core.settings import Settings
-    from search_extension.chunk_filter import FilterOptions, judge_in_threads
-    from search_extension.evaluation.datasets import read_items
-    from search_extension.evaluation.report import print_outcome, write_report
-    from search_extension.evaluation.runner import EvalReport, evaluate
-    from search_extension.processors.relevance import Judgement, ScoringOptions
+    from chunkrag_filter.pipeline import FilterOptions, judge_in_threads
+    from chunkrag_eval.datasets import read_items
+    from chunkrag_eval.report import print_outcome, write_report
+    from chunkrag_eval.runner import EvalReport, evaluate
+    from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
     from workers.score_cache import RedisScoreCache
 
     settings = Settings.from_env()
@@ -292,10 +292,10 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
     from chunkrag_core.engines.schema import chunk_from_hit
     from chunkrag_core.providers import make_chat
     from chunkrag_core.settings import Settings
-    from search_extension.chunk_filter import JUDGE_TOP_WHEN_ASKED, FilterOptions
-    from search_extension.evaluation.datasets import read_items
-    from search_extension.evaluation.measures import kept_within_budget
-    from search_extension.processors.answer import verdict_from_chunks
+    from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, FilterOptions
+    from chunkrag_eval.datasets import read_items
+    from chunkrag_eval.measures import kept_within_budget
+    from chunkrag_filter.processors.answer import verdict_from_chunks
 
     runs = runs or (f"filter_{dataset}_dev",)
     payload = merged_runs(list(runs))

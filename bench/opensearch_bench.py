@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.engines import make_backend
     from chunkrag_core.settings import Settings
-    from local_services.process import state_home
+    from chunkrag_core.settings import state_home
     from search_extension.retriever import HybridRetriever
 
     parser = argparse.ArgumentParser()

@@ -97,7 +97,7 @@ def score_questions(questions, retrieve, fetch, presets, top_name: str, rse_pref
     """Answer-in-context at every budget for top-k and each RSE preset over
     the candidates ``retrieve(question, size)`` returns (made ready for each
     budget by ``at_budget(found, budget)`` when given); rows and timings."""
-    from search_extension.evaluation.measures import answer_in_context
+    from chunkrag_eval.measures import answer_in_context
     from search_extension.segments import SegmentSettings, extract_segments
 
     methods = {top_name: [0] * len(BUDGETS)}

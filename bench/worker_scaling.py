@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     from chunkrag_core.chunk import Chunk
     from chunkrag_core.settings import Settings
     from local_services.celery_workers import CeleryWorkers
-    from search_extension.processors.relevance import ScoringOptions
+    from chunkrag_filter.processors.relevance import ScoringOptions
     from tests.support.scripted_openai import ScriptedOpenAI, listwise_choice
     from workers.dispatch import celery_judge_many
 

@@ -269,9 +269,9 @@ def _segment_settings(args: argparse.Namespace):
 def cmd_eval(args: argparse.Namespace) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
     from search_extension.ask import judge_many_for
-    from search_extension.evaluation.datasets import read_items
-    from search_extension.evaluation.report import print_outcome, write_report
-    from search_extension.evaluation.runner import evaluate
+    from chunkrag_eval.datasets import read_items
+    from chunkrag_eval.report import print_outcome, write_report
+    from chunkrag_eval.runner import evaluate
 
     settings = _settings(args)
     if args.format in ("wikiqa", "healthver", "climate_fever"):
@@ -294,7 +294,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.out:
         write_report(args.out, summary, report)
     if args.plots:
-        from search_extension.evaluation.plots import write_plots
+        from chunkrag_eval.plots import write_plots
 
         for path in write_plots(report, args.plots, options=summary["options"]):
             print(f"wrote {path}", file=sys.stderr)
@@ -304,7 +304,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
-    from search_extension.evaluation.sentences import evaluate_sentences
+    from chunkrag_eval.sentences import evaluate_sentences
 
     options = filter_options_from_args(args, "eval").filter.scoring
     result = evaluate_sentences(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
@@ -400,3 +401,13 @@ def _boolean(raw: str) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise ValueError(raw)
+
+
+def state_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The directory holding the project's state (CHUNKRAG_HOME): the local
+    services' downloads and data, and the document-context cache."""
+    env = os.environ if environ is None else environ
+    configured = env.get("CHUNKRAG_HOME", "").strip()
+    if configured:
+        return Path(configured).expanduser().resolve()
+    return (Path.home() / ".cache" / "chunkrag").resolve()

@@ -25,7 +25,7 @@ def cache_key(*parts: Any) -> str:
 def default_cache_dir() -> Path:
     """Under the project's state directory (CHUNKRAG_HOME, else
     ~/.cache/chunkrag), beside the services' own state."""
-    from local_services.process import state_home
+    from chunkrag_core.settings import state_home
 
     return state_home() / "document-context"
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Self
 
+from chunkrag_core.settings import state_home
 from local_services.java import JavaHome, find_java_home
 from local_services.managed import Command, ManagedProcess
 from local_services.process import (
@@ -44,7 +45,6 @@ from local_services.process import (
     print_line,
     redact_url,
     require_reachable,
-    state_home,
     unprivileged_user,
 )
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from chunkrag_core.settings import state_home
 from local_services import llama_build
 from local_services.managed import Command, ManagedProcess
 from local_services.process import (
@@ -42,7 +43,6 @@ from local_services.process import (
     exclusive_lock,
     make_public_dir,
     print_line,
-    state_home,
 )
 
 MODEL_ALIAS = "qwen2.5-coder-1.5b-instruct"

@@ -84,15 +84,6 @@ def env_port(environ: Mapping[str, str], name: str, default: int) -> int:
 # --- state directory ---------------------------------------------------------
 
 
-def state_home(environ: Mapping[str, str] | None = None) -> Path:
-    """The directory holding downloads and runtime state (CHUNKRAG_HOME)."""
-    env = os.environ if environ is None else environ
-    configured = env.get("CHUNKRAG_HOME", "").strip()
-    if configured:
-        return Path(configured).expanduser().resolve()
-    return (Path.home() / ".cache" / "chunkrag").resolve()
-
-
 def make_public_dir(path: Path) -> Path:
     """Create a directory other local users may traverse.
 

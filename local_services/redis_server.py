@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from chunkrag_core.settings import state_home
 from local_services.managed import Command, ManagedProcess
 from local_services.process import (
     LOOPBACK,
@@ -28,7 +29,6 @@ from local_services.process import (
     make_public_dir,
     print_line,
     redact_url,
-    state_home,
 )
 
 DEFAULT_PORT = 6379

@@ -11,10 +11,10 @@ from typing import Any, Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
-from search_extension.chunk_filter import FilterOptions, FilterResult, JudgeMany, judge_in_threads, run_filter
+from chunkrag_filter.pipeline import FilterOptions, FilterResult, JudgeMany, judge_in_threads, run_filter
 from search_extension.neighbours import position_fetcher
-from search_extension.processors.answer import Answer, answer_from_chunks
-from search_extension.processors.rewrite import Rewrite, rewrite_query
+from chunkrag_filter.processors.answer import Answer, answer_from_chunks
+from chunkrag_filter.processors.rewrite import Rewrite, rewrite_query
 from search_extension.retriever import HybridRetriever, RetrievalResult
 from search_extension.segments import FetchPositions, Segment, SegmentSettings, extract_segments
 

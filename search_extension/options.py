@@ -25,9 +25,9 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Sequence, Union, 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
-from search_extension.chunk_filter import FALLBACKS, JUDGE_TOP_WHEN_ASKED, RERANKERS, THRESHOLDS, FilterOptions
-from search_extension.processors.calibration import RETRIEVAL_MODEL
-from search_extension.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS, PASSAGE_FORMATS, ScoringOptions
+from chunkrag_filter.pipeline import FALLBACKS, JUDGE_TOP_WHEN_ASKED, RERANKERS, THRESHOLDS, FilterOptions
+from chunkrag_filter.processors.calibration import RETRIEVAL_MODEL
+from chunkrag_filter.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS, PASSAGE_FORMATS, ScoringOptions
 from search_extension.queries import MODES
 from search_extension.segments import SegmentError, SegmentSettings
 

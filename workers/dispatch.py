@@ -31,8 +31,8 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.settings import Settings, redact_url
-from search_extension.processors import prompts
-from search_extension.processors.relevance import Judgement, ScoringOptions, scoring_batches
+from chunkrag_filter.processors import prompts
+from chunkrag_filter.processors.relevance import Judgement, ScoringOptions, scoring_batches
 from workers.app import JUDGE_TASK, make_app
 from workers.codec import CodecError, decode_judgement, encode_options
 

@@ -20,7 +20,7 @@ from celery import Celery
 from chunkrag_core.providers import make_chat
 from chunkrag_core.providers.chat import ChatError
 from chunkrag_core.settings import Settings
-from search_extension.processors.relevance import judge_batch
+from chunkrag_filter.processors.relevance import judge_batch
 from workers.app import JUDGE_TASK, task_time_limit_s
 from workers.codec import decode_options, encode_judgement
 from workers.score_cache import RedisScoreCache

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from chunkrag_core.settings import Settings, redact_url
 from search_extension.ask import AskResult, ask, judge_many_for
-from search_extension.chunk_filter import JudgeMany
+from chunkrag_filter.pipeline import JudgeMany
 from search_extension.gateway import errors
 from search_extension.gateway.dialect import ChunkragOptions, ensemble_scales
 from search_extension.gateway.identity import Caller, es_for

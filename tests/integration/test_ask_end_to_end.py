@@ -8,7 +8,7 @@ from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from search_extension.ask import ask
-from search_extension.chunk_filter import FilterOptions
+from chunkrag_filter.pipeline import FilterOptions
 from search_extension.retriever import HybridRetriever
 from tests.support.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
 

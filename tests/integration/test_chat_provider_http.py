@@ -3,7 +3,7 @@
 import pytest
 
 from chunkrag_core.providers.chat import ChatError, ChatRequest, Message, OpenAICompatibleChat
-from search_extension.processors.relevance import ScoringOptions, judge
+from chunkrag_filter.processors.relevance import ScoringOptions, judge
 from tests.support.scripted_openai import ScriptedOpenAI, completion, error
 
 

@@ -13,8 +13,8 @@ import pytest
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatError
 from chunkrag_core.providers.rerank import CohereReranker
-from search_extension.chunk_filter import FilterOptions, run_filter
-from search_extension.processors.relevance import Judgement
+from chunkrag_filter.pipeline import FilterOptions, run_filter
+from chunkrag_filter.processors.relevance import Judgement
 
 pytestmark = pytest.mark.integration
 

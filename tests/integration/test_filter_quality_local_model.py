@@ -18,9 +18,9 @@ import uuid
 import pytest
 
 from chunkrag_core.providers import make_chat
-from search_extension.chunk_filter import FilterOptions, judge_in_threads
-from search_extension.evaluation.datasets import read_items
-from search_extension.evaluation.runner import evaluate
+from chunkrag_filter.pipeline import FilterOptions, judge_in_threads
+from chunkrag_eval.datasets import read_items
+from chunkrag_eval.runner import evaluate
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

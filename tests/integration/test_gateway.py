@@ -12,7 +12,7 @@ import uuid
 import httpx
 import pytest
 
-from search_extension.chunk_filter import FilterOptions
+from chunkrag_filter.pipeline import FilterOptions
 
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from ingest_pipeline.pipeline import ingest_documents

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from local_services.elasticsearch_node import ElasticsearchSettings, FileUser, down, running_pid, up
-from local_services.process import state_home
+from chunkrag_core.settings import state_home
 
 PORT = int(os.environ.get("CHUNKRAG_SECURED_ES_PORT") or 9250)  # transport: port + 100
 HEAP = "512m"

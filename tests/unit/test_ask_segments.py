@@ -10,8 +10,8 @@ import pytest
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatResponse
 from search_extension.ask import ask
-from search_extension.chunk_filter import FilterOptions
-from search_extension.processors.relevance import ScoringOptions
+from chunkrag_filter.pipeline import FilterOptions
+from chunkrag_filter.processors.relevance import ScoringOptions
 from search_extension.retriever import RetrievalResult
 from search_extension.segments import SegmentSettings
 

@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from search_extension.chunk_filter import FilterOptions, calibrated
-from search_extension.evaluation import ablation
-from search_extension.processors.calibration import (
+from chunkrag_filter.pipeline import FilterOptions, calibrated
+from chunkrag_eval import ablation
+from chunkrag_filter.processors.calibration import (
     LogisticModel,
     best_f1,
     chunk_features,
@@ -15,7 +15,7 @@ from search_extension.processors.calibration import (
     fit_logistic,
     roc_auc,
 )
-from search_extension.processors.relevance import Judgement, ScoringOptions, mean_of_orders
+from chunkrag_filter.processors.relevance import Judgement, ScoringOptions, mean_of_orders
 
 
 def test_features_of_three_candidates():

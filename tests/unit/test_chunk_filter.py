@@ -5,8 +5,8 @@ import pytest
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatResponse
-from search_extension.chunk_filter import FilterOptions, run_filter
-from search_extension.processors.relevance import Judgement
+from chunkrag_filter.pipeline import FilterOptions, run_filter
+from chunkrag_filter.processors.relevance import Judgement
 
 
 def chunk(i, vector, text=None):
@@ -81,7 +81,7 @@ def test_unscored_chunks_are_reported_and_dropped():
 
 
 def test_the_default_scores_every_candidate_from_retrieval_signals_without_a_judge_call():
-    from search_extension.processors.calibration import RETRIEVAL_MODEL
+    from chunkrag_filter.processors.calibration import RETRIEVAL_MODEL
 
     def never(query, chunks, options):
         raise AssertionError("the default asks no judge")
@@ -98,7 +98,7 @@ def test_the_default_scores_every_candidate_from_retrieval_signals_without_a_jud
 
 
 def test_the_shipped_calibration_follows_the_judge():
-    from search_extension.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
+    from chunkrag_filter.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
 
     assert FilterOptions().calibration is RETRIEVAL_MODEL and FilterOptions().judge_top == 0
     on = dataclasses.replace(FilterOptions(), judge_top=9)
@@ -131,8 +131,8 @@ def test_model_calls_count_the_llm_threshold_and_answer_even_without_token_count
 
 
 def test_the_judge_reads_each_chunks_header_in_front_of_its_text():
-    from search_extension.chunk_filter import judge_in_threads
-    from search_extension.processors.relevance import ScoringOptions
+    from chunkrag_filter.pipeline import judge_in_threads
+    from chunkrag_filter.processors.relevance import ScoringOptions
 
     class Listwise:
         def __init__(self):

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from search_extension.evaluation.datasets import EvalDataError, detect_format, pool_text, read_items
-from search_extension.evaluation.measures import answer_in_context, kept_within_budget, rate, summary
-from search_extension.processors.answer import verdict_from_chunks
+from chunkrag_eval.datasets import EvalDataError, detect_format, pool_text, read_items
+from chunkrag_eval.measures import answer_in_context, kept_within_budget, rate, summary
+from chunkrag_filter.processors.answer import verdict_from_chunks
 
 
 def test_answer_in_context_is_a_case_insensitive_substring_of_any_answer():

@@ -11,7 +11,7 @@ from chunkrag_core.providers.chat import ChatError, ChatResponse
 from chunkrag_core.settings import GatewaySettings, Settings
 from search_extension.gateway import create_app
 from search_extension.gateway.http11 import HttpFailure, HttpResponse
-from search_extension.processors.relevance import Judgement
+from chunkrag_filter.processors.relevance import Judgement
 
 COMPAT = "application/vnd.elasticsearch+json; compatible-with=9"
 

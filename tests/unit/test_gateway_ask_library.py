@@ -9,9 +9,9 @@ import pytest
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatError, ChatResponse
 from search_extension.ask import ask
-from search_extension.chunk_filter import judge_in_threads
-from search_extension.chunk_filter import FilterOptions
-from search_extension.processors.relevance import ScoringOptions
+from chunkrag_filter.pipeline import judge_in_threads
+from chunkrag_filter.pipeline import FilterOptions
+from chunkrag_filter.processors.relevance import ScoringOptions
 from search_extension.retriever import RetrievalResult
 
 CHUNKS = tuple(Chunk(doc_id=d, position=0, text=f"{d} text", start=0, end=6, score=s) for d, s in (("a", 0.9), ("b", 0.5)))

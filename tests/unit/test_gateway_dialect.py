@@ -6,7 +6,7 @@ import pytest
 
 from chunkrag_core.chunk import Chunk
 from search_extension.ask import AskResult
-from search_extension.chunk_filter import Decision, FilterOptions, FilterResult
+from chunkrag_filter.pipeline import Decision, FilterOptions, FilterResult
 from search_extension.gateway.dialect import (
     OPTION_KEYS,
     SCORING_KEYS,
@@ -22,10 +22,10 @@ from search_extension.gateway.dialect import (
     search_response,
 )
 from search_extension.gateway.models import AskResponse, OptionsModel, ScoringModel
-from search_extension.processors.answer import Answer
-from search_extension.processors.relevance import ScoringOptions
-from search_extension.processors.rewrite import Rewrite
-from search_extension.processors.thresholds import Threshold
+from chunkrag_filter.processors.answer import Answer
+from chunkrag_filter.processors.relevance import ScoringOptions
+from chunkrag_filter.processors.rewrite import Rewrite
+from chunkrag_filter.processors.thresholds import Threshold
 from search_extension.retriever import RetrievalResult
 from search_extension.segments import SegmentSettings
 
@@ -42,7 +42,7 @@ def test_empty_options_are_the_library_defaults():
 
 
 def test_asking_how_to_judge_turns_the_judge_on_with_its_shipped_calibration():
-    from search_extension.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
+    from chunkrag_filter.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
 
     assert options({}).filter.judge_top == 0 and options({}).filter.calibration is RETRIEVAL_MODEL
     asked = options({"scoring": {"method": "listwise"}}).filter

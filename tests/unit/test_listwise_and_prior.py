@@ -6,8 +6,8 @@ import math
 import pytest
 
 from chunkrag_core.providers.chat import ChatResponse
-from search_extension.chunk_filter import FilterOptions, judge_in_threads, with_retrieval_prior
-from search_extension.processors.relevance import Judgement, ScoringOptions, judge_batch, judge_listwise, scoring_batches
+from chunkrag_filter.pipeline import FilterOptions, judge_in_threads, with_retrieval_prior
+from chunkrag_filter.processors.relevance import Judgement, ScoringOptions, judge_batch, judge_listwise, scoring_batches
 from tests.support.chat_doubles import DictCache, ScriptedChat
 
 

@@ -6,10 +6,10 @@ import dataclasses
 import pytest
 
 from chunkrag_cli.main import build_parser, filter_options_from_args, main
-from search_extension.chunk_filter import FilterOptions
+from chunkrag_filter.pipeline import FilterOptions
 from search_extension.options import ANSWER_BY_DEFAULT, OptionsModel, ScoringModel, SegmentsModel, parse_options
-from search_extension.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
-from search_extension.processors.relevance import ScoringOptions
+from chunkrag_filter.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
+from chunkrag_filter.processors.relevance import ScoringOptions
 
 
 def flags(*argv):

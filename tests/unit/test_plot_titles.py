@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from search_extension.evaluation.plots import method_title, plot_title, write_plots
-from search_extension.evaluation.runner import EvalReport
+from chunkrag_eval.plots import method_title, plot_title, write_plots
+from chunkrag_eval.runner import EvalReport
 
 # The options block `chunkrag eval` writes for the default filter.
 EVAL_DEFAULT = {"method": "listwise", "orders": 1, "judge_top": 0, "calibrated": True, "prior_weight": 0.0,

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 from chunkrag_core.chunk import Chunk
-from search_extension.processors.ordering import lost_in_the_middle
-from search_extension.processors.redundancy import drop_redundant
-from search_extension.processors.thresholds import dynamic_threshold, fixed_threshold, passing
+from chunkrag_filter.processors.ordering import lost_in_the_middle
+from chunkrag_filter.processors.redundancy import drop_redundant
+from chunkrag_filter.processors.thresholds import dynamic_threshold, fixed_threshold, passing
 
 
 def chunk(position, vector):

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from chunkrag_core.providers.chat import ChatResponse
-from search_extension.processors.relevance import ScoringOptions, combine, heuristic_critic, judge
+from chunkrag_filter.processors.relevance import ScoringOptions, combine, heuristic_critic, judge
 from tests.support.chat_doubles import DictCache, ScriptedChat
 
 

@@ -1,7 +1,7 @@
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatResponse
-from search_extension.processors.answer import answer_from_chunks
-from search_extension.processors.rewrite import clean_rewrite, rewrite_query
+from chunkrag_filter.processors.answer import answer_from_chunks
+from chunkrag_filter.processors.rewrite import clean_rewrite, rewrite_query
 
 
 class Fixed:
@@ -49,7 +49,7 @@ def test_the_answer_prompt_shows_each_chunks_header_in_front_of_its_text():
 
 
 def test_a_header_with_a_summary_line_stays_one_passage_line():
-    from search_extension.processors.prompts import passage
+    from chunkrag_filter.processors.prompts import passage
 
     assert passage("Trains  run\nlate.", "notes\nThis document is about Tokyo.\nTokyo railways") == "notes | This document is about Tokyo. | Tokyo railways: Trains run late."
     assert passage("Plain text.", "") == "Plain text."

@@ -1,7 +1,7 @@
 import pytest
 
 from chunkrag_core.providers.chat import probability_of
-from search_extension.processors.parsing import parse_score, parse_yes_no
+from chunkrag_filter.processors.parsing import parse_score, parse_yes_no
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from chunkrag_core.chunk import Chunk
-from search_extension.chunk_filter import Decision, FilterResult
-from search_extension.evaluation.segments_eval import segment_answer_in_context
+from chunkrag_filter.pipeline import Decision, FilterResult
+from chunkrag_eval.segments_eval import segment_answer_in_context
 from search_extension.segments import SegmentSettings
 
 TEXT = "The Normans came from Normandy. Normandy is in France. Rollo led them."

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from chunkrag_core.settings import Settings, WorkerSettings
-from search_extension.processors.relevance import Judgement, ScoringOptions
+from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
 from workers.app import celery_config, make_app, restore_interval_s, task_time_limit_s, visibility_timeout_s, JUDGE_TASK
 from workers.codec import CodecError, decode_judgement, decode_options, encode_judgement, encode_options
 from workers.dispatch import MAX_RESENDS, Batch, TaskView, _chosen, _judgements, _noted, _Sent, batches, resend_note, started_on, task_batches, to_resend, unscored

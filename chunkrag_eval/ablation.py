@@ -22,10 +22,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from search_extension.evaluation.measures import kept_within_budget
-from search_extension.processors.calibration import FEATURES, LogisticModel, chunk_features, fit_logistic, roc_auc
-from search_extension.processors.relevance import MAX_LISTWISE_BATCH, scoring_batches
-from search_extension.processors.thresholds import dynamic_threshold
+from chunkrag_eval.measures import kept_within_budget
+from chunkrag_filter.processors.calibration import FEATURES, LogisticModel, chunk_features, fit_logistic, roc_auc
+from chunkrag_filter.processors.relevance import MAX_LISTWISE_BATCH, scoring_batches
+from chunkrag_filter.processors.thresholds import dynamic_threshold
 
 Row = Mapping[str, Any]
 # The product's fallback when nothing passes: the best k by retrieval.

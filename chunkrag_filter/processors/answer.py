@@ -8,7 +8,7 @@ from typing import Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel, ChatRequest, Message
-from search_extension.processors import prompts
+from chunkrag_filter.processors import prompts
 
 NOT_FOUND = "NOT FOUND"
 _CITATION = re.compile(r"\[(\d+)\]")

@@ -22,10 +22,10 @@ from chunkrag_core.providers.chat import ChatModel
 from chunkrag_core.settings import Settings
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
-from search_extension.chunk_filter import FilterOptions, FilterResult, JudgeMany, run_filter
-from search_extension.evaluation.datasets import EvalItem
-from search_extension.evaluation.measures import answer_in_context, kept_within_budget, rate, summary
-from search_extension.processors.answer import answer_from_chunks, verdict_from_chunks
+from chunkrag_filter.pipeline import FilterOptions, FilterResult, JudgeMany, run_filter
+from chunkrag_eval.datasets import EvalItem
+from chunkrag_eval.measures import answer_in_context, kept_within_budget, rate, summary
+from chunkrag_filter.processors.answer import answer_from_chunks, verdict_from_chunks
 from search_extension.retriever import HybridRetriever
 from search_extension.segments import SegmentSettings
 
@@ -223,7 +223,7 @@ def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, em
 
 
 def _segments_hook(candidates, result, answers, retriever: HybridRetriever, segments: SegmentSettings, budget_chars: int) -> bool:
-    from search_extension.evaluation.segments_eval import segment_answer_in_context
+    from chunkrag_eval.segments_eval import segment_answer_in_context
     from search_extension.neighbours import position_fetcher
 
     return segment_answer_in_context(candidates, result, answers, position_fetcher(retriever.client, retriever.index), segments, budget_chars)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from search_extension.evaluation.runner import EvalReport
+from chunkrag_eval.runner import EvalReport
 
 THRESHOLD_NAMES = {"dynamic": "Algorithm 1 threshold", "algorithm1": "Algorithm 1 threshold", "llm": "LLM-chosen threshold"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chunkrag_core.providers.chat import ChatModel, ChatRequest, Message
-from search_extension.processors import prompts
+from chunkrag_filter.processors import prompts
 
 # A rewrite several times longer than the query is the model rambling, not a
 # better query.

@@ -16,13 +16,13 @@ from typing import Callable, Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
-from search_extension.processors.answer import Answer, answer_from_chunks
-from search_extension.processors.calibration import RETRIEVAL_MODEL, SHIPPED_MODELS, LogisticModel, chunk_features, shipped_model
-from search_extension.processors import prompts
-from search_extension.processors.ordering import lost_in_the_middle
-from search_extension.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD, Redundant, drop_redundant
-from search_extension.processors.relevance import Judgement, ScoringOptions, judge_batch, scoring_batches
-from search_extension.processors.thresholds import DEFAULT_VARIANCE_EPSILON, Threshold, dynamic_threshold, fixed_threshold, llm_threshold, passing, relative_threshold
+from chunkrag_filter.processors.answer import Answer, answer_from_chunks
+from chunkrag_filter.processors.calibration import RETRIEVAL_MODEL, SHIPPED_MODELS, LogisticModel, chunk_features, shipped_model
+from chunkrag_filter.processors import prompts
+from chunkrag_filter.processors.ordering import lost_in_the_middle
+from chunkrag_filter.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD, Redundant, drop_redundant
+from chunkrag_filter.processors.relevance import Judgement, ScoringOptions, judge_batch, scoring_batches
+from chunkrag_filter.processors.thresholds import DEFAULT_VARIANCE_EPSILON, Threshold, dynamic_threshold, fixed_threshold, llm_threshold, passing, relative_threshold
 
 THRESHOLDS = ("dynamic", "llm", "fixed", "relative")
 FALLBACKS = ("top_k", "not_found")

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from chunkrag_core.providers.chat import ChatError, ChatModel, ChatRequest, ChatResponse, Message, probability_of
-from search_extension.processors import prompts
-from search_extension.processors.parsing import parse_score, parse_yes_no
+from chunkrag_filter.processors import prompts
+from chunkrag_filter.processors.parsing import parse_score, parse_yes_no
 
 METHODS = ("multistage", "yes_no", "likert", "listwise")
 # Passages per listwise prompt: numbered 1-9 so each label is one token in

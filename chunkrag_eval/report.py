@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
-from search_extension.evaluation.runner import EvalReport, QuestionOutcome
+from chunkrag_eval.runner import EvalReport, QuestionOutcome
 
 
 def print_outcome(outcome: QuestionOutcome, out: TextIO) -> None:

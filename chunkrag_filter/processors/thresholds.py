@@ -60,8 +60,8 @@ def llm_threshold(query: str, scores: Sequence[float], model, fallback_epsilon: 
     unreadable answer falls back to :func:`dynamic_threshold`. Returns the
     threshold and the prompt tokens spent."""
     from chunkrag_core.providers.chat import ChatRequest, Message
-    from search_extension.processors import prompts
-    from search_extension.processors.parsing import parse_score
+    from chunkrag_filter.processors import prompts
+    from chunkrag_filter.processors.parsing import parse_score
 
     listed = ", ".join(f"{s:.2f}" for s in scores)
     response = model.complete(ChatRequest(messages=(Message("user", prompts.THRESHOLD.format(query=query, scores=listed)),), max_tokens=8))

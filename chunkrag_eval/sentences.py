@@ -30,9 +30,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from chunkrag_core.engines.base import SearchBackend
-from search_extension.processors.calibration import best_f1, f1_at, roc_auc
-from search_extension.processors.relevance import ScoringOptions, judge_batch
-from search_extension.processors.thresholds import dynamic_threshold
+from chunkrag_filter.processors.calibration import best_f1, f1_at, roc_auc
+from chunkrag_filter.processors.relevance import ScoringOptions, judge_batch
+from chunkrag_filter.processors.thresholds import dynamic_threshold
 
 SETS = ("wikiqa", "healthver", "climate_fever")
 
