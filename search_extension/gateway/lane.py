@@ -67,9 +67,9 @@ def check_request(endpoint: Endpoint, caller: Caller, scope, body: bytes) -> Non
     raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
     if clears_all_scrolls(scope["method"], segments(raw_path), body):
         raise errors.forbidden_endpoint("clearing every scroll (_all) is refused by the gateway: clear your own scrolls by their ids")
-    check_body(endpoint, caller, body)
     if caller.key is not None:
         check_service_body(endpoint, caller, scope, body)
+    check_body(endpoint, caller, body)
 
 
 def check_service_body(endpoint: Endpoint, caller: Caller, scope, body: bytes) -> None:
