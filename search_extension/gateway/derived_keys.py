@@ -137,13 +137,14 @@ class DerivedKeys:
         raise errors.unavailable(f"the cluster could not make a derived API key for a gateway API key (status {response.status})")
 
     async def invalidate_all(self) -> None:
-        """Invalidate every key made (at shutdown); failures are logged, not raised."""
+        """Invalidate every key made (at shutdown); failures are logged, not
+        raised. ``owner``: manage_own_api_key may invalidate only its own."""
         if not self._made:
             return
         ids, self._made, self._keys = self._made, [], {}
         headers = [(b"content-type", b"application/json"), (b"accept", b"application/json"), *self._own]
         try:
-            response = await self._send("DELETE", "/_security/api_key", headers, orjson.dumps({"ids": ids}))
+            response = await self._send("DELETE", "/_security/api_key", headers, orjson.dumps({"ids": ids, "owner": True}))
             if response.status != 200:
                 log.warning("invalidating %d derived API key(s) answered %d; they expire on their own", len(ids), response.status)
         except errors.GatewayError as exc:
