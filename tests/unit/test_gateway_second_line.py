@@ -166,3 +166,39 @@ def test_the_rate_limit_counts_spellings_of_one_credential_as_one_caller():
     token = base64.b64encode(b"alice:pw").decode()
     statuses = [client.post("/docs/_count", headers={"authorization": value}).status_code for value in (f"Basic {token}", f"BASIC {token}", f"basic  {token}")]
     assert statuses == [200, 200, 429]
+
+
+def test_derived_keys_are_made_once_rotated_at_half_life_and_invalidated():
+    import asyncio
+
+    import orjson
+
+    from search_extension.gateway.derived_keys import DerivedKeys, create_body, security_is_off
+    from search_extension.gateway.http11 import HttpResponse
+    from search_extension.gateway.identity import ApiKey
+
+    sent, now = [], [0.0]
+
+    async def send(method, target, headers, body):
+        sent.append((method, target, dict(headers), orjson.loads(body)))
+        return HttpResponse(200, (), orjson.dumps({"id": f"id-{len(sent)}", "encoded": f"enc-{len(sent)}"}))
+
+    keys = DerivedKeys(send, [(b"authorization", b"Basic own")], ttl_s=3600, gateway_only_accepted=False, clock=lambda: now[0])
+    team = ApiKey("team", b"x" * 32, ("docs-*",))
+
+    async def scenario():
+        first = await asyncio.gather(*(keys.authorization(team) for _ in range(5)))
+        now[0] = 1799.0
+        same = await keys.authorization(team)
+        now[0] = 1801.0
+        rotated = await keys.authorization(team)
+        await keys.invalidate_all()
+        return first, same, rotated
+
+    first, same, rotated = asyncio.run(scenario())
+    assert set(first) == {same} == {b"ApiKey enc-1"} and rotated == b"ApiKey enc-2"
+    assert [(m, t) for m, t, _, _ in sent] == [("POST", "/_security/api_key")] * 2 + [("DELETE", "/_security/api_key")]
+    assert sent[-1][3] == {"ids": ["id-1", "id-2"], "owner": True} and all(h[b"authorization"] == b"Basic own" for _, _, h, _ in sent)
+    assert create_body(team, 3600)["expiration"] == "3600s"
+    assert security_is_off(400, b'{"error":"no handler found for uri [/_security/api_key] and method [POST]"}')
+    assert not security_is_off(403, b'{"error":{"type":"security_exception"}}')
