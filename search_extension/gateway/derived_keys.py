@@ -136,6 +136,11 @@ class DerivedKeys:
             )
         raise errors.unavailable(f"the cluster could not make a derived API key for a gateway API key (status {response.status})")
 
+    def forget(self, key: ApiKey) -> None:
+        """Drop ``key``'s derived key (the cluster refused it: invalidated or
+        expired early); the next request makes a new one."""
+        self._keys.pop(key.name, None)
+
     async def invalidate_all(self) -> None:
         """Invalidate every key made (at shutdown); failures are logged, not
         raised. ``owner``: manage_own_api_key may invalidate only its own."""

@@ -92,8 +92,14 @@ class Passthrough:
         outgoing += forwarded_headers(await self.bind(caller))
         response = await self._send(method, target, outgoing, body)
         if caller.key is not None and (response.status in (401, 403) or b"security_exception" in response.body):
+            if response.status == 401:
+                self.forget(caller)  # an invalidated derived key: make a new one next time
             response = _without_cluster_identity(response, caller)
         return ForwardedResponse(response)
+
+    def forget(self, caller: Caller) -> None:
+        if self.derived is not None and caller.key is not None:
+            self.derived.forget(caller.key)
 
     async def bind(self, caller: Caller) -> Caller:
         """``caller`` with the credentials its requests carry: its own

@@ -202,3 +202,20 @@ def test_derived_keys_are_made_once_rotated_at_half_life_and_invalidated():
     assert create_body(team, 3600)["expiration"] == "3600s"
     assert security_is_off(400, b'{"error":"no handler found for uri [/_security/api_key] and method [POST]"}')
     assert not security_is_off(403, b'{"error":{"type":"security_exception"}}')
+
+
+def test_a_derived_key_the_cluster_no_longer_accepts_is_made_again():
+    from search_extension.gateway.http11 import HttpResponse
+
+    answers = [HttpResponse(401, (), b'{"error":{"type":"security_exception","reason":"unable to authenticate with provided credentials"}}')]
+
+    def reply(method, target):
+        return answers.pop() if answers else HttpResponse(200, (), b'{"hits":{"hits":[]}}')
+
+    transport = KeyMakingTransport(reply)
+    client = app_client(transport, auth="service", api_keys=KEYS)
+    team = {"authorization": f"ApiKey {KEY_A}"}
+    refused = client.post("/docs-1/_search", json={}, headers=team)
+    assert refused.status_code == 503 and "unable to authenticate" not in refused.text
+    assert client.post("/docs-1/_search", json={}, headers=team).status_code == 200
+    assert [t for _, t, _, _ in transport.requests].count("/_security/api_key") == 2
