@@ -57,7 +57,8 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         if limits.auth == "service" and settings.search_backend == "opensearch":
-            log.warning("service mode on OpenSearch: gateway API keys are limited by the gateway's own checks only (the cluster cannot be given a per-key limit)")
+            log.warning("service mode on OpenSearch: gateway API keys are limited by the gateway's own checks only "
+                        "(the cluster cannot be given a per-key limit); see docs/security.md")
         yield
         await edges.aclose()
 
@@ -155,7 +156,8 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
         if isinstance(exc, TimeoutError) and scope.cancelled_caught:
             raise errors.timed_out(f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)") from None
         error = errors.from_exception(exc, es_url=settings.search_url_for_display)
-        if caller.key is not None and (error.status in (401, 403) or "security_exception" in (error.type + error.reason)):
+        refused = error.status in (401, 403) or "security_exception" in (error.type + error.reason)
+        if caller.key is not None and refused:
             if error.status == 401:
                 edges.passthrough.forget(caller)  # an invalidated derived key: make a new one next time
             raise service_refusal(caller, error.status) from exc

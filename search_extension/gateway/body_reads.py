@@ -22,17 +22,33 @@ from urllib.parse import parse_qsl
 from search_extension.gateway import errors
 
 # Elasticsearch's documented _msearch header keys.
-MSEARCH_HEADER_KEYS = frozenset({
-    "index", "search_type", "preference", "routing", "request_cache", "allow_partial_search_results",
-    "ccs_minimize_roundtrips", "expand_wildcards", "ignore_unavailable", "allow_no_indices", "ignore_throttled",
-})
+MSEARCH_HEADER_KEYS = frozenset(
+    {
+        "index",
+        "search_type",
+        "preference",
+        "routing",
+        "request_cache",
+        "allow_partial_search_results",
+        "ccs_minimize_roundtrips",
+        "expand_wildcards",
+        "ignore_unavailable",
+        "allow_no_indices",
+        "ignore_throttled",
+    }
+)
 # Query parameters that carry a request body (and its type) instead of the body.
 BODY_PARAMETERS = ("source", "source_content_type")
 # Media types whose bodies the gateway reads as Elasticsearch does; YAML,
 # CBOR and SMILE bodies would be read differently (or not at all).
-JSON_MEDIA_TYPES = frozenset({
-    "application/json", "application/x-ndjson", "application/vnd.elasticsearch+json", "application/vnd.elasticsearch+x-ndjson",
-})
+JSON_MEDIA_TYPES = frozenset(
+    {
+        "application/json",
+        "application/x-ndjson",
+        "application/vnd.elasticsearch+json",
+        "application/vnd.elasticsearch+x-ndjson",
+    }
+)
 # geo_shape and shape queries read an indexed shape from this index unless told.
 DEFAULT_SHAPE_INDEX = "shapes"
 
@@ -48,7 +64,9 @@ def strict_json(data: bytes, what: str) -> Any:
     except RecursionError:
         raise errors.bad_request(f"{what} nests too deeply for the gateway to read") from None
     except ValueError as exc:
-        raise errors.parse_error(f"{what} is not strict JSON the gateway can read as Elasticsearch does: {exc}") from None
+        raise errors.parse_error(
+            f"{what} is not strict JSON the gateway can read as Elasticsearch does: {exc}"
+        ) from None
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -77,7 +95,9 @@ def parse_msearch(body: bytes) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         raise errors.bad_request("an _msearch body must end with a newline")
     lines = body[:-1].split(b"\n")
     if any(not line.strip() for line in lines):
-        raise errors.bad_request("an _msearch body holds a blank line; every search is one header line and one body line")
+        raise errors.bad_request(
+            "an _msearch body holds a blank line; every search is one header line and one body line"
+        )
     if len(lines) % 2:
         raise errors.bad_request("an _msearch body must be header and body lines in pairs")
     pairs = []
@@ -88,7 +108,10 @@ def parse_msearch(body: bytes) -> list[tuple[dict[str, Any], dict[str, Any]]]:
             raise errors.bad_request(f"_msearch lines {number + 1} and {number + 2} must be JSON objects")
         unknown = sorted(set(header) - MSEARCH_HEADER_KEYS)
         if unknown:
-            raise errors.bad_request(f"_msearch header line {number + 1} holds [{', '.join(unknown)}]; the gateway accepts only [{', '.join(sorted(MSEARCH_HEADER_KEYS))}]")
+            raise errors.bad_request(
+                f"_msearch header line {number + 1} holds [{', '.join(unknown)}]; "
+                f"the gateway accepts only [{', '.join(sorted(MSEARCH_HEADER_KEYS))}]"
+            )
         if "index" in header:
             index_expressions(header["index"], f"_msearch header line {number + 1}")
         pairs.append((header, search))
@@ -102,7 +125,9 @@ def index_expressions(value: Any, what: str) -> tuple[str, ...]:
     elif isinstance(value, list) and value and all(isinstance(item, str) for item in value):
         names = tuple(part for item in value for part in item.split(","))
     else:
-        raise errors.bad_request(f"{what} names its index as {type(value).__name__}; give a string or a list of strings")
+        raise errors.bad_request(
+            f"{what} names its index as {type(value).__name__}; give a string or a list of strings"
+        )
     if any(not name.strip() for name in names):
         raise errors.bad_request(f"{what} names an empty index")
     return names
@@ -126,7 +151,10 @@ def referenced_indices(document: Any) -> list[tuple[str, tuple[str, ...]]]:
             found.append((clause, index_expressions(index, clause)))
         for key, value in node.items():
             if key == "wrapper":
-                raise errors.bad_request("wrapper queries are refused by this gateway: their query is hidden from its checks; send the query itself")
+                raise errors.bad_request(
+                    "wrapper queries are refused by this gateway: their query is hidden from its checks; "
+                    "send the query itself"
+                )
             if isinstance(value, (dict, list)):
                 stack.append((value, key))
     return found

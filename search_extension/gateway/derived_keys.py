@@ -59,7 +59,9 @@ def create_body(key: ApiKey, ttl_s: float) -> dict:
     return {
         "name": f"chunkrag-gateway-{key.name}",
         "expiration": f"{max(60, int(ttl_s))}s",
-        "role_descriptors": {ROLE_NAME: {"cluster": [], "indices": [{"names": list(key.indices), "privileges": list(PRIVILEGES)}]}},
+        "role_descriptors": {
+            ROLE_NAME: {"cluster": [], "indices": [{"names": list(key.indices), "privileges": list(PRIVILEGES)}]}
+        },
         "metadata": {"chunkrag_gateway_key": key.name},
     }
 
@@ -70,11 +72,21 @@ def security_is_off(status: int, body: bytes) -> bool:
     if status not in (400, 404, 405, 500):
         return False
     text = body.lower()
-    return b"no handler found" in text or (b"security" in text and (b"not enabled" in text or b"explicitly enabled" in text or b"disabled" in text))
+    return b"no handler found" in text or (
+        b"security" in text and (b"not enabled" in text or b"explicitly enabled" in text or b"disabled" in text)
+    )
 
 
 class DerivedKeys:
-    def __init__(self, send: Send, own_headers: list[tuple[bytes, bytes]], *, ttl_s: float, gateway_only_accepted: bool, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        send: Send,
+        own_headers: list[tuple[bytes, bytes]],
+        *,
+        ttl_s: float,
+        gateway_only_accepted: bool,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if ttl_s < 120:
             raise ValueError(f"CHUNKRAG_GATEWAY_DERIVED_KEY_TTL_S must be at least 120 s, got {ttl_s:g}")
         self._send, self._own = send, own_headers
@@ -112,29 +124,41 @@ class DerivedKeys:
         if response.status == 200:
             try:
                 answer = orjson.loads(response.body)
-                derived = Derived(b"ApiKey " + answer["encoded"].encode("ascii"), str(answer["id"]), self.clock() + self.ttl_s / 2)
+                derived = Derived(
+                    b"ApiKey " + answer["encoded"].encode("ascii"), str(answer["id"]), self.clock() + self.ttl_s / 2
+                )
             except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeEncodeError):
-                raise errors.unavailable("the cluster's answer to the gateway's API key request could not be read") from None
+                raise errors.unavailable(
+                    "the cluster's answer to the gateway's API key request could not be read"
+                ) from None
             self._made.append(derived.id)
             log.info("made a derived API key for gateway key [%s] (expires in %g s)", key.name, self.ttl_s)
             return derived
         if security_is_off(response.status, response.body):
             if not self.gateway_only_accepted:
                 raise errors.unavailable(
-                    "the cluster runs without security, so it cannot limit a gateway API key to its indices; service mode needs "
-                    "a secured cluster, or CHUNKRAG_GATEWAY_ENFORCE_IN_GATEWAY_ONLY=true to accept the gateway's checks alone"
+                    "the cluster runs without security, so it cannot limit a gateway API key to its indices; "
+                    "service mode needs a secured cluster, or CHUNKRAG_GATEWAY_ENFORCE_IN_GATEWAY_ONLY=true "
+                    "to accept the gateway's checks alone"
                 )
-            log.warning("the cluster runs without security: gateway API keys are limited by the gateway's checks only (CHUNKRAG_GATEWAY_ENFORCE_IN_GATEWAY_ONLY)")
+            log.warning(
+                "the cluster runs without security: gateway API keys are limited by the gateway's checks only "
+                "(CHUNKRAG_GATEWAY_ENFORCE_IN_GATEWAY_ONLY)"
+            )
             self.security_off = True
             return None
         if response.status == 401:
-            raise errors.unavailable("the cluster refused the gateway's own credentials, so it cannot make the gateway API key's derived key")
+            raise errors.unavailable(
+                "the cluster refused the gateway's own credentials, so it cannot make the gateway API key's derived key"
+            )
         if response.status == 403:
             raise errors.unavailable(
-                "the gateway's cluster account may not create API keys (it needs the manage_own_api_key cluster privilege), "
-                "so the cluster cannot enforce gateway API keys"
+                "the gateway's cluster account may not create API keys (it needs the manage_own_api_key "
+                "cluster privilege), so the cluster cannot enforce gateway API keys"
             )
-        raise errors.unavailable(f"the cluster could not make a derived API key for a gateway API key (status {response.status})")
+        raise errors.unavailable(
+            f"the cluster could not make a derived API key for a gateway API key (status {response.status})"
+        )
 
     def forget(self, key: ApiKey) -> None:
         """Drop ``key``'s derived key (the cluster refused it: invalidated or
@@ -149,8 +173,16 @@ class DerivedKeys:
         ids, self._made, self._keys = self._made, [], {}
         headers = [(b"content-type", b"application/json"), (b"accept", b"application/json"), *self._own]
         try:
-            response = await self._send("DELETE", "/_security/api_key", headers, orjson.dumps({"ids": ids, "owner": True}))
+            response = await self._send(
+                "DELETE", "/_security/api_key", headers, orjson.dumps({"ids": ids, "owner": True})
+            )
             if response.status != 200:
-                log.warning("invalidating %d derived API key(s) answered %d; they expire on their own", len(ids), response.status)
+                log.warning(
+                    "invalidating %d derived API key(s) answered %d; they expire on their own",
+                    len(ids),
+                    response.status,
+                )
         except errors.GatewayError as exc:
-            log.warning("could not invalidate %d derived API key(s): %s; they expire on their own", len(ids), exc.reason)
+            log.warning(
+                "could not invalidate %d derived API key(s): %s; they expire on their own", len(ids), exc.reason
+            )

@@ -128,7 +128,8 @@ class Edges:
         # The probe reads cluster stats: a derived key (service mode) has no
         # cluster privilege, so there it runs with the gateway's own client.
         probe = None if caller.key is not None else es
-        retriever = HybridRetriever(es, self.embedder, index, self.settings.retrieval, capabilities=self.capabilities(options.mode, probe))
+        capabilities = self.capabilities(options.mode, probe)
+        retriever = HybridRetriever(es, self.embedder, index, self.settings.retrieval, capabilities=capabilities)
         stages = options.stages
         return ask(
             text,

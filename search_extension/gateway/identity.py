@@ -167,8 +167,8 @@ def service_refusal(caller: Caller, status: int = 403) -> errors.GatewayError:
     patterns = ", ".join(caller.key.indices) if caller.key is not None else ""
     name = caller.key.name if caller.key is not None else "?"
     if status == 401:
-        return errors.unavailable("the cluster did not accept the gateway's credentials for this gateway API key; retry later")
-    return forbidden(f"gateway API key [{name}] may not do this: it may read only [{patterns}] (refused by the cluster)")
+        return errors.unavailable("the cluster did not accept the credentials for this gateway API key; retry later")
+    return forbidden(f"gateway API key [{name}] may not do this: it may read only [{patterns}] (the cluster refused)")
 
 
 def scrub_security_errors(document: Any, reason: str) -> bool:
@@ -251,7 +251,9 @@ IDENTITY_HEADERS = frozenset({
     b"opendistro-security-impersonate-as", b"securitytenant", b"security-tenant",
     b"x-forwarded-user", b"proxy-authorization", b"proxy-authenticate",
 })
-IDENTITY_PREFIXES = (b"es-security-", b"es-secondary-", b"opendistro-security-", b"plugins-security-", b"x-proxy-", b"x-amz-")
+IDENTITY_PREFIXES = (
+    b"es-security-", b"es-secondary-", b"opendistro-security-", b"plugins-security-", b"x-proxy-", b"x-amz-",
+)
 # Headers that say where a request came from: a cluster (or its proxy-auth
 # realm, or its audit log) may trust them, so they pass only from a proxy the
 # operator trusts (CHUNKRAG_GATEWAY_TRUSTED_PROXY).

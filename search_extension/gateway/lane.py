@@ -19,7 +19,8 @@ import orjson
 
 from search_extension.gateway import errors
 from search_extension.gateway.body_reads import (
-    JSON_MEDIA_TYPES, body_parameters, check_search_body, clears_all_scrolls, index_expressions, media_type, parse_msearch, strict_json,
+    JSON_MEDIA_TYPES, body_parameters, check_search_body, clears_all_scrolls, index_expressions, media_type,
+    parse_msearch, strict_json,
 )
 from search_extension.gateway.identity import Caller, check_indices
 from search_extension.gateway.passthrough import Passthrough
@@ -66,7 +67,9 @@ def check_request(endpoint: Endpoint, caller: Caller, scope, body: bytes) -> Non
     service mode the strict second line (``check_service_body``)."""
     raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
     if clears_all_scrolls(scope["method"], segments(raw_path), body):
-        raise errors.forbidden_endpoint("clearing every scroll (_all) is refused by the gateway: clear your own scrolls by their ids")
+        raise errors.forbidden_endpoint(
+            "clearing every scroll (_all) is refused by the gateway: clear your own scrolls by their ids"
+        )
     if caller.key is not None:
         check_service_body(endpoint, caller, scope, body)
     check_body(endpoint, caller, body)
@@ -78,7 +81,9 @@ def check_service_body(endpoint: Endpoint, caller: Caller, scope, body: bytes) -
     the gateway key may not read."""
     named = body_parameters(scope.get("query_string", b"").decode("latin-1"))
     if named:
-        raise errors.bad_request(f"request bodies in URL parameters ([{', '.join(named)}]) are refused by this gateway: send the body itself")
+        raise errors.bad_request(
+            f"request bodies in URL parameters ([{', '.join(named)}]) are refused by this gateway: send the body itself"
+        )
     if endpoint.kind != "read" or not body.strip():
         return
     kind = media_type(scope["headers"], "application/json")
@@ -90,7 +95,9 @@ def check_service_body(endpoint: Endpoint, caller: Caller, scope, body: bytes) -
 
     if endpoint.msearch:
         for header, search in parse_msearch(body):
-            indices = index_expressions(header["index"], "an _msearch header") if "index" in header else endpoint.indices
+            indices = endpoint.indices
+            if "index" in header:
+                indices = index_expressions(header["index"], "an _msearch header")
             check_indices(caller, indices, what="an _msearch search")
             check_search_body(search, allowed)
         return

@@ -17,7 +17,9 @@ from chunkrag_core.settings import Settings
 from search_extension.gateway import errors
 from search_extension.gateway.http11 import HOP_BY_HOP, Http11Pool, HttpFailure, HttpResponse, HttpTimeout
 from search_extension.gateway.derived_keys import DerivedKeys
-from search_extension.gateway.identity import Caller, forwardable_header, forwarded_headers, scrub_security_errors, service_refusal
+from search_extension.gateway.identity import (
+    Caller, forwardable_header, forwarded_headers, scrub_security_errors, service_refusal,
+)
 
 # Besides the hop-by-hop ones: Host and Content-Length are set for the new
 # message; Authorization is set by identity.py (the caller's in forward mode,
@@ -87,8 +89,9 @@ class Passthrough:
         the caller's or the gateway's credentials; return Elasticsearch's
         status, body and headers (X-Elastic-Product, Warning, Content-Type
         among them)."""
+        trusted = self._trusted_proxy
         outgoing = [(name, value) for name, value in raw_headers
-                    if name.lower() not in _NOT_FORWARDED and forwardable_header(name, trusted_proxy=self._trusted_proxy)]
+                    if name.lower() not in _NOT_FORWARDED and forwardable_header(name, trusted_proxy=trusted)]
         outgoing += forwarded_headers(await self.bind(caller))
         response = await self._send(method, target, outgoing, body)
         if caller.key is not None and (response.status in (401, 403) or b"security_exception" in response.body):

@@ -18,7 +18,10 @@ from search_extension.gateway import create_app
 from search_extension.gateway.identity import key_hash
 from search_extension.gateway.server import serve_in_thread as serving
 from tests.integration.test_gateway import QUESTION
-from tests.integration.test_gateway_secured import admin, client_for, gateway_settings, ids, indices, model_server, secured_node  # noqa: F401
+from tests.integration.test_gateway_secured import client_for, gateway_settings, ids
+
+# The secured node, its indices and the scripted model server, shared with test_gateway_secured.
+from tests.integration.test_gateway_secured import admin, indices, model_server, secured_node  # noqa: F401
 from tests.support import secured_elasticsearch as secured
 
 pytestmark = pytest.mark.integration
@@ -37,7 +40,8 @@ def secret_document(admin, indices):  # noqa: F811
 
 
 def service_settings(settings, user=secured.SERVICE, **gateway):
-    keys = f"team:{key_hash(TEAM_KEY)}:{secured.ALLOWED_PREFIX}*; trusted:{key_hash(TRUSTED_KEY)}:{secured.ALLOWED_PREFIX}*,{secured.OTHER_PREFIX}*"
+    team = f"team:{key_hash(TEAM_KEY)}:{secured.ALLOWED_PREFIX}*"
+    keys = f"{team}; trusted:{key_hash(TRUSTED_KEY)}:{secured.ALLOWED_PREFIX}*,{secured.OTHER_PREFIX}*"
     return gateway_settings(settings, secured.url_for(user), auth="service", api_keys=keys, **gateway)
 
 
@@ -64,7 +68,9 @@ def test_legitimate_use_works_with_a_derived_key_the_cluster_limits(service_gate
     team = client_for(url, api_key=TEAM_KEY)
     assert ids(team.search(index=allowed, query=QUERY, size=1)) == ["tokyo:0"]
     assert team.count(index=allowed)["count"] == 6
-    msearch = team.msearch(searches=[{"index": allowed}, {"query": QUERY, "size": 1}, {}, {"query": QUERY, "size": 1}], index=allowed)
+    msearch = team.msearch(
+        searches=[{"index": allowed}, {"query": QUERY, "size": 1}, {}, {"query": QUERY, "size": 1}], index=allowed
+    )
     assert [ids(item) for item in msearch["responses"]] == [["tokyo:0"], ["tokyo:0"]]
     filtered = team.search(index=allowed, query=QUERY, size=1, ext={"chunkrag": {"stages": False, "candidates": 3}})
     assert ids(filtered) == ["tokyo:0"]
@@ -82,7 +88,9 @@ def test_legitimate_use_works_with_a_derived_key_the_cluster_limits(service_gate
     descriptor = listed["role_descriptors"]["chunkrag_gateway_key"]
     assert descriptor["indices"][0]["names"] == [f"{secured.ALLOWED_PREFIX}*"] and descriptor["cluster"] == []
     # The derived key itself, used directly, cannot read the secret index: the cluster enforces the allow-list.
-    direct = Elasticsearch(secured.url_for(), headers={"authorization": derived.authorization.decode()}, request_timeout=30)
+    direct = Elasticsearch(
+        secured.url_for(), headers={"authorization": derived.authorization.decode()}, request_timeout=30
+    )
     assert direct.count(index=allowed)["count"] == 6
     with pytest.raises(ApiError) as refused:
         direct.count(index=other)
@@ -105,19 +113,35 @@ def test_msearch_attacks_fail_closed(service_gateway, indices):  # noqa: F811
     for body in bodies:
         answer = ndjson(url, f"/{allowed}/_msearch", TEAM_KEY, body.encode())
         assert answer.status_code in (400, 403), (body, answer.text)
-        assert SECRET_TEXT not in answer.text and "sec-other" not in answer.text.replace(other, "") and "tokyo" not in answer.text
+        assert (
+            SECRET_TEXT not in answer.text
+            and "sec-other" not in answer.text.replace(other, "")
+            and "tokyo" not in answer.text
+        )
 
 
 def test_a_terms_lookup_on_a_secret_index_is_refused(service_gateway, indices, secret_document):  # noqa: F811
     url, _ = service_gateway
     allowed, other = indices
     lookup = {"terms": {"doc_id": {"index": other, "id": secret_document, "path": "text"}}}
-    for path, body in ((f"/{allowed}/_search", {"query": lookup, "profile": True}), (f"/{allowed}/_count", {"query": lookup}),
-                       (f"/{allowed}/_search", {"query": {"bool": {"filter": [lookup]}}, "profile": True, "ext": {"chunkrag": {"stages": False}}})):
+    for path, body in (
+        (f"/{allowed}/_search", {"query": lookup, "profile": True}),
+        (f"/{allowed}/_count", {"query": lookup}),
+        (
+            f"/{allowed}/_search",
+            {"query": {"bool": {"filter": [lookup]}}, "profile": True, "ext": {"chunkrag": {"stages": False}}},
+        ),
+    ):
         answer = raw(url, "POST", path, TEAM_KEY, json=body)
         assert answer.status_code == 403 and SECRET_TEXT not in answer.text, answer.text
     # The same lookup on an allowed index is served.
-    own = raw(url, "POST", f"/{allowed}/_search", TEAM_KEY, json={"query": {"terms": {"doc_id": {"index": allowed, "id": "tokyo:0", "path": "doc_id"}}}})
+    own = raw(
+        url,
+        "POST",
+        f"/{allowed}/_search",
+        TEAM_KEY,
+        json={"query": {"terms": {"doc_id": {"index": allowed, "id": "tokyo:0", "path": "doc_id"}}}},
+    )
     assert own.status_code == 200 and own.json()["hits"]["hits"]
 
 
@@ -133,10 +157,23 @@ def test_identity_headers_do_not_reach_the_cluster(service_gateway, indices, for
     url, _ = service_gateway
     allowed, _ = indices
     # Honoured, run-as would be refused (the service account may not run as anyone): a 200 says it was dropped.
-    for header in ({"es-security-runas-user": secured.ADMIN.name}, {"es-secondary-authorization": "Basic " + base64.b64encode(b"chunkrag-admin:admin-pw-9f2c").decode()}):
-        assert raw(url, "POST", f"/{allowed}/_search", TEAM_KEY, json={"query": QUERY}, headers=header).status_code == 200
-    alice = {"authorization": "Basic " + base64.b64encode(f"{secured.READER.name}:{secured.READER.password}".encode()).decode()}
-    runas = httpx.post(f"{forwarding}/{allowed}/_search", json={"query": QUERY}, headers={**alice, "es-security-runas-user": secured.ADMIN.name}, timeout=30)
+    for header in (
+        {"es-security-runas-user": secured.ADMIN.name},
+        {"es-secondary-authorization": "Basic " + base64.b64encode(b"chunkrag-admin:admin-pw-9f2c").decode()},
+    ):
+        assert (
+            raw(url, "POST", f"/{allowed}/_search", TEAM_KEY, json={"query": QUERY}, headers=header).status_code == 200
+        )
+    alice = {
+        "authorization": "Basic "
+        + base64.b64encode(f"{secured.READER.name}:{secured.READER.password}".encode()).decode()
+    }
+    runas = httpx.post(
+        f"{forwarding}/{allowed}/_search",
+        json={"query": QUERY},
+        headers={**alice, "es-security-runas-user": secured.ADMIN.name},
+        timeout=30,
+    )
     assert runas.status_code == 200
 
 
@@ -153,7 +190,11 @@ def test_scrolls_are_bound_to_each_keys_derived_key(service_gateway, indices):  
     theirs = trusted.search(index=allowed, query={"match_all": {}}, size=1, scroll="1m")["_scroll_id"]
     mine = team.search(index=allowed, query={"match_all": {}}, size=1, scroll="1m")["_scroll_id"]
     # Clearing every scroll is refused, in any spelling; the other key's scroll lives on.
-    for method, path, body in (("DELETE", "/_search/scroll/_all", None), ("DELETE", "/_search/scroll", {"scroll_id": "_all"}), ("DELETE", "/_search/scroll", {"scroll_id": ["_all"]})):
+    for method, path, body in (
+        ("DELETE", "/_search/scroll/_all", None),
+        ("DELETE", "/_search/scroll", {"scroll_id": "_all"}),
+        ("DELETE", "/_search/scroll", {"scroll_id": ["_all"]}),
+    ):
         assert raw(url, method, path, TEAM_KEY, json=body).status_code == 403
     assert len(trusted.scroll(scroll_id=theirs, scroll="1m")["hits"]["hits"]) == 1
     # Another key's scroll id reads nothing: Elasticsearch answers as if it did not exist
@@ -173,7 +214,11 @@ def test_a_pit_on_a_secret_index_serves_only_the_key_that_may_read_it(service_ga
     stolen = raw(url, "POST", "/_search", TEAM_KEY, json={"pit": {"id": pit}, "query": {"match_all": {}}})
     assert stolen.status_code == 403 and SECRET_TEXT not in stolen.text
     # The cluster refused; the caller reads the gateway's words, not the service account's name or roles.
-    assert secured.SERVICE.name not in stolen.text and "gateway_reader" not in stolen.text and "gateway API key [team]" in stolen.text
+    assert (
+        secured.SERVICE.name not in stolen.text
+        and "gateway_reader" not in stolen.text
+        and "gateway API key [team]" in stolen.text
+    )
     trusted.close_point_in_time(id=pit)
 
 
@@ -182,13 +227,17 @@ def test_rate_limits_count_spellings_of_one_credential_once(settings, embedder, 
     token = base64.b64encode(f"{secured.READER.name}:{secured.READER.password}".encode()).decode()
     limited = gateway_settings(settings, secured.url_for(secured.SERVICE), rate_per_s=0.001, rate_burst=3)
     with serving(create_app(limited, embedder=embedder)) as url:
-        statuses = [httpx.post(f"{url}/{allowed}/_count", headers={"authorization": value}, timeout=30).status_code
-                    for value in (f"Basic {token}", f"BASIC {token}", f"basic  {token}", f"bAsIc \t{token}")]
+        statuses = [
+            httpx.post(f"{url}/{allowed}/_count", headers={"authorization": value}, timeout=30).status_code
+            for value in (f"Basic {token}", f"BASIC {token}", f"basic  {token}", f"bAsIc \t{token}")
+        ]
         team_limited = create_app(service_settings(settings, rate_per_s=0.001, rate_burst=2), embedder=embedder)
     assert statuses == [200, 200, 200, 429]
     with serving(team_limited) as url:
-        keyed = [raw(url, "POST", f"/{allowed}/_count", TEAM_KEY, headers={"authorization": spelling}).status_code
-                 for spelling in (f"ApiKey {TEAM_KEY}", f"apikey {TEAM_KEY}", f"Bearer  {TEAM_KEY}")]
+        keyed = [
+            raw(url, "POST", f"/{allowed}/_count", TEAM_KEY, headers={"authorization": spelling}).status_code
+            for spelling in (f"ApiKey {TEAM_KEY}", f"apikey {TEAM_KEY}", f"Bearer  {TEAM_KEY}")
+        ]
     assert keyed == [200, 200, 429]
 
 

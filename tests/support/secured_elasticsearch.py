@@ -29,7 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from local_services.elasticsearch_node import ES_VERSION, ElasticsearchSettings, FileUser, down, fetch_distribution, running_pid, up
+from local_services.elasticsearch_node import (
+    ES_VERSION,
+    ElasticsearchSettings,
+    FileUser,
+    down,
+    fetch_distribution,
+    running_pid,
+    up,
+)
 from local_services.java import find_java_home
 from local_services.process import state_home
 
@@ -109,14 +117,29 @@ def prepare_distribution(settings: SecuredElasticsearchSettings, log=print) -> P
         shutil.copytree(base, copy, symlinks=True)
         classes = Path(staging) / "classes"
         sources = [str(path) for path in PLUGIN_SOURCE.rglob("*.java")]
-        subprocess.run([str(java.path / "bin" / "javac"), "--release", "21", "-d", str(classes), "-cp", str(base / "lib" / "*"), *sources], check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                str(java.path / "bin" / "javac"),
+                "--release",
+                "21",
+                "-d",
+                str(classes),
+                "-cp",
+                str(base / "lib" / "*"),
+                *sources,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         plugin = copy / "plugins" / PLUGIN_NAME
         plugin.mkdir(parents=True)
         with zipfile.ZipFile(plugin / f"{PLUGIN_NAME}.jar", "w") as jar:
             for path in classes.rglob("*.class"):
                 jar.write(path, path.relative_to(classes).as_posix())
         (plugin / "plugin-descriptor.properties").write_text(
-            f"description=analysis filters for the security index (tests only)\nversion={ES_VERSION}\nname={PLUGIN_NAME}\n"
+            "description=analysis filters for the security index (tests only)\n"
+            f"version={ES_VERSION}\nname={PLUGIN_NAME}\n"
             f"classname={PLUGIN_CLASS}\njava.version=21\nelasticsearch.version={ES_VERSION}\n"
         )
         for path in [copy, *copy.rglob("*")]:  # the node runs as another user

@@ -159,7 +159,8 @@ def test_the_pass_through_signs_each_request_in_service_mode(aws_credentials):
     passthrough = Passthrough(settings, transport)
     body = b'{"query":{"match_all":{}}}'
     caller_headers = [(b"content-type", b"application/json"), (b"x-amz-date", b"19700101T000000Z")]
-    ops = Caller(key=ApiKey("ops", b"x" * 32, ("*",)), identity="key:ops")  # service mode forwards only for a gateway key
+    # Service mode forwards only for a gateway key.
+    ops = Caller(key=ApiKey("ops", b"x" * 32, ("*",)), identity="key:ops")
     asyncio.run(passthrough.forward("POST", "/docs/_search?size=2", caller_headers, body, ops))
     method, target, headers, sent = transport.requests[0]
     assert headers[b"x-amz-date"] != b"19700101T000000Z"  # the caller's own x-amz-* never reaches the cluster

@@ -255,7 +255,9 @@ class KeyMakingTransport(RecordingTransport):
         if target == "/_security/api_key" and method == "POST":
             self.requests.append((method, target, dict(headers), body))
             name = orjson.loads(body)["metadata"]["chunkrag_gateway_key"]
-            answer = {"id": f"id-{name}", "encoded": f"derived-{name}"} if self.create_status == 200 else {"error": "no handler found"}
+            answer = {"id": f"id-{name}", "encoded": f"derived-{name}"}
+            if self.create_status != 200:
+                answer = {"error": "no handler found"}
             return HttpResponse(self.create_status, (), orjson.dumps(answer))
         return await super().request(method, target, headers, body)
 
@@ -271,10 +273,12 @@ def test_service_mode_searches_with_a_derived_key_per_gateway_key():
     created, first, second = transport.requests
     assert created[1] == "/_security/api_key" and created[2][b"authorization"] == basic("gateway", "own-secret")
     descriptor = orjson.loads(created[3])["role_descriptors"]["chunkrag_gateway_key"]
-    assert descriptor == {"cluster": [], "indices": [{"names": ["docs-*", "faq"], "privileges": ["read", "view_index_metadata"]}]}
+    grants = [{"names": ["docs-*", "faq"], "privileges": ["read", "view_index_metadata"]}]
+    assert descriptor == {"cluster": [], "indices": grants}
     # made once, then cached; neither the gateway key nor the service account's credentials reach a search
     assert first[2][b"authorization"] == second[2][b"authorization"] == b"ApiKey derived-team-a"
-    filtered = client.post("/docs-1/_search", json={"query": {"match": {"text": "a"}}, "ext": {"chunkrag": {"stages": False}}}, headers=team)
+    body = {"query": {"match": {"text": "a"}}, "ext": {"chunkrag": {"stages": False}}}
+    filtered = client.post("/docs-1/_search", json=body, headers=team)
     assert filtered.status_code == 200 and es.log == ["ApiKey derived-team-a"]
     transport.requests.clear()
     forbidden = client.post("/logs/_search", json={}, headers=team)
@@ -314,7 +318,8 @@ def test_service_mode_without_manage_own_api_key_is_a_503_naming_no_account():
 
 def test_cluster_refusals_in_service_mode_are_the_gateways_words():
     def refusing(method, target):
-        return HttpResponse(403, (), b'{"error":{"type":"security_exception","reason":"unauthorized for user [gateway-service] with roles [gateway_reader]"},"status":403}')
+        reason = b"unauthorized for user [gateway-service] with roles [gateway_reader]"
+        return HttpResponse(403, (), b'{"error":{"type":"security_exception","reason":"' + reason + b'"},"status":403}')
 
     client = app_client(KeyMakingTransport(refusing), auth="service", api_keys=KEYS)
     answer = client.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}"})
@@ -322,10 +327,12 @@ def test_cluster_refusals_in_service_mode_are_the_gateways_words():
     assert "gateway API key [team-a]" in answer.json()["error"]["reason"]
 
     def msearch_item(method, target):
-        return HttpResponse(200, (), b'{"responses":[{"error":{"type":"security_exception","reason":"user [gateway-service]"},"status":403}]}')
+        item = b'{"error":{"type":"security_exception","reason":"user [gateway-service]"},"status":403}'
+        return HttpResponse(200, (), b'{"responses":[' + item + b"]}")
 
     client = app_client(KeyMakingTransport(msearch_item), auth="service", api_keys=KEYS)
-    answer = client.post("/docs-1/_msearch", content=b'{}\n{}\n', headers={"authorization": f"ApiKey {KEY_A}", "content-type": "application/x-ndjson"})
+    ndjson = {"authorization": f"ApiKey {KEY_A}", "content-type": "application/x-ndjson"}
+    answer = client.post("/docs-1/_msearch", content=b'{}\n{}\n', headers=ndjson)
     assert answer.status_code == 200 and "gateway-service" not in answer.text and "team-a" in answer.text
 
 
