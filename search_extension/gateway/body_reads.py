@@ -162,8 +162,9 @@ def referenced_indices(document: Any) -> list[tuple[str, tuple[str, ...]]]:
 
 def _references_of(node: dict[str, Any], parent: str) -> list[tuple[str, Any]]:
     refs = []
-    # terms lookup, percolate by id, and any {"index", "id"} pair: a document fetched by id.
-    if "index" in node and ("id" in node or parent in ("terms", "percolate", "indexed_shape")):
+    # terms lookup, percolate by id, a kNN query vector looked up from a stored
+    # document (query_vector_builder.lookup), and any {"index", "id"} pair.
+    if "index" in node and ("id" in node or parent in ("terms", "percolate", "indexed_shape", "lookup")):
         refs.append((f"{parent or 'a clause'} (index and id)", node["index"]))
     # geo_shape / shape: an indexed shape, from "shapes" unless an index is named.
     if parent == "indexed_shape" and "index" not in node:

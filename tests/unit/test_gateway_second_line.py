@@ -68,6 +68,7 @@ def test_msearch_bodies_read_otherwise_than_elasticsearch_are_refused(body, said
         ),
         ({"query": {"more_like_this": {"unlike": {"_index": "a,secret", "doc": {"text": "x"}}}}}, ("a", "secret")),
         ({"query": {"percolate": {"field": "q", "index": "secret", "id": "1"}}}, ("secret",)),
+    ({"knn": {"field": "v", "k": 1, "query_vector_builder": {"lookup": {"index": "secret", "id": "1", "path": "v"}}}}, ("secret",)),
         (
             {"query": {"pinned": {"docs": [{"_index": "secret", "_id": "1"}], "organic": {"match_all": {}}}}},
             ("secret",),
