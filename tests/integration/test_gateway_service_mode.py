@@ -256,3 +256,17 @@ def test_derived_keys_are_invalidated_at_shutdown(settings, embedder, indices, a
         assert raw(url, "POST", f"/{allowed}/_count", TEAM_KEY).status_code == 200
         made = app.state.edges.passthrough.derived._keys["team"].id
     assert admin.security.get_api_key(id=made)["api_keys"][0]["invalidated"]
+
+
+def test_a_cluster_without_security_needs_gateway_only_enforcement_said_outright(settings, embedder):
+    """The main node (9200) runs without security: no credentials could limit a key there."""
+    open_cluster = dict(auth="service", api_keys=f"team:{key_hash(TEAM_KEY)}:{secured.ALLOWED_PREFIX}*")
+    with serving(create_app(gateway_settings(settings, settings.es_url, **open_cluster), embedder=embedder)) as url:
+        refused = raw(url, "POST", f"/{secured.ALLOWED_PREFIX}none/_count", TEAM_KEY)
+    assert refused.status_code == 503 and "ENFORCE_IN_GATEWAY_ONLY" in refused.text
+    accepted = gateway_settings(settings, settings.es_url, enforce_in_gateway_only=True, **open_cluster)
+    with serving(create_app(accepted, embedder=embedder)) as url:
+        forwarded = raw(url, "POST", f"/{secured.ALLOWED_PREFIX}none/_count", TEAM_KEY)
+        still_checked = raw(url, "POST", f"/{secured.OTHER_PREFIX}none/_count", TEAM_KEY)
+    assert forwarded.status_code == 404 and "index_not_found_exception" in forwarded.text  # the cluster answered
+    assert still_checked.status_code == 403 and "gateway API key [team]" in still_checked.text

@@ -356,3 +356,22 @@ def test_a_derived_key_the_cluster_no_longer_accepts_is_made_again():
     assert refused.status_code == 503 and "unable to authenticate" not in refused.text
     assert client.post("/docs-1/_search", json={}, headers=team).status_code == 200
     assert [t for _, t, _, _ in transport.requests].count("/_security/api_key") == 2
+
+
+def test_service_mode_on_opensearch_says_at_start_that_the_gateway_enforces_alone(caplog):
+    import logging
+
+    from chunkrag_core.settings import GatewaySettings, Settings
+    from search_extension.gateway import create_app
+    from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeModel, judge_factory
+
+    settings = Settings(search_backend="opensearch", opensearch_url="http://gw:pw@os.internal:9201",
+                        gateway=GatewaySettings(auth="service", api_keys=KEYS))
+    transport = KeyMakingTransport()
+    app = create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(),
+                     judge_many_factory=judge_factory, http_transport=transport)
+    with caplog.at_level(logging.WARNING, logger="search_extension.gateway.app"), TestClient(app) as client:
+        assert client.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}"}).status_code == 200
+    assert "gateway's own checks only" in caplog.text
+    (_, target, headers, _), = transport.requests  # no API key is made on OpenSearch
+    assert target == "/docs-1/_search" and headers[b"authorization"] == b"Basic " + base64.b64encode(b"gw:pw")
