@@ -90,8 +90,10 @@ class Passthrough:
         status, body and headers (X-Elastic-Product, Warning, Content-Type
         among them)."""
         trusted = self._trusted_proxy
+        # Service mode reads the cluster's answers for its refusals (below): they come uncompressed.
+        dropped = _NOT_FORWARDED | {b"accept-encoding"} if caller.key is not None else _NOT_FORWARDED
         outgoing = [(name, value) for name, value in raw_headers
-                    if name.lower() not in _NOT_FORWARDED and forwardable_header(name, trusted_proxy=trusted)]
+                    if name.lower() not in dropped and forwardable_header(name, trusted_proxy=trusted)]
         outgoing += forwarded_headers(await self.bind(caller))
         response = await self._send(method, target, outgoing, body)
         if caller.key is not None and (response.status in (401, 403) or b"security_exception" in response.body):

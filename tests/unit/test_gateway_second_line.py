@@ -375,3 +375,10 @@ def test_service_mode_on_opensearch_says_at_start_that_the_gateway_enforces_alon
     assert "gateway's own checks only" in caplog.text
     (_, target, headers, _), = transport.requests  # no API key is made on OpenSearch
     assert target == "/docs-1/_search" and headers[b"authorization"] == b"Basic " + base64.b64encode(b"gw:pw")
+
+
+def test_service_mode_asks_for_uncompressed_answers_it_can_read():
+    transport = KeyMakingTransport()
+    client = app_client(transport, auth="service", api_keys=KEYS)
+    client.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}", "accept-encoding": "gzip"})
+    assert b"accept-encoding" not in transport.requests[-1][2]
