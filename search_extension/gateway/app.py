@@ -156,7 +156,8 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
         if isinstance(exc, TimeoutError) and scope.cancelled_caught:
             raise errors.timed_out(f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)") from None
         error = errors.from_exception(exc, es_url=settings.search_url_for_display)
-        refused = error.status in (401, 403) or "security_exception" in (error.type + error.reason)
+        said = error.type + error.reason + (orjson.dumps(error.body).decode() if error.body else "")
+        refused = error.status in (401, 403) or "security_exception" in said
         if caller.key is not None and refused:
             if error.status == 401:
                 edges.passthrough.forget(caller)  # an invalidated derived key: make a new one next time

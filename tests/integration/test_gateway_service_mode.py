@@ -270,3 +270,26 @@ def test_a_cluster_without_security_needs_gateway_only_enforcement_said_outright
         still_checked = raw(url, "POST", f"/{secured.OTHER_PREFIX}none/_count", TEAM_KEY)
     assert forwarded.status_code == 404 and "index_not_found_exception" in forwarded.text  # the cluster answered
     assert still_checked.status_code == 403 and "gateway API key [team]" in still_checked.text
+
+
+def test_the_librarys_own_searches_go_with_the_derived_key(service_gateway, indices):  # noqa: F811
+    """Past the gateway's checks (called directly), the filtered search of a
+    team caller still cannot read the secret index: the cluster refuses the
+    derived key, though the gateway's base client holds the service account's
+    credentials, which could."""
+    from search_extension.gateway.dialect import parse_search
+    from search_extension.gateway.identity import ApiKey, Caller
+    from search_extension.retriever import SearchRefused
+
+    url, app = service_gateway
+    allowed, other = indices
+    raw(url, "POST", f"/{allowed}/_count", TEAM_KEY)  # makes the team's derived key
+    derived = app.state.edges.passthrough.derived._keys["team"]
+    team = ApiKey("team", b"-" * 32, (f"{secured.ALLOWED_PREFIX}*",))
+    caller = Caller(authorization=derived.authorization, key=team, identity="key:team")
+    search = parse_search({"query": QUERY, "ext": {"chunkrag": {"stages": False}}}, max_candidates=10, max_query_chars=500)
+    found = app.state.edges.ask(allowed, search.text, search.options, candidates=3, caller=caller)
+    assert found.retrieval.chunks
+    with pytest.raises(SearchRefused) as refused:
+        app.state.edges.ask(other, search.text, search.options, candidates=3, caller=caller)
+    assert refused.value.status == 403 and "API key" in str(refused.value.error)
