@@ -50,9 +50,6 @@ class Caller:
     # Who counts against a rate limit: key name, a hash of the credentials
     # (however their header was spelled), or the client address.
     identity: str = "anonymous"
-    # Service mode where the cluster cannot limit the key (OpenSearch, or a
-    # cluster without security when accepted): the gateway's checks alone.
-    gateway_enforced: bool = False
 
     @property
     def indices(self) -> tuple[str, ...] | None:

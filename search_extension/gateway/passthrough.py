@@ -118,7 +118,7 @@ class Passthrough:
         derived = await self.derived.authorization(caller.key) if self.derived is not None else None
         if derived is not None:
             return dataclasses.replace(caller, authorization=derived)
-        return dataclasses.replace(caller, authorization=_authorization_of(self._own_headers), gateway_enforced=True)
+        return dataclasses.replace(caller, authorization=_authorization_of(self._own_headers))
 
     async def get_json(self, path: str) -> tuple[int, Any]:
         response = await self._send("GET", path, [(b"accept", b"application/json"), *self._own_headers], b"")
