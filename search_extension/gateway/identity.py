@@ -6,11 +6,18 @@ Two modes (``CHUNKRAG_GATEWAY_AUTH``):
   Bearer) goes with every request the gateway makes for that caller, so the
   cluster's own index- and document-level security applies unchanged. The
   gateway holds no credentials of its own for callers' requests.
-- ``service``: the gateway's credentials (ES_URL user, ES_API_KEY) reach the
-  cluster; each caller presents a gateway API key (``Authorization: ApiKey
-  <key>`` or ``Bearer <key>``, what the official clients send with
+- ``service``: each caller presents a gateway API key (``Authorization:
+  ApiKey <key>`` or ``Bearer <key>``, what the official clients send with
   ``api_key=``). Keys are configured as sha256 hashes, compared in constant
-  time, and each lists the index patterns it may read.
+  time, and each lists the index patterns it may read. On Elasticsearch the
+  caller's requests go with an API key the gateway made for that key with
+  its own credentials, limited by the cluster to the key's patterns
+  (``derived_keys.py``); see docs/security.md.
+
+Caller headers that would change who the cluster takes the caller to be
+(run-as, secondary authorization, proxy authentication, forwarding) are
+never passed on (``forwardable_header``), and the rate-limit identity does
+not depend on how a credential is spelled (``credentials_identity``).
 
 Everything that turns a caller into cluster credentials lives here, so it can
 move behind a backend seam (Elasticsearch or OpenSearch) as one piece.

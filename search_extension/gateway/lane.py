@@ -9,8 +9,9 @@ dozens of them (HEAD /{index} for ``exists``, _mapping, _count, scroll,
 PIT, ...). Which of them may pass is decided before, by the guard
 (``guard.py``, the endpoint classes of ``policy.py``); what the body of a
 search names (an _msearch's indices, a PIT) is checked here, where the body
-is read anyway. The request goes with the caller's credentials (forward mode)
-or the gateway's (service mode), see ``identity.py``.
+is read anyway, and in service mode the strict second line (``body_reads.py``).
+The request goes with the caller's credentials (forward mode) or its gateway
+key's derived key (service mode), see ``identity.py`` and ``derived_keys.py``.
 """
 
 from __future__ import annotations
