@@ -197,6 +197,15 @@ class GatewaySettings:
     auth: str = "forward"
     # "name:sha256-hex-of-key:index-pattern,index-pattern; ..." (service mode).
     api_keys: str = field(default="", repr=False)
+    # Service mode on Elasticsearch: lifetime of the API key the gateway makes
+    # per gateway key (limited to its indices); made again at half of it.
+    derived_key_ttl_s: float = 86400.0
+    # Service mode against a cluster without security (no credentials could
+    # limit a key): accept the gateway's own checks alone instead of a 503.
+    enforce_in_gateway_only: bool = False
+    # Forward X-Forwarded-*, X-Real-IP and Forwarded to the cluster (only
+    # when a proxy the operator trusts sets them in front of the gateway).
+    trusted_proxy: bool = False
     # Pass-through endpoint classes forwarded: "read" (search, count, msearch,
     # mapping, field caps, scroll, PIT, index existence), "write" (other
     # index APIs, _bulk), "cluster" (every other _ API); comma-separated.

@@ -9,6 +9,7 @@ What the gateway does not own (every path but /v1/*, /openapi.json and a
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 from contextlib import asynccontextmanager
@@ -27,7 +28,7 @@ from search_extension.gateway.body_limit import BodyLimit
 from search_extension.gateway.dialect import ChunkragSearch, OptionError, ask_response, chunkrag_block, parse_ask, parse_search, search_response
 from search_extension.gateway.edges import Edges, JudgeManyFactory
 from search_extension.gateway.guard import Guard
-from search_extension.gateway.identity import Authenticator, Caller, check_engine_auth, check_indices
+from search_extension.gateway.identity import Authenticator, Caller, check_engine_auth, check_indices, service_refusal
 from search_extension.gateway.lane import PassthroughLane, request_target
 from search_extension.gateway.limits import FilteredQueue, RateLimiter
 from search_extension.gateway.models import (
@@ -37,6 +38,8 @@ from search_extension.gateway.passthrough import HttpTransport
 from search_extension.gateway.policy import parse_classes
 from search_extension.gateway.responses import error_response, es_json
 from search_extension.options import first_error
+
+log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings | None = None, *, es=None, model=None, embedder=None, judge_many_factory: JudgeManyFactory | None = None, http_transport: HttpTransport | None = None) -> FastAPI:
@@ -56,6 +59,9 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        if limits.auth == "service" and settings.search_backend == "opensearch":
+            log.warning("service mode on OpenSearch: gateway API keys are limited by the gateway's own checks only "
+                        "(the cluster cannot be given a per-key limit); see docs/security.md")
         yield
         await edges.aclose()
 
@@ -128,6 +134,8 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
     deadline = settings.es_request_timeout_s
     if options.stages:
         deadline += edges.budget_s(options) + settings.chat.timeout_s * (2 if options.rewrite else 1)
+    # Service mode: the library searches with the key's derived key too.
+    caller = await edges.passthrough.bind(caller)
     call = functools.partial(edges.ask, index, decoded.text, options, filters=decoded.filters, candidates=decoded.candidates, caller=caller)
     try:
         with anyio.fail_after(deadline) as scope:
@@ -140,7 +148,14 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
     except Exception as exc:
         if isinstance(exc, TimeoutError) and scope.cancelled_caught:
             raise errors.timed_out(f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)") from None
-        raise errors.from_exception(exc) from exc
+        error = errors.from_exception(exc)
+        said = error.type + error.reason + (orjson.dumps(error.body).decode() if error.body else "")
+        refused = error.status in (401, 403) or "security_exception" in said
+        if caller.key is not None and refused:
+            if error.status == 401:
+                edges.passthrough.forget(caller)  # an invalidated derived key: make a new one next time
+            raise service_refusal(caller, error.status) from exc
+        raise error from exc
 
 
 def _refuse_non_finite(value: Any, where: str) -> None:

@@ -128,7 +128,11 @@ class Edges:
         from search_extension.retriever import HybridRetriever
 
         es = es_for(self.es, caller)
-        retriever = HybridRetriever(es, self.embedder, index, self.settings.retrieval, capabilities=self.capabilities(options.mode, es))
+        # The probe reads cluster stats: a derived key (service mode) has no
+        # cluster privilege, so there it runs with the gateway's own client.
+        probe = None if caller.key is not None else es
+        capabilities = self.capabilities(options.mode, probe)
+        retriever = HybridRetriever(es, self.embedder, index, self.settings.retrieval, capabilities=capabilities)
         stages = options.stages
         return ask(
             text,

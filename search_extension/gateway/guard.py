@@ -5,7 +5,9 @@ reached at all (403). The caller is left in ``scope["state"]["caller"]`` for
 the pass-through lane and the routes.
 
 The OpenAPI document, the Swagger UI and /v1/health answer anyone: they
-carry no data, and a load balancer's probe has no key."""
+carry no data, and a load balancer's probe has no key. Only those exact
+paths and /v1/ask skip the endpoint classes: a path such as /v1/_search is
+an index search (of an index named "v1") like any other."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from search_extension.gateway.limits import RateLimiter
 from search_extension.gateway.policy import classify, refuse_odd_paths, refuse_unless_allowed
 from search_extension.gateway.responses import accept_of, error_response
 
-PUBLIC_PATHS = ("/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect", "/v1/health")
-GATEWAY_PREFIX = "/v1/"
+PUBLIC_PATHS = frozenset({"/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect", "/v1/health"})
+# The gateway's own routes that need a caller but name no engine endpoint;
+# every other path, /v1/_search included, is classified like any other.
+GATEWAY_ROUTES = frozenset({"/v1/ask"})
 
 
 class Guard:
@@ -31,7 +35,7 @@ class Guard:
             caller = self.authenticator.caller(scope["headers"], scope.get("client"))
             self.rate_limiter.take(caller.identity)
             endpoint = None
-            if not scope["path"].startswith(GATEWAY_PREFIX):
+            if scope["path"] not in GATEWAY_ROUTES:
                 raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
                 refuse_odd_paths(raw_path)
                 endpoint = classify(scope["method"], raw_path)
@@ -47,5 +51,5 @@ class Guard:
             return await error_response(exc, accept_of(scope))(scope, receive, send)
         state = scope.setdefault("state", {})
         state["caller"] = caller
-        state["endpoint"] = endpoint if not scope["path"].startswith(GATEWAY_PREFIX) else None
+        state["endpoint"] = endpoint
         await self.app(scope, receive, send)

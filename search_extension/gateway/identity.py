@@ -6,11 +6,18 @@ Two modes (``CHUNKRAG_GATEWAY_AUTH``):
   Bearer) goes with every request the gateway makes for that caller, so the
   cluster's own index- and document-level security applies unchanged. The
   gateway holds no credentials of its own for callers' requests.
-- ``service``: the gateway's credentials (ES_URL user, ES_API_KEY) reach the
-  cluster; each caller presents a gateway API key (``Authorization: ApiKey
-  <key>`` or ``Bearer <key>``, what the official clients send with
+- ``service``: each caller presents a gateway API key (``Authorization:
+  ApiKey <key>`` or ``Bearer <key>``, what the official clients send with
   ``api_key=``). Keys are configured as sha256 hashes, compared in constant
-  time, and each lists the index patterns it may read.
+  time, and each lists the index patterns it may read. On Elasticsearch the
+  caller's requests go with an API key the gateway made for that key with
+  its own credentials, limited by the cluster to the key's patterns
+  (``derived_keys.py``); see docs/security.md.
+
+Caller headers that would change who the cluster takes the caller to be
+(run-as, secondary authorization, proxy authentication, forwarding) are
+never passed on (``forwardable_header``), and the rate-limit identity does
+not depend on how a credential is spelled (``credentials_identity``).
 
 Everything that turns a caller into cluster credentials lives here, so it can
 move behind a backend seam (Elasticsearch or OpenSearch) as one piece.
@@ -47,8 +54,8 @@ class Caller:
     authorization: bytes | None = None
     # The gateway API key that admitted the caller (service mode).
     key: ApiKey | None = None
-    # Who counts against a rate limit: key name, a hash of the credentials,
-    # or the client address.
+    # Who counts against a rate limit: key name, a hash of the credentials
+    # (however their header was spelled), or the client address.
     identity: str = "anonymous"
 
     @property
@@ -108,7 +115,7 @@ class Authenticator:
         if self.mode == "forward":
             if authorization is None:
                 return Caller(identity=f"address:{client[0]}" if client else "anonymous")
-            return Caller(authorization, identity="credentials:" + hashlib.sha256(authorization).hexdigest()[:16])
+            return Caller(authorization, identity=credentials_identity(authorization))
         presented = _presented_key(authorization)
         if presented is None:
             raise unauthenticated("this gateway needs a gateway API key: send Authorization: ApiKey <key>")
@@ -158,6 +165,34 @@ def check_indices(caller: Caller, indices: tuple[str, ...] | None, *, what: str)
             raise forbidden(f"gateway API key [{caller.key.name}] may not read index [{index}]; it may read [{', '.join(allowed)}]")
 
 
+def service_refusal(caller: Caller, status: int = 403) -> errors.GatewayError:
+    """The gateway's own answer to a cluster 401/403 in service mode: the
+    cluster's would name the service account, its roles and the derived key."""
+    patterns = ", ".join(caller.key.indices) if caller.key is not None else ""
+    name = caller.key.name if caller.key is not None else "?"
+    if status == 401:
+        return errors.unavailable("the cluster did not accept the credentials for this gateway API key; retry later")
+    return forbidden(f"gateway API key [{name}] may not do this: it may read only [{patterns}] (the cluster refused)")
+
+
+def scrub_security_errors(document: Any, reason: str) -> bool:
+    """Replace, in place, the reason of every security_exception in a
+    response (an _msearch item, a shard failure): they name the service
+    account and its roles. True when something was replaced."""
+    replaced = False
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") == "security_exception" and "reason" in node:
+                node["reason"] = reason
+                replaced = True
+            stack.extend(value for value in node.values() if isinstance(value, (dict, list)))
+    return replaced
+
+
 def es_for(client, caller: Caller):
     """The Elasticsearch client to search with for ``caller``: in forward mode
     the caller's Authorization on each request (the base client holds no
@@ -187,10 +222,57 @@ def _presented_key(authorization: bytes | None) -> bytes | None:
     send ``ApiKey base64(id:key)`` for a tuple; a plain key is used as sent."""
     if authorization is None:
         return None
-    scheme, _, value = authorization.strip().partition(b" ")
-    if scheme.lower() not in (b"apikey", b"bearer") or not value.strip():
+    parts = authorization.split()
+    if len(parts) != 2 or parts[0].lower() not in (b"apikey", b"bearer"):
         return None
-    return value.strip()
+    return parts[1]
+
+
+def credentials_identity(authorization: bytes) -> str:
+    """The rate-limit key of an Authorization header: the same credentials
+    count as one caller however the header spells them (scheme case,
+    whitespace, the base64 of Basic and ApiKey), and the key is a hash, never
+    the credentials."""
+    parts = authorization.split()
+    if len(parts) == 2:
+        scheme, token = parts[0].lower(), parts[1]
+        if scheme in (b"basic", b"apikey"):
+            try:
+                token = b"decoded:" + base64.b64decode(token, validate=True)
+            except ValueError:
+                pass
+        canonical = scheme + b" " + token
+    else:
+        canonical = b" ".join(parts)
+    return "credentials:" + hashlib.sha256(canonical).hexdigest()[:24]
+
+
+# Headers that change who the cluster takes the caller to be, or add a
+# second identity: never forwarded, in either mode. Compared with "_" read
+# as "-" (servers that take one often take the other).
+IDENTITY_HEADERS = frozenset({
+    b"es-security-runas-user", b"es-secondary-authorization", b"es-client-authentication",
+    b"opendistro-security-impersonate-as", b"securitytenant", b"security-tenant",
+    b"x-forwarded-user", b"proxy-authorization", b"proxy-authenticate",
+})
+IDENTITY_PREFIXES = (
+    b"es-security-", b"es-secondary-", b"opendistro-security-", b"plugins-security-", b"x-proxy-", b"x-amz-",
+)
+# Headers that say where a request came from: a cluster (or its proxy-auth
+# realm, or its audit log) may trust them, so they pass only from a proxy the
+# operator trusts (CHUNKRAG_GATEWAY_TRUSTED_PROXY).
+FORWARDING_HEADERS = frozenset({b"x-real-ip", b"forwarded", b"true-client-ip", b"x-client-ip", b"client-ip", b"via"})
+FORWARDING_PREFIXES = (b"x-forwarded-", b"x-original-")
+
+
+def forwardable_header(name: bytes, *, trusted_proxy: bool = False) -> bool:
+    """Whether a caller's header may reach the cluster."""
+    normal = name.strip().lower().replace(b"_", b"-")
+    if normal in IDENTITY_HEADERS or normal.startswith(IDENTITY_PREFIXES):
+        return False
+    if normal in FORWARDING_HEADERS or normal.startswith(FORWARDING_PREFIXES):
+        return trusted_proxy
+    return True
 
 
 def basic(user: str, password: str) -> bytes:

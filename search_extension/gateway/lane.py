@@ -9,8 +9,9 @@ dozens of them (HEAD /{index} for ``exists``, _mapping, _count, scroll,
 PIT, ...). Which of them may pass is decided before, by the guard
 (``guard.py``, the endpoint classes of ``policy.py``); what the body of a
 search names (an _msearch's indices, a PIT) is checked here, where the body
-is read anyway. The request goes with the caller's credentials (forward mode)
-or the gateway's (service mode), see ``identity.py``.
+is read anyway, and in service mode the strict second line (``body_reads.py``).
+The request goes with the caller's credentials (forward mode) or its gateway
+key's derived key (service mode), see ``identity.py`` and ``derived_keys.py``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,18 @@ from __future__ import annotations
 import orjson
 
 from search_extension.gateway import errors
+from search_extension.gateway.body_reads import (
+    JSON_MEDIA_TYPES, body_parameters, check_search_body, clears_all_scrolls, index_expressions, media_type,
+    parse_msearch, strict_json,
+)
 from search_extension.gateway.identity import Caller, check_indices
 from search_extension.gateway.passthrough import Passthrough
-from search_extension.gateway.policy import Endpoint, msearch_indices, refuse_chunkrag_outside_index_search
+from search_extension.gateway.policy import Endpoint, msearch_indices, refuse_chunkrag_outside_index_search, segments
 from search_extension.gateway.responses import accept_of, error_response
 
-GATEWAY_PREFIXES = ("/v1/", "/openapi.json")
+# The gateway's own routes, exactly: any other path (/v1/_search included)
+# is classified by the guard and forwarded like every other.
+GATEWAY_ROUTES = frozenset({"/v1/ask", "/v1/health", "/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect"})
 # Most searches carry no ext.chunkrag: their bytes are forwarded without
 # being decoded (vectors make bodies large). A body that holds the word
 # elsewhere is decoded by the route, which forwards it when ext lacks it.
@@ -35,23 +42,67 @@ class PassthroughLane:
         self.app, self.passthrough = app, passthrough
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"].startswith(GATEWAY_PREFIXES):
+        if scope["type"] != "http" or scope["path"] in GATEWAY_ROUTES:
             return await self.app(scope, receive, send)
         body = await _read_body(receive)
         if body is None:
             return  # the client went away: nobody to answer
-        if is_index_search(scope["method"], scope["path"]) and CHUNKRAG_MARK in body:
-            return await self.app(scope, _replay(body, receive), send)
         state = scope.get("state", {})
         caller = state.get("caller", Caller())
         try:
             endpoint = state.get("endpoint")
-            if endpoint is not None:
-                check_body(endpoint, caller, body)
+            if endpoint is None:  # the guard classifies every path it lets through
+                raise errors.forbidden_endpoint(f"the gateway does not forward {scope['method']} {scope['path']}")
+            check_request(endpoint, caller, scope, body)
+            if is_index_search(scope["method"], scope["path"]) and CHUNKRAG_MARK in body:
+                return await self.app(scope, _replay(body, receive), send)
             response = await self.passthrough.forward(scope["method"], request_target(scope), scope["headers"], body, caller)
         except errors.GatewayError as exc:
             response = error_response(exc, accept_of(scope))
         await response(scope, receive, send)
+
+
+def check_request(endpoint: Endpoint, caller: Caller, scope, body: bytes) -> None:
+    """Everything the gateway checks beyond the path: clearing every scroll
+    (both modes), then what only the body tells (``check_body``), and in
+    service mode the strict second line (``check_service_body``)."""
+    raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    if clears_all_scrolls(scope["method"], segments(raw_path), body):
+        raise errors.forbidden_endpoint(
+            "clearing every scroll (_all) is refused by the gateway: clear your own scrolls by their ids"
+        )
+    if caller.key is not None:
+        check_service_body(endpoint, caller, scope, body)
+    check_body(endpoint, caller, body)
+
+
+def check_service_body(endpoint: Endpoint, caller: Caller, scope, body: bytes) -> None:
+    """Service mode's second line: a body the gateway cannot read exactly as
+    Elasticsearch would is refused, and so is any clause that reads an index
+    the gateway key may not read."""
+    named = body_parameters(scope.get("query_string", b"").decode("latin-1"))
+    if named:
+        raise errors.bad_request(
+            f"request bodies in URL parameters ([{', '.join(named)}]) are refused by this gateway: send the body itself"
+        )
+    if endpoint.kind != "read" or not body.strip():
+        return
+    kind = media_type(scope["headers"], "application/json")
+    if kind not in JSON_MEDIA_TYPES:
+        raise errors.bad_request(f"this gateway reads request bodies as JSON only, got content type [{kind}]")
+
+    def allowed(indices, what):
+        check_indices(caller, indices, what=what)
+
+    if endpoint.msearch:
+        for header, search in parse_msearch(body):
+            indices = endpoint.indices
+            if "index" in header:
+                indices = index_expressions(header["index"], "an _msearch header")
+            check_indices(caller, indices, what="an _msearch search")
+            check_search_body(search, allowed)
+        return
+    check_search_body(strict_json(body, "the request body"), allowed)
 
 
 def check_body(endpoint: Endpoint, caller: Caller, body: bytes) -> None:

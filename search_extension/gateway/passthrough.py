@@ -4,6 +4,7 @@ connections made on first use."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import ssl
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
@@ -15,12 +16,17 @@ from chunkrag_core.engines.aws_signing import opensearch_sigv4
 from chunkrag_core.settings import Settings
 from search_extension.gateway import errors
 from search_extension.gateway.http11 import HOP_BY_HOP, Http11Pool, HttpFailure, HttpResponse, HttpTimeout
-from search_extension.gateway.identity import Caller, forwarded_headers
+from search_extension.gateway.derived_keys import DerivedKeys
+from search_extension.gateway.identity import (
+    Caller, forwardable_header, forwarded_headers, scrub_security_errors, service_refusal,
+)
 
 # Besides the hop-by-hop ones: Host and Content-Length are set for the new
 # message; Authorization is set by identity.py (the caller's in forward mode,
-# the gateway's in service mode, never both); cookies are the gateway's
-# business with its caller, not the cluster's.
+# a derived key in service mode, never both); cookies are the gateway's
+# business with its caller, not the cluster's. Headers that change who the
+# cluster thinks is asking (run-as, secondary auth, proxy auth, forwarding)
+# are dropped by ``identity.forwardable_header``.
 _NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"cookie", b"expect"}
 
 
@@ -64,6 +70,13 @@ class Passthrough:
         # here, as the pool is about to send it; the signer is made on first use.
         self._sigv4 = opensearch_sigv4(settings) if settings.search_backend == "opensearch" else None
         self._signer = None
+        self._trusted_proxy = settings.gateway.trusted_proxy
+        # Service mode on Elasticsearch: each gateway key's requests go with
+        # an API key the cluster limits to its indices (derived_keys.py).
+        self.derived: DerivedKeys | None = None
+        if self._service_mode and settings.search_backend != "opensearch":
+            self.derived = DerivedKeys(self._send, self._own_headers, ttl_s=settings.gateway.derived_key_ttl_s,
+                                       gateway_only_accepted=settings.gateway.enforce_in_gateway_only)
 
     @property
     def transport(self) -> HttpTransport:
@@ -76,9 +89,36 @@ class Passthrough:
         the caller's or the gateway's credentials; return Elasticsearch's
         status, body and headers (X-Elastic-Product, Warning, Content-Type
         among them)."""
-        outgoing = [(name, value) for name, value in raw_headers if name.lower() not in _NOT_FORWARDED]
-        outgoing += self._own_headers if self._service_mode else forwarded_headers(caller)
-        return ForwardedResponse(await self._send(method, target, outgoing, body))
+        trusted = self._trusted_proxy
+        # Service mode reads the cluster's answers for its refusals (below): they come uncompressed.
+        dropped = _NOT_FORWARDED | {b"accept-encoding"} if caller.key is not None else _NOT_FORWARDED
+        outgoing = [(name, value) for name, value in raw_headers
+                    if name.lower() not in dropped and forwardable_header(name, trusted_proxy=trusted)]
+        outgoing += forwarded_headers(await self.bind(caller))
+        response = await self._send(method, target, outgoing, body)
+        if caller.key is not None and (response.status in (401, 403) or b"security_exception" in response.body):
+            if response.status == 401:
+                self.forget(caller)  # an invalidated derived key: make a new one next time
+            response = _without_cluster_identity(response, caller)
+        return ForwardedResponse(response)
+
+    def forget(self, caller: Caller) -> None:
+        if self.derived is not None and caller.key is not None:
+            self.derived.forget(caller.key)
+
+    async def bind(self, caller: Caller) -> Caller:
+        """``caller`` with the credentials its requests carry: its own
+        (forward mode), its gateway key's derived key (service mode on a
+        secured Elasticsearch), or the gateway's own where the cluster cannot
+        limit them (OpenSearch; a cluster without security, when accepted)."""
+        if not self._service_mode or caller.authorization is not None:
+            return caller
+        if caller.key is None:  # the guard admits no keyless caller in service mode
+            raise errors.unavailable("the gateway has no credentials for this request")
+        derived = await self.derived.authorization(caller.key) if self.derived is not None else None
+        if derived is not None:
+            return dataclasses.replace(caller, authorization=derived)
+        return dataclasses.replace(caller, authorization=_authorization_of(self._own_headers))
 
     async def get_json(self, path: str) -> tuple[int, Any]:
         response = await self._send("GET", path, [(b"accept", b"application/json"), *self._own_headers], b"")
@@ -114,8 +154,30 @@ class Passthrough:
         return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in signed.items() if name.lower() in _SIGV4_HEADERS]
 
     async def aclose(self) -> None:
+        if self.derived is not None and self._transport is not None:
+            await self.derived.invalidate_all()
         if self._transport is not None:
             await self._transport.aclose()
+
+
+def _without_cluster_identity(response: HttpResponse, caller: Caller) -> HttpResponse:
+    """Service mode: the cluster's refusals name the service account and its
+    roles; the caller gets the gateway's own words instead."""
+    if response.status in (401, 403):
+        raise service_refusal(caller, response.status)
+    try:
+        document = orjson.loads(response.body)
+    except orjson.JSONDecodeError:
+        raise service_refusal(caller) from None
+    if not scrub_security_errors(document, service_refusal(caller).reason):
+        return response
+    body = orjson.dumps(document)
+    headers = [(name, value) for name, value in response.headers if name.lower() != b"content-length"]
+    return dataclasses.replace(response, headers=tuple(headers), body=body)
+
+
+def _authorization_of(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    return next((value for name, value in headers if name == b"authorization"), None)
 
 
 def service_credentials(settings: Settings) -> list[tuple[bytes, bytes]]:

@@ -128,13 +128,12 @@ def test_the_cluster_decides_what_a_caller_reads_through_the_gateway(forwarding_
 
 def test_forwarded_credentials_reach_the_cluster(forwarding_gateway, indices):
     """Each scheme arrives as sent: the cluster's own 401 names what it got
-    (this distribution cannot make API keys, it lacks the analysis module
-    the security index needs, so a made-up key shows the ApiKey one)."""
+    (a made-up API key id shows the ApiKey one)."""
     allowed, _ = indices
     query = {"match": {"text": QUESTION}}
     callers = [
         ({"basic_auth": (secured.READER.name, "wrong-password")}, "unable to authenticate user [alice]"),
-        ({"api_key": "bm9wZTpub3Bl"}, "apikey authentication for id nope"),
+        ({"api_key": "bm9wZTpub3Bl"}, "apikey with id nope"),
         ({}, "missing authentication credentials"),
     ]
     for auth, said in callers:

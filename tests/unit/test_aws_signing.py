@@ -14,7 +14,7 @@ import pytest
 from chunkrag_core.engines import make_backend
 from chunkrag_core.settings import Settings, SettingsError
 from search_extension.gateway import create_app
-from search_extension.gateway.identity import ConfigError, key_hash
+from search_extension.gateway.identity import ApiKey, Caller, ConfigError, key_hash
 from search_extension.gateway.passthrough import Passthrough
 from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeModel, RecordingTransport, es_reply, judge_factory
 
@@ -159,7 +159,9 @@ def test_the_pass_through_signs_each_request_in_service_mode(aws_credentials):
     passthrough = Passthrough(settings, transport)
     body = b'{"query":{"match_all":{}}}'
     caller_headers = [(b"content-type", b"application/json"), (b"x-amz-date", b"19700101T000000Z")]
-    asyncio.run(passthrough.forward("POST", "/docs/_search?size=2", caller_headers, body))
+    # Service mode forwards only for a gateway key.
+    ops = Caller(key=ApiKey("ops", b"x" * 32, ("*",)), identity="key:ops")
+    asyncio.run(passthrough.forward("POST", "/docs/_search?size=2", caller_headers, body, ops))
     method, target, headers, sent = transport.requests[0]
     assert headers[b"x-amz-date"] != b"19700101T000000Z"  # the caller's own x-amz-* never reaches the cluster
     decoded = {name.decode(): value.decode() for name, value in headers.items()}

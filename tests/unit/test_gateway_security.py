@@ -5,6 +5,8 @@ by doubles (what would be sent to Elasticsearch is recorded)."""
 import asyncio
 import hashlib
 
+import orjson
+
 import pytest
 from starlette.testclient import TestClient
 
@@ -13,6 +15,7 @@ from search_extension.gateway import create_app, errors
 from search_extension.gateway.identity import ApiKey, Authenticator, Caller, ConfigError, basic, check_indices, es_for, key_hash, parse_api_keys
 from search_extension.gateway.limits import FilteredQueue, RateLimiter
 from search_extension.gateway.policy import classify, msearch_indices, parse_classes
+from search_extension.gateway.http11 import HttpResponse
 from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeModel, RecordingTransport, es_reply, judge_factory
 
 KEY_A, KEY_B = "key-of-team-a", "key-of-ops"
@@ -241,14 +244,43 @@ def test_forward_mode_sends_each_callers_credentials_everywhere():
     assert es.log == [bob.decode(), alice.decode(), None]
 
 
-def test_service_mode_uses_the_gateway_credentials_behind_gateway_keys():
-    transport, es = RecordingTransport(es_reply), RecordingElasticsearch()
+class KeyMakingTransport(RecordingTransport):
+    """Answers POST /_security/api_key with a derived key named after the gateway key."""
+
+    def __init__(self, respond=es_reply, create_status=200):
+        super().__init__(respond)
+        self.create_status = create_status
+
+    async def request(self, method, target, headers, body):
+        if target == "/_security/api_key" and method == "POST":
+            self.requests.append((method, target, dict(headers), body))
+            name = orjson.loads(body)["metadata"]["chunkrag_gateway_key"]
+            answer = {"id": f"id-{name}", "encoded": f"derived-{name}"}
+            if self.create_status != 200:
+                answer = {"error": "no handler found"}
+            return HttpResponse(self.create_status, (), orjson.dumps(answer))
+        return await super().request(method, target, headers, body)
+
+
+def test_service_mode_searches_with_a_derived_key_per_gateway_key():
+    transport, es = KeyMakingTransport(), RecordingElasticsearch()
     client = app_client(transport, es=es, auth="service", api_keys=KEYS)
     assert client.post("/docs-1/_search", json={}).status_code == 401
     assert client.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}x"}).status_code == 401
     team = {"authorization": f"ApiKey {KEY_A}"}
     assert client.post("/docs-1/_search", json={}, headers=team).status_code == 200
-    assert sent_authorization(transport) == [basic("gateway", "own-secret")]  # the key itself never reaches the cluster
+    assert client.post("/docs-1/_count", json={}, headers=team).status_code == 200
+    created, first, second = transport.requests
+    assert created[1] == "/_security/api_key" and created[2][b"authorization"] == basic("gateway", "own-secret")
+    descriptor = orjson.loads(created[3])["role_descriptors"]["chunkrag_gateway_key"]
+    grants = [{"names": ["docs-*", "faq"], "privileges": ["read", "view_index_metadata"]}]
+    assert descriptor == {"cluster": [], "indices": grants}
+    # made once, then cached; neither the gateway key nor the service account's credentials reach a search
+    assert first[2][b"authorization"] == second[2][b"authorization"] == b"ApiKey derived-team-a"
+    body = {"query": {"match": {"text": "a"}}, "ext": {"chunkrag": {"stages": False}}}
+    filtered = client.post("/docs-1/_search", json=body, headers=team)
+    assert filtered.status_code == 200 and es.log == ["ApiKey derived-team-a"]
+    transport.requests.clear()
     forbidden = client.post("/logs/_search", json={}, headers=team)
     assert forbidden.status_code == 403 and "may not read index [logs]" in forbidden.json()["error"]["reason"]
     assert client.post("/logs/_search", json={"query": {"match": {"text": "a"}}, "ext": {"chunkrag": {}}}, headers=team).status_code == 403
@@ -265,6 +297,43 @@ def test_service_mode_uses_the_gateway_credentials_behind_gateway_keys():
     assert client.get("/_count", headers=ops).status_code == 200
     # the public paths need no key
     assert client.get("/openapi.json").status_code == 200
+
+
+def test_service_mode_without_cluster_security_needs_an_explicit_choice():
+    refused = app_client(KeyMakingTransport(create_status=400), auth="service", api_keys=KEYS)
+    answer = refused.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}"})
+    assert answer.status_code == 503 and "ENFORCE_IN_GATEWAY_ONLY" in answer.json()["error"]["reason"]
+    transport = KeyMakingTransport(create_status=400)
+    accepted = app_client(transport, auth="service", api_keys=KEYS, enforce_in_gateway_only=True)
+    assert accepted.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}"}).status_code == 200
+    assert transport.requests[-1][2][b"authorization"] == basic("gateway", "own-secret")
+    assert accepted.post("/logs/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}"}).status_code == 403
+
+
+def test_service_mode_without_manage_own_api_key_is_a_503_naming_no_account():
+    client = app_client(KeyMakingTransport(create_status=403), auth="service", api_keys=KEYS)
+    answer = client.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}"})
+    assert answer.status_code == 503 and "manage_own_api_key" in answer.json()["error"]["reason"]
+
+
+def test_cluster_refusals_in_service_mode_are_the_gateways_words():
+    def refusing(method, target):
+        reason = b"unauthorized for user [gateway-service] with roles [gateway_reader]"
+        return HttpResponse(403, (), b'{"error":{"type":"security_exception","reason":"' + reason + b'"},"status":403}')
+
+    client = app_client(KeyMakingTransport(refusing), auth="service", api_keys=KEYS)
+    answer = client.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}"})
+    assert answer.status_code == 403 and "gateway-service" not in answer.text and "gateway_reader" not in answer.text
+    assert "gateway API key [team-a]" in answer.json()["error"]["reason"]
+
+    def msearch_item(method, target):
+        item = b'{"error":{"type":"security_exception","reason":"user [gateway-service]"},"status":403}'
+        return HttpResponse(200, (), b'{"responses":[' + item + b"]}")
+
+    client = app_client(KeyMakingTransport(msearch_item), auth="service", api_keys=KEYS)
+    ndjson = {"authorization": f"ApiKey {KEY_A}", "content-type": "application/x-ndjson"}
+    answer = client.post("/docs-1/_msearch", content=b'{}\n{}\n', headers=ndjson)
+    assert answer.status_code == 200 and "gateway-service" not in answer.text and "team-a" in answer.text
 
 
 def test_writes_and_cluster_apis_are_refused_unless_configured():

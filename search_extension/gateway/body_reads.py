@@ -1,0 +1,215 @@
+"""What a request body reads, read exactly as Elasticsearch would, or refused:
+the gateway's second line in service mode (the first is the cluster's own
+limit on the derived key, ``derived_keys.py``).
+
+Pure functions on bytes and decoded JSON. Whatever the gateway cannot read
+unambiguously is refused rather than guessed at: an _msearch body whose
+pairing of header and body lines could differ from Elasticsearch's, header
+keys outside Elasticsearch's documented set, JSON with duplicate keys or
+comments, bodies in URL parameters, and in search bodies any clause that
+reads another index by reference (terms lookup, indexed shapes,
+more_like_this and pinned documents, percolate by id, lookup runtime fields)
+unless the caller may read that index. ``wrapper`` queries (a query hidden in
+base64) are refused outright.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+from urllib.parse import parse_qsl
+
+from search_extension.gateway import errors
+
+# Elasticsearch's documented _msearch header keys.
+MSEARCH_HEADER_KEYS = frozenset(
+    {
+        "index",
+        "search_type",
+        "preference",
+        "routing",
+        "request_cache",
+        "allow_partial_search_results",
+        "ccs_minimize_roundtrips",
+        "expand_wildcards",
+        "ignore_unavailable",
+        "allow_no_indices",
+        "ignore_throttled",
+    }
+)
+# Query parameters that carry a request body (and its type) instead of the body.
+BODY_PARAMETERS = ("source", "source_content_type")
+# Media types whose bodies the gateway reads as Elasticsearch does; YAML,
+# CBOR and SMILE bodies would be read differently (or not at all).
+JSON_MEDIA_TYPES = frozenset(
+    {
+        "application/json",
+        "application/x-ndjson",
+        "application/vnd.elasticsearch+json",
+        "application/vnd.elasticsearch+x-ndjson",
+    }
+)
+# geo_shape and shape queries read an indexed shape from this index unless told.
+DEFAULT_SHAPE_INDEX = "shapes"
+
+
+def strict_json(data: bytes, what: str) -> Any:
+    """``data`` decoded as UTF-8 JSON with no duplicate key (Elasticsearch
+    refuses them; a reader that kept the last would see another body)."""
+    try:
+        text = data.decode("utf-8")
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise errors.parse_error(f"{what} is not UTF-8") from None
+    except RecursionError:
+        raise errors.bad_request(f"{what} nests too deeply for the gateway to read") from None
+    except ValueError as exc:
+        raise errors.parse_error(
+            f"{what} is not strict JSON the gateway can read as Elasticsearch does: {exc}"
+        ) from None
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"duplicate key [{duplicate}]")
+    return document
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_msearch(body: bytes) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The (header, search) pairs of an _msearch body, or a 400 when the
+    gateway's pairing could differ from Elasticsearch's: a carriage return,
+    a blank line (Elasticsearch takes an empty header line as ``{}``), a
+    body that does not end in a newline after a search line, a header key
+    outside the documented set, an index that is not a string or list of
+    strings."""
+    if b"\r" in body:
+        raise errors.bad_request("an _msearch body holds a carriage return; send lines separated by \\n only")
+    if not body.endswith(b"\n"):
+        raise errors.bad_request("an _msearch body must end with a newline")
+    lines = body[:-1].split(b"\n")
+    if any(not line.strip() for line in lines):
+        raise errors.bad_request(
+            "an _msearch body holds a blank line; every search is one header line and one body line"
+        )
+    if len(lines) % 2:
+        raise errors.bad_request("an _msearch body must be header and body lines in pairs")
+    pairs = []
+    for number in range(0, len(lines), 2):
+        header = strict_json(lines[number], f"_msearch line {number + 1}")
+        search = strict_json(lines[number + 1], f"_msearch line {number + 2}")
+        if not isinstance(header, dict) or not isinstance(search, dict):
+            raise errors.bad_request(f"_msearch lines {number + 1} and {number + 2} must be JSON objects")
+        unknown = sorted(set(header) - MSEARCH_HEADER_KEYS)
+        if unknown:
+            raise errors.bad_request(
+                f"_msearch header line {number + 1} holds [{', '.join(unknown)}]; "
+                f"the gateway accepts only [{', '.join(sorted(MSEARCH_HEADER_KEYS))}]"
+            )
+        if "index" in header:
+            index_expressions(header["index"], f"_msearch header line {number + 1}")
+        pairs.append((header, search))
+    return pairs
+
+
+def index_expressions(value: Any, what: str) -> tuple[str, ...]:
+    """A string (comma-separated) or a list of strings, as index expressions."""
+    if isinstance(value, str):
+        names = tuple(value.split(","))
+    elif isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        names = tuple(part for item in value for part in item.split(","))
+    else:
+        raise errors.bad_request(
+            f"{what} names its index as {type(value).__name__}; give a string or a list of strings"
+        )
+    if any(not name.strip() for name in names):
+        raise errors.bad_request(f"{what} names an empty index")
+    return names
+
+
+def referenced_indices(document: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """Every (clause, index expressions) in ``document`` that reads another
+    index by reference. Walked with an explicit stack: bodies may nest deeply.
+    Raises a 400 for a ``wrapper`` query and for a reference whose index is
+    not a string."""
+    found: list[tuple[str, tuple[str, ...]]] = []
+    stack: list[tuple[Any, str]] = [(document, "")]
+    while stack:
+        node, parent = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, parent) for item in node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        for clause, index in _references_of(node, parent):
+            found.append((clause, index_expressions(index, clause)))
+        for key, value in node.items():
+            if key == "wrapper":
+                raise errors.bad_request(
+                    "wrapper queries are refused by this gateway: their query is hidden from its checks; "
+                    "send the query itself"
+                )
+            if isinstance(value, (dict, list)):
+                stack.append((value, key))
+    return found
+
+
+def _references_of(node: dict[str, Any], parent: str) -> list[tuple[str, Any]]:
+    refs = []
+    # terms lookup, percolate by id, a kNN query vector looked up from a stored
+    # document (query_vector_builder.lookup), and any {"index", "id"} pair.
+    if "index" in node and ("id" in node or parent in ("terms", "percolate", "indexed_shape", "lookup")):
+        refs.append((f"{parent or 'a clause'} (index and id)", node["index"]))
+    # geo_shape / shape: an indexed shape, from "shapes" unless an index is named.
+    if parent == "indexed_shape" and "index" not in node:
+        refs.append(("indexed_shape", DEFAULT_SHAPE_INDEX))
+    # more_like_this like/unlike items, pinned docs: {"_index", "_id"} or {"_index", "doc"}.
+    if "_index" in node and ("_id" in node or "doc" in node):
+        refs.append((f"{parent or 'a clause'} (_index)", node["_index"]))
+    # runtime fields of type lookup.
+    if node.get("type") == "lookup" or "target_index" in node:
+        refs.append(("a lookup runtime field", node.get("target_index")))
+    return refs
+
+
+def body_parameters(query_string: str) -> list[str]:
+    """The query parameters that would carry a body past the gateway's checks."""
+    return sorted({name for name, _ in parse_qsl(query_string, keep_blank_values=True) if name in BODY_PARAMETERS})
+
+
+def media_type(headers, default: str = "") -> str:
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            return value.decode("latin-1").split(";", 1)[0].strip().lower()
+    return default
+
+
+def check_search_body(document: Any, allowed: Callable[[tuple[str, ...], str], None]) -> None:
+    """Call ``allowed(indices, what)`` (which raises when not) for each index
+    a search, count, field_caps or PIT body reads by reference."""
+    for clause, indices in referenced_indices(document):
+        allowed(indices, f"a {clause} clause")
+
+
+def clears_all_scrolls(method: str, parts: tuple[str, ...], body: bytes) -> bool:
+    """``DELETE /_search/scroll/_all`` or a body whose scroll_id is ``_all``:
+    every scroll of the cluster's user, not only the caller's."""
+    if method != "DELETE" or parts[:2] != ("_search", "scroll"):
+        return False
+    if len(parts) == 3 and "_all" in parts[2].split(","):
+        return True
+    if not body.strip():
+        return False
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return True  # unreadable: it might say _all
+    ids = decoded.get("scroll_id") if isinstance(decoded, dict) else None
+    ids = [ids] if isinstance(ids, str) else ids if isinstance(ids, list) else []
+    return any(isinstance(i, str) and "_all" in i.split(",") for i in ids)
