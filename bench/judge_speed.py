@@ -36,7 +36,8 @@ def prompts_for(count: int, seed: int) -> list[tuple[str, list[list[str]]]]:
     from search_extension.evaluation.datasets import read_items
     from search_extension.evaluation.runner import MAX_CANDIDATES, doc_id_for, index_pools
     from search_extension.processors.redundancy import drop_redundant
-    from search_extension.processors.relevance import MAX_LISTWISE_BATCH, scoring_batches
+    from search_extension.judging import scoring_batches
+    from search_extension.processors.relevance import MAX_LISTWISE_BATCH
     from search_extension.retriever import HybridRetriever
 
     settings = Settings.from_env()

@@ -53,7 +53,8 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
     from chunkrag_core.es_client import make_client
     from chunkrag_core.providers import make_chat, make_embedder
     from chunkrag_core.settings import Settings
-    from search_extension.chunk_filter import FilterOptions, judge_in_threads
+    from search_extension.chunk_filter import FilterOptions
+    from search_extension.judging import judge_in_threads
     from search_extension.evaluation.datasets import read_items
     from search_extension.evaluation.report import print_outcome, write_report
     from search_extension.evaluation.runner import EvalReport, evaluate

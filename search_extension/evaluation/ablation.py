@@ -24,7 +24,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from search_extension.evaluation.measures import kept_within_budget
 from search_extension.processors.calibration import FEATURES, LogisticModel, chunk_features, fit_logistic, roc_auc
-from search_extension.processors.relevance import MAX_LISTWISE_BATCH, scoring_batches
+from search_extension.judging import scoring_batches
+from search_extension.processors.relevance import MAX_LISTWISE_BATCH
 from search_extension.processors.thresholds import dynamic_threshold
 
 Row = Mapping[str, Any]

@@ -22,7 +22,8 @@ from chunkrag_core.providers.chat import ChatModel
 from chunkrag_core.settings import Settings
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
-from search_extension.chunk_filter import FilterOptions, FilterResult, JudgeMany, run_filter
+from search_extension.chunk_filter import FilterOptions, FilterResult, run_filter
+from search_extension.judging import JudgeMany
 from search_extension.evaluation.datasets import EvalItem
 from search_extension.evaluation.measures import answer_in_context, kept_within_budget, rate, summary
 from search_extension.processors.answer import answer_from_chunks, verdict_from_chunks
@@ -149,8 +150,9 @@ def evaluate(
     candidates come from multi-scale ensembling instead of the base chunks."""
     ingest_seconds = index_pools(items, dataset, client=client, embedder=embedder, settings=settings, index=index)
     retriever = HybridRetriever(client, embedder, index, settings.retrieval)
-    # The answer (or verdict) is written here, not inside the filter, so the
-    # "nothing kept" case can still be graded the same way for every method.
+    # The filter writes no answer; with --generate one (or a verdict) is
+    # written here, so the "nothing kept" case is graded the same way for
+    # every method.
     filter_options = replace(options, answer=False)
     outcomes = []
     for item in items:

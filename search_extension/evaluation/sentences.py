@@ -30,7 +30,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from search_extension.processors.calibration import best_f1, f1_at, roc_auc
-from search_extension.processors.relevance import ScoringOptions, judge_batch
+from search_extension.judging import judge_batch
+from search_extension.processors.relevance import ScoringOptions
 from search_extension.processors.thresholds import dynamic_threshold
 
 SETS = ("wikiqa", "healthver", "climate_fever")
