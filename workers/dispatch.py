@@ -72,7 +72,7 @@ UNAVAILABLE_HOLD_S = 2.0
 
 # Finding no worker costs a query START_WAIT_S and a ping: that finding is
 # held longer, so one query in this many seconds pays it while none runs.
-NO_WORKER_HOLD_S = 10.0
+NO_WORKER_HOLD_S = 5.0
 
 # A task started or finished this recently is proof enough of a live worker:
 # no ping is needed to tell busy workers from none.
@@ -102,13 +102,14 @@ class WorkerHealth:
         self._hold_s = hold_s
 
     def unavailable(self) -> str | None:
-        """The reason of a failure less than ``hold_s`` old, else None."""
+        """The reason of the last failure while it is held, else None."""
         with self._lock:
             if self._failed_at is not None and self._clock() - self._failed_at < self._hold_s:
                 return self._reason
             return None
 
     def failed(self, reason: str, hold_s: float | None = None) -> None:
+        """A dispatch failed: hold it for ``hold_s`` (default: the health's own)."""
         with self._lock:
             self._failed_at, self._reason, self._seen_at = self._clock(), reason, None
             self._hold_s = self.hold_s if hold_s is None else hold_s
@@ -300,7 +301,7 @@ class CeleryJudgeMany:
             if start_check is not None and now >= start_check:
                 taken_yet = self._check_taken(sent, trust_recent=first_look)
                 first_look = False
-                start_check = None if taken_yet else time.monotonic() + LIVENESS_CHECK_S
+                start_check = None if taken_yet else time.monotonic() + self.start_wait_s
                 continue
             if now >= next_check:
                 self._rescue(waiting, deadline)
