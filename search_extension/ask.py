@@ -135,13 +135,13 @@ def ask(
     return AskResult(question, retrieval, filtered, rewritten, timings, found, answer)
 
 
-def answer_for(query: str, filtered: FilterResult, segments: Sequence[Segment] | None, model: ChatModel) -> Answer:
+def answer_for(query: str, filtered: FilterResult, segments: Sequence[Segment] | None, model: ChatModel, *, max_tokens: int = 256) -> Answer:
     """The answer, from the relevant segments when there are any, else from
     the kept chunks (none when nothing relevant was kept and the fallback is
     "not_found": then "not found", without a call)."""
     # No segment worth its minimum value: answer from the kept chunks as usual.
     passages = [segment_as_chunk(s) for s in segments or ()] or list(filtered.kept)
-    return answer_from_chunks(query, passages, model)
+    return answer_from_chunks(query, passages, model, max_tokens=max_tokens)
 
 
 def judged_in_rank_order(retrieval: RetrievalResult, filtered: FilterResult | None) -> list[Chunk]:

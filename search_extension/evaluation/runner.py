@@ -22,11 +22,12 @@ from chunkrag_core.providers.chat import ChatModel
 from chunkrag_core.settings import Settings
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
+from search_extension.ask import answer_for
 from search_extension.chunk_filter import FilterOptions, FilterResult, run_filter
 from search_extension.judging import JudgeMany
 from search_extension.evaluation.datasets import EvalItem
 from search_extension.evaluation.measures import answer_in_context, kept_within_budget, rate, summary
-from search_extension.processors.answer import answer_from_chunks, verdict_from_chunks
+from search_extension.processors.answer import verdict_from_chunks
 from search_extension.retriever import HybridRetriever
 from search_extension.segments import SegmentSettings
 
@@ -261,5 +262,5 @@ def _generate(item: EvalItem, result: FilterResult, model: ChatModel) -> tuple[s
         verdict = verdict_from_chunks(item.question, result.kept, model)
         return verdict.text, (verdict.label == item.label) if verdict.label else False
     # One sentence is asked for; the cap stops a small model that rambles.
-    answer = answer_from_chunks(item.question, result.kept, model, max_tokens=48)
+    answer = answer_for(item.question, result, None, model, max_tokens=48)
     return answer.text, answer_in_context(answer.text, item.answers) if item.answers else None

@@ -8,6 +8,8 @@ Elasticsearch, the scripted model server.
   Redis back: they go to the workers again (the seconds it took are printed).
 - The workers stopped (Redis up): the same fallback, after the dispatch finds
   that nobody takes its tasks.
+- Neither the broker nor the model reachable: 200, scored by the retrieval
+  signals alone (``judged_by: retrieval``).
 - Under concurrent load with Redis and the workers up: no 503, every query
   judged on the workers (no ping per request to miss its second).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -153,6 +156,23 @@ def test_workers_stopped_filtered_queries_are_judged_by_the_gateway(index, worke
     recovery_s = until_workers_judge(gateway, index)
     with capsys.disabled():
         print(f"\nno workers: first query {first_s:.1f} s, the next {held_s:.2f} s (judged by the gateway); back on the workers {recovery_s:.1f} s after one started")
+
+
+def test_without_broker_or_model_the_retrieval_signals_decide(settings, embedder, index):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # free once closed: nothing listens there
+    chat = dataclasses.replace(settings.chat, base_url=f"http://127.0.0.1:{port}/v1", model="scripted", timeout_s=5)
+    nothing = dataclasses.replace(settings, redis_url=f"redis://127.0.0.1:{port}/0", chat=chat, workers=dataclasses.replace(settings.workers, judge="celery"))
+    with serving(create_app(nothing, embedder=embedder)) as url:
+        response = ask(url, index)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    section = body["chunkrag"]
+    assert section["judged_by"] == "retrieval"
+    assert "workers: cannot reach the Celery broker" in section["judged_by_reason"] and "gateway: the model provider is unavailable" in section["judged_by_reason"]
+    assert body["hits"]["hits"][0]["_id"] == "tokyo:0" and section["usage"]["model_calls"] == 0
+    assert all("calibrated" in hit["_chunkrag"]["scores"] and "base" not in hit["_chunkrag"]["scores"] for hit in body["hits"]["hits"])
 
 
 def test_no_503_under_load_with_redis_and_workers_up(index, gateway, capsys):
