@@ -181,8 +181,10 @@ def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options
         judged_by, reason, judgements = outcome.by, outcome.reason, list(outcome.judgements)
     if judged_by == BY_RETRIEVAL:
         # Nobody could judge: every candidate is scored as if the judge were
-        # off (the shipped calibration for no judge, else the retrieval score).
-        options, judged = dataclasses.replace(options, judge_top=0), []
+        # off (the shipped calibration for no judge, else the retrieval score),
+        # and the model that could not be reached is not asked for a threshold.
+        threshold_method = "dynamic" if options.threshold == "llm" else options.threshold
+        options, judged = dataclasses.replace(options, judge_top=0, threshold=threshold_method), []
         judgements = retrieval_judgements(candidates, judgements, options.calibration)
     else:
         skipped = Judgement(None, None, None, None, notes=(f"not judged: ranked below judge_top={options.judge_top}",))

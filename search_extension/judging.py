@@ -24,6 +24,14 @@ from search_extension.processors.relevance import Judgement, ScoreCache, Scoring
 
 log = logging.getLogger(__name__)
 
+# The records judging trades in, for the workers, which reach the filter
+# library through this module alone.
+__all__ = [
+    "BY_GATEWAY", "BY_RETRIEVAL", "BY_WORKERS", "Batch", "Degrading", "JudgeMany", "Judged", "Judgement", "JudgingUnavailable", "Place",
+    "ReportingJudge", "ScoringOptions", "judge_batch", "judge_candidates", "judge_in_threads", "passages", "plan_batches", "scoring_batches",
+    "slices", "unscored",
+]  # fmt: skip
+
 JudgeMany = Callable[[str, Sequence[Chunk], ScoringOptions], list[Judgement]]
 
 # Who judged a query's candidates (the ``judged_by`` of a filter result).

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from search_extension.processors.relevance import Judgement, ScoringOptions
+from search_extension.judging import Judgement, ScoringOptions
 
 
 class CodecError(ValueError):

@@ -176,22 +176,23 @@ def test_without_broker_or_model_the_retrieval_signals_decide(settings, embedder
 
 
 def test_no_503_under_load_with_redis_and_workers_up(index, gateway, capsys):
-    # Bounded, loopback: 4 clients x 15 filtered queries, each a fresh question.
+    # Bounded, loopback: 6 clients x 20 filtered queries, each a fresh question
+    # (the gateway judges 4 at once and queues 16: none is turned away).
     def client(n: int) -> list[tuple[int, str | None]]:
         out = []
         with httpx.Client(timeout=BUDGET_S + 30) as http:
-            for i in range(15):
+            for i in range(20):
                 body = {"query": {"match": {"text": f"{QUESTION} load {n}-{i}"}}, "ext": {"chunkrag": {"candidates": 3, "answer": False, "judge_top": 9}}}
                 response = http.post(f"{gateway}/{index}/_search", json=body)
                 out.append((response.status_code, response.json().get("chunkrag", {}).get("judged_by") if response.status_code == 200 else response.text))
         return out
 
     began = time.monotonic()
-    with ThreadPoolExecutor(4) as pool:
-        results = [r for batch in pool.map(client, range(4)) for r in batch]
+    with ThreadPoolExecutor(6) as pool:
+        results = [r for batch in pool.map(client, range(6)) for r in batch]
     elapsed = time.monotonic() - began
     statuses = [status for status, _ in results]
     assert statuses.count(200) == len(results), [r for r in results if r[0] != 200][:3]
     assert {by for _, by in results} == {"workers"}
     with capsys.disabled():
-        print(f"\nload: {len(results)} filtered queries from 4 clients in {elapsed:.1f} s, all 200, all judged on the workers")
+        print(f"\nload: {len(results)} filtered queries from 6 clients in {elapsed:.1f} s, all 200, all judged on the workers")

@@ -89,6 +89,9 @@ def test_uncalibrated_the_retrieval_fallback_is_the_normalised_retrieval_score()
     result = run_filter("q", CHUNKS, model=None, options=options, judge_many=nobody())
     assert [d.chunk.stage_scores["combined"] for d in result.decisions] == pytest.approx([1.0, 2 / 3, 1 / 3, 0.0])
     assert [c.chunk_id for c in result.kept] == ["d:0", "d:1"] and result.judged_by == BY_RETRIEVAL
+    # nor is the model that could not judge asked for the threshold
+    unreachable = run_filter("q", CHUNKS, model=None, options=dataclasses.replace(options, threshold="llm"), judge_many=nobody())
+    assert unreachable.threshold.method == "dynamic" and unreachable.model_calls == 0
 
 
 def test_threshold_methods_come_from_one_table():
