@@ -18,7 +18,8 @@ import uuid
 import pytest
 
 from chunkrag_core.providers import make_chat
-from search_extension.chunk_filter import FilterOptions, judge_in_threads
+from search_extension.chunk_filter import FilterOptions
+from search_extension.judging import judge_in_threads
 from search_extension.evaluation.datasets import read_items
 from search_extension.evaluation.runner import evaluate
 

@@ -25,7 +25,8 @@ import redis
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_core.settings import Settings
-from search_extension.chunk_filter import FilterOptions, judge_in_threads, run_filter
+from search_extension.chunk_filter import FilterOptions, run_filter
+from search_extension.judging import judge_in_threads
 from search_extension.processors.relevance import ScoringOptions
 from local_services.celery_workers import CeleryWorkers
 from tests.support.scripted_openai import is_listwise, listwise_choice, ScriptedOpenAI, completion, error

@@ -9,7 +9,7 @@ import pytest
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatError, ChatResponse
 from search_extension.ask import ask
-from search_extension.chunk_filter import judge_in_threads
+from search_extension.judging import judge_in_threads
 from search_extension.chunk_filter import FilterOptions
 from search_extension.processors.relevance import ScoringOptions
 from search_extension.retriever import RetrievalResult
