@@ -162,6 +162,7 @@ class ReportingJudge(Protocol):
 
 
 def judge_candidates(judge_many: JudgeMany, query: str, chunks: Sequence[Chunk], options: ScoringOptions) -> Judged:
+    """Judge ``chunks`` with ``judge_many``, and where, when it says."""
     if isinstance(judge_many, ReportingJudge):
         return judge_many.judged(query, chunks, options)
     return Judged(tuple(judge_many(query, chunks, options)))
