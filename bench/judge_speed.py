@@ -36,7 +36,8 @@ def prompts_for(count: int, seed: int) -> list[tuple[str, list[list[str]]]]:
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.runner import MAX_CANDIDATES, doc_id_for, index_pools
     from chunkrag_filter.processors.redundancy import drop_redundant
-    from chunkrag_filter.processors.relevance import MAX_LISTWISE_BATCH, scoring_batches
+    from chunkrag_filter.judging import scoring_batches
+    from chunkrag_filter.processors.relevance import MAX_LISTWISE_BATCH
     from search_extension.retriever import HybridRetriever
 
     settings = Settings.from_env()

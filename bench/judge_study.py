@@ -53,7 +53,8 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
     from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_chat, make_embedder
     from chunkrag_core.settings import Settings
-    from chunkrag_filter.pipeline import FilterOptions, judge_in_threads
+    from chunkrag_filter.pipeline import FilterOptions
+    from chunkrag_filter.judging import judge_in_threads
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.report import print_outcome, write_report
     from chunkrag_eval.runner import EvalReport, evaluate

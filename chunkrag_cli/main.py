@@ -266,9 +266,22 @@ def _segment_settings(args: argparse.Namespace):
     return SegmentSettings() if getattr(args, "segments", False) else None
 
 
+def _judge_many(settings: Settings, judge: str, model):
+    """Where `eval` judges: on the Celery workers (a failure to reach them
+    fails the run: an evaluation must not quietly judge elsewhere), or in
+    threads here (``settings.chat.parallel`` at once)."""
+    if judge == "celery":
+        from workers.dispatch import celery_judge_many
+
+        return celery_judge_many(settings=settings)
+    from chunkrag_filter.judging import judge_in_threads
+
+    return judge_in_threads(model, threads=settings.chat.parallel, model_name=settings.chat.model)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
-    from search_extension.ask import judge_many_for
+    from chunkrag_filter.pipeline import FilterOptions
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.report import print_outcome, write_report
     from chunkrag_eval.runner import evaluate
@@ -287,7 +300,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model = make_chat(settings.chat)
     report = evaluate(
         items, fmt, client=_backend(settings), embedder=make_embedder(settings.embedder), settings=settings, model=model, options=options,
-        judge_many=judge_many_for(dataclasses.replace(settings, workers=dataclasses.replace(settings.workers, judge=args.judge or settings.workers.judge)), model), index=args.index or f"chunkrag-eval-{fmt}",
+        judge_many=_judge_many(settings, args.judge or settings.workers.judge, model), index=args.index or f"chunkrag-eval-{fmt}",
         generate=args.generate, on_question=lambda outcome: print_outcome(outcome, sys.stderr), segments=_segment_settings(args), ensemble=ensemble,
     )
     summary = {**report.summary(), "skipped_records": len(bad), "options": {"method": options.scoring.method, "orders": options.scoring.orders, "judge_top": options.judge_top, "calibrated": options.calibration is not None, "prior_weight": options.prior_weight, "threshold": options.threshold, "fixed_threshold": options.fixed_threshold, "redundancy": options.redundancy_threshold is not None, "judge": args.judge or settings.workers.judge, "model": settings.chat.model, "ensemble_scales": list(ensemble) if ensemble is not None else None}}

@@ -112,12 +112,15 @@ def print_ask(result, out: TextIO, width: int = 100) -> None:
     for segment in getattr(result, "segments", None) or ():
         print(f"\n  segment {segment.doc_id} chunks {segment.first}..{segment.stop - 1} (value {segment.value:.2f}, characters {segment.start}..{segment.end})", file=out)
         print(textwrap.indent(textwrap.fill(" ".join(segment.text.split()), width=width - 6), "      "), file=out)
-    if filtered.answer is not None:
-        cited = ", ".join(filtered.answer.citations) or "none"
-        print(f"\nanswer: {filtered.answer.text}\ncited: {cited}", file=out)
+    if filtered.judged_by_reason:
+        print(f"\n  judged by {filtered.judged_by}: {filtered.judged_by_reason}", file=out)
+    if result.answer is not None:
+        cited = ", ".join(result.answer.citations) or "none"
+        print(f"\nanswer: {result.answer.text}\ncited: {cited}", file=out)
+    usage = result.usage
     print(
-        f"model calls {filtered.model_calls} (+{filtered.cached_calls} cached), prompt tokens {filtered.prompt_tokens}; "
-        + ", ".join(f"{k} {v:.0f} ms" for k, v in filtered.timings_ms.items()),
+        f"model calls {usage.model_calls} (+{usage.cached_calls} cached), prompt tokens {usage.prompt_tokens}; "
+        + ", ".join(f"{k} {v:.0f} ms" for k, v in result.timings_ms.items()),
         file=out,
     )
 
@@ -141,6 +144,8 @@ def print_gateway_search(question: str, response, out: TextIO, width: int = 100)
         mark = "kept" if info["kept"] else "dropped"
         print(f"  {mark + ' ' + info['reason']:<16.16} {cells}  {hit['_id']}", file=out)
         print(f"      {textwrap.shorten(' '.join(hit['_source']['text'].split()), width=width - 8, placeholder=' …')}", file=out)
+    if report.get("judged_by_reason"):
+        print(f"\n  judged by {report['judged_by']}: {report['judged_by_reason']}", file=out)
     answer = report.get("answer")
     if answer:
         print(f"\nanswer: {answer['text']}\ncited: {', '.join(answer['citations']) or 'none'}", file=out)

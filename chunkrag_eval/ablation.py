@@ -24,7 +24,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from chunkrag_eval.measures import kept_within_budget
 from chunkrag_filter.processors.calibration import FEATURES, LogisticModel, chunk_features, fit_logistic, roc_auc
-from chunkrag_filter.processors.relevance import MAX_LISTWISE_BATCH, scoring_batches
+from chunkrag_filter.judging import scoring_batches
+from chunkrag_filter.processors.relevance import MAX_LISTWISE_BATCH
 from chunkrag_filter.processors.thresholds import dynamic_threshold
 
 Row = Mapping[str, Any]

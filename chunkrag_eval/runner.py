@@ -22,10 +22,12 @@ from chunkrag_core.providers.chat import ChatModel
 from chunkrag_core.settings import Settings
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
-from chunkrag_filter.pipeline import FilterOptions, FilterResult, JudgeMany, run_filter
+from search_extension.ask import answer_for
+from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
+from chunkrag_filter.judging import JudgeMany
 from chunkrag_eval.datasets import EvalItem
 from chunkrag_eval.measures import answer_in_context, kept_within_budget, rate, summary
-from chunkrag_filter.processors.answer import answer_from_chunks, verdict_from_chunks
+from chunkrag_filter.processors.answer import verdict_from_chunks
 from search_extension.retriever import HybridRetriever
 from search_extension.segments import SegmentSettings
 
@@ -149,8 +151,9 @@ def evaluate(
     candidates come from multi-scale ensembling instead of the base chunks."""
     ingest_seconds = index_pools(items, dataset, client=client, embedder=embedder, settings=settings, index=index)
     retriever = HybridRetriever(client, embedder, index, settings.retrieval)
-    # The answer (or verdict) is written here, not inside the filter, so the
-    # "nothing kept" case can still be graded the same way for every method.
+    # The filter writes no answer; with --generate one (or a verdict) is
+    # written here, so the "nothing kept" case is graded the same way for
+    # every method.
     filter_options = replace(options, answer=False)
     outcomes = []
     for item in items:
@@ -259,5 +262,5 @@ def _generate(item: EvalItem, result: FilterResult, model: ChatModel) -> tuple[s
         verdict = verdict_from_chunks(item.question, result.kept, model)
         return verdict.text, (verdict.label == item.label) if verdict.label else False
     # One sentence is asked for; the cap stops a small model that rambles.
-    answer = answer_from_chunks(item.question, result.kept, model, max_tokens=48)
+    answer = answer_for(item.question, result, None, model, max_tokens=48)
     return answer.text, answer_in_context(answer.text, item.answers) if item.answers else None

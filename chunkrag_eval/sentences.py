@@ -31,7 +31,8 @@ import numpy as np
 
 from chunkrag_core.engines.base import SearchBackend
 from chunkrag_filter.processors.calibration import best_f1, f1_at, roc_auc
-from chunkrag_filter.processors.relevance import ScoringOptions, judge_batch
+from chunkrag_filter.judging import judge_batch
+from chunkrag_filter.processors.relevance import ScoringOptions
 from chunkrag_filter.processors.thresholds import dynamic_threshold
 
 SETS = ("wikiqa", "healthver", "climate_fever")

@@ -1,34 +1,33 @@
 """The ChunkRAG filter over retrieved chunks, as one library call.
 
-    redundancy -> relevance judging -> threshold -> fallback -> rerank -> order -> answer
+    redundancy -> relevance judging -> threshold -> fallback -> rerank -> order
 
-Judging is the expensive part; it is injected as ``judge_many`` so the same
-code runs in-process (threads) or fanned out over Celery workers.
+Judging is the expensive part; it is injected as ``judge_many``
+(``chunkrag_filter.judging``) so the same code runs in-process (threads)
+or fanned out over Celery workers. The answer is written from the result by
+the caller (``search_extension.ask``), not here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
-from chunkrag_filter.processors.answer import Answer, answer_from_chunks
+from chunkrag_filter.judging import BY_RETRIEVAL, JudgeMany, judge_candidates, judge_in_threads, scoring_batches
 from chunkrag_filter.processors.calibration import RETRIEVAL_MODEL, SHIPPED_MODELS, LogisticModel, chunk_features, shipped_model
-from chunkrag_filter.processors import prompts
 from chunkrag_filter.processors.ordering import lost_in_the_middle
 from chunkrag_filter.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD, Redundant, drop_redundant
-from chunkrag_filter.processors.relevance import Judgement, ScoringOptions, judge_batch, scoring_batches
-from chunkrag_filter.processors.thresholds import DEFAULT_VARIANCE_EPSILON, Threshold, dynamic_threshold, fixed_threshold, llm_threshold, passing, relative_threshold
+from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
+from chunkrag_filter.processors.thresholds import DEFAULT_VARIANCE_EPSILON, THRESHOLD_METHODS, CutInputs, Threshold, cut, passing
 
-THRESHOLDS = ("dynamic", "llm", "fixed", "relative")
+THRESHOLDS = tuple(THRESHOLD_METHODS)
 FALLBACKS = ("top_k", "not_found")
 RERANKERS = ("score", "cohere", "off")
 
-JudgeMany = Callable[[str, Sequence[Chunk], ScoringOptions], list[Judgement]]
 # Candidates judged when a caller asks for the judge (a scoring method or
 # option) without saying how many: one listwise batch, the best nine.
 JUDGE_TOP_WHEN_ASKED = 9
@@ -106,42 +105,16 @@ class FilterResult:
     decisions: tuple[Decision, ...]
     threshold: Threshold | None
     nothing_relevant: bool
-    answer: Answer | None
     model_calls: int
     cached_calls: int
     prompt_tokens: int
     completion_tokens: int
     timings_ms: dict[str, float] = field(default_factory=dict)
-
-
-def judge_in_threads(model: ChatModel, threads: int = 4, cache=None, model_name: str = "", budget_s: float | None = None) -> JudgeMany:
-    """Judging in this process: one batch per thread (a listwise batch, or
-    a single chunk for the per-chunk methods). With ``budget_s``, a chunk not
-    judged in time is returned unjudged (the filter reports it "unscored")
-    instead of holding the answer back, the same contract as the Celery
-    dispatcher. A provider error propagates as soon as it happens."""
-
-    def judge_many(query: str, chunks: Sequence[Chunk], options: ScoringOptions) -> list[Judgement]:
-        size = options.listwise_batch if options.method == "listwise" else 1
-        batches = scoring_batches(len(chunks), size)
-        pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="judge")
-        try:
-            futures = [pool.submit(judge_batch, query, [prompts.passage(chunks[i].text, chunks[i].header) for i in part], model, options, cache=cache, model_name=model_name) for part in batches]
-            done, _ = wait(futures, timeout=budget_s, return_when=FIRST_EXCEPTION)
-        finally:
-            # Calls already in flight finish in the background (each bounded
-            # by the chat timeout); queued ones never start.
-            pool.shutdown(wait=False, cancel_futures=True)
-        for future in done:
-            if future.exception() is not None:
-                raise future.exception()
-        late = Judgement(None, None, None, None, notes=(f"not judged within the budget of {budget_s:g} s",)) if budget_s is not None else None
-        judgements: list[Judgement] = []
-        for part, future in zip(batches, futures):
-            judgements.extend(future.result() if future in done else [late] * len(part))
-        return judgements
-
-    return judge_many
+    # Where the candidates were judged ("workers", "gateway"; "retrieval":
+    # by the retrieval signals alone; None: the injected judge did not say or
+    # nothing was judged), and why not where meant to, when it fell back.
+    judged_by: str | None = None
+    judged_by_reason: str | None = None
 
 
 def with_retrieval_prior(judgements: Sequence[Judgement], retrieval_scores: Sequence[float | None], weight: float) -> list[Judgement]:
@@ -182,6 +155,9 @@ def calibrated(candidates: Sequence[Chunk], judgements: Sequence[Judgement], mod
 
 
 def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options: FilterOptions = FilterOptions(), judge_many: JudgeMany | None = None, reranker=None) -> FilterResult:
+    """Redundancy, judging, threshold, fallback, rerank and order: the kept
+    chunks in final order with every candidate's decision. No answer is
+    written here (``options.answer`` is the caller's to honour)."""
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -198,9 +174,21 @@ def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options
     lap("redundancy")
 
     judged = candidates if options.judge_top is None else candidates[: options.judge_top]
-    judgements = (judge_many or judge_in_threads(model))(query, judged, options.scoring) if judged else []
-    skipped = Judgement(None, None, None, None, notes=(f"not judged: ranked below judge_top={options.judge_top}",))
-    judgements = list(judgements) + [skipped] * (len(candidates) - len(judged))
+    judged_by = reason = None
+    judgements: list[Judgement] = []
+    if judged:
+        outcome = judge_candidates(judge_many or judge_in_threads(model), query, judged, options.scoring)
+        judged_by, reason, judgements = outcome.by, outcome.reason, list(outcome.judgements)
+    if judged_by == BY_RETRIEVAL:
+        # Nobody could judge: every candidate is scored as if the judge were
+        # off (the shipped calibration for no judge, else the retrieval score),
+        # and the model that could not be reached is not asked for a threshold.
+        threshold_method = "dynamic" if options.threshold == "llm" else options.threshold
+        options, judged = dataclasses.replace(options, judge_top=0, threshold=threshold_method), []
+        judgements = retrieval_judgements(candidates, judgements, options.calibration)
+    else:
+        skipped = Judgement(None, None, None, None, notes=(f"not judged: ranked below judge_top={options.judge_top}",))
+        judgements = judgements + [skipped] * (len(candidates) - len(judged))
     if options.calibration is not None:
         judgements = calibrated(candidates, judgements, options.calibration, options.scoring, len(judged))
     judgements = with_retrieval_prior(judgements, [c.score for c in candidates], options.prior_weight)
@@ -209,16 +197,8 @@ def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options
 
     usable = [(c, j.combined) for c, j in zip(scored, judgements) if j.combined is not None]
     scores = [s for _, s in usable]
-    extra_prompt_tokens = threshold_calls = 0
-    if options.threshold == "fixed":
-        threshold = fixed_threshold(scores, options.fixed_threshold)
-    elif options.threshold == "relative":
-        threshold = relative_threshold(scores, options.fixed_threshold)
-    elif options.threshold == "llm" and scores:
-        threshold, extra_prompt_tokens = llm_threshold(query, scores, model, options.variance_epsilon)
-        threshold_calls = 1
-    else:
-        threshold = dynamic_threshold(scores, options.variance_epsilon)
+    chosen = cut(options.threshold, scores, CutInputs(options.fixed_threshold, options.variance_epsilon, query, model))
+    threshold = chosen.threshold
     passed_ids = {usable[i][0].chunk_id for i in passing(scores, threshold) if scores[i] >= options.min_score}
     lap("threshold")
 
@@ -246,20 +226,32 @@ def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options
         kept = lost_in_the_middle(kept)
     lap("rerank")
 
-    answer = None
-    if options.answer:
-        answer = answer_from_chunks(query, [] if nothing_relevant and options.fallback == "not_found" else kept, model)
-    lap("answer")
-
     return FilterResult(
         kept=tuple(kept),
         decisions=tuple(decisions),
         threshold=threshold,
         nothing_relevant=nothing_relevant,
-        answer=answer,
-        model_calls=sum(j.calls for j in judgements) + threshold_calls + (answer.calls if answer else 0),
+        model_calls=sum(j.calls for j in judgements) + chosen.calls,
         cached_calls=sum(j.cached_calls for j in judgements),
-        prompt_tokens=sum(j.prompt_tokens for j in judgements) + extra_prompt_tokens + (answer.prompt_tokens if answer else 0),
-        completion_tokens=sum(j.completion_tokens for j in judgements) + (answer.completion_tokens if answer else 0),
+        prompt_tokens=sum(j.prompt_tokens for j in judgements) + chosen.prompt_tokens,
+        completion_tokens=sum(j.completion_tokens for j in judgements),
         timings_ms=timings,
+        judged_by=judged_by,
+        judged_by_reason=reason,
     )
+
+
+def retrieval_judgements(candidates: Sequence[Chunk], unjudged: Sequence[Judgement], calibration: LogisticModel | None) -> list[Judgement]:
+    """The candidates' judgements when no judge could run: unjudged (each
+    noting why), to be calibrated from the retrieval signals; without a
+    calibration model, the retrieval score min-max normalised over them."""
+    note = unjudged[0].notes if unjudged else ()
+    if calibration is not None:
+        return [Judgement(None, None, None, None, notes=note) for _ in candidates]
+    known = [c.score for c in candidates if c.score is not None]
+    low, high = (min(known), max(known)) if known else (0.0, 0.0)
+    out = []
+    for chunk in candidates:
+        prior = 0.5 if chunk.score is None or high == low else (chunk.score - low) / (high - low)
+        out.append(Judgement(None, None, None, prior, prior=prior, notes=note))
+    return out

@@ -1,17 +1,19 @@
 """Ask a question of a chunk index: optional query rewriting, hybrid
-retrieval, then the chunk filter. One call, used by the CLI, the gateway and
-(through an injected ``judge_many``) the Celery workers."""
+retrieval, the chunk filter, then the answer. One call, used by the CLI and
+the gateway; where judging runs (threads here, or the Celery workers) comes
+in as ``judge_many``, wired by the caller. The one place an answer is
+written (:func:`answer_for`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
-from chunkrag_filter.pipeline import FilterOptions, FilterResult, JudgeMany, judge_in_threads, run_filter
+from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
+from chunkrag_filter.judging import JudgeMany, judge_in_threads
 from search_extension.neighbours import position_fetcher
 from chunkrag_filter.processors.answer import Answer, answer_from_chunks
 from chunkrag_filter.processors.rewrite import Rewrite, rewrite_query
@@ -41,6 +43,9 @@ class AskResult:
     # Relevant segments, best first, when asked for (None when not); the
     # answer, if any, was then written from them.
     segments: tuple[Segment, ...] | None = None
+    # Written from the segments when there are any, else from the kept
+    # chunks; None when not asked for or without the model stages.
+    answer: Answer | None = None
 
     @property
     def query(self) -> str:
@@ -51,10 +56,12 @@ class AskResult:
     def usage(self) -> Usage:
         rewrite_calls = 1 if self.rewrite is not None else 0
         rewrite_tokens = self.rewrite.prompt_tokens if self.rewrite is not None else 0
+        a = self.answer
+        calls, prompt_tokens, completion_tokens = (a.calls, a.prompt_tokens, a.completion_tokens) if a is not None else (0, 0, 0)
         f = self.filtered
         if f is None:
-            return Usage(rewrite_calls, 0, rewrite_tokens, 0)
-        return Usage(f.model_calls + rewrite_calls, f.cached_calls, f.prompt_tokens + rewrite_tokens, f.completion_tokens)
+            return Usage(rewrite_calls + calls, 0, rewrite_tokens + prompt_tokens, completion_tokens)
+        return Usage(f.model_calls + rewrite_calls + calls, f.cached_calls, f.prompt_tokens + rewrite_tokens + prompt_tokens, f.completion_tokens + completion_tokens)
 
 
 def ask(
@@ -111,8 +118,7 @@ def ask(
     filtered = None
     if stages:
         judge_many = judge_many or judge_in_threads(model, threads=parallel, model_name=model_name)
-        filter_options = dataclasses.replace(options, answer=False) if segments is not None else options
-        filtered = run_filter(query, retrieval.chunks, model=model, options=filter_options, judge_many=judge_many, reranker=reranker)
+        filtered = run_filter(query, retrieval.chunks, model=model, options=options, judge_many=judge_many, reranker=reranker)
         timings.update(filtered.timings_ms)
     found: tuple[Segment, ...] | None = None
     if segments is not None:
@@ -120,14 +126,22 @@ def ask(
         fetch = fetch_positions or position_fetcher(retriever.client, retriever.index)
         found = tuple(extract_segments(judged_in_rank_order(retrieval, filtered), fetch, segments))
         timings["segments"] = _ms_since(clock)
-        if filtered is not None and options.answer:
-            clock = time.perf_counter()
-            # No segment worth its minimum value: answer from the kept chunks as usual.
-            passages = [segment_as_chunk(s) for s in found] or list(filtered.kept)
-            filtered = with_answer(filtered, answer_from_chunks(query, passages, model))
-            timings["answer"] = _ms_since(clock)
+    answer = None
+    if filtered is not None and options.answer:
+        clock = time.perf_counter()
+        answer = answer_for(query, filtered, found, model)
+        timings["answer"] = _ms_since(clock)
     timings["total"] = _ms_since(started)
-    return AskResult(question, retrieval, filtered, rewritten, timings, found)
+    return AskResult(question, retrieval, filtered, rewritten, timings, found, answer)
+
+
+def answer_for(query: str, filtered: FilterResult, segments: Sequence[Segment] | None, model: ChatModel, *, max_tokens: int = 256) -> Answer:
+    """The answer, from the relevant segments when there are any, else from
+    the kept chunks (none when nothing relevant was kept and the fallback is
+    "not_found": then "not found", without a call)."""
+    # No segment worth its minimum value: answer from the kept chunks as usual.
+    passages = [segment_as_chunk(s) for s in segments or ()] or list(filtered.kept)
+    return answer_from_chunks(query, passages, model, max_tokens=max_tokens)
 
 
 def judged_in_rank_order(retrieval: RetrievalResult, filtered: FilterResult | None) -> list[Chunk]:
@@ -141,26 +155,6 @@ def segment_as_chunk(segment: Segment) -> Chunk:
     """A segment as one passage for the answer prompt; a citation of it
     names the segment's first chunk."""
     return Chunk(doc_id=segment.doc_id, position=segment.first, text=segment.text, start=segment.start, end=segment.end, title=segment.title, header=segment.header)
-
-
-def with_answer(filtered: FilterResult, answer: Answer) -> FilterResult:
-    return dataclasses.replace(
-        filtered,
-        answer=answer,
-        model_calls=filtered.model_calls + answer.calls,
-        prompt_tokens=filtered.prompt_tokens + answer.prompt_tokens,
-        completion_tokens=filtered.completion_tokens + answer.completion_tokens,
-    )
-
-
-def judge_many_for(settings, model: ChatModel | None, *, budget_s: float | None = None, cache=None, celery_app=None) -> JudgeMany:
-    """Where judging runs, as ``settings.workers.judge`` says: on the Celery
-    workers, or in threads here (``settings.chat.parallel`` at once)."""
-    if settings.workers.judge == "celery":
-        from workers.dispatch import celery_judge_many
-
-        return celery_judge_many(celery_app, settings=settings, budget_s=budget_s)
-    return judge_in_threads(model, threads=settings.chat.parallel, cache=cache, model_name=settings.chat.model, budget_s=budget_s)
 
 
 def _ms_since(started: float) -> float:

@@ -1,8 +1,9 @@
 """Celery workers that judge chunks for the ChunkRAG filter, next to the data.
 
 - ``app``: the Celery app on Redis (broker and results) and its delivery settings;
-- ``tasks``: the one scoring task, a thin wrapper around ``judge_batch``;
-- ``dispatch``: ``celery_judge_many``, the ``JudgeMany`` that fans a query out;
+- ``tasks``: the one scoring task, a thin wrapper around ``judging.judge_batch``;
+- ``dispatch``: ``celery_judge_many``, the ``JudgeMany`` that sends the batches
+  ``chunkrag_filter.judging`` plans and collects them;
 - ``score_cache``: scores cached in Redis, shared by every worker;
 - ``codec``: judgements and options as JSON for the broker.
 

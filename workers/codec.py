@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
+from chunkrag_filter.judging import Judgement, ScoringOptions
 
 
 class CodecError(ValueError):

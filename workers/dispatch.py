@@ -1,11 +1,21 @@
 """Judging fanned out over Celery workers, as a drop-in ``JudgeMany`` for
-:func:`run_filter`.
+:func:`run_filter`: the Celery side only. The batches are the ones
+``chunkrag_filter.judging`` plans; this module sends them, one
+``judge_chunks`` task each, as a group, collects the results, and gives up on
+them at the query budget. A batch whose task failed for good, or did not
+finish in time, comes back as judgements with no scores and a note saying
+why, so ``run_filter`` reports those chunks "unscored" and a query never
+hangs on a worker.
 
-A query's candidates are cut into batches, one ``judge_chunks`` task each,
-sent as a group; the caller waits at most the query budget. A batch whose
-task failed for good, or did not finish in time, comes back as judgements
-with no scores and a note saying why, so ``run_filter`` reports those
-chunks "unscored" and a query never hangs on a worker.
+No worker is pinged before a query: a ping under load can miss its one
+second and fail a query that the workers would have judged. Failure is read
+from the dispatch itself. A send the broker refuses, or tasks that nobody
+starts within ``start_wait_s`` while no worker answers a ping, raise
+:class:`WorkersUnavailable` (a :class:`JudgingUnavailable`: the caller judges
+elsewhere). ``WorkerHealth``, shared by the queries of a process, remembers
+such a failure for a few seconds, so the queries right after it go elsewhere
+at once instead of each finding out again; the first query after that tries
+the workers again.
 
 A worker that dies whole (a machine lost, not just a pool process) keeps
 its task's message unacknowledged until the broker's visibility timeout,
@@ -13,9 +23,6 @@ which outlasts the query budget. So while it waits, the dispatcher looks
 every few seconds for tasks started on a worker that no longer answers a
 ping, sends their batch again, and takes whichever copy finishes first; the
 judgements of such a batch carry a note naming the worker.
-
-Raises :class:`WorkersUnavailable` (the gateway's 503) when Redis cannot be
-reached or no worker answers a ping, before any task is sent.
 """
 
 from __future__ import annotations
@@ -24,15 +31,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Collection, Sequence
+from typing import Callable, Collection, Sequence
 
 from celery import Celery, group, states
 from celery.exceptions import TimeoutError as CeleryTimeout
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.settings import Settings, redact_url
-from chunkrag_filter.processors import prompts
-from chunkrag_filter.processors.relevance import Judgement, ScoringOptions, scoring_batches
+from chunkrag_filter.judging import Batch, Judgement, JudgingUnavailable, ScoringOptions, passages, plan_batches, unscored
 from workers.app import JUDGE_TASK, make_app
 from workers.codec import CodecError, decode_judgement, encode_options
 
@@ -54,42 +60,70 @@ LIVENESS_CHECK_S = 5.0
 # every worker it reaches must not go on to take down the rest.
 MAX_RESENDS = 2
 
+# A query whose tasks none has started after this long asks whether any
+# worker is alive (unless one was seen at work lately): with none, it is
+# judged elsewhere. Busy workers only delay it.
+START_WAIT_S = 3.0
 
-class WorkersUnavailable(RuntimeError):
+# How long a failed dispatch (broker refused, no worker) sends the queries
+# after it elsewhere without trying; the first query after it tries again,
+# so judging is back on the workers within this of the broker's return.
+UNAVAILABLE_HOLD_S = 2.0
+
+# Finding no worker costs a query START_WAIT_S and a ping: that finding is
+# held longer, so one query in this many seconds pays it while none runs.
+NO_WORKER_HOLD_S = 5.0
+
+# A task started or finished this recently is proof enough of a live worker:
+# no ping is needed to tell busy workers from none.
+SEEN_FRESH_S = 30.0
+
+# The broker publish is retried at most this often (kombu's default, three
+# times, adds a second to each query while the broker is down).
+PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+
+
+class WorkersUnavailable(JudgingUnavailable):
     """Judging cannot be dispatched: Redis is unreachable or no worker runs.
     The message names the broker; ``reason`` says the same without its
     address, for the gateway's callers."""
 
-    def __init__(self, message: str, *, reason: str | None = None):
-        super().__init__(message)
-        self.reason = reason or message
 
+class WorkerHealth:
+    """What the dispatches of one process learned of the broker and the
+    workers: the last failure (held for ``hold_s``) and when a worker was
+    last seen at work. Thread-safe; one per gateway."""
 
-@dataclass(frozen=True, slots=True)
-class Batch:
-    start: int
-    stop: int
+    def __init__(self, hold_s: float = UNAVAILABLE_HOLD_S, clock: Callable[[], float] = time.monotonic):
+        self.hold_s = hold_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failed_at: float | None = None
+        self._reason = ""
+        self._seen_at: float | None = None
+        self._hold_s = hold_s
 
+    def unavailable(self) -> str | None:
+        """The reason of the last failure while it is held, else None."""
+        with self._lock:
+            if self._failed_at is not None and self._clock() - self._failed_at < self._hold_s:
+                return self._reason
+            return None
 
-def batches(count: int, size: int) -> list[Batch]:
-    """Consecutive slices of ``count`` items, ``size`` at most each."""
-    if size < 1:
-        raise ValueError(f"batch size must be at least 1, got {size}")
-    return [Batch(start, min(start + size, count)) for start in range(0, count, size)]
+    def failed(self, reason: str, hold_s: float | None = None) -> None:
+        """A dispatch failed: hold it for ``hold_s`` (default: the health's own)."""
+        with self._lock:
+            self._failed_at, self._reason, self._seen_at = self._clock(), reason, None
+            self._hold_s = self.hold_s if hold_s is None else hold_s
 
+    def seen(self) -> None:
+        """A worker started or finished one of our tasks."""
+        with self._lock:
+            self._failed_at, self._seen_at = None, self._clock()
 
-def task_batches(count: int, options: ScoringOptions, batch_size: int) -> list[Batch]:
-    """The chunks each task judges. A listwise judgement is relative to the
-    passages judged with it, so listwise batches are cut exactly as the
-    in-process path cuts them (one model call per task); per-chunk methods
-    give the same scores however chunks are grouped."""
-    if options.method == "listwise":
-        return [Batch(part[0], part[-1] + 1) for part in scoring_batches(count, options.listwise_batch)]
-    return batches(count, batch_size)
-
-
-def unscored(reason: str) -> Judgement:
-    return Judgement(None, None, None, None, notes=(reason,))
+    def seen_lately(self, within_s: float = SEEN_FRESH_S) -> bool:
+        with self._lock:
+            return self._seen_at is not None and self._clock() - self._seen_at < within_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +147,15 @@ def to_resend(views: Sequence[TaskView], live: Collection[str], max_resends: int
     waits out its countdown on a worker we cannot name; finished ones are
     done. None of those is stranded."""
     return [i for i, v in enumerate(views) if v.state == states.STARTED and v.hostname and v.hostname not in live and v.resends < max_resends]
+
+
+def taken(views: Sequence[TaskView]) -> bool | None:
+    """Whether a worker has taken any of a query's tasks (started, retried or
+    finished one); None when the result backend could not say for some and
+    the others are still queued."""
+    if any(v.state not in (states.PENDING, "UNKNOWN") for v in views):
+        return True
+    return None if any(v.state == "UNKNOWN" for v in views) else False
 
 
 def resend_note(hostname: str) -> str:
@@ -147,12 +190,14 @@ def check_workers(app: Celery, timeout: float = 1.0, *, limit: int | None = None
     return len(replies)
 
 
-def celery_judge_many(app: Celery | None = None, *, settings: Settings | None = None, batch_size: int | None = None, budget_s: float | None = None, ping_timeout_s: float = 1.0, liveness_check_s: float | None = LIVENESS_CHECK_S) -> CeleryJudgeMany:
+def celery_judge_many(app: Celery | None = None, *, settings: Settings | None = None, batch_size: int | None = None, budget_s: float | None = None, ping_timeout_s: float = 1.0, liveness_check_s: float | None = LIVENESS_CHECK_S, health: WorkerHealth | None = None, start_wait_s: float = START_WAIT_S) -> CeleryJudgeMany:
     """A ``JudgeMany`` that sends batches of ``batch_size`` chunks to the
     workers and waits at most ``budget_s`` seconds (defaults from
-    ``settings.workers``). Checks for a live worker before each query, and
-    every ``liveness_check_s`` seconds of waiting (None: never) for tasks
-    stranded on a worker that died."""
+    ``settings.workers``). Looks every ``liveness_check_s`` seconds of
+    waiting (None: never) for tasks stranded on a worker that died. Raises
+    :class:`WorkersUnavailable` when the broker refuses the tasks, or none
+    is started within ``start_wait_s`` and no worker answers a ping; pass
+    the process's ``health`` to share what one query learned with the next."""
     settings = settings or Settings.from_env()
     budget = settings.workers.query_budget_s if budget_s is None else budget_s
     if budget <= 0:
@@ -166,6 +211,8 @@ def celery_judge_many(app: Celery | None = None, *, settings: Settings | None = 
         model_name=settings.chat.model,
         ping_timeout_s=ping_timeout_s,
         liveness_check_s=liveness_check_s,
+        health=health or WorkerHealth(),
+        start_wait_s=start_wait_s,
     )
 
 
@@ -190,13 +237,15 @@ class CeleryJudgeMany:
     """The ``JudgeMany`` of :func:`celery_judge_many`; ``resent`` counts the
     batches it sent again because their worker died."""
 
-    def __init__(self, app: Celery, *, batch_size: int, budget_s: float, model_name: str, ping_timeout_s: float, liveness_check_s: float | None):
+    def __init__(self, app: Celery, *, batch_size: int, budget_s: float, model_name: str, ping_timeout_s: float, liveness_check_s: float | None, health: WorkerHealth, start_wait_s: float = START_WAIT_S):
         self.app = app
         self.batch_size = batch_size
         self.budget_s = budget_s
         self.model_name = model_name
         self.ping_timeout_s = ping_timeout_s
         self.liveness_check_s = liveness_check_s
+        self.health = health
+        self.start_wait_s = start_wait_s
         self._resent = 0
         self._lock = threading.Lock()  # the gateway calls one judge from several threads
 
@@ -208,18 +257,25 @@ class CeleryJudgeMany:
     def __call__(self, query: str, chunks: Sequence[Chunk], options: ScoringOptions) -> list[Judgement]:
         if not chunks:
             return []
-        check_workers(self.app, self.ping_timeout_s, limit=1)
+        if (reason := self.health.unavailable()) is not None:
+            raise WorkersUnavailable(f"{reason} (a moment ago; not tried again yet)")
         encoded = encode_options(options)
-        sent = [_Sent(part, (query, [prompts.passage(c.text, c.header) for c in chunks[part.start : part.stop]], encoded, self.model_name)) for part in task_batches(len(chunks), options, self.batch_size)]
+        sent = [_Sent(part, (query, passages(chunks, part), encoded, self.model_name)) for part in plan_batches(len(chunks), options, self.batch_size)]
         deadline = time.monotonic() + self.budget_s
         self._send(sent)
-        self._wait(sent, deadline)
+        try:
+            self._wait(sent, deadline)
+        except WorkersUnavailable:
+            _release(self.app, [attempt for batch in sent for attempt in batch.attempts], {})
+            raise
         judgements: list[Judgement] = []
         outcomes = {}
         for batch in sent:
             outcomes.update((attempt.id, _outcome(attempt)) for attempt in batch.attempts)
             state, value = outcomes[_chosen(batch, outcomes).id]
             judgements.extend(_noted(_judgements(state, value, batch.part.stop - batch.part.start, self.budget_s), batch.notes))
+        if any(state not in (states.PENDING, "UNKNOWN") for state, _ in outcomes.values()):
+            self.health.seen()
         _release(self.app, [attempt for batch in sent for attempt in batch.attempts], outcomes)
         return judgements
 
@@ -230,38 +286,64 @@ class CeleryJudgeMany:
 
     def _send(self, sent: list[_Sent]) -> None:
         try:
-            results = group(self._signature(batch.args, self.budget_s) for batch in sent).apply_async().results
-        except Exception as exc:  # noqa: BLE001 - the broker went away between the ping and the send
-            broker = redact_url(self.app.conf.broker_url or "")
-            raise WorkersUnavailable(
-                f"could not send scoring tasks to {broker}: {exc}",
-                reason="could not send scoring tasks to the Celery broker",
-            ) from exc
+            results = group(self._signature(batch.args, self.budget_s) for batch in sent).apply_async(retry_policy=PUBLISH_RETRY_POLICY).results
+        except Exception as exc:  # noqa: BLE001 - whatever the transport raised, the broker is down for us
+            message = f"cannot reach the Celery broker (Redis) at {redact_url(self.app.conf.broker_url or '')}: {exc}"
+            # The health holds the address-free reason: it reaches callers' responses.
+            self.health.failed("cannot reach the Celery broker (Redis)")
+            raise WorkersUnavailable(message, reason="cannot reach the Celery broker (Redis)") from exc
         for batch, result in zip(sent, results):
             batch.attempts.append(result)
 
     def _wait(self, sent: list[_Sent], deadline: float) -> None:
         """Until every batch has a finished task or the deadline passes,
-        looking for stranded tasks every ``liveness_check_s``."""
+        looking for stranded tasks every ``liveness_check_s``, and until a
+        worker takes one of them, whether any worker is there at all."""
         waiting = list(sent)
+        first_look = True
+        start_check: float | None = time.monotonic() + self.start_wait_s
         next_check = time.monotonic() + (self.liveness_check_s or float("inf"))
         while waiting:
             now = time.monotonic()
             if now >= deadline:
                 return
+            if start_check is not None and now >= start_check:
+                taken_yet = self._check_taken(sent, trust_recent=first_look)
+                first_look = False
+                start_check = None if taken_yet else time.monotonic() + self.start_wait_s
+                continue
             if now >= next_check:
                 self._rescue(waiting, deadline)
                 waiting = [batch for batch in waiting if not batch.settled()]
                 next_check = time.monotonic() + self.liveness_check_s
                 continue
             try:
-                waiting[0].latest.get(timeout=min(deadline, next_check) - now, propagate=False)
+                waiting[0].latest.get(timeout=min(deadline, next_check, start_check or deadline) - now, propagate=False)
             except CeleryTimeout:
                 continue
             except Exception as exc:  # noqa: BLE001 - the result backend failed; what arrived is kept
                 log.warning("waiting for judging results failed: %s: %s", type(exc).__name__, exc)
                 return
             waiting.pop(0)
+
+    def _check_taken(self, sent: list[_Sent], *, trust_recent: bool) -> bool:
+        """Whether a worker has taken one of the query's tasks. Raises
+        :class:`WorkersUnavailable` when none has and no worker answers a
+        ping. Busy workers (answering, or at first seen at work lately, which
+        spares the ping) only make the query wait: False, look again later."""
+        seen = taken([_view(batch) for batch in sent])
+        if seen:
+            self.health.seen()
+            return True
+        if seen is None or (trust_recent and self.health.seen_lately()):
+            return False
+        try:
+            check_workers(self.app, self.ping_timeout_s, limit=1)
+        except WorkersUnavailable as exc:
+            reason = f"no worker took the query's tasks within {self.start_wait_s:g} s: {exc.reason}"
+            self.health.failed(reason, NO_WORKER_HOLD_S)
+            raise WorkersUnavailable(f"{reason} ({exc})", reason=reason) from exc
+        return False
 
     def _rescue(self, waiting: list[_Sent], deadline: float) -> None:
         """Send again the batches whose newest task started on a worker that
@@ -375,7 +457,7 @@ def _release(app: Celery, results, outcomes: dict) -> None:
     # Revoke the tasks still queued, running on a worker that died, or
     # waiting to retry (their answers would come too late or twice), stop
     # listening for them and drop the stored results.
-    pending = [r.id for r in results if outcomes[r.id][0] not in FINAL_STATES]
+    pending = [r.id for r in results if outcomes.get(r.id, ("PENDING",))[0] not in FINAL_STATES]
     try:
         if pending:
             app.control.revoke(pending)

@@ -1,5 +1,5 @@
 """The scoring task, as thin as a web view: decode the message, call
-:func:`judge_batch`, encode the judgements.
+:func:`chunkrag_filter.judging.judge_batch`, encode the judgements.
 
 Provider failures decide the task's fate: a retryable :class:`ChatError`
 (429, 5xx, timeout) is retried with exponential backoff up to
@@ -20,7 +20,7 @@ from celery import Celery
 from chunkrag_core.providers import make_chat
 from chunkrag_core.providers.chat import ChatError
 from chunkrag_core.settings import Settings
-from chunkrag_filter.processors.relevance import judge_batch
+from chunkrag_filter.judging import judge_batch
 from workers.app import JUDGE_TASK, task_time_limit_s
 from workers.codec import decode_options, encode_judgement
 from workers.score_cache import RedisScoreCache

@@ -163,32 +163,6 @@ def judge(query: str, chunk_text: str, model: ChatModel, options: ScoringOptions
     return _finish(ledger, base, reflection, critic, combine(base, reflection, critic, options.weights))
 
 
-def judge_batch(query: str, texts: Sequence[str], model: ChatModel, options: ScoringOptions = ScoringOptions(), *, cache: ScoreCache | None = None, model_name: str = "") -> list[Judgement]:
-    """Judge several chunks for one query, in order: the unit of work one
-    worker task takes. Listwise judges them in one call per
-    ``options.listwise_batch`` passages; the other methods one by one.
-    Provider errors propagate as :class:`ChatError`."""
-    if options.method == "listwise":
-        return [j for part in scoring_batches(len(texts), options.listwise_batch) for j in judge_listwise(query, [texts[i] for i in part], model, options, cache=cache, model_name=model_name)]
-    return [judge(query, text, model, options, cache=cache, model_name=model_name) for text in texts]
-
-
-def scoring_batches(count: int, batch_size: int) -> list[list[int]]:
-    """Indices 0..count-1 cut into consecutive batches of ``batch_size``,
-    the last one no smaller than necessary: 10 by 9 gives 5 + 5, not 9 + 1,
-    so no passage is judged against a lone neighbour."""
-    if count <= 0:
-        return []
-    batches = -(-count // max(1, batch_size))
-    base, extra = divmod(count, batches)
-    out, start = [], 0
-    for b in range(batches):
-        size = base + (1 if b < extra else 0)
-        out.append(list(range(start, start + size)))
-        start += size
-    return out
-
-
 def judge_listwise(query: str, texts: Sequence[str], model: ChatModel, options: ScoringOptions = ScoringOptions(), *, cache: ScoreCache | None = None, model_name: str = "") -> list[Judgement]:
     """Judge up to nine passages in ONE call with one output token: the
     model names the passage that answers the query (0 for none), and the

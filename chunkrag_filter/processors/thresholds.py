@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 # The paper's ε is not given. Scores live in [0, 1]; a variance below 0.01
 # (σ < 0.1) means the scores cluster tightly, where the mean alone would keep
@@ -16,7 +16,7 @@ DEFAULT_VARIANCE_EPSILON = 0.01
 @dataclass(frozen=True, slots=True)
 class Threshold:
     value: float
-    method: str  # "dynamic" | "fixed" | "llm"
+    method: str  # "dynamic" | "fixed" | "relative" | "llm"
     mean: float
     std: float
     variance: float
@@ -70,3 +70,52 @@ def llm_threshold(query: str, scores: Sequence[float], model, fallback_epsilon: 
     if value is None:
         return dynamic, response.prompt_tokens
     return Threshold(value, "llm", dynamic.mean, dynamic.std, dynamic.variance), response.prompt_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class CutInputs:
+    """What a threshold method may read: ``value`` is the fixed threshold,
+    or the share of the best score for "relative"; the query and the model
+    are for "llm"."""
+
+    value: float
+    epsilon: float = DEFAULT_VARIANCE_EPSILON
+    query: str = ""
+    model: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """A chosen threshold and the model calls choosing it cost."""
+
+    threshold: Threshold
+    calls: int = 0
+    prompt_tokens: int = 0
+
+
+def _llm_cut(scores: Sequence[float], inputs: CutInputs) -> Cut:
+    # Nothing to show the model: Algorithm 1's cut, no call.
+    if not scores:
+        return Cut(dynamic_threshold(scores, inputs.epsilon))
+    threshold, prompt_tokens = llm_threshold(inputs.query, scores, inputs.model, inputs.epsilon)
+    return Cut(threshold, calls=1, prompt_tokens=prompt_tokens)
+
+
+ThresholdMethod = Callable[[Sequence[float], CutInputs], Cut]
+
+# Every threshold method by name, in the order options list them.
+THRESHOLD_METHODS: Mapping[str, ThresholdMethod] = {
+    "dynamic": lambda scores, inputs: Cut(dynamic_threshold(scores, inputs.epsilon)),
+    "llm": _llm_cut,
+    "fixed": lambda scores, inputs: Cut(fixed_threshold(scores, inputs.value)),
+    "relative": lambda scores, inputs: Cut(relative_threshold(scores, inputs.value)),
+}
+
+
+def cut(method: str, scores: Sequence[float], inputs: CutInputs) -> Cut:
+    """The threshold ``method`` picks for ``scores``."""
+    try:
+        chosen = THRESHOLD_METHODS[method]
+    except KeyError:
+        raise ValueError(f"unknown threshold {method!r}; choose one of {', '.join(THRESHOLD_METHODS)}") from None
+    return chosen(scores, inputs)

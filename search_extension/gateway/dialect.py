@@ -229,13 +229,16 @@ def segment_source(segment: Segment) -> dict[str, Any]:
 
 def chunkrag_section(result: AskResult) -> dict[str, Any]:
     filtered = result.filtered
-    answer = filtered.answer if filtered is not None else None
+    answer = result.answer
     return {
         "query": {"original": result.question, "rewritten": result.rewrite.query if result.rewrite is not None and result.rewrite.used else None},
         "retrieval": {"mode": result.retrieval.mode, "fusion": result.retrieval.fusion, "candidates": len(result.retrieval.chunks)},
         "stages": filtered is not None,
         "threshold": threshold_dict(result),
         "nothing_relevant": filtered.nothing_relevant if filtered is not None else False,
+        # Where the candidates were judged, and why not where meant to.
+        "judged_by": filtered.judged_by if filtered is not None else None,
+        "judged_by_reason": filtered.judged_by_reason if filtered is not None else None,
         "answer": None if answer is None else {"text": answer.text, "found": answer.found, "citations": list(answer.citations)},
         "timings_ms": dict(result.timings_ms),
         "usage": usage_dict(result),
@@ -248,7 +251,7 @@ def ask_response(result: AskResult, *, index: str) -> dict[str, Any]:
     ranks = _retrieval_ranks(result)
     chunks = [_ask_chunk(chunk, ranks, True, reason) for chunk, reason in _kept_with_reasons(result)]
     chunks += [_ask_chunk(chunk, ranks, False, reason) for chunk, reason in _dropped(result)]
-    answer = result.filtered.answer if result.filtered is not None else None
+    answer = result.answer
     section = chunkrag_section(result)
     return {
         "index": index,
@@ -260,6 +263,8 @@ def ask_response(result: AskResult, *, index: str) -> dict[str, Any]:
         "citations": list(answer.citations) if answer is not None else [],
         "nothing_relevant": section["nothing_relevant"],
         "threshold": section["threshold"],
+        "judged_by": section["judged_by"],
+        "judged_by_reason": section["judged_by_reason"],
         "chunks": chunks,
         "segments": None if result.segments is None else [{"id": segment_id(s), "value": s.value, "chunk_ids": list(s.chunk_ids), **segment_source(s)} for s in result.segments],
         "usage": section["usage"],

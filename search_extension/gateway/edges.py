@@ -11,8 +11,8 @@ from urllib.parse import urlsplit, urlunsplit
 from typing import Any, Callable, Mapping, Sequence
 
 from chunkrag_core.settings import Settings, redact_url
-from search_extension.ask import AskResult, ask, judge_many_for
-from chunkrag_filter.pipeline import JudgeMany
+from search_extension.ask import AskResult, ask
+from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany, Place, judge_in_threads
 from search_extension.gateway import errors
 from search_extension.gateway.dialect import ChunkragOptions, ensemble_scales
 from search_extension.gateway.identity import Caller, es_for
@@ -35,6 +35,7 @@ class Edges:
         self._owns_es = es is None  # an injected client belongs to the caller
         self._judge_many_factory = judge_many_factory
         self._celery = None
+        self._worker_health = None
         self._reranker = None
         self._score_cache = None
         self._capabilities = None
@@ -97,12 +98,34 @@ class Edges:
                 self._reranker = CohereReranker(api_key=rerank.api_key or "", model=rerank.model, base_url=rerank.base_url)
             return self._reranker
 
+    @property
+    def worker_health(self):
+        """What one query's dispatch learned of Redis and the workers, for
+        the next: after a failure, queries go to the gateway's threads at
+        once for a moment instead of each finding out again."""
+        with self._lock:
+            if self._worker_health is None:
+                from workers.dispatch import WorkerHealth
+
+                self._worker_health = WorkerHealth()
+            return self._worker_health
+
     def judge_many(self, budget_s: float) -> JudgeMany:
+        """Where one query is judged. With judge=celery: on the workers, and
+        when Redis or the workers cannot be reached, in the gateway's own
+        threads, or (no model either) by the retrieval signals; the result
+        says which (``judged_by``). With judge=threads: in the gateway's
+        threads, a model failure failing the query."""
         if self._judge_many_factory is not None:
             return self._judge_many_factory(budget_s)
-        if self.settings.workers.judge == "celery":
-            return judge_many_for(self.settings, None, budget_s=budget_s, celery_app=self.celery)
-        return judge_many_for(self.settings, self.model, budget_s=budget_s, cache=self.score_cache)
+        settings = self.settings
+        threads = Place(BY_GATEWAY, judge_in_threads(self.model, threads=settings.chat.parallel, cache=self.score_cache, model_name=settings.chat.model, budget_s=budget_s))
+        if settings.workers.judge != "celery":
+            return threads
+        from workers.dispatch import celery_judge_many
+
+        workers = celery_judge_many(self.celery, settings=settings, budget_s=budget_s, health=self.worker_health)
+        return Degrading([Place(BY_WORKERS, workers), threads])
 
     @property
     def score_cache(self):

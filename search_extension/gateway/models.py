@@ -83,6 +83,8 @@ class AskResponse(BaseModel):
     citations: list[str] = Field(description="chunk ids the answer cites")
     nothing_relevant: bool
     threshold: Optional[ThresholdModel]
+    judged_by: Optional[str] = Field(None, description="where the candidates were judged: workers, gateway (the gateway's own threads), retrieval (the retrieval signals alone); null without judging")
+    judged_by_reason: Optional[str] = Field(None, description="why judging fell back from where it was meant to run (null when it did not)")
     chunks: list[AskChunk] = Field(description="kept chunks in final order, then the dropped ones")
     segments: Optional[list[AskSegment]] = Field(None, description="with options.segments: the relevant segments, best first; the answer was written from them")
     usage: UsageModel

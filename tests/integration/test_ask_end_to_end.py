@@ -42,9 +42,10 @@ def test_ask_keeps_the_answering_chunk_and_cites_it(engine, embedder, settings, 
     filtered = result.filtered
     assert [c.chunk_id for c in filtered.kept] == ["tokyo:0"]
     assert filtered.kept[0].stage_scores["base"] == pytest.approx(0.95)
-    assert filtered.answer.found and filtered.answer.citations == ("tokyo:0",)
+    assert result.answer.found and result.answer.citations == ("tokyo:0",)
     dropped = {d.chunk.chunk_id for d in filtered.decisions if not d.kept}
     assert dropped == {c.chunk_id for c in result.retrieval.chunks} - {"tokyo:0"}
     # The judge turned on: one listwise batch judges every candidate (at most
     # nine), in as many orders as the default asks; one call writes the answer.
-    assert filtered.model_calls == FilterOptions().scoring.orders + 1 == len(server.requests)
+    assert filtered.model_calls + result.answer.calls == FilterOptions().scoring.orders + 1 == len(server.requests)
+    assert result.usage.model_calls == len(server.requests)

@@ -149,7 +149,8 @@ def test_the_gateway_ensembles_with_ext_chunkrag_ensemble(es, embedder, settings
 
 def test_eval_retrieves_the_ensemble_of_the_pools_it_indexes_at_the_scales(es, embedder, settings, shared_eval, fresh_index):
     from chunkrag_core.providers.chat import OpenAICompatibleChat
-    from chunkrag_filter.pipeline import FilterOptions, judge_in_threads
+    from chunkrag_filter.pipeline import FilterOptions
+    from chunkrag_filter.judging import judge_in_threads
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.runner import evaluate
     from tests.support.scripted_openai import ScriptedOpenAI, listwise_choice

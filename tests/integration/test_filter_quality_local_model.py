@@ -18,7 +18,8 @@ import uuid
 import pytest
 
 from chunkrag_core.providers import make_chat
-from chunkrag_filter.pipeline import FilterOptions, judge_in_threads
+from chunkrag_filter.pipeline import FilterOptions
+from chunkrag_filter.judging import judge_in_threads
 from chunkrag_eval.datasets import read_items
 from chunkrag_eval.runner import evaluate
 

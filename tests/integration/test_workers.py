@@ -25,12 +25,13 @@ import redis
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_core.settings import Settings
-from chunkrag_filter.pipeline import FilterOptions, judge_in_threads, run_filter
+from chunkrag_filter.pipeline import FilterOptions, run_filter
+from chunkrag_filter.judging import judge_in_threads
 from chunkrag_filter.processors.relevance import ScoringOptions
 from local_services.celery_workers import CeleryWorkers
 from tests.support.scripted_openai import is_listwise, listwise_choice, ScriptedOpenAI, completion, error
 from workers.app import make_app, visibility_timeout_s
-from workers.dispatch import WorkersUnavailable, celery_judge_many, check_workers
+from workers.dispatch import WorkerHealth, WorkersUnavailable, celery_judge_many, check_workers
 from workers.score_cache import hashed_key
 
 pytestmark = pytest.mark.integration
@@ -360,8 +361,18 @@ def test_no_running_worker_is_reported_as_workers_unavailable(worker_settings, r
     # Another database of the same Redis: reachable, but no worker listens there.
     settings = replace(worker_settings, redis_url=with_db(worker_settings.redis_url, REDIS_DB + 1))
     try:
+        app = make_app(settings)
         with pytest.raises(WorkersUnavailable, match="no Celery worker answered a ping"):
-            check_workers(make_app(settings), timeout=1.0)
+            check_workers(app, timeout=1.0)
+        # The dispatcher pings no one before a query: it sends, and finds out
+        # when no worker takes the tasks; the next query is sent elsewhere at
+        # once while that finding is held.
+        health = WorkerHealth()
+        judge_many = celery_judge_many(app, settings=settings, budget_s=30, start_wait_s=0.5, health=health)
+        with pytest.raises(WorkersUnavailable, match="no worker took the query's tasks within 0.5 s: no Celery worker answered a ping"):
+            judge_many(unique("Which fruit is red?"), chunks_of("a", "b", "c"), ScoringOptions())
+        with pytest.raises(WorkersUnavailable, match="not tried again yet"):
+            celery_judge_many(app, settings=settings, budget_s=30, health=health)("q", chunks_of("a"), ScoringOptions())
     finally:
         redis.Redis.from_url(settings.redis_url).flushdb()  # the ping's reply queue and bindings
 

@@ -76,9 +76,9 @@ def test_judged_segments_feed_the_answer():
     assert segment.chunks[0].stage_scores["combined"] > 0.9
     (prompt,) = model.answer_prompts
     assert "[1] Bees make honey. They gather nectar. Nectar becomes honey in the hive." in prompt
-    assert result.filtered.answer.citations == ("bees:0",)
+    assert result.answer.citations == ("bees:0",)
     # 3 judgements and one answer, counted once
-    assert result.filtered.model_calls == 4
+    assert result.filtered.model_calls == 3 and result.usage.model_calls == 4
 
 
 def test_without_segments_nothing_changes():

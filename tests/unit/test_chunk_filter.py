@@ -5,6 +5,7 @@ import pytest
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatResponse
+from search_extension.ask import answer_for
 from chunkrag_filter.pipeline import FilterOptions, run_filter
 from chunkrag_filter.processors.relevance import Judgement
 
@@ -37,7 +38,8 @@ PAPER = FilterOptions(threshold="dynamic", calibration=None, judge_top=None)
 
 def test_redundancy_scoring_threshold_rerank_order_and_answer():
     scores = {"d:0": 0.9, "d:2": 0.2, "d:3": 0.7, "d:4": 0.1}
-    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=scripted_judge(scores), options=PAPER)
+    model = Answerer()
+    result = run_filter("q", CHUNKS, model=model, judge_many=scripted_judge(scores), options=PAPER)
     # d:1 repeats d:0 (cos 0.99); mean of the rest is 0.475, spread: T = μ
     assert result.threshold.value == pytest.approx(0.475)
     assert [c.chunk_id for c in result.kept] == ["d:0", "d:3"]
@@ -45,8 +47,10 @@ def test_redundancy_scoring_threshold_rerank_order_and_answer():
         "d:1": "redundant", "d:0": "above_threshold", "d:2": "below_threshold", "d:3": "above_threshold", "d:4": "below_threshold",
     }
     assert result.kept[0].stage_scores["combined"] == 0.9
-    assert result.answer.citations == ("d:0",)
-    assert result.model_calls == 4 + 1 and result.prompt_tokens == 4 * 80 + 200
+    # The filter ends at the order; the answer is written from its result.
+    assert result.model_calls == 4 and result.prompt_tokens == 4 * 80 and model.calls == 0
+    answer = answer_for("q", result, None, model)
+    assert answer.citations == ("d:0",) and answer.calls == 1 and answer.prompt_tokens == 200
 
 
 def test_lost_in_the_middle_order_of_kept_chunks():
@@ -67,7 +71,7 @@ def test_nothing_relevant_falls_back_to_top_k_or_says_not_found():
     model = Answerer()
     options = FilterOptions(threshold="fixed", fixed_threshold=0.5, fallback="not_found")
     result = run_filter("q", CHUNKS, model=model, judge_many=scripted_judge(zeros), options=options)
-    assert result.nothing_relevant and result.kept == () and result.answer.text == "NOT FOUND"
+    assert result.nothing_relevant and result.kept == () and answer_for("q", result, None, model).text == "NOT FOUND"
     assert model.calls == 0
 
 
@@ -94,7 +98,7 @@ def test_the_default_scores_every_candidate_from_retrieval_signals_without_a_jud
     first = RETRIEVAL_MODEL.probability({"cosine": 0.8, "cosine_gap": 0.0, "bm25": 1.0, "inv_rank": 1.0, "log_chars": 0.6931471805599453})
     assert first == pytest.approx(0.7132, abs=1e-4)
     assert [c.chunk_id for c in result.kept] == ["d:0", "d:2"]  # 0.71 and 0.50 pass 0.4; 0.11 does not
-    assert result.model_calls == 1 and model.calls == 1  # the answer only
+    assert result.model_calls == 0 and model.calls == 0 and result.judged_by is None
 
 
 def test_the_shipped_calibration_follows_the_judge():
@@ -112,7 +116,7 @@ def test_bad_options_are_refused():
         FilterOptions(fallback="pray")
 
 
-def test_model_calls_count_the_llm_threshold_and_answer_even_without_token_counts():
+def test_model_calls_count_the_llm_threshold_even_without_token_counts():
     class Silent:
         """Answers without reporting tokens, as some servers do."""
 
@@ -127,11 +131,11 @@ def test_model_calls_count_the_llm_threshold_and_answer_even_without_token_count
     model = Silent()
     result = run_filter("q", CHUNKS, model=model, judge_many=scripted_judge(scores), options=FilterOptions(threshold="llm", judge_top=9))
     assert result.threshold.method == "llm" and result.threshold.value == 0.5
-    assert model.calls == 2 and result.model_calls == 4 + 2
+    assert model.calls == 1 and result.model_calls == 4 + 1
 
 
 def test_the_judge_reads_each_chunks_header_in_front_of_its_text():
-    from chunkrag_filter.pipeline import judge_in_threads
+    from chunkrag_filter.judging import judge_in_threads
     from chunkrag_filter.processors.relevance import ScoringOptions
 
     class Listwise:

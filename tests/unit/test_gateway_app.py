@@ -2,6 +2,7 @@
 routing, pass-through fidelity, the body limit, error shapes, laziness."""
 
 import base64
+import dataclasses
 
 import numpy as np
 import pytest
@@ -273,13 +274,68 @@ def celery_settings():
 def test_celery_judging_goes_through_the_dispatcher_with_the_budget(monkeypatch):
     import workers.dispatch
     from search_extension.gateway.edges import Edges
+    from chunkrag_filter.judging import Degrading
 
     calls = []
     monkeypatch.setattr(workers.dispatch, "celery_judge_many", lambda app, **kwargs: calls.append((app, kwargs)) or "judge")
     edges = Edges(celery_settings(), model=FakeModel())
     edges._celery = "celery-app"
-    assert edges.judge_many(7.5) == "judge"
-    assert calls == [("celery-app", {"settings": edges.settings, "budget_s": 7.5})]
+    judge = edges.judge_many(7.5)
+    assert isinstance(judge, Degrading) and [(p.name, p.judge_many) for p in judge.places][0] == ("workers", "judge")
+    assert [p.name for p in judge.places] == ["workers", "gateway"]
+    # one health record for every query of the gateway
+    assert calls == [("celery-app", {"settings": edges.settings, "budget_s": 7.5, "health": edges.worker_health})]
+
+
+def celery_client(monkeypatch, model, unavailable):
+    import workers.dispatch
+
+    def celery_judge_many(app, **kwargs):
+        def judge_many(query, chunks, options):
+            raise workers.dispatch.WorkersUnavailable(unavailable)
+
+        return judge_many
+
+    monkeypatch.setattr(workers.dispatch, "celery_judge_many", celery_judge_many)
+    # Nothing listens on port 1: the score cache misses instead of sharing scores between tests.
+    settings = dataclasses.replace(celery_settings(), redis_url="redis://127.0.0.1:1/0")
+    app = create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=model, http_transport=RecordingTransport(es_reply))
+    app.state.edges._celery = "celery-app"
+    return TestClient(app)
+
+
+JUDGED = {"query": {"match": {"text": "what does a say"}}, "ext": {"chunkrag": {"redundancy_threshold": None, "judge_top": 9, "answer": False, "include_dropped": True}}}
+
+
+def test_celery_judging_falls_back_to_the_gateway_threads_and_says_so(monkeypatch):
+    class ListwiseModel:
+        def complete(self, request):
+            return ChatResponse(text="1", prompt_tokens=20, completion_tokens=1)
+
+    client = celery_client(monkeypatch, ListwiseModel(), "cannot reach the Celery broker (Redis) at redis://127.0.0.1:6399/0: refused")
+    response = client.post("/idx/_search", json=JUDGED)
+    assert response.status_code == 200, response.text
+    section = response.json()["chunkrag"]
+    assert section["judged_by"] == "gateway" and section["judged_by_reason"].startswith("workers: cannot reach the Celery broker")
+    assert section["usage"]["model_calls"] == 1  # one listwise call, made here
+    ask = client.post("/v1/ask", json={"index": "idx", "question": "what does a say", "options": {"judge_top": 9, "answer": False}}).json()
+    assert ask["judged_by"] == "gateway" and "Celery broker" in ask["judged_by_reason"]
+
+
+def test_celery_judging_without_workers_or_model_scores_by_retrieval(monkeypatch):
+    down = ChatError("cannot connect to the model: Connection refused", retryable=True)
+    client = celery_client(monkeypatch, FakeModel(fail=down), "no worker took the query's tasks within 3 s")
+    response = client.post("/idx/_search", json=JUDGED)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    section = body["chunkrag"]
+    assert section["judged_by"] == "retrieval" and "no worker took" in section["judged_by_reason"] and "model provider is unavailable" in section["judged_by_reason"]
+    # every candidate scored by the shipped retrieval-signal model: none "unscored"
+    reasons = [h["_chunkrag"]["reason"] for h in body["hits"]["hits"]] + [d["_chunkrag"]["reason"] for d in section["dropped"]]
+    assert reasons and "unscored" not in reasons and all("calibrated" in h["_chunkrag"]["scores"] for h in body["hits"]["hits"])
+    # a model that refuses (not a failure to reach it) still fails the query
+    refused = celery_client(monkeypatch, FakeModel(fail=ChatError("model answered 400: no", retryable=False, status=400)), "no worker")
+    assert refused.post("/idx/_search", json=JUDGED).status_code == 502
 
 
 def test_health_with_celery_reports_the_workers(monkeypatch):

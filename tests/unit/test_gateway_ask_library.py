@@ -9,7 +9,7 @@ import pytest
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatError, ChatResponse
 from search_extension.ask import ask
-from chunkrag_filter.pipeline import judge_in_threads
+from chunkrag_filter.judging import judge_in_threads
 from chunkrag_filter.pipeline import FilterOptions
 from chunkrag_filter.processors.relevance import ScoringOptions
 from search_extension.retriever import RetrievalResult

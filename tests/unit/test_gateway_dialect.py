@@ -216,11 +216,13 @@ def filtered_result(rewrite=None):
         decisions=(Decision(A1, False, "redundant"), Decision(A0_SCORED, True, "above_threshold"), Decision(B0_SCORED, True, "above_threshold"), Decision(C0_SCORED, False, "below_threshold")),
         threshold=Threshold(0.62, "dynamic", 0.62, 0.37, 0.14),
         nothing_relevant=False,
-        answer=Answer("A [1], B [2].", True, ("a:0", "b:0"), prompt_tokens=200, completion_tokens=9, calls=1),
-        model_calls=4, cached_calls=1, prompt_tokens=440, completion_tokens=12,
+        model_calls=3, cached_calls=1, prompt_tokens=240, completion_tokens=3,
         timings_ms={"scoring": 100.0},
+        judged_by="workers",
     )
-    return AskResult("q?", RETRIEVAL, filtered, rewrite, {"embed": 3.0, "retrieval": 12.0, "scoring": 100.0, "total": 130.0})
+    # The answer's call and tokens count once, in the usage.
+    answer = Answer("A [1], B [2].", True, ("a:0", "b:0"), prompt_tokens=200, completion_tokens=9, calls=1)
+    return AskResult("q?", RETRIEVAL, filtered, rewrite, {"embed": 3.0, "retrieval": 12.0, "scoring": 100.0, "total": 130.0}, answer=answer)
 
 
 def test_search_response_has_elasticsearch_shape_with_kept_chunks_in_order():
@@ -242,6 +244,8 @@ def test_search_response_has_elasticsearch_shape_with_kept_chunks_in_order():
         "stages": True,
         "threshold": {"value": 0.62, "method": "dynamic", "mean": 0.62, "std": 0.37},
         "nothing_relevant": False,
+        "judged_by": "workers",
+        "judged_by_reason": None,
         "answer": {"text": "A [1], B [2].", "found": True, "citations": ["a:0", "b:0"]},
         "timings_ms": {"embed": 3.0, "retrieval": 12.0, "scoring": 100.0, "total": 130.0},
         "usage": {"model_calls": 4, "cached_calls": 1, "prompt_tokens": 440, "completion_tokens": 12},
@@ -269,6 +273,7 @@ def test_retrieval_only_response_scores_hits_by_retrieval():
     assert response["hits"]["total"]["value"] == 4
     section = response["chunkrag"]
     assert section["stages"] is False and section["threshold"] is None and section["answer"] is None and section["dropped"] == []
+    assert section["judged_by"] is None
     assert section["usage"] == {"model_calls": 0, "cached_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
 
 
@@ -276,5 +281,6 @@ def test_ask_response_lists_kept_then_dropped_and_fits_its_model():
     body = ask_response(filtered_result(), index="idx")
     assert [(c["id"], c["kept"], c["reason"]) for c in body["chunks"]] == [("a:0", True, "above_threshold"), ("b:0", True, "above_threshold"), ("a:1", False, "redundant"), ("c:0", False, "below_threshold")]
     assert (body["answer"], body["found"], body["citations"]) == ("A [1], B [2].", True, ["a:0", "b:0"])
+    assert (body["judged_by"], body["judged_by_reason"]) == ("workers", None)
     AskResponse.model_validate(body)
     AskResponse.model_validate(ask_response(AskResult("q?", RETRIEVAL, None), index="idx"))

@@ -6,8 +6,9 @@ import math
 import pytest
 
 from chunkrag_core.providers.chat import ChatResponse
-from chunkrag_filter.pipeline import FilterOptions, judge_in_threads, with_retrieval_prior
-from chunkrag_filter.processors.relevance import Judgement, ScoringOptions, judge_batch, judge_listwise, scoring_batches
+from chunkrag_filter.pipeline import FilterOptions, with_retrieval_prior
+from chunkrag_filter.judging import judge_batch, judge_in_threads, scoring_batches
+from chunkrag_filter.processors.relevance import Judgement, ScoringOptions, judge_listwise
 from tests.support.chat_doubles import DictCache, ScriptedChat
 
 

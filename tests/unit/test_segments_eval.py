@@ -18,7 +18,7 @@ def chunk(position, score=None, **stage):
 
 
 def result(*decided):
-    return FilterResult(kept=(), decisions=tuple(Decision(c, True, "above_threshold") for c in decided), threshold=None, nothing_relevant=False, answer=None, model_calls=0, cached_calls=0, prompt_tokens=0, completion_tokens=0)
+    return FilterResult(kept=(), decisions=tuple(Decision(c, True, "above_threshold") for c in decided), threshold=None, nothing_relevant=False, model_calls=0, cached_calls=0, prompt_tokens=0, completion_tokens=0)
 
 
 def test_the_judged_chunk_wins_over_retrieval_order_within_the_budget():

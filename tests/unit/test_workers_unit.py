@@ -10,7 +10,8 @@ from chunkrag_core.settings import Settings, WorkerSettings
 from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
 from workers.app import celery_config, make_app, restore_interval_s, task_time_limit_s, visibility_timeout_s, JUDGE_TASK
 from workers.codec import CodecError, decode_judgement, decode_options, encode_judgement, encode_options
-from workers.dispatch import MAX_RESENDS, Batch, TaskView, _chosen, _judgements, _noted, _Sent, batches, resend_note, started_on, task_batches, to_resend, unscored
+from chunkrag_filter.judging import Batch, plan_batches, slices, unscored
+from workers.dispatch import MAX_RESENDS, TaskView, _chosen, _judgements, _noted, _Sent, resend_note, started_on, to_resend
 from workers.score_cache import RedisScoreCache, hashed_key
 from workers.tasks import retry_countdown
 
@@ -52,21 +53,21 @@ def test_decoding_rejects_unknown_fields_and_bad_values_with_the_reason():
 
 
 def test_batches_cover_every_item_once_in_order():
-    assert batches(5, 2) == [Batch(0, 2), Batch(2, 4), Batch(4, 5)]
-    assert batches(4, 4) == [Batch(0, 4)]
-    assert batches(3, 10) == [Batch(0, 3)]
-    assert batches(0, 2) == []
-    covered = [i for b in batches(23, 4) for i in range(b.start, b.stop)]
+    assert slices(5, 2) == [Batch(0, 2), Batch(2, 4), Batch(4, 5)]
+    assert slices(4, 4) == [Batch(0, 4)]
+    assert slices(3, 10) == [Batch(0, 3)]
+    assert slices(0, 2) == []
+    covered = [i for b in slices(23, 4) for i in range(b.start, b.stop)]
     assert covered == list(range(23))
     with pytest.raises(ValueError, match="at least 1"):
-        batches(3, 0)
+        slices(3, 0)
 
 
 def test_listwise_tasks_hold_the_same_passages_as_in_process_listwise_batches():
     listwise = ScoringOptions(method="listwise", listwise_batch=9)
-    assert task_batches(10, listwise, batch_size=2) == [Batch(0, 5), Batch(5, 10)]
-    assert task_batches(9, listwise, batch_size=2) == [Batch(0, 9)]
-    assert task_batches(5, ScoringOptions(), batch_size=2) == [Batch(0, 2), Batch(2, 4), Batch(4, 5)]
+    assert plan_batches(10, listwise, batch_size=2) == [Batch(0, 5), Batch(5, 10)]
+    assert plan_batches(9, listwise, batch_size=2) == [Batch(0, 9)]
+    assert plan_batches(5, ScoringOptions(), batch_size=2) == [Batch(0, 2), Batch(2, 4), Batch(4, 5)]
 
 
 def test_an_unscored_judgement_carries_only_its_reason():
