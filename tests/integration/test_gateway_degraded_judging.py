@@ -31,7 +31,7 @@ from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from local_services import redis_server
 from local_services.celery_workers import CeleryWorkers
-from local_services.process import state_home
+from chunkrag_core.settings import state_home
 from search_extension.gateway import create_app
 from search_extension.gateway.server import serve_in_thread as serving
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
