@@ -215,6 +215,10 @@ class GatewaySettings:
     # HTTPS on the gateway itself when both are set (PEM files).
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
+    # The playground page at /v1/playground. On by default: its public part
+    # is static files with no data, and everything it shows comes through the
+    # routes above with the caller's own credentials.
+    playground: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,13 +9,13 @@ carry no data, and a load balancer's probe has no key."""
 
 from __future__ import annotations
 
-from search_extension.gateway import errors
+from search_extension.gateway import errors, playground
 from search_extension.gateway.identity import Authenticator, check_indices
 from search_extension.gateway.limits import RateLimiter
 from search_extension.gateway.policy import classify, refuse_odd_paths, refuse_unless_allowed
 from search_extension.gateway.responses import accept_of, error_response
 
-PUBLIC_PATHS = ("/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect", "/v1/health")
+PUBLIC_PATHS = ("/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect", "/v1/health", *playground.PUBLIC_PATHS)
 GATEWAY_PREFIX = "/v1/"
 
 
