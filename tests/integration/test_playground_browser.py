@@ -305,33 +305,58 @@ def test_ask_shows_the_apis_candidates_decisions_threshold_and_answer(page, forw
     shot(page.locator("#copy"), "copy_as")
 
 
-def test_side_by_side_highlights_what_one_setting_keeps_and_the_other_drops(page, forward_gateway, secured_indices):
+@pytest.mark.parametrize("setting_b", ["judge", "topk"])
+def test_side_by_side_highlights_what_one_setting_keeps_and_the_other_drops(page, forward_gateway, secured_indices, setting_b):
     allowed, _ = secured_indices
     open_page(page, forward_gateway)
     sign_in(page, user=secured.READER.name, password=secured.READER.password)
     listed_indices(page)
     page.select_option("#index", allowed)
     page.fill("#question", QUESTION)
-    # A: the default filter with a stricter cut; B: plain hybrid top-3.
+    # A: the default filter with a lower cut; B: the LLM judge, or plain hybrid top-3.
     page.fill("#setting-a-cut", "0.05")
-    page.fill("#setting-b-candidates", "3")
+    page.select_option("#setting-b-preset", setting_b)
+    if setting_b == "topk":
+        page.fill("#setting-b-candidates", "3")
     run(page, "#compare")
 
     a = api_search(forward_gateway, allowed, json.loads(copied(page, "body", "A")), ALICE)
     b = api_search(forward_gateway, allowed, json.loads(copied(page, "body", "B")), ALICE)
     kept = lambda response: {hit["_id"] for hit in response["hits"]["hits"]}  # noqa: E731
-    decided_b = {hit["_id"] for hit in b["hits"]["hits"]}
+    decisions = lambda response: {chunk_id: kept_ for chunk_id, kept_, _ in api_decisions(response)}  # noqa: E731
     rows = {row["id"]: row for row in page_rows(page, "#comparison-table")}
-    assert set(rows) == {d[0] for d in api_decisions(a)} | decided_b
+    assert set(rows) == set(decisions(a)) | set(decisions(b))
     for chunk_id, row in rows.items():
-        assert row["a"] == ("true" if chunk_id in kept(a) else "false")
-        assert row["b"] == ("true" if chunk_id in kept(b) else "absent")
+        assert (row["a"], row["b"]) == (decisions(a).get(chunk_id, "absent"), decisions(b).get(chunk_id, "absent"))
     differs = set(page.eval_on_selector_all("#comparison-table tr.differs", "rows => rows.map(r => r.dataset.id)"))
     assert differs == kept(a) ^ kept(b) and differs
     assert page.text_content("#only-a").endswith(str(len(kept(a) - kept(b))))
-    chars_a = sum(len(hit["_source"]["text"]) for hit in a["hits"]["hits"])
-    assert f"{chars_a} characters" in page.text_content("#compare-a")
-    shot(page.locator("#comparison"), "side_by_side")
+    assert page.text_content("#only-b").endswith(str(len(kept(b) - kept(a))))
+    for side, response in (("a", a), ("b", b)):
+        characters = sum(len(hit["_source"]["text"]) for hit in response["hits"]["hits"])
+        assert f"kept {len(kept(response))}, {characters} characters" in page.text_content(f"#compare-{side}")
+    shot(page.locator("#comparison"), "side_by_side" if setting_b == "judge" else "side_by_side_topk")
+
+
+def test_the_judge_setting_shows_the_judges_share_and_its_model_calls(page, forward_gateway, secured_indices):
+    allowed, _ = secured_indices
+    open_page(page, forward_gateway)
+    sign_in(page, user=secured.READER.name, password=secured.READER.password)
+    listed_indices(page)
+    page.select_option("#setting-a-preset", "judge")
+    ask(page, allowed, QUESTION)
+    body = json.loads(copied(page, "body"))
+    assert body["ext"]["chunkrag"]["judge_top"] == 9
+    expected = assert_page_matches_api(page, forward_gateway, allowed, ALICE)
+    columns = page.eval_on_selector_all("#candidates th[data-score]", "cells => cells.map(c => c.dataset.score)")
+    assert "base" in columns and page.locator("#candidates th", has_text="judge share").count() == 1
+    judged = [hit for hit in expected["hits"]["hits"] + expected["chunkrag"]["dropped"] if "base" in hit["_chunkrag"]["scores"]]
+    assert judged
+    shown = page.text_content(f"#candidates tr[data-id='{judged[0]['_id']}']")
+    assert f"{judged[0]['_chunkrag']['scores']['base']:.3f}" in shown
+    # The scripted judge ran on the first request at least (the API's repeat may be cached).
+    assert "model calls 0 " not in page.text_content("#summary")
+    shot(page.locator("#result"), "ask_judge")
 
 
 def test_a_query_set_uploaded_as_jsonl_is_scored_per_question_and_in_total(page, forward_gateway, secured_indices, tmp_path):

@@ -14,7 +14,10 @@
     topk: "plain hybrid top-k (no filter)",
     judge: "LLM judge on (judge_top 9)",
   };
-  const SCORE_ORDER = ["bm25", "knn", "cosine", "judge", "llm", "critic", "calibrated", "combined"];
+  // The stage scores in pipeline order (chunk.stage_scores' keys), and the labels they get.
+  const SCORE_ORDER = ["bm25", "knn", "cosine", "base", "forward", "reverse", "reflection", "critic", "prior",
+    "calibrated", "combined", "rerank"];
+  const SCORE_LABELS = { base: "judge share", forward: "judge (order 1)", reverse: "judge (order 2)" };
   const DEFAULT_THRESHOLD = 0.4;
   const SVG = "http://www.w3.org/2000/svg";
 
@@ -343,7 +346,8 @@
     const table = clear($("candidates"));
     const keys = scoreKeys(candidates);
     table.append(el("thead", {}, el("tr", {},
-      el("th", { text: "rank" }), el("th", { text: "chunk" }), keys.map((k) => el("th", { class: "num", text: k })),
+      el("th", { text: "rank" }), el("th", { text: "chunk" }),
+      keys.map((k) => el("th", { class: "num", title: k, dataset: { score: k }, text: SCORE_LABELS[k] || k })),
       el("th", { text: "decision" }))));
     const body = el("tbody");
     for (const c of candidates) {
