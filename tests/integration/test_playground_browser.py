@@ -12,9 +12,13 @@ views. Without chromium or Playwright these tests fail, saying why."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
+import os
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -209,19 +213,25 @@ def documents(docs=PLAYGROUND_DOCS):
     return [plain_document(doc_id, text, doc_id, title=doc_id.capitalize()) for doc_id, text in docs.items()]
 
 
+@pytest.fixture(scope="session")
+def secured_node_for_playground():
+    # Session-long, like test_gateway_secured's: the node starts once per run at most.
+    with secured.secured_node() as node:
+        yield node
+
+
 @pytest.fixture(scope="module")
-def secured_indices(embedder, settings):
+def secured_indices(secured_node_for_playground, embedder, settings):
     from elasticsearch import Elasticsearch
 
-    with secured.secured_node():
-        admin = Elasticsearch(secured.url_for(secured.ADMIN), request_timeout=60)
-        suffix = uuid.uuid4().hex[:8]
-        allowed, other = f"{secured.ALLOWED_PREFIX}play-{suffix}", f"{secured.OTHER_PREFIX}play-{suffix}"
-        for name in (allowed, other):
-            ingest_documents(documents(), client=admin, embedder=embedder, settings=settings, index=name, progress=False)
-        yield allowed, other
-        admin.indices.delete(index=f"{allowed},{other}", ignore_unavailable=True)
-        admin.close()
+    admin = Elasticsearch(secured.url_for(secured.ADMIN), request_timeout=60)
+    suffix = uuid.uuid4().hex[:8]
+    allowed, other = f"{secured.ALLOWED_PREFIX}play-{suffix}", f"{secured.OTHER_PREFIX}play-{suffix}"
+    for name in (allowed, other):
+        ingest_documents(documents(), client=admin, embedder=embedder, settings=settings, index=name, progress=False)
+    yield allowed, other
+    admin.indices.delete(index=f"{allowed},{other}", ignore_unavailable=True)
+    admin.close()
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +267,16 @@ def test_sign_in_lists_only_what_the_user_may_read_and_keeps_no_credentials(page
     assert page.input_value("#auth-password") == ""
 
 
-def test_ask_shows_the_apis_candidates_decisions_threshold_and_answer(page, forward_gateway, secured_indices):
+def run_snippet(snippet: str, monkeypatch) -> str:
+    monkeypatch.setenv("ES_USER", secured.READER.name)
+    monkeypatch.setenv("ES_PASSWORD", secured.READER.password)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(snippet, "copied snippet", "exec"), {})  # noqa: S102 - the page's own output, run as a user would
+    return printed.getvalue()
+
+
+def test_ask_shows_the_apis_candidates_decisions_threshold_and_answer(page, forward_gateway, secured_indices, monkeypatch):
     allowed, _ = secured_indices
     open_page(page, forward_gateway)
     sign_in(page, user=secured.READER.name, password=secured.READER.password)
@@ -299,8 +318,14 @@ def test_ask_shows_the_apis_candidates_decisions_threshold_and_answer(page, forw
     assert "from opensearchpy import OpenSearch" in python_os and '"include_dropped": True' in python_os
     for text in (curl, python_es, python_os):
         assert secured.READER.password not in text and ALICE.split()[1] not in text
-    compile(python_es, "python-es", "exec")
-    compile(python_os, "python-os", "exec")
+    # Each snippet, run as the user would (credentials from the environment), gets the same decisions.
+    wanted = "".join(f"{hit['_id']} {hit['_chunkrag']['reason']}\n" for hit in expected["hits"]["hits"])
+    for snippet in (python_es, python_os):
+        assert run_snippet(snippet, monkeypatch) == wanted
+    ran = subprocess.run(["sh", "-c", curl], capture_output=True, text=True, timeout=120,
+                         env={"PATH": os.environ["PATH"], "ES_USER": secured.READER.name, "ES_PASSWORD": secured.READER.password})
+    assert [(h["_id"], h["_chunkrag"]["reason"]) for h in json.loads(ran.stdout)["hits"]["hits"]] == \
+        [(h["_id"], h["_chunkrag"]["reason"]) for h in expected["hits"]["hits"]]
     copied(page, "curl")
     shot(page.locator("#copy"), "copy_as")
 

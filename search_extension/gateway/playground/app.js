@@ -638,7 +638,7 @@
     const inner = indent + "    ";
     if (Array.isArray(value)) return "[" + value.map((v) => py(v, inner)).join(", ") + "]";
     const entries = Object.entries(value).map(([k, v]) => inner + JSON.stringify(k) + ": " + py(v, inner));
-    return "{\n" + entries.join(",\n") + ",\n" + indent + "}";
+    return entries.length ? "{\n" + entries.join(",\n") + ",\n" + indent + "}" : "{}";
   }
 
   function copyText(format, index, body) {
