@@ -216,8 +216,8 @@ class GatewaySettings:
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
     # The playground page at /v1/playground. On by default: its public part
-    # is static files with no data, and everything it shows comes through the
-    # routes above with the caller's own credentials.
+    # is static files with no data; everything it shows comes from the
+    # gateway's search API, called with the caller's own credentials.
     playground: bool = True
 
 

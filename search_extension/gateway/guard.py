@@ -9,7 +9,8 @@ carry no data, and a load balancer's probe has no key."""
 
 from __future__ import annotations
 
-from search_extension.gateway import errors, playground
+from search_extension.gateway import errors
+from search_extension.gateway import playground
 from search_extension.gateway.identity import Authenticator, check_indices
 from search_extension.gateway.limits import RateLimiter
 from search_extension.gateway.policy import classify, refuse_odd_paths, refuse_unless_allowed

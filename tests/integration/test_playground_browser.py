@@ -17,6 +17,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -267,9 +268,16 @@ def test_sign_in_lists_only_what_the_user_may_read_and_keeps_no_credentials(page
     assert page.input_value("#auth-password") == ""
 
 
+def credentials_env(snippet: str) -> dict[str, str]:
+    """The user and password for the two variables the snippet reads, in its order."""
+    names = list(dict.fromkeys(re.findall(r'(?:\$|os\.environ\[")([A-Z][A-Z_]+)', snippet)))
+    assert len(names) == 2, names
+    return dict(zip(names, (secured.READER.name, secured.READER.password)))
+
+
 def run_snippet(snippet: str, monkeypatch) -> str:
-    monkeypatch.setenv("ES_USER", secured.READER.name)
-    monkeypatch.setenv("ES_PASSWORD", secured.READER.password)
+    for name, value in credentials_env(snippet).items():
+        monkeypatch.setenv(name, value)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(snippet, "copied snippet", "exec"), {})  # noqa: S102 - the page's own output, run as a user would
@@ -323,7 +331,7 @@ def test_ask_shows_the_apis_candidates_decisions_threshold_and_answer(page, forw
     for snippet in (python_es, python_os):
         assert run_snippet(snippet, monkeypatch) == wanted
     ran = subprocess.run(["sh", "-c", curl], capture_output=True, text=True, timeout=120,
-                         env={"PATH": os.environ["PATH"], "ES_USER": secured.READER.name, "ES_PASSWORD": secured.READER.password})
+                         env={"PATH": os.environ["PATH"], **credentials_env(curl)})
     assert [(h["_id"], h["_chunkrag"]["reason"]) for h in json.loads(ran.stdout)["hits"]["hits"]] == \
         [(h["_id"], h["_chunkrag"]["reason"]) for h in expected["hits"]["hits"]]
     copied(page, "curl")

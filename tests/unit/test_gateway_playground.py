@@ -118,3 +118,8 @@ def test_the_script_keeps_credentials_in_memory_and_never_parses_html():
                       "document.cookie", "eval(", "new Function"):
         assert forbidden not in script, forbidden
     assert 'credentials: "omit"' in script
+
+
+def test_the_setting_is_read_from_the_environment():
+    assert Settings.from_env({}).gateway.playground is True
+    assert Settings.from_env({"CHUNKRAG_GATEWAY_PLAYGROUND": "false"}).gateway.playground is False
