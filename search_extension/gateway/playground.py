@@ -39,8 +39,10 @@ INDICES = f"{PAGE}/indices"
 # Only the gateway's own script, styles and API: no inline script or style,
 # no other origin, no plugin, no form submission (the login form is handled
 # in script and must never post credentials anywhere), no framing.
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "form-action 'none'; frame-ancestors 'none'; base-uri 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+)
 SECURITY_HEADERS = {
     "content-security-policy": CSP,
     "x-content-type-options": "nosniff",
@@ -78,10 +80,14 @@ async def readable_indices(passthrough: Passthrough, caller: Caller) -> Response
     try:
         resolved = orjson.loads(response.body)
     except orjson.JSONDecodeError as exc:
-        raise errors.GatewayError(502, "bad_gateway_exception", f"the cluster's index list is not JSON: {exc}") from None
+        raise errors.GatewayError(
+            502, "bad_gateway_exception", f"the cluster's index list is not JSON: {exc}"
+        ) from None
     names = {entry.get("name") for kind in ("indices", "aliases") for entry in resolved.get(kind, ())}
     # Dot-names are system and hidden indices: never chunk indices.
-    listed = sorted(name for name in names if isinstance(name, str) and not name.startswith(".") and _may_read(caller, name))
+    listed = sorted(
+        name for name in names if isinstance(name, str) and not name.startswith(".") and _may_read(caller, name)
+    )
     return es_json({"indices": listed}, 200)
 
 
@@ -97,7 +103,9 @@ def _without_challenge(response: Response) -> Response:
     """The cluster's refusal without its ``WWW-Authenticate``: a browser seeing
     a Basic challenge may ask for a password itself and keep it, outside the
     page's memory."""
-    response.raw_headers = [(name, value) for name, value in response.raw_headers if name.lower() != b"www-authenticate"]
+    response.raw_headers = [
+        (name, value) for name, value in response.raw_headers if name.lower() != b"www-authenticate"
+    ]
     return response
 
 

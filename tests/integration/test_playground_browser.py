@@ -67,8 +67,11 @@ TIMEOUT_MS = 120_000
 def chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
-        pytest.fail("no chromium on this machine: the playground's browser tests need Debian's chromium package "
-                    "(`make browser-setup` installs it with apt-get)", pytrace=False)
+        pytest.fail(
+            "no chromium on this machine: the playground's browser tests need Debian's chromium package "
+            "(`make browser-setup` installs it with apt-get)",
+            pytrace=False,
+        )
     return path
 
 
@@ -77,7 +80,9 @@ def browser(chromium):
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:
-        pytest.fail(f"Playwright for Python is not installed ({exc}): `make setup` installs the dev dependencies", pytrace=False)
+        pytest.fail(
+            f"Playwright for Python is not installed ({exc}): `make setup` installs the dev dependencies", pytrace=False
+        )
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         try:
@@ -95,7 +100,10 @@ def page(browser):
     opened.set_default_timeout(TIMEOUT_MS)
     problems: list[str] = []
     opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    opened.on("console", lambda message: problems.append(f"console {message.type}: {message.text}") if message.type == "error" else None)
+    opened.on(
+        "console",
+        lambda message: problems.append(f"console {message.type}: {message.text}") if message.type == "error" else None,
+    )
     yield opened
     context.close()
     # A CSP violation or a script error shows here: the page must have none.
@@ -263,7 +271,9 @@ def test_sign_in_lists_only_what_the_user_may_read_and_keeps_no_credentials(page
     names = listed_indices(page)
     assert allowed in names and other not in names
     assert all(name.startswith(secured.ALLOWED_PREFIX) for name in names)
-    stored = page.evaluate("({local: localStorage.length, session: sessionStorage.length, cookie: document.cookie, url: location.href})")
+    stored = page.evaluate(
+        "({local: localStorage.length, session: sessionStorage.length, cookie: document.cookie, url: location.href})"
+    )
     assert stored == {"local": 0, "session": 0, "cookie": "", "url": forward_gateway + PAGE}
     assert page.input_value("#auth-password") == ""
 
@@ -284,7 +294,9 @@ def run_snippet(snippet: str, monkeypatch) -> str:
     return printed.getvalue()
 
 
-def test_ask_shows_the_apis_candidates_decisions_threshold_and_answer(page, forward_gateway, secured_indices, monkeypatch):
+def test_ask_shows_the_apis_candidates_decisions_threshold_and_answer(
+    page, forward_gateway, secured_indices, monkeypatch
+):
     allowed, _ = secured_indices
     open_page(page, forward_gateway)
     sign_in(page, user=secured.READER.name, password=secured.READER.password)
@@ -303,7 +315,7 @@ def test_ask_shows_the_apis_candidates_decisions_threshold_and_answer(page, forw
     cited = page.eval_on_selector_all("#answer .citation", "links => links.map(l => l.dataset.chunk)")
     assert cited == answer["citations"] and cited
     page.click("#answer .citation")
-    assert page.get_attribute(f"#candidates tr.focus", "data-id") == cited[0]
+    assert page.get_attribute("#candidates tr.focus", "data-id") == cited[0]
     shot(page.locator("#result"), "ask")
     shot(page.locator("#query"), "settings")
 
@@ -330,16 +342,25 @@ def test_ask_shows_the_apis_candidates_decisions_threshold_and_answer(page, forw
     wanted = "".join(f"{hit['_id']} {hit['_chunkrag']['reason']}\n" for hit in expected["hits"]["hits"])
     for snippet in (python_es, python_os):
         assert run_snippet(snippet, monkeypatch) == wanted
-    ran = subprocess.run(["sh", "-c", curl], capture_output=True, text=True, timeout=120,
-                         env={"PATH": os.environ["PATH"], **credentials_env(curl)})
-    assert [(h["_id"], h["_chunkrag"]["reason"]) for h in json.loads(ran.stdout)["hits"]["hits"]] == \
-        [(h["_id"], h["_chunkrag"]["reason"]) for h in expected["hits"]["hits"]]
+    ran = subprocess.run(
+        ["sh", "-c", curl],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={"PATH": os.environ["PATH"], **credentials_env(curl)},
+    )
+    assert [(h["_id"], h["_chunkrag"]["reason"]) for h in json.loads(ran.stdout)["hits"]["hits"]] == [
+        (h["_id"], h["_chunkrag"]["reason"]) for h in expected["hits"]["hits"]
+    ]
     copied(page, "curl")
     shot(page.locator("#copy"), "copy_as")
 
 
 @pytest.mark.parametrize("setting_b", ["judge", "topk"])
-def test_side_by_side_highlights_what_one_setting_keeps_and_the_other_drops(page, forward_gateway, secured_indices, setting_b):
+def test_side_by_side_highlights_what_one_setting_keeps_and_the_other_drops(
+    page, forward_gateway, secured_indices, setting_b
+):
     allowed, _ = secured_indices
     open_page(page, forward_gateway)
     sign_in(page, user=secured.READER.name, password=secured.READER.password)
@@ -355,8 +376,13 @@ def test_side_by_side_highlights_what_one_setting_keeps_and_the_other_drops(page
 
     a = api_search(forward_gateway, allowed, json.loads(copied(page, "body", "A")), ALICE)
     b = api_search(forward_gateway, allowed, json.loads(copied(page, "body", "B")), ALICE)
-    kept = lambda response: {hit["_id"] for hit in response["hits"]["hits"]}  # noqa: E731
-    decisions = lambda response: {chunk_id: kept_ for chunk_id, kept_, _ in api_decisions(response)}  # noqa: E731
+
+    def kept(response):
+        return {hit["_id"] for hit in response["hits"]["hits"]}
+
+    def decisions(response):
+        return {chunk_id: kept_ for chunk_id, kept_, _ in api_decisions(response)}
+
     rows = {row["id"]: row for row in page_rows(page, "#comparison-table")}
     assert set(rows) == set(decisions(a)) | set(decisions(b))
     for chunk_id, row in rows.items():
@@ -383,7 +409,11 @@ def test_the_judge_setting_shows_the_judges_share_and_its_model_calls(page, forw
     expected = assert_page_matches_api(page, forward_gateway, allowed, ALICE)
     columns = page.eval_on_selector_all("#candidates th[data-score]", "cells => cells.map(c => c.dataset.score)")
     assert "base" in columns and page.locator("#candidates th", has_text="judge share").count() == 1
-    judged = [hit for hit in expected["hits"]["hits"] + expected["chunkrag"]["dropped"] if "base" in hit["_chunkrag"]["scores"]]
+    judged = [
+        hit
+        for hit in expected["hits"]["hits"] + expected["chunkrag"]["dropped"]
+        if "base" in hit["_chunkrag"]["scores"]
+    ]
     assert judged
     shown = page.text_content(f"#candidates tr[data-id='{judged[0]['_id']}']")
     assert f"{judged[0]['_chunkrag']['scores']['base']:.3f}" in shown
@@ -392,7 +422,9 @@ def test_the_judge_setting_shows_the_judges_share_and_its_model_calls(page, forw
     shot(page.locator("#result"), "ask_judge")
 
 
-def test_a_query_set_uploaded_as_jsonl_is_scored_per_question_and_in_total(page, forward_gateway, secured_indices, tmp_path):
+def test_a_query_set_uploaded_as_jsonl_is_scored_per_question_and_in_total(
+    page, forward_gateway, secured_indices, tmp_path
+):
     allowed, _ = secured_indices
     upload = tmp_path / "questions.jsonl"
     upload.write_text("\n".join(json.dumps(item) for item in QUERY_SET) + "\n")
@@ -404,15 +436,20 @@ def test_a_query_set_uploaded_as_jsonl_is_scored_per_question_and_in_total(page,
     page.set_input_files("#queryset-file", str(upload))
     run(page, "#queryset-run")
 
-    rows = page.eval_on_selector_all("#queryset-table tbody tr[data-question]", "rows => rows.map(r => r.dataset.question)")
+    rows = page.eval_on_selector_all(
+        "#queryset-table tbody tr[data-question]", "rows => rows.map(r => r.dataset.question)"
+    )
     assert rows == [item["question"] for item in QUERY_SET]
     totals = json.loads(page.get_attribute("#queryset-result", "data-totals"))
     # The same measure from the API: answer in the kept chunks of setting A.
-    body_of = lambda question: {"query": {"match": {"text": question}}, "size": 8,  # noqa: E731
-                                "ext": {"chunkrag": {"candidates": 8, "answer": False, "include_dropped": True}}}
     after = []
     for item in QUERY_SET:
-        response = api_search(forward_gateway, allowed, body_of(item["question"]), ALICE)
+        body = {
+            "query": {"match": {"text": item["question"]}},
+            "size": 8,
+            "ext": {"chunkrag": {"candidates": 8, "answer": False, "include_dropped": True}},
+        }
+        response = api_search(forward_gateway, allowed, body, ALICE)
         context = " ".join(hit["_source"]["text"] for hit in response["hits"]["hits"]).lower()
         after.append(any(answer.lower() in context for answer in item["answers"]))
     assert totals["afterA"] == pytest.approx(sum(after) / len(after))
@@ -449,10 +486,14 @@ def team_indices(es, embedder, settings):
     es.indices.delete(index=f"{team},{other}", ignore_unavailable=True)
 
 
-def test_service_mode_signs_in_with_a_gateway_key_and_lists_only_its_indices(page, settings, embedder, chat, team_indices):
+def test_service_mode_signs_in_with_a_gateway_key_and_lists_only_its_indices(
+    page, settings, embedder, chat, team_indices
+):
     team, other = team_indices
     key = "playground-key-" + uuid.uuid4().hex
-    gateway = dataclasses.replace(settings.gateway, auth="service", api_keys=f"team:{key_hash(key)}:test-playground-team-*")
+    gateway = dataclasses.replace(
+        settings.gateway, auth="service", api_keys=f"team:{key_hash(key)}:test-playground-team-*"
+    )
     chosen = dataclasses.replace(settings, redis_url=own_cache(settings), gateway=gateway)
     with serving(create_app(chosen, model=chat, embedder=embedder)) as url:
         open_page(page, url)
@@ -472,7 +513,9 @@ def test_the_page_works_in_front_of_opensearch(page, settings, embedder, chat):
     chosen = dataclasses.replace(settings, search_backend="opensearch", redis_url=own_cache(settings))
     backend = make_backend(chosen)
     name = f"test-playground-os-{uuid.uuid4().hex[:8]}"
-    report = ingest_documents(documents(), client=backend, embedder=embedder, settings=chosen, index=name, progress=False)
+    report = ingest_documents(
+        documents(), client=backend, embedder=embedder, settings=chosen, index=name, progress=False
+    )
     assert report.ok, report.errors
     try:
         with serving(create_app(chosen, model=chat, embedder=embedder)) as url:

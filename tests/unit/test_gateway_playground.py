@@ -19,7 +19,11 @@ from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeMod
 
 KEY = "team-key-0123456789"
 RESOLVED = {
-    "indices": [{"name": "docs-1", "attributes": ["open"]}, {"name": "logs-1", "attributes": ["open"]}, {"name": ".security-7", "attributes": ["open"]}],
+    "indices": [
+        {"name": "docs-1", "attributes": ["open"]},
+        {"name": "logs-1", "attributes": ["open"]},
+        {"name": ".security-7", "attributes": ["open"]},
+    ],
     "aliases": [{"name": "docs", "indices": ["docs-1"]}],
     "data_streams": [],
 }
@@ -31,13 +35,23 @@ def resolve_reply(method, target):
 
 def refusal(method, target):
     headers = ((b"content-type", b"application/json"), (b"www-authenticate", b'Basic realm="security"'))
-    return HttpResponse(401, headers, b'{"error":{"type":"security_exception","reason":"unable to authenticate user [alice]"},"status":401}')
+    return HttpResponse(
+        401,
+        headers,
+        b'{"error":{"type":"security_exception","reason":"unable to authenticate user [alice]"},"status":401}',
+    )
 
 
 def client_for(transport=None, **gateway):
     settings = Settings(es_url="http://gateway:own-secret@es.internal:9200", gateway=GatewaySettings(**gateway))
-    app = create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(), judge_many_factory=judge_factory,
-                     http_transport=transport or RecordingTransport(resolve_reply))
+    app = create_app(
+        settings,
+        es=FakeElasticsearch(),
+        embedder=FakeEmbedder(),
+        model=FakeModel(),
+        judge_many_factory=judge_factory,
+        http_transport=transport or RecordingTransport(resolve_reply),
+    )
     return TestClient(app)
 
 
@@ -83,7 +97,9 @@ def test_forward_mode_asks_the_cluster_with_the_callers_credentials():
 
 
 def test_a_refusal_comes_back_without_a_browser_challenge():
-    response = client_for(RecordingTransport(refusal)).get(INDICES, headers={"authorization": basic("alice", "wrong").decode()})
+    response = client_for(RecordingTransport(refusal)).get(
+        INDICES, headers={"authorization": basic("alice", "wrong").decode()}
+    )
     assert response.status_code == 401
     assert response.json()["error"]["type"] == "security_exception"
     assert "www-authenticate" not in response.headers
@@ -106,7 +122,7 @@ def asset(name: str) -> str:
 
 def test_the_page_has_no_inline_script_or_style_and_nothing_from_elsewhere():
     html = asset("index.html")
-    scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.S)
+    scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.DOTALL)
     assert scripts and all('src="playground/' in attrs and not body.strip() for attrs, body in scripts)
     assert "<style" not in html and " style=" not in html and not re.search(r"\son[a-z]+=", html)
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
@@ -114,8 +130,17 @@ def test_the_page_has_no_inline_script_or_style_and_nothing_from_elsewhere():
 
 def test_the_script_keeps_credentials_in_memory_and_never_parses_html():
     script = asset("app.js")
-    for forbidden in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "localStorage", "sessionStorage",
-                      "document.cookie", "eval(", "new Function"):
+    for forbidden in (
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "localStorage",
+        "sessionStorage",
+        "document.cookie",
+        "eval(",
+        "new Function",
+    ):
         assert forbidden not in script, forbidden
     assert 'credentials: "omit"' in script
 

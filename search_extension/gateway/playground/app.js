@@ -173,7 +173,8 @@
       el("label", {}, "Candidates ", el("input", { id: id("candidates"), type: "number", min: 1, max: 50, value: 8 })),
       el("label", {}, "Retrieval ", modeSelect),
       el("label", {}, "Threshold ", method),
-      el("label", {}, "Cut ", el("input", { id: id("cut"), type: "number", min: 0, max: 1, step: 0.05, value: DEFAULT_THRESHOLD })),
+      el("label", {}, "Cut ",
+        el("input", { id: id("cut"), type: "number", min: 0, max: 1, step: 0.05, value: DEFAULT_THRESHOLD })),
       el("label", {}, el("input", { id: id("answer"), type: "checkbox", checked: answer }), " answer"),
     );
     const toggle = () => {
@@ -262,7 +263,8 @@
     summary.append(...[
       item("kept", kept.length + " of " + candidates.length, "fact-kept"),
       item("characters kept", charsOf(kept) + " of " + charsOf(candidates)),
-      item("threshold", threshold ? fmt(threshold.value) + " (" + threshold.method + ")" : "none (no filter)", "fact-threshold"),
+      item("threshold", threshold ? fmt(threshold.value) + " (" + threshold.method + ")" : "none (no filter)",
+        "fact-threshold"),
       item("retrieval", (section.retrieval && section.retrieval.mode) || "–"),
       section.nothing_relevant ? item("nothing relevant", "yes: fallback") : null,
       section.query && section.query.rewritten ? item("rewritten", section.query.rewritten) : null,
@@ -293,19 +295,23 @@
       "aria-label": "final score of each candidate in retrieval order, with the threshold" });
     chart.append(svg("line", { x1: left, x2: width - 10, y1: y(0), y2: y(0), class: "axis" }));
     for (const tick of [0, 0.5, 1]) {
-      chart.append(svg("text", { x: left - 6, y: y(tick) + 4, class: "tick", "text-anchor": "end", text: tick.toFixed(1) }));
+      chart.append(svg("text", { x: left - 6, y: y(tick) + 4, class: "tick", "text-anchor": "end",
+        text: tick.toFixed(1) }));
     }
     candidates.forEach((c, i) => {
       const x = left + 8 + i * 48, value = values[i];
       const bar = svg("rect", { x, y: y(value), width: 32, height: Math.max(1, y(0) - y(value)),
         class: "bar " + (c.kept ? "kept" : "dropped") });
-      bar.append(svg("title", { text: c.id + ": " + fmt(value) + " — " + (c.kept ? "kept" : "dropped") + ", " + c.reason }));
-      chart.append(bar, svg("text", { x: x + 16, y: height - 12, class: "tick", "text-anchor": "middle", text: String(c.rank ?? "") }));
+      const decision = (c.kept ? "kept" : "dropped") + ", " + c.reason;
+      bar.append(svg("title", { text: c.id + ": " + fmt(value) + " — " + decision }));
+      chart.append(bar, svg("text", { x: x + 16, y: height - 12, class: "tick", "text-anchor": "middle",
+        text: String(c.rank ?? "") }));
     });
     if (threshold && typeof threshold.value === "number") {
       chart.append(
         svg("line", { x1: left, x2: width - 10, y1: y(threshold.value), y2: y(threshold.value), class: "threshold" }),
-        svg("text", { x: width - 12, y: y(threshold.value) - 4, class: "tick", "text-anchor": "end", text: "threshold " + fmt(threshold.value) }),
+        svg("text", { x: width - 12, y: y(threshold.value) - 4, class: "tick", "text-anchor": "end",
+          text: "threshold " + fmt(threshold.value) }),
       );
     }
     container.append(chart, el("div", { class: "legend muted" },
@@ -367,7 +373,9 @@
         el("span", { class: "reason", text: c.reason.replace(/_/g, " ") }))));
     }
     table.append(body);
-    if (!stages) table.append(el("caption", { class: "muted", text: "no filter: every candidate is kept in retrieval order" }));
+    if (!stages) {
+      table.append(el("caption", { class: "muted", text: "no filter: every candidate is kept in retrieval order" }));
+    }
   }
 
   // --- neighbours: the chunks around one, through a plain (pass-through) _search -----
@@ -393,7 +401,8 @@
         const other = decided.get(hit._id);
         const label = hit._id === candidate.id ? "this chunk" : other
           ? (other.kept ? "kept" : "dropped: " + other.reason.replace(/_/g, " ")) : "not retrieved";
-        list.append(el("li", { class: hit._id === candidate.id ? "self" : other ? (other.kept ? "kept" : "dropped") : "",
+        const kind = hit._id === candidate.id ? "self" : other ? (other.kept ? "kept" : "dropped") : "";
+        list.append(el("li", { class: kind,
           dataset: { id: hit._id } },
         el("div", { class: "where muted", text: "#" + hit._source.position + " · " + label }),
         el("div", { class: "text", text: hit._source.text || "" })));
@@ -466,8 +475,10 @@
     const onlyB = keptB.filter((c) => !(inA.get(c.id) || {}).kept).length;
     const fact = (label, value, id) => el("span", { class: "fact", id }, el("b", { text: label }), " ", value);
     clear($("comparison-summary")).append(
-      fact("A", describeSetting(a.body) + ": kept " + keptA.length + ", " + charsOf(keptA) + " characters", "compare-a"),
-      fact("B", describeSetting(b.body) + ": kept " + keptB.length + ", " + charsOf(keptB) + " characters", "compare-b"),
+      fact("A", describeSetting(a.body) + ": kept " + keptA.length + ", " + charsOf(keptA) + " characters",
+        "compare-a"),
+      fact("B", describeSetting(b.body) + ": kept " + keptB.length + ", " + charsOf(keptB) + " characters",
+        "compare-b"),
       fact("kept only by A", String(onlyA), "only-a"), fact("kept only by B", String(onlyB), "only-b"));
     const table = clear($("comparison-table"));
     table.append(el("thead", {}, el("tr", {}, el("th", { text: "chunk" }),
@@ -504,7 +515,8 @@
       if (!line.trim()) return;
       let record;
       try { record = JSON.parse(line); } catch (exc) { problems.push("line " + (i + 1) + ": not JSON"); return; }
-      const answers = record && Array.isArray(record.answers) ? record.answers.filter((a) => typeof a === "string" && a) : [];
+      const answers = record && Array.isArray(record.answers)
+        ? record.answers.filter((a) => typeof a === "string" && a) : [];
       if (!record || typeof record.question !== "string" || !record.question.trim() || !answers.length) {
         problems.push("line " + (i + 1) + ": needs a question and a list of answers");
         return;
@@ -529,7 +541,9 @@
     return busy("running the query set", async () => {
       await loadFile();
       const { items, problems } = parseQuerySet($("queryset-text").value);
-      if (!items.length) throw new ApiError(0, "no usable question" + (problems.length ? ": " + problems.join("; ") : ""));
+      if (!items.length) {
+        throw new ApiError(0, "no usable question" + (problems.length ? ": " + problems.join("; ") : ""));
+      }
       const rows = [];
       for (const [i, item] of items.entries()) {
         $("status").textContent = "question " + (i + 1) + " of " + items.length + "…";
@@ -552,7 +566,8 @@
     const rate = (side, key) => rows.filter((r) => r[side][key]).length / n;
     const mean = (side) => rows.reduce((t, r) => t + r[side].chars, 0) / n;
     const totals = {
-      beforeA: rate("A", "before"), afterA: rate("A", "after"), beforeB: rate("B", "before"), afterB: rate("B", "after"),
+      beforeA: rate("A", "before"), afterA: rate("A", "after"),
+      beforeB: rate("B", "before"), afterB: rate("B", "after"),
       charsA: mean("A"), charsB: mean("B"),
     };
     $("queryset-result").dataset.totals = JSON.stringify(totals);
@@ -569,7 +584,8 @@
         el("td", { class: "num", text: String(r.A.chars) }), el("td", { class: "num", text: String(r.B.chars) })));
     }
     const pct = (v) => (100 * v).toFixed(0) + "%";
-    body.append(el("tr", { class: "total", id: "queryset-total" }, el("td", { text: "all " + n + " questions" }), el("td"),
+    body.append(el("tr", { class: "total", id: "queryset-total" },
+      el("td", { text: "all " + n + " questions" }), el("td"),
       ["beforeA", "afterA", "beforeB", "afterB"].map((k) => el("td", { text: pct(totals[k]) })),
       el("td", { class: "num", text: totals.charsA.toFixed(0) + " mean" }),
       el("td", { class: "num", text: totals.charsB.toFixed(0) + " mean" })));
@@ -589,11 +605,14 @@
     const y = (v, max) => top + (height - top - bottom) * (1 - v / max);
     rates.forEach(([label, value, kind], i) => {
       const x = 20 + i * 68;
-      ratesChart.append(svg("rect", { x, y: y(value, 1), width: 44, height: Math.max(1, y(0, 1) - y(value, 1)), class: "bar " + kind }),
-        svg("text", { x: x + 22, y: y(value, 1) - 3, class: "tick", "text-anchor": "middle", text: (100 * value).toFixed(0) + "%" }),
+      ratesChart.append(
+        svg("rect", { x, y: y(value, 1), width: 44, height: Math.max(1, y(0, 1) - y(value, 1)), class: "bar " + kind }),
+        svg("text", { x: x + 22, y: y(value, 1) - 3, class: "tick", "text-anchor": "middle",
+          text: (100 * value).toFixed(0) + "%" }),
         svg("text", { x: x + 22, y: height - 18, class: "tick", "text-anchor": "middle", text: label }));
     });
-    ratesChart.append(svg("text", { x: 150, y: height - 4, class: "tick", "text-anchor": "middle", text: "answer in context" }));
+    ratesChart.append(svg("text", { x: 150, y: height - 4, class: "tick", "text-anchor": "middle",
+      text: "answer in context" }));
     const maxChars = Math.max(1, ...rows.map((r) => Math.max(r.A.chars, r.B.chars)));
     const width = Math.max(300, 40 * rows.length + 40);
     const charsChart = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
@@ -601,8 +620,10 @@
     rows.forEach((r, i) => {
       const x = 20 + i * 40;
       charsChart.append(
-        svg("rect", { x, y: y(r.A.chars, maxChars), width: 14, height: Math.max(1, y(0, maxChars) - y(r.A.chars, maxChars)), class: "bar a" }),
-        svg("rect", { x: x + 15, y: y(r.B.chars, maxChars), width: 14, height: Math.max(1, y(0, maxChars) - y(r.B.chars, maxChars)), class: "bar b" }),
+        svg("rect", { x, y: y(r.A.chars, maxChars), width: 14,
+          height: Math.max(1, y(0, maxChars) - y(r.A.chars, maxChars)), class: "bar a" }),
+        svg("rect", { x: x + 15, y: y(r.B.chars, maxChars), width: 14,
+          height: Math.max(1, y(0, maxChars) - y(r.B.chars, maxChars)), class: "bar b" }),
         svg("text", { x: x + 15, y: height - 18, class: "tick", "text-anchor": "middle", text: "q" + (i + 1) }));
     });
     charsChart.append(svg("text", { x: width / 2, y: height - 4, class: "tick", "text-anchor": "middle",
@@ -625,7 +646,9 @@
   function renderCopy() {
     const request = state.requests[$("copy-side").value];
     if (!request) return;
-    for (const tab of document.querySelectorAll(".tab")) tab.classList.toggle("active", tab.dataset.copy === state.copyFormat);
+    for (const tab of document.querySelectorAll(".tab")) {
+      tab.classList.toggle("active", tab.dataset.copy === state.copyFormat);
+    }
     $("copy-title").textContent = "setting " + $("copy-side").value + " · " + request.index;
     $("copy-text").textContent = copyText(state.copyFormat, request.index, request.body);
   }
@@ -646,7 +669,8 @@
     const json = JSON.stringify(body, null, 2);
     if (format === "body") return json;
     if (format === "curl") {
-      const auth = { basic: ' -u "$ES_USER:$ES_PASSWORD"', apikey: ' -H "Authorization: ApiKey $ES_API_KEY"', none: "" }[state.scheme];
+      const auth = { basic: ' -u "$ES_USER:$ES_PASSWORD"', apikey: ' -H "Authorization: ApiKey $ES_API_KEY"',
+        none: "" }[state.scheme];
       const quoted = "'" + json.replace(/'/g, "'\\''") + "'";
       return "curl -s -X POST " + JSON.stringify(url + indexPath(index, "_search")) + auth +
         " \\\n  -H 'Content-Type: application/json' \\\n  -d " + quoted;
