@@ -454,7 +454,10 @@ def test_a_query_set_uploaded_as_jsonl_is_scored_per_question_and_in_total(
         after.append(any(answer.lower() in context for answer in item["answers"]))
     assert totals["afterA"] == pytest.approx(sum(after) / len(after))
     assert totals["beforeB"] == totals["afterB"]  # B keeps every candidate it retrieved
-    assert page.locator("#queryset-chart svg").count() == 2
+    # eval's three plots (answer in context, kept vs threshold, scores by gold) and the characters kept.
+    assert page.locator("#queryset-chart svg").count() == 4
+    # One dot per candidate: A's 8 and B's 2 for each question.
+    assert page.locator("#queryset-chart svg.gold-chart circle").count() == len(QUERY_SET) * (8 + 2)
     shot(page.locator("#queryset"), "query_set")
 
 

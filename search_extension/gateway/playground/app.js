@@ -551,8 +551,14 @@
         for (const side of ["A", "B"]) {
           const result = await runSearch(side, item.question, optionsOf(side, { answer: false }));
           const kept = result.candidates.filter((c) => c.kept);
+          const section = result.response.chunkrag || {};
           row[side] = { before: answerIn(result.candidates, item.answers), after: answerIn(kept, item.answers),
-            chars: charsOf(kept), candidateChars: charsOf(result.candidates) };
+            chars: charsOf(kept), candidateChars: charsOf(result.candidates),
+            threshold: section.threshold ? section.threshold.value : null,
+            keptShare: result.candidates.length ? kept.length / result.candidates.length : 0,
+            // Each candidate's final score and whether it holds an expected answer (eval's scores_by_gold).
+            scores: result.candidates.map((c) => ({ score: finalScore(c, !!section.stages) || 0,
+              gold: answerIn([c], item.answers) })) };
         }
         rows.push(row);
       }
@@ -628,9 +634,69 @@
     });
     charsChart.append(svg("text", { x: width / 2, y: height - 4, class: "tick", "text-anchor": "middle",
       text: "characters kept (A, B) per question; most " + maxChars }));
-    container.append(ratesChart, charsChart, el("div", { class: "legend muted" },
+    const legend = el("div", { class: "legend muted" },
       el("span", { class: "swatch before" }), " before the filter ", el("span", { class: "swatch a" }), " setting A ",
-      el("span", { class: "swatch b" }), " setting B"));
+      el("span", { class: "swatch b" }), " setting B; ", el("span", { class: "swatch mark" }),
+      " the threshold chosen; dots: one per candidate");
+    container.append(ratesChart, charsChart, keptChart(rows, height), goldChart(rows, height), legend);
+  }
+
+  function yTicks(chart, y, max) {
+    for (const value of [0, max / 2, max]) {
+      chart.append(svg("text", { x: 2, y: y(value) + 3, class: "tick", text: value.toFixed(1) }));
+    }
+  }
+
+  // Like eval's kept_vs_threshold: per question, the share of candidates each setting kept, with the
+  // threshold it chose marked.
+  function keptChart(rows, height) {
+    const top = 14, bottom = 34, width = Math.max(300, 40 * rows.length + 50);
+    const y = (v) => top + (height - top - bottom) * (1 - Math.min(1, v));
+    const chart = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", class: "kept-chart",
+      "aria-label": "share of candidates kept per question, with the threshold" });
+    yTicks(chart, y, 1);
+    rows.forEach((r, i) => {
+      const x = 30 + i * 40;
+      ["A", "B"].forEach((side, j) => {
+        const at = x + 15 * j, value = r[side];
+        chart.append(svg("rect", { x: at, y: y(value.keptShare), width: 14,
+          height: Math.max(1, y(0) - y(value.keptShare)), class: "bar " + side.toLowerCase() }));
+        if (value.threshold !== null) {
+          chart.append(svg("line", { x1: at - 2, x2: at + 16, y1: y(value.threshold), y2: y(value.threshold),
+            class: "mark" }));
+        }
+      });
+      chart.append(svg("text", { x: x + 15, y: height - 18, class: "tick", "text-anchor": "middle",
+        text: "q" + (i + 1) }));
+    });
+    chart.append(svg("text", { x: width / 2, y: height - 4, class: "tick", "text-anchor": "middle",
+      text: "share kept (A, B) and threshold per question" }));
+    return chart;
+  }
+
+  // Like eval's scores_by_gold: the final scores of candidates with and without an expected answer.
+  function goldChart(rows, height) {
+    const top = 14, bottom = 34, width = 300;
+    const groups = [["A", true], ["A", false], ["B", true], ["B", false]];
+    const all = rows.flatMap((r) => ["A", "B"].flatMap((side) => r[side].scores.map((s) => s.score)));
+    const max = Math.max(1, ...all);
+    const y = (v) => top + (height - top - bottom) * (1 - v / max);
+    const chart = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", class: "gold-chart",
+      "aria-label": "final scores of candidates with and without an expected answer" });
+    yTicks(chart, y, max);
+    groups.forEach(([side, gold], g) => {
+      const x = 30 + g * 68;
+      const scores = rows.flatMap((r) => r[side].scores.filter((s) => s.gold === gold).map((s) => s.score));
+      scores.forEach((score, k) => {
+        chart.append(svg("circle", { cx: x + 6 + (k * 7) % 32, cy: y(score), r: 3,
+          class: "dot " + side.toLowerCase() + (gold ? " gold" : "") }));
+      });
+      chart.append(svg("text", { x: x + 22, y: height - 18, class: "tick", "text-anchor": "middle",
+        text: side + (gold ? " answer" : " none") }));
+    });
+    chart.append(svg("text", { x: width / 2, y: height - 4, class: "tick", "text-anchor": "middle",
+      text: "final score, candidates with / without an answer" }));
+    return chart;
   }
 
   // --- copy as --------------------------------------------------------------------------
