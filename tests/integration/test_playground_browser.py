@@ -321,11 +321,19 @@ def test_ask_shows_the_apis_candidates_decisions_threshold_and_answer(
 
     # A chunk's neighbours in its document, through a plain _search.
     page.click(f"#candidates tr[data-id='{cited[0]}']")
-    page.wait_for_selector("#neighbours li.self")
+    page.wait_for_selector("#neighbours[data-loaded=true] li.self")
     doc_id = cited[0].split(":")[0]
     neighbours = page.eval_on_selector_all("#neighbours li", "items => items.map(i => i.dataset.id)")
     assert cited[0] in neighbours and all(n.startswith(doc_id + ":") for n in neighbours)
-    shot(page.locator("#neighbours"), "neighbours")
+    # The segment it would extend to: the API's, for the same search with segments on.
+    body = json.loads(copied(page, "body"))
+    body["ext"]["chunkrag"].update(segments=True, answer=False, include_dropped=False)
+    segments = api_search(forward_gateway, allowed, body, ALICE)["hits"]["hits"]
+    holding = [hit for hit in segments if cited[0] in hit["_chunkrag"]["chunk_ids"]]
+    assert page.get_attribute("#segment", "data-segment") == (holding[0]["_id"] if holding else "")
+    in_segment = page.eval_on_selector_all("#neighbours li.in-segment", "items => items.map(i => i.dataset.id)")
+    assert set(in_segment) == set(holding[0]["_chunkrag"]["chunk_ids"] if holding else ()) & set(neighbours)
+    shot(page.locator("#neighbours"), "neighbours_default_filter")
 
     # The copy-as panel: the same body in every form, with no credentials in it.
     body = json.loads(copied(page, "body"))
@@ -420,6 +428,27 @@ def test_the_judge_setting_shows_the_judges_share_and_its_model_calls(page, forw
     # The scripted judge ran on the first request at least (the API's repeat may be cached).
     assert "model calls 0 " not in page.text_content("#summary")
     shot(page.locator("#result"), "ask_judge")
+
+
+def test_a_chunk_shows_the_segment_it_would_extend_to(page, forward_gateway, secured_indices):
+    allowed, _ = secured_indices
+    open_page(page, forward_gateway)
+    sign_in(page, user=secured.READER.name, password=secured.READER.password)
+    listed_indices(page)
+    # Plain top-k: the retrieval scores are the relevance, and the best chunk's document makes a segment.
+    page.select_option("#setting-a-preset", "topk")
+    ask(page, allowed, QUESTION)
+    best = page_rows(page)[0]["id"]
+    page.click(f"#candidates tr[data-id='{best}']")
+    page.wait_for_selector("#neighbours[data-loaded=true] li.self")
+    body = json.loads(copied(page, "body"))
+    body["ext"]["chunkrag"].update(segments=True, include_dropped=False)
+    segments = api_search(forward_gateway, allowed, body, ALICE)["hits"]["hits"]
+    [holding] = [hit for hit in segments if best in hit["_chunkrag"]["chunk_ids"]]
+    assert page.get_attribute("#segment", "data-segment") == holding["_id"]
+    in_segment = page.eval_on_selector_all("#neighbours li.in-segment", "items => items.map(i => i.dataset.id)")
+    assert in_segment == holding["_chunkrag"]["chunk_ids"]
+    shot(page.locator("#neighbours"), "neighbours")
 
 
 def test_a_query_set_uploaded_as_jsonl_is_scored_per_question_and_in_total(
@@ -530,7 +559,7 @@ def test_the_page_works_in_front_of_opensearch(page, settings, embedder, chat):
             assert any(row["kept"] == "false" for row in page_rows(page))
             assert page.text_content("#answer-text") == expected["chunkrag"]["answer"]["text"]
             page.click(f"#candidates tr[data-id='{page_rows(page)[0]['id']}']")
-            page.wait_for_selector("#neighbours li.self")
+            page.wait_for_selector("#neighbours[data-loaded=true] li.self")
             shot(page.locator("#result"), "ask_opensearch")
     finally:
         backend.delete_index(name)

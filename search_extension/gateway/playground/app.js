@@ -378,39 +378,59 @@
     }
   }
 
-  // --- neighbours: the chunks around one, through a plain (pass-through) _search -----
+  // --- neighbours: the chunks around one (a plain, pass-through _search), and the segment relevant
+  // segment extraction would take it into (the same search with segments on) ----------------------
 
   async function showNeighbours(candidate, candidates) {
     const box = clear($("neighbours"));
+    delete box.dataset.loaded;
     box.hidden = false;
-    const source = candidate.source, reach = 2;
+    const source = candidate.source, reach = 2, asked = state.results.A;
     box.append(el("h3", { text: "Around " + candidate.id + " in " + source.doc_id +
       " (positions " + Math.max(0, source.position - reach) + "–" + (source.position + reach) + ")" }),
-    el("p", { class: "muted", text: "What a segment around it would extend to; the decisions are this search's." }));
+    el("p", { class: "muted", text: "Its neighbours in the document, and the segment relevant segment extraction " +
+      "would extend it to (the same search with segments on); the decisions are this search's." }));
     const filter = [{ term: { doc_id: source.doc_id } },
       { range: { position: { gte: source.position - reach, lte: source.position + reach } } }];
     if (typeof source.scale === "number") filter.push({ term: { scale: source.scale } });
-    try {
-      const response = await api("POST", indexPath(state.results.A.index, "_search"), {
+    const options = { ...asked.body.ext.chunkrag, segments: true, include_dropped: false };
+    if (options.stages !== false) options.answer = false;
+    const [around, segmented] = await Promise.allSettled([
+      api("POST", indexPath(asked.index, "_search"), {
         query: { bool: { filter } }, sort: [{ position: "asc" }], size: 2 * reach + 1,
         _source: { excludes: ["vector"] },
-      });
+      }),
+      api("POST", indexPath(asked.index, "_search"), { ...asked.body, ext: { chunkrag: options } }),
+    ]);
+    let members = new Set();
+    if (segmented.status === "fulfilled") {
+      const segment = segmented.value.hits.hits.find((hit) => (hit._chunkrag.chunk_ids || []).includes(candidate.id));
+      members = new Set(segment ? segment._chunkrag.chunk_ids : []);
+      box.append(el("p", { id: "segment", dataset: { segment: segment ? segment._id : "" }, text: segment
+        ? "In segment " + segment._id + ": " + segment._chunkrag.chunk_ids.length + " chunk(s), characters " +
+          segment._source.start + "–" + segment._source.end + ", value " + fmt(segment._score)
+        : "In no segment: relevant segment extraction would not take this chunk." }));
+    } else {
+      box.append(el("p", { class: "error", text: "Segment: " + segmented.reason.message }));
+    }
+    if (around.status === "fulfilled") {
       const decided = new Map(candidates.map((c) => [c.id, c]));
       const list = el("ol", { class: "neighbour-list" });
-      for (const hit of response.hits.hits) {
+      for (const hit of around.value.hits.hits) {
         const other = decided.get(hit._id);
         const label = hit._id === candidate.id ? "this chunk" : other
           ? (other.kept ? "kept" : "dropped: " + other.reason.replace(/_/g, " ")) : "not retrieved";
         const kind = hit._id === candidate.id ? "self" : other ? (other.kept ? "kept" : "dropped") : "";
-        list.append(el("li", { class: kind,
-          dataset: { id: hit._id } },
-        el("div", { class: "where muted", text: "#" + hit._source.position + " · " + label }),
-        el("div", { class: "text", text: hit._source.text || "" })));
+        list.append(el("li", { class: kind + (members.has(hit._id) ? " in-segment" : ""), dataset: { id: hit._id } },
+          el("div", { class: "where muted", text: "#" + hit._source.position + " · " + label +
+            (members.has(hit._id) ? " · in the segment" : "") }),
+          el("div", { class: "text", text: hit._source.text || "" })));
       }
       box.append(list);
-    } catch (exc) {
-      box.append(el("p", { class: "error", text: "Neighbours: " + exc.message }));
+    } else {
+      box.append(el("p", { class: "error", text: "Neighbours: " + around.reason.message }));
     }
+    box.dataset.loaded = "true";
     box.scrollIntoView({ block: "nearest" });
   }
 
