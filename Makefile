@@ -11,7 +11,7 @@ export CHUNKRAG_HOME ?= $(CURDIR)/.chunkrag
 # Tests and the demo never reach a model hub; fail fast if some code tries.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup demo test unit services-up services-down services-status bench clean llm-setup llm-python-setup
+.PHONY: setup demo test unit services-up services-down services-status bench clean llm-setup llm-python-setup browser-setup
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
@@ -54,12 +54,32 @@ $(VENV)/.llm-python-installed: $(VENV)/.installed
 
 llm-python-setup: $(VENV)/.llm-python-installed
 
+# The playground's browser tests drive Debian's chromium (headless) through Playwright, which is
+# pointed at it: Playwright's own browser download is never used. Installed with apt-get when
+# missing and possible (root, or sudo without a password); otherwise said loudly, and those tests
+# fail saying the same.
+browser-setup:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium with apt-get (the playground's browser tests)…"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium with sudo apt-get (the playground's browser tests)…"; \
+	    sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  fi; }; \
+	command -v chromium >/dev/null 2>&1 || { \
+	  echo "************************************************************************" >&2; \
+	  echo "* browser-setup: NO CHROMIUM, and it could not be installed here.      *" >&2; \
+	  echo "* Install Debian's chromium package (apt-get install chromium): the    *" >&2; \
+	  echo "* playground's browser tests will FAIL without it.                     *" >&2; \
+	  echo "************************************************************************" >&2; }
+
 unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
 # The local model is part of the suite: at least one end-to-end test runs the
 # whole filter with it on real workers.
-test: services-up llm-setup
+test: services-up llm-setup browser-setup
 	$(BIN)/python -m pytest -q
 
 bench: services-up

@@ -226,6 +226,10 @@ class GatewaySettings:
     # HTTPS on the gateway itself when both are set (PEM files).
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
+    # The playground page at /v1/playground. On by default: its public part
+    # is static files with no data; everything it shows comes from the
+    # gateway's search API, called with the caller's own credentials.
+    playground: bool = True
 
 
 @dataclass(frozen=True, slots=True)

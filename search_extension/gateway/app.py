@@ -35,6 +35,7 @@ from search_extension.gateway.models import (
     FILTERED_STATUSES, PUBLIC_STATUSES, AskRequest, AskResponse, error_responses, gateway_openapi, search_openapi,
 )
 from search_extension.gateway.passthrough import HttpTransport
+from search_extension.gateway import playground
 from search_extension.gateway.policy import parse_classes
 from search_extension.gateway.responses import error_response, es_json
 from search_extension.options import first_error
@@ -76,6 +77,8 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     app.add_middleware(Guard, authenticator=authenticator, rate_limiter=RateLimiter(limits.rate_per_s, limits.rate_burst), passthrough_classes=classes)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     _add_error_handlers(app)
+    if limits.playground:  # static page + index list; its data comes from the routes below
+        playground.mount(app, edges.passthrough)
 
     @app.get("/v1/health", summary="Elasticsearch, Redis and (with judge=celery) the workers",
              responses=error_responses(PUBLIC_STATUSES))

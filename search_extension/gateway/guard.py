@@ -12,15 +12,16 @@ an index search (of an index named "v1") like any other."""
 from __future__ import annotations
 
 from search_extension.gateway import errors
+from search_extension.gateway import playground
 from search_extension.gateway.identity import Authenticator, check_indices
 from search_extension.gateway.limits import RateLimiter
 from search_extension.gateway.policy import classify, refuse_odd_paths, refuse_unless_allowed
 from search_extension.gateway.responses import accept_of, error_response
 
-PUBLIC_PATHS = frozenset({"/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect", "/v1/health"})
+PUBLIC_PATHS = frozenset({"/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect", "/v1/health", *playground.PUBLIC_PATHS})
 # The gateway's own routes that need a caller but name no engine endpoint;
 # every other path, /v1/_search included, is classified like any other.
-GATEWAY_ROUTES = frozenset({"/v1/ask"})
+GATEWAY_ROUTES = frozenset({"/v1/ask", playground.INDICES})
 
 
 class Guard:

@@ -23,6 +23,7 @@ from search_extension.gateway.body_reads import (
     JSON_MEDIA_TYPES, body_parameters, check_search_body, clears_all_scrolls, index_expressions, media_type,
     parse_msearch, strict_json,
 )
+from search_extension.gateway import playground
 from search_extension.gateway.identity import Caller, check_indices
 from search_extension.gateway.passthrough import Passthrough
 from search_extension.gateway.policy import Endpoint, msearch_indices, refuse_chunkrag_outside_index_search, segments
@@ -30,7 +31,8 @@ from search_extension.gateway.responses import accept_of, error_response
 
 # The gateway's own routes, exactly: any other path (/v1/_search included)
 # is classified by the guard and forwarded like every other.
-GATEWAY_ROUTES = frozenset({"/v1/ask", "/v1/health", "/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect"})
+GATEWAY_ROUTES = frozenset({"/v1/ask", "/v1/health", "/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect",
+                            *playground.PUBLIC_PATHS, playground.INDICES})
 # Most searches carry no ext.chunkrag: their bytes are forwarded without
 # being decoded (vectors make bodies large). A body that holds the word
 # elsewhere is decoded by the route, which forwards it when ext lacks it.

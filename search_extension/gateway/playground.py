@@ -1,0 +1,121 @@
+"""The playground: a page beside the gateway to see why each chunk was kept
+or dropped, compare two filter settings, run a small query set, and copy the
+request it made.
+
+The page is static (HTML, CSS, one script, in ``playground/``): everything it
+shows comes from the gateway's public API (``POST /{index}/_search`` with
+``ext.chunkrag`` and ``include_dropped``, a plain ``_search`` for a chunk's
+neighbours), called from the browser with the credentials typed into it, so
+what it shows is exactly what any client gets. Its files carry no data and
+are public (the login form is on the page); the one route here that reads
+anything, the index list, goes through the guard like any other.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+import orjson
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from search_extension.gateway import errors
+from search_extension.gateway.identity import Caller, check_indices
+from search_extension.gateway.passthrough import Passthrough
+from search_extension.gateway.responses import es_json
+
+PAGE = "/v1/playground"
+# path -> (file in playground/, media type)
+ASSETS = {
+    PAGE: ("index.html", "text/html; charset=utf-8"),
+    f"{PAGE}/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    f"{PAGE}/style.css": ("style.css", "text/css; charset=utf-8"),
+}
+# The guard lets exactly these through without credentials.
+PUBLIC_PATHS = tuple(ASSETS)
+INDICES = f"{PAGE}/indices"
+
+# Only the gateway's own script, styles and API: no inline script or style,
+# no other origin, no plugin, no form submission (the login form is handled
+# in script and must never post credentials anywhere), no framing.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "cache-control": "no-cache",
+}
+# What the index list asks the cluster: open indices and aliases, which the
+# cluster filters by the credentials' privileges (view_index_metadata).
+RESOLVE = "/_resolve/index/*?expand_wildcards=open"
+
+
+def mount(app: FastAPI, passthrough: Passthrough) -> None:
+    """Add the page's routes to ``app`` (out of the OpenAPI document: they are
+    not part of the search API)."""
+    for path, (name, media_type) in ASSETS.items():
+        app.add_api_route(path, _asset_route(name, media_type), methods=["GET"], include_in_schema=False)
+
+    async def indices(request: Request) -> Response:
+        caller = getattr(request.state, "caller", None) or Caller()
+        return await readable_indices(passthrough, caller)
+
+    app.add_api_route(INDICES, indices, methods=["GET"], include_in_schema=False)
+
+
+async def readable_indices(passthrough: Passthrough, caller: Caller) -> Response:
+    """The indices and aliases ``caller`` may read. Forward mode: the cluster
+    answers with the caller's credentials and lists only what they may see (a
+    401 or 403 comes back as it is, which is how the page's login learns the
+    credentials are wrong). Service mode: the gateway's credentials, then only
+    names inside the gateway key's patterns."""
+    response = await passthrough.forward("GET", RESOLVE, [(b"accept", b"application/json")], b"", caller)
+    if response.status_code != 200:
+        return _without_challenge(response)
+    try:
+        resolved = orjson.loads(response.body)
+    except orjson.JSONDecodeError as exc:
+        raise errors.GatewayError(
+            502, "bad_gateway_exception", f"the cluster's index list is not JSON: {exc}"
+        ) from None
+    names = {entry.get("name") for kind in ("indices", "aliases") for entry in resolved.get(kind, ())}
+    # Dot-names are system and hidden indices: never chunk indices.
+    listed = sorted(
+        name for name in names if isinstance(name, str) and not name.startswith(".") and _may_read(caller, name)
+    )
+    return es_json({"indices": listed}, 200)
+
+
+def _may_read(caller: Caller, name: str) -> bool:
+    try:
+        check_indices(caller, (name,), what="the playground")
+    except errors.GatewayError:
+        return False
+    return True
+
+
+def _without_challenge(response: Response) -> Response:
+    """The cluster's refusal without its ``WWW-Authenticate``: a browser seeing
+    a Basic challenge may ask for a password itself and keep it, outside the
+    page's memory."""
+    response.raw_headers = [
+        (name, value) for name, value in response.raw_headers if name.lower() != b"www-authenticate"
+    ]
+    return response
+
+
+def _asset_route(name: str, media_type: str):
+    async def asset() -> Response:
+        return Response(_read(name), media_type=media_type, headers=SECURITY_HEADERS)
+
+    return asset
+
+
+@cache
+def _read(name: str) -> bytes:
+    return resources.files("search_extension.gateway").joinpath("playground", name).read_bytes()

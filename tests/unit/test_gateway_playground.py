@@ -1,0 +1,158 @@
+"""The playground's server side in process: its static files are public and
+carry the strict CSP; the index list goes through the guard and shows only
+what the caller may read; the setting turns it off. The page itself is tested
+in a real browser (tests/integration/test_playground_browser.py)."""
+
+import re
+from importlib import resources
+
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from chunkrag_core.settings import GatewaySettings, Settings
+from search_extension.gateway import create_app
+from search_extension.gateway.http11 import HttpResponse
+from search_extension.gateway.identity import basic, key_hash
+from search_extension.gateway.playground import ASSETS, CSP, INDICES, PAGE, PUBLIC_PATHS
+from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeModel, RecordingTransport, judge_factory
+
+KEY = "team-key-0123456789"
+RESOLVED = {
+    "indices": [
+        {"name": "docs-1", "attributes": ["open"]},
+        {"name": "logs-1", "attributes": ["open"]},
+        {"name": ".security-7", "attributes": ["open"]},
+    ],
+    "aliases": [{"name": "docs", "indices": ["docs-1"]}],
+    "data_streams": [],
+}
+
+
+def resolve_reply(method, target):
+    return HttpResponse(200, ((b"content-type", b"application/json"),), orjson.dumps(RESOLVED))
+
+
+def refusal(method, target):
+    headers = ((b"content-type", b"application/json"), (b"www-authenticate", b'Basic realm="security"'))
+    return HttpResponse(
+        401,
+        headers,
+        b'{"error":{"type":"security_exception","reason":"unable to authenticate user [alice]"},"status":401}',
+    )
+
+
+def client_for(transport=None, **gateway):
+    settings = Settings(es_url="http://gateway:own-secret@es.internal:9200", gateway=GatewaySettings(**gateway))
+    app = create_app(
+        settings,
+        es=FakeElasticsearch(),
+        embedder=FakeEmbedder(),
+        model=FakeModel(),
+        judge_many_factory=judge_factory,
+        http_transport=transport or RecordingTransport(resolve_reply),
+    )
+    return TestClient(app)
+
+
+SERVICE = {"auth": "service", "api_keys": f"team:{key_hash(KEY)}:docs*"}
+
+
+@pytest.mark.parametrize("gateway", [{}, SERVICE], ids=["forward", "service"])
+def test_the_page_and_its_assets_need_no_credentials_and_carry_the_strict_csp(gateway):
+    client = client_for(**gateway)
+    for path, (_, media_type) in ASSETS.items():
+        response = client.get(path)
+        assert response.status_code == 200, path
+        assert response.headers["content-type"] == media_type
+        assert response.headers["content-security-policy"] == CSP
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["x-frame-options"] == "DENY"
+    assert "script-src 'self'" in CSP and "unsafe" not in CSP and "form-action 'none'" in CSP
+
+
+def test_only_the_static_files_are_public():
+    assert set(PUBLIC_PATHS) == set(ASSETS) and INDICES not in PUBLIC_PATHS
+    response = client_for(**SERVICE).get(INDICES)
+    assert response.status_code == 401
+
+
+def derived_key_then_resolve(method, target):
+    if target == "/_security/api_key":  # the gateway derives the key's cluster credentials first
+        return HttpResponse(200, ((b"content-type", b"application/json"),), b'{"id":"d1","encoded":"ZDE6c2VjcmV0"}')
+    return resolve_reply(method, target)
+
+
+def test_service_mode_lists_only_the_indices_of_the_gateway_key():
+    transport = RecordingTransport(derived_key_then_resolve)
+    response = client_for(transport, **SERVICE).get(INDICES, headers={"authorization": f"ApiKey {KEY}"})
+    assert response.status_code == 200
+    assert response.json() == {"indices": ["docs", "docs-1"]}
+    # The cluster is asked with the key the gateway derived for this gateway key (limited by the
+    # cluster to its patterns), never with the caller's gateway key or the gateway's own credentials.
+    [create, (method, target, headers, _)] = transport.requests
+    assert create[:2] == ("POST", "/_security/api_key")
+    assert (method, target) == ("GET", "/_resolve/index/*?expand_wildcards=open")
+    assert headers[b"authorization"] == b"ApiKey ZDE6c2VjcmV0"
+
+
+def test_forward_mode_asks_the_cluster_with_the_callers_credentials():
+    transport = RecordingTransport(resolve_reply)
+    alice = basic("alice", "pw")
+    response = client_for(transport).get(INDICES, headers={"authorization": alice.decode()})
+    assert response.json() == {"indices": ["docs", "docs-1", "logs-1"]}  # the cluster filtered them already
+    assert transport.requests[0][2][b"authorization"] == alice
+
+
+def test_a_refusal_comes_back_without_a_browser_challenge():
+    response = client_for(RecordingTransport(refusal)).get(
+        INDICES, headers={"authorization": basic("alice", "wrong").decode()}
+    )
+    assert response.status_code == 401
+    assert response.json()["error"]["type"] == "security_exception"
+    assert "www-authenticate" not in response.headers
+
+
+def test_the_setting_turns_it_off():
+    client = client_for(playground=False)
+    for path in (*ASSETS, INDICES):
+        assert client.get(path).status_code == 404
+
+
+def test_the_playground_is_not_in_the_openapi_document():
+    paths = client_for().get("/openapi.json").json()["paths"]
+    assert not [path for path in paths if path.startswith(PAGE)]
+
+
+def asset(name: str) -> str:
+    return resources.files("search_extension.gateway").joinpath("playground", name).read_text()
+
+
+def test_the_page_has_no_inline_script_or_style_and_nothing_from_elsewhere():
+    html = asset("index.html")
+    scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.DOTALL)
+    assert scripts and all('src="playground/' in attrs and not body.strip() for attrs, body in scripts)
+    assert "<style" not in html and " style=" not in html and not re.search(r"\son[a-z]+=", html)
+    assert not re.search(r"(src|href)=\"(https?:)?//", html)
+
+
+def test_the_script_keeps_credentials_in_memory_and_never_parses_html():
+    script = asset("app.js")
+    for forbidden in (
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "localStorage",
+        "sessionStorage",
+        "document.cookie",
+        "eval(",
+        "new Function",
+    ):
+        assert forbidden not in script, forbidden
+    assert 'credentials: "omit"' in script
+
+
+def test_the_setting_is_read_from_the_environment():
+    assert Settings.from_env({}).gateway.playground is True
+    assert Settings.from_env({"CHUNKRAG_GATEWAY_PLAYGROUND": "false"}).gateway.playground is False
