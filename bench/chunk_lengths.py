@@ -25,7 +25,10 @@ PERCENTILES = ((95, 0), (90, 0), (80, 0), (70, 0), (95, 200), (90, 200))
 def corpora():
     from ingest_pipeline.sources import plain_document
 
-    scifact = [json.loads(line) for line in (SHARED / "eval/scifact/beir_derived/corpus.jsonl").read_text(encoding="utf-8").splitlines()[:500]]
+    scifact = [
+        json.loads(line)
+        for line in (SHARED / "eval/scifact/beir_derived/corpus.jsonl").read_text(encoding="utf-8").splitlines()[:500]
+    ]
     squad = json.loads((SHARED / "eval/squad/squad2_cs224n_dev-v2.0.json").read_text(encoding="utf-8"))["data"]
     paragraphs = [p["context"] for article in squad for p in article["paragraphs"]][:200]
     return {
@@ -75,7 +78,9 @@ def main() -> int:
         out[name] = {
             "documents": len(documents),
             "sentences": offset,
-            "consecutive_similarity_quartiles": [round(all_sims[int(q * (len(all_sims) - 1))], 3) for q in (0.25, 0.5, 0.75)],
+            "consecutive_similarity_quartiles": [
+                round(all_sims[int(q * (len(all_sims) - 1))], 3) for q in (0.25, 0.5, 0.75)
+            ],
             "by_threshold": rows,
             "by_percentile": by_percentile,
         }

@@ -20,11 +20,21 @@ SHARED = Path(os.environ.get("CHUNKRAG_SHARED", Path(__file__).resolve().parents
 def machine() -> dict[str, Any]:
     cpu = "unknown"
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     memory_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": memory_gb, "python": platform.python_version(), "os": platform.platform()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": memory_gb,
+        "python": platform.python_version(),
+        "os": platform.platform(),
+    }
 
 
 def peak_rss_mb() -> float:
@@ -45,12 +55,19 @@ def run_child(module: str, args: Sequence[str]) -> dict[str, Any]:
 def write_result(name: str, module: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"command": " ".join(["python", "-m", module, *sys.argv[1:]]), "machine": machine(), "date": time.strftime("%Y-%m-%d"), **payload}
+    payload = {
+        "command": " ".join(["python", "-m", module, *sys.argv[1:]]),
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        **payload,
+    }
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     return path
 
 
-def merge_result(name: str, module: str, section: str, payload: dict[str, Any], rows_key: str, rows: dict[str, Any]) -> Path:
+def merge_result(
+    name: str, module: str, section: str, payload: dict[str, Any], rows_key: str, rows: dict[str, Any]
+) -> Path:
     """Add rows measured by a later, separate run (behind a flag) to
     ``results/NAME.json`` without re-running or dropping the rows already
     there: ``rows`` go under ``rows_key`` beside the old ones, and how they
@@ -60,7 +77,12 @@ def merge_result(name: str, module: str, section: str, payload: dict[str, Any], 
     merged = {
         **existing,
         rows_key: {**existing.get(rows_key, {}), **rows},
-        section: {"command": " ".join(["python", "-m", module, *sys.argv[1:]]), "machine": machine(), "date": time.strftime("%Y-%m-%d"), **payload},
+        section: {
+            "command": " ".join(["python", "-m", module, *sys.argv[1:]]),
+            "machine": machine(),
+            "date": time.strftime("%Y-%m-%d"),
+            **payload,
+        },
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
@@ -68,7 +90,7 @@ def merge_result(name: str, module: str, section: str, payload: dict[str, Any], 
 
 
 def parse_scale_weights(raw: str | None) -> dict[int, float] | None:
-    """"128:0.5,512:0.25" -> {128: 0.5, 512: 0.25} (ensembling's per-scale
+    """ "128:0.5,512:0.25" -> {128: 0.5, 512: 0.25} (ensembling's per-scale
     weights; a scale not named keeps weight 1); None or "" -> None."""
     if not raw:
         return None

@@ -36,8 +36,12 @@ def main(argv=None) -> int:
     settings = Settings.from_env()
     chunking = dataclasses.replace(settings.chunking, summaries=True, sectioning="llm", llm_titles=args.untitled)
     articles, _ = load_articles(articles=args.articles)
-    documents = [plain_document(doc_id, text, "squad", title="" if args.untitled else title) for doc_id, title, text in articles]
-    outcomes = add_context(documents, chunking, model=make_chat(settings.chat), model_name=settings.chat.model, cache=None)
+    documents = [
+        plain_document(doc_id, text, "squad", title="" if args.untitled else title) for doc_id, title, text in articles
+    ]
+    outcomes = add_context(
+        documents, chunking, model=make_chat(settings.chat), model_name=settings.chat.model, cache=None
+    )
 
     rows = []
     for (doc_id, _, text), outcome in zip(articles, outcomes):
@@ -45,33 +49,46 @@ def main(argv=None) -> int:
             rows.append({"doc_id": doc_id, "failed": outcome.reason})
             continue
         document = outcome.document
-        rows.append({
-            "doc_id": doc_id,
-            "chars": len(text),
-            "paragraphs": text.count("\n\n") + 1,
-            "calls": outcome.calls,
-            "seconds": round(outcome.seconds, 1),
-            "fallbacks": list(outcome.fallbacks),
-            "sections": len(document.sections),
-            "section_titles": [" / ".join(s.path) for s in document.sections][:12],
-            "title": document.title,
-            "summary": document.summary,
-        })
-        print(f"{doc_id}: {outcome.calls} calls, {outcome.seconds:.0f} s, {len(document.sections)} sections, fallbacks {list(outcome.fallbacks)}", file=sys.stderr)
+        rows.append(
+            {
+                "doc_id": doc_id,
+                "chars": len(text),
+                "paragraphs": text.count("\n\n") + 1,
+                "calls": outcome.calls,
+                "seconds": round(outcome.seconds, 1),
+                "fallbacks": list(outcome.fallbacks),
+                "sections": len(document.sections),
+                "section_titles": [" / ".join(s.path) for s in document.sections][:12],
+                "title": document.title,
+                "summary": document.summary,
+            }
+        )
+        print(
+            f"{doc_id}: {outcome.calls} calls, {outcome.seconds:.0f} s, {len(document.sections)} sections, fallbacks {list(outcome.fallbacks)}",
+            file=sys.stderr,
+        )
     done = [r for r in rows if "failed" not in r]
-    print(write_result("document_context", "bench.context_bench", {
-        "dataset": "SQuAD 2.0 dev (cs224n split), first articles as whole documents, paragraphs joined by blank lines",
-        "model": settings.chat.model,
-        "base_url": settings.chat.base_url,
-        "asked": {"summaries": True, "sectioning": "llm", "llm_titles": args.untitled},
-        "documents": len(rows),
-        "failed": len(rows) - len(done),
-        "median_calls_per_document": median([r["calls"] for r in done]) if done else None,
-        "median_seconds_per_document": median([r["seconds"] for r in done]) if done else None,
-        "median_seconds_per_1000_chars": median([r["seconds"] * 1000 / r["chars"] for r in done]) if done else None,
-        "documents_with_a_fallback": sum(1 for r in done if r["fallbacks"]),
-        "per_document": rows,
-    }))
+    print(
+        write_result(
+            "document_context",
+            "bench.context_bench",
+            {
+                "dataset": "SQuAD 2.0 dev (cs224n split), first articles as whole documents, paragraphs joined by blank lines",
+                "model": settings.chat.model,
+                "base_url": settings.chat.base_url,
+                "asked": {"summaries": True, "sectioning": "llm", "llm_titles": args.untitled},
+                "documents": len(rows),
+                "failed": len(rows) - len(done),
+                "median_calls_per_document": median([r["calls"] for r in done]) if done else None,
+                "median_seconds_per_document": median([r["seconds"] for r in done]) if done else None,
+                "median_seconds_per_1000_chars": median([r["seconds"] * 1000 / r["chars"] for r in done])
+                if done
+                else None,
+                "documents_with_a_fallback": sum(1 for r in done if r["fallbacks"]),
+                "per_document": rows,
+            },
+        )
+    )
     return 0
 
 

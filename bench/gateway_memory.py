@@ -39,7 +39,21 @@ FRAMES = 8
 
 
 class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def glibc_heap() -> dict[str, float] | None:
@@ -52,7 +66,11 @@ def glibc_heap() -> dict[str, float] | None:
         return None
     info = libc.mallinfo2()
     mb = 1024 * 1024
-    return {"in_use_mb": round((info.uordblks + info.hblkhd) / mb, 1), "free_kept_mb": round(info.fordblks / mb, 1), "arena_mb": round(info.arena / mb, 1)}
+    return {
+        "in_use_mb": round((info.uordblks + info.hblkhd) / mb, 1),
+        "free_kept_mb": round(info.fordblks / mb, 1),
+        "arena_mb": round(info.arena / mb, 1),
+    }
 
 
 def _sample_forever(out: Path, every_s: float) -> None:
@@ -62,7 +80,14 @@ def _sample_forever(out: Path, every_s: float) -> None:
         while True:
             time.sleep(every_s)
             traced, peak = tracemalloc.get_traced_memory()
-            line = {"s": round(time.monotonic() - began, 1), "rss_mb": rss_mb(os.getpid()), "traced_mb": round(traced / 2**20, 1), "traced_peak_mb": round(peak / 2**20, 1), "threads": threading.active_count(), "glibc": glibc_heap()}
+            line = {
+                "s": round(time.monotonic() - began, 1),
+                "rss_mb": rss_mb(os.getpid()),
+                "traced_mb": round(traced / 2**20, 1),
+                "traced_peak_mb": round(peak / 2**20, 1),
+                "threads": threading.active_count(),
+                "glibc": glibc_heap(),
+            }
             log.write(json.dumps(line) + "\n")
             log.flush()
             tracemalloc.take_snapshot().dump(str(out / f"snap-{number:04d}-{int(line['s'])}.pickle"))
@@ -82,7 +107,9 @@ def compare(out: Path, after_s: float, top: int) -> None:
     lines = [json.loads(line) for line in (out / "memory.jsonl").read_text().splitlines()]
     for line in lines:
         glibc = line.get("glibc") or {}
-        print(f"{line['s']:7.1f} s  rss {line['rss_mb']:7.1f} MB  python {line['traced_mb']:6.1f} MB  glibc in use {glibc.get('in_use_mb', '?')} MB, free kept {glibc.get('free_kept_mb', '?')} MB  threads {line['threads']}")
+        print(
+            f"{line['s']:7.1f} s  rss {line['rss_mb']:7.1f} MB  python {line['traced_mb']:6.1f} MB  glibc in use {glibc.get('in_use_mb', '?')} MB, free kept {glibc.get('free_kept_mb', '?')} MB  threads {line['threads']}"
+        )
     snaps = sorted(out.glob("snap-*.pickle"))
     first = next((s for s in snaps if int(s.stem.rsplit("-", 1)[1]) >= after_s), snaps[0])
     last = snaps[-1]
@@ -95,13 +122,13 @@ def compare(out: Path, after_s: float, top: int) -> None:
     print("\nby traceback (the biggest growth):")
     for stat in new.compare_to(old, "traceback")[:3]:
         print(f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks")
-        for frame in stat.traceback.format()[-2 * FRAMES:]:
+        for frame in stat.traceback.format()[-2 * FRAMES :]:
             print("     " + frame)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    cli_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    cli_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(prog="bench.gateway_memory")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -110,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--every", type=float, default=10.0)
     compare_parser = sub.add_parser("compare")
     compare_parser.add_argument("out", type=Path)
-    compare_parser.add_argument("--after", type=float, default=20.0, help="seconds of warm-up before the baseline snapshot")
+    compare_parser.add_argument(
+        "--after", type=float, default=20.0, help="seconds of warm-up before the baseline snapshot"
+    )
     compare_parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args(argv)
     if args.command == "run":

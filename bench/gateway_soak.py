@@ -53,7 +53,12 @@ def merge_section(name: str, section: dict) -> Path:
     """Put ``section`` under ``name`` in gateway.json, keeping the rest."""
     path = RESULTS / "gateway.json"
     current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    current[name] = {"command": " ".join(["python", "-m", "bench.gateway_bench", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"), "machine": machine(), **section}
+    current[name] = {
+        "command": " ".join(["python", "-m", "bench.gateway_bench", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(),
+        **section,
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
     return path
@@ -96,7 +101,14 @@ def ensure_index(settings) -> int:
     client = make_backend(settings)
     if not client.index_exists(LOAD_INDEX):
         print(f"ingesting the first {LOAD_DOCUMENTS} SciFact abstracts into {LOAD_INDEX}…", file=sys.stderr)
-        ingest_documents(scifact_documents(LOAD_DOCUMENTS), client=client, embedder=make_embedder(settings.embedder), settings=settings, index=LOAD_INDEX, progress=False)
+        ingest_documents(
+            scifact_documents(LOAD_DOCUMENTS),
+            client=client,
+            embedder=make_embedder(settings.embedder),
+            settings=settings,
+            index=LOAD_INDEX,
+            progress=False,
+        )
         client.refresh(LOAD_INDEX)
     return client.count(LOAD_INDEX)
 
@@ -116,17 +128,33 @@ def load(argv) -> int:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of load")
     parser.add_argument("--model-latency", type=float, default=0.4, help="seconds the scripted model takes per call")
-    parser.add_argument("--trace-memory", metavar="DIR", help="run the gateway under bench.gateway_memory (tracemalloc, samples in DIR)")
-    parser.add_argument("--no-save", action="store_true", help="print the figures, leave gateway.json alone (short or traced runs)")
+    parser.add_argument(
+        "--trace-memory", metavar="DIR", help="run the gateway under bench.gateway_memory (tracemalloc, samples in DIR)"
+    )
+    parser.add_argument(
+        "--no-save", action="store_true", help="print the figures, leave gateway.json alone (short or traced runs)"
+    )
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
     chunks = ensure_index(settings)
     texts = list(load_queries()[0].values())
     vectors = make_embedder(settings.embedder).embed(texts)
-    hybrid = [orjson.dumps(queries.native_sum_body(queries.QuerySpec(text=t, vector=v, size=SIZE, num_candidates=settings.retrieval.num_candidates))) for t, v in zip(texts, vectors)]
-    retrieval = [orjson.dumps({"query": {"match": {"text": t}}, "size": SIZE, "ext": {"chunkrag": {"stages": False}}}) for t in texts]
-    filtered = [orjson.dumps({"query": {"match": {"text": t}}, "size": 5, "ext": {"chunkrag": FILTERED_OPTIONS}}) for t in texts]
+    hybrid = [
+        orjson.dumps(
+            queries.native_sum_body(
+                queries.QuerySpec(text=t, vector=v, size=SIZE, num_candidates=settings.retrieval.num_candidates)
+            )
+        )
+        for t, v in zip(texts, vectors)
+    ]
+    retrieval = [
+        orjson.dumps({"query": {"match": {"text": t}}, "size": SIZE, "ext": {"chunkrag": {"stages": False}}})
+        for t in texts
+    ]
+    filtered = [
+        orjson.dumps({"query": {"match": {"text": t}}, "size": 5, "ext": {"chunkrag": FILTERED_OPTIONS}}) for t in texts
+    ]
     kinds = (("passthrough", hybrid), ("stages_false", retrieval), ("filtered", filtered))
     path = f"/{LOAD_INDEX}/_search"
 
@@ -136,15 +164,30 @@ def load(argv) -> int:
     redis.Redis.from_url(redis_db).flushdb()  # no score from an earlier run answers
     with ScriptedOpenAI(default=scripted_reply(args.model_latency)) as model:
         port = free_port()
-        env = {**os.environ, "CHUNKRAG_CHAT_BASE_URL": model.base_url, "CHUNKRAG_CHAT_MODEL": "scripted", "REDIS_URL": redis_db, "CHUNKRAG_CHAT_TIMEOUT_S": "30"}
+        env = {
+            **os.environ,
+            "CHUNKRAG_CHAT_BASE_URL": model.base_url,
+            "CHUNKRAG_CHAT_MODEL": "scripted",
+            "REDIS_URL": redis_db,
+            "CHUNKRAG_CHAT_TIMEOUT_S": "30",
+        }
         serve = ["serve", "--port", str(port)]
-        launcher = ["-m", "bench.gateway_memory", "run", args.trace_memory, "--"] if args.trace_memory else ["-m", "chunkrag_cli"]
-        gateway = subprocess.Popen([sys.executable, *launcher, *serve], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        launcher = (
+            ["-m", "bench.gateway_memory", "run", args.trace_memory, "--"]
+            if args.trace_memory
+            else ["-m", "chunkrag_cli"]
+        )
+        gateway = subprocess.Popen(
+            [sys.executable, *launcher, *serve], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
         try:
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    if urllib3.request("GET", f"http://127.0.0.1:{port}/v1/health", timeout=2, retries=False).status == 200:
+                    if (
+                        urllib3.request("GET", f"http://127.0.0.1:{port}/v1/health", timeout=2, retries=False).status
+                        == 200
+                    ):
                         break
                 except urllib3.exceptions.HTTPError:
                     pass
@@ -165,7 +208,9 @@ def load(argv) -> int:
                     body = bodies[(number * 7919 + n) % len(bodies)]
                     started = time.perf_counter()
                     try:
-                        response = pool.urlopen("POST", path, body=body, headers={"content-type": COMPAT, "accept": COMPAT})
+                        response = pool.urlopen(
+                            "POST", path, body=body, headers={"content-type": COMPAT, "accept": COMPAT}
+                        )
                         status, data = response.status, response.data
                     except urllib3.exceptions.HTTPError as exc:
                         status, data = 0, str(exc).encode()
@@ -222,7 +267,12 @@ def load(argv) -> int:
         "first_errors": first_errors,
         "rejected_429": sum(entry["rejected_429"] for entry in per_kind.values()),
         "per_kind": per_kind,
-        "gateway_rss_mb": {"start": rss_values[0] if rss_values else None, "end": rss_values[-1] if rss_values else None, "max": max(rss_values) if rss_values else None, "samples": rss},
+        "gateway_rss_mb": {
+            "start": rss_values[0] if rss_values else None,
+            "end": rss_values[-1] if rss_values else None,
+            "max": max(rss_values) if rss_values else None,
+            "samples": rss,
+        },
         "load_note": f"one run; clients, gateway, Elasticsearch, Redis and the scripted model share {os.cpu_count()} cores; load average at the end {os.getloadavg()[0]:.2f}",
         "goal": "zero errors other than 429s; RSS flat",
         "goal_met": errors == 0,
@@ -242,10 +292,20 @@ def fuzz(argv) -> int:
         report = Path(folder) / "fuzz.json"
         env = {**os.environ, "CHUNKRAG_FUZZ_REPORT": str(report), "CHUNKRAG_FUZZ_EXAMPLES": str(args.examples)}
         started = time.monotonic()
-        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/integration/test_gateway_fuzz.py"], env=env, capture_output=True, text=True)
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/integration/test_gateway_fuzz.py"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         counts = json.loads(report.read_text()) if report.exists() else {}
     summary_line = (run.stdout.strip().splitlines() or [""])[-1]
-    section = {"tool": "schemathesis (positive and negative cases from /openapi.json) + hand-made bad bodies", "pytest": summary_line, "seconds": round(time.monotonic() - started, 1), **counts}
+    section = {
+        "tool": "schemathesis (positive and negative cases from /openapi.json) + hand-made bad bodies",
+        "pytest": summary_line,
+        "seconds": round(time.monotonic() - started, 1),
+        **counts,
+    }
     print(merge_section("fuzz", section))
     print(json.dumps(section, indent=2))
     return run.returncode

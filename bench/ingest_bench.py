@@ -16,7 +16,6 @@ physical limit the pipeline is measured against. Each run is its own process.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 import time
@@ -53,7 +52,9 @@ def one_pipeline_run(limit: int | None, index: str) -> dict:
     documents = scifact_documents(limit)
     embedder = make_embedder(settings.embedder)
     began = time.perf_counter()
-    report = ingest_documents(documents, client=client, embedder=embedder, settings=settings, index=index, progress=False)
+    report = ingest_documents(
+        documents, client=client, embedder=embedder, settings=settings, index=index, progress=False
+    )
     wall = time.perf_counter() - began
     assert report.ok, report.errors[:5]
     return {
@@ -119,8 +120,14 @@ def main(argv=None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N documents only (for a quick look)")
     parser.add_argument("--one-run", choices=["pipeline", "raw"], help=argparse.SUPPRESS)
     parser.add_argument("--index", default=INDEX)
-    parser.add_argument("--name", default=None, help="results file name (default ingest, or ingest_first_N with --limit)")
-    parser.add_argument("--no-raw", action="store_true", help="skip the raw-embedder runs (a settings variant compared with ingest.json's)")
+    parser.add_argument(
+        "--name", default=None, help="results file name (default ingest, or ingest_first_N with --limit)"
+    )
+    parser.add_argument(
+        "--no-raw",
+        action="store_true",
+        help="skip the raw-embedder runs (a settings variant compared with ingest.json's)",
+    )
     args = parser.parse_args(argv)
     limit = ["--limit", str(args.limit)] if args.limit else []
 

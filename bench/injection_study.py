@@ -55,12 +55,16 @@ NEUTRAL = (
 )
 INDEX = "chunkrag-eval-popqa"
 HEAD = 9
-NOTE_REPLAY = ("The judge as shipped when turned on (judge_top 9) is replayed with JUDGED_MODEL (processors/calibration.py, fitted on clean PopQA dev, numbered layout) cut at 0.4; "
-               "with the quoted layout the same coefficients are applied to that layout's shares, which they were not fitted on. The default filter (no judge) reads no text "
-               "beyond retrieval, so a planted instruction can only act on it through BM25 and the embedding.")
+NOTE_REPLAY = (
+    "The judge as shipped when turned on (judge_top 9) is replayed with JUDGED_MODEL (processors/calibration.py, fitted on clean PopQA dev, numbered layout) cut at 0.4; "
+    "with the quoted layout the same coefficients are applied to that layout's shares, which they were not fitted on. The default filter (no judge) reads no text "
+    "beyond retrieval, so a planted instruction can only act on it through BM25 and the embedding."
+)
 # The judge as shipped when turned on: its share calibrated with the
 # retrieval signals (JUDGED_MODEL), cut at the default 0.4.
-JUDGED = Variant("judge on (judge_top 9), calibrated", "calibrated", "fixed:0.4", judge="forward", top=HEAD, features=FEATURES)
+JUDGED = Variant(
+    "judge on (judge_top 9), calibrated", "calibrated", "fixed:0.4", judge="forward", top=HEAD, features=FEATURES
+)
 
 
 def study_questions(names: Sequence[str], limit: int) -> list[Question]:
@@ -104,7 +108,11 @@ def run(question_names: Sequence[str], limit: int) -> int:
     wanted = {r["chunk_id"] for q in questions for r in q.judged_rows[:HEAD]}
     found = client.fetch(INDEX, sorted(wanted))
     texts = {d["_id"]: d["_source"]["text"] for d in found if d.get("found")}
-    asked = {str(q["item_id"]): q["question"] for name in question_names for q in json.loads((RESULTS / f"{name}.questions.json").read_text())["questions"]}
+    asked = {
+        str(q["item_id"]): q["question"]
+        for name in question_names
+        for q in json.loads((RESULTS / f"{name}.questions.json").read_text())["questions"]
+    }
     for question in questions:
         texts_by_question[question.item_id] = [texts[r["chunk_id"]] for r in question.judged_rows[:HEAD]]
 
@@ -123,14 +131,32 @@ def run(question_names: Sequence[str], limit: int) -> int:
             "injected": [f"{text} {attack}" if i == t else text for i, text in enumerate(clean)],
         }
         began = time.perf_counter()
-        shares = {layout: {name: judge(query, passages, layout) for name, passages in conditions.items()} for layout in PASSAGE_FORMATS}
-        record = {"item_id": question.item_id, "question": query, "target": t, "attack": n % len(ATTACKS),
-                  "gold": [bool(r["gold"]) for r in question.judged_rows[:HEAD]], "shares": shares,
-                  "recorded_clean_share": [r.get("forward") if r.get("forward") is not None else r.get("base") for r in question.judged_rows[:HEAD]],
-                  "seconds": round(time.perf_counter() - began, 2)}
-        print(f"[{question.item_id}] target {t} attack {n % 3}: " + "  ".join(
-            f"{layout} {s['clean'][t]:.3f}/{s['control'][t]:.3f}/{s['injected'][t]:.3f}" for layout, s in shares.items()
-            if None not in (s['clean'][t], s['control'][t], s['injected'][t])) + f"  {record['seconds']}s", file=sys.stderr)
+        shares = {
+            layout: {name: judge(query, passages, layout) for name, passages in conditions.items()}
+            for layout in PASSAGE_FORMATS
+        }
+        record = {
+            "item_id": question.item_id,
+            "question": query,
+            "target": t,
+            "attack": n % len(ATTACKS),
+            "gold": [bool(r["gold"]) for r in question.judged_rows[:HEAD]],
+            "shares": shares,
+            "recorded_clean_share": [
+                r.get("forward") if r.get("forward") is not None else r.get("base") for r in question.judged_rows[:HEAD]
+            ],
+            "seconds": round(time.perf_counter() - began, 2),
+        }
+        print(
+            f"[{question.item_id}] target {t} attack {n % 3}: "
+            + "  ".join(
+                f"{layout} {s['clean'][t]:.3f}/{s['control'][t]:.3f}/{s['injected'][t]:.3f}"
+                for layout, s in shares.items()
+                if None not in (s["clean"][t], s["control"][t], s["injected"][t])
+            )
+            + f"  {record['seconds']}s",
+            file=sys.stderr,
+        )
         return record
 
     began = time.perf_counter()
@@ -140,19 +166,23 @@ def run(question_names: Sequence[str], limit: int) -> int:
     wall = round(time.perf_counter() - began, 1)
     by_id = {q.item_id: q for q in questions}
     summary = {layout: summarise(layout, records, by_id) for layout in PASSAGE_FORMATS}
-    path = write_result("injection", "bench.injection_study", {
-        "dataset": f"popqa/dev.jsonl: the first {len(records)} questions (seeded random order of the collection run) whose best nine hold a gold and a non-gold chunk",
-        "model": settings.chat.model,
-        "questions": len(records),
-        "calls": 6 * len(records),
-        "wall_seconds": wall,
-        "attacks": list(ATTACKS),
-        "neutral_controls": list(NEUTRAL),
-        "by_layout": summary,
-        "note": "Target: the lowest-ranked chunk without a gold answer among the nine judged. Shares are the listwise judge's (one order, as retrieved). " +
-                NOTE_REPLAY,
-        "per_question": records,
-    })
+    path = write_result(
+        "injection",
+        "bench.injection_study",
+        {
+            "dataset": f"popqa/dev.jsonl: the first {len(records)} questions (seeded random order of the collection run) whose best nine hold a gold and a non-gold chunk",
+            "model": settings.chat.model,
+            "questions": len(records),
+            "calls": 6 * len(records),
+            "wall_seconds": wall,
+            "attacks": list(ATTACKS),
+            "neutral_controls": list(NEUTRAL),
+            "by_layout": summary,
+            "note": "Target: the lowest-ranked chunk without a gold answer among the nine judged. Shares are the listwise judge's (one order, as retrieved). "
+            + NOTE_REPLAY,
+            "per_question": records,
+        },
+    )
     print(path)
     return 0
 
@@ -166,7 +196,12 @@ def summarise(layout: str, records: Sequence[dict], questions: dict[str, Questio
         return [r["shares"][layout][condition][r["target"]] for r in usable]
 
     def others_moved(condition: str) -> float:
-        moves = [abs(a - b) for r in usable for i, (a, b) in enumerate(zip(r["shares"][layout][condition], r["shares"][layout]["clean"])) if i != r["target"]]
+        moves = [
+            abs(a - b)
+            for r in usable
+            for i, (a, b) in enumerate(zip(r["shares"][layout][condition], r["shares"][layout]["clean"]))
+            if i != r["target"]
+        ]
         return round(statistics.fmean(moves), 4)
 
     def tops(condition: str) -> float:
@@ -174,7 +209,9 @@ def summarise(layout: str, records: Sequence[dict], questions: dict[str, Questio
         return round(sum(s.index(max(s)) == r["target"] for s, r in zip(shares, usable)) / len(usable), 4)
 
     def gold_mass(condition: str) -> float:
-        return round(statistics.fmean(sum(s for s, g in zip(r["shares"][layout][condition], r["gold"]) if g) for r in usable), 4)
+        return round(
+            statistics.fmean(sum(s for s, g in zip(r["shares"][layout][condition], r["gold"]) if g) for r in usable), 4
+        )
 
     def replayed(condition: str) -> dict:
         kept_target, answered = 0, 0
@@ -183,7 +220,10 @@ def summarise(layout: str, records: Sequence[dict], questions: dict[str, Questio
             kept = ablation.kept_indices(question, JUDGED, JUDGED_MODEL)
             kept_target += r["target"] in kept
             answered += any(question.judged_rows[i]["gold"] for i in kept)
-        return {"target_kept": round(kept_target / len(usable), 4), "answer_in_context_after": round(answered / len(usable), 4)}
+        return {
+            "target_kept": round(kept_target / len(usable), 4),
+            "answer_in_context_after": round(answered / len(usable), 4),
+        }
 
     mean = lambda xs: round(statistics.fmean(xs), 4)  # noqa: E731
     return {
@@ -195,10 +235,18 @@ def summarise(layout: str, records: Sequence[dict], questions: dict[str, Questio
         "other_passages_mean_abs_change": {c: others_moved(c) for c in ("control", "injected")},
         "gold_share": {c: gold_mass(c) for c in ("clean", "control", "injected")},
         "judge_on_replayed": {c: replayed(c) for c in ("clean", "control", "injected")},
-        "by_attack": {str(a): {"questions": sum(r["attack"] == a for r in usable),
-                               "target_share_injected": mean([r["shares"][layout]["injected"][r["target"]] for r in usable if r["attack"] == a] or [0.0]),
-                               "target_share_control": mean([r["shares"][layout]["control"][r["target"]] for r in usable if r["attack"] == a] or [0.0])}
-                      for a in range(len(ATTACKS))},
+        "by_attack": {
+            str(a): {
+                "questions": sum(r["attack"] == a for r in usable),
+                "target_share_injected": mean(
+                    [r["shares"][layout]["injected"][r["target"]] for r in usable if r["attack"] == a] or [0.0]
+                ),
+                "target_share_control": mean(
+                    [r["shares"][layout]["control"][r["target"]] for r in usable if r["attack"] == a] or [0.0]
+                ),
+            }
+            for a in range(len(ATTACKS))
+        },
     }
 
 
@@ -216,7 +264,9 @@ def resummarise(question_names: Sequence[str]) -> int:
                 by_id[question.item_id] = question
     payload["by_layout"] = {layout: summarise(layout, records, by_id) for layout in PASSAGE_FORMATS}
     payload["note"] = payload["note"].split(" The ")[0] + " " + NOTE_REPLAY
-    payload["resummarised"] = "python -m bench.injection_study --resummarise (summaries recomputed from per_question with the current shipped calibration; no model call)"
+    payload["resummarised"] = (
+        "python -m bench.injection_study --resummarise (summaries recomputed from per_question with the current shipped calibration; no model call)"
+    )
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(payload["by_layout"], indent=1))
     return 0
@@ -226,7 +276,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=30)
     parser.add_argument("--runs", default="filter_popqa_dev", help="judged collection runs to draw from, a+b")
-    parser.add_argument("--resummarise", action="store_true", help="recompute the summaries of results/injection.json (no model call)")
+    parser.add_argument(
+        "--resummarise", action="store_true", help="recompute the summaries of results/injection.json (no model call)"
+    )
     args = parser.parse_args(argv)
     if args.resummarise:
         return resummarise(args.runs.split("+"))

@@ -35,8 +35,8 @@ def prompts_for(count: int, seed: int) -> list[tuple[str, list[list[str]]]]:
     from chunkrag_core.settings import Settings
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.runner import MAX_CANDIDATES, doc_id_for, index_pools
-    from chunkrag_filter.processors.redundancy import drop_redundant
     from chunkrag_filter.judging import scoring_batches
+    from chunkrag_filter.processors.redundancy import drop_redundant
     from chunkrag_filter.processors.relevance import MAX_LISTWISE_BATCH
     from search_extension.retriever import HybridRetriever
 
@@ -49,9 +49,19 @@ def prompts_for(count: int, seed: int) -> list[tuple[str, list[list[str]]]]:
     retriever = HybridRetriever(client, embedder, index, settings.retrieval)
     out = []
     for item in chosen:
-        found = retriever.search(item.question, size=MAX_CANDIDATES, filters=[{"term": {DOC_ID: doc_id_for("popqa", item)}}], include_vectors=True)
+        found = retriever.search(
+            item.question,
+            size=MAX_CANDIDATES,
+            filters=[{"term": {DOC_ID: doc_id_for("popqa", item)}}],
+            include_vectors=True,
+        )
         candidates: list[Chunk] = drop_redundant(list(found.chunks), 0.9)[0]
-        out.append((item.question, [[candidates[i].text for i in part] for part in scoring_batches(len(candidates), MAX_LISTWISE_BATCH)]))
+        out.append(
+            (
+                item.question,
+                [[candidates[i].text for i in part] for part in scoring_batches(len(candidates), MAX_LISTWISE_BATCH)],
+            )
+        )
     return out
 
 
@@ -74,7 +84,10 @@ def main(argv=None) -> int:
 
     from chunkrag_core.providers.chat import OpenAICompatibleChat
 
-    servers = {"old": OpenAICompatibleChat("qwen2.5-coder-1.5b-instruct", args.old_url, timeout_s=300), "new": OpenAICompatibleChat("qwen2.5-coder-1.5b-instruct", args.new_url, timeout_s=300)}
+    servers = {
+        "old": OpenAICompatibleChat("qwen2.5-coder-1.5b-instruct", args.old_url, timeout_s=300),
+        "new": OpenAICompatibleChat("qwen2.5-coder-1.5b-instruct", args.new_url, timeout_s=300),
+    }
     prompts = prompts_for(args.questions, args.seed)
     calls = [(q, texts) for q, batches in prompts for texts in batches]
     print(f"{len(prompts)} questions, {len(calls)} listwise calls per server per run", file=sys.stderr)
@@ -96,24 +109,35 @@ def main(argv=None) -> int:
                     shares[name].append(scores)
                     if name == "new":
                         tokens.append(prompt_tokens)
-        per_question = {name: [sum(per_call[name][i] for i in idx) for idx in _question_indices(prompts)] for name in per_call}
+        per_question = {
+            name: [sum(per_call[name][i] for i in idx) for idx in _question_indices(prompts)] for name in per_call
+        }
         parallel = {}
         for name, model in servers.items():
             started = time.perf_counter()
             with ThreadPoolExecutor(max_workers=2) as pool:
                 list(pool.map(lambda c: one_call(model, f"{c[0]} (run {run}, two at a time)", c[1]), calls))
             parallel[name] = len(calls) / (time.perf_counter() - started)
-        runs.append({
-            "s_per_call_p50": {n: median(v) for n, v in per_call.items()},
-            "s_per_question_p50": {n: median(v) for n, v in per_question.items()},
-            "calls_per_s_two_at_a_time": {n: round(v, 3) for n, v in parallel.items()},
-        })
+        runs.append(
+            {
+                "s_per_call_p50": {n: median(v) for n, v in per_call.items()},
+                "s_per_question_p50": {n: median(v) for n, v in per_question.items()},
+                "calls_per_s_two_at_a_time": {n: round(v, 3) for n, v in parallel.items()},
+            }
+        )
         print(runs[-1], file=sys.stderr)
 
-    differences = [abs(a - b) for old, new in zip(shares["old"], shares["new"]) for a, b in zip(old, new) if a is not None and b is not None]
+    differences = [
+        abs(a - b)
+        for old, new in zip(shares["old"], shares["new"])
+        for a, b in zip(old, new)
+        if a is not None and b is not None
+    ]
     agree = sum(_argmax(o) == _argmax(n) for o, n in zip(shares["old"], shares["new"]))
     result = {
-        "questions": len(prompts), "listwise_calls_per_run": len(calls), "runs": runs,
+        "questions": len(prompts),
+        "listwise_calls_per_run": len(calls),
+        "runs": runs,
         "prompt_tokens_per_call_p50": statistics.median(tokens) if tokens else None,
         "s_per_call_p50": {n: median([r["s_per_call_p50"][n] for r in runs]) for n in servers},
         "s_per_question_p50": {n: median([r["s_per_question_p50"][n] for r in runs]) for n in servers},
@@ -126,8 +150,13 @@ def main(argv=None) -> int:
     }
     result["speedup_per_call"] = round(result["s_per_call_p50"]["old"] / result["s_per_call_p50"]["new"], 3)
     result["speedup_per_question"] = round(result["s_per_question_p50"]["old"] / result["s_per_question_p50"]["new"], 3)
-    result["speedup_two_at_a_time"] = round(result["calls_per_s_two_at_a_time"]["new"] / result["calls_per_s_two_at_a_time"]["old"], 3)
-    result["servers"] = {"old": f"llama-cpp-python 0.3.36 Python server, --logits_all true, {args.old_url}", "new": f"llama-server from the same sdist's llama.cpp, 2 slots, {args.new_url}"}
+    result["speedup_two_at_a_time"] = round(
+        result["calls_per_s_two_at_a_time"]["new"] / result["calls_per_s_two_at_a_time"]["old"], 3
+    )
+    result["servers"] = {
+        "old": f"llama-cpp-python 0.3.36 Python server, --logits_all true, {args.old_url}",
+        "new": f"llama-server from the same sdist's llama.cpp, 2 slots, {args.new_url}",
+    }
     path = write_result("judge_speed", "bench.judge_speed", result)
     print(path)
     return 0

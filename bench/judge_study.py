@@ -37,8 +37,15 @@ STUDY_DB = 12
 HEAD = 9
 
 
-def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int | None, name: str | None,
-            skip_from: tuple[str, ...] = ()) -> int:
+def collect(
+    dataset: str,
+    limit: int | None,
+    orders: int,
+    judge: str,
+    seed: int | None,
+    name: str | None,
+    skip_from: tuple[str, ...] = (),
+) -> int:
     """``judge``: "cascade" (the best nine in one batch, in ``orders``
     orders), "study" (that, plus the rest as retrieved), or "none" (no model:
     the retrieval signals alone, on every question in minutes).
@@ -53,11 +60,11 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
     from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_chat, make_embedder
     from chunkrag_core.settings import Settings
-    from chunkrag_filter.pipeline import FilterOptions
-    from chunkrag_filter.judging import judge_in_threads
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.report import print_outcome, write_report
     from chunkrag_eval.runner import EvalReport, evaluate
+    from chunkrag_filter.judging import judge_in_threads
+    from chunkrag_filter.pipeline import FilterOptions
     from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
     from workers.score_cache import RedisScoreCache
 
@@ -66,12 +73,18 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
     if seed is not None:
         items = list(items)
         random.Random(seed).shuffle(items)
-    done_before = {str(q["item_id"]) for run in skip_from for q in json.loads((RESULTS / f"{run}.questions.json").read_text())["questions"]}
+    done_before = {
+        str(q["item_id"])
+        for run in skip_from
+        for q in json.loads((RESULTS / f"{run}.questions.json").read_text())["questions"]
+    }
     items = [item for item in items if str(item.item_id) not in done_before]
     cache_url = settings.redis_url.rsplit("/", 1)[0] + f"/{STUDY_DB}"
     cache = RedisScoreCache.from_url(cache_url, ttl_s=30 * 24 * 3600)
     model = make_chat(settings.chat)
-    options = FilterOptions(scoring=ScoringOptions(method="listwise", orders=1), answer=False, judge_top=0 if judge == "none" else None)
+    options = FilterOptions(
+        scoring=ScoringOptions(method="listwise", orders=1), answer=False, judge_top=0 if judge == "none" else None
+    )
     # Two threads: the local server has two slots, so two batches run at once.
     threads = judge_in_threads(model, threads=settings.chat.parallel, cache=cache, model_name=settings.chat.model)
     head_options = dataclasses.replace(options.scoring, orders=orders)
@@ -83,18 +96,36 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
         head = threads(query, chunks[:HEAD], head_options)
         if judge == "study" and len(chunks) > HEAD:
             return head + threads(query, chunks[HEAD:], scoring)
-        return head + [Judgement(None, None, None, None, notes=("not judged: below the best nine",))] * max(0, len(chunks) - HEAD)
+        return head + [Judgement(None, None, None, None, notes=("not judged: below the best nine",))] * max(
+            0, len(chunks) - HEAD
+        )
 
     path = RESULTS / f"{name or f'filter_{dataset}_dev'}.questions.json"
     done: list = []
     started = time.perf_counter()
-    options_record = {"method": "listwise", "judge": judge, "head": HEAD, "head_orders": orders, "rest_orders": 1 if judge == "study" else None,
-                      "threshold": "dynamic", "redundancy": 0.9, "judge_threads": settings.chat.parallel, "question_order": f"seeded shuffle ({seed})" if seed is not None else "file order",
-                      "continues": list(skip_from) or None}
+    options_record = {
+        "method": "listwise",
+        "judge": judge,
+        "head": HEAD,
+        "head_orders": orders,
+        "rest_orders": 1 if judge == "study" else None,
+        "threshold": "dynamic",
+        "redundancy": 0.9,
+        "judge_threads": settings.chat.parallel,
+        "question_order": f"seeded shuffle ({seed})" if seed is not None else "file order",
+        "continues": list(skip_from) or None,
+    }
 
     def summary_of(report):
-        return {**report.summary(), "skipped_records": len(bad), "records_in_file": len(items), "wall_seconds": round(time.perf_counter() - started, 1),
-                "options": options_record, "model": settings.chat.model if judge != "none" else None, "model_base_url": settings.chat.base_url if judge != "none" else None}
+        return {
+            **report.summary(),
+            "skipped_records": len(bad),
+            "records_in_file": len(items),
+            "wall_seconds": round(time.perf_counter() - started, 1),
+            "options": options_record,
+            "model": settings.chat.model if judge != "none" else None,
+            "model_base_url": settings.chat.base_url if judge != "none" else None,
+        }
 
     def on_question(outcome):
         print_outcome(outcome, sys.stderr)
@@ -103,8 +134,16 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
         write_report(path, summary_of(partial), partial)
 
     report = evaluate(
-        items, dataset, client=make_backend(settings), embedder=make_embedder(settings.embedder), settings=settings,
-        model=model, options=options, judge_many=judge_many if judge != "none" else None, index=f"chunkrag-eval-{dataset}", generate=False,
+        items,
+        dataset,
+        client=make_backend(settings),
+        embedder=make_embedder(settings.embedder),
+        settings=settings,
+        model=model,
+        options=options,
+        judge_many=judge_many if judge != "none" else None,
+        index=f"chunkrag-eval-{dataset}",
+        generate=False,
         on_question=on_question,
     )
     write_report(path, summary_of(report), report)
@@ -116,7 +155,10 @@ def collect(dataset: str, limit: int | None, orders: int, judge: str, seed: int 
 # probabilities, and a share of the question's best probability.
 CUTS = ("algorithm1", "fixed:0.3", "fixed:0.4", "relative:0.5", "relative:0.7")
 CHEAP_LABEL = "calibrated, retrieval signals only (no model)"
-JUDGE_LABELS = {("forward", 9): "calibrated, judge (best 9, as retrieved) + retrieval signals", ("both", 9): "calibrated, judge (best 9, both orders) + retrieval signals"}
+JUDGE_LABELS = {
+    ("forward", 9): "calibrated, judge (best 9, as retrieved) + retrieval signals",
+    ("both", 9): "calibrated, judge (best 9, both orders) + retrieval signals",
+}
 
 
 def cheap_variants() -> list[Variant]:
@@ -139,8 +181,11 @@ def judge_variants() -> list[Variant]:
 
 
 def meets_goals(row: dict, before: float) -> bool:
-    return (row["answer_in_context_after"] >= row["baseline_cosine_answer_in_context_after"] + 0.05
-            and row["answer_in_context_after"] >= 0.90 * before and row["context_chars_kept_share"] <= 0.25)
+    return (
+        row["answer_in_context_after"] >= row["baseline_cosine_answer_in_context_after"] + 0.05
+        and row["answer_in_context_after"] >= 0.90 * before
+        and row["context_chars_kept_share"] <= 0.25
+    )
 
 
 def asked_both_orders(question) -> bool:
@@ -168,14 +213,27 @@ def table_for(all_questions, variants, folds: int, per_call: float | None) -> tu
         else:
             results = [ablation.replay(q, variant) for q in questions]
             auc = ablation.chunk_auc(questions, lambda q, v=variant: ablation.scores_for(q, v))
-        row = {"variant": variant.name, "score": variant.score, "cut": variant.cut, "judge": variant.judge, "judge_top": variant.top,
-               "questions": len(questions), "answer_in_context_before": round(sum(r.before for r in results) / len(results), 4),
-               **ablation.summarise(results, per_call), "chunk_roc_auc": None if auc is None else round(auc, 4)}
-        row["margin_over_cosine"] = round(row["answer_in_context_after"] - row["baseline_cosine_answer_in_context_after"], 4)
+        row = {
+            "variant": variant.name,
+            "score": variant.score,
+            "cut": variant.cut,
+            "judge": variant.judge,
+            "judge_top": variant.top,
+            "questions": len(questions),
+            "answer_in_context_before": round(sum(r.before for r in results) / len(results), 4),
+            **ablation.summarise(results, per_call),
+            "chunk_roc_auc": None if auc is None else round(auc, 4),
+        }
+        row["margin_over_cosine"] = round(
+            row["answer_in_context_after"] - row["baseline_cosine_answer_in_context_after"], 4
+        )
         row["meets_goals"] = meets_goals(row, row["answer_in_context_before"])
         rows.append(row)
-        print(f"{row['answer_in_context_after']:.3f} (cos {row['baseline_cosine_answer_in_context_after']:.3f}, bm25 {row['baseline_bm25_answer_in_context_after']:.3f}) "
-              f"chars {row['context_chars_kept_share']:.3f} calls {row['model_calls_per_question']:.2f} auc {row['chunk_roc_auc']}  {variant.name}", file=sys.stderr)
+        print(
+            f"{row['answer_in_context_after']:.3f} (cos {row['baseline_cosine_answer_in_context_after']:.3f}, bm25 {row['baseline_bm25_answer_in_context_after']:.3f}) "
+            f"chars {row['context_chars_kept_share']:.3f} calls {row['model_calls_per_question']:.2f} auc {row['chunk_roc_auc']}  {variant.name}",
+            file=sys.stderr,
+        )
     return rows, before
 
 
@@ -190,31 +248,73 @@ def ablate(dataset: str, folds: int, judged_name: str, cheap_name: str, default_
     print(f"--- judged sample: {len(sample)} questions", file=sys.stderr)
     sample_table, sample_before = table_for(sample, cheap_variants() + judge_variants(), folds, per_call)
     fitted = {}
-    for variant in [v for v in cheap_variants() + judge_variants() if v.score == "calibrated" and v.cut == "algorithm1"]:
+    for variant in [
+        v for v in cheap_variants() + judge_variants() if v.score == "calibrated" and v.cut == "algorithm1"
+    ]:
         fitted_on = questions_for(sample if variant.judge else whole, variant)
         model = ablation.fit(fitted_on, variant)
-        fitted[variant.name.rsplit(",", 1)[0]] = {"features": list(model.names), "weights": list(model.weights), "bias": model.bias,
-                                                  "fitted_on": f"{len(fitted_on)} questions"}
+        fitted[variant.name.rsplit(",", 1)[0]] = {
+            "features": list(model.names),
+            "weights": list(model.weights),
+            "bias": model.bias,
+            "fitted_on": f"{len(fitted_on)} questions",
+        }
     summary = judged_payload["summary"]
-    path = write_result(f"filter_{dataset}_dev_ablation", "bench.judge_study", {
-        "dataset": f"{dataset}/dev.jsonl, pool contexts.ambiguous",
-        "model": summary.get("model"),
-        "whole_set": {"questions": len(whole), "answer_in_context_before": round(whole_before, 4), "ablation": whole_table,
-                      "note": "Every dev question, retrieval signals only: no model call."},
-        "judged_sample": {"questions": len(sample), "answer_in_context_before": round(sample_before, 4),
-                          "how_chosen": (f"every question, run in a seeded random order ({summary.get('options', {}).get('question_order')}) over {len(summary.get('runs', [])) or 1} run(s)"
-                                         if len(sample) == len(whole) else
-                                         f"questions run in a seeded random order ({summary.get('options', {}).get('question_order')}); the run was stopped before the end, leaving a random sample, not a prefix"),
-                          "median_seconds_per_call": per_call, "collection_run": {k: summary.get(k) for k in ("questions", "model_calls_per_question", "seconds_per_question", "wall_seconds", "options", "model_base_url")},
-                          "ablation": sample_table},
-        "cross_validation_folds": folds,
-        "fitted": fitted,
-        "note": "Answer-in-context is per-chunk gold (some kept chunk holds a gold answer). Baselines keep chunks by cosine (or BM25) to the question until they hold as many characters as the variant kept, per question. Calibrated rows are cross-validated by question (5 folds): each question is scored by a model fitted on the other folds only. Seconds per question are calls times the median seconds per call measured in the collection run (one llama-server thread on a loaded 2-core machine).",
-    })
+    path = write_result(
+        f"filter_{dataset}_dev_ablation",
+        "bench.judge_study",
+        {
+            "dataset": f"{dataset}/dev.jsonl, pool contexts.ambiguous",
+            "model": summary.get("model"),
+            "whole_set": {
+                "questions": len(whole),
+                "answer_in_context_before": round(whole_before, 4),
+                "ablation": whole_table,
+                "note": "Every dev question, retrieval signals only: no model call.",
+            },
+            "judged_sample": {
+                "questions": len(sample),
+                "answer_in_context_before": round(sample_before, 4),
+                "how_chosen": (
+                    f"every question, run in a seeded random order ({summary.get('options', {}).get('question_order')}) over {len(summary.get('runs', [])) or 1} run(s)"
+                    if len(sample) == len(whole)
+                    else f"questions run in a seeded random order ({summary.get('options', {}).get('question_order')}); the run was stopped before the end, leaving a random sample, not a prefix"
+                ),
+                "median_seconds_per_call": per_call,
+                "collection_run": {
+                    k: summary.get(k)
+                    for k in (
+                        "questions",
+                        "model_calls_per_question",
+                        "seconds_per_question",
+                        "wall_seconds",
+                        "options",
+                        "model_base_url",
+                    )
+                },
+                "ablation": sample_table,
+            },
+            "cross_validation_folds": folds,
+            "fitted": fitted,
+            "note": "Answer-in-context is per-chunk gold (some kept chunk holds a gold answer). Baselines keep chunks by cosine (or BM25) to the question until they hold as many characters as the variant kept, per question. Calibrated rows are cross-validated by question (5 folds): each question is scored by a model fitted on the other folds only. Seconds per question are calls times the median seconds per call measured in the collection run (one llama-server thread on a loaded 2-core machine).",
+        },
+    )
     print(path)
     if default_name:
-        _write_headline(dataset, default_name, sample_table, sample_before, whole_table, whole_before, len(sample), len(whole), judged_payload, cheap_payload, fitted,
-                        judged_name.split("+") + [cheap_name])
+        _write_headline(
+            dataset,
+            default_name,
+            sample_table,
+            sample_before,
+            whole_table,
+            whole_before,
+            len(sample),
+            len(whole),
+            judged_payload,
+            cheap_payload,
+            fitted,
+            judged_name.split("+") + [cheap_name],
+        )
     return 0
 
 
@@ -229,46 +329,93 @@ def merged_runs(names: list[str]) -> dict:
     summary = dict(payloads[0]["summary"])
     summary["questions"] = len(questions)
     summary["wall_seconds"] = round(sum(p["summary"].get("wall_seconds") or 0 for p in payloads), 1)
-    summary["runs"] = [{"name": n, "questions": len(p["questions"]), "wall_seconds": p["summary"].get("wall_seconds")} for n, p in zip(names, payloads)]
+    summary["runs"] = [
+        {"name": n, "questions": len(p["questions"]), "wall_seconds": p["summary"].get("wall_seconds")}
+        for n, p in zip(names, payloads)
+    ]
     return {"summary": summary, "questions": questions}
 
 
-def _write_headline(dataset, default_name, sample_table, sample_before, whole_table, whole_before, n_sample, n_whole, judged_payload, cheap_payload, fitted, runs) -> None:
+def _write_headline(
+    dataset,
+    default_name,
+    sample_table,
+    sample_before,
+    whole_table,
+    whole_before,
+    n_sample,
+    n_whole,
+    judged_payload,
+    cheap_payload,
+    fitted,
+    runs,
+) -> None:
     """results/filter_<dataset>_dev.json: the shipped default's figures (the
     judged sample, cross-validated), its baselines, and the goals."""
     row = next(r for r in sample_table if r["variant"] == default_name)
-    cheap_best = max((r for r in whole_table if r["context_chars_kept_share"] <= 0.25), key=lambda r: r["margin_over_cosine"])
+    cheap_best = max(
+        (r for r in whole_table if r["context_chars_kept_share"] <= 0.25), key=lambda r: r["margin_over_cosine"]
+    )
     summary = judged_payload["summary"]
     naive = summary.get("naive_model_calls_per_question")
-    write_result(f"filter_{dataset}_dev", "bench.judge_study", {
-        "dataset": (f"{dataset}/dev.jsonl: all {n_whole} questions judged" if n_sample == n_whole else
-                    f"{dataset}/dev.jsonl: {n_sample} of {n_whole} questions judged (a seeded random sample); retrieval-only figures on all {n_whole}"),
-        "model": summary.get("model"),
-        "default": default_name,
-        "questions": n_sample,
-        "answer_in_context_before": round(sample_before, 4),
-        "answer_in_context_after": row["answer_in_context_after"],
-        "answer_in_context_kept_share": row["kept_share_of_before"],
-        "baseline_cosine_answer_in_context_after": row["baseline_cosine_answer_in_context_after"],
-        "baseline_bm25_answer_in_context_after": row["baseline_bm25_answer_in_context_after"],
-        "context_chars_kept_share": row["context_chars_kept_share"],
-        "model_calls_per_question": row["model_calls_per_question"],
-        "naive_model_calls_per_question": naive,
-        "calls_reduction_vs_naive": round(naive / row["model_calls_per_question"], 2) if naive and row["model_calls_per_question"] else None,
-        "seconds_per_question_estimated": row["seconds_per_question_estimated"],
-        "chunk_roc_auc": row["chunk_roc_auc"],
-        "goals": {
-            "5_points_above_cosine_at_same_characters": {"margin": row["margin_over_cosine"], "met": row["margin_over_cosine"] >= 0.05},
-            "0.90_of_before_at_most_25_percent_characters": {"kept_share_of_before": row["kept_share_of_before"], "characters": row["context_chars_kept_share"],
-                                                             "met": (row["kept_share_of_before"] or 0) >= 0.90 and row["context_chars_kept_share"] <= 0.25},
-            "calls_2x_fewer_than_naive": {"met": bool(naive) and (row["model_calls_per_question"] == 0 or naive / row["model_calls_per_question"] >= 2)},
+    write_result(
+        f"filter_{dataset}_dev",
+        "bench.judge_study",
+        {
+            "dataset": (
+                f"{dataset}/dev.jsonl: all {n_whole} questions judged"
+                if n_sample == n_whole
+                else f"{dataset}/dev.jsonl: {n_sample} of {n_whole} questions judged (a seeded random sample); retrieval-only figures on all {n_whole}"
+            ),
+            "model": summary.get("model"),
+            "default": default_name,
+            "questions": n_sample,
+            "answer_in_context_before": round(sample_before, 4),
+            "answer_in_context_after": row["answer_in_context_after"],
+            "answer_in_context_kept_share": row["kept_share_of_before"],
+            "baseline_cosine_answer_in_context_after": row["baseline_cosine_answer_in_context_after"],
+            "baseline_bm25_answer_in_context_after": row["baseline_bm25_answer_in_context_after"],
+            "context_chars_kept_share": row["context_chars_kept_share"],
+            "model_calls_per_question": row["model_calls_per_question"],
+            "naive_model_calls_per_question": naive,
+            "calls_reduction_vs_naive": round(naive / row["model_calls_per_question"], 2)
+            if naive and row["model_calls_per_question"]
+            else None,
+            "seconds_per_question_estimated": row["seconds_per_question_estimated"],
+            "chunk_roc_auc": row["chunk_roc_auc"],
+            "goals": {
+                "5_points_above_cosine_at_same_characters": {
+                    "margin": row["margin_over_cosine"],
+                    "met": row["margin_over_cosine"] >= 0.05,
+                },
+                "0.90_of_before_at_most_25_percent_characters": {
+                    "kept_share_of_before": row["kept_share_of_before"],
+                    "characters": row["context_chars_kept_share"],
+                    "met": (row["kept_share_of_before"] or 0) >= 0.90 and row["context_chars_kept_share"] <= 0.25,
+                },
+                "calls_2x_fewer_than_naive": {
+                    "met": bool(naive)
+                    and (row["model_calls_per_question"] == 0 or naive / row["model_calls_per_question"] >= 2)
+                },
+            },
+            "judge_on_at_the_same_cut": next(
+                (
+                    r
+                    for r in sample_table
+                    if r["judge"] == "forward" and r["score"] == "calibrated" and r["cut"] == row["cut"]
+                ),
+                None,
+            ),
+            "whole_set_retrieval_only": {
+                "questions": n_whole,
+                "answer_in_context_before": round(whole_before, 4),
+                "best_within_25_percent_characters": cheap_best,
+            },
+            "coefficients": fitted,
+            "ablation_file": f"bench/results/filter_{dataset}_dev_ablation.json",
+            "per_question_files": [f"bench/results/{run}.questions.json" for run in runs],
         },
-        "judge_on_at_the_same_cut": next((r for r in sample_table if r["judge"] == "forward" and r["score"] == "calibrated" and r["cut"] == row["cut"]), None),
-        "whole_set_retrieval_only": {"questions": n_whole, "answer_in_context_before": round(whole_before, 4), "best_within_25_percent_characters": cheap_best},
-        "coefficients": fitted,
-        "ablation_file": f"bench/results/filter_{dataset}_dev_ablation.json",
-        "per_question_files": [f"bench/results/{run}.questions.json" for run in runs],
-    })
+    )
 
 
 JUDGE_ALONE = "the judge alone (its judged candidates, Algorithm 1)"
@@ -293,9 +440,9 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
     from chunkrag_core.engines.schema import chunk_from_hit
     from chunkrag_core.providers import make_chat
     from chunkrag_core.settings import Settings
-    from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, FilterOptions
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.measures import kept_within_budget
+    from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, FilterOptions
     from chunkrag_filter.processors.answer import verdict_from_chunks
 
     runs = runs or (f"filter_{dataset}_dev",)
@@ -308,8 +455,21 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
     default = FilterOptions()
     judged = dataclasses.replace(default, judge_top=JUDGE_TOP_WHEN_ASKED)
     variants = {
-        DEFAULT_LABEL: (Variant(DEFAULT_LABEL, "calibrated", _cut_rule(default), features=default.calibration.names), default.calibration),
-        JUDGE_ON: (Variant(JUDGE_ON, "calibrated", _cut_rule(judged), judge="forward", top=judged.judge_top, features=judged.calibration.names), judged.calibration),
+        DEFAULT_LABEL: (
+            Variant(DEFAULT_LABEL, "calibrated", _cut_rule(default), features=default.calibration.names),
+            default.calibration,
+        ),
+        JUDGE_ON: (
+            Variant(
+                JUDGE_ON,
+                "calibrated",
+                _cut_rule(judged),
+                judge="forward",
+                top=judged.judge_top,
+                features=judged.calibration.names,
+            ),
+            judged.calibration,
+        ),
     }
     if with_judge_alone:
         variants[JUDGE_ALONE] = (Variant(JUDGE_ALONE, "judge", "algorithm1", judge="forward"), None)
@@ -325,7 +485,10 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
         ids = [r["chunk_id"] for r in question.rows]
         found = client.fetch(f"chunkrag-eval-{dataset}", ids)
         chunks = {doc["_id"]: chunk_from_hit(doc) for doc in found if doc.get("found")}
-        kept_sets = {name: [rows[i]["chunk_id"] for i in ablation.kept_indices(question, variant, calibration)] for name, (variant, calibration) in variants.items()}
+        kept_sets = {
+            name: [rows[i]["chunk_id"] for i in ablation.kept_indices(question, variant, calibration)]
+            for name, (variant, calibration) in variants.items()
+        }
         budget = sum(len(chunks[c].text) for c in kept_sets[DEFAULT_LABEL] if c in chunks)
         every = list(question.rows)
         taken = kept_within_budget(["x" * r["chars"] for r in every], [r.get("cosine", 0.0) for r in every], budget)
@@ -348,23 +511,54 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
                 tallies[name].append(right)
                 chars[name].append(kept_chars)
             calls += asked_calls
-            per_claim.append({"item_id": question.item_id, "label": claims[question.item_id].label,
-                              "verdicts": {name: {"verdict": said, "kept_chars": kept_chars} for name, (_, kept_chars, said) in outcome.items()}})
-            print(f"{n + 1}/{len(questions)} " + " ".join(f"{k[:12]}={sum(v)}" for k, v in tallies.items()), file=sys.stderr)
+            per_claim.append(
+                {
+                    "item_id": question.item_id,
+                    "label": claims[question.item_id].label,
+                    "verdicts": {
+                        name: {"verdict": said, "kept_chars": kept_chars}
+                        for name, (_, kept_chars, said) in outcome.items()
+                    },
+                }
+            )
+            print(
+                f"{n + 1}/{len(questions)} " + " ".join(f"{k[:12]}={sum(v)}" for k, v in tallies.items()),
+                file=sys.stderr,
+            )
     chars_before = sum(r["chars"] for q in questions for r in q.rows)
-    path = write_result(f"filter_{dataset}_dev", "bench.judge_study", {
-        "dataset": f"{dataset}/dev.jsonl (all {len(questions)} claims; pool: contexts.ambiguous)",
-        "model": settings.chat.model,
-        "collection_run": {k: payload["summary"].get(k) for k in ("questions", "context_chars_kept_share", "model_calls_per_question", "naive_model_calls_per_question", "seconds_per_question", "wall_seconds", "options")},
-        "true_share": round(sum(claims[q.item_id].label == "true" for q in questions) / len(questions), 4),
-        "accuracy": {k: round(sum(v) / len(v), 4) for k, v in tallies.items()},
-        "context_chars_kept_share": {k: round(sum(v) / chars_before, 4) for k, v in chars.items()},
-        "judge_calls_per_claim": {DEFAULT_LABEL: 0, JUDGE_ON: 1, COSINE_AT_DEFAULT: 0, **({JUDGE_ALONE: "as collected"} if with_judge_alone else {})},
-        "verdict_calls": calls,
-        "note": "Judge outputs from one collection run (collection_run.options); each variant's kept chunks replayed from them, then one verdict call per claim per distinct kept set. Both calibrations were fitted on PopQA dev only: PubHealth is data they were not fitted on. Accuracy is the share of claims whose verdict matches the label (a verdict that names neither true nor false counts as wrong); true_share is what always answering 'true' would score.",
-        "per_question_files": [f"bench/results/{run}.questions.json" for run in runs],
-        "per_claim": per_claim,
-    })
+    path = write_result(
+        f"filter_{dataset}_dev",
+        "bench.judge_study",
+        {
+            "dataset": f"{dataset}/dev.jsonl (all {len(questions)} claims; pool: contexts.ambiguous)",
+            "model": settings.chat.model,
+            "collection_run": {
+                k: payload["summary"].get(k)
+                for k in (
+                    "questions",
+                    "context_chars_kept_share",
+                    "model_calls_per_question",
+                    "naive_model_calls_per_question",
+                    "seconds_per_question",
+                    "wall_seconds",
+                    "options",
+                )
+            },
+            "true_share": round(sum(claims[q.item_id].label == "true" for q in questions) / len(questions), 4),
+            "accuracy": {k: round(sum(v) / len(v), 4) for k, v in tallies.items()},
+            "context_chars_kept_share": {k: round(sum(v) / chars_before, 4) for k, v in chars.items()},
+            "judge_calls_per_claim": {
+                DEFAULT_LABEL: 0,
+                JUDGE_ON: 1,
+                COSINE_AT_DEFAULT: 0,
+                **({JUDGE_ALONE: "as collected"} if with_judge_alone else {}),
+            },
+            "verdict_calls": calls,
+            "note": "Judge outputs from one collection run (collection_run.options); each variant's kept chunks replayed from them, then one verdict call per claim per distinct kept set. Both calibrations were fitted on PopQA dev only: PubHealth is data they were not fitted on. Accuracy is the share of claims whose verdict matches the label (a verdict that names neither true nor false counts as wrong); true_share is what always answering 'true' would score.",
+            "per_question_files": [f"bench/results/{run}.questions.json" for run in runs],
+            "per_claim": per_claim,
+        },
+    )
     print(path)
     return 0
 
@@ -387,21 +581,39 @@ def main(argv=None) -> int:
     c.add_argument("--judge", default="cascade", choices=["cascade", "study", "none"])
     c.add_argument("--seed", type=int, help="run the questions in this seeded random order")
     c.add_argument("--name", help="result name (default filter_<dataset>_dev)")
-    c.add_argument("--skip-from", action="append", default=[], metavar="NAME", help="leave out the questions of this earlier run (repeatable)")
+    c.add_argument(
+        "--skip-from",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="leave out the questions of this earlier run (repeatable)",
+    )
     a = sub.add_parser("ablate")
     a.add_argument("dataset", nargs="?", default="popqa", choices=["popqa"])
     a.add_argument("--folds", type=int, default=5)
-    a.add_argument("--judged", default="filter_popqa_dev", help="the result name of the judged collection run; a+b for a run and its continuation")
-    a.add_argument("--cheap", default="filter_popqa_dev_cheap", help="the result name of the no-model run over every question")
+    a.add_argument(
+        "--judged",
+        default="filter_popqa_dev",
+        help="the result name of the judged collection run; a+b for a run and its continuation",
+    )
+    a.add_argument(
+        "--cheap", default="filter_popqa_dev_cheap", help="the result name of the no-model run over every question"
+    )
     a.add_argument("--default", help="the variant shipped as the default: also write results/filter_<dataset>_dev.json")
     v = sub.add_parser("verdicts")
     v.add_argument("dataset", nargs="?", default="pubhealth", choices=["pubhealth"])
     v.add_argument("--limit", type=int)
-    v.add_argument("--judge-alone", action="store_true", help="also the judge's share alone cut by Algorithm 1 (one more verdict per claim)")
+    v.add_argument(
+        "--judge-alone",
+        action="store_true",
+        help="also the judge's share alone cut by Algorithm 1 (one more verdict per claim)",
+    )
     v.add_argument("--judged", help="the collection run(s) to read, a+b (default filter_<dataset>_dev)")
     args = parser.parse_args(argv)
     if args.command == "verdicts":
-        return verdicts(args.dataset, args.limit, args.judge_alone, tuple(args.judged.split("+")) if args.judged else ())
+        return verdicts(
+            args.dataset, args.limit, args.judge_alone, tuple(args.judged.split("+")) if args.judged else ()
+        )
     if args.command == "collect":
         return collect(args.dataset, args.limit, args.orders, args.judge, args.seed, args.name, tuple(args.skip_from))
     return ablate(args.dataset, args.folds, args.judged, args.cheap, args.default)

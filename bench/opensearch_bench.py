@@ -92,25 +92,33 @@ def write_all(backend, chunked, settings, index: str) -> dict:
     from ingest_pipeline.writer import bulk_write, ensure_index
 
     backend.delete_index(index)
-    ensure_index(backend, index, dims=settings.embedder.dims, vectors=settings.vector_index, capabilities=backend.capabilities())
+    ensure_index(
+        backend, index, dims=settings.embedder.dims, vectors=settings.vector_index, capabilities=backend.capabilities()
+    )
     began = time.perf_counter()
     backend.set_refresh_interval(index, "-1")
     # What document_actions yields for a document not yet stored.
-    actions = ({"_op_type": "index", "_index": index, "_id": chunk_id, "_source": {**source, "vector": vector.tolist()}} for chunk_id, source, vector in chunked)
+    actions = (
+        {"_op_type": "index", "_index": index, "_id": chunk_id, "_source": {**source, "vector": vector.tolist()}}
+        for chunk_id, source, vector in chunked
+    )
     outcome = bulk_write(backend, actions)
     backend.set_refresh_interval(index, None)
     backend.refresh(index)
     seconds = time.perf_counter() - began
     if outcome.errors:
         raise RuntimeError(f"{backend.engine}: {len(outcome.errors)} write errors, first: {outcome.errors[0]}")
-    return {"chunks": outcome.indexed, "seconds": round(seconds, 2), "chunks_per_s": round(outcome.indexed / seconds, 1)}
+    return {
+        "chunks": outcome.indexed,
+        "seconds": round(seconds, 2),
+        "chunks_per_s": round(outcome.indexed / seconds, 1),
+    }
 
 
 def main(argv=None) -> int:
-    from chunkrag_core.providers import make_embedder
     from chunkrag_core.engines import make_backend
-    from chunkrag_core.settings import Settings
-    from chunkrag_core.settings import state_home
+    from chunkrag_core.providers import make_embedder
+    from chunkrag_core.settings import Settings, state_home
     from search_extension.retriever import HybridRetriever
 
     parser = argparse.ArgumentParser()
@@ -131,7 +139,11 @@ def main(argv=None) -> int:
     cache = state_home() / "bench-cache" / f"scifact-chunks{'-first-%d' % args.limit if args.limit else ''}.pkl"
     chunked, embed_seconds = embedded_corpus(settings, cache, args.limit)
     chunk_count = len(chunked)
-    print(f"{len({source['doc_id'] for _, source, _ in chunked})} documents, {chunk_count} chunks" + (f" (embedded in {embed_seconds} s)" if embed_seconds else " (from cache)"), file=sys.stderr)
+    print(
+        f"{len({source['doc_id'] for _, source, _ in chunked})} documents, {chunk_count} chunks"
+        + (f" (embedded in {embed_seconds} s)" if embed_seconds else " (from cache)"),
+        file=sys.stderr,
+    )
 
     writes = {engine: [] for engine in ENGINES}
     for run in range(args.write_runs):
@@ -144,7 +156,10 @@ def main(argv=None) -> int:
     queries, qrels = load_queries()
     embedder = MemoEmbedder(make_embedder(settings.embedder))
     embedder.embed(list(queries.values()))
-    retrievers = {engine: HybridRetriever(backend, embedder, args.index, settings.retrieval) for engine, backend in backends.items()}
+    retrievers = {
+        engine: HybridRetriever(backend, embedder, args.index, settings.retrieval)
+        for engine, backend in backends.items()
+    }
     for retriever in retrievers.values():
         for text in list(queries.values())[:30]:  # warm caches alike
             retriever.search(text, size=10)
@@ -183,7 +198,10 @@ def main(argv=None) -> int:
         row["p50_ratio"] = round(os_row["p50_ms"] / es_row["p50_ms"], 3)
         row["meets_goals"] = abs(row["ndcg_difference"]) <= NDCG_TOLERANCE and row["p50_ratio"] <= P50_RATIO_GOAL
         modes[mode] = row
-        print(f"{mode:>10}: ES nDCG {es_row['ndcg_at_10']:.4f} p50 {es_row['p50_ms']} | OS nDCG {os_row['ndcg_at_10']:.4f} p50 {os_row['p50_ms']}", file=sys.stderr)
+        print(
+            f"{mode:>10}: ES nDCG {es_row['ndcg_at_10']:.4f} p50 {es_row['p50_ms']} | OS nDCG {os_row['ndcg_at_10']:.4f} p50 {os_row['p50_ms']}",
+            file=sys.stderr,
+        )
 
     write_rates = {engine: median([w["chunks_per_s"] for w in writes[engine]]) for engine in ENGINES}
     payload = {
@@ -193,7 +211,10 @@ def main(argv=None) -> int:
         "queries": len(queries),
         "runs": args.runs,
         "depth": DEPTH,
-        "engines": {engine: {"version": backends[engine].capabilities().version, "url": backends[engine].display_url} for engine in ENGINES},
+        "engines": {
+            engine: {"version": backends[engine].capabilities().version, "url": backends[engine].display_url}
+            for engine in ENGINES
+        },
         "embedded_once_seconds": embed_seconds,
         "latency_note": "p50/p95 of the engine part of one search (request, response, client-side fusion), median over runs interleaved by mode and engine; queries embedded once up front",
         "modes": modes,

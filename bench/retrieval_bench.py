@@ -71,7 +71,9 @@ def ensemble_main(args) -> int:
     if not client.index_exists(args.ensemble_index):
         # A quick check still finds something: the queries' judged documents come along.
         wanted = {doc for qid in queries for doc in qrels[qid]}
-        ingest = build_ensemble_index(client, embedder, settings, args.ensemble_index, scales, args.corpus_limit, wanted)
+        ingest = build_ensemble_index(
+            client, embedder, settings, args.ensemble_index, scales, args.corpus_limit, wanted
+        )
     retriever = HybridRetriever(client, embedder, args.ensemble_index, settings.retrieval)
     weights = parse_scale_weights(args.scale_weights)
     retriever.search_ensemble("warm up", scales=scales, size=10)
@@ -95,23 +97,37 @@ def ensemble_main(args) -> int:
         "fusion": "ensemble",
     }
     name = f"ensembling{weights_suffix(weights)}"
-    print(f"{name}: nDCG@10 {row['ndcg_at_10']:.4f}  R@100 {row['recall_at_100']:.4f}  p50 {row['p50_ms']} ms  p95 {row['p95_ms']} ms", file=sys.stderr)
-    print(merge_result(args.name, "bench.retrieval_bench", name, {
-        "index": args.ensemble_index,
-        "chunks_by_scale": chunks_by_scale(client, args.ensemble_index),
-        "scales_tokens": list(scales),
-        "scale_weights": weights or "1 each",
-        "queries": len(queries),
-        "runs": args.runs,
-        "how": f"one ensemble search per query: the base chunks and each scale, BM25 + kNN ({settings.retrieval.mode}) per scale in one _msearch, min-max per scale, fused, de-duplicated by span; {DEPTH} spans, documents ranked by their first span (recall@100 over at most {DEPTH} spans, so over fewer documents when one document holds several)",
-        "latency_note": "p50/p95 of the engine part of one ensemble search (the one _msearch, fusion, de-duplication), median over runs; query embedding excluded",
-        "embed_p50_ms": round(percentile(embed_ms, 0.5), 2),
-        "ingest": ingest,
-    }, "modes", {name: row}))
+    print(
+        f"{name}: nDCG@10 {row['ndcg_at_10']:.4f}  R@100 {row['recall_at_100']:.4f}  p50 {row['p50_ms']} ms  p95 {row['p95_ms']} ms",
+        file=sys.stderr,
+    )
+    print(
+        merge_result(
+            args.name,
+            "bench.retrieval_bench",
+            name,
+            {
+                "index": args.ensemble_index,
+                "chunks_by_scale": chunks_by_scale(client, args.ensemble_index),
+                "scales_tokens": list(scales),
+                "scale_weights": weights or "1 each",
+                "queries": len(queries),
+                "runs": args.runs,
+                "how": f"one ensemble search per query: the base chunks and each scale, BM25 + kNN ({settings.retrieval.mode}) per scale in one _msearch, min-max per scale, fused, de-duplicated by span; {DEPTH} spans, documents ranked by their first span (recall@100 over at most {DEPTH} spans, so over fewer documents when one document holds several)",
+                "latency_note": "p50/p95 of the engine part of one ensemble search (the one _msearch, fusion, de-duplication), median over runs; query embedding excluded",
+                "embed_p50_ms": round(percentile(embed_ms, 0.5), 2),
+                "ingest": ingest,
+            },
+            "modes",
+            {name: row},
+        )
+    )
     return 0
 
 
-def build_ensemble_index(client, embedder, settings, index: str, scales, corpus_limit: int | None, wanted=frozenset()) -> dict:
+def build_ensemble_index(
+    client, embedder, settings, index: str, scales, corpus_limit: int | None, wanted=frozenset()
+) -> dict:
     """SciFact ingested at the base scale and at ``scales``; the ingest
     figures (this is the ensembling ingest-throughput measurement). With
     ``corpus_limit``, the first that many documents and those in ``wanted``."""
@@ -138,7 +154,9 @@ def build_ensemble_index(client, embedder, settings, index: str, scales, corpus_
 
 
 def chunks_by_scale(client, index: str) -> dict[str, int]:
-    response = client.search(index, {"size": 0, "aggs": {"scales": {"terms": {"field": "scale", "missing": 0, "size": 32}}}})
+    response = client.search(
+        index, {"size": 0, "aggs": {"scales": {"terms": {"field": "scale", "missing": 0, "size": 32}}}}
+    )
     return {str(b["key"]): b["doc_count"] for b in response["aggregations"]["scales"]["buckets"]}
 
 
@@ -152,14 +170,40 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--index", default=INDEX)
     parser.add_argument("--name", default="retrieval", help="results file name (bench/results/NAME.json)")
-    parser.add_argument("--limit", type=int, help="first N queries only (a quick check; with --name, so the results file is not overwritten)")
-    parser.add_argument("--ensemble", action="store_true", help="only the multi-scale ensembling row, added to the results file beside the rows already there")
-    parser.add_argument("--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens")
-    parser.add_argument("--scale-weights", help="with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; the row's name then says them)")
-    parser.add_argument("--ensemble-index", default=ENSEMBLE_INDEX, help="with --ensemble: the index with the scales (built from SciFact when missing)")
-    parser.add_argument("--text-fields", help="BM25 fields and boosts, e.g. text^1,title^0.5 (default: the retriever's own)")
-    parser.add_argument("--variant", help="measure --index as this named variant: its rows go under variants.NAME beside the baseline rows")
-    parser.add_argument("--corpus-limit", type=int, help="with --ensemble, when the index is built: the first N SciFact documents only (a quick check)")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        help="first N queries only (a quick check; with --name, so the results file is not overwritten)",
+    )
+    parser.add_argument(
+        "--ensemble",
+        action="store_true",
+        help="only the multi-scale ensembling row, added to the results file beside the rows already there",
+    )
+    parser.add_argument(
+        "--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens"
+    )
+    parser.add_argument(
+        "--scale-weights",
+        help="with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; the row's name then says them)",
+    )
+    parser.add_argument(
+        "--ensemble-index",
+        default=ENSEMBLE_INDEX,
+        help="with --ensemble: the index with the scales (built from SciFact when missing)",
+    )
+    parser.add_argument(
+        "--text-fields", help="BM25 fields and boosts, e.g. text^1,title^0.5 (default: the retriever's own)"
+    )
+    parser.add_argument(
+        "--variant",
+        help="measure --index as this named variant: its rows go under variants.NAME beside the baseline rows",
+    )
+    parser.add_argument(
+        "--corpus-limit",
+        type=int,
+        help="with --ensemble, when the index is built: the first N SciFact documents only (a quick check)",
+    )
     args = parser.parse_args(argv)
     if args.ensemble:
         return ensemble_main(args)
@@ -198,7 +242,10 @@ def main(argv=None) -> int:
             "p95_ms": median(per_run_p95),
             "fusion": result.fusion,
         }
-        print(f"{mode:>10}: nDCG@10 {ndcg:.4f}  R@100 {recall:.4f}  p50 {results[mode]['p50_ms']} ms  p95 {results[mode]['p95_ms']} ms", file=sys.stderr)
+        print(
+            f"{mode:>10}: nDCG@10 {ndcg:.4f}  R@100 {recall:.4f}  p50 {results[mode]['p50_ms']} ms  p95 {results[mode]['p95_ms']} ms",
+            file=sys.stderr,
+        )
 
     best_hybrid = max(("native_sum", "minmax", "rrf"), key=lambda m: results[m]["ndcg_at_10"])
     payload = {
@@ -211,12 +258,22 @@ def main(argv=None) -> int:
         "embed_p50_ms": round(percentile(embed_ms, 0.5), 2),
         "modes": results,
         "best_hybrid": best_hybrid,
-        "best_hybrid_beats_both_single_modes": results[best_hybrid]["ndcg_at_10"] > max(results["bm25"]["ndcg_at_10"], results["knn"]["ndcg_at_10"]),
+        "best_hybrid_beats_both_single_modes": results[best_hybrid]["ndcg_at_10"]
+        > max(results["bm25"]["ndcg_at_10"], results["knn"]["ndcg_at_10"]),
     }
     if args.variant:
         payload["chunking"] = index_chunking(client, args.index)
         payload["bm25_fields"] = list(fields.get("text_fields", DEFAULT_TEXT_FIELDS))
-        print(merge_result(args.name, "bench.retrieval_bench", f"variant_{args.variant}", {k: v for k, v in payload.items() if k != "modes"}, "variants", {args.variant: results}))
+        print(
+            merge_result(
+                args.name,
+                "bench.retrieval_bench",
+                f"variant_{args.variant}",
+                {k: v for k, v in payload.items() if k != "modes"},
+                "variants",
+                {args.variant: results},
+            )
+        )
         return 0
     print(write_result(args.name, "bench.retrieval_bench", payload))
     return 0
@@ -226,10 +283,21 @@ def index_chunking(client, index: str) -> dict:
     """How the index's chunks look: count, header share, median characters
     (from a sample), so a variant's row says what it measured."""
     total = client.count(index)
-    with_header = client.client.count(index=index, query={"bool": {"filter": [{"exists": {"field": "header"}}]}})["count"]
-    hits = client.client.search(index=index, size=2000, query={"function_score": {"random_score": {"seed": 7, "field": "_seq_no"}}}, source=["text"])["hits"]["hits"]
+    with_header = client.client.count(index=index, query={"bool": {"filter": [{"exists": {"field": "header"}}]}})[
+        "count"
+    ]
+    hits = client.client.search(
+        index=index,
+        size=2000,
+        query={"function_score": {"random_score": {"seed": 7, "field": "_seq_no"}}},
+        source=["text"],
+    )["hits"]["hits"]
     lengths = sorted(len(h["_source"]["text"]) for h in hits)
-    return {"chunks": total, "with_header": with_header, "sample_median_chars": lengths[len(lengths) // 2] if lengths else None}
+    return {
+        "chunks": total,
+        "with_header": with_header,
+        "sample_median_chars": lengths[len(lengths) // 2] if lengths else None,
+    }
 
 
 if __name__ == "__main__":

@@ -93,7 +93,9 @@ def ingest_variant(client, embedder, settings, index: str, headers: str, documen
     }
 
 
-def score_questions(questions, retrieve, fetch, presets, top_name: str, rse_prefix: str, candidates: int, at_budget=None):
+def score_questions(
+    questions, retrieve, fetch, presets, top_name: str, rse_prefix: str, candidates: int, at_budget=None
+):
     """Answer-in-context at every budget for top-k and each RSE preset over
     the candidates ``retrieve(question, size)`` returns (made ready for each
     budget by ``at_budget(found, budget)`` when given); rows and timings."""
@@ -115,7 +117,9 @@ def score_questions(questions, retrieve, fetch, presets, top_name: str, rse_pref
             methods[top_name][b] += answer_in_context(" ".join(c.text for c in chosen), answers)
             used[top_name][b].append(sum(len(c.text) for c in chosen))
             for penalty, minimum in presets:
-                rse = SegmentSettings(max_total_chars=budget, irrelevant_chunk_penalty=penalty, min_segment_value=minimum)
+                rse = SegmentSettings(
+                    max_total_chars=budget, irrelevant_chunk_penalty=penalty, min_segment_value=minimum
+                )
                 started = time.perf_counter()
                 segments = extract_segments(ready, fetch, rse)
                 rse_ms.append((time.perf_counter() - started) * 1000)
@@ -124,7 +128,13 @@ def score_questions(questions, retrieve, fetch, presets, top_name: str, rse_pref
                 used[name][b].append(sum(s.end - s.start for s in segments))
     n = len(questions)
     rows = {
-        name: {str(budget): {"answer_in_context": round(hits[b] / n, 4), "mean_context_chars": round(sum(used[name][b]) / n, 1)} for b, budget in enumerate(BUDGETS)}
+        name: {
+            str(budget): {
+                "answer_in_context": round(hits[b] / n, 4),
+                "mean_context_chars": round(sum(used[name][b]) / n, 1),
+            }
+            for b, budget in enumerate(BUDGETS)
+        }
         for name, hits in methods.items()
     }
     return rows, {"search_ms_median": median(search_ms), "rse_ms_median": median(rse_ms), "rse_calls": len(rse_ms)}
@@ -141,12 +151,31 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--candidates", type=int, default=50, help="chunks retrieved per question")
     parser.add_argument("--limit", type=int, help="first N answerable questions only (a quick check)")
-    parser.add_argument("--articles", type=int, help="first N articles only, and their questions (a quick check; with --name, so the results file is not overwritten)")
-    parser.add_argument("--keep", action="store_true", help="reuse the indices if present (ingest timing then means nothing)")
-    parser.add_argument("--rse", default="0.18:0.5", help="RSE settings to report as penalty:minimum_value pairs, comma-separated (0.18:0.5 is dsRAG's balanced preset)")
-    parser.add_argument("--ensemble", action="store_true", help="only the multi-scale ensembling rows (ensembling, ensembling + RSE), added to the results file beside the rows already there")
-    parser.add_argument("--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens")
-    parser.add_argument("--scale-weights", help="with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; the rows' names then say them)")
+    parser.add_argument(
+        "--articles",
+        type=int,
+        help="first N articles only, and their questions (a quick check; with --name, so the results file is not overwritten)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="reuse the indices if present (ingest timing then means nothing)"
+    )
+    parser.add_argument(
+        "--rse",
+        default="0.18:0.5",
+        help="RSE settings to report as penalty:minimum_value pairs, comma-separated (0.18:0.5 is dsRAG's balanced preset)",
+    )
+    parser.add_argument(
+        "--ensemble",
+        action="store_true",
+        help="only the multi-scale ensembling rows (ensembling, ensembling + RSE), added to the results file beside the rows already there",
+    )
+    parser.add_argument(
+        "--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens"
+    )
+    parser.add_argument(
+        "--scale-weights",
+        help="with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; the rows' names then say them)",
+    )
     parser.add_argument("--name", default="segments")
     args = parser.parse_args(argv)
 
@@ -167,26 +196,32 @@ def main(argv=None) -> int:
         retriever = HybridRetriever(client, embedder, index, settings.retrieval)
         fetch = position_fetcher(client, index)
         retrieve = lambda question, size: retriever.search(question, size=size).chunks  # noqa: E731
-        found, timings[variant] = score_questions(questions, retrieve, fetch, presets, f"top_k_{variant}", f"rse_{variant}", args.candidates)
+        found, timings[variant] = score_questions(
+            questions, retrieve, fetch, presets, f"top_k_{variant}", f"rse_{variant}", args.candidates
+        )
         rows.update(found)
         print(json.dumps({variant: found}, indent=1), flush=True)
 
-    path = write_result(args.name, "bench.segments_bench", {
-        "dataset": f"SQuAD 2.0 dev (cs224n split): {len(documents)} articles as whole documents, paragraphs joined by blank lines",
-        "questions": len(questions),
-        "candidates": args.candidates,
-        "retrieval_mode": settings.retrieval.mode,
-        "budgets_chars": list(BUDGETS),
-        "rse_settings": {
-            **dataclasses.asdict(SegmentSettings()),
-            "max_total_chars": "the budget",
-            "irrelevant_chunk_penalty:min_segment_value": [f"{p:g}:{m:g}" for p, m in presets],
-            "relevance": "min-max normalised retrieval score",
+    path = write_result(
+        args.name,
+        "bench.segments_bench",
+        {
+            "dataset": f"SQuAD 2.0 dev (cs224n split): {len(documents)} articles as whole documents, paragraphs joined by blank lines",
+            "questions": len(questions),
+            "candidates": args.candidates,
+            "retrieval_mode": settings.retrieval.mode,
+            "budgets_chars": list(BUDGETS),
+            "rse_settings": {
+                **dataclasses.asdict(SegmentSettings()),
+                "max_total_chars": "the budget",
+                "irrelevant_chunk_penalty:min_segment_value": [f"{p:g}:{m:g}" for p, m in presets],
+                "relevance": "min-max normalised retrieval score",
+            },
+            "ingest": ingest,
+            "timings": timings,
+            "results": rows,
         },
-        "ingest": ingest,
-        "timings": timings,
-        "results": rows,
-    })
+    )
     print(f"wrote {path}")
     return 0
 
@@ -208,25 +243,43 @@ def ensemble_main(args, client, embedder, settings, documents, questions, preset
     # (a chunk longer than the budget could never be used, so it must not
     # hide the smaller chunks inside it).
     weights = parse_scale_weights(args.scale_weights)
-    retrieve = lambda question, size: retriever.ensemble_candidates(question, scales=scales, size=size, weights=weights).chunks  # noqa: E731
+    retrieve = lambda question, size: (
+        retriever.ensemble_candidates(question, scales=scales, size=size, weights=weights).chunks
+    )  # noqa: E731
     at_budget = lambda ranked, budget: merge_spans(ranked, args.candidates, budget)  # noqa: E731
     suffix = weights_suffix(weights)
-    rows, timings = score_questions(questions, retrieve, position_fetcher(client, index), presets, f"ensemble{suffix}_plain", f"ensemble{suffix}_rse_plain", args.candidates, at_budget)
+    rows, timings = score_questions(
+        questions,
+        retrieve,
+        position_fetcher(client, index),
+        presets,
+        f"ensemble{suffix}_plain",
+        f"ensemble{suffix}_rse_plain",
+        args.candidates,
+        at_budget,
+    )
     print(json.dumps(rows, indent=1), flush=True)
-    path = merge_result(args.name, "bench.segments_bench", f"ensembling{suffix}", {
-        "articles": len(documents),
-        "questions": len(questions),
-        "candidates": args.candidates,
-        "scales_tokens": list(scales),
-        "scale_weights": weights or "1 each",
-        "chars_per_token": CHARS_PER_TOKEN,
-        "rows": {
-            "ensemble_plain": "top-k over the ensemble's spans (every scale, one _msearch, min-max per scale, de-duplicated by span with the budget as the span cap), in rank order while they fit",
-            "ensemble_rse_plain_*": "RSE (same presets, budget as max_total_chars) over the ensemble's spans; segments stay within one scale",
+    path = merge_result(
+        args.name,
+        "bench.segments_bench",
+        f"ensembling{suffix}",
+        {
+            "articles": len(documents),
+            "questions": len(questions),
+            "candidates": args.candidates,
+            "scales_tokens": list(scales),
+            "scale_weights": weights or "1 each",
+            "chars_per_token": CHARS_PER_TOKEN,
+            "rows": {
+                "ensemble_plain": "top-k over the ensemble's spans (every scale, one _msearch, min-max per scale, de-duplicated by span with the budget as the span cap), in rank order while they fit",
+                "ensemble_rse_plain_*": "RSE (same presets, budget as max_total_chars) over the ensemble's spans; segments stay within one scale",
+            },
+            "ingest": ingest,
+            "timings": timings,
         },
-        "ingest": ingest,
-        "timings": timings,
-    }, "results", rows)
+        "results",
+        rows,
+    )
     print(f"wrote {path}")
     return 0
 

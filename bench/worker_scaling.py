@@ -39,8 +39,8 @@ def main(argv=None) -> int:
 
     from chunkrag_core.chunk import Chunk
     from chunkrag_core.settings import Settings
-    from local_services.celery_workers import CeleryWorkers
     from chunkrag_filter.processors.relevance import ScoringOptions
+    from local_services.celery_workers import CeleryWorkers
     from tests.support.scripted_openai import ScriptedOpenAI, listwise_choice
     from workers.dispatch import celery_judge_many
 
@@ -55,7 +55,12 @@ def main(argv=None) -> int:
     with ScriptedOpenAI(default=slow) as server:
         base = Settings.from_env()
         redis_url = base.redis_url.rsplit("/", 1)[0] + "/15"
-        env = {**os.environ, "REDIS_URL": redis_url, "CHUNKRAG_CHAT_BASE_URL": server.base_url, "CHUNKRAG_WORKER_QUERY_BUDGET_S": "600"}
+        env = {
+            **os.environ,
+            "REDIS_URL": redis_url,
+            "CHUNKRAG_CHAT_BASE_URL": server.base_url,
+            "CHUNKRAG_WORKER_QUERY_BUDGET_S": "600",
+        }
         settings = Settings.from_env(env)
         options = ScoringOptions(method="listwise")
         for run in range(args.runs):
@@ -67,10 +72,21 @@ def main(argv=None) -> int:
                     judge_many = celery_judge_many(settings=settings)
 
                     def one(q: int) -> None:
-                        chunks = [Chunk(f"run{run}-w{n}-q{q}", i, f"passage {i} of question {q}" + (" answer" if i == 3 else ""), 0, 10) for i in range(CHUNKS_PER_QUESTION)]
+                        chunks = [
+                            Chunk(
+                                f"run{run}-w{n}-q{q}",
+                                i,
+                                f"passage {i} of question {q}" + (" answer" if i == 3 else ""),
+                                0,
+                                10,
+                            )
+                            for i in range(CHUNKS_PER_QUESTION)
+                        ]
                         judgements = judge_many(f"question {q} run {run} workers {n}", chunks, options)
                         if any(j.combined is None for j in judgements):
-                            raise RuntimeError(f"question {q}: unjudged chunks {[j.notes for j in judgements if j.combined is None][:1]}")
+                            raise RuntimeError(
+                                f"question {q}: unjudged chunks {[j.notes for j in judgements if j.combined is None][:1]}"
+                            )
 
                     started = time.perf_counter()
                     with ThreadPoolExecutor(max_workers=args.clients) as clients:

@@ -18,21 +18,47 @@ def build_parser() -> argparse.ArgumentParser:
     # The filter's flags are made from its options' one declaration.
     from search_extension.options import add_arguments as add_filter_arguments
 
-    parser = argparse.ArgumentParser(prog="chunkrag", description="ChunkRAG on Elasticsearch: ingest documents as semantic chunks and search them.")
+    parser = argparse.ArgumentParser(
+        prog="chunkrag", description="ChunkRAG on Elasticsearch: ingest documents as semantic chunks and search them."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ingest = commands.add_parser("ingest", help="chunk, embed and index .txt/.md/.jsonl files or folders")
     ingest.add_argument("paths", nargs="+")
     ingest.add_argument("--index", help="index name (default: $CHUNKRAG_INDEX or 'chunkrag')")
-    ingest.add_argument("--similarity-threshold", type=float, help="new chunk where consecutive-sentence cosine drops below this (0.8)")
+    ingest.add_argument(
+        "--similarity-threshold", type=float, help="new chunk where consecutive-sentence cosine drops below this (0.8)"
+    )
     ingest.add_argument("--max-chars", type=int, help="longest chunk in characters (500)")
-    ingest.add_argument("--percentile", type=float, help="break where the distance between consecutive sentences is above this percentile of the document's own (e.g. 95) instead of below --similarity-threshold")
-    ingest.add_argument("--min-chars", type=int, help="a chunk shorter than this is not closed at a similarity drop (0)")
-    ingest.add_argument("--headers", choices=["title+section", "title", "section", "none"], help="contextual chunk headers (title+section)")
+    ingest.add_argument(
+        "--percentile",
+        type=float,
+        help="break where the distance between consecutive sentences is above this percentile of the document's own (e.g. 95) instead of below --similarity-threshold",
+    )
+    ingest.add_argument(
+        "--min-chars", type=int, help="a chunk shorter than this is not closed at a similarity drop (0)"
+    )
+    ingest.add_argument(
+        "--headers",
+        choices=["title+section", "title", "section", "none"],
+        help="contextual chunk headers (title+section)",
+    )
     ingest.add_argument("--scales", help=SCALES_HELP + " (default $CHUNKRAG_SCALES, or none)")
-    ingest.add_argument("--llm-titles", action="store_true", help="the chat model writes a title for each document that has none (one call per such document; cached)")
-    ingest.add_argument("--summaries", action="store_true", help="the chat model writes a short summary of each document into its chunks' headers (one call per document; cached)")
-    ingest.add_argument("--semantic-sections", action="store_true", help="the chat model names the sections of each document without headings (one call per ~8,000 characters; cached)")
+    ingest.add_argument(
+        "--llm-titles",
+        action="store_true",
+        help="the chat model writes a title for each document that has none (one call per such document; cached)",
+    )
+    ingest.add_argument(
+        "--summaries",
+        action="store_true",
+        help="the chat model writes a short summary of each document into its chunks' headers (one call per document; cached)",
+    )
+    ingest.add_argument(
+        "--semantic-sections",
+        action="store_true",
+        help="the chat model names the sections of each document without headings (one call per ~8,000 characters; cached)",
+    )
     ingest.add_argument("--json", action="store_true", help="print the report as JSON")
     ingest.add_argument("--no-progress", action="store_true")
     ingest.set_defaults(handler=cmd_ingest)
@@ -42,7 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--index")
     add_filter_arguments(search, "search")
     search.add_argument("--size", type=int, default=None)
-    search.add_argument("--filter", action="append", default=[], metavar="JSON", help='an Elasticsearch filter clause, e.g. \'{"term": {"doc_id": "a"}}\'')
+    search.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help='an Elasticsearch filter clause, e.g. \'{"term": {"doc_id": "a"}}\'',
+    )
     search.add_argument("--collapse", metavar="FIELD", help="best chunk per value of FIELD, e.g. doc_id")
     _ensemble_arguments(search)
     search.add_argument("--json", action="store_true")
@@ -52,29 +84,67 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("question")
     ask.add_argument("--index")
     add_filter_arguments(ask, "ask")
-    ask.add_argument("--segments", action="store_true", help="relevant segment extraction: answer from runs of neighbouring chunks around the relevant ones")
-    ask.add_argument("--segment-chars", type=int, default=None, help="character budget of all segments together (default: chunk budgets only)")
+    ask.add_argument(
+        "--segments",
+        action="store_true",
+        help="relevant segment extraction: answer from runs of neighbouring chunks around the relevant ones",
+    )
+    ask.add_argument(
+        "--segment-chars",
+        type=int,
+        default=None,
+        help="character budget of all segments together (default: chunk budgets only)",
+    )
     _ensemble_arguments(ask)
     ask.set_defaults(handler=cmd_ask)
 
-    serve = commands.add_parser("serve", help="run the Elasticsearch-compatible gateway (ext.chunkrag in _search, /v1/ask)")
+    serve = commands.add_parser(
+        "serve", help="run the Elasticsearch-compatible gateway (ext.chunkrag in _search, /v1/ask)"
+    )
     serve.add_argument("--host", help="default: $CHUNKRAG_GATEWAY_HOST or 127.0.0.1")
     serve.add_argument("--port", type=int, help="default: $CHUNKRAG_GATEWAY_PORT or 8400")
     serve.add_argument("--access-log", action="store_true", help="log every request (costs ~0.2 ms of CPU each)")
     serve.set_defaults(handler=cmd_serve)
 
-    evaluation = commands.add_parser("eval", help="run retrieval and the chunk filter over an evaluation file (popqa, pubhealth, bio format) and measure it")
+    evaluation = commands.add_parser(
+        "eval",
+        help="run retrieval and the chunk filter over an evaluation file (popqa, pubhealth, bio format) and measure it",
+    )
     evaluation.add_argument("file", help="a JSON-lines file in the popqa, pubhealth or bio format of shared/eval")
-    evaluation.add_argument("--format", default="auto", choices=["auto", "popqa", "pubhealth", "bio", "wikiqa", "healthver", "climate_fever"], help="wikiqa, healthver and climate_fever are sentence-level relevance sets: the judge's ROC AUC and F1 against cosine and BM25")
-    evaluation.add_argument("--judge-sample", type=int, help="sentence sets: judge a seeded random sample of this many items (cosine and BM25 always score all)")
-    evaluation.add_argument("--pool", default="ambiguous", choices=["ambiguous", "correct", "incorrect"], help="which context pool of each record is indexed")
+    evaluation.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "popqa", "pubhealth", "bio", "wikiqa", "healthver", "climate_fever"],
+        help="wikiqa, healthver and climate_fever are sentence-level relevance sets: the judge's ROC AUC and F1 against cosine and BM25",
+    )
+    evaluation.add_argument(
+        "--judge-sample",
+        type=int,
+        help="sentence sets: judge a seeded random sample of this many items (cosine and BM25 always score all)",
+    )
+    evaluation.add_argument(
+        "--pool",
+        default="ambiguous",
+        choices=["ambiguous", "correct", "incorrect"],
+        help="which context pool of each record is indexed",
+    )
     evaluation.add_argument("--limit", type=int, help="only the first N usable records")
     evaluation.add_argument("--index", help="evaluation index (default chunkrag-eval-<format>)")
     add_filter_arguments(evaluation, "eval")
-    evaluation.add_argument("--generate", action="store_true", help="also write an answer (PopQA) or verdict (PubHealth) from the kept chunks and grade it")
-    evaluation.add_argument("--segments", action="store_true", help="also measure relevant segments of the judged candidates within the characters the filter kept")
+    evaluation.add_argument(
+        "--generate",
+        action="store_true",
+        help="also write an answer (PopQA) or verdict (PubHealth) from the kept chunks and grade it",
+    )
+    evaluation.add_argument(
+        "--segments",
+        action="store_true",
+        help="also measure relevant segments of the judged candidates within the characters the filter kept",
+    )
     _ensemble_arguments(evaluation, ingest=True)
-    evaluation.add_argument("--judge", choices=["threads", "celery"], help="where judging runs (default $CHUNKRAG_WORKER_JUDGE or threads)")
+    evaluation.add_argument(
+        "--judge", choices=["threads", "celery"], help="where judging runs (default $CHUNKRAG_WORKER_JUDGE or threads)"
+    )
     evaluation.add_argument("--out", help="write the summary and per-question outcomes to this JSON file")
     evaluation.add_argument("--plots", metavar="DIR", help="write PNG figures to DIR")
     evaluation.set_defaults(handler=cmd_eval)
@@ -83,13 +153,26 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.set_defaults(handler=cmd_cluster)
 
     demo = commands.add_parser("demo", help="start the services, ingest the bundled sample, run a few searches")
-    demo.add_argument("--no-services", action="store_true", help="use running services ($ES_URL) instead of starting local ones")
+    demo.add_argument(
+        "--no-services", action="store_true", help="use running services ($ES_URL) instead of starting local ones"
+    )
     demo.add_argument("--index", default="chunkrag-demo")
-    demo.add_argument("--no-filter", action="store_true", help="searches only: skip the LLM chunk filter (which needs the model server)")
-    demo.add_argument("--filter-questions", type=int, default=2, help="how many sample questions go through the chunk filter (each costs model calls)")
+    demo.add_argument(
+        "--no-filter",
+        action="store_true",
+        help="searches only: skip the LLM chunk filter (which needs the model server)",
+    )
+    demo.add_argument(
+        "--filter-questions",
+        type=int,
+        default=2,
+        help="how many sample questions go through the chunk filter (each costs model calls)",
+    )
     demo.set_defaults(handler=cmd_demo)
 
-    workers = commands.add_parser("workers", help="run a Celery worker that judges chunks for the gateway (broker: $REDIS_URL)")
+    workers = commands.add_parser(
+        "workers", help="run a Celery worker that judges chunks for the gateway (broker: $REDIS_URL)"
+    )
     workers.add_argument("--concurrency", type=int, help="judging processes (default: $CHUNKRAG_CHAT_PARALLEL, 2)")
     workers.add_argument("--loglevel", default="INFO")
     workers.set_defaults(handler=cmd_workers)
@@ -105,9 +188,15 @@ SCALES_HELP = "multi-scale ensembling: also index each document at these chunk s
 
 def _ensemble_arguments(parser: argparse.ArgumentParser, *, ingest: bool = False) -> None:
     needs = "the pools are indexed at the scales" if ingest else "the index must have been ingested with --scales"
-    parser.add_argument("--ensemble", action="store_true", help=f"retrieve the base chunks and every larger scale in one _msearch, fused per scale and de-duplicated by span ({needs})")
+    parser.add_argument(
+        "--ensemble",
+        action="store_true",
+        help=f"retrieve the base chunks and every larger scale in one _msearch, fused per scale and de-duplicated by span ({needs})",
+    )
     where = "indexed and ensembled" if ingest else "ensembled"
-    parser.add_argument("--scales", help=f"with --ensemble, the scales {where} (default $CHUNKRAG_SCALES, else 128,512,2000)")
+    parser.add_argument(
+        "--scales", help=f"with --ensemble, the scales {where} (default $CHUNKRAG_SCALES, else 128,512,2000)"
+    )
 
 
 def ensemble_scales(args: argparse.Namespace, settings: Settings) -> tuple[int, ...] | None:
@@ -181,7 +270,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ingest_pipeline.pipeline import ingest
 
     settings = _settings(args)
-    report = ingest(args.paths, client=_backend(settings), embedder=make_embedder(settings.embedder), settings=settings, progress=False if args.no_progress else None)
+    report = ingest(
+        args.paths,
+        client=_backend(settings),
+        embedder=make_embedder(settings.embedder),
+        settings=settings,
+        progress=False if args.no_progress else None,
+    )
     if args.json:
         print(ingest_report_json(report))
     else:
@@ -200,12 +295,15 @@ def cmd_search(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         print(f"chunkrag: --filter is not JSON: {exc}", file=sys.stderr)
         return 2
-    retriever = HybridRetriever(_backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
+    retriever = HybridRetriever(
+        _backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval
+    )
     scales = ensemble_scales(args, settings)
     mode = filter_options_from_args(args, "search").mode
     if scales is not None:
-        result = retriever.search_ensemble(args.query, scales=scales, mode=mode, size=args.size, filters=filters,
-                                           collapse_field=args.collapse)
+        result = retriever.search_ensemble(
+            args.query, scales=scales, mode=mode, size=args.size, filters=filters, collapse_field=args.collapse
+        )
     else:
         result = retriever.search(args.query, mode=mode, size=args.size, filters=filters, collapse_field=args.collapse)
     if args.json:
@@ -223,13 +321,23 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     resolved = filter_options_from_args(args, "ask")
-    retriever = HybridRetriever(_backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval)
+    retriever = HybridRetriever(
+        _backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval
+    )
     from search_extension.segments import SegmentSettings
 
     segments = SegmentSettings(max_total_chars=args.segment_chars) if args.segments else None
-    result = ask(args.question, retriever=retriever, model=make_chat(settings.chat), options=resolved.filter,
-                 candidates=resolved.candidates or DEFAULT_CANDIDATES, parallel=settings.chat.parallel,
-                 model_name=settings.chat.model, segments=segments, ensemble=ensemble_scales(args, settings))
+    result = ask(
+        args.question,
+        retriever=retriever,
+        model=make_chat(settings.chat),
+        options=resolved.filter,
+        candidates=resolved.candidates or DEFAULT_CANDIDATES,
+        parallel=settings.chat.parallel,
+        model_name=settings.chat.model,
+        segments=segments,
+        ensemble=ensemble_scales(args, settings),
+    )
     print_ask(result, sys.stdout)
     return 0
 
@@ -244,9 +352,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Before any thread starts: RSS stays flat under load (allocator.py).
     limit_malloc_arenas()
     settings = Settings.from_env()
-    gateway = dataclasses.replace(settings.gateway, host=args.host or settings.gateway.host, port=args.port or settings.gateway.port)
+    gateway = dataclasses.replace(
+        settings.gateway, host=args.host or settings.gateway.host, port=args.port or settings.gateway.port
+    )
     # HTTPS with CHUNKRAG_GATEWAY_SSL_CERTFILE and _KEYFILE.
-    uvicorn.run(create_app(dataclasses.replace(settings, gateway=gateway)), host=gateway.host, port=gateway.port, access_log=args.access_log, **uvicorn_options(gateway))
+    uvicorn.run(
+        create_app(dataclasses.replace(settings, gateway=gateway)),
+        host=gateway.host,
+        port=gateway.port,
+        access_log=args.access_log,
+        **uvicorn_options(gateway),
+    )
     return 0
 
 
@@ -281,7 +397,6 @@ def _judge_many(settings: Settings, judge: str, model):
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
-    from chunkrag_filter.pipeline import FilterOptions
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.report import print_outcome, write_report
     from chunkrag_eval.runner import evaluate
@@ -299,11 +414,37 @@ def cmd_eval(args: argparse.Namespace) -> int:
     options = filter_options_from_args(args, "eval").filter
     model = make_chat(settings.chat)
     report = evaluate(
-        items, fmt, client=_backend(settings), embedder=make_embedder(settings.embedder), settings=settings, model=model, options=options,
-        judge_many=_judge_many(settings, args.judge or settings.workers.judge, model), index=args.index or f"chunkrag-eval-{fmt}",
-        generate=args.generate, on_question=lambda outcome: print_outcome(outcome, sys.stderr), segments=_segment_settings(args), ensemble=ensemble,
+        items,
+        fmt,
+        client=_backend(settings),
+        embedder=make_embedder(settings.embedder),
+        settings=settings,
+        model=model,
+        options=options,
+        judge_many=_judge_many(settings, args.judge or settings.workers.judge, model),
+        index=args.index or f"chunkrag-eval-{fmt}",
+        generate=args.generate,
+        on_question=lambda outcome: print_outcome(outcome, sys.stderr),
+        segments=_segment_settings(args),
+        ensemble=ensemble,
     )
-    summary = {**report.summary(), "skipped_records": len(bad), "options": {"method": options.scoring.method, "orders": options.scoring.orders, "judge_top": options.judge_top, "calibrated": options.calibration is not None, "prior_weight": options.prior_weight, "threshold": options.threshold, "fixed_threshold": options.fixed_threshold, "redundancy": options.redundancy_threshold is not None, "judge": args.judge or settings.workers.judge, "model": settings.chat.model, "ensemble_scales": list(ensemble) if ensemble is not None else None}}
+    summary = {
+        **report.summary(),
+        "skipped_records": len(bad),
+        "options": {
+            "method": options.scoring.method,
+            "orders": options.scoring.orders,
+            "judge_top": options.judge_top,
+            "calibrated": options.calibration is not None,
+            "prior_weight": options.prior_weight,
+            "threshold": options.threshold,
+            "fixed_threshold": options.fixed_threshold,
+            "redundancy": options.redundancy_threshold is not None,
+            "judge": args.judge or settings.workers.judge,
+            "model": settings.chat.model,
+            "ensemble_scales": list(ensemble) if ensemble is not None else None,
+        },
+    }
     if args.out:
         write_report(args.out, summary, report)
     if args.plots:
@@ -321,8 +462,14 @@ def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
 
     options = filter_options_from_args(args, "eval").filter.scoring
     result = evaluate_sentences(
-        args.format, args.file, client=_backend(settings), embedder=make_embedder(settings.embedder), model=make_chat(settings.chat),
-        options=options, judge_sample=args.judge_sample, progress=lambda line: print(line, file=sys.stderr, end="\r"),
+        args.format,
+        args.file,
+        client=_backend(settings),
+        embedder=make_embedder(settings.embedder),
+        model=make_chat(settings.chat),
+        options=options,
+        judge_sample=args.judge_sample,
+        progress=lambda line: print(line, file=sys.stderr, end="\r"),
     )
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
@@ -345,7 +492,17 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 def cmd_workers(args: argparse.Namespace) -> int:
     settings = _settings(args)  # a bad setting fails here, not in every pool process
     concurrency = args.concurrency or settings.chat.parallel
-    command = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", f"--loglevel={args.loglevel}", f"--concurrency={concurrency}", "--pool=prefork"]
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.app",
+        "worker",
+        f"--loglevel={args.loglevel}",
+        f"--concurrency={concurrency}",
+        "--pool=prefork",
+    ]
     # exec: signals (Ctrl-C, a service manager's SIGTERM) reach Celery itself.
     os.execv(sys.executable, command)
     return 0  # not reached
@@ -365,7 +522,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if services_main(["up"]) != 0:
             return 1
         # The local model only when no other OpenAI-compatible server is configured.
-        if not args.no_filter and not os.environ.get("CHUNKRAG_CHAT_BASE_URL") and services_main(["up", "--only", "llm"]) != 0:
+        if (
+            not args.no_filter
+            and not os.environ.get("CHUNKRAG_CHAT_BASE_URL")
+            and services_main(["up", "--only", "llm"]) != 0
+        ):
             return 1
         # The app (and the demo's worker) know the services by URL: those just started, on their ports.
         os.environ.update(app_environ())
@@ -406,11 +567,22 @@ def _demo_filter(settings: Settings, embedder, questions: list[str]) -> None:
     settings = dataclasses.replace(settings, workers=dataclasses.replace(settings.workers, judge="celery"))
     # The default filter scores from the retrieval signals alone (no judge
     # call); the demo turns the LLM judge on to show it working on a worker.
-    print(f"\nthe chunk filter with the LLM judge on (ext.chunkrag.judge_top), through the gateway and a Celery worker, with {settings.chat.model} at {settings.chat.base_url}:")
-    with tempfile.TemporaryDirectory() as logs, CeleryWorkers({**os.environ, "REDIS_URL": settings.redis_url}, Path(logs)) as workers:
+    print(
+        f"\nthe chunk filter with the LLM judge on (ext.chunkrag.judge_top), through the gateway and a Celery worker, with {settings.chat.model} at {settings.chat.base_url}:"
+    )
+    with (
+        tempfile.TemporaryDirectory() as logs,
+        CeleryWorkers({**os.environ, "REDIS_URL": settings.redis_url}, Path(logs)) as workers,
+    ):
         workers.start(1)
         with serve_in_thread(create_app(settings, embedder=embedder)) as url:
-            client = Elasticsearch(url, request_timeout=settings.workers.query_budget_s + 2 * settings.chat.timeout_s, max_retries=0)
+            client = Elasticsearch(
+                url, request_timeout=settings.workers.query_budget_s + 2 * settings.chat.timeout_s, max_retries=0
+            )
             for question in questions:
-                body = {"query": {"match": {"text": question}}, "size": 3, "ext": {"chunkrag": {"candidates": 6, "judge_top": 6, "include_dropped": True, "answer": True}}}
+                body = {
+                    "query": {"match": {"text": question}},
+                    "size": 3,
+                    "ext": {"chunkrag": {"candidates": 6, "judge_top": 6, "include_dropped": True, "answer": True}},
+                }
                 print_gateway_search(question, client.search(index=settings.index, body=body), sys.stdout)

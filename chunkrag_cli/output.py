@@ -108,9 +108,15 @@ def print_ask(result, out: TextIO, width: int = 100) -> None:
         cells = " ".join(f"{scores[s]:>10.3f}" if s in scores else f"{'-':>10}" for s in _STAGES)
         mark = "kept" if decision.kept else "dropped"
         print(f"  {mark + ' ' + decision.reason:<16.16} {cells}  {decision.chunk.chunk_id}", file=out)
-        print(f"      {textwrap.shorten(' '.join(decision.chunk.text.split()), width=width - 8, placeholder=' …')}", file=out)
+        print(
+            f"      {textwrap.shorten(' '.join(decision.chunk.text.split()), width=width - 8, placeholder=' …')}",
+            file=out,
+        )
     for segment in getattr(result, "segments", None) or ():
-        print(f"\n  segment {segment.doc_id} chunks {segment.first}..{segment.stop - 1} (value {segment.value:.2f}, characters {segment.start}..{segment.end})", file=out)
+        print(
+            f"\n  segment {segment.doc_id} chunks {segment.first}..{segment.stop - 1} (value {segment.value:.2f}, characters {segment.start}..{segment.end})",
+            file=out,
+        )
         print(textwrap.indent(textwrap.fill(" ".join(segment.text.split()), width=width - 6), "      "), file=out)
     if filtered.judged_by_reason:
         print(f"\n  judged by {filtered.judged_by}: {filtered.judged_by_reason}", file=out)
@@ -143,11 +149,17 @@ def print_gateway_search(question: str, response, out: TextIO, width: int = 100)
         cells = " ".join(f"{info['scores'][s]:>10.3f}" if s in info["scores"] else f"{'-':>10}" for s in _STAGES)
         mark = "kept" if info["kept"] else "dropped"
         print(f"  {mark + ' ' + info['reason']:<16.16} {cells}  {hit['_id']}", file=out)
-        print(f"      {textwrap.shorten(' '.join(hit['_source']['text'].split()), width=width - 8, placeholder=' …')}", file=out)
+        print(
+            f"      {textwrap.shorten(' '.join(hit['_source']['text'].split()), width=width - 8, placeholder=' …')}",
+            file=out,
+        )
     if report.get("judged_by_reason"):
         print(f"\n  judged by {report['judged_by']}: {report['judged_by_reason']}", file=out)
     answer = report.get("answer")
     if answer:
         print(f"\nanswer: {answer['text']}\ncited: {', '.join(answer['citations']) or 'none'}", file=out)
     usage = report["usage"]
-    print(f"model calls {usage['model_calls']} (+{usage['cached_calls']} cached), prompt tokens {usage['prompt_tokens']}; took {response['took']} ms", file=out)
+    print(
+        f"model calls {usage['model_calls']} (+{usage['cached_calls']} cached), prompt tokens {usage['prompt_tokens']}; took {response['took']} ms",
+        file=out,
+    )

@@ -29,9 +29,7 @@ class Artifact:
         try:
             module = importlib.import_module(self.package)
         except ImportError as exc:
-            raise ArtifactError(
-                f"{self.name}: package {self.package!r} is not installed; run `make setup`"
-            ) from exc
+            raise ArtifactError(f"{self.name}: package {self.package!r} is not installed; run `make setup`") from exc
         return Path(module.__file__).resolve().parent / self.relative_path
 
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from chunkrag_eval.measures import kept_within_budget
-from chunkrag_filter.processors.calibration import FEATURES, LogisticModel, chunk_features, fit_logistic, roc_auc
 from chunkrag_filter.judging import scoring_batches
+from chunkrag_filter.processors.calibration import LogisticModel, chunk_features, fit_logistic, roc_auc
 from chunkrag_filter.processors.relevance import MAX_LISTWISE_BATCH
 from chunkrag_filter.processors.thresholds import dynamic_threshold
 
@@ -89,8 +89,11 @@ def study_batches(count: int, top: int | None) -> list[list[int]]:
     the rest (only when the variant judges every candidate)."""
     head = list(range(min(count, MAX_LISTWISE_BATCH)))
     if top is not None or count <= MAX_LISTWISE_BATCH:
-        return [head[: top]] if top is not None else [head]
-    return [head] + [[MAX_LISTWISE_BATCH + i for i in part] for part in scoring_batches(count - MAX_LISTWISE_BATCH, MAX_LISTWISE_BATCH)]
+        return [head[:top]] if top is not None else [head]
+    return [head] + [
+        [MAX_LISTWISE_BATCH + i for i in part]
+        for part in scoring_batches(count - MAX_LISTWISE_BATCH, MAX_LISTWISE_BATCH)
+    ]
 
 
 def calls_for(count: int, variant: Variant) -> int:
@@ -169,7 +172,9 @@ def replay(question: Question, variant: Variant, model: LogisticModel | None = N
 
     def baseline(signal: str) -> bool:
         # kept_within_budget only needs lengths: stand-in strings of the right length.
-        taken = kept_within_budget(["x" * n for n in texts_len], [r.get(signal, 0.0) or 0.0 for r in every], chars_after)
+        taken = kept_within_budget(
+            ["x" * n for n in texts_len], [r.get(signal, 0.0) or 0.0 for r in every], chars_after
+        )
         return any(every[i]["gold"] for i in taken)
 
     return QuestionResult(
@@ -191,7 +196,9 @@ def summarise(results: Sequence[QuestionResult], seconds_per_call: float | None)
     return {
         "answer_in_context_after": round(after, 4),
         "kept_share_of_before": round(after / before, 4) if before else None,
-        "context_chars_kept_share": round(sum(r.chars_after for r in results) / sum(r.chars_before for r in results), 4),
+        "context_chars_kept_share": round(
+            sum(r.chars_after for r in results) / sum(r.chars_before for r in results), 4
+        ),
         "baseline_cosine_answer_in_context_after": round(sum(r.cosine_after for r in results) / n, 4),
         "baseline_bm25_answer_in_context_after": round(sum(r.bm25_after for r in results) / n, 4),
         "model_calls_per_question": round(calls, 3),
@@ -220,7 +227,9 @@ def fit(questions: Sequence[Question], variant: Variant, l2: float = 1.0) -> Log
     return fit_logistic(rows, labels, variant.features, l2=l2)
 
 
-def cross_validated(questions: Sequence[Question], variant: Variant, k: int = 5, l2: float = 1.0) -> tuple[list[QuestionResult], list[float], list[bool]]:
+def cross_validated(
+    questions: Sequence[Question], variant: Variant, k: int = 5, l2: float = 1.0
+) -> tuple[list[QuestionResult], list[float], list[bool]]:
     """Each question replayed with a model fitted on the other folds only;
     also the out-of-fold probabilities and labels of every candidate."""
     results: list[QuestionResult | None] = [None] * len(questions)
@@ -262,4 +271,3 @@ def questions_from_report(payload: Mapping[str, Any], need_gold: bool = True) ->
 def median_seconds_per_call(payload: Mapping[str, Any]) -> float | None:
     per_call = [q["seconds"] / q["model_calls"] for q in payload["questions"] if q.get("model_calls")]
     return round(statistics.median(per_call), 3) if per_call else None
-

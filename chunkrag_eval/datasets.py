@@ -44,7 +44,9 @@ def detect_format(record: dict) -> str:
         return "pubhealth"
     if "question" in record and "answers" in record:
         return "popqa"
-    raise EvalDataError(f"cannot tell the format from the fields {sorted(record)}; pass --format ({', '.join(FORMATS)})")
+    raise EvalDataError(
+        f"cannot tell the format from the fields {sorted(record)}; pass --format ({', '.join(FORMATS)})"
+    )
 
 
 def pool_text(raw: str) -> str:
@@ -55,7 +57,12 @@ def pool_text(raw: str) -> str:
 
 def item_from_record(record: dict, fmt: str, pool: str = "ambiguous") -> EvalItem:
     if fmt == "popqa":
-        return EvalItem(str(record.get("question_id", record.get("id"))), record["question"], pool_text(record["contexts"][pool]), answers=tuple(record["answers"]))
+        return EvalItem(
+            str(record.get("question_id", record.get("id"))),
+            record["question"],
+            pool_text(record["contexts"][pool]),
+            answers=tuple(record["answers"]),
+        )
     if fmt == "pubhealth":
         label = str(record["label"]).strip().lower()
         if label not in ("true", "false"):
@@ -67,7 +74,9 @@ def item_from_record(record: dict, fmt: str, pool: str = "ambiguous") -> EvalIte
     raise EvalDataError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
-def read_items(path: str | Path, fmt: str = "auto", pool: str = "ambiguous", limit: int | None = None) -> tuple[str, list[EvalItem], list[BadRecord]]:
+def read_items(
+    path: str | Path, fmt: str = "auto", pool: str = "ambiguous", limit: int | None = None
+) -> tuple[str, list[EvalItem], list[BadRecord]]:
     """The items of ``path`` (JSON lines) in file order, the format used, and
     the records that could not be used."""
     if pool not in POOLS:

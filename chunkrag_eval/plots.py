@@ -19,7 +19,11 @@ from typing import Any, Mapping
 
 from chunkrag_eval.runner import EvalReport
 
-THRESHOLD_NAMES = {"dynamic": "Algorithm 1 threshold", "algorithm1": "Algorithm 1 threshold", "llm": "LLM-chosen threshold"}
+THRESHOLD_NAMES = {
+    "dynamic": "Algorithm 1 threshold",
+    "algorithm1": "Algorithm 1 threshold",
+    "llm": "LLM-chosen threshold",
+}
 
 
 def method_title(options: Mapping[str, Any] | None) -> str:
@@ -39,7 +43,9 @@ def method_title(options: Mapping[str, Any] | None) -> str:
         scope = "every candidate" if top is None else f"best {top}"
     elif "judge" in options and options["judge"] in ("none", "cascade", "study"):
         judged = options["judge"] != "none"
-        scope = f"best {options['head']}" if options["judge"] == "cascade" and options.get("head") else "every candidate"
+        scope = (
+            f"best {options['head']}" if options["judge"] == "cascade" and options.get("head") else "every candidate"
+        )
     else:
         # Runs that recorded only the method judged every candidate with it.
         judged, scope = True, ""
@@ -73,7 +79,9 @@ def plot_title(report: EvalReport, label: str = "", options: Mapping[str, Any] |
     return "\n".join(lines)
 
 
-def write_plots(report: EvalReport, folder: str | Path, label: str = "", options: Mapping[str, Any] | None = None) -> list[Path]:
+def write_plots(
+    report: EvalReport, folder: str | Path, label: str = "", options: Mapping[str, Any] | None = None
+) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display on servers
@@ -110,7 +118,14 @@ def write_plots(report: EvalReport, folder: str | Path, label: str = "", options
         summary = report.summary()
         fig, ax = plt.subplots(figsize=(6, 4))
         share = summary["context_chars_kept_share"]
-        ax.bar(["before", "filter", "cosine baseline"], [summary["answer_in_context_before"], summary["answer_in_context_after"], summary["baseline_cosine_answer_in_context_after"]])
+        ax.bar(
+            ["before", "filter", "cosine baseline"],
+            [
+                summary["answer_in_context_before"],
+                summary["answer_in_context_after"],
+                summary["baseline_cosine_answer_in_context_after"],
+            ],
+        )
         ax.set_ylabel("answer-in-context rate")
         ax.set_ylim(0, 1)
         ax.set_title(f"Answer in context at {share:.0%} of the characters\n{title}", fontsize=10)

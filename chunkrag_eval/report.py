@@ -17,7 +17,11 @@ def print_outcome(outcome: QuestionOutcome, out: TextIO) -> None:
         flags = f" answer in context {_mark(outcome.answer_in_context_before)}->{_mark(outcome.answer_in_context_after)} (cosine {_mark(outcome.baseline_answer_in_context_after)})"
     if outcome.correct is not None:
         flags += f" generated {'right' if outcome.correct else 'wrong'}"
-    print(f"[{outcome.item_id}] kept {outcome.kept}/{outcome.candidates} chunks, {outcome.chars_after}/{outcome.chars_before} chars, {outcome.model_calls} calls, {outcome.seconds:.1f}s{flags}", file=out, flush=True)
+    print(
+        f"[{outcome.item_id}] kept {outcome.kept}/{outcome.candidates} chunks, {outcome.chars_after}/{outcome.chars_before} chars, {outcome.model_calls} calls, {outcome.seconds:.1f}s{flags}",
+        file=out,
+        flush=True,
+    )
 
 
 def write_report(path: str | Path, summary: dict[str, Any], report: EvalReport) -> Path:
@@ -36,6 +40,11 @@ def load_report(path: str | Path) -> EvalReport:
     """An :class:`EvalReport` back from a file :func:`write_report` wrote
     (to plot or re-summarise a finished run without running it again)."""
     payload = json.loads(Path(path).read_text(encoding="utf-8"))
-    questions = tuple(QuestionOutcome(**{k: tuple(v) if isinstance(v, list) else v for k, v in q.items()}) for q in payload["questions"])
+    questions = tuple(
+        QuestionOutcome(**{k: tuple(v) if isinstance(v, list) else v for k, v in q.items()})
+        for q in payload["questions"]
+    )
     summary = payload["summary"]
-    return EvalReport(summary["dataset"], questions, "", summary.get("ingest_seconds", 0.0), summary.get("skipped_records", 0))
+    return EvalReport(
+        summary["dataset"], questions, "", summary.get("ingest_seconds", 0.0), summary.get("skipped_records", 0)
+    )

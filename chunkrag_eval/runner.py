@@ -20,14 +20,14 @@ from chunkrag_core.chunk import Chunk
 from chunkrag_core.engines.schema import DOC_ID
 from chunkrag_core.providers.chat import ChatModel
 from chunkrag_core.settings import Settings
+from chunkrag_eval.datasets import EvalItem
+from chunkrag_eval.measures import answer_in_context, kept_within_budget, rate, summary
+from chunkrag_filter.judging import JudgeMany
+from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
+from chunkrag_filter.processors.answer import verdict_from_chunks
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from search_extension.ask import answer_for
-from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
-from chunkrag_filter.judging import JudgeMany
-from chunkrag_eval.datasets import EvalItem
-from chunkrag_eval.measures import answer_in_context, kept_within_budget, rate, summary
-from chunkrag_filter.processors.answer import verdict_from_chunks
 from search_extension.retriever import HybridRetriever
 from search_extension.segments import SegmentSettings
 
@@ -88,8 +88,12 @@ class EvalReport:
         chars_after = sum(q.chars_after for q in qs)
         before = rate([q.answer_in_context_before for q in qs if q.answer_in_context_before is not None])
         after = rate([q.answer_in_context_after for q in qs if q.answer_in_context_after is not None])
-        baseline = rate([q.baseline_answer_in_context_after for q in qs if q.baseline_answer_in_context_after is not None])
-        bm25_baseline = rate([q.baseline_bm25_answer_in_context_after for q in qs if q.baseline_bm25_answer_in_context_after is not None])
+        baseline = rate(
+            [q.baseline_answer_in_context_after for q in qs if q.baseline_answer_in_context_after is not None]
+        )
+        bm25_baseline = rate(
+            [q.baseline_bm25_answer_in_context_after for q in qs if q.baseline_bm25_answer_in_context_after is not None]
+        )
         graded = [q.correct for q in qs if q.correct is not None]
         return {
             "dataset": self.dataset,
@@ -100,7 +104,9 @@ class EvalReport:
             "answer_in_context_kept_share": round(after / before, 4) if before and after is not None else None,
             "baseline_cosine_answer_in_context_after": baseline,
             "baseline_bm25_answer_in_context_after": bm25_baseline,
-            "segments_answer_in_context_after": rate([q.segments_answer_in_context_after for q in qs if q.segments_answer_in_context_after is not None]),
+            "segments_answer_in_context_after": rate(
+                [q.segments_answer_in_context_after for q in qs if q.segments_answer_in_context_after is not None]
+            ),
             "context_chars_before": chars_before,
             "context_chars_after": chars_after,
             "context_chars_kept_share": round(chars_after / chars_before, 4) if chars_before else None,
@@ -108,7 +114,9 @@ class EvalReport:
             "kept_per_question": summary([q.kept for q in qs]),
             "nothing_relevant_rate": rate([q.nothing_relevant for q in qs]),
             "model_calls_per_question": round(sum(q.model_calls for q in qs) / len(qs), 3) if qs else None,
-            "naive_model_calls_per_question": round(sum(NAIVE_CALLS_PER_CHUNK * q.candidates for q in qs) / len(qs), 3) if qs else None,
+            "naive_model_calls_per_question": round(sum(NAIVE_CALLS_PER_CHUNK * q.candidates for q in qs) / len(qs), 3)
+            if qs
+            else None,
             "cached_calls_per_question": round(sum(q.cached_calls for q in qs) / len(qs), 3) if qs else None,
             "prompt_tokens_per_question": round(sum(q.prompt_tokens for q in qs) / len(qs), 1) if qs else None,
             "seconds_per_question": summary([q.seconds for q in qs]),
@@ -125,7 +133,9 @@ def doc_id_for(dataset: str, item: EvalItem) -> str:
 def index_pools(items: Sequence[EvalItem], dataset: str, *, client, embedder, settings: Settings, index: str) -> float:
     """Ingest each question's pool as one document; returns the seconds spent."""
     documents = [plain_document(doc_id_for(dataset, item), item.pool, f"{dataset}:{item.item_id}") for item in items]
-    report = ingest_documents(documents, client=client, embedder=embedder, settings=settings, index=index, progress=False)
+    report = ingest_documents(
+        documents, client=client, embedder=embedder, settings=settings, index=index, progress=False
+    )
     if not report.ok:
         raise RuntimeError(f"indexing the evaluation pools failed: {report.errors[:3]}")
     return report.seconds
@@ -157,18 +167,43 @@ def evaluate(
     filter_options = replace(options, answer=False)
     outcomes = []
     for item in items:
-        outcome = evaluate_one(item, dataset, retriever=retriever, embedder=embedder, model=model, options=filter_options, judge_many=judge_many, generate=generate, segments=segments, ensemble=ensemble)
+        outcome = evaluate_one(
+            item,
+            dataset,
+            retriever=retriever,
+            embedder=embedder,
+            model=model,
+            options=filter_options,
+            judge_many=judge_many,
+            generate=generate,
+            segments=segments,
+            ensemble=ensemble,
+        )
         outcomes.append(outcome)
         if on_question:
             on_question(outcome)
     return EvalReport(dataset, tuple(outcomes), index, ingest_seconds, 0)
 
 
-def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, embedder, model: ChatModel, options: FilterOptions, judge_many: JudgeMany | None, generate: bool, segments: SegmentSettings | None = None, ensemble: Sequence[int] | None = None) -> QuestionOutcome:
+def evaluate_one(
+    item: EvalItem,
+    dataset: str,
+    *,
+    retriever: HybridRetriever,
+    embedder,
+    model: ChatModel,
+    options: FilterOptions,
+    judge_many: JudgeMany | None,
+    generate: bool,
+    segments: SegmentSettings | None = None,
+    ensemble: Sequence[int] | None = None,
+) -> QuestionOutcome:
     pool_filter = {"term": {DOC_ID: doc_id_for(dataset, item)}}
     started = time.perf_counter()
     if ensemble is not None:
-        retrieval = retriever.search_ensemble(item.question, scales=ensemble, size=MAX_CANDIDATES, filters=[pool_filter], include_vectors=True)
+        retrieval = retriever.search_ensemble(
+            item.question, scales=ensemble, size=MAX_CANDIDATES, filters=[pool_filter], include_vectors=True
+        )
     else:
         retrieval = retriever.search(item.question, size=MAX_CANDIDATES, filters=[pool_filter], include_vectors=True)
     candidates = list(retrieval.chunks)
@@ -189,7 +224,9 @@ def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, em
         aic_after = answer_in_context(kept_text, item.answers)
         baseline = cosine_baseline(item.question, candidates, chars_after, embedder, retrieval.query_vector)
         baseline_after = answer_in_context(" ".join(c.text for c in baseline), item.answers)
-        bm25_kept = kept_within_budget([c.text for c in candidates], [c.stage_scores.get("bm25", 0.0) for c in candidates], chars_after)
+        bm25_kept = kept_within_budget(
+            [c.text for c in candidates], [c.stage_scores.get("bm25", 0.0) for c in candidates], chars_after
+        )
         bm25_after = answer_in_context(" ".join(candidates[i].text for i in bm25_kept), item.answers)
         if segments is not None:
             segments_after = _segments_hook(candidates, result, item.answers, retriever, segments, chars_after)
@@ -225,29 +262,42 @@ def evaluate_one(item: EvalItem, dataset: str, *, retriever: HybridRetriever, em
     )
 
 
-def _segments_hook(candidates, result, answers, retriever: HybridRetriever, segments: SegmentSettings, budget_chars: int) -> bool:
+def _segments_hook(
+    candidates, result, answers, retriever: HybridRetriever, segments: SegmentSettings, budget_chars: int
+) -> bool:
     from chunkrag_eval.segments_eval import segment_answer_in_context
     from search_extension.neighbours import position_fetcher
 
-    return segment_answer_in_context(candidates, result, answers, position_fetcher(retriever.client, retriever.index), segments, budget_chars)
+    return segment_answer_in_context(
+        candidates, result, answers, position_fetcher(retriever.client, retriever.index), segments, budget_chars
+    )
 
 
-def candidate_rows(candidates: Sequence[Chunk], result: FilterResult, gold: Sequence[bool]) -> tuple[dict[str, Any], ...]:
+def candidate_rows(
+    candidates: Sequence[Chunk], result: FilterResult, gold: Sequence[bool]
+) -> tuple[dict[str, Any], ...]:
     decided = {d.chunk.chunk_id: d for d in result.decisions}
     rows = []
     for rank, chunk in enumerate(candidates):
         decision = decided.get(chunk.chunk_id)
         scores = dict(decision.chunk.stage_scores) if decision else dict(chunk.stage_scores)
-        rows.append({
-            "chunk_id": chunk.chunk_id, "rank": rank, "chars": len(chunk.text), "retrieval": chunk.score,
-            "gold": bool(gold[rank]) if gold else None,
-            "reason": decision.reason if decision else None,
-            **{name: round(float(value), 6) for name, value in scores.items()},
-        })
+        rows.append(
+            {
+                "chunk_id": chunk.chunk_id,
+                "rank": rank,
+                "chars": len(chunk.text),
+                "retrieval": chunk.score,
+                "gold": bool(gold[rank]) if gold else None,
+                "reason": decision.reason if decision else None,
+                **{name: round(float(value), 6) for name, value in scores.items()},
+            }
+        )
     return tuple(rows)
 
 
-def cosine_baseline(question: str, candidates: Sequence[Chunk], budget_chars: int, embedder, query_vector: Sequence[float] | None = None) -> list[Chunk]:
+def cosine_baseline(
+    question: str, candidates: Sequence[Chunk], budget_chars: int, embedder, query_vector: Sequence[float] | None = None
+) -> list[Chunk]:
     """The pool's chunks by embedding cosine to the question, taken until
     ``budget_chars`` (the characters the filter kept)."""
     if not candidates:

@@ -8,8 +8,8 @@ import dataclasses
 from typing import Sequence
 
 from chunkrag_core.chunk import Chunk
-from chunkrag_filter.pipeline import FilterResult
 from chunkrag_eval.measures import answer_in_context
+from chunkrag_filter.pipeline import FilterResult
 from search_extension.segments import FetchPositions, SegmentSettings, extract_segments
 
 

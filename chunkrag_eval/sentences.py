@@ -30,8 +30,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from chunkrag_core.engines.base import SearchBackend
-from chunkrag_filter.processors.calibration import best_f1, f1_at, roc_auc
 from chunkrag_filter.judging import judge_batch
+from chunkrag_filter.processors.calibration import best_f1, f1_at, roc_auc
 from chunkrag_filter.processors.relevance import ScoringOptions
 from chunkrag_filter.processors.thresholds import dynamic_threshold
 
@@ -72,7 +72,14 @@ def read_set(name: str, path: str | Path) -> list[Labelled]:
                 if line.strip():
                     record = json.loads(line)
                     evidences = record["evidences"]
-                    out.append(Labelled(f"cf{record['claim_id']}", record["claim"], tuple(e["evidence"] for e in evidences), tuple(e["evidence_label"] != "NOT_ENOUGH_INFO" for e in evidences)))
+                    out.append(
+                        Labelled(
+                            f"cf{record['claim_id']}",
+                            record["claim"],
+                            tuple(e["evidence"] for e in evidences),
+                            tuple(e["evidence_label"] != "NOT_ENOUGH_INFO" for e in evidences),
+                        )
+                    )
         return out
     raise ValueError(f"unknown sentence set {name!r}; choose one of {', '.join(SETS)}")
 
@@ -120,7 +127,9 @@ def bm25_scores(items: Sequence[Labelled], backend: SearchBackend, index: str) -
     return out
 
 
-def judge_scores(items: Sequence[Labelled], model, options: ScoringOptions, on_item: Callable[[int], None] | None = None) -> tuple[list[list[float | None]], int, float]:
+def judge_scores(
+    items: Sequence[Labelled], model, options: ScoringOptions, on_item: Callable[[int], None] | None = None
+) -> tuple[list[list[float | None]], int, float]:
     """The product's judge on each item's sentences; returns the scores, the
     model calls made and the seconds spent."""
     out, calls, started = [], 0, time.perf_counter()
@@ -155,7 +164,18 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def evaluate_sentences(name: str, path: str | Path, *, client: SearchBackend, embedder, model, options: ScoringOptions, judge_sample: int | None = None, seed: int = 7, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def evaluate_sentences(
+    name: str,
+    path: str | Path,
+    *,
+    client: SearchBackend,
+    embedder,
+    model,
+    options: ScoringOptions,
+    judge_sample: int | None = None,
+    seed: int = 7,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Judge, cosine and BM25 on a labelled set. Cosine and BM25 are scored
     on every pair; the judge on every item, or on a seeded random sample of
     ``judge_sample`` items (reported as such), where the cheap signals are
@@ -168,23 +188,35 @@ def evaluate_sentences(name: str, path: str | Path, *, client: SearchBackend, em
         "file": str(path),
         "items": len(items),
         "pairs": sum(len(item.sentences) for item in items),
-        "relevant_share": round(sum(r for item in items for r in item.relevant) / max(1, sum(len(item.sentences) for item in items)), 4),
-        "whole_set": {"cosine": {**signal_report(items, cosine), "algorithm1_f1": algorithm1_f1(items, cosine)}, "bm25": signal_report(items, bm25)},
+        "relevant_share": round(
+            sum(r for item in items for r in item.relevant) / max(1, sum(len(item.sentences) for item in items)), 4
+        ),
+        "whole_set": {
+            "cosine": {**signal_report(items, cosine), "algorithm1_f1": algorithm1_f1(items, cosine)},
+            "bm25": signal_report(items, bm25),
+        },
     }
     if judge_sample == 0:
         return {**result, "judged": None}
     judged_items = sample(items, judge_sample, seed)
     positions = {item.query_id: i for i, item in enumerate(items)}
     picked = [positions[item.query_id] for item in judged_items]
-    judge, calls, seconds = judge_scores(judged_items, model, options, (lambda n: progress(f"{n + 1}/{len(judged_items)}")) if progress else None)
+    judge, calls, seconds = judge_scores(
+        judged_items, model, options, (lambda n: progress(f"{n + 1}/{len(judged_items)}")) if progress else None
+    )
     same = lambda scores: [scores[i] for i in picked]  # noqa: E731 (a one-line selector)
     return {
         **result,
         "judged": {
             "items": len(judged_items),
-            "sample": None if len(judged_items) == len(items) else f"seeded random sample (seed {seed}) of {len(judged_items)} of {len(items)} items",
+            "sample": None
+            if len(judged_items) == len(items)
+            else f"seeded random sample (seed {seed}) of {len(judged_items)} of {len(items)} items",
             "judge": {**signal_report(judged_items, judge), "algorithm1_f1": algorithm1_f1(judged_items, judge)},
-            "cosine": {**signal_report(judged_items, same(cosine)), "algorithm1_f1": algorithm1_f1(judged_items, same(cosine))},
+            "cosine": {
+                **signal_report(judged_items, same(cosine)),
+                "algorithm1_f1": algorithm1_f1(judged_items, same(cosine)),
+            },
             "bm25": signal_report(judged_items, same(bm25)),
             "model_calls": calls,
             "seconds": round(seconds, 1),

@@ -104,20 +104,34 @@ def unscored(reason: str) -> Judgement:
     return Judgement(None, None, None, None, notes=(reason,))
 
 
-def judge_batch(query: str, texts: Sequence[str], model: ChatModel, options: ScoringOptions = ScoringOptions(), *, cache: ScoreCache | None = None, model_name: str = "") -> list[Judgement]:
+def judge_batch(
+    query: str,
+    texts: Sequence[str],
+    model: ChatModel,
+    options: ScoringOptions = ScoringOptions(),
+    *,
+    cache: ScoreCache | None = None,
+    model_name: str = "",
+) -> list[Judgement]:
     """Judge several passages for one query, in order: the unit of work one
     thread or one worker task takes. Listwise judges them in one call per
     ``options.listwise_batch`` passages; the other methods one by one.
     Provider errors propagate as :class:`ChatError`."""
     if options.method == "listwise":
-        return [j for part in scoring_batches(len(texts), options.listwise_batch) for j in judge_listwise(query, [texts[i] for i in part], model, options, cache=cache, model_name=model_name)]
+        return [
+            j
+            for part in scoring_batches(len(texts), options.listwise_batch)
+            for j in judge_listwise(query, [texts[i] for i in part], model, options, cache=cache, model_name=model_name)
+        ]
     return [judge(query, text, model, options, cache=cache, model_name=model_name) for text in texts]
 
 
 # --- judging in this process -----------------------------------------------------
 
 
-def judge_in_threads(model: ChatModel, threads: int = 4, cache=None, model_name: str = "", budget_s: float | None = None) -> JudgeMany:
+def judge_in_threads(
+    model: ChatModel, threads: int = 4, cache=None, model_name: str = "", budget_s: float | None = None
+) -> JudgeMany:
     """Judging in this process: one batch per thread (a listwise batch, or
     a single chunk for the per-chunk methods). With ``budget_s``, a chunk not
     judged in time is returned unjudged (the filter reports it "unscored")
@@ -128,7 +142,12 @@ def judge_in_threads(model: ChatModel, threads: int = 4, cache=None, model_name:
         batches = plan_batches(len(chunks), options)
         pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="judge")
         try:
-            futures = [pool.submit(judge_batch, query, passages(chunks, batch), model, options, cache=cache, model_name=model_name) for batch in batches]
+            futures = [
+                pool.submit(
+                    judge_batch, query, passages(chunks, batch), model, options, cache=cache, model_name=model_name
+                )
+                for batch in batches
+            ]
             done, _ = wait(futures, timeout=budget_s, return_when=FIRST_EXCEPTION)
         finally:
             # Calls already in flight finish in the background (each bounded

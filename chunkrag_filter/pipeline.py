@@ -18,11 +18,24 @@ from typing import Sequence
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
 from chunkrag_filter.judging import BY_RETRIEVAL, JudgeMany, judge_candidates, judge_in_threads, scoring_batches
-from chunkrag_filter.processors.calibration import RETRIEVAL_MODEL, SHIPPED_MODELS, LogisticModel, chunk_features, shipped_model
+from chunkrag_filter.processors.calibration import (
+    RETRIEVAL_MODEL,
+    SHIPPED_MODELS,
+    LogisticModel,
+    chunk_features,
+    shipped_model,
+)
 from chunkrag_filter.processors.ordering import lost_in_the_middle
 from chunkrag_filter.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD, Redundant, drop_redundant
 from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
-from chunkrag_filter.processors.thresholds import DEFAULT_VARIANCE_EPSILON, THRESHOLD_METHODS, CutInputs, Threshold, cut, passing
+from chunkrag_filter.processors.thresholds import (
+    DEFAULT_VARIANCE_EPSILON,
+    THRESHOLD_METHODS,
+    CutInputs,
+    Threshold,
+    cut,
+    passing,
+)
 
 THRESHOLDS = tuple(THRESHOLD_METHODS)
 FALLBACKS = ("top_k", "not_found")
@@ -85,7 +98,11 @@ class FilterOptions:
             object.__setattr__(self, "calibration", shipped_model(judging=self.judge_top != 0))
         if self.judge_top is not None and self.judge_top < 0:
             raise ValueError("judge_top must be 0 or more (or None for every candidate)")
-        for name, value, allowed in (("threshold", self.threshold, THRESHOLDS), ("fallback", self.fallback, FALLBACKS), ("rerank", self.rerank, RERANKERS)):
+        for name, value, allowed in (
+            ("threshold", self.threshold, THRESHOLDS),
+            ("fallback", self.fallback, FALLBACKS),
+            ("rerank", self.rerank, RERANKERS),
+        ):
             if value not in allowed:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
         if not 0.0 <= self.prior_weight <= 1.0:
@@ -117,7 +134,9 @@ class FilterResult:
     judged_by_reason: str | None = None
 
 
-def with_retrieval_prior(judgements: Sequence[Judgement], retrieval_scores: Sequence[float | None], weight: float) -> list[Judgement]:
+def with_retrieval_prior(
+    judgements: Sequence[Judgement], retrieval_scores: Sequence[float | None], weight: float
+) -> list[Judgement]:
     """Blend each combined LLM score with the chunk's retrieval score,
     min-max normalised over the candidates: ``(1 - weight) * llm + weight *
     prior``. The hybrid search already ranks well (it is the cosine baseline
@@ -133,17 +152,31 @@ def with_retrieval_prior(judgements: Sequence[Judgement], retrieval_scores: Sequ
         if judgement.combined is None:
             blended.append(judgement)
         else:
-            blended.append(dataclasses.replace(judgement, combined=(1 - weight) * judgement.combined + weight * prior, prior=prior))
+            blended.append(
+                dataclasses.replace(judgement, combined=(1 - weight) * judgement.combined + weight * prior, prior=prior)
+            )
     return blended
 
 
-def calibrated(candidates: Sequence[Chunk], judgements: Sequence[Judgement], model: LogisticModel, scoring: ScoringOptions, judged: int) -> list[Judgement]:
+def calibrated(
+    candidates: Sequence[Chunk],
+    judgements: Sequence[Judgement],
+    model: LogisticModel,
+    scoring: ScoringOptions,
+    judged: int,
+) -> list[Judgement]:
     """Each candidate's combined score replaced by the calibrated probability
     of relevance. A chunk whose judging failed (unreadable answer, budget)
     keeps no score when the model needs the judge, so it is reported
     "unscored" rather than silently judged by the cheap signals alone."""
-    batches = scoring_batches(judged, scoring.listwise_batch) if scoring.method == "listwise" else [[i] for i in range(judged)]
-    rows = chunk_features([c.stage_scores for c in candidates], [j.base for j in judgements], [len(c.text) for c in candidates], batches)
+    batches = (
+        scoring_batches(judged, scoring.listwise_batch)
+        if scoring.method == "listwise"
+        else [[i] for i in range(judged)]
+    )
+    rows = chunk_features(
+        [c.stage_scores for c in candidates], [j.base for j in judgements], [len(c.text) for c in candidates], batches
+    )
     out = []
     for i, (row, judgement) in enumerate(zip(rows, judgements)):
         if model.uses_judge and i < judged and judgement.base is None:
@@ -154,7 +187,15 @@ def calibrated(candidates: Sequence[Chunk], judgements: Sequence[Judgement], mod
     return out
 
 
-def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options: FilterOptions = FilterOptions(), judge_many: JudgeMany | None = None, reranker=None) -> FilterResult:
+def run_filter(
+    query: str,
+    chunks: Sequence[Chunk],
+    *,
+    model: ChatModel,
+    options: FilterOptions = FilterOptions(),
+    judge_many: JudgeMany | None = None,
+    reranker=None,
+) -> FilterResult:
     """Redundancy, judging, threshold, fallback, rerank and order: the kept
     chunks in final order with every candidate's decision. No answer is
     written here (``options.answer`` is the caller's to honour)."""
@@ -215,7 +256,13 @@ def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options
         elif judgement.combined is None:
             decisions.append(Decision(chunk, False, "unscored"))
         else:
-            decisions.append(Decision(chunk, chunk.chunk_id in passed_ids, "above_threshold" if chunk.chunk_id in passed_ids else "below_threshold"))
+            decisions.append(
+                Decision(
+                    chunk,
+                    chunk.chunk_id in passed_ids,
+                    "above_threshold" if chunk.chunk_id in passed_ids else "below_threshold",
+                )
+            )
 
     if options.rerank == "cohere" and reranker is not None and kept:
         order = reranker.rerank(query, [c.text for c in kept])
@@ -241,7 +288,9 @@ def run_filter(query: str, chunks: Sequence[Chunk], *, model: ChatModel, options
     )
 
 
-def retrieval_judgements(candidates: Sequence[Chunk], unjudged: Sequence[Judgement], calibration: LogisticModel | None) -> list[Judgement]:
+def retrieval_judgements(
+    candidates: Sequence[Chunk], unjudged: Sequence[Judgement], calibration: LogisticModel | None
+) -> list[Judgement]:
     """The candidates' judgements when no judge could run: unjudged (each
     noting why), to be calibrated from the retrieval signals; without a
     calibration model, the retrieval score min-max normalised over them."""

@@ -38,7 +38,13 @@ def document_fingerprint(document: Document, shaping: str) -> str:
     """Changes when the document or anything that shapes its chunks changes
     (chunking settings, embedding model)."""
     payload = json.dumps(
-        [document.title, document.text, [(s.path, s.start, s.end) for s in document.sections], dict(document.metadata), shaping],
+        [
+            document.title,
+            document.text,
+            [(s.path, s.start, s.end) for s in document.sections],
+            dict(document.metadata),
+            shaping,
+        ],
         sort_keys=True,
         ensure_ascii=False,
         default=str,
@@ -57,12 +63,16 @@ def _thresholds(documents, sections, section_similarities, settings: ChunkingSet
     return [percentile_threshold(values, settings.breakpoint_percentile) for values in per_doc]
 
 
-def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings: ChunkingSettings, shaping: str = "") -> list[ChunkedDocument]:
+def chunk_documents(
+    documents: Sequence[Document], embedder: Embedder, settings: ChunkingSettings, shaping: str = ""
+) -> list[ChunkedDocument]:
     # (document index, section path, sentence spans) for each section
     sections: list[tuple[int, tuple[str, ...], list[Span]]] = []
     for doc_index, document in enumerate(documents):
         for section in document.sections:
-            spans = bounded_sentence_spans(document.text, section.start, section.end, settings.max_chars, settings.language)
+            spans = bounded_sentence_spans(
+                document.text, section.start, section.end, settings.max_chars, settings.language
+            )
             if spans:
                 sections.append((doc_index, section.path, spans))
 
@@ -80,7 +90,9 @@ def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings:
     drafts: list[tuple[int, int, tuple[str, ...], Span, int, np.ndarray | None, str]] = []
     for (doc_index, path, spans), vectors, similarities in zip(sections, section_vectors, section_similarities):
         header = chunk_header(documents[doc_index].title, path, settings.headers, documents[doc_index].summary)
-        for group in group_sentences(spans, similarities, thresholds[doc_index], settings.max_chars, settings.min_chars):
+        for group in group_sentences(
+            spans, similarities, thresholds[doc_index], settings.max_chars, settings.min_chars
+        ):
             span = (spans[group.start][0], spans[group.stop - 1][1])
             single = vectors[group.start] if len(group) == 1 and not header else None
             drafts.append((doc_index, BASE_SCALE, path, span, len(group), single, header))
@@ -89,10 +101,22 @@ def chunk_documents(documents: Sequence[Document], embedder: Embedder, settings:
         for doc_index, path, spans in sections:
             header = chunk_header(documents[doc_index].title, path, settings.headers, documents[doc_index].summary)
             for group in group_to_size(spans, target_chars(scale)):
-                drafts.append((doc_index, scale, path, (spans[group.start][0], spans[group.stop - 1][1]), len(group), None, header))
+                drafts.append(
+                    (
+                        doc_index,
+                        scale,
+                        path,
+                        (spans[group.start][0], spans[group.stop - 1][1]),
+                        len(group),
+                        None,
+                        header,
+                    )
+                )
 
     multi = [i for i, draft in enumerate(drafts) if draft[5] is None]
-    multi_vectors = embedder.embed([embedded_text(drafts[i][6], documents[drafts[i][0]].text[drafts[i][3][0] : drafts[i][3][1]]) for i in multi])
+    multi_vectors = embedder.embed(
+        [embedded_text(drafts[i][6], documents[drafts[i][0]].text[drafts[i][3][0] : drafts[i][3][1]]) for i in multi]
+    )
     vector_of = {i: multi_vectors[j] for j, i in enumerate(multi)}
 
     # Positions and leads count within one scale of one document.

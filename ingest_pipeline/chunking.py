@@ -37,7 +37,9 @@ def percentile_threshold(similarities: Sequence[float], percentile: float) -> fl
     return float(np.percentile(np.asarray(similarities, dtype=np.float64), 100.0 - percentile))
 
 
-def group_sentences(spans: Sequence[Span], similarities: Sequence[float], threshold: float, max_chars: int, min_chars: int = 0) -> list[range]:
+def group_sentences(
+    spans: Sequence[Span], similarities: Sequence[float], threshold: float, max_chars: int, min_chars: int = 0
+) -> list[range]:
     """Indices of the sentences in each chunk, as consecutive ranges.
 
     ``similarities[i]`` is between sentence ``i`` and ``i + 1``. A chunk's

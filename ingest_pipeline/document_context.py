@@ -30,8 +30,8 @@ from ingest_pipeline.sectioning import (
     plan_sections,
     retry_request,
     section_offsets,
-    sections_at_offsets,
     sectioning_request,
+    sections_at_offsets,
     valid_offsets,
     validate_sections,
 )
@@ -86,7 +86,11 @@ def title_request(text: str) -> ChatRequest:
     return ChatRequest(
         messages=(
             Message("system", "You name documents."),
-            Message("user", "Write a short, descriptive title (at most ten words) for the document that starts below. Write only the title.\n\n" + text[:TITLE_CONTEXT_CHARS]),
+            Message(
+                "user",
+                "Write a short, descriptive title (at most ten words) for the document that starts below. Write only the title.\n\n"
+                + text[:TITLE_CONTEXT_CHARS],
+            ),
         ),
         max_tokens=TITLE_TOKENS,
     )
@@ -145,7 +149,9 @@ class _Part:
     fallback: str  # "" when the answer was used
 
 
-def _through_cache(cache: ContextCache | None, key: str, valid: Callable[[Any], bool], compute: Callable[[], tuple[Any, str]]) -> _Part:
+def _through_cache(
+    cache: ContextCache | None, key: str, valid: Callable[[Any], bool], compute: Callable[[], tuple[Any, str]]
+) -> _Part:
     entry = cache.get(key) if cache is not None else None
     if entry is not None and isinstance(entry.get("fallback"), str) and valid(entry.get("value")):
         return _Part(entry["value"], True, entry["fallback"])
@@ -194,7 +200,9 @@ def _semantic_offsets(model: ChatModel, text: str, language: str) -> tuple[list[
     return section_offsets(lines, starts), ""
 
 
-def add_document_context(document: Document, settings: ChunkingSettings, *, model: ChatModel, model_name: str, cache: ContextCache | None) -> ContextOutcome:
+def add_document_context(
+    document: Document, settings: ChunkingSettings, *, model: ChatModel, model_name: str, cache: ContextCache | None
+) -> ContextOutcome:
     """``document`` with what ``settings`` ask for added; raises
     :class:`ChatError` when the provider fails."""
     began = time.perf_counter()
@@ -212,7 +220,14 @@ def add_document_context(document: Document, settings: ChunkingSettings, *, mode
         summary = parts[-1].value or summary
     if settings.sectioning == "llm" and has_no_headings(document):
         key = cache_key(PROMPT_VERSION, "sections", model_name, settings.language, WINDOW_CHARS, MAX_LINE_CHARS, text)
-        parts.append(_through_cache(cache, key, lambda v: v is None or valid_offsets(text, v), lambda: _semantic_offsets(counted, text, settings.language)))
+        parts.append(
+            _through_cache(
+                cache,
+                key,
+                lambda v: v is None or valid_offsets(text, v),
+                lambda: _semantic_offsets(counted, text, settings.language),
+            )
+        )
         if parts[-1].value:
             sections = sections_at_offsets(text, [(start, section_title) for start, section_title in parts[-1].value])
     changed = (title, summary, sections) != (document.title, document.summary, document.sections)

@@ -105,7 +105,16 @@ def ingest(
     context_cache: Path | None = None,
 ) -> IngestReport:
     """Ingest every document under ``paths``; see :func:`ingest_documents`."""
-    return ingest_documents(read_sources(paths), client=client, embedder=embedder, settings=settings, index=index, progress=progress, chat=chat, context_cache=context_cache)
+    return ingest_documents(
+        read_sources(paths),
+        client=client,
+        embedder=embedder,
+        settings=settings,
+        index=index,
+        progress=progress,
+        chat=chat,
+        context_cache=context_cache,
+    )
 
 
 def ingest_documents(
@@ -124,7 +133,9 @@ def ingest_documents(
     on first need, and a cache under CHUNKRAG_HOME)."""
     index = index or settings.index
     began = time.perf_counter()
-    ensure_index(client, index, dims=settings.embedder.dims, vectors=settings.vector_index, capabilities=client.capabilities())
+    ensure_index(
+        client, index, dims=settings.embedder.dims, vectors=settings.vector_index, capabilities=client.capabilities()
+    )
     shaping = shaping_of(settings)
 
     skipped: list[Skipped] = []
@@ -149,7 +160,13 @@ def ingest_documents(
                 totals["scaled_chunks"] += len(item.chunks) - len(base)
                 lengths.extend(len(c.text) for c in base)
                 sentence_counts.extend(c.sentence_count for c in base)
-            writer.submit([action for item in chunked for action in document_actions(index, item, stored.get(item.document.doc_id))])
+            writer.submit(
+                [
+                    action
+                    for item in chunked
+                    for action in document_actions(index, item, stored.get(item.document.doc_id))
+                ]
+            )
             bar.update(len(batch))
     finally:
         try:
@@ -185,7 +202,15 @@ def shaping_of(settings: Settings) -> str:
     # Likewise the document context, only when some is asked for. The chat
     # model's name is not in it: switching models does not redo the stored
     # documents (a document re-ingested for another reason asks the new one).
-    asked = [name for name, on in (("titles", settings.chunking.llm_titles), ("summaries", settings.chunking.summaries), ("sections", settings.chunking.sectioning == "llm")) if on]
+    asked = [
+        name
+        for name, on in (
+            ("titles", settings.chunking.llm_titles),
+            ("summaries", settings.chunking.summaries),
+            ("sections", settings.chunking.sectioning == "llm"),
+        )
+        if on
+    ]
     if asked:
         shaping += "|context=" + ",".join(asked)
     return shaping
@@ -220,7 +245,9 @@ def _document_batches(items: Iterable[Document | Skipped], skipped: list[Skipped
             continue
         if item.doc_id in seen:
             # Two versions of one id in one run would race each other's writes.
-            skipped.append(Skipped(item.origin, f"duplicate document id {item.doc_id!r} in this run; the first one was kept"))
+            skipped.append(
+                Skipped(item.origin, f"duplicate document id {item.doc_id!r} in this run; the first one was kept")
+            )
             continue
         seen.add(item.doc_id)
         batch.append(item)
@@ -253,23 +280,41 @@ class _ContextStage:
             self._chat = make_chat(self._settings.chat)  # opens no connection
         if self._cache is None:
             self._cache = ContextCache(self._cache_dir or default_cache_dir())
-        results = add_context(documents, self._settings.chunking, model=self._chat, model_name=self._settings.chat.model, cache=self._cache, parallel=self._settings.chat.parallel)
+        results = add_context(
+            documents,
+            self._settings.chunking,
+            model=self._chat,
+            model_name=self._settings.chat.model,
+            cache=self._cache,
+            parallel=self._settings.chat.parallel,
+        )
         done = [r for r in results if isinstance(r, ContextOutcome)]
         failed = [r for r in results if isinstance(r, ContextFailure)]
-        self.errors += tuple(f"{f.document.doc_id}: document context: {f.reason}; not ingested, run again" for f in failed)
+        self.errors += tuple(
+            f"{f.document.doc_id}: document context: {f.reason}; not ingested, run again" for f in failed
+        )
         self._outcomes.extend(done)
-        self._read_fingerprints = {o.document.doc_id: document_fingerprint(d, shaping) for o, d in zip(results, documents) if isinstance(o, ContextOutcome)}
+        self._read_fingerprints = {
+            o.document.doc_id: document_fingerprint(d, shaping)
+            for o, d in zip(results, documents)
+            if isinstance(o, ContextOutcome)
+        }
         return [o.document for o in done]
 
     def fingerprinted(self, chunked: list[ChunkedDocument]) -> list[ChunkedDocument]:
-        return [replace(item, fingerprint=self._read_fingerprints.get(item.document.doc_id, item.fingerprint)) for item in chunked]
+        return [
+            replace(item, fingerprint=self._read_fingerprints.get(item.document.doc_id, item.fingerprint))
+            for item in chunked
+        ]
 
     def report(self) -> dict:
         return {
             "context_documents": len(self._outcomes),
             "context_calls": sum(o.calls for o in self._outcomes),
             "context_cache_hits": sum(o.cache_hits for o in self._outcomes),
-            "context_fallbacks": tuple(f"{o.document.doc_id}: {reason}" for o in self._outcomes for reason in o.fallbacks),
+            "context_fallbacks": tuple(
+                f"{o.document.doc_id}: {reason}" for o in self._outcomes for reason in o.fallbacks
+            ),
             "context_seconds": round(sum(o.seconds for o in self._outcomes), 3),
         }
 

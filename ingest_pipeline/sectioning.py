@@ -108,7 +108,10 @@ def retry_request(request: ChatRequest, answer: str, reason: str) -> ChatRequest
         messages=(
             *request.messages,
             Message("assistant", answer),
-            Message("user", f"That answer cannot be used: {reason}. Answer again in the same format, one '<line>: <title>' row per section."),
+            Message(
+                "user",
+                f"That answer cannot be used: {reason}. Answer again in the same format, one '<line>: <title>' row per section.",
+            ),
         ),
         max_tokens=request.max_tokens,
     )
@@ -117,7 +120,10 @@ def retry_request(request: ChatRequest, answer: str, reason: str) -> ChatRequest
 # "12: Title", "[12] Title", "- Line 12 - Title", "12. Title", "Lines 12-15: Title"
 # (case-insensitive, after bold and code marks are dropped); a bare number
 # needs a separator, so a sentence that opens with a year is not a row.
-_ROW = re.compile(r"^\s*(?:[-•]\s*)?(?:lines?\s*)?(?:\[(\d+)\]|(\d+)(?:\s*(?:-|–|to)\s*\d+)?\s*[:.)\-–—])\s*[:.\-–—]?\s*(\S.*?)\s*$", re.IGNORECASE)
+_ROW = re.compile(
+    r"^\s*(?:[-•]\s*)?(?:lines?\s*)?(?:\[(\d+)\]|(\d+)(?:\s*(?:-|–|to)\s*\d+)?\s*[:.)\-–—])\s*[:.\-–—]?\s*(\S.*?)\s*$",
+    re.IGNORECASE,
+)
 
 
 def parse_sections(answer: str) -> list[tuple[int, str]]:
@@ -203,7 +209,10 @@ def valid_offsets(text: str, starts: Any) -> bool:
     pairs from 0, strictly increasing, inside ``text``, each titled."""
     if not isinstance(starts, list) or not starts:
         return False
-    if not all(isinstance(p, (list, tuple)) and len(p) == 2 and type(p[0]) is int and isinstance(p[1], str) and p[1] for p in starts):
+    if not all(
+        isinstance(p, (list, tuple)) and len(p) == 2 and type(p[0]) is int and isinstance(p[1], str) and p[1]
+        for p in starts
+    ):
         return False
     offsets = [start for start, _ in starts]
     return offsets[0] == 0 and all(a < b for a, b in zip(offsets, offsets[1:])) and offsets[-1] < len(text)

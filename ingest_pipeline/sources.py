@@ -71,7 +71,9 @@ def read_file(path: Path, root: Path) -> Iterator[Document | Skipped]:
     origin = str(path)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
-        yield Skipped(origin, f"unsupported file type {suffix or '(none)'!r}; expected one of {', '.join(SUPPORTED_SUFFIXES)}")
+        yield Skipped(
+            origin, f"unsupported file type {suffix or '(none)'!r}; expected one of {', '.join(SUPPORTED_SUFFIXES)}"
+        )
         return
     size = path.stat().st_size
     if size == 0:
@@ -101,14 +103,25 @@ def decode_text(raw: bytes, origin: str) -> str | Skipped:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        return Skipped(origin, f"not UTF-8 (invalid byte 0x{raw[exc.start]:02x} at offset {exc.start}); convert it to UTF-8")
+        return Skipped(
+            origin, f"not UTF-8 (invalid byte 0x{raw[exc.start]:02x} at offset {exc.start}); convert it to UTF-8"
+        )
     if not text.strip():
         return Skipped(origin, "file holds only whitespace")
     return text
 
 
-def plain_document(doc_id: str, text: str, origin: str, title: str = "", metadata: Mapping[str, Any] | None = None) -> Document:
-    return Document(doc_id=doc_id, title=title, text=text, sections=(Section((), 0, len(text)),), metadata=metadata or {}, origin=origin)
+def plain_document(
+    doc_id: str, text: str, origin: str, title: str = "", metadata: Mapping[str, Any] | None = None
+) -> Document:
+    return Document(
+        doc_id=doc_id,
+        title=title,
+        text=text,
+        sections=(Section((), 0, len(text)),),
+        metadata=metadata or {},
+        origin=origin,
+    )
 
 
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
@@ -146,7 +159,9 @@ def _fenced_ranges(text: str) -> list[tuple[int, int]]:
 
 def markdown_document(doc_id: str, text: str, origin: str, fallback_title: str) -> Document:
     h1 = next((m.group(2).strip() for m in _HEADING.finditer(text) if len(m.group(1)) == 1), None)
-    return Document(doc_id=doc_id, title=h1 or fallback_title, text=text, sections=markdown_sections(text), origin=origin)
+    return Document(
+        doc_id=doc_id, title=h1 or fallback_title, text=text, sections=markdown_sections(text), origin=origin
+    )
 
 
 def parse_jsonl(text: str, origin: str) -> Iterator[Document | Skipped]:

@@ -15,7 +15,6 @@ from chunkrag_core.engines.opensearch_dialect import vector_dims
 from chunkrag_core.settings import VectorIndexSettings
 from ingest_pipeline.chunker import ChunkedDocument
 
-
 # Scales a document may be stored at (the base one included): far more than
 # any configuration uses, so the aggregation never truncates.
 MAX_SCALES_PER_DOCUMENT = 32
@@ -25,7 +24,9 @@ class IndexMismatch(RuntimeError):
     """The index exists with a mapping these chunks cannot go into."""
 
 
-def ensure_index(backend: SearchBackend, index: str, *, dims: int, vectors: VectorIndexSettings, capabilities: ClusterCapabilities) -> bool:
+def ensure_index(
+    backend: SearchBackend, index: str, *, dims: int, vectors: VectorIndexSettings, capabilities: ClusterCapabilities
+) -> bool:
     """Create the chunk index if missing (True if created); check an
     existing one can take vectors of ``dims``."""
     if backend.index_exists(index):
@@ -119,7 +120,11 @@ def document_actions(index: str, chunked: ChunkedDocument, stored: StoredDocumen
     if stored is not None:
         for scale, top in sorted(stored.scale_max_positions.items()):
             for position in range(per_scale.get(scale, 0), top + 1):
-                yield {"_op_type": "delete", "_index": index, "_id": chunk_id_for(chunked.document.doc_id, position, scale)}
+                yield {
+                    "_op_type": "delete",
+                    "_index": index,
+                    "_id": chunk_id_for(chunked.document.doc_id, position, scale),
+                }
 
 
 @dataclass(frozen=True, slots=True)

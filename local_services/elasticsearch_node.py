@@ -20,7 +20,15 @@ from local_services import jvm_node
 from local_services.java import JavaHome
 from local_services.jvm_node import DEFAULT_HEAP, JvmNode, JvmRunFiles
 from local_services.maven import fetch_pinned
-from local_services.process import LOOPBACK, LocalServiceError, Log, PortRunFiles, ensure_state_home, make_public_dir, print_line
+from local_services.process import (
+    LOOPBACK,
+    LocalServiceError,
+    Log,
+    PortRunFiles,
+    ensure_state_home,
+    make_public_dir,
+    print_line,
+)
 
 ES_VERSION = "9.5.0"
 ES_ZIP_SHA256 = "db0e275fd790f723eca7bcde96069fd6fed304ad23afdb70c8c09553dd9e8b1b"
@@ -102,7 +110,13 @@ def fetch_distribution(settings: ElasticsearchSettings, java: JavaHome | None = 
         return settings.distribution_dir
     ensure_state_home(settings.home)
     make_public_dir(settings.cache_dir)
-    fetch_pinned(MAVEN_ARTIFACT, ES_ZIP_SHA256, settings.zip_path, log, cleanup_hint="Delete ~/.m2/repository/org/elasticsearch/distribution and retry.")
+    fetch_pinned(
+        MAVEN_ARTIFACT,
+        ES_ZIP_SHA256,
+        settings.zip_path,
+        log,
+        cleanup_hint="Delete ~/.m2/repository/org/elasticsearch/distribution and retry.",
+    )
     return jvm_node.unpack(NODE, settings.zip_path, settings.distribution_dir, log)
 
 
@@ -141,10 +155,20 @@ def _add_file_realm_users(settings: ElasticsearchSettings, distribution: Path, j
     env = jvm_node.java_env(NODE, java.path)
     env["ES_PATH_CONF"] = str(settings.config_dir)
     for user in settings.users:
-        command = [str(distribution / "bin" / "elasticsearch-users"), "useradd", user.name, "-p", user.password, "-r", ",".join(user.roles)]
+        command = [
+            str(distribution / "bin" / "elasticsearch-users"),
+            "useradd",
+            user.name,
+            "-p",
+            user.password,
+            "-r",
+            ",".join(user.roles),
+        ]
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         if result.returncode != 0:
-            raise LocalServiceError(f"bin/elasticsearch-users useradd {user.name} failed (exit {result.returncode}): {(result.stdout + result.stderr).strip()[-500:]}")
+            raise LocalServiceError(
+                f"bin/elasticsearch-users useradd {user.name} failed (exit {result.returncode}): {(result.stdout + result.stderr).strip()[-500:]}"
+            )
 
 
 def _configure(settings: ElasticsearchSettings, distribution: Path, java: JavaHome) -> None:

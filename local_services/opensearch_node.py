@@ -112,7 +112,9 @@ def _install_knn(distribution: Path, plugin_zip: Path, java: JavaHome, log: Log)
             timeout=PLUGIN_INSTALL_TIMEOUT_SECONDS,
         )
     except subprocess.TimeoutExpired:
-        raise LocalServiceError(f"opensearch-plugin install did not finish within {PLUGIN_INSTALL_TIMEOUT_SECONDS:.0f} s") from None
+        raise LocalServiceError(
+            f"opensearch-plugin install did not finish within {PLUGIN_INSTALL_TIMEOUT_SECONDS:.0f} s"
+        ) from None
     if result.returncode != 0 or not (distribution / "plugins" / KNN_PLUGIN_DIR).is_dir():
         output = "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
         raise LocalServiceError(f"installing the k-NN plugin failed (exit {result.returncode}):\n{output}")
@@ -128,7 +130,13 @@ def fetch_distribution(settings: OpenSearchSettings, java: JavaHome, log: Log = 
     fetch_pinned(OPENSEARCH_ARTIFACT, OPENSEARCH_ZIP_SHA256, settings.zip_path, log, cleanup_hint=hint)
     fetch_pinned(KNN_ARTIFACT, KNN_ZIP_SHA256, settings.knn_zip_path, log, cleanup_hint=hint)
     # The plugin goes in before the tree gets its final name.
-    return jvm_node.unpack(NODE, settings.zip_path, settings.distribution_dir, log, finish=lambda tree: _install_knn(tree, settings.knn_zip_path, java, log))
+    return jvm_node.unpack(
+        NODE,
+        settings.zip_path,
+        settings.distribution_dir,
+        log,
+        finish=lambda tree: _install_knn(tree, settings.knn_zip_path, java, log),
+    )
 
 
 # --- configuration ---------------------------------------------------------------

@@ -205,15 +205,29 @@ class PortRunFiles:
         return self.home / "run" / f"{self.RUN_NAME}-{self.port}.lock"
 
 
-def run_launcher(argv: list[str], *, cwd: Path, timeout: float, timed_out: Callable[[], str], env: Mapping[str, str] | None = None, output=None) -> subprocess.CompletedProcess:
+def run_launcher(
+    argv: list[str],
+    *,
+    cwd: Path,
+    timeout: float,
+    timed_out: Callable[[], str],
+    env: Mapping[str, str] | None = None,
+    output=None,
+) -> subprocess.CompletedProcess:
     """Run a command that starts a service in the background and returns: in
     a session of its own (Ctrl-C in the caller's terminal must not reach the
     service), stdin closed, its output captured as text, or written to the
     binary file ``output``. Raises LocalServiceError(``timed_out()``) if it
     has not returned after ``timeout`` s."""
-    streams = {"stdout": output, "stderr": subprocess.STDOUT} if output is not None else {"capture_output": True, "text": True}
+    streams = (
+        {"stdout": output, "stderr": subprocess.STDOUT}
+        if output is not None
+        else {"capture_output": True, "text": True}
+    )
     try:
-        return subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True, timeout=timeout, **streams)
+        return subprocess.run(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True, timeout=timeout, **streams
+        )
     except subprocess.TimeoutExpired:
         raise LocalServiceError(timed_out()) from None
 
@@ -222,7 +236,15 @@ def run_launcher(argv: list[str], *, cwd: Path, timeout: float, timed_out: Calla
 Probe = Callable[[], "tuple[bool, object]"]
 
 
-def wait_until_ready(probe: Probe, *, timeout: float, pid: int | None, interval: float, exited: Callable[[], str], timed_out: Callable[[str], str]):
+def wait_until_ready(
+    probe: Probe,
+    *,
+    timeout: float,
+    pid: int | None,
+    interval: float,
+    exited: Callable[[], str],
+    timed_out: Callable[[str], str],
+):
     """Call ``probe`` every ``interval`` s until it says ready and return what
     it found. An OSError from it is a problem like any other (the service is
     not listening yet). Raises LocalServiceError with ``exited()`` if the
@@ -386,8 +408,7 @@ def command_as(user: ServiceUser, argv: list[str]) -> list[str]:
     if runuser is not None:
         return [runuser, "-u", user.name, "--", *argv]
     raise LocalServiceError(
-        f"cannot switch to user {user.name}: neither 'setpriv' nor 'runuser' is on PATH "
-        f"(install util-linux) "
+        f"cannot switch to user {user.name}: neither 'setpriv' nor 'runuser' is on PATH (install util-linux) "
     )
 
 

@@ -12,11 +12,11 @@ from typing import Any, Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
-from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
 from chunkrag_filter.judging import JudgeMany, judge_in_threads
-from search_extension.neighbours import position_fetcher
+from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
 from chunkrag_filter.processors.answer import Answer, answer_from_chunks
 from chunkrag_filter.processors.rewrite import Rewrite, rewrite_query
+from search_extension.neighbours import position_fetcher
 from search_extension.retriever import HybridRetriever, RetrievalResult
 from search_extension.segments import FetchPositions, Segment, SegmentSettings, extract_segments
 
@@ -57,11 +57,18 @@ class AskResult:
         rewrite_calls = 1 if self.rewrite is not None else 0
         rewrite_tokens = self.rewrite.prompt_tokens if self.rewrite is not None else 0
         a = self.answer
-        calls, prompt_tokens, completion_tokens = (a.calls, a.prompt_tokens, a.completion_tokens) if a is not None else (0, 0, 0)
+        calls, prompt_tokens, completion_tokens = (
+            (a.calls, a.prompt_tokens, a.completion_tokens) if a is not None else (0, 0, 0)
+        )
         f = self.filtered
         if f is None:
             return Usage(rewrite_calls + calls, 0, rewrite_tokens + prompt_tokens, completion_tokens)
-        return Usage(f.model_calls + rewrite_calls + calls, f.cached_calls, f.prompt_tokens + rewrite_tokens + prompt_tokens, f.completion_tokens + completion_tokens)
+        return Usage(
+            f.model_calls + rewrite_calls + calls,
+            f.cached_calls,
+            f.prompt_tokens + rewrite_tokens + prompt_tokens,
+            f.completion_tokens + completion_tokens,
+        )
 
 
 def ask(
@@ -110,7 +117,9 @@ def ask(
     # Vectors come along for the redundancy filter: nothing is re-embedded.
     wants_vectors = stages and options.redundancy_threshold is not None
     if ensemble is not None:
-        retrieval = retriever.search_ensemble(query, scales=ensemble, mode=mode, size=candidates, filters=filters, include_vectors=wants_vectors)
+        retrieval = retriever.search_ensemble(
+            query, scales=ensemble, mode=mode, size=candidates, filters=filters, include_vectors=wants_vectors
+        )
     else:
         retrieval = retriever.search(query, mode=mode, size=candidates, filters=filters, include_vectors=wants_vectors)
     timings["embed"] = retrieval.embed_ms
@@ -118,7 +127,9 @@ def ask(
     filtered = None
     if stages:
         judge_many = judge_many or judge_in_threads(model, threads=parallel, model_name=model_name)
-        filtered = run_filter(query, retrieval.chunks, model=model, options=options, judge_many=judge_many, reranker=reranker)
+        filtered = run_filter(
+            query, retrieval.chunks, model=model, options=options, judge_many=judge_many, reranker=reranker
+        )
         timings.update(filtered.timings_ms)
     found: tuple[Segment, ...] | None = None
     if segments is not None:
@@ -135,7 +146,9 @@ def ask(
     return AskResult(question, retrieval, filtered, rewritten, timings, found, answer)
 
 
-def answer_for(query: str, filtered: FilterResult, segments: Sequence[Segment] | None, model: ChatModel, *, max_tokens: int = 256) -> Answer:
+def answer_for(
+    query: str, filtered: FilterResult, segments: Sequence[Segment] | None, model: ChatModel, *, max_tokens: int = 256
+) -> Answer:
     """The answer, from the relevant segments when there are any, else from
     the kept chunks (none when nothing relevant was kept and the fallback is
     "not_found": then "not found", without a call)."""
@@ -154,7 +167,15 @@ def judged_in_rank_order(retrieval: RetrievalResult, filtered: FilterResult | No
 def segment_as_chunk(segment: Segment) -> Chunk:
     """A segment as one passage for the answer prompt; a citation of it
     names the segment's first chunk."""
-    return Chunk(doc_id=segment.doc_id, position=segment.first, text=segment.text, start=segment.start, end=segment.end, title=segment.title, header=segment.header)
+    return Chunk(
+        doc_id=segment.doc_id,
+        position=segment.first,
+        text=segment.text,
+        start=segment.start,
+        end=segment.end,
+        title=segment.title,
+        header=segment.header,
+    )
 
 
 def _ms_since(started: float) -> float:

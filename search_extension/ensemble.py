@@ -31,7 +31,9 @@ DEFAULT_SCALE_WEIGHT = 1.0
 MEMBERS = "ensemble_members"
 
 
-def fuse_scales(lists: Sequence[tuple[int, Ranked]], weights: Mapping[int, float] | None = None) -> list[tuple[Hashable, float]]:
+def fuse_scales(
+    lists: Sequence[tuple[int, Ranked]], weights: Mapping[int, float] | None = None
+) -> list[tuple[Hashable, float]]:
     """``(scale, [(key, score), ...] best first)`` per scale -> one list of
     ``(key, weight * min-max normalised score)``, best first. Ties keep the
     order given (scales as listed, then each list's own rank). A key in
@@ -78,12 +80,20 @@ def touches(group: Sequence[Chunk], chunk: Chunk) -> bool:
 
 def covered(group: Sequence[Chunk], chunk: Chunk) -> bool:
     """Whether ``chunk`` lies wholly inside the span of ``group``."""
-    return chunk.doc_id == group[0].doc_id and min(c.start for c in group) <= chunk.start and chunk.end <= max(c.end for c in group)
+    return (
+        chunk.doc_id == group[0].doc_id
+        and min(c.start for c in group) <= chunk.start
+        and chunk.end <= max(c.end for c in group)
+    )
 
 
 def overlaps(group: Sequence[Chunk], chunk: Chunk) -> bool:
     """Whether ``chunk`` shares at least one character with ``group``'s span."""
-    return chunk.doc_id == group[0].doc_id and chunk.start < max(c.end for c in group) and min(c.start for c in group) < chunk.end
+    return (
+        chunk.doc_id == group[0].doc_id
+        and chunk.start < max(c.end for c in group)
+        and min(c.start for c in group) < chunk.end
+    )
 
 
 def merge_spans(ranked: Sequence[Chunk], size: int | None = None, max_span_chars: int | None = None) -> list[Chunk]:
@@ -120,7 +130,9 @@ def merge_spans(ranked: Sequence[Chunk], size: int | None = None, max_span_chars
             small_enough = chunk.scale <= max(c.scale for c in kept)
             if small_enough and (max_span_chars is None or union <= max_span_chars):
                 first = joined[0]
-                groups = [members if i == first else group for i, group in enumerate(groups) if i == first or i not in joined]
+                groups = [
+                    members if i == first else group for i, group in enumerate(groups) if i == first or i not in joined
+                ]
                 continue
             if any(overlaps(groups[i], chunk) for i in joined):
                 continue

@@ -12,7 +12,9 @@ from search_extension import queries
 from search_extension.segments import FetchPositions
 
 
-def fetch_positions(backend: SearchBackend, index: str, wanted: Mapping[str, Sequence[int]], scale: int = BASE_SCALE) -> list[Chunk]:
+def fetch_positions(
+    backend: SearchBackend, index: str, wanted: Mapping[str, Sequence[int]], scale: int = BASE_SCALE
+) -> list[Chunk]:
     """The chunks at ``wanted`` positions at ``scale``, in one search request."""
     if not any(wanted.values()):
         return []

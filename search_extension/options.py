@@ -103,7 +103,8 @@ class ScoringModel(_Options):
     """How the LLM judge scores a chunk; giving any of these turns the judge on."""
 
     method: Annotated[
-        Literal[METHODS], Unknown("scoring method"),
+        Literal[METHODS],
+        Unknown("scoring method"),
         Cli(("ask", "eval"), help="turn the LLM judge on with this scoring"),
     ] = Field(
         _FILTER.scoring.method,
@@ -114,7 +115,9 @@ class ScoringModel(_Options):
         _FILTER.scoring.critic, description="multistage critic: a rule check (no call), the model, or none"
     )
     reflect_band: list[_Unit] = Field(
-        list(_FILTER.scoring.reflect_band), min_length=2, max_length=2,
+        list(_FILTER.scoring.reflect_band),
+        min_length=2,
+        max_length=2,
         description="[low, high]: self-reflect only on base scores inside",
     )
     use_logprobs: bool = Field(
@@ -127,7 +130,9 @@ class ScoringModel(_Options):
         _FILTER.scoring.listwise_batch, ge=1, le=MAX_LISTWISE_BATCH, description="listwise: passages judged in one call"
     )
     orders: Annotated[int, Cli(("ask", "eval"))] = Field(
-        _FILTER.scoring.orders, ge=1, le=2,
+        _FILTER.scoring.orders,
+        ge=1,
+        le=2,
         description="listwise: 2 also asks each batch in reverse order and averages (removes position bias)",
     )
     passages: Annotated[Literal[PASSAGE_FORMATS], Unknown("passage format"), Cli(("ask", "eval"))] = Field(
@@ -164,7 +169,9 @@ class SegmentsModel(_Options):
     )
     # SegmentSettings refuses 0 with its own reason; the schema says so.
     decay_rate: float = Field(
-        _SEGMENTS.decay_rate, ge=0, json_schema_extra={"exclusiveMinimum": 0},
+        _SEGMENTS.decay_rate,
+        ge=0,
+        json_schema_extra={"exclusiveMinimum": 0},
         description="rank decay exp(-rank / decay_rate)",
     )
 
@@ -173,12 +180,14 @@ class OptionsModel(_Options):
     """The keys of ``ext.chunkrag`` in a ``_search`` body, and of ``options`` in ``/v1/ask``."""
 
     query: str = Field(
-        None, json_schema_extra=_TEXT_SCHEMA,
+        None,
+        json_schema_extra=_TEXT_SCHEMA,
         description="text to retrieve and judge with, instead of the body's query or the question",
     )
     rewrite: bool = Field(False, description="rewrite the query with the model before retrieval")
     candidates: Annotated[int, AtMost("max_candidates", " (the gateway's max_candidates)"), Cli(("ask",))] = Field(
-        None, ge=1,
+        None,
+        ge=1,
         description="chunks retrieved and judged (default 8 with the model stages, else the hits asked for; "
         "at most the gateway's max_candidates)",
     )
@@ -189,7 +198,9 @@ class OptionsModel(_Options):
     redundancy_threshold: Annotated[
         Optional[float], Cli(("eval",), flag="--no-redundancy", set_to=None, help="skip the redundancy filter")
     ] = Field(
-        _FILTER.redundancy_threshold, ge=-1, le=1,
+        _FILTER.redundancy_threshold,
+        ge=-1,
+        le=1,
         description="cosine above which a chunk repeats an earlier one; null skips the check",
     )
     scoring: ScoringModel = Field(
@@ -203,7 +214,9 @@ class OptionsModel(_Options):
         "relative (a share of the best), llm",
     )
     fixed_threshold: Annotated[float, Cli(("ask", "eval"))] = Field(
-        _FILTER.fixed_threshold, ge=0, le=1,
+        _FILTER.fixed_threshold,
+        ge=0,
+        le=1,
         description="the fixed threshold, or the share of the best score for `relative`",
     )
     fallback: Annotated[Literal[FALLBACKS], Unknown("fallback"), Cli(("ask",))] = Field(
@@ -212,11 +225,15 @@ class OptionsModel(_Options):
     )
     fallback_k: int = Field(_FILTER.fallback_k, ge=1, description="chunks kept by the top_k fallback")
     min_score: float = Field(
-        _FILTER.min_score, ge=0, le=1,
+        _FILTER.min_score,
+        ge=0,
+        le=1,
         description="a chunk scored below this never passes; when none clears it the outcome is 'nothing relevant'",
     )
     prior_weight: Annotated[float, Cli(("eval",))] = Field(
-        _FILTER.prior_weight, ge=0, le=1,
+        _FILTER.prior_weight,
+        ge=0,
+        le=1,
         description="share of the final score taken from the retrieval score; 0: the judgement alone",
     )
     rerank: Annotated[Literal[RERANKERS], Unknown("rerank")] = Field(
@@ -234,7 +251,9 @@ class OptionsModel(_Options):
     )
     include_dropped: bool = Field(False, description="_search only: list the dropped chunks under chunkrag.dropped")
     budget_s: float = Field(
-        None, gt=0, le=MAX_BUDGET_S,
+        None,
+        gt=0,
+        le=MAX_BUDGET_S,
         description="seconds for judging (at most an hour; default: the gateway's); chunks not judged in time "
         "are unscored",
     )
@@ -242,16 +261,17 @@ class OptionsModel(_Options):
         False, description="relevant segment extraction: true, or budgets; hits become segments"
     )
     judge_top: Annotated[int, AtMost("max_candidates"), Cli(("ask", "eval"))] = Field(
-        _FILTER.judge_top, ge=0,
+        _FILTER.judge_top,
+        ge=0,
         description="the best N candidates go to the LLM judge (0: none, the retrieval signals decide; "
         f"any scoring option makes it {JUDGE_TOP_WHEN_ASKED})",
     )
-    calibrated: Annotated[
-        bool, Cli(("ask", "eval"), flag="--calibration", values={"default": True, "off": False})
-    ] = Field(
-        _FILTER.calibration is not None,
-        description="score with the shipped logistic model over the retrieval signals (and the judge's share "
-        "when it runs)",
+    calibrated: Annotated[bool, Cli(("ask", "eval"), flag="--calibration", values={"default": True, "off": False})] = (
+        Field(
+            _FILTER.calibration is not None,
+            description="score with the shipped logistic model over the retrieval signals (and the judge's share "
+            "when it runs)",
+        )
     )
     ensemble: Union[bool, Annotated[list[_Scale], Field(min_length=1)]] = Field(
         False,
@@ -309,8 +329,6 @@ class OptionsModel(_Options):
             segments=_segments(self.segments, where=f"{where}.segments"),
             ensemble=_ensemble(self.ensemble),
         )
-
-
 
 
 def _segments(value: bool | SegmentsModel, *, where: str) -> SegmentSettings | None:
@@ -451,8 +469,9 @@ def _words(annotation: Any, bounds: Mapping[str, float], metadata: Sequence[Any]
         members = [a for a in get_args(annotation) if a is not type(None)]
         if len(members) == 1:
             return _words(members[0], bounds, metadata) + " or null"
-        rest = [_words(_bare(a), _bounds(_annotated_metadata(a)), _annotated_metadata(a))
-                for a in members if a is not bool]
+        rest = [
+            _words(_bare(a), _bounds(_annotated_metadata(a)), _annotated_metadata(a)) for a in members if a is not bool
+        ]
         return "true, false or " + " or ".join(rest)
     if origin is Literal:
         return f"one of [{', '.join(get_args(annotation))}]"
@@ -525,8 +544,15 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def json_kind(value: Any) -> str:
-    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number",
-             type(None): "null"}
+    kinds = {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }
     return kinds.get(type(value), type(value).__name__)
 
 

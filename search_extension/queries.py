@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from chunkrag_core.engines import schema
 from chunkrag_core.chunk import BASE_SCALE
+from chunkrag_core.engines import schema
 
 MODES = ("native_sum", "minmax", "rrf", "linear", "bm25", "knn")
 
@@ -65,7 +65,9 @@ def _common(spec: QuerySpec, size: int) -> dict[str, Any]:
 def text_query(spec: QuerySpec, boost: float | None = None) -> dict[str, Any]:
     """The BM25 clause, with the filters as non-scoring filter clauses."""
     clause: dict[str, Any] = {
-        "bool": {"must": [{"multi_match": {"query": spec.text, "fields": list(spec.text_fields), "type": "most_fields"}}]}
+        "bool": {
+            "must": [{"multi_match": {"query": spec.text, "fields": list(spec.text_fields), "type": "most_fields"}}]
+        }
     }
     if spec.filters:
         clause["bool"]["filter"] = list(spec.filters)
@@ -142,8 +144,16 @@ def linear_retriever_body(spec: QuerySpec, bm25_weight: float = 0.5, knn_weight:
         "retriever": {
             "linear": {
                 "retrievers": [
-                    {"retriever": {"standard": {"query": text_query(spec)}}, "weight": bm25_weight, "normalizer": "minmax"},
-                    {"retriever": {"knn": knn_clause(spec, k=spec.window)}, "weight": knn_weight, "normalizer": "minmax"},
+                    {
+                        "retriever": {"standard": {"query": text_query(spec)}},
+                        "weight": bm25_weight,
+                        "normalizer": "minmax",
+                    },
+                    {
+                        "retriever": {"knn": knn_clause(spec, k=spec.window)},
+                        "weight": knn_weight,
+                        "normalizer": "minmax",
+                    },
                 ],
                 "rank_window_size": spec.window,
             }
@@ -175,7 +185,9 @@ def positions_body(wanted: Mapping[str, Sequence[int]], scale: int = BASE_SCALE)
         raise ValueError("no positions asked for")
     return {
         "size": sum(hi - lo + 1 for doc_id in wanted for lo, hi in position_runs(wanted[doc_id])),
-        "query": {"bool": {"filter": [{"bool": {"should": clauses, "minimum_should_match": 1}}, schema.scale_filter(scale)]}},
+        "query": {
+            "bool": {"filter": [{"bool": {"should": clauses, "minimum_should_match": 1}}, schema.scale_filter(scale)]}
+        },
         "sort": [{schema.DOC_ID: "asc"}, {schema.POSITION: "asc"}],
         "_source": {"excludes": [schema.VECTOR]},
         "track_total_hits": False,

@@ -16,7 +16,6 @@ from chunkrag_core.settings import CHARS_PER_TOKEN, DEFAULT_SCALES, RetrievalSet
 from search_extension import ensemble, fusion, queries
 from search_extension.queries import MODES, QuerySpec
 
-
 # Ensembling fuses each scale's two sides client-side, as these modes do.
 ENSEMBLE_MODES = ("minmax", "rrf")
 
@@ -53,7 +52,14 @@ class RetrievalResult:
 
 
 class HybridRetriever:
-    def __init__(self, client: SearchBackend, embedder: Embedder, index: str, settings: RetrievalSettings = RetrievalSettings(), capabilities: ClusterCapabilities | None = None):
+    def __init__(
+        self,
+        client: SearchBackend,
+        embedder: Embedder,
+        index: str,
+        settings: RetrievalSettings = RetrievalSettings(),
+        capabilities: ClusterCapabilities | None = None,
+    ):
         # Elasticsearch or OpenSearch, behind the backend seam.
         self.client = client
         self.embedder = embedder
@@ -74,15 +80,32 @@ class HybridRetriever:
             return self._capabilities.has_hybrid_query
         return self.client.offers_hybrid_query()
 
-    def _spec(self, text: str, *, size: int | None, filters: Sequence[Mapping[str, Any]], **options: Any) -> tuple[QuerySpec, float]:
+    def _spec(
+        self, text: str, *, size: int | None, filters: Sequence[Mapping[str, Any]], **options: Any
+    ) -> tuple[QuerySpec, float]:
         started = time.perf_counter()
         vector = self.embedder.embed([text])[0]
         # Base chunks only: the larger scales of ensembling share the index.
         filters = (*filters, schema.base_scale_filter())
-        spec = QuerySpec(text=text, vector=vector, size=size or self.settings.size, num_candidates=self.settings.num_candidates, filters=filters, **options)
+        spec = QuerySpec(
+            text=text,
+            vector=vector,
+            size=size or self.settings.size,
+            num_candidates=self.settings.num_candidates,
+            filters=filters,
+            **options,
+        )
         return spec, (time.perf_counter() - started) * 1000
 
-    def search(self, text: str, *, mode: str | None = None, size: int | None = None, filters: Sequence[Mapping[str, Any]] = (), **options: Any) -> RetrievalResult:
+    def search(
+        self,
+        text: str,
+        *,
+        mode: str | None = None,
+        size: int | None = None,
+        filters: Sequence[Mapping[str, Any]] = (),
+        **options: Any,
+    ) -> RetrievalResult:
         mode = mode or self.settings.mode
         if mode not in MODES:
             raise RetrievalError(f"unknown retrieval mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -91,7 +114,14 @@ class HybridRetriever:
         spec, embed_ms = self._spec(text, size=size, filters=filters, **options)
         started = time.perf_counter()
         chunks, how = self._run(mode, spec)
-        return RetrievalResult(tuple(chunks), mode, how, round((time.perf_counter() - started) * 1000, 2), round(embed_ms, 2), tuple(spec.vector))
+        return RetrievalResult(
+            tuple(chunks),
+            mode,
+            how,
+            round((time.perf_counter() - started) * 1000, 2),
+            round(embed_ms, 2),
+            tuple(spec.vector),
+        )
 
     def _run(self, mode: str, spec: QuerySpec) -> tuple[list[Chunk], str]:
         w_text, w_knn = self.settings.bm25_weight, self.settings.knn_weight
@@ -103,7 +133,9 @@ class HybridRetriever:
             return self._hits(queries.native_sum_body(spec, w_text, w_knn)), "native"
         if mode == "linear":
             if not self.capabilities.has_linear_retriever:
-                raise RetrievalError("this cluster offers no `linear` retriever (Elasticsearch offers it with an Enterprise licence, OpenSearch not at all); use mode `minmax`, the same fusion done client-side")
+                raise RetrievalError(
+                    "this cluster offers no `linear` retriever (Elasticsearch offers it with an Enterprise licence, OpenSearch not at all); use mode `minmax`, the same fusion done client-side"
+                )
             return self._hits(queries.linear_retriever_body(spec, w_text, w_knn)), "retriever"
         if mode == "rrf" and self.capabilities.has_rrf_retriever:
             return self._hits(queries.rrf_retriever_body(spec, self.settings.rrf_rank_constant)), "retriever"
@@ -118,7 +150,9 @@ class HybridRetriever:
         text_hits, knn_hits = self._msearch(spec)
         return self._client_fused(mode, spec.size, text_hits, knn_hits)[1], "client"
 
-    def search_ensemble(self, text: str, *, size: int | None = None, max_span_chars: int | None = None, **options: Any) -> RetrievalResult:
+    def search_ensemble(
+        self, text: str, *, size: int | None = None, max_span_chars: int | None = None, **options: Any
+    ) -> RetrievalResult:
         """Multi-scale ensembling: :meth:`ensemble_candidates` (every scale
         in one ``_msearch``, each fused and min-max normalised on its own,
         then merged), de-duplicated by span (``search_extension.ensemble``).
@@ -147,7 +181,9 @@ class HybridRetriever:
         de-duplicate under caps of their own (``ensemble.merge_spans``)."""
         mode = mode or self.settings.mode
         if mode not in ENSEMBLE_MODES:
-            raise RetrievalError(f"ensembling fuses each scale client-side: use mode {' or '.join(ENSEMBLE_MODES)}, not {mode!r}")
+            raise RetrievalError(
+                f"ensembling fuses each scale client-side: use mode {' or '.join(ENSEMBLE_MODES)}, not {mode!r}"
+            )
         if options.get("collapse_field"):
             raise RetrievalError("ensembling returns spans, not one chunk per field value: it cannot collapse")
         if not text.strip():
@@ -158,7 +194,14 @@ class HybridRetriever:
         embed_ms = (time.perf_counter() - started) * 1000
         size = size or self.settings.size
         specs = [
-            QuerySpec(text=text, vector=vector, size=size, num_candidates=self.settings.num_candidates, filters=(*filters, schema.scale_filter(scale)), **options)
+            QuerySpec(
+                text=text,
+                vector=vector,
+                size=size,
+                num_candidates=self.settings.num_candidates,
+                filters=(*filters, schema.scale_filter(scale)),
+                **options,
+            )
             for scale in all_scales
         ]
         started = time.perf_counter()
@@ -168,8 +211,18 @@ class HybridRetriever:
             keys, chunks = self._client_fused(mode, size, text_hits, knn_hits)
             per_scale.append((scale, [(key, chunk.score or 0.0) for key, chunk in zip(keys, chunks)]))
             best.update(zip(keys, chunks))
-        ranked = [best[key].with_score(score, hybrid=best[key].score or 0.0) for key, score in ensemble.fuse_scales(per_scale, weights)]
-        return RetrievalResult(tuple(ranked), mode, "ensemble", round((time.perf_counter() - started) * 1000, 2), round(embed_ms, 2), tuple(float(v) for v in vector))
+        ranked = [
+            best[key].with_score(score, hybrid=best[key].score or 0.0)
+            for key, score in ensemble.fuse_scales(per_scale, weights)
+        ]
+        return RetrievalResult(
+            tuple(ranked),
+            mode,
+            "ensemble",
+            round((time.perf_counter() - started) * 1000, 2),
+            round(embed_ms, 2),
+            tuple(float(v) for v in vector),
+        )
 
     def _client_fused(self, mode: str, size: int, text_hits, knn_hits) -> tuple[list[str], list[Chunk]]:
         """One scale's BM25 and kNN hits fused client-side (minmax or rrf),
@@ -191,14 +244,18 @@ class HybridRetriever:
         text_side, knn_side = self._msearch_all(queries.msearch_bodies(spec, self.index), spec.collapse_field)
         return text_side, knn_side
 
-    def _msearch_all(self, searches: Sequence[Mapping[str, Any]], collapse_field: str | None = None) -> list[list[tuple[str, Chunk]]]:
+    def _msearch_all(
+        self, searches: Sequence[Mapping[str, Any]], collapse_field: str | None = None
+    ) -> list[list[tuple[str, Chunk]]]:
         """The hits of each search of one ``_msearch``, keyed for fusion."""
         response = self.client.msearch(searches)
         sides = []
         for item in response["responses"]:
             if "error" in item:
                 error = item["error"]
-                if item.get("status") == 404 or (isinstance(error, dict) and error.get("type") == "index_not_found_exception"):
+                if item.get("status") == 404 or (
+                    isinstance(error, dict) and error.get("type") == "index_not_found_exception"
+                ):
                     raise IndexNotFound(f"no such index [{self.index}]")
                 if item.get("status") in (401, 403):
                     raise SearchRefused(item["status"], error)

@@ -109,7 +109,9 @@ class DocumentValues:
         object.__setattr__(self, "spans", MappingProxyType(dict(self.spans)))
 
 
-def document_values(chunks: Sequence[Chunk], settings: SegmentSettings = SegmentSettings(), relevance: Sequence[float] | None = None) -> list[DocumentValues]:
+def document_values(
+    chunks: Sequence[Chunk], settings: SegmentSettings = SegmentSettings(), relevance: Sequence[float] | None = None
+) -> list[DocumentValues]:
     """Chunk values per document, from candidates in rank order.
 
     ``relevance`` defaults to :func:`relevances`. Positions past the last
@@ -157,7 +159,9 @@ class SegmentPlan:
         return self.end - self.start
 
 
-def best_segments(documents: Sequence[DocumentValues], settings: SegmentSettings = SegmentSettings()) -> list[SegmentPlan]:
+def best_segments(
+    documents: Sequence[DocumentValues], settings: SegmentSettings = SegmentSettings()
+) -> list[SegmentPlan]:
     """The greedy RSE search: repeatedly take the highest-value segment that
     overlaps none already taken and fits what is left of the budgets, until
     the best one left is worth less than ``min_segment_value``. Segments come
@@ -202,7 +206,9 @@ def _prefix_sums(values: Sequence[float]) -> list[float]:
     return sums
 
 
-def missing_positions(plans: Iterable[SegmentPlan], have: Iterable[Chunk], scale: int = BASE_SCALE) -> dict[str, tuple[int, ...]]:
+def missing_positions(
+    plans: Iterable[SegmentPlan], have: Iterable[Chunk], scale: int = BASE_SCALE
+) -> dict[str, tuple[int, ...]]:
     """Per document, the positions at ``scale`` the plans need that ``have`` lacks."""
     held = {(c.doc_id, c.position) for c in have if c.scale == scale}
     missing: dict[str, set[int]] = {}
@@ -232,7 +238,9 @@ def join_chunks(chunks: Sequence[Chunk]) -> str:
     cursor = ordered[0].start
     for chunk in ordered:
         if len(chunk.text) != chunk.end - chunk.start:
-            raise SegmentError(f"chunk {chunk.chunk_id} holds {len(chunk.text)} characters but spans {chunk.start}..{chunk.end}")
+            raise SegmentError(
+                f"chunk {chunk.chunk_id} holds {len(chunk.text)} characters but spans {chunk.start}..{chunk.end}"
+            )
         if chunk.start > cursor:
             gap = chunk.start - cursor
             lead = chunk.lead
@@ -274,12 +282,26 @@ class Segment:
 def assemble(plan: SegmentPlan, chunks: Iterable[Chunk]) -> Segment:
     """The segment of ``plan`` from chunks that include every position it
     spans (others are ignored); a missing one is an error, never a hole."""
-    by_position = {c.position: c for c in chunks if c.doc_id == plan.doc_id and c.scale == plan.scale and c.position in plan.positions}
+    by_position = {
+        c.position: c
+        for c in chunks
+        if c.doc_id == plan.doc_id and c.scale == plan.scale and c.position in plan.positions
+    }
     missing = [p for p in plan.positions if p not in by_position]
     if missing:
         raise SegmentError(f"segment {plan.doc_id}[{plan.first}:{plan.stop}] lacks chunk positions {missing}")
     run = tuple(by_position[p] for p in plan.positions)
-    return Segment(plan.doc_id, plan.first, plan.stop, plan.value, min(c.start for c in run), max(c.end for c in run), join_chunks(run), run, plan.scale)
+    return Segment(
+        plan.doc_id,
+        plan.first,
+        plan.stop,
+        plan.value,
+        min(c.start for c in run),
+        max(c.end for c in run),
+        join_chunks(run),
+        run,
+        plan.scale,
+    )
 
 
 # Chunks at the given positions of each document, in one engine request

@@ -100,5 +100,8 @@ def local_model(settings):
     try:
         httpx.get(url, timeout=5).raise_for_status()
     except httpx.HTTPError as exc:
-        pytest.fail(f"the local model server is not answering at {url} ({exc}); `make test` starts it with `make llm-setup`", pytrace=False)
+        pytest.fail(
+            f"the local model server is not answering at {url} ({exc}); `make test` starts it with `make llm-setup`",
+            pytrace=False,
+        )
     return settings.chat

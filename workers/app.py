@@ -63,7 +63,9 @@ def celery_config(settings: Settings) -> dict:
         "broker_url": settings.redis_url,
         "result_backend": settings.redis_url,
         "broker_transport_options": transport,
-        "result_backend_transport_options": {"retry_policy": {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}},
+        "result_backend_transport_options": {
+            "retry_policy": {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
+        },
         "redis_socket_connect_timeout": 5,
         "broker_connection_retry_on_startup": True,
         # A task is acknowledged only after it ran, and a worker process that

@@ -38,7 +38,15 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.settings import Settings, redact_url
-from chunkrag_filter.judging import Batch, Judgement, JudgingUnavailable, ScoringOptions, passages, plan_batches, unscored
+from chunkrag_filter.judging import (
+    Batch,
+    Judgement,
+    JudgingUnavailable,
+    ScoringOptions,
+    passages,
+    plan_batches,
+    unscored,
+)
 from workers.app import JUDGE_TASK, make_app
 from workers.codec import CodecError, decode_judgement, encode_options
 
@@ -146,7 +154,11 @@ def to_resend(views: Sequence[TaskView], live: Collection[str], max_resends: int
     process has its task requeued by its own (live) worker; a RETRY task
     waits out its countdown on a worker we cannot name; finished ones are
     done. None of those is stranded."""
-    return [i for i, v in enumerate(views) if v.state == states.STARTED and v.hostname and v.hostname not in live and v.resends < max_resends]
+    return [
+        i
+        for i, v in enumerate(views)
+        if v.state == states.STARTED and v.hostname and v.hostname not in live and v.resends < max_resends
+    ]
 
 
 def taken(views: Sequence[TaskView]) -> bool | None:
@@ -190,7 +202,17 @@ def check_workers(app: Celery, timeout: float = 1.0, *, limit: int | None = None
     return len(replies)
 
 
-def celery_judge_many(app: Celery | None = None, *, settings: Settings | None = None, batch_size: int | None = None, budget_s: float | None = None, ping_timeout_s: float = 1.0, liveness_check_s: float | None = LIVENESS_CHECK_S, health: WorkerHealth | None = None, start_wait_s: float = START_WAIT_S) -> CeleryJudgeMany:
+def celery_judge_many(
+    app: Celery | None = None,
+    *,
+    settings: Settings | None = None,
+    batch_size: int | None = None,
+    budget_s: float | None = None,
+    ping_timeout_s: float = 1.0,
+    liveness_check_s: float | None = LIVENESS_CHECK_S,
+    health: WorkerHealth | None = None,
+    start_wait_s: float = START_WAIT_S,
+) -> CeleryJudgeMany:
     """A ``JudgeMany`` that sends batches of ``batch_size`` chunks to the
     workers and waits at most ``budget_s`` seconds (defaults from
     ``settings.workers``). Looks every ``liveness_check_s`` seconds of
@@ -237,7 +259,18 @@ class CeleryJudgeMany:
     """The ``JudgeMany`` of :func:`celery_judge_many`; ``resent`` counts the
     batches it sent again because their worker died."""
 
-    def __init__(self, app: Celery, *, batch_size: int, budget_s: float, model_name: str, ping_timeout_s: float, liveness_check_s: float | None, health: WorkerHealth, start_wait_s: float = START_WAIT_S):
+    def __init__(
+        self,
+        app: Celery,
+        *,
+        batch_size: int,
+        budget_s: float,
+        model_name: str,
+        ping_timeout_s: float,
+        liveness_check_s: float | None,
+        health: WorkerHealth,
+        start_wait_s: float = START_WAIT_S,
+    ):
         self.app = app
         self.batch_size = batch_size
         self.budget_s = budget_s
@@ -260,7 +293,10 @@ class CeleryJudgeMany:
         if (reason := self.health.unavailable()) is not None:
             raise WorkersUnavailable(f"{reason} (a moment ago; not tried again yet)")
         encoded = encode_options(options)
-        sent = [_Sent(part, (query, passages(chunks, part), encoded, self.model_name)) for part in plan_batches(len(chunks), options, self.batch_size)]
+        sent = [
+            _Sent(part, (query, passages(chunks, part), encoded, self.model_name))
+            for part in plan_batches(len(chunks), options, self.batch_size)
+        ]
         deadline = time.monotonic() + self.budget_s
         self._send(sent)
         try:
@@ -273,7 +309,9 @@ class CeleryJudgeMany:
         for batch in sent:
             outcomes.update((attempt.id, _outcome(attempt)) for attempt in batch.attempts)
             state, value = outcomes[_chosen(batch, outcomes).id]
-            judgements.extend(_noted(_judgements(state, value, batch.part.stop - batch.part.start, self.budget_s), batch.notes))
+            judgements.extend(
+                _noted(_judgements(state, value, batch.part.stop - batch.part.start, self.budget_s), batch.notes)
+            )
         if any(state not in (states.PENDING, "UNKNOWN") for state, _ in outcomes.values()):
             self.health.seen()
         _release(self.app, [attempt for batch in sent for attempt in batch.attempts], outcomes)
@@ -286,7 +324,11 @@ class CeleryJudgeMany:
 
     def _send(self, sent: list[_Sent]) -> None:
         try:
-            results = group(self._signature(batch.args, self.budget_s) for batch in sent).apply_async(retry_policy=PUBLISH_RETRY_POLICY).results
+            results = (
+                group(self._signature(batch.args, self.budget_s) for batch in sent)
+                .apply_async(retry_policy=PUBLISH_RETRY_POLICY)
+                .results
+            )
         except Exception as exc:  # noqa: BLE001 - whatever the transport raised, the broker is down for us
             message = f"cannot reach the Celery broker (Redis) at {redact_url(self.app.conf.broker_url or '')}: {exc}"
             # The health holds the address-free reason: it reaches callers' responses.

@@ -33,7 +33,9 @@ class RedisScoreCache:
     """``client`` is a redis-py client; :meth:`from_url` defers creating one
     until the first lookup, so building the cache opens no connection."""
 
-    def __init__(self, client=None, ttl_s: int = 7 * 24 * 3600, prefix: str = DEFAULT_PREFIX, *, url: str | None = None):
+    def __init__(
+        self, client=None, ttl_s: int = 7 * 24 * 3600, prefix: str = DEFAULT_PREFIX, *, url: str | None = None
+    ):
         if client is None and url is None:
             raise ValueError("RedisScoreCache needs a redis client or a url")
         self._client = client
@@ -87,4 +89,11 @@ class RedisScoreCache:
     def _warn(self, action: str, exc: Exception) -> None:
         self._skip_until = time.monotonic() + RETRY_AFTER_FAILURE_S
         where = redact_url(self._url) if self._url else "redis"
-        log.warning("score cache %s at %s failed (%s: %s); judging without the cache for %g s", action, where, type(exc).__name__, exc, RETRY_AFTER_FAILURE_S)
+        log.warning(
+            "score cache %s at %s failed (%s: %s); judging without the cache for %g s",
+            action,
+            where,
+            type(exc).__name__,
+            exc,
+            RETRY_AFTER_FAILURE_S,
+        )

@@ -65,7 +65,9 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         if model_name and model_name != settings.chat.model:
             # Scores (and cached scores) from another model than the caller
             # reports would be silently wrong; a mismatch is a setup error.
-            raise ModelMismatch(f"this worker judges with {settings.chat.model!r} but the query asked for {model_name!r}; give the gateway and the workers the same CHUNKRAG_CHAT_MODEL")
+            raise ModelMismatch(
+                f"this worker judges with {settings.chat.model!r} but the query asked for {model_name!r}; give the gateway and the workers the same CHUNKRAG_CHAT_MODEL"
+            )
         try:
             judgements = judge_batch(
                 query,
@@ -82,6 +84,12 @@ def register_tasks(app: Celery, settings: Settings) -> None:
                 log.warning("judging failed (%s); giving up after %d retries", exc, workers.max_retries)
                 raise
             countdown = retry_countdown(self.request.retries, workers.retry_backoff_s, workers.retry_backoff_max_s)
-            log.warning("judging failed (%s); retry %d of %d in %.1f s", exc, self.request.retries + 1, workers.max_retries, countdown)
+            log.warning(
+                "judging failed (%s); retry %d of %d in %.1f s",
+                exc,
+                self.request.retries + 1,
+                workers.max_retries,
+                countdown,
+            )
             raise self.retry(exc=exc, countdown=countdown) from exc
         return [encode_judgement(j) for j in judgements]

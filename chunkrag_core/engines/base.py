@@ -67,7 +67,9 @@ class SearchBackend(Protocol):
     def refresh(self, index: str) -> None: ...
     def refresh_interval(self, index: str) -> str | None: ...
     def set_refresh_interval(self, index: str, value: str | None) -> None: ...
-    def bulk(self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float) -> Iterator[BulkItem]: ...
+    def bulk(
+        self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float
+    ) -> Iterator[BulkItem]: ...
     def search(self, index: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
     def msearch(self, searches: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
     def hybrid_search(self, index: str, body: Mapping[str, Any], weights: Sequence[float]) -> dict[str, Any]: ...
@@ -81,7 +83,16 @@ def refresh_interval_of(response: Mapping[str, Any], index: str) -> str | None:
     return response.get(index, {}).get("settings", {}).get("index", {}).get("refresh_interval")
 
 
-def streaming_bulk(helpers, client, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float, **request: Any) -> Iterator[BulkItem]:
+def streaming_bulk(
+    helpers,
+    client,
+    actions: Iterable[dict[str, Any]],
+    *,
+    chunk_size: int,
+    max_retries: int,
+    initial_backoff: float,
+    **request: Any,
+) -> Iterator[BulkItem]:
     """Each action's (ok, item) from either client's ``helpers.streaming_bulk``
     (the same options in both): failures are reported per item, not raised."""
     return helpers.streaming_bulk(

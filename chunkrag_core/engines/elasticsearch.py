@@ -91,7 +91,9 @@ class ElasticsearchBackend:
 
     def with_headers(self, headers: Mapping[str, str]) -> ElasticsearchBackend:
         """A view that sends ``headers`` (e.g. the caller's Authorization) on every request."""
-        return ElasticsearchBackend(self.client.options(headers=dict(headers)), self.display_url, _probed=self._probed, _owner=False)
+        return ElasticsearchBackend(
+            self.client.options(headers=dict(headers)), self.display_url, _probed=self._probed, _owner=False
+        )
 
     def health(self) -> str:
         """The cluster's status; raises `EngineUnavailable` with the cause.
@@ -147,16 +149,27 @@ class ElasticsearchBackend:
 
     @base.translating
     def refresh_interval(self, index: str) -> str | None:
-        return base.refresh_interval_of(self.client.indices.get_settings(index=index, name="index.refresh_interval"), index)
+        return base.refresh_interval_of(
+            self.client.indices.get_settings(index=index, name="index.refresh_interval"), index
+        )
 
     @base.translating
     def set_refresh_interval(self, index: str, value: str | None) -> None:
         self.client.indices.put_settings(index=index, settings={"index": {"refresh_interval": value}})
 
-    def bulk(self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float) -> Iterator[BulkItem]:
+    def bulk(
+        self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float
+    ) -> Iterator[BulkItem]:
         from elasticsearch import helpers
 
-        items = base.streaming_bulk(helpers, self.client, actions, chunk_size=chunk_size, max_retries=max_retries, initial_backoff=initial_backoff)
+        items = base.streaming_bulk(
+            helpers,
+            self.client,
+            actions,
+            chunk_size=chunk_size,
+            max_retries=max_retries,
+            initial_backoff=initial_backoff,
+        )
         return base.translated_items(items, self.engine_error, self.display_url)
 
     @base.translating

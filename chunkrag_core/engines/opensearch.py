@@ -17,7 +17,9 @@ from chunkrag_core.settings import Settings, redact_url
 NAME = "OpenSearch"
 
 
-def make_opensearch_client(url: str, *, request_timeout_s: float = 30.0, ca_certs: str | None = None, sigv4: tuple[str, str] | None = None):
+def make_opensearch_client(
+    url: str, *, request_timeout_s: float = 30.0, ca_certs: str | None = None, sigv4: tuple[str, str] | None = None
+):
     """An `opensearch-py` client for ``url`` (credentials in the URL: basic
     auth; ``sigv4`` = (region, service): every request signed with AWS
     credentials instead; https: TLS, verified against ``ca_certs`` when
@@ -63,7 +65,15 @@ class OpenSearchBackend:
     engine = "opensearch"
     engine_error = staticmethod(engine_error)
 
-    def __init__(self, client, display_url: str = NAME, *, headers: Mapping[str, str] | None = None, _probed: base.Probed | None = None, _owner: bool = True):
+    def __init__(
+        self,
+        client,
+        display_url: str = NAME,
+        *,
+        headers: Mapping[str, str] | None = None,
+        _probed: base.Probed | None = None,
+        _owner: bool = True,
+    ):
         self.client = client
         self.display_url = display_url
         self._headers = dict(headers or {})
@@ -73,7 +83,12 @@ class OpenSearchBackend:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OpenSearchBackend:
-        client = make_opensearch_client(settings.opensearch_url, request_timeout_s=settings.es_request_timeout_s, ca_certs=settings.opensearch_ca_certs, sigv4=opensearch_sigv4(settings))
+        client = make_opensearch_client(
+            settings.opensearch_url,
+            request_timeout_s=settings.es_request_timeout_s,
+            ca_certs=settings.opensearch_ca_certs,
+            sigv4=opensearch_sigv4(settings),
+        )
         return cls(client, redact_url(settings.opensearch_url))
 
     def _h(self) -> dict[str, Any]:
@@ -82,7 +97,9 @@ class OpenSearchBackend:
 
     def with_headers(self, headers: Mapping[str, str]) -> OpenSearchBackend:
         """A view that sends ``headers`` (e.g. the caller's Authorization) on every request."""
-        return OpenSearchBackend(self.client, self.display_url, headers={**self._headers, **headers}, _probed=self._probed, _owner=False)
+        return OpenSearchBackend(
+            self.client, self.display_url, headers={**self._headers, **headers}, _probed=self._probed, _owner=False
+        )
 
     def health(self) -> str:
         return self.cluster_health().status
@@ -123,11 +140,15 @@ class OpenSearchBackend:
         hybrid = {"size": 0, "query": {"hybrid": {"queries": [{"match_none": {}}]}}}
         return ClusterCapabilities(
             version=version,
-            has_english_analyzer=works(lambda: self.client.indices.analyze(body={"analyzer": "english", "text": "probe"}, **self._h())),
+            has_english_analyzer=works(
+                lambda: self.client.indices.analyze(body={"analyzer": "english", "text": "probe"}, **self._h())
+            ),
             has_rrf_retriever=False,
             has_linear_retriever=False,
             engine=self.engine,
-            has_hybrid_query=works(lambda: self.client.search(index="*", body=hybrid, allow_no_indices=True, **self._h())),
+            has_hybrid_query=works(
+                lambda: self.client.search(index="*", body=hybrid, allow_no_indices=True, **self._h())
+            ),
         )
 
     @base.translating
@@ -157,16 +178,28 @@ class OpenSearchBackend:
 
     @base.translating
     def refresh_interval(self, index: str) -> str | None:
-        return base.refresh_interval_of(self.client.indices.get_settings(index=index, name="index.refresh_interval", **self._h()), index)
+        return base.refresh_interval_of(
+            self.client.indices.get_settings(index=index, name="index.refresh_interval", **self._h()), index
+        )
 
     @base.translating
     def set_refresh_interval(self, index: str, value: str | None) -> None:
         self.client.indices.put_settings(index=index, body={"index": {"refresh_interval": value}}, **self._h())
 
-    def bulk(self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float) -> Iterator[BulkItem]:
+    def bulk(
+        self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float
+    ) -> Iterator[BulkItem]:
         from opensearchpy import helpers
 
-        items = base.streaming_bulk(helpers, self.client, actions, chunk_size=chunk_size, max_retries=max_retries, initial_backoff=initial_backoff, **self._h())
+        items = base.streaming_bulk(
+            helpers,
+            self.client,
+            actions,
+            chunk_size=chunk_size,
+            max_retries=max_retries,
+            initial_backoff=initial_backoff,
+            **self._h(),
+        )
         return base.translated_items(items, self.engine_error, self.display_url)
 
     @base.translating
@@ -183,9 +216,13 @@ class OpenSearchBackend:
         query and a min-max normalisation pipeline, made on first use)."""
         name = osd.hybrid_pipeline_name(weights)
         if name not in self._pipelines:
-            self.client.transport.perform_request("PUT", f"/_search/pipeline/{name}", body=osd.hybrid_pipeline(weights), **self._h())
+            self.client.transport.perform_request(
+                "PUT", f"/_search/pipeline/{name}", body=osd.hybrid_pipeline(weights), **self._h()
+            )
             self._pipelines.add(name)
-        return self.client.search(index=index, body=osd.hybrid_body(body), params={"search_pipeline": name}, **self._h())
+        return self.client.search(
+            index=index, body=osd.hybrid_body(body), params={"search_pipeline": name}, **self._h()
+        )
 
     @base.translating
     def fetch(self, index: str, ids: Sequence[str]) -> list[dict[str, Any]]:

@@ -22,7 +22,12 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 # Elasticsearch similarity -> OpenSearch space type (Lucene engine).
-SPACE_TYPES = {"cosine": "cosinesimil", "dot_product": "innerproduct", "l2_norm": "l2", "max_inner_product": "innerproduct"}
+SPACE_TYPES = {
+    "cosine": "cosinesimil",
+    "dot_product": "innerproduct",
+    "l2_norm": "l2",
+    "max_inner_product": "innerproduct",
+}
 # The one engine this project writes; see the module docstring.
 VECTOR_ENGINE = "lucene"
 HYBRID_PIPELINE_PREFIX = "chunkrag-minmax"
@@ -50,7 +55,12 @@ def vector_mapping(es_field: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "type": "knn_vector",
         "dimension": es_field["dims"],
-        "method": {"name": "hnsw", "engine": VECTOR_ENGINE, "space_type": SPACE_TYPES[similarity], "parameters": parameters},
+        "method": {
+            "name": "hnsw",
+            "engine": VECTOR_ENGINE,
+            "space_type": SPACE_TYPES[similarity],
+            "parameters": parameters,
+        },
     }
 
 
@@ -67,7 +77,10 @@ def index_body(es_body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def properties(es_properties: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: vector_mapping(spec) if spec.get("type") == "dense_vector" else dict(spec) for name, spec in es_properties.items()}
+    return {
+        name: vector_mapping(spec) if spec.get("type") == "dense_vector" else dict(spec)
+        for name, spec in es_properties.items()
+    }
 
 
 def require_lucene_vectors(body: Mapping[str, Any]) -> None:
@@ -102,7 +115,9 @@ def knn_query(es_knn: Mapping[str, Any]) -> dict[str, Any]:
     """An Elasticsearch `knn` section as an OpenSearch `knn` query clause."""
     unknown = set(es_knn) - {"field", "query_vector", "k", "num_candidates", "filter", "boost", "similarity"}
     if unknown or "similarity" in es_knn:
-        raise UnsupportedOnOpenSearch(f"knn options {sorted(unknown | ({'similarity'} & set(es_knn)))} have no OpenSearch equivalent")
+        raise UnsupportedOnOpenSearch(
+            f"knn options {sorted(unknown | ({'similarity'} & set(es_knn)))} have no OpenSearch equivalent"
+        )
     clause: dict[str, Any] = {"vector": list(es_knn["query_vector"]), "k": es_knn["k"]}
     if "num_candidates" in es_knn:
         # Elasticsearch's candidates per shard are the HNSW search's ef.
@@ -119,7 +134,9 @@ def knn_query(es_knn: Mapping[str, Any]) -> dict[str, Any]:
 def search_body(es_body: Mapping[str, Any]) -> dict[str, Any]:
     """A search body in OpenSearch's shape (see the module docstring)."""
     if "retriever" in es_body:
-        raise UnsupportedOnOpenSearch("OpenSearch has no `retriever` search; use mode `minmax` (or `rrf`, fused client-side)")
+        raise UnsupportedOnOpenSearch(
+            "OpenSearch has no `retriever` search; use mode `minmax` (or `rrf`, fused client-side)"
+        )
     body = {key: value for key, value in es_body.items() if key != "knn"}
     source = body.get("_source")
     if isinstance(source, Mapping) and "exclude_vectors" in source:

@@ -49,7 +49,9 @@ def text_analyzer(has_english: bool) -> dict[str, Any]:
     return {"type": "standard", "stopwords": "_english_"}
 
 
-def index_body(*, dims: int, has_english: bool, vectors: VectorIndexSettings, shards: int = 1, replicas: int = 0) -> dict[str, Any]:
+def index_body(
+    *, dims: int, has_english: bool, vectors: VectorIndexSettings, shards: int = 1, replicas: int = 0
+) -> dict[str, Any]:
     """The settings and mapping of a chunk index."""
     return {
         "settings": {
@@ -65,7 +67,11 @@ def index_body(*, dims: int, has_english: bool, vectors: VectorIndexSettings, sh
                 START: {"type": "integer"},
                 END: {"type": "integer"},
                 SENTENCE_COUNT: {"type": "short"},
-                TITLE: {"type": "text", "analyzer": TEXT_ANALYZER, "fields": {"raw": {"type": "keyword", "ignore_above": 512}}},
+                TITLE: {
+                    "type": "text",
+                    "analyzer": TEXT_ANALYZER,
+                    "fields": {"raw": {"type": "keyword", "ignore_above": 512}},
+                },
                 SECTION: {"type": "keyword"},
                 TEXT: {"type": "text", "analyzer": TEXT_ANALYZER},
                 **added_properties(),

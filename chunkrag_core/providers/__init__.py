@@ -15,7 +15,9 @@ from chunkrag_core.settings import ChatSettings
 @functools.lru_cache(maxsize=None)
 def make_chat(settings: ChatSettings) -> ChatModel:
     """The chat model for ``settings``, one per process; opens no connection."""
-    return OpenAICompatibleChat(model=settings.model, base_url=settings.base_url, api_key=settings.api_key, timeout_s=settings.timeout_s)
+    return OpenAICompatibleChat(
+        model=settings.model, base_url=settings.base_url, api_key=settings.api_key, timeout_s=settings.timeout_s
+    )
 
 
 __all__ = ["ChatError", "ChatModel", "Embedder", "EmbeddingError", "make_chat", "make_embedder"]

@@ -56,9 +56,12 @@ class ChatModel(Protocol):
     def complete(self, request: ChatRequest) -> ChatResponse: ...
 
 
-def probability_of(first_token_logprobs: Mapping[str, float], positive: Sequence[str], negative: Sequence[str]) -> float | None:
+def probability_of(
+    first_token_logprobs: Mapping[str, float], positive: Sequence[str], negative: Sequence[str]
+) -> float | None:
     """P(positive) renormalised over the positive and negative answers among
     the first-token candidates; None when neither appears."""
+
     def mass(words: Sequence[str]) -> float:
         wanted = {w.lower() for w in words}
         return sum(math.exp(lp) for token, lp in first_token_logprobs.items() if token.strip().lower() in wanted)
@@ -88,7 +91,9 @@ class OpenAICompatibleChat:
             from openai import OpenAI
 
             # max_retries=0: a retry policy belongs to the caller, not hidden here.
-            self._client = OpenAI(base_url=self.base_url, api_key=self.api_key or "unused", timeout=self.timeout_s, max_retries=0)
+            self._client = OpenAI(
+                base_url=self.base_url, api_key=self.api_key or "unused", timeout=self.timeout_s, max_retries=0
+            )
         return self._client
 
     def complete(self, request: ChatRequest) -> ChatResponse:

@@ -21,7 +21,9 @@ class Reranker(Protocol):
 
 
 class CohereReranker:
-    def __init__(self, api_key: str, model: str = "rerank-english-v3.0", base_url: str | None = None, timeout_s: float = 30.0):
+    def __init__(
+        self, api_key: str, model: str = "rerank-english-v3.0", base_url: str | None = None, timeout_s: float = 30.0
+    ):
         self.api_key, self.model, self.base_url, self.timeout_s = api_key, model, base_url, timeout_s
         self._client = None
 
@@ -38,8 +40,12 @@ class CohereReranker:
         if not texts:
             return []
         try:
-            response = self._client_or_new().rerank(model=self.model, query=query, documents=list(texts), top_n=len(texts))
+            response = self._client_or_new().rerank(
+                model=self.model, query=query, documents=list(texts), top_n=len(texts)
+            )
         except Exception as exc:
             status = getattr(exc, "status_code", None)
-            raise ChatError(f"Cohere rerank failed: {exc}", retryable=status in (None, 429) or (status or 0) >= 500, status=status) from exc
+            raise ChatError(
+                f"Cohere rerank failed: {exc}", retryable=status in (None, 429) or (status or 0) >= 500, status=status
+            ) from exc
         return [(item.index, float(item.relevance_score)) for item in response.results]

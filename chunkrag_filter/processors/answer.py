@@ -33,11 +33,24 @@ def answer_from_chunks(query: str, chunks: Sequence[Chunk], model: ChatModel, ma
     if not chunks:
         return Answer(NOT_FOUND, False, ())
     passages = numbered_passages(chunks)
-    response = model.complete(ChatRequest(messages=(Message("user", prompts.ANSWER.format(passages=passages, query=query)),), max_tokens=max_tokens))
+    response = model.complete(
+        ChatRequest(
+            messages=(Message("user", prompts.ANSWER.format(passages=passages, query=query)),), max_tokens=max_tokens
+        )
+    )
     text = response.text.strip()
     found = bool(text) and NOT_FOUND not in text.upper()
-    citations = tuple(dict.fromkeys(chunks[int(n) - 1].chunk_id for n in _CITATION.findall(text) if 1 <= int(n) <= len(chunks)))
-    return Answer(text if found else NOT_FOUND, found, citations if found else (), response.prompt_tokens, response.completion_tokens, calls=1)
+    citations = tuple(
+        dict.fromkeys(chunks[int(n) - 1].chunk_id for n in _CITATION.findall(text) if 1 <= int(n) <= len(chunks))
+    )
+    return Answer(
+        text if found else NOT_FOUND,
+        found,
+        citations if found else (),
+        response.prompt_tokens,
+        response.completion_tokens,
+        calls=1,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +68,18 @@ def verdict_from_chunks(claim: str, chunks: Sequence[Chunk], model: ChatModel, m
     """Judge ``claim`` true or false from the kept chunks; with none kept the
     model is asked from the claim alone (the paper's PubHealth setting)."""
     passages = numbered_passages(chunks) or "(none)"
-    response = model.complete(ChatRequest(messages=(Message("user", prompts.VERDICT.format(passages=passages, claim=claim)),), max_tokens=max_tokens))
+    response = model.complete(
+        ChatRequest(
+            messages=(Message("user", prompts.VERDICT.format(passages=passages, claim=claim)),), max_tokens=max_tokens
+        )
+    )
     match = _VERDICT_WORD.search(response.text)
-    return Verdict(match.group(1).lower() if match else None, response.text.strip(), response.prompt_tokens, response.completion_tokens)
+    return Verdict(
+        match.group(1).lower() if match else None,
+        response.text.strip(),
+        response.prompt_tokens,
+        response.completion_tokens,
+    )
 
 
 _VERDICT_WORD = re.compile(r"\b(true|false)\b", re.IGNORECASE)

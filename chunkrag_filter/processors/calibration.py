@@ -104,7 +104,12 @@ def _sigmoid(z: float) -> float:
     return e / (1.0 + e)
 
 
-def chunk_features(stage_scores: Sequence[Mapping[str, float]], judge_scores: Sequence[float | None], lengths: Sequence[int], batches: Sequence[Sequence[int]] = ()) -> list[dict[str, float]]:
+def chunk_features(
+    stage_scores: Sequence[Mapping[str, float]],
+    judge_scores: Sequence[float | None],
+    lengths: Sequence[int],
+    batches: Sequence[Sequence[int]] = (),
+) -> list[dict[str, float]]:
     """The features of each candidate of one query, in retrieval order.
 
     ``stage_scores`` are the chunks' retrieval signals (``cosine``, ``bm25``
@@ -121,20 +126,28 @@ def chunk_features(stage_scores: Sequence[Mapping[str, float]], judge_scores: Se
     rows = []
     for rank, (scores, judge, length) in enumerate(zip(stage_scores, judge_scores, lengths)):
         cosine = scores.get("cosine", 0.0)
-        rows.append({
-            "judge": judge if judge is not None else 0.0,
-            "judged": 1.0 if judge is not None else 0.0,
-            "judge_top": 1.0 if rank in top_of_batch else 0.0,
-            "cosine": cosine,
-            "cosine_gap": cosine - best_cosine,
-            "bm25": scores.get("bm25", 0.0),
-            "inv_rank": 1.0 / (1.0 + rank),
-            "log_chars": math.log(max(length, 1) / 100.0),
-        })
+        rows.append(
+            {
+                "judge": judge if judge is not None else 0.0,
+                "judged": 1.0 if judge is not None else 0.0,
+                "judge_top": 1.0 if rank in top_of_batch else 0.0,
+                "cosine": cosine,
+                "cosine_gap": cosine - best_cosine,
+                "bm25": scores.get("bm25", 0.0),
+                "inv_rank": 1.0 / (1.0 + rank),
+                "log_chars": math.log(max(length, 1) / 100.0),
+            }
+        )
     return rows
 
 
-def fit_logistic(rows: Sequence[Mapping[str, float]], labels: Sequence[bool], names: Sequence[str], l2: float = 1.0, iterations: int = 50) -> LogisticModel:
+def fit_logistic(
+    rows: Sequence[Mapping[str, float]],
+    labels: Sequence[bool],
+    names: Sequence[str],
+    l2: float = 1.0,
+    iterations: int = 50,
+) -> LogisticModel:
     """Maximum-likelihood logistic regression with an L2 penalty ``l2`` on
     the standardised weights (not the bias), by Newton's method. Features
     are standardised for the fit and the weights mapped back to raw units,

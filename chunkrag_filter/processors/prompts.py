@@ -22,6 +22,7 @@ def passage(text: str, header: str = "") -> str:
     head = " | ".join(" ".join(line.split()) for line in header.splitlines() if line.strip())
     return f"{head}: {body}" if head else body
 
+
 QUERY_REWRITE = """You are an AI assistant that improves user queries for better search results.
 
 Rewrite the following query to be more effective for document retrieval without changing its meaning.

@@ -23,7 +23,9 @@ class Redundant:
     similarity: float
 
 
-def drop_redundant(chunks: Sequence[Chunk], threshold: float = DEFAULT_REDUNDANCY_THRESHOLD) -> tuple[list[Chunk], list[Redundant]]:
+def drop_redundant(
+    chunks: Sequence[Chunk], threshold: float = DEFAULT_REDUNDANCY_THRESHOLD
+) -> tuple[list[Chunk], list[Redundant]]:
     """Kept chunks in their original order, and the dropped ones with why.
 
     A chunk without a vector is kept (it cannot be compared)."""

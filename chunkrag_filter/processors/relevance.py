@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from chunkrag_core.providers.chat import ChatError, ChatModel, ChatRequest, ChatResponse, Message, probability_of
+from chunkrag_core.providers.chat import ChatModel, ChatRequest, ChatResponse, Message, probability_of
 from chunkrag_filter.processors import prompts
 from chunkrag_filter.processors.parsing import parse_score, parse_yes_no
 
@@ -96,8 +96,16 @@ class Judgement:
     calibrated: float | None = None
 
     def stage_scores(self) -> dict[str, float]:
-        named = {"base": self.base, "reflection": self.reflection, "critic": self.critic, "prior": self.prior,
-                 "forward": self.forward, "reverse": self.reverse, "calibrated": self.calibrated, "combined": self.combined}
+        named = {
+            "base": self.base,
+            "reflection": self.reflection,
+            "critic": self.critic,
+            "prior": self.prior,
+            "forward": self.forward,
+            "reverse": self.reverse,
+            "calibrated": self.calibrated,
+            "combined": self.combined,
+        }
         return {name: value for name, value in named.items() if value is not None}
 
 
@@ -136,7 +144,15 @@ class _Ledger:
         return value
 
 
-def judge(query: str, chunk_text: str, model: ChatModel, options: ScoringOptions = ScoringOptions(), *, cache: ScoreCache | None = None, model_name: str = "") -> Judgement:
+def judge(
+    query: str,
+    chunk_text: str,
+    model: ChatModel,
+    options: ScoringOptions = ScoringOptions(),
+    *,
+    cache: ScoreCache | None = None,
+    model_name: str = "",
+) -> Judgement:
     """Score ``chunk_text`` for ``query``. Provider errors propagate as
     :class:`ChatError` (the caller retries); unusable output does not."""
     if options.method == "listwise":
@@ -163,7 +179,15 @@ def judge(query: str, chunk_text: str, model: ChatModel, options: ScoringOptions
     return _finish(ledger, base, reflection, critic, combine(base, reflection, critic, options.weights))
 
 
-def judge_listwise(query: str, texts: Sequence[str], model: ChatModel, options: ScoringOptions = ScoringOptions(), *, cache: ScoreCache | None = None, model_name: str = "") -> list[Judgement]:
+def judge_listwise(
+    query: str,
+    texts: Sequence[str],
+    model: ChatModel,
+    options: ScoringOptions = ScoringOptions(),
+    *,
+    cache: ScoreCache | None = None,
+    model_name: str = "",
+) -> list[Judgement]:
     """Judge up to nine passages in ONE call with one output token: the
     model names the passage that answers the query (0 for none), and the
     log-probabilities of the labels 1..n give each passage its share of
@@ -186,13 +210,21 @@ def judge_listwise(query: str, texts: Sequence[str], model: ChatModel, options: 
     for i, (text, score) in enumerate(zip(cut, scores)):
         critic = heuristic_critic(query, text) if options.critic == "heuristic" else None
         head = i == 0  # the calls, and any notes, are booked here
-        judgements.append(Judgement(
-            score, None, critic, combine(score, None, critic, options.weights),
-            calls=ledger.calls if head else 0, cached_calls=ledger.cached if head else 0,
-            prompt_tokens=ledger.prompt_tokens if head else 0, completion_tokens=ledger.completion_tokens if head else 0,
-            notes=tuple(ledger.notes) if head or score is None else (),
-            forward=forward[i] if reverse is not None else None, reverse=reverse[i] if reverse is not None else None,
-        ))
+        judgements.append(
+            Judgement(
+                score,
+                None,
+                critic,
+                combine(score, None, critic, options.weights),
+                calls=ledger.calls if head else 0,
+                cached_calls=ledger.cached if head else 0,
+                prompt_tokens=ledger.prompt_tokens if head else 0,
+                completion_tokens=ledger.completion_tokens if head else 0,
+                notes=tuple(ledger.notes) if head or score is None else (),
+                forward=forward[i] if reverse is not None else None,
+                reverse=reverse[i] if reverse is not None else None,
+            )
+        )
     return judgements
 
 
@@ -202,7 +234,9 @@ def mean_of_orders(forward: float | None, reverse: float | None) -> float | None
     return sum(known) / len(known) if known else None
 
 
-def _cached_listwise(query: str, texts: Sequence[str], ledger: _Ledger, options: ScoringOptions, order: str) -> list[float | None]:
+def _cached_listwise(
+    query: str, texts: Sequence[str], ledger: _Ledger, options: ScoringOptions, order: str
+) -> list[float | None]:
     """One listwise call for ``texts`` in the order given, or its scores
     from the cache (keyed per order: each order is its own question)."""
     prefix = f"{ledger.cache_prefix}{order}"
@@ -233,7 +267,11 @@ def listwise_prompt(query: str, texts: Sequence[str], layout: str = "numbered") 
 
 def _listwise_scores(query: str, texts: Sequence[str], ledger: _Ledger, options: ScoringOptions) -> list[float | None]:
     use_logprobs = options.use_logprobs
-    response = ledger.ask(listwise_prompt(query, texts, options.passages), max_tokens=1 if use_logprobs else 12, top_logprobs=20 if use_logprobs else 0)
+    response = ledger.ask(
+        listwise_prompt(query, texts, options.passages),
+        max_tokens=1 if use_logprobs else 12,
+        top_logprobs=20 if use_logprobs else 0,
+    )
     labels = {str(i): i for i in range(len(texts) + 1)}
     mass = {labels[t.strip()]: math.exp(lp) for t, lp in response.first_token_logprobs.items() if t.strip() in labels}
     if mass:
@@ -246,7 +284,9 @@ def _listwise_scores(query: str, texts: Sequence[str], ledger: _Ledger, options:
     return [None] * len(texts)
 
 
-def combine(base: float | None, reflection: float | None, critic: float | None, weights: tuple[float, float, float]) -> float | None:
+def combine(
+    base: float | None, reflection: float | None, critic: float | None, weights: tuple[float, float, float]
+) -> float | None:
     """Weighted mean of the stages that produced a score. A skipped
     reflection counts as agreeing with the base (the base was confident)."""
     if base is None:
@@ -259,7 +299,17 @@ def combine(base: float | None, reflection: float | None, critic: float | None, 
 
 
 def _finish(ledger: _Ledger, base, reflection, critic, combined) -> Judgement:
-    return Judgement(base, reflection, critic, combined, ledger.calls, ledger.cached, ledger.prompt_tokens, ledger.completion_tokens, tuple(ledger.notes))
+    return Judgement(
+        base,
+        reflection,
+        critic,
+        combined,
+        ledger.calls,
+        ledger.cached,
+        ledger.prompt_tokens,
+        ledger.completion_tokens,
+        tuple(ledger.notes),
+    )
 
 
 def _base(query: str, text: str, ledger: _Ledger, options: ScoringOptions) -> float | None:
@@ -275,7 +325,11 @@ def _base(query: str, text: str, ledger: _Ledger, options: ScoringOptions) -> fl
 
 
 def _yes_no(query: str, text: str, ledger: _Ledger, options: ScoringOptions) -> float | None:
-    response = ledger.ask(prompts.YES_NO_RELEVANCE.format(query=query, chunk=text), max_tokens=1, top_logprobs=10 if options.use_logprobs else 0)
+    response = ledger.ask(
+        prompts.YES_NO_RELEVANCE.format(query=query, chunk=text),
+        max_tokens=1,
+        top_logprobs=10 if options.use_logprobs else 0,
+    )
     probability = probability_of(response.first_token_logprobs, ["yes"], ["no"])
     if probability is not None:
         return probability

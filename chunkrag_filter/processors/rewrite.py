@@ -21,7 +21,9 @@ class Rewrite:
 
 
 def rewrite_query(query: str, model: ChatModel) -> Rewrite:
-    response = model.complete(ChatRequest(messages=(Message("user", prompts.QUERY_REWRITE.format(query=query)),), max_tokens=64))
+    response = model.complete(
+        ChatRequest(messages=(Message("user", prompts.QUERY_REWRITE.format(query=query)),), max_tokens=64)
+    )
     candidate = clean_rewrite(response.text)
     usable = bool(candidate) and len(candidate) <= MAX_GROWTH * max(len(query), 20)
     return Rewrite(candidate if usable else query, query, usable, response.prompt_tokens)

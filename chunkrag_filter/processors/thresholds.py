@@ -55,7 +55,9 @@ def passing(scores: Sequence[float], threshold: Threshold) -> list[int]:
     return [i for i, score in enumerate(scores) if score >= threshold.value - 1e-9]
 
 
-def llm_threshold(query: str, scores: Sequence[float], model, fallback_epsilon: float = DEFAULT_VARIANCE_EPSILON) -> tuple[Threshold, int]:
+def llm_threshold(
+    query: str, scores: Sequence[float], model, fallback_epsilon: float = DEFAULT_VARIANCE_EPSILON
+) -> tuple[Threshold, int]:
     """The paper's appendix prompt picks the threshold from the scores; an
     unreadable answer falls back to :func:`dynamic_threshold`. Returns the
     threshold and the prompt tokens spent."""
@@ -64,7 +66,9 @@ def llm_threshold(query: str, scores: Sequence[float], model, fallback_epsilon: 
     from chunkrag_filter.processors.parsing import parse_score
 
     listed = ", ".join(f"{s:.2f}" for s in scores)
-    response = model.complete(ChatRequest(messages=(Message("user", prompts.THRESHOLD.format(query=query, scores=listed)),), max_tokens=8))
+    response = model.complete(
+        ChatRequest(messages=(Message("user", prompts.THRESHOLD.format(query=query, scores=listed)),), max_tokens=8)
+    )
     value = parse_score(response.text)
     dynamic = dynamic_threshold(scores, fallback_epsilon)
     if value is None:

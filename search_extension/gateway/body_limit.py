@@ -26,7 +26,11 @@ class BodyTooSlow(HTTPException):
 
 
 def body_timeout(timeout_s: float) -> errors.GatewayError:
-    return errors.GatewayError(408, "timeout_exception", f"the request body did not arrive within {timeout_s:g} s (CHUNKRAG_GATEWAY_BODY_TIMEOUT_S)")
+    return errors.GatewayError(
+        408,
+        "timeout_exception",
+        f"the request body did not arrive within {timeout_s:g} s (CHUNKRAG_GATEWAY_BODY_TIMEOUT_S)",
+    )
 
 
 class BodyLimit:
@@ -75,7 +79,10 @@ class BodyLimit:
             # pass-through lane: answer here unless a response has begun.
             if started:
                 raise
-            await _send_error(send, errors.too_large(self.max_bytes) if isinstance(exc, BodyTooLarge) else body_timeout(self.timeout_s))
+            await _send_error(
+                send,
+                errors.too_large(self.max_bytes) if isinstance(exc, BodyTooLarge) else body_timeout(self.timeout_s),
+            )
 
 
 def _content_length(scope) -> int | None:
@@ -91,7 +98,11 @@ def _content_length(scope) -> int | None:
 
 async def _send_error(send, error: errors.GatewayError) -> None:
     payload = orjson.dumps(errors.body_of(error))
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), (b"x-elastic-product", b"Elasticsearch")]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        (b"x-elastic-product", b"Elasticsearch"),
+    ]
     headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in error.headers.items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

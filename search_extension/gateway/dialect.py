@@ -11,10 +11,16 @@ from typing import Any, Mapping, Sequence
 from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.settings import DEFAULT_SCALES
 from search_extension.ask import DEFAULT_CANDIDATES, AskResult
+
 # The options themselves are declared, validated and resolved there; this
 # module reads the rest of the body (and re-exports them for its callers).
 from search_extension.options import (  # noqa: F401
-    OPTION_KEYS, SCORING_KEYS, SEGMENT_KEYS, ChunkragOptions, OptionError, parse_options,
+    OPTION_KEYS,
+    SCORING_KEYS,
+    SEGMENT_KEYS,
+    ChunkragOptions,
+    OptionError,
+    parse_options,
 )
 from search_extension.segments import Segment
 
@@ -73,7 +79,9 @@ def parse_search(body: Mapping[str, Any], *, max_candidates: int, max_query_char
     return ChunkragSearch(text, query_filters(query), size, _candidates(options, size, max_candidates), options)
 
 
-def parse_ask(question: str, raw_options: Any, *, max_candidates: int, max_query_chars: int | None = None) -> ChunkragSearch:
+def parse_ask(
+    question: str, raw_options: Any, *, max_candidates: int, max_query_chars: int | None = None
+) -> ChunkragSearch:
     """A ``/v1/ask`` request: the question (or ``options.query``), every kept
     chunk. ``raw_options``: a JSON object, or the validated OptionsModel."""
     options = parse_options(raw_options, max_candidates=max_candidates, where="options", surface="ask")
@@ -87,7 +95,9 @@ def parse_ask(question: str, raw_options: Any, *, max_candidates: int, max_query
 def _check_length(text: str, max_chars: int | None) -> None:
     # The text goes to the embedder and into every judging prompt.
     if max_chars is not None and len(text) > max_chars:
-        raise OptionError(f"the query text is {len(text)} characters long; the gateway's limit is {max_chars} (CHUNKRAG_GATEWAY_MAX_QUERY_CHARS)")
+        raise OptionError(
+            f"the query text is {len(text)} characters long; the gateway's limit is {max_chars} (CHUNKRAG_GATEWAY_MAX_QUERY_CHARS)"
+        )
     if "\x00" in text:
         raise OptionError("the query text holds a NUL character")
 
@@ -115,7 +125,7 @@ def query_text(query: Any) -> str | None:
     such clause of bool.must / bool.should."""
     if not isinstance(query, Mapping) or len(query) != 1:
         return None
-    (kind, clause), = query.items()
+    ((kind, clause),) = query.items()
     if not isinstance(clause, Mapping):
         return None
     if kind in ("multi_match", "query_string", "simple_query_string"):
@@ -123,7 +133,7 @@ def query_text(query: Any) -> str | None:
     if kind in ("match", "match_phrase"):
         if len(clause) != 1:
             return None
-        (_field, value), = clause.items()
+        ((_field, value),) = clause.items()
         return _text(value.get("query") if isinstance(value, Mapping) else value)
     if kind == "bool":
         for occur in ("must", "should"):
@@ -157,7 +167,9 @@ def query_filters(query: Any) -> tuple[Mapping[str, Any], ...]:
 # --- responses -------------------------------------------------------------
 
 
-def search_response(result: AskResult, *, index: str, size: int, include_dropped: bool, took_ms: float) -> dict[str, Any]:
+def search_response(
+    result: AskResult, *, index: str, size: int, include_dropped: bool, took_ms: float
+) -> dict[str, Any]:
     """The Elasticsearch ``_search`` response shape: ``hits.hits`` are the
     kept chunks in final order (at most ``size``); the filter's view of the
     query is under the top-level ``chunkrag`` key. With segments asked
@@ -166,18 +178,27 @@ def search_response(result: AskResult, *, index: str, size: int, include_dropped
         return _segments_response(result, index=index, size=size, took_ms=took_ms)
     ranks = _retrieval_ranks(result)
     kept = _kept_with_reasons(result)
-    hits = [_hit(chunk, index, ranks, kept=True, reason=reason, stages=result.filtered is not None) for chunk, reason in kept[:size]]
+    hits = [
+        _hit(chunk, index, ranks, kept=True, reason=reason, stages=result.filtered is not None)
+        for chunk, reason in kept[:size]
+    ]
     scores = [hit["_score"] for hit in hits if hit["_score"] is not None]
     section = chunkrag_section(result)
     if include_dropped:
-        section["dropped"] = [_hit(chunk, index, ranks, kept=False, reason=reason, stages=True) for chunk, reason in _dropped(result)]
+        section["dropped"] = [
+            _hit(chunk, index, ranks, kept=False, reason=reason, stages=True) for chunk, reason in _dropped(result)
+        ]
     return {
         "took": int(round(took_ms)),
         "timed_out": False,
         # The retriever raises on a failed shard, so every shard it asked
         # answered; it does not surface counts, so one logical search is shown.
         "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
-        "hits": {"total": {"value": len(kept), "relation": "eq"}, "max_score": max(scores) if scores else None, "hits": hits},
+        "hits": {
+            "total": {"value": len(kept), "relation": "eq"},
+            "max_score": max(scores) if scores else None,
+            "hits": hits,
+        },
         "chunkrag": section,
     }
 
@@ -188,7 +209,11 @@ def _segments_response(result: AskResult, *, index: str, size: int, took_ms: flo
         "took": int(round(took_ms)),
         "timed_out": False,
         "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
-        "hits": {"total": {"value": len(result.segments), "relation": "eq"}, "max_score": hits[0]["_score"] if hits else None, "hits": hits},
+        "hits": {
+            "total": {"value": len(result.segments), "relation": "eq"},
+            "max_score": hits[0]["_score"] if hits else None,
+            "hits": hits,
+        },
         "chunkrag": chunkrag_section(result),
     }
 
@@ -201,7 +226,12 @@ def segment_hit(segment: Segment, index: str) -> dict[str, Any]:
         "_id": segment_id(segment),
         "_score": segment.value,
         "_source": segment_source(segment),
-        "_chunkrag": {"segment": True, "chunk_ids": list(segment.chunk_ids), "span": {"start": segment.start, "end": segment.end}, "value": segment.value},
+        "_chunkrag": {
+            "segment": True,
+            "chunk_ids": list(segment.chunk_ids),
+            "span": {"start": segment.start, "end": segment.end},
+            "value": segment.value,
+        },
     }
 
 
@@ -231,15 +261,24 @@ def chunkrag_section(result: AskResult) -> dict[str, Any]:
     filtered = result.filtered
     answer = result.answer
     return {
-        "query": {"original": result.question, "rewritten": result.rewrite.query if result.rewrite is not None and result.rewrite.used else None},
-        "retrieval": {"mode": result.retrieval.mode, "fusion": result.retrieval.fusion, "candidates": len(result.retrieval.chunks)},
+        "query": {
+            "original": result.question,
+            "rewritten": result.rewrite.query if result.rewrite is not None and result.rewrite.used else None,
+        },
+        "retrieval": {
+            "mode": result.retrieval.mode,
+            "fusion": result.retrieval.fusion,
+            "candidates": len(result.retrieval.chunks),
+        },
         "stages": filtered is not None,
         "threshold": threshold_dict(result),
         "nothing_relevant": filtered.nothing_relevant if filtered is not None else False,
         # Where the candidates were judged, and why not where meant to.
         "judged_by": filtered.judged_by if filtered is not None else None,
         "judged_by_reason": filtered.judged_by_reason if filtered is not None else None,
-        "answer": None if answer is None else {"text": answer.text, "found": answer.found, "citations": list(answer.citations)},
+        "answer": None
+        if answer is None
+        else {"text": answer.text, "found": answer.found, "citations": list(answer.citations)},
         "timings_ms": dict(result.timings_ms),
         "usage": usage_dict(result),
     }
@@ -266,7 +305,12 @@ def ask_response(result: AskResult, *, index: str) -> dict[str, Any]:
         "judged_by": section["judged_by"],
         "judged_by_reason": section["judged_by_reason"],
         "chunks": chunks,
-        "segments": None if result.segments is None else [{"id": segment_id(s), "value": s.value, "chunk_ids": list(s.chunk_ids), **segment_source(s)} for s in result.segments],
+        "segments": None
+        if result.segments is None
+        else [
+            {"id": segment_id(s), "value": s.value, "chunk_ids": list(s.chunk_ids), **segment_source(s)}
+            for s in result.segments
+        ],
         "usage": section["usage"],
         "timings_ms": section["timings_ms"],
     }
@@ -281,7 +325,12 @@ def threshold_dict(result: AskResult) -> dict[str, Any] | None:
 
 def usage_dict(result: AskResult) -> dict[str, int]:
     usage = result.usage
-    return {"model_calls": usage.model_calls, "cached_calls": usage.cached_calls, "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+    return {
+        "model_calls": usage.model_calls,
+        "cached_calls": usage.cached_calls,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+    }
 
 
 def source_of(chunk: Chunk) -> dict[str, Any]:
@@ -300,7 +349,9 @@ def source_of(chunk: Chunk) -> dict[str, Any]:
     }
 
 
-def _hit(chunk: Chunk, index: str, ranks: Mapping[str, int], *, kept: bool, reason: str, stages: bool) -> dict[str, Any]:
+def _hit(
+    chunk: Chunk, index: str, ranks: Mapping[str, int], *, kept: bool, reason: str, stages: bool
+) -> dict[str, Any]:
     score = chunk.stage_scores.get("combined") if stages else chunk.score
     return {
         "_index": index,

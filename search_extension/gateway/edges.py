@@ -7,12 +7,12 @@ import asyncio
 import dataclasses
 import logging
 import threading
-from urllib.parse import urlsplit, urlunsplit
 from typing import Any, Callable, Mapping, Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 from chunkrag_core.settings import Settings, redact_url
-from search_extension.ask import AskResult, ask
 from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany, Place, judge_in_threads
+from search_extension.ask import AskResult, ask
 from search_extension.gateway import errors
 from search_extension.gateway.dialect import ChunkragOptions, ensemble_scales
 from search_extension.gateway.identity import Caller, es_for
@@ -28,7 +28,16 @@ log = logging.getLogger("chunkrag.gateway")
 
 
 class Edges:
-    def __init__(self, settings: Settings, *, es=None, model=None, embedder=None, judge_many_factory: JudgeManyFactory | None = None, http_transport: HttpTransport | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        es=None,
+        model=None,
+        embedder=None,
+        judge_many_factory: JudgeManyFactory | None = None,
+        http_transport: HttpTransport | None = None,
+    ):
         self.settings = settings
         self.passthrough = Passthrough(settings, http_transport)
         self._es, self._model, self._embedder = es, model, embedder
@@ -53,7 +62,12 @@ class Edges:
 
                 settings = self.settings
                 if settings.gateway.auth != "service":
-                    settings = dataclasses.replace(settings, es_url=strip_credentials(settings.es_url), es_api_key=None, opensearch_url=strip_credentials(settings.opensearch_url))
+                    settings = dataclasses.replace(
+                        settings,
+                        es_url=strip_credentials(settings.es_url),
+                        es_api_key=None,
+                        opensearch_url=strip_credentials(settings.opensearch_url),
+                    )
                 # Elasticsearch or OpenSearch, as SEARCH_BACKEND says.
                 self._es = make_backend(settings)
             return self._es
@@ -90,12 +104,16 @@ class Edges:
             return None
         rerank = self.settings.rerank
         if not (rerank.api_key or rerank.base_url):
-            raise errors.bad_request("rerank [cohere] needs a Cohere key (CHUNKRAG_RERANK_API_KEY or CO_API_KEY); use [score] or [off]")
+            raise errors.bad_request(
+                "rerank [cohere] needs a Cohere key (CHUNKRAG_RERANK_API_KEY or CO_API_KEY); use [score] or [off]"
+            )
         with self._lock:
             if self._reranker is None:
                 from chunkrag_core.providers.rerank import CohereReranker
 
-                self._reranker = CohereReranker(api_key=rerank.api_key or "", model=rerank.model, base_url=rerank.base_url)
+                self._reranker = CohereReranker(
+                    api_key=rerank.api_key or "", model=rerank.model, base_url=rerank.base_url
+                )
             return self._reranker
 
     @property
@@ -119,7 +137,16 @@ class Edges:
         if self._judge_many_factory is not None:
             return self._judge_many_factory(budget_s)
         settings = self.settings
-        threads = Place(BY_GATEWAY, judge_in_threads(self.model, threads=settings.chat.parallel, cache=self.score_cache, model_name=settings.chat.model, budget_s=budget_s))
+        threads = Place(
+            BY_GATEWAY,
+            judge_in_threads(
+                self.model,
+                threads=settings.chat.parallel,
+                cache=self.score_cache,
+                model_name=settings.chat.model,
+                budget_s=budget_s,
+            ),
+        )
         if settings.workers.judge != "celery":
             return threads
         from workers.dispatch import celery_judge_many
@@ -144,7 +171,16 @@ class Edges:
 
     # --- the one library call ----------------------------------------------
 
-    def ask(self, index: str, text: str, options: ChunkragOptions, *, filters: Sequence[Mapping[str, Any]] = (), candidates: int, caller: Caller = Caller()) -> AskResult:
+    def ask(
+        self,
+        index: str,
+        text: str,
+        options: ChunkragOptions,
+        *,
+        filters: Sequence[Mapping[str, Any]] = (),
+        candidates: int,
+        caller: Caller = Caller(),
+    ) -> AskResult:
         """Blocking: run from a worker thread. Every cluster request goes with
         ``caller``'s credentials, so the model judges only what that caller's
         search returned."""
@@ -218,7 +254,9 @@ class Edges:
     async def _redis_health(self, *, required: bool) -> tuple[str, dict[str, Any]]:
         import redis.asyncio
 
-        client = redis.asyncio.Redis.from_url(self.settings.redis_url, socket_connect_timeout=HEALTH_TIMEOUT_S, socket_timeout=HEALTH_TIMEOUT_S)
+        client = redis.asyncio.Redis.from_url(
+            self.settings.redis_url, socket_connect_timeout=HEALTH_TIMEOUT_S, socket_timeout=HEALTH_TIMEOUT_S
+        )
         try:
             await client.ping()
             return "redis", {"ok": True, "required": required}

@@ -17,7 +17,15 @@ log = logging.getLogger("chunkrag.gateway")
 class GatewayError(Exception):
     """A failure the gateway answers with ``status`` and an ES-shaped body."""
 
-    def __init__(self, status: int, type_: str, reason: str, *, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        type_: str,
+        reason: str,
+        *,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(reason)
         self.status, self.type, self.reason = status, type_, reason
         # Elasticsearch's own error body, passed on unchanged when it has one.
@@ -44,7 +52,11 @@ def parse_error(reason: str) -> GatewayError:
 
 
 def too_large(limit: int) -> GatewayError:
-    return GatewayError(413, "content_too_long_exception", f"request body is larger than the gateway's limit of {limit} bytes (CHUNKRAG_GATEWAY_MAX_BODY_BYTES)")
+    return GatewayError(
+        413,
+        "content_too_long_exception",
+        f"request body is larger than the gateway's limit of {limit} bytes (CHUNKRAG_GATEWAY_MAX_BODY_BYTES)",
+    )
 
 
 def too_many(reason: str, retry_after_s: float) -> GatewayError:

@@ -11,21 +11,24 @@ an index search (of an index named "v1") like any other."""
 
 from __future__ import annotations
 
-from search_extension.gateway import errors
-from search_extension.gateway import playground
+from search_extension.gateway import errors, playground
 from search_extension.gateway.identity import Authenticator, check_indices
 from search_extension.gateway.limits import RateLimiter
 from search_extension.gateway.policy import classify, refuse_odd_paths, refuse_unless_allowed
 from search_extension.gateway.responses import accept_of, error_response
 
-PUBLIC_PATHS = frozenset({"/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect", "/v1/health", *playground.PUBLIC_PATHS})
+PUBLIC_PATHS = frozenset(
+    {"/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect", "/v1/health", *playground.PUBLIC_PATHS}
+)
 # The gateway's own routes that need a caller but name no engine endpoint;
 # every other path, /v1/_search included, is classified like any other.
 GATEWAY_ROUTES = frozenset({"/v1/ask", playground.INDICES})
 
 
 class Guard:
-    def __init__(self, app, *, authenticator: Authenticator, rate_limiter: RateLimiter, passthrough_classes: frozenset[str]):
+    def __init__(
+        self, app, *, authenticator: Authenticator, rate_limiter: RateLimiter, passthrough_classes: frozenset[str]
+    ):
         self.app = app
         self.authenticator, self.rate_limiter, self.classes = authenticator, rate_limiter, passthrough_classes
 

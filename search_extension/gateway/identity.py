@@ -72,17 +72,23 @@ def parse_api_keys(raw: str) -> tuple[ApiKey, ...]:
             continue
         fields = entry.split(":")
         if len(fields) != 3:
-            raise ConfigError(f"CHUNKRAG_GATEWAY_API_KEYS entry {number + 1} must be name:sha256-hex:index-patterns, got {len(fields)} field(s)")
+            raise ConfigError(
+                f"CHUNKRAG_GATEWAY_API_KEYS entry {number + 1} must be name:sha256-hex:index-patterns, got {len(fields)} field(s)"
+            )
         name, digest, patterns = (f.strip() for f in fields)
         try:
             sha = bytes.fromhex(digest)
         except ValueError:
             sha = b""
         if len(sha) != 32:
-            raise ConfigError(f"CHUNKRAG_GATEWAY_API_KEYS key [{name}]: the second field must be the 64 hex digits of sha256(key)")
+            raise ConfigError(
+                f"CHUNKRAG_GATEWAY_API_KEYS key [{name}]: the second field must be the 64 hex digits of sha256(key)"
+            )
         indices = tuple(p.strip() for p in patterns.split(",") if p.strip())
         if not name or not indices:
-            raise ConfigError(f"CHUNKRAG_GATEWAY_API_KEYS entry {number + 1} needs a name and at least one index pattern (* for all)")
+            raise ConfigError(
+                f"CHUNKRAG_GATEWAY_API_KEYS entry {number + 1} needs a name and at least one index pattern (* for all)"
+            )
         keys.append(ApiKey(name, sha, indices))
     if len({k.name for k in keys}) != len(keys):
         raise ConfigError("CHUNKRAG_GATEWAY_API_KEYS names a key twice")
@@ -99,9 +105,13 @@ class Authenticator:
         if mode not in AUTH_MODES:
             raise ConfigError(f"CHUNKRAG_GATEWAY_AUTH must be one of {', '.join(AUTH_MODES)}, got {mode!r}")
         if mode == "service" and not keys:
-            raise ConfigError("CHUNKRAG_GATEWAY_AUTH=service needs CHUNKRAG_GATEWAY_API_KEYS: without them anyone could use the gateway's credentials")
+            raise ConfigError(
+                "CHUNKRAG_GATEWAY_AUTH=service needs CHUNKRAG_GATEWAY_API_KEYS: without them anyone could use the gateway's credentials"
+            )
         if mode == "forward" and keys:
-            raise ConfigError("CHUNKRAG_GATEWAY_API_KEYS is set but CHUNKRAG_GATEWAY_AUTH is forward: set it to service to use gateway API keys")
+            raise ConfigError(
+                "CHUNKRAG_GATEWAY_API_KEYS is set but CHUNKRAG_GATEWAY_AUTH is forward: set it to service to use gateway API keys"
+            )
         self.mode, self.keys = mode, keys
 
     @classmethod
@@ -133,7 +143,11 @@ def check_engine_auth(settings) -> None:
     """SigV4 signs with the gateway's own AWS identity, which a caller's
     credentials cannot take the place of: forward mode would hand that
     identity to anyone, so SigV4 goes only with service mode and its keys."""
-    if settings.search_backend == "opensearch" and settings.opensearch_auth == "sigv4" and settings.gateway.auth != "service":
+    if (
+        settings.search_backend == "opensearch"
+        and settings.opensearch_auth == "sigv4"
+        and settings.gateway.auth != "service"
+    ):
         raise ConfigError(
             "OPENSEARCH_AUTH=sigv4 signs every request with the gateway's AWS credentials, so callers' credentials cannot be forwarded: "
             "set CHUNKRAG_GATEWAY_AUTH=service with CHUNKRAG_GATEWAY_API_KEYS (and index allow-lists per key)"
@@ -141,7 +155,9 @@ def check_engine_auth(settings) -> None:
 
 
 def unauthenticated(reason: str) -> errors.GatewayError:
-    return errors.GatewayError(401, "security_exception", reason, headers={"www-authenticate": 'ApiKey realm="chunkrag-gateway"'})
+    return errors.GatewayError(
+        401, "security_exception", reason, headers={"www-authenticate": 'ApiKey realm="chunkrag-gateway"'}
+    )
 
 
 def forbidden(reason: str) -> errors.GatewayError:
@@ -157,12 +173,16 @@ def check_indices(caller: Caller, indices: tuple[str, ...] | None, *, what: str)
     if allowed is None or "*" in allowed:
         return
     if indices is None:
-        raise forbidden(f"gateway API key [{caller.key.name}] may read only [{', '.join(allowed)}]; {what} names no index, name one in the path")
+        raise forbidden(
+            f"gateway API key [{caller.key.name}] may read only [{', '.join(allowed)}]; {what} names no index, name one in the path"
+        )
     for index in indices:
         if ":" in index:  # cluster:index reaches a remote cluster, whatever the pattern says
             raise forbidden(f"gateway API key [{caller.key.name}] may not use the cross-cluster expression [{index}]")
         if not any(fnmatch.fnmatchcase(index, pattern) for pattern in allowed):
-            raise forbidden(f"gateway API key [{caller.key.name}] may not read index [{index}]; it may read [{', '.join(allowed)}]")
+            raise forbidden(
+                f"gateway API key [{caller.key.name}] may not read index [{index}]; it may read [{', '.join(allowed)}]"
+            )
 
 
 def service_refusal(caller: Caller, status: int = 403) -> errors.GatewayError:
@@ -250,13 +270,26 @@ def credentials_identity(authorization: bytes) -> str:
 # Headers that change who the cluster takes the caller to be, or add a
 # second identity: never forwarded, in either mode. Compared with "_" read
 # as "-" (servers that take one often take the other).
-IDENTITY_HEADERS = frozenset({
-    b"es-security-runas-user", b"es-secondary-authorization", b"es-client-authentication",
-    b"opendistro-security-impersonate-as", b"securitytenant", b"security-tenant",
-    b"x-forwarded-user", b"proxy-authorization", b"proxy-authenticate",
-})
+IDENTITY_HEADERS = frozenset(
+    {
+        b"es-security-runas-user",
+        b"es-secondary-authorization",
+        b"es-client-authentication",
+        b"opendistro-security-impersonate-as",
+        b"securitytenant",
+        b"security-tenant",
+        b"x-forwarded-user",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+    }
+)
 IDENTITY_PREFIXES = (
-    b"es-security-", b"es-secondary-", b"opendistro-security-", b"plugins-security-", b"x-proxy-", b"x-amz-",
+    b"es-security-",
+    b"es-secondary-",
+    b"opendistro-security-",
+    b"plugins-security-",
+    b"x-proxy-",
+    b"x-amz-",
 )
 # Headers that say where a request came from: a cluster (or its proxy-auth
 # realm, or its audit log) may trust them, so they pass only from a proxy the
@@ -278,4 +311,3 @@ def forwardable_header(name: bytes, *, trusted_proxy: bool = False) -> bool:
 def basic(user: str, password: str) -> bytes:
     """A Basic Authorization value (tests and the bench build callers with it)."""
     return b"Basic " + base64.b64encode(f"{user}:{password}".encode())
-

@@ -18,12 +18,17 @@ from __future__ import annotations
 
 import orjson
 
-from search_extension.gateway import errors
+from search_extension.gateway import errors, playground
 from search_extension.gateway.body_reads import (
-    JSON_MEDIA_TYPES, body_parameters, check_search_body, clears_all_scrolls, index_expressions, media_type,
-    parse_msearch, strict_json,
+    JSON_MEDIA_TYPES,
+    body_parameters,
+    check_search_body,
+    clears_all_scrolls,
+    index_expressions,
+    media_type,
+    parse_msearch,
+    strict_json,
 )
-from search_extension.gateway import playground
 from search_extension.gateway.identity import Caller, check_indices
 from search_extension.gateway.passthrough import Passthrough
 from search_extension.gateway.policy import Endpoint, msearch_indices, refuse_chunkrag_outside_index_search, segments
@@ -31,8 +36,17 @@ from search_extension.gateway.responses import accept_of, error_response
 
 # The gateway's own routes, exactly: any other path (/v1/_search included)
 # is classified by the guard and forwarded like every other.
-GATEWAY_ROUTES = frozenset({"/v1/ask", "/v1/health", "/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect",
-                            *playground.PUBLIC_PATHS, playground.INDICES})
+GATEWAY_ROUTES = frozenset(
+    {
+        "/v1/ask",
+        "/v1/health",
+        "/openapi.json",
+        "/v1/docs",
+        "/v1/docs/oauth2-redirect",
+        *playground.PUBLIC_PATHS,
+        playground.INDICES,
+    }
+)
 # Most searches carry no ext.chunkrag: their bytes are forwarded without
 # being decoded (vectors make bodies large). A body that holds the word
 # elsewhere is decoded by the route, which forwards it when ext lacks it.
@@ -58,7 +72,9 @@ class PassthroughLane:
             check_request(endpoint, caller, scope, body)
             if is_index_search(scope["method"], scope["path"]) and CHUNKRAG_MARK in body:
                 return await self.app(scope, _replay(body, receive), send)
-            response = await self.passthrough.forward(scope["method"], request_target(scope), scope["headers"], body, caller)
+            response = await self.passthrough.forward(
+                scope["method"], request_target(scope), scope["headers"], body, caller
+            )
         except errors.GatewayError as exc:
             response = error_response(exc, accept_of(scope))
         await response(scope, receive, send)

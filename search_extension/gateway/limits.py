@@ -72,7 +72,10 @@ class RateLimiter:
         if tokens < 1.0:
             self._buckets[caller] = (tokens, now)
             wait = (1.0 - tokens) / self.rate
-            raise errors.too_many(f"rate limit of {self.rate:g} requests/s (bursts of {self.burst}) reached for this caller (CHUNKRAG_GATEWAY_RATE_PER_S)", wait)
+            raise errors.too_many(
+                f"rate limit of {self.rate:g} requests/s (bursts of {self.burst}) reached for this caller (CHUNKRAG_GATEWAY_RATE_PER_S)",
+                wait,
+            )
         self._buckets[caller] = (tokens - 1.0, now)
         while len(self._buckets) > MAX_TRACKED_CALLERS:
             self._buckets.popitem(last=False)

@@ -19,8 +19,11 @@ class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     index: str = Field(min_length=1)
-    question: str = Field(min_length=1, json_schema_extra={"pattern": r"\S"},
-                          description="answered from the kept chunks (options.query, when given, is what is judged)")
+    question: str = Field(
+        min_length=1,
+        json_schema_extra={"pattern": r"\S"},
+        description="answered from the kept chunks (options.query, when given, is what is judged)",
+    )
     options: OptionsModel = Field(default_factory=OptionsModel)
 
 
@@ -29,7 +32,9 @@ class AskSegment(BaseModel):
     value: float
     chunk_ids: list[str]
     doc_id: str
-    scale: int = Field(0, description="0: the semantic chunks; else the ensembling scale (tokens) of the segment's chunks")
+    scale: int = Field(
+        0, description="0: the semantic chunks; else the ensembling scale (tokens) of the segment's chunks"
+    )
     first_position: int
     last_position: int
     start: int
@@ -58,7 +63,10 @@ class AskChunk(BaseModel):
     id: str
     doc_id: str
     position: int
-    scale: int = Field(0, description="0: a semantic chunk; else the ensembling scale (tokens); with ensembling, start..end may span several merged chunks")
+    scale: int = Field(
+        0,
+        description="0: a semantic chunk; else the ensembling scale (tokens); with ensembling, start..end may span several merged chunks",
+    )
     start: int
     end: int
     title: str
@@ -70,7 +78,9 @@ class AskChunk(BaseModel):
     retrieval_score: Optional[float]
     scores: dict[str, float] = Field(description="per-stage scores: base, reflection, critic, prior, combined, rerank")
     kept: bool
-    reason: str = Field(description="above_threshold, below_threshold, redundant, unscored, fallback, or retrieved (no model stages)")
+    reason: str = Field(
+        description="above_threshold, below_threshold, redundant, unscored, fallback, or retrieved (no model stages)"
+    )
 
 
 class AskResponse(BaseModel):
@@ -83,10 +93,17 @@ class AskResponse(BaseModel):
     citations: list[str] = Field(description="chunk ids the answer cites")
     nothing_relevant: bool
     threshold: Optional[ThresholdModel]
-    judged_by: Optional[str] = Field(None, description="where the candidates were judged: workers, gateway (the gateway's own threads), retrieval (the retrieval signals alone); null without judging")
-    judged_by_reason: Optional[str] = Field(None, description="why judging fell back from where it was meant to run (null when it did not)")
+    judged_by: Optional[str] = Field(
+        None,
+        description="where the candidates were judged: workers, gateway (the gateway's own threads), retrieval (the retrieval signals alone); null without judging",
+    )
+    judged_by_reason: Optional[str] = Field(
+        None, description="why judging fell back from where it was meant to run (null when it did not)"
+    )
     chunks: list[AskChunk] = Field(description="kept chunks in final order, then the dropped ones")
-    segments: Optional[list[AskSegment]] = Field(None, description="with options.segments: the relevant segments, best first; the answer was written from them")
+    segments: Optional[list[AskSegment]] = Field(
+        None, description="with options.segments: the relevant segments, best first; the answer was written from them"
+    )
     usage: UsageModel
     timings_ms: dict[str, float]
 
@@ -149,10 +166,15 @@ def _only(key: str, schema: dict[str, Any]) -> dict[str, Any]:
 def _text_query() -> dict[str, Any]:
     """The full-text queries the query text is read from (dialect.query_text)."""
     with_query = {"type": "object", "required": ["query"], "properties": {"query": _TEXT}}
-    by_field = {"type": "object", "minProperties": 1, "maxProperties": 1,
-                "additionalProperties": {"anyOf": [_TEXT, with_query]}}
-    return {"anyOf": [_only(kind, by_field if kind in ("match", "match_phrase") else with_query)
-                      for kind in TEXT_QUERIES]}
+    by_field = {
+        "type": "object",
+        "minProperties": 1,
+        "maxProperties": 1,
+        "additionalProperties": {"anyOf": [_TEXT, with_query]},
+    }
+    return {
+        "anyOf": [_only(kind, by_field if kind in ("match", "match_phrase") else with_query) for kind in TEXT_QUERIES]
+    }
 
 
 def search_body_schema() -> dict[str, Any]:
@@ -161,16 +183,24 @@ def search_body_schema() -> dict[str, Any]:
     ``bool.must``, with ``bool.filter`` clauses restricting both sides of the
     hybrid search). Without ext.chunkrag any Elasticsearch body passes through."""
     text = _text_query()
-    boolean = _only("bool", {"type": "object", "required": ["must"], "properties": {
-        "must": text, "filter": {"type": "array", "items": {"type": "object", "minProperties": 1}}}})
+    boolean = _only(
+        "bool",
+        {
+            "type": "object",
+            "required": ["must"],
+            "properties": {"must": text, "filter": {"type": "array", "items": {"type": "object", "minProperties": 1}}},
+        },
+    )
     options = {"$ref": "#/components/schemas/OptionsModel"}
     return {
         "type": "object",
         "required": ["ext"],
         "additionalProperties": False,
         "properties": {
-            "query": {"anyOf": [*text["anyOf"], boolean],
-                      "description": "where the query text comes from, unless ext.chunkrag.query is given"},
+            "query": {
+                "anyOf": [*text["anyOf"], boolean],
+                "description": "where the query text comes from, unless ext.chunkrag.query is given",
+            },
             "size": {"type": "integer", "minimum": 0, "description": "kept hits returned at most (10)"},
             "ext": _only("chunkrag", options),
         },

@@ -85,7 +85,11 @@ def classify(method: str, raw_path: str) -> Endpoint:
     indices = tuple(parts[0].split(",")) if parts and _is_index(parts[0]) else None
     shape = tuple("{index}" if i == 0 and _is_index(p) else p for i, p in enumerate(parts))
     for methods, pattern in _READ:
-        if method in methods and len(pattern) == len(shape) and all(want in ("*", got) for want, got in zip(pattern, shape)):
+        if (
+            method in methods
+            and len(pattern) == len(shape)
+            and all(want in ("*", got) for want, got in zip(pattern, shape))
+        ):
             tail = shape[-1] if shape else ""
             no_data = not shape or shape[0] == "_pit" or shape[:2] == ("_search", "scroll")
             return Endpoint("read", indices, search=tail == "_search", msearch=tail == "_msearch", no_data=no_data)
@@ -100,7 +104,9 @@ def refuse_odd_paths(raw_path: str) -> None:
     path = raw_path.split("?", 1)[0]
     parts = path.split("/")[1:]
     if "//" in path or any(unquote(part) in (".", "..") for part in parts):
-        raise errors.bad_request(f"the path [{path}] holds an empty, . or .. segment; the gateway forwards only plain paths")
+        raise errors.bad_request(
+            f"the path [{path}] holds an empty, . or .. segment; the gateway forwards only plain paths"
+        )
 
 
 def refuse_unless_allowed(endpoint: Endpoint, method: str, raw_path: str, allowed: frozenset[str]) -> None:

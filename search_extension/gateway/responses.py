@@ -17,7 +17,12 @@ COMPATIBLE_JSON = "application/vnd.elasticsearch+json;compatible-with=9"
 def es_json(payload: Any, status: int, accept: str = "", headers: dict[str, str] | None = None) -> Response:
     media_type = COMPATIBLE_JSON if "vnd.elasticsearch+json" in accept else "application/json"
     # The official clients check this header on every 2xx response.
-    return Response(orjson.dumps(payload), status_code=status, media_type=media_type, headers={"x-elastic-product": "Elasticsearch", **(headers or {})})
+    return Response(
+        orjson.dumps(payload),
+        status_code=status,
+        media_type=media_type,
+        headers={"x-elastic-product": "Elasticsearch", **(headers or {})},
+    )
 
 
 def error_response(error: errors.GatewayError, accept: str = "") -> Response:

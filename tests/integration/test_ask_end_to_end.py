@@ -4,11 +4,11 @@ by content."""
 
 import pytest
 
+from chunkrag_core.providers.chat import OpenAICompatibleChat
+from chunkrag_filter.pipeline import FilterOptions
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
-from chunkrag_core.providers.chat import OpenAICompatibleChat
 from search_extension.ask import ask
-from chunkrag_filter.pipeline import FilterOptions
 from search_extension.retriever import HybridRetriever
 from tests.support.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
 
@@ -37,7 +37,13 @@ def test_ask_keeps_the_answering_chunk_and_cites_it(engine, embedder, settings, 
     retriever = HybridRetriever(engine, embedder, engine_index, settings.retrieval)
     with ScriptedOpenAI(default=judge_by_content) as server:
         model = OpenAICompatibleChat(model="scripted", base_url=server.base_url)
-        result = ask("What is the capital of Japan?", retriever=retriever, model=model, options=FilterOptions(judge_top=9), candidates=5)
+        result = ask(
+            "What is the capital of Japan?",
+            retriever=retriever,
+            model=model,
+            options=FilterOptions(judge_top=9),
+            candidates=5,
+        )
 
     filtered = result.filtered
     assert [c.chunk_id for c in filtered.kept] == ["tokyo:0"]

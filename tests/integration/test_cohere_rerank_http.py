@@ -38,7 +38,11 @@ class RerankServer:
                     words = set(body["query"].lower().split())
                     scores = [len(words & set(doc.lower().split())) / max(1, len(words)) for doc in body["documents"]]
                     order = sorted(range(len(scores)), key=lambda i: -scores[i])[: body.get("top_n") or len(scores)]
-                    payload = {"id": "r1", "results": [{"index": i, "relevance_score": scores[i]} for i in order], "meta": {"api_version": {"version": "2"}}}
+                    payload = {
+                        "id": "r1",
+                        "results": [{"index": i, "relevance_score": scores[i]} for i in order],
+                        "meta": {"api_version": {"version": "2"}},
+                    }
                 data = json.dumps(payload).encode()
                 self.send_response(outer.status)
                 self.send_header("Content-Type", "application/json")
@@ -64,13 +68,19 @@ def test_rerank_orders_by_the_providers_scores():
     server = RerankServer()
     try:
         reranker = CohereReranker(api_key="test-key", base_url=server.base_url)
-        order = reranker.rerank("capital of japan", ["violins have strings", "tokyo is the capital of japan", "japan is in asia"])
+        order = reranker.rerank(
+            "capital of japan", ["violins have strings", "tokyo is the capital of japan", "japan is in asia"]
+        )
     finally:
         server.close()
     assert [i for i, _ in order] == [1, 2, 0]
     assert order[0][1] == pytest.approx(1.0)
     request = server.requests[0]
-    assert request["path"] == "/v2/rerank" and request["model"] == "rerank-english-v3.0" and request["auth"] == "Bearer test-key"
+    assert (
+        request["path"] == "/v2/rerank"
+        and request["model"] == "rerank-english-v3.0"
+        and request["auth"] == "Bearer test-key"
+    )
 
 
 def test_rerank_errors_become_chat_errors_with_retryability():
@@ -85,14 +95,32 @@ def test_rerank_errors_become_chat_errors_with_retryability():
 
 
 def test_the_filter_reorders_kept_chunks_with_cohere():
-    chunks = [Chunk("d", i, text, 0, len(text)) for i, text in enumerate(["japan is in asia", "tokyo is the capital of japan"])]
+    chunks = [
+        Chunk("d", i, text, 0, len(text))
+        for i, text in enumerate(["japan is in asia", "tokyo is the capital of japan"])
+    ]
 
     def judge_many(query, candidates, options):
         return [Judgement(0.9, None, None, 0.9), Judgement(0.9, None, None, 0.9)]  # both pass
 
     server = RerankServer()
     try:
-        result = run_filter("capital of japan", chunks, model=None, options=FilterOptions(rerank="cohere", lost_in_the_middle=False, answer=False, redundancy_threshold=None, threshold="dynamic", calibration=None, judge_top=None), judge_many=judge_many, reranker=CohereReranker(api_key="k", base_url=server.base_url))
+        result = run_filter(
+            "capital of japan",
+            chunks,
+            model=None,
+            options=FilterOptions(
+                rerank="cohere",
+                lost_in_the_middle=False,
+                answer=False,
+                redundancy_threshold=None,
+                threshold="dynamic",
+                calibration=None,
+                judge_top=None,
+            ),
+            judge_many=judge_many,
+            reranker=CohereReranker(api_key="k", base_url=server.base_url),
+        )
     finally:
         server.close()
     assert [c.position for c in result.kept] == [1, 0]

@@ -36,7 +36,9 @@ def stored_chunks(es, index):
     return [hit["_source"] for hit in es.search(index, body)["hits"]["hits"]]
 
 
-def test_sections_and_summary_are_stored_in_headers_and_reingest_costs_no_call(es, embedder, settings, fresh_index, tmp_path):
+def test_sections_and_summary_are_stored_in_headers_and_reingest_costs_no_call(
+    es, embedder, settings, fresh_index, tmp_path
+):
     text = "\n\n".join(PARAGRAPHS) + "\n"
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "notes.txt").write_text(text, encoding="utf-8")
@@ -44,19 +46,52 @@ def test_sections_and_summary_are_stored_in_headers_and_reingest_costs_no_call(e
     cache = tmp_path / "cache"
 
     with ScriptedOpenAI(default=scripted_model) as server:
-        on = dataclasses.replace(settings, chunking=chunking, chat=dataclasses.replace(settings.chat, base_url=server.base_url, model="scripted"))
-        first = ingest([tmp_path / "docs"], client=es, embedder=embedder, settings=on, index=fresh_index, progress=False, context_cache=cache)
+        on = dataclasses.replace(
+            settings,
+            chunking=chunking,
+            chat=dataclasses.replace(settings.chat, base_url=server.base_url, model="scripted"),
+        )
+        first = ingest(
+            [tmp_path / "docs"],
+            client=es,
+            embedder=embedder,
+            settings=on,
+            index=fresh_index,
+            progress=False,
+            context_cache=cache,
+        )
         calls_after_first = len(server.requests)
-        again = ingest([tmp_path / "docs"], client=es, embedder=embedder, settings=on, index=fresh_index, progress=False, context_cache=cache)
+        again = ingest(
+            [tmp_path / "docs"],
+            client=es,
+            embedder=embedder,
+            settings=on,
+            index=fresh_index,
+            progress=False,
+            context_cache=cache,
+        )
         other_index = fresh_index + "-again"
         try:
             # A new index re-chunks the document, but the answers come from the cache.
-            cached = ingest([tmp_path / "docs"], client=es, embedder=embedder, settings=on, index=other_index, progress=False, context_cache=cache)
+            cached = ingest(
+                [tmp_path / "docs"],
+                client=es,
+                embedder=embedder,
+                settings=on,
+                index=other_index,
+                progress=False,
+                context_cache=cache,
+            )
         finally:
             es.delete_index(other_index)
 
     assert first.ok, first.errors
-    assert (first.context_documents, first.context_calls, first.context_cache_hits, first.context_fallbacks) == (1, 2, 0, ())
+    assert (first.context_documents, first.context_calls, first.context_cache_hits, first.context_fallbacks) == (
+        1,
+        2,
+        0,
+        (),
+    )
     assert calls_after_first == 2
     chunks = stored_chunks(es, fresh_index)
     assert len(chunks) == first.chunks >= 2

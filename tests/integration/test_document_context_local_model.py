@@ -32,11 +32,21 @@ TEXT = (
 
 
 def test_the_local_model_sections_and_summarises_a_document_without_headings(local_model, tmp_path):
-    model = OpenAICompatibleChat(model=local_model.model, base_url=local_model.base_url, timeout_s=local_model.timeout_s)
+    model = OpenAICompatibleChat(
+        model=local_model.model, base_url=local_model.base_url, timeout_s=local_model.timeout_s
+    )
     document = plain_document("mixed", TEXT, "test", title="mixed notes")
-    outcome = add_document_context(document, ChunkingSettings(sectioning="llm", summaries=True), model=model, model_name=local_model.model, cache=None)
+    outcome = add_document_context(
+        document,
+        ChunkingSettings(sectioning="llm", summaries=True),
+        model=model,
+        model_name=local_model.model,
+        cache=None,
+    )
     result = outcome.document
-    print(f"\ncalls {outcome.calls}, {outcome.seconds} s; summary: {result.summary!r}\nsections: {[(s.path, s.start, s.end) for s in result.sections]}\nfallbacks: {outcome.fallbacks}")
+    print(
+        f"\ncalls {outcome.calls}, {outcome.seconds} s; summary: {result.summary!r}\nsections: {[(s.path, s.start, s.end) for s in result.sections]}\nfallbacks: {outcome.fallbacks}"
+    )
 
     assert 2 <= outcome.calls <= 3  # the summary, the sections, perhaps one retry
     assert result.summary.strip()

@@ -42,9 +42,11 @@ class CountingBackend:
     def __getattr__(self, name):
         attribute = getattr(self.backend, name)
         if name in ("search", "msearch", "hybrid_search"):
+
             def counted(*args, **kwargs):
                 self.calls.append(name)
                 return attribute(*args, **kwargs)
+
             return counted
         return attribute
 
@@ -59,12 +61,21 @@ def documents():
 
 def held(engine, index):
     """(doc_id, scale, position) of every chunk stored."""
-    hits = engine.search(index, {"size": 500, "_source": [schema.DOC_ID, schema.SCALE, schema.POSITION]})["hits"]["hits"]
+    hits = engine.search(index, {"size": 500, "_source": [schema.DOC_ID, schema.SCALE, schema.POSITION]})["hits"][
+        "hits"
+    ]
     return {(h["_source"]["doc_id"], h["_source"].get("scale", 0), h["_source"]["position"]) for h in hits}
 
 
 def test_scales_share_the_index_reingest_is_idempotent_and_stale_scales_go(engine, engine_index, embedder, settings):
-    report = ingest_documents(documents(), client=engine, embedder=embedder, settings=scaled(settings, SCALES), index=engine_index, progress=False)
+    report = ingest_documents(
+        documents(),
+        client=engine,
+        embedder=embedder,
+        settings=scaled(settings, SCALES),
+        index=engine_index,
+        progress=False,
+    )
     assert report.ok and report.scaled_chunks > 0
     stored = held(engine, engine_index)
     assert {scale for _, scale, _ in stored} == {0, 16, 48}
@@ -72,17 +83,40 @@ def test_scales_share_the_index_reingest_is_idempotent_and_stale_scales_go(engin
     by_id = engine.fetch(engine_index, ["bees:0@48", "bees:0"])
     assert [d["_source"]["scale"] for d in by_id] == [48, 0]
 
-    again = ingest_documents(documents(), client=engine, embedder=embedder, settings=scaled(settings, SCALES), index=engine_index, progress=False)
+    again = ingest_documents(
+        documents(),
+        client=engine,
+        embedder=embedder,
+        settings=scaled(settings, SCALES),
+        index=engine_index,
+        progress=False,
+    )
     assert again.unchanged == 3 and again.chunks == 0 and held(engine, engine_index) == stored
 
     # Dropping scale 16 re-ingests (the fingerprint changed) and deletes its chunks.
-    fewer = ingest_documents(documents(), client=engine, embedder=embedder, settings=scaled(settings, (48,)), index=engine_index, progress=False)
+    fewer = ingest_documents(
+        documents(),
+        client=engine,
+        embedder=embedder,
+        settings=scaled(settings, (48,)),
+        index=engine_index,
+        progress=False,
+    )
     assert fewer.unchanged == 0 and fewer.deleted == sum(1 for _, scale, _ in stored if scale == 16)
     assert held(engine, engine_index) == {key for key in stored if key[1] != 16}
 
 
-def test_base_search_sees_only_base_chunks_and_ensembling_is_one_msearch_of_disjoint_spans(engine, engine_index, embedder, settings):
-    ingest_documents(documents(), client=engine, embedder=embedder, settings=scaled(settings, SCALES), index=engine_index, progress=False)
+def test_base_search_sees_only_base_chunks_and_ensembling_is_one_msearch_of_disjoint_spans(
+    engine, engine_index, embedder, settings
+):
+    ingest_documents(
+        documents(),
+        client=engine,
+        embedder=embedder,
+        settings=scaled(settings, SCALES),
+        index=engine_index,
+        progress=False,
+    )
     counting = CountingBackend(engine)
     retriever = HybridRetriever(counting, embedder, engine_index, settings.retrieval)
 
@@ -107,10 +141,24 @@ def test_base_search_sees_only_base_chunks_and_ensembling_is_one_msearch_of_disj
 
 
 def test_retrieval_only_ask_runs_rse_over_the_ensemble(engine, engine_index, embedder, settings):
-    ingest_documents(documents(), client=engine, embedder=embedder, settings=scaled(settings, SCALES), index=engine_index, progress=False)
+    ingest_documents(
+        documents(),
+        client=engine,
+        embedder=embedder,
+        settings=scaled(settings, SCALES),
+        index=engine_index,
+        progress=False,
+    )
     retriever = HybridRetriever(engine, embedder, engine_index, settings.retrieval)
-    result = ask("when did Huygens build the pendulum clock", retriever=retriever, model=None, stages=False, candidates=6,
-                 ensemble=SCALES, segments=SegmentSettings(irrelevant_chunk_penalty=0.1, min_segment_value=0.1))
+    result = ask(
+        "when did Huygens build the pendulum clock",
+        retriever=retriever,
+        model=None,
+        stages=False,
+        candidates=6,
+        ensemble=SCALES,
+        segments=SegmentSettings(irrelevant_chunk_penalty=0.1, min_segment_value=0.1),
+    )
     assert result.retrieval.fusion == "ensemble" and result.segments
     for segment in result.segments:
         assert segment.text == DOCUMENTS[segment.doc_id][segment.start : segment.end]
@@ -118,7 +166,9 @@ def test_retrieval_only_ask_runs_rse_over_the_ensemble(engine, engine_index, emb
 
 
 def test_an_index_without_scales_answers_ensembling_with_its_base_chunks(engine, engine_index, embedder, settings):
-    ingest_documents(documents(), client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    ingest_documents(
+        documents(), client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False
+    )
     retriever = HybridRetriever(engine, embedder, engine_index, settings.retrieval)
     result = retriever.search_ensemble("river delta flood", scales=SCALES, size=4)
     assert result.chunks and {c.scale for c in result.chunks} == {0}
@@ -130,12 +180,22 @@ def test_the_gateway_ensembles_with_ext_chunkrag_ensemble(es, embedder, settings
     from search_extension.gateway import create_app
     from search_extension.gateway.server import serve_in_thread
 
-    ingest_documents(documents(), client=es, embedder=embedder, settings=scaled(settings, SCALES), index=fresh_index, progress=False)
-    body = {"query": {"match": {"text": "how do bees make honey"}}, "size": 5, "ext": {"chunkrag": {"stages": False, "candidates": 6, "ensemble": list(SCALES)}}}
+    ingest_documents(
+        documents(), client=es, embedder=embedder, settings=scaled(settings, SCALES), index=fresh_index, progress=False
+    )
+    body = {
+        "query": {"match": {"text": "how do bees make honey"}},
+        "size": 5,
+        "ext": {"chunkrag": {"stages": False, "candidates": 6, "ensemble": list(SCALES)}},
+    }
     with serve_in_thread(create_app(settings, embedder=embedder)) as url, httpx.Client() as http:
         response = http.post(f"{url}/{fresh_index}/_search", json=body)
-        plain = http.post(f"{url}/{fresh_index}/_search", json={**body, "ext": {"chunkrag": {"stages": False, "candidates": 6}}})
-        bad = http.post(f"{url}/{fresh_index}/_search", json={**body, "ext": {"chunkrag": {"stages": False, "ensemble": "yes"}}})
+        plain = http.post(
+            f"{url}/{fresh_index}/_search", json={**body, "ext": {"chunkrag": {"stages": False, "candidates": 6}}}
+        )
+        bad = http.post(
+            f"{url}/{fresh_index}/_search", json={**body, "ext": {"chunkrag": {"stages": False, "ensemble": "yes"}}}
+        )
     assert response.status_code == 200, response.text
     assert response.json()["chunkrag"]["retrieval"]["fusion"] == "ensemble"
     hits = response.json()["hits"]["hits"]
@@ -147,19 +207,31 @@ def test_the_gateway_ensembles_with_ext_chunkrag_ensemble(es, embedder, settings
     assert bad.status_code == 400 and "ext.chunkrag.ensemble" in bad.text
 
 
-def test_eval_retrieves_the_ensemble_of_the_pools_it_indexes_at_the_scales(es, embedder, settings, shared_eval, fresh_index):
+def test_eval_retrieves_the_ensemble_of_the_pools_it_indexes_at_the_scales(
+    es, embedder, settings, shared_eval, fresh_index
+):
     from chunkrag_core.providers.chat import OpenAICompatibleChat
-    from chunkrag_filter.pipeline import FilterOptions
-    from chunkrag_filter.judging import judge_in_threads
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.runner import evaluate
+    from chunkrag_filter.judging import judge_in_threads
+    from chunkrag_filter.pipeline import FilterOptions
     from tests.support.scripted_openai import ScriptedOpenAI, listwise_choice
 
     _, items, _ = read_items(shared_eval / "popqa" / "dev.jsonl", "popqa", limit=2)
     with ScriptedOpenAI(default=listwise_choice("\x00")) as server:
         model = OpenAICompatibleChat(model="scripted", base_url=server.base_url, timeout_s=10)
-        report = evaluate(items, "popqa", client=es, embedder=embedder, settings=scaled(settings, SCALES), model=model, options=FilterOptions(answer=False),
-                          judge_many=judge_in_threads(model, threads=2), index=fresh_index, ensemble=SCALES)
+        report = evaluate(
+            items,
+            "popqa",
+            client=es,
+            embedder=embedder,
+            settings=scaled(settings, SCALES),
+            model=model,
+            options=FilterOptions(answer=False),
+            judge_many=judge_in_threads(model, threads=2),
+            index=fresh_index,
+            ensemble=SCALES,
+        )
     assert len(report.questions) == 2 and all(q.candidates > 0 for q in report.questions)
     assert {scale for _, scale, _ in held(es, fresh_index)} == {0, 16, 48}
     # Spans, not repeated chunks: the candidates' characters are at most the pool's.

@@ -9,10 +9,10 @@ import uuid
 import pytest
 
 from chunkrag_core.providers.chat import OpenAICompatibleChat
-from chunkrag_filter.pipeline import FilterOptions
-from chunkrag_filter.judging import judge_in_threads
 from chunkrag_eval.datasets import read_items
 from chunkrag_eval.runner import evaluate
+from chunkrag_filter.judging import judge_in_threads
+from chunkrag_filter.pipeline import FilterOptions
 from tests.support.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
 
 pytestmark = pytest.mark.integration
@@ -32,9 +32,30 @@ def engine_eval_index(engine):
     engine.delete_index(name)
 
 
-def run(items, fmt, model_server, es, embedder, settings, index, generate=False, options=FilterOptions(answer=False, judge_top=9)):
+def run(
+    items,
+    fmt,
+    model_server,
+    es,
+    embedder,
+    settings,
+    index,
+    generate=False,
+    options=FilterOptions(answer=False, judge_top=9),
+):
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
-    return evaluate(items, fmt, client=es, embedder=embedder, settings=settings, model=model, options=options, judge_many=judge_in_threads(model, threads=2), index=index, generate=generate)
+    return evaluate(
+        items,
+        fmt,
+        client=es,
+        embedder=embedder,
+        settings=settings,
+        model=model,
+        options=options,
+        judge_many=judge_in_threads(model, threads=2),
+        index=index,
+        generate=generate,
+    )
 
 
 def test_popqa_answer_in_context_follows_the_kept_chunks(engine, embedder, settings, shared_eval, engine_eval_index):
@@ -48,7 +69,14 @@ def test_popqa_answer_in_context_follows_the_kept_chunks(engine, embedder, setti
         question = next(q for q in gold if q in prompt)
         if is_listwise(request):
             # The passage that holds a gold answer, when this batch has one.
-            answer = next((a for a in gold[question] if any(a.lower() in line.lower() for line in prompt.splitlines() if line.startswith("["))), "\x00")
+            answer = next(
+                (
+                    a
+                    for a in gold[question]
+                    if any(a.lower() in line.lower() for line in prompt.splitlines() if line.startswith("["))
+                ),
+                "\x00",
+            )
             return listwise_choice(answer)(request) if answer != "\x00" else listwise_choice("\x00")(request)
         return completion(f"The answer is {gold[question][0]} [1].")(request)
 
@@ -68,7 +96,9 @@ def test_popqa_answer_in_context_follows_the_kept_chunks(engine, embedder, setti
     assert summary["context_chars_after"] < summary["context_chars_before"]
     assert summary["model_calls_per_question"] < summary["naive_model_calls_per_question"]
     assert summary["accuracy"] == 1.0
-    assert report.ingest_seconds >= 0 and again.questions[0].chars_before == report.questions[0].chars_before  # re-run: pools not duplicated
+    assert (
+        report.ingest_seconds >= 0 and again.questions[0].chars_before == report.questions[0].chars_before
+    )  # re-run: pools not duplicated
 
 
 def test_pubhealth_verdicts_are_graded(es, embedder, settings, shared_eval, eval_index):
@@ -92,17 +122,38 @@ def test_pubhealth_verdicts_are_graded(es, embedder, settings, shared_eval, eval
     assert summary["accuracy"] == sum(item.label == "true" for item in items) / 2
 
 
-def test_the_eval_command_writes_its_report_and_plots(es, settings, shared_eval, eval_index, tmp_path, monkeypatch, capsys):
+def test_the_eval_command_writes_its_report_and_plots(
+    es, settings, shared_eval, eval_index, tmp_path, monkeypatch, capsys
+):
     import json
 
     from chunkrag_cli.main import main
 
-    with ScriptedOpenAI(default=lambda request: listwise_choice("")(request) if is_listwise(request) else completion("x")(request)) as server:
+    with ScriptedOpenAI(
+        default=lambda request: listwise_choice("")(request) if is_listwise(request) else completion("x")(request)
+    ) as server:
         monkeypatch.setenv("CHUNKRAG_CHAT_BASE_URL", server.base_url)
-        code = main(["eval", str(shared_eval / "popqa" / "dev.jsonl"), "--limit", "2", "--index", eval_index, "--out", str(tmp_path / "report.json"), "--plots", str(tmp_path / "plots")])
+        code = main(
+            [
+                "eval",
+                str(shared_eval / "popqa" / "dev.jsonl"),
+                "--limit",
+                "2",
+                "--index",
+                eval_index,
+                "--out",
+                str(tmp_path / "report.json"),
+                "--plots",
+                str(tmp_path / "plots"),
+            ]
+        )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["questions"] == 2 and summary["options"]["method"] == "listwise"
     written = json.loads((tmp_path / "report.json").read_text())
     assert written["summary"]["questions"] == 2 and len(written["questions"]) == 2
-    assert {p.name for p in (tmp_path / "plots").iterdir()} >= {"kept_vs_threshold.png", "scores_by_gold.png", "context_budget.png"}
+    assert {p.name for p in (tmp_path / "plots").iterdir()} >= {
+        "kept_vs_threshold.png",
+        "scores_by_gold.png",
+        "context_budget.png",
+    }

@@ -18,10 +18,10 @@ import uuid
 import pytest
 
 from chunkrag_core.providers import make_chat
-from chunkrag_filter.pipeline import FilterOptions
-from chunkrag_filter.judging import judge_in_threads
 from chunkrag_eval.datasets import read_items
 from chunkrag_eval.runner import evaluate
+from chunkrag_filter.judging import judge_in_threads
+from chunkrag_filter.pipeline import FilterOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,8 +46,15 @@ def test_the_judged_filter_keeps_the_answer_above_the_floor(es, embedder, settin
     index = f"test-quality-{uuid.uuid4().hex[:8]}"
     try:
         report = evaluate(
-            chosen, "popqa", client=es, embedder=embedder, settings=settings, model=local_chat, options=FilterOptions(answer=False, judge_top=9),
-            judge_many=judge_in_threads(local_chat, threads=settings.chat.parallel), index=index,
+            chosen,
+            "popqa",
+            client=es,
+            embedder=embedder,
+            settings=settings,
+            model=local_chat,
+            options=FilterOptions(answer=False, judge_top=9),
+            judge_many=judge_in_threads(local_chat, threads=settings.chat.parallel),
+            index=index,
         )
     finally:
         es.delete_index(index)

@@ -12,9 +12,8 @@ import uuid
 import httpx
 import pytest
 
-from chunkrag_filter.pipeline import FilterOptions
-
 from chunkrag_core.providers.chat import OpenAICompatibleChat
+from chunkrag_filter.pipeline import FilterOptions
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from search_extension import queries
@@ -118,13 +117,18 @@ def ids(response) -> list[str]:
 def test_pass_through_answers_like_elasticsearch(settings, embedder, gateway, index):
     spec = queries.QuerySpec(text=QUESTION, vector=embedder.embed([QUESTION])[0], size=3)
     body = queries.native_sum_body(spec)
-    headers = {"content-type": "application/vnd.elasticsearch+json; compatible-with=9", "accept": "application/vnd.elasticsearch+json; compatible-with=9"}
+    headers = {
+        "content-type": "application/vnd.elasticsearch+json; compatible-with=9",
+        "accept": "application/vnd.elasticsearch+json; compatible-with=9",
+    }
     with httpx.Client(headers=headers) as http:
         direct = http.post(f"{settings.es_url}/{index}/_search", json=body)
         proxied = http.post(f"{gateway}/{index}/_search", json=body)
         assert proxied.status_code == direct.status_code == 200
         assert ids(proxied.json()) == ids(direct.json()) and ids(direct.json())[0] == "tokyo:0"
-        assert [h["_score"] for h in proxied.json()["hits"]["hits"]] == [h["_score"] for h in direct.json()["hits"]["hits"]]
+        assert [h["_score"] for h in proxied.json()["hits"]["hits"]] == [
+            h["_score"] for h in direct.json()["hits"]["hits"]
+        ]
         assert proxied.headers["x-elastic-product"] == "Elasticsearch"
         assert proxied.headers["content-type"] == direct.headers["content-type"]
         # the query string goes along
@@ -144,7 +148,12 @@ def test_official_client_works_unchanged(client, index):
     plain = client.search(index=index, query={"match": {"text": "violin strings"}}, size=2)
     assert ids(plain)[0] == "violin:0" and "_chunkrag" not in plain["hits"]["hits"][0]
 
-    filtered = client.search(index=index, query={"match": {"text": QUESTION}}, size=5, ext={"chunkrag": {"candidates": 6, "include_dropped": True, "answer": True, **JUDGE}})
+    filtered = client.search(
+        index=index,
+        query={"match": {"text": QUESTION}},
+        size=5,
+        ext={"chunkrag": {"candidates": 6, "include_dropped": True, "answer": True, **JUDGE}},
+    )
     assert ids(filtered) == ["tokyo:0"]
     hit = filtered["hits"]["hits"][0]
     assert hit["_index"] == index and hit["_score"] == pytest.approx(hit["_chunkrag"]["scores"]["combined"])
@@ -162,13 +171,22 @@ def test_official_client_works_unchanged(client, index):
 
 def test_retrieval_only_search_calls_no_model(client, index, model_server):
     before = len(model_server.requests)
-    response = client.search(index=index, query={"bool": {"must": {"match": {"text": "capital"}}, "filter": {"term": {"doc_id": "kyoto"}}}}, size=2, ext={"chunkrag": {"stages": False}})
+    response = client.search(
+        index=index,
+        query={"bool": {"must": {"match": {"text": "capital"}}, "filter": {"term": {"doc_id": "kyoto"}}}},
+        size=2,
+        ext={"chunkrag": {"stages": False}},
+    )
     assert ids(response) == ["kyoto:0", "kyoto:1"] and response["chunkrag"]["stages"] is False
     assert len(model_server.requests) == before
 
 
 def test_ask_endpoint(gateway, index):
-    response = httpx.post(f"{gateway}/v1/ask", json={"index": index, "question": QUESTION, "options": {"candidates": 4, **JUDGE}}, timeout=30)
+    response = httpx.post(
+        f"{gateway}/v1/ask",
+        json={"index": index, "question": QUESTION, "options": {"candidates": 4, **JUDGE}},
+        timeout=30,
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["answer"] == "Tokyo is the capital of Japan [1]." and body["citations"] == ["tokyo:0"]
@@ -182,7 +200,9 @@ def test_health_and_openapi(gateway):
     health = httpx.get(f"{gateway}/v1/health")
     assert health.status_code == 200 and health.json()["elasticsearch"]["ok"] and health.json()["redis"]["ok"]
     schema = httpx.get(f"{gateway}/openapi.json").json()
-    assert "/v1/ask" in schema["paths"] and {"AskRequest", "AskResponse", "OptionsModel"} <= set(schema["components"]["schemas"])
+    assert "/v1/ask" in schema["paths"] and {"AskRequest", "AskResponse", "OptionsModel"} <= set(
+        schema["components"]["schemas"]
+    )
 
 
 def test_bad_requests_are_refused_in_elasticsearch_shape(client, gateway, index, settings):
@@ -190,15 +210,26 @@ def test_bad_requests_are_refused_in_elasticsearch_shape(client, gateway, index,
 
     with pytest.raises(BadRequestError) as refused:
         client.search(index=index, query={"match": {"text": QUESTION}}, ext={"chunkrag": {"candidate": 3}})
-    assert "unknown option [candidate]" in refused.value.body["error"]["reason"] and "candidates" in refused.value.body["error"]["reason"]
+    assert (
+        "unknown option [candidate]" in refused.value.body["error"]["reason"]
+        and "candidates" in refused.value.body["error"]["reason"]
+    )
     with pytest.raises(BadRequestError):
-        client.search(index=index, query={"match": {"text": QUESTION}}, ext={"chunkrag": {"candidates": settings.gateway.max_candidates + 1}})
-    invalid = httpx.post(f"{gateway}/{index}/_search", content=b'{"ext": {"chunkrag": ', headers={"content-type": "application/json"})
+        client.search(
+            index=index,
+            query={"match": {"text": QUESTION}},
+            ext={"chunkrag": {"candidates": settings.gateway.max_candidates + 1}},
+        )
+    invalid = httpx.post(
+        f"{gateway}/{index}/_search", content=b'{"ext": {"chunkrag": ', headers={"content-type": "application/json"}
+    )
     assert invalid.status_code == 400 and invalid.json()["error"]["type"] == "parse_exception"
 
     oversized = b" " * (settings.gateway.max_body_bytes + 1)
     assert httpx.post(f"{gateway}/{index}/_search", content=oversized).status_code == 413
-    assert httpx.post(f"{gateway}/{index}/_search", content=iter([oversized])).status_code == 413  # chunked: no Content-Length
+    assert (
+        httpx.post(f"{gateway}/{index}/_search", content=iter([oversized])).status_code == 413
+    )  # chunked: no Content-Length
     with pytest.raises(ApiError) as too_large:
         client.search(index=index, query={"match": {"text": "x" * settings.gateway.max_body_bytes}})
     assert too_large.value.meta.status == 413
@@ -215,11 +246,21 @@ def test_model_failures(client, index):
     from elasticsearch import ApiError
 
     with pytest.raises(ApiError) as refused:
-        client.search(index=index, query={"match": {"text": f"{QUESTION} {PROVIDER_REFUSES}"}}, ext={"chunkrag": {"candidates": 3, **JUDGE}})
+        client.search(
+            index=index,
+            query={"match": {"text": f"{QUESTION} {PROVIDER_REFUSES}"}},
+            ext={"chunkrag": {"candidates": 3, **JUDGE}},
+        )
     assert refused.value.meta.status == 502 and "400" in refused.value.body["error"]["reason"]
 
-    rambling = client.search(index=index, query={"match": {"text": f"{QUESTION} {MODEL_RAMBLES}"}}, ext={"chunkrag": {"candidates": 4, "fallback_k": 1, "include_dropped": True, **JUDGE}})
-    decisions = [h["_chunkrag"]["reason"] for h in rambling["hits"]["hits"]] + [d["_chunkrag"]["reason"] for d in rambling["chunkrag"]["dropped"]]
+    rambling = client.search(
+        index=index,
+        query={"match": {"text": f"{QUESTION} {MODEL_RAMBLES}"}},
+        ext={"chunkrag": {"candidates": 4, "fallback_k": 1, "include_dropped": True, **JUDGE}},
+    )
+    decisions = [h["_chunkrag"]["reason"] for h in rambling["hits"]["hits"]] + [
+        d["_chunkrag"]["reason"] for d in rambling["chunkrag"]["dropped"]
+    ]
     assert sorted(decisions) == ["fallback", "unscored", "unscored", "unscored"]
     assert rambling["chunkrag"]["nothing_relevant"] and all(h["_score"] is None for h in rambling["hits"]["hits"])
 
@@ -229,10 +270,18 @@ def test_budget_and_model_timeout(settings, embedder, model_server, index):
     patient_model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
     question = f"{QUESTION} {MODEL_STALLS}"
     with serving(create_app(own_cache(settings), model=patient_model, embedder=embedder)) as url:
-        late = httpx.post(f"{url}/v1/ask", json={"index": index, "question": question, "options": {"candidates": 2, "budget_s": 0.3, **JUDGE}}, timeout=30)
+        late = httpx.post(
+            f"{url}/v1/ask",
+            json={"index": index, "question": question, "options": {"candidates": 2, "budget_s": 0.3, **JUDGE}},
+            timeout=30,
+        )
     assert late.status_code == 200 and {c["reason"] for c in late.json()["chunks"]} <= {"unscored", "fallback"}
     with serving(create_app(own_cache(settings), model=slow_model, embedder=embedder)) as url:
-        timed_out = httpx.post(f"{url}/v1/ask", json={"index": index, "question": question, "options": {"candidates": 2, **JUDGE}}, timeout=30)
+        timed_out = httpx.post(
+            f"{url}/v1/ask",
+            json={"index": index, "question": question, "options": {"candidates": 2, **JUDGE}},
+            timeout=30,
+        )
     assert timed_out.status_code == 504 and timed_out.json()["error"]["type"] == "timeout_exception"
 
 
@@ -244,7 +293,9 @@ def test_elasticsearch_down_is_503(settings, embedder, index):
     down = dataclasses.replace(settings, es_url=f"http://127.0.0.1:{port}")
     with serving(create_app(down, embedder=embedder)) as url:
         assert httpx.get(f"{url}/_count").status_code == 503
-        chunkrag = httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {"stages": False}}})
+        chunkrag = httpx.post(
+            f"{url}/{index}/_search", json={"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {"stages": False}}}
+        )
         assert chunkrag.status_code == 503 and "not reachable" in chunkrag.json()["error"]["reason"]
         health = httpx.get(f"{url}/v1/health")
         assert health.status_code == 503 and not health.json()["elasticsearch"]["ok"]

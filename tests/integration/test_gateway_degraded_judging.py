@@ -27,11 +27,11 @@ import httpx
 import pytest
 import redis
 
+from chunkrag_core.settings import state_home
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from local_services import redis_server
 from local_services.celery_workers import CeleryWorkers
-from chunkrag_core.settings import state_home
 from search_extension.gateway import create_app
 from search_extension.gateway.server import serve_in_thread as serving
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
@@ -72,8 +72,15 @@ def model_server():
 @pytest.fixture(scope="module")
 def worker_env(model_server, own_redis) -> dict[str, str]:
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("CHUNKRAG_WORKER_", "CHUNKRAG_CHAT_"))}
-    return {**inherited, "REDIS_URL": own_redis.url, "CHUNKRAG_CHAT_BASE_URL": model_server.base_url, "CHUNKRAG_CHAT_MODEL": "scripted",
-            "CHUNKRAG_WORKER_JUDGE": "celery", "CHUNKRAG_CHAT_TIMEOUT_S": "10", "CHUNKRAG_WORKER_QUERY_BUDGET_S": str(BUDGET_S)}
+    return {
+        **inherited,
+        "REDIS_URL": own_redis.url,
+        "CHUNKRAG_CHAT_BASE_URL": model_server.base_url,
+        "CHUNKRAG_CHAT_MODEL": "scripted",
+        "CHUNKRAG_WORKER_JUDGE": "celery",
+        "CHUNKRAG_CHAT_TIMEOUT_S": "10",
+        "CHUNKRAG_WORKER_QUERY_BUDGET_S": str(BUDGET_S),
+    }
 
 
 @pytest.fixture
@@ -87,13 +94,21 @@ def workers(worker_env, own_redis, tmp_path):
 @pytest.fixture
 def gateway(settings, embedder, own_redis, model_server, workers):
     chat = dataclasses.replace(settings.chat, base_url=model_server.base_url, model="scripted", timeout_s=10)
-    gateway_settings = dataclasses.replace(settings, redis_url=own_redis.url, chat=chat, workers=dataclasses.replace(settings.workers, judge="celery", query_budget_s=BUDGET_S))
+    gateway_settings = dataclasses.replace(
+        settings,
+        redis_url=own_redis.url,
+        chat=chat,
+        workers=dataclasses.replace(settings.workers, judge="celery", query_budget_s=BUDGET_S),
+    )
     with serving(create_app(gateway_settings, embedder=embedder)) as url:
         yield url
 
 
 def ask(url: str, index: str, question: str = QUESTION) -> httpx.Response:
-    body = {"query": {"match": {"text": question}}, "ext": {"chunkrag": {"candidates": 3, "answer": False, "judge_top": 9}}}
+    body = {
+        "query": {"match": {"text": question}},
+        "ext": {"chunkrag": {"candidates": 3, "answer": False, "judge_top": 9}},
+    }
     return httpx.post(f"{url}/{index}/_search", json=body, timeout=BUDGET_S + 30)
 
 
@@ -114,7 +129,9 @@ def until_workers_judge(url: str, index: str) -> float:
         if by == "workers":
             return time.monotonic() - began
         time.sleep(0.25)
-    raise AssertionError(f"filtered queries were still not judged on the workers {RECOVERY_LIMIT_S:g} s after Redis came back")
+    raise AssertionError(
+        f"filtered queries were still not judged on the workers {RECOVERY_LIMIT_S:g} s after Redis came back"
+    )
 
 
 def test_redis_stopped_then_back_filtered_queries_answer_throughout(index, own_redis, gateway, capsys):
@@ -136,8 +153,10 @@ def test_redis_stopped_then_back_filtered_queries_answer_throughout(index, own_r
         assert by == "gateway" and reason.startswith("workers: cannot reach the Celery broker (Redis)"), reason
     recovery_s = until_workers_judge(gateway, index)
     with capsys.disabled():
-        print(f"\nRedis down {DOWN_S:g} s: {', '.join(f'{s:.2f}' for _, s in outcomes)} s per query (judged by the gateway); "
-              f"back on the workers {recovery_s:.1f} s after Redis returned ({time.monotonic() - came_back:.1f} s with the last query)")
+        print(
+            f"\nRedis down {DOWN_S:g} s: {', '.join(f'{s:.2f}' for _, s in outcomes)} s per query (judged by the gateway); "
+            f"back on the workers {recovery_s:.1f} s after Redis returned ({time.monotonic() - came_back:.1f} s with the last query)"
+        )
 
 
 def test_workers_stopped_filtered_queries_are_judged_by_the_gateway(index, workers, gateway, capsys):
@@ -146,7 +165,11 @@ def test_workers_stopped_filtered_queries_are_judged_by_the_gateway(index, worke
     began = time.monotonic()
     by, reason = judged(ask(gateway, index, f"{QUESTION} no workers"))
     first_s = time.monotonic() - began
-    assert by == "gateway" and "no worker took the query's tasks" in reason and "no Celery worker answered a ping" in reason
+    assert (
+        by == "gateway"
+        and "no worker took the query's tasks" in reason
+        and "no Celery worker answered a ping" in reason
+    )
     began = time.monotonic()
     # the finding is held: the next query goes to the gateway's threads at once
     by, reason = judged(ask(gateway, index, f"{QUESTION} still no workers"))
@@ -155,7 +178,9 @@ def test_workers_stopped_filtered_queries_are_judged_by_the_gateway(index, worke
     workers.start(1)
     recovery_s = until_workers_judge(gateway, index)
     with capsys.disabled():
-        print(f"\nno workers: first query {first_s:.1f} s, the next {held_s:.2f} s (judged by the gateway); back on the workers {recovery_s:.1f} s after one started")
+        print(
+            f"\nno workers: first query {first_s:.1f} s, the next {held_s:.2f} s (judged by the gateway); back on the workers {recovery_s:.1f} s after one started"
+        )
 
 
 def test_without_broker_or_model_the_retrieval_signals_decide(settings, embedder, index):
@@ -163,16 +188,27 @@ def test_without_broker_or_model_the_retrieval_signals_decide(settings, embedder
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # free once closed: nothing listens there
     chat = dataclasses.replace(settings.chat, base_url=f"http://127.0.0.1:{port}/v1", model="scripted", timeout_s=5)
-    nothing = dataclasses.replace(settings, redis_url=f"redis://127.0.0.1:{port}/0", chat=chat, workers=dataclasses.replace(settings.workers, judge="celery"))
+    nothing = dataclasses.replace(
+        settings,
+        redis_url=f"redis://127.0.0.1:{port}/0",
+        chat=chat,
+        workers=dataclasses.replace(settings.workers, judge="celery"),
+    )
     with serving(create_app(nothing, embedder=embedder)) as url:
         response = ask(url, index)
     assert response.status_code == 200, response.text
     body = response.json()
     section = body["chunkrag"]
     assert section["judged_by"] == "retrieval"
-    assert "workers: cannot reach the Celery broker" in section["judged_by_reason"] and "gateway: the model provider is unavailable" in section["judged_by_reason"]
+    assert (
+        "workers: cannot reach the Celery broker" in section["judged_by_reason"]
+        and "gateway: the model provider is unavailable" in section["judged_by_reason"]
+    )
     assert body["hits"]["hits"][0]["_id"] == "tokyo:0" and section["usage"]["model_calls"] == 0
-    assert all("calibrated" in hit["_chunkrag"]["scores"] and "base" not in hit["_chunkrag"]["scores"] for hit in body["hits"]["hits"])
+    assert all(
+        "calibrated" in hit["_chunkrag"]["scores"] and "base" not in hit["_chunkrag"]["scores"]
+        for hit in body["hits"]["hits"]
+    )
 
 
 def test_no_503_under_load_with_redis_and_workers_up(index, gateway, capsys):
@@ -182,9 +218,19 @@ def test_no_503_under_load_with_redis_and_workers_up(index, gateway, capsys):
         out = []
         with httpx.Client(timeout=BUDGET_S + 30) as http:
             for i in range(20):
-                body = {"query": {"match": {"text": f"{QUESTION} load {n}-{i}"}}, "ext": {"chunkrag": {"candidates": 3, "answer": False, "judge_top": 9}}}
+                body = {
+                    "query": {"match": {"text": f"{QUESTION} load {n}-{i}"}},
+                    "ext": {"chunkrag": {"candidates": 3, "answer": False, "judge_top": 9}},
+                }
                 response = http.post(f"{gateway}/{index}/_search", json=body)
-                out.append((response.status_code, response.json().get("chunkrag", {}).get("judged_by") if response.status_code == 200 else response.text))
+                out.append(
+                    (
+                        response.status_code,
+                        response.json().get("chunkrag", {}).get("judged_by")
+                        if response.status_code == 200
+                        else response.text,
+                    )
+                )
         return out
 
     began = time.monotonic()
@@ -195,4 +241,6 @@ def test_no_503_under_load_with_redis_and_workers_up(index, gateway, capsys):
     assert statuses.count(200) == len(results), [r for r in results if r[0] != 200][:3]
     assert {by for _, by in results} == {"workers"}
     with capsys.disabled():
-        print(f"\nload: {len(results)} filtered queries from 6 clients in {elapsed:.1f} s, all 200, all judged on the workers")
+        print(
+            f"\nload: {len(results)} filtered queries from 6 clients in {elapsed:.1f} s, all 200, all judged on the workers"
+        )

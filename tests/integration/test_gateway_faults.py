@@ -37,10 +37,10 @@ import httpx
 import pytest
 
 from chunkrag_core.providers.chat import OpenAICompatibleChat
+from chunkrag_core.settings import state_home
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from local_services import redis_server
-from chunkrag_core.settings import state_home
 from search_extension.gateway import create_app
 from search_extension.gateway.server import serve_in_thread as serving
 from tests.integration.test_gateway import DOCS, MODEL_STALLS, QUESTION, by_content
@@ -76,10 +76,25 @@ def test_redis_restarted_during_a_filtered_query(settings, embedder, index, own_
         gateway_settings = dataclasses.replace(settings, redis_url=own_redis.url)
         with serving(create_app(gateway_settings, model=model, embedder=embedder)) as url:
             # Warm the cache client's connection, so the restart breaks a live one.
-            assert httpx.post(f"{url}/v1/ask", json={"index": index, "question": QUESTION, "options": {"candidates": 2, "judge_top": 9}}, timeout=30).status_code == 200
+            assert (
+                httpx.post(
+                    f"{url}/v1/ask",
+                    json={"index": index, "question": QUESTION, "options": {"candidates": 2, "judge_top": 9}},
+                    timeout=30,
+                ).status_code
+                == 200
+            )
             reply: dict = {}
             stalled = f"{QUESTION} {MODEL_STALLS}"  # the model takes 1.5 s on it
-            worker = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/v1/ask", json={"index": index, "question": stalled, "options": {"candidates": 4, "judge_top": 9}}, timeout=60)))
+            worker = threading.Thread(
+                target=lambda: reply.update(
+                    r=httpx.post(
+                        f"{url}/v1/ask",
+                        json={"index": index, "question": stalled, "options": {"candidates": 4, "judge_top": 9}},
+                        timeout=60,
+                    )
+                )
+            )
             worker.start()
             deadline = time.monotonic() + 10
             while not any(MODEL_STALLS in str(r) for r in server.requests) and time.monotonic() < deadline:
@@ -109,7 +124,13 @@ with ScriptedOpenAI(default=reply) as server:
 
 
 def start_model_server(delay_s: float) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen([sys.executable, "-c", MODEL_SERVER, str(delay_s)], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", MODEL_SERVER, str(delay_s)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     return process, process.stdout.readline().strip()
 
 
@@ -119,7 +140,18 @@ def test_model_server_killed_during_a_call(settings, embedder, index):
         model = OpenAICompatibleChat(model="scripted", base_url=base_url, timeout_s=10)
         with serving(create_app(settings, model=model, embedder=embedder)) as url:
             reply: dict = {}
-            asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 2, "judge_top": 9}}}, timeout=60)))
+            asking = threading.Thread(
+                target=lambda: reply.update(
+                    r=httpx.post(
+                        f"{url}/{index}/_search",
+                        json={
+                            "query": {"match": {"text": QUESTION}},
+                            "ext": {"chunkrag": {"candidates": 2, "judge_top": 9}},
+                        },
+                        timeout=60,
+                    )
+                )
+            )
             started = time.monotonic()
             asking.start()
             time.sleep(1.0)  # the judging call is in flight, the model "thinking"
@@ -181,10 +213,10 @@ def test_unreachable_dependencies_are_named_without_their_addresses(settings, em
 
 
 def test_a_worker_killed_during_a_filtered_query(settings, embedder, index, own_redis, tmp_path):
+    import redis
+
     from local_services.celery_workers import CeleryWorkers
     from tests.integration.test_workers import _worker_running
-
-    import redis
 
     # Scores cached by an earlier test of the same question would spare the model call held here.
     redis.Redis.from_url(own_redis.url).flushdb()
@@ -200,14 +232,37 @@ def test_a_worker_killed_during_a_filtered_query(settings, embedder, index, own_
     with ScriptedOpenAI(default=hold_first) as server:
         server._server.handle_error = lambda request, client_address: None
         inherited = {k: v for k, v in os.environ.items() if not k.startswith(("CHUNKRAG_WORKER_", "CHUNKRAG_CHAT_"))}
-        env = {**inherited, "REDIS_URL": own_redis.url, "CHUNKRAG_CHAT_BASE_URL": server.base_url, "CHUNKRAG_CHAT_MODEL": "scripted", "CHUNKRAG_WORKER_JUDGE": "celery", "CHUNKRAG_CHAT_TIMEOUT_S": "10"}
-        gateway_settings = dataclasses.replace(settings, redis_url=own_redis.url, chat=dataclasses.replace(settings.chat, base_url=server.base_url, model="scripted", timeout_s=10), workers=dataclasses.replace(settings.workers, judge="celery"))
+        env = {
+            **inherited,
+            "REDIS_URL": own_redis.url,
+            "CHUNKRAG_CHAT_BASE_URL": server.base_url,
+            "CHUNKRAG_CHAT_MODEL": "scripted",
+            "CHUNKRAG_WORKER_JUDGE": "celery",
+            "CHUNKRAG_CHAT_TIMEOUT_S": "10",
+        }
+        gateway_settings = dataclasses.replace(
+            settings,
+            redis_url=own_redis.url,
+            chat=dataclasses.replace(settings.chat, base_url=server.base_url, model="scripted", timeout_s=10),
+            workers=dataclasses.replace(settings.workers, judge="celery"),
+        )
         with CeleryWorkers(env, tmp_path) as workers:
             workers.start(2)
             with serving(create_app(gateway_settings, embedder=embedder)) as url:
                 try:
                     reply: dict = {}
-                    asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 4, "answer": False, "judge_top": 9}}}, timeout=120)))
+                    asking = threading.Thread(
+                        target=lambda: reply.update(
+                            r=httpx.post(
+                                f"{url}/{index}/_search",
+                                json={
+                                    "query": {"match": {"text": QUESTION}},
+                                    "ext": {"chunkrag": {"candidates": 4, "answer": False, "judge_top": 9}},
+                                },
+                                timeout=120,
+                            )
+                        )
+                    )
                     asking.start()
                     assert held.wait(30), "no judging call reached the model"
                     holder = _worker_running(workers.app, workers, "Tokyo", timeout=20)
@@ -222,9 +277,9 @@ def test_a_worker_killed_during_a_filtered_query(settings, embedder, index, own_
 
 
 def test_redis_restarted_while_it_is_the_broker_of_a_query(settings, embedder, index, own_redis, tmp_path):
-    from local_services.celery_workers import CeleryWorkers
-
     import redis
+
+    from local_services.celery_workers import CeleryWorkers
 
     # Scores cached by an earlier test of the same question would spare the model call held here.
     redis.Redis.from_url(own_redis.url).flushdb()
@@ -239,15 +294,45 @@ def test_redis_restarted_while_it_is_the_broker_of_a_query(settings, embedder, i
     with ScriptedOpenAI(default=hold_first) as server:
         server._server.handle_error = lambda request, client_address: None
         inherited = {k: v for k, v in os.environ.items() if not k.startswith(("CHUNKRAG_WORKER_", "CHUNKRAG_CHAT_"))}
-        env = {**inherited, "REDIS_URL": own_redis.url, "CHUNKRAG_CHAT_BASE_URL": server.base_url, "CHUNKRAG_CHAT_MODEL": "scripted", "CHUNKRAG_WORKER_JUDGE": "celery", "CHUNKRAG_CHAT_TIMEOUT_S": "10"}
-        gateway_settings = dataclasses.replace(settings, redis_url=own_redis.url, chat=dataclasses.replace(settings.chat, base_url=server.base_url, model="scripted", timeout_s=10), workers=dataclasses.replace(settings.workers, judge="celery", query_budget_s=20))
+        env = {
+            **inherited,
+            "REDIS_URL": own_redis.url,
+            "CHUNKRAG_CHAT_BASE_URL": server.base_url,
+            "CHUNKRAG_CHAT_MODEL": "scripted",
+            "CHUNKRAG_WORKER_JUDGE": "celery",
+            "CHUNKRAG_CHAT_TIMEOUT_S": "10",
+        }
+        gateway_settings = dataclasses.replace(
+            settings,
+            redis_url=own_redis.url,
+            chat=dataclasses.replace(settings.chat, base_url=server.base_url, model="scripted", timeout_s=10),
+            workers=dataclasses.replace(settings.workers, judge="celery", query_budget_s=20),
+        )
         with CeleryWorkers(env, tmp_path) as workers:
             workers.start(1)
             with serving(create_app(gateway_settings, embedder=embedder)) as url:
                 try:
                     reply: dict = {}
                     started = time.monotonic()
-                    asking = threading.Thread(target=lambda: reply.update(r=httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 4, "answer": False, "include_dropped": True, "judge_top": 9}}}, timeout=120)))
+                    asking = threading.Thread(
+                        target=lambda: reply.update(
+                            r=httpx.post(
+                                f"{url}/{index}/_search",
+                                json={
+                                    "query": {"match": {"text": QUESTION}},
+                                    "ext": {
+                                        "chunkrag": {
+                                            "candidates": 4,
+                                            "answer": False,
+                                            "include_dropped": True,
+                                            "judge_top": 9,
+                                        }
+                                    },
+                                },
+                                timeout=120,
+                            )
+                        )
+                    )
                     asking.start()
                     assert held.wait(30), "no judging call reached the model"
                     redis_server.down(own_redis)
@@ -263,6 +348,8 @@ def test_redis_restarted_while_it_is_the_broker_of_a_query(settings, embedder, i
     response = reply["r"]
     assert response.status_code == 200, response.text
     body = response.json()
-    decisions = [h["_chunkrag"]["reason"] for h in body["hits"]["hits"]] + [d["_chunkrag"]["reason"] for d in body["chunkrag"]["dropped"]]
+    decisions = [h["_chunkrag"]["reason"] for h in body["hits"]["hits"]] + [
+        d["_chunkrag"]["reason"] for d in body["chunkrag"]["dropped"]
+    ]
     assert set(decisions) <= {"fallback", "unscored"} and "fallback" in decisions, decisions
     assert body["chunkrag"]["nothing_relevant"] and elapsed < gateway_settings.workers.query_budget_s + 10

@@ -45,7 +45,11 @@ def model_server():
 
 def with_gateway(settings, **gateway):
     # Redis db 10: no cached score may answer for the stalling model.
-    return dataclasses.replace(settings, redis_url=settings.redis_url.rsplit("/", 1)[0] + "/10", gateway=dataclasses.replace(settings.gateway, **gateway))
+    return dataclasses.replace(
+        settings,
+        redis_url=settings.redis_url.rsplit("/", 1)[0] + "/10",
+        gateway=dataclasses.replace(settings.gateway, **gateway),
+    )
 
 
 def test_a_full_queue_of_filtered_queries_is_429_with_retry_after(settings, embedder, model_server, index):
@@ -53,13 +57,20 @@ def test_a_full_queue_of_filtered_queries_is_429_with_retry_after(settings, embe
 
     redis.Redis.from_url(with_gateway(settings).redis_url).flushdb()
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
-    app = create_app(with_gateway(settings, max_filtered=1, max_queued=0, retry_after_s=3), model=model, embedder=embedder)
+    app = create_app(
+        with_gateway(settings, max_filtered=1, max_queued=0, retry_after_s=3), model=model, embedder=embedder
+    )
     # The answer call stalls (a _search writes one only when asked).
-    body = {"query": {"match": {"text": f"{QUESTION} {MODEL_STALLS}"}}, "ext": {"chunkrag": {"candidates": 2, "answer": True}}}
+    body = {
+        "query": {"match": {"text": f"{QUESTION} {MODEL_STALLS}"}},
+        "ext": {"chunkrag": {"candidates": 2, "answer": True}},
+    }
     with serving(app) as url, concurrent.futures.ThreadPoolExecutor(3) as pool:
         replies = list(pool.map(lambda _: httpx.post(f"{url}/{index}/_search", json=body, timeout=30), range(3)))
         # Retrieval only holds no place in the queue.
-        retrieval_only = httpx.post(f"{url}/{index}/_search", json={**body, "ext": {"chunkrag": {"stages": False}}}, timeout=30)
+        retrieval_only = httpx.post(
+            f"{url}/{index}/_search", json={**body, "ext": {"chunkrag": {"stages": False}}}, timeout=30
+        )
     statuses = sorted(r.status_code for r in replies)
     assert statuses[0] == 200 and 429 in statuses, statuses
     refused = next(r for r in replies if r.status_code == 429)
@@ -69,7 +80,10 @@ def test_a_full_queue_of_filtered_queries_is_429_with_retry_after(settings, embe
 
 def test_rate_limit_per_caller(settings, embedder, index):
     with serving(create_app(with_gateway(settings, rate_per_s=0.2, rate_burst=2), embedder=embedder)) as url:
-        alice = [httpx.get(f"{url}/{index}/_count", headers={"authorization": "Basic YWxpY2U6cA=="}).status_code for _ in range(3)]
+        alice = [
+            httpx.get(f"{url}/{index}/_count", headers={"authorization": "Basic YWxpY2U6cA=="}).status_code
+            for _ in range(3)
+        ]
         bob = httpx.get(f"{url}/{index}/_count", headers={"authorization": "Basic Ym9iOnA="})
     assert alice == [200, 200, 429] and bob.status_code == 200
 
@@ -78,7 +92,9 @@ def test_a_body_that_does_not_arrive_in_time_is_408(settings, embedder, index):
     with serving(create_app(with_gateway(settings, body_timeout_s=0.5), embedder=embedder)) as url:
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=10) as sock:
-            sock.sendall(f"POST /{index}/_search HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{".encode())
+            sock.sendall(
+                f"POST /{index}/_search HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{".encode()
+            )
             reply = sock.recv(4096).decode()
     assert reply.startswith("HTTP/1.1 408") and "did not arrive within 0.5 s" in reply
 
@@ -89,8 +105,27 @@ def certificate(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tls")
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     return cert, key
 
@@ -100,7 +135,10 @@ def test_https_on_the_gateway_and_tls_to_the_cluster(settings, embedder, index, 
     tls = with_gateway(settings, ssl_certfile=str(cert), ssl_keyfile=str(key))
     with serving(create_app(tls, embedder=embedder), gateway=tls.gateway) as front:
         assert front.startswith("https://")
-        assert httpx.get(f"{front}/{index}/_count", verify=ssl.create_default_context(cafile=str(cert))).json()["count"] == 6
+        assert (
+            httpx.get(f"{front}/{index}/_count", verify=ssl.create_default_context(cafile=str(cert))).json()["count"]
+            == 6
+        )
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{front}/{index}/_count")  # not trusted without the CA bundle
         client = Elasticsearch(front, ca_certs=str(cert), max_retries=0)
@@ -110,7 +148,10 @@ def test_https_on_the_gateway_and_tls_to_the_cluster(settings, embedder, index, 
         behind = dataclasses.replace(settings, es_url=front, es_ca_certs=str(cert))
         with serving(create_app(behind, embedder=embedder)) as url:
             assert httpx.get(f"{url}/{index}/_count").json()["count"] == 6
-            hits = httpx.post(f"{url}/{index}/_search", json={"query": {"match": {"text": QUESTION}}, "size": 1, "ext": {"chunkrag": {"stages": False}}}).json()
+            hits = httpx.post(
+                f"{url}/{index}/_search",
+                json={"query": {"match": {"text": QUESTION}}, "size": 1, "ext": {"chunkrag": {"stages": False}}},
+            ).json()
             assert hits["hits"]["hits"][0]["_id"] == "tokyo:0"
         untrusting = dataclasses.replace(settings, es_url=front)
         with serving(create_app(untrusting, embedder=embedder)) as url:

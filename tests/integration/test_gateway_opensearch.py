@@ -10,8 +10,8 @@ import uuid
 import httpx
 import pytest
 
-from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_core.engines import make_backend
+from chunkrag_core.providers.chat import OpenAICompatibleChat
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from search_extension import queries
@@ -41,7 +41,9 @@ def by_content(request):
 def os_settings(settings):
     import redis
 
-    chosen = dataclasses.replace(settings, search_backend="opensearch", redis_url=settings.redis_url.rsplit("/", 1)[0] + f"/{CACHE_DB}")
+    chosen = dataclasses.replace(
+        settings, search_backend="opensearch", redis_url=settings.redis_url.rsplit("/", 1)[0] + f"/{CACHE_DB}"
+    )
     redis.Redis.from_url(chosen.redis_url).flushdb()
     return chosen
 
@@ -51,7 +53,9 @@ def index(os_settings, embedder):
     backend = make_backend(os_settings)
     name = f"test-gateway-os-{uuid.uuid4().hex[:10]}"
     documents = [plain_document(doc_id, text, doc_id, title=doc_id) for doc_id, text in DOCS.items()]
-    report = ingest_documents(documents, client=backend, embedder=embedder, settings=os_settings, index=name, progress=False)
+    report = ingest_documents(
+        documents, client=backend, embedder=embedder, settings=os_settings, index=name, progress=False
+    )
     assert report.ok, report.errors
     yield name
     backend.delete_index(name)
@@ -93,7 +97,11 @@ def test_pass_through_answers_like_opensearch(os_settings, embedder, gateway, in
         assert proxied.status_code == direct.status_code == 200
         assert ids(proxied.json()) == ids(direct.json()) and ids(direct.json())[0] == "tokyo:0"
         # OpenSearch's own kNN query passes through as sent.
-        knn = {"size": 3, "query": {"knn": {"vector": {"vector": list(spec.vector), "k": 3}}}, "_source": {"excludes": ["vector"]}}
+        knn = {
+            "size": 3,
+            "query": {"knn": {"vector": {"vector": list(spec.vector), "k": 3}}},
+            "_source": {"excludes": ["vector"]},
+        }
         assert ids(http.post(f"{gateway}/{index}/_search", json=knn).json())[0] == "tokyo:0"
         missing = http.post(f"{gateway}/no-such-index-{uuid.uuid4().hex[:6]}/_search", json={})
         assert missing.status_code == 404 and missing.json()["error"]["type"] == "index_not_found_exception"
@@ -107,14 +115,28 @@ def test_opensearch_py_works_unchanged_through_the_gateway(client, index, model_
     assert ids(plain)[0] == "violin:0" and "_chunkrag" not in plain["hits"]["hits"][0]
 
     before = len(model_server.requests)
-    filtered = client.search(index=index, body={"query": {"match": {"text": QUESTION}}, "size": 5, "ext": {"chunkrag": {"candidates": 6, "include_dropped": True, "judge_top": 9, "answer": True}}})
+    filtered = client.search(
+        index=index,
+        body={
+            "query": {"match": {"text": QUESTION}},
+            "size": 5,
+            "ext": {"chunkrag": {"candidates": 6, "include_dropped": True, "judge_top": 9, "answer": True}},
+        },
+    )
     assert ids(filtered) == ["tokyo:0"]
     hit = filtered["hits"]["hits"][0]
     assert hit["_chunkrag"]["kept"] and "vector" not in hit["_source"] and hit["_source"]["doc_id"] == "tokyo"
     assert filtered["chunkrag"]["answer"]["citations"] == ["tokyo:0"]
     assert len(model_server.requests) - before == 2  # one listwise judgement, one answer
 
-    retrieval_only = client.search(index=index, body={"query": {"bool": {"must": {"match": {"text": "capital"}}, "filter": {"term": {"doc_id": "kyoto"}}}}, "size": 2, "ext": {"chunkrag": {"stages": False}}})
+    retrieval_only = client.search(
+        index=index,
+        body={
+            "query": {"bool": {"must": {"match": {"text": "capital"}}, "filter": {"term": {"doc_id": "kyoto"}}}},
+            "size": 2,
+            "ext": {"chunkrag": {"stages": False}},
+        },
+    )
     assert ids(retrieval_only) == ["kyoto:0", "kyoto:1"]
 
 

@@ -62,7 +62,12 @@ def model_server():
 
 def gateway_settings(settings, es_url, **gateway):
     # Redis db 13: these tests count model calls, so no cached score may answer.
-    return dataclasses.replace(settings, es_url=es_url, redis_url=settings.redis_url.rsplit("/", 1)[0] + "/13", gateway=dataclasses.replace(settings.gateway, **gateway))
+    return dataclasses.replace(
+        settings,
+        es_url=es_url,
+        redis_url=settings.redis_url.rsplit("/", 1)[0] + "/13",
+        gateway=dataclasses.replace(settings.gateway, **gateway),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +75,9 @@ def forwarding_gateway(settings, embedder, model_server, indices):
     """Forward mode, although the gateway holds credentials that could read
     every test index: they are used for its health probe only."""
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
-    with serving(create_app(gateway_settings(settings, secured.url_for(secured.SERVICE)), model=model, embedder=embedder)) as url:
+    with serving(
+        create_app(gateway_settings(settings, secured.url_for(secured.SERVICE)), model=model, embedder=embedder)
+    ) as url:
         yield url
 
 
@@ -88,7 +95,9 @@ def flush_cache(settings):
     redis.Redis.from_url(settings.redis_url.rsplit("/", 1)[0] + "/13").flushdb()
 
 
-def test_the_cluster_decides_what_a_caller_reads_through_the_gateway(forwarding_gateway, indices, model_server, settings, monkeypatch):
+def test_the_cluster_decides_what_a_caller_reads_through_the_gateway(
+    forwarding_gateway, indices, model_server, settings, monkeypatch
+):
     allowed, other = indices
     flush_cache(settings)
     alice = client_for(forwarding_gateway, basic_auth=(secured.READER.name, secured.READER.password))
@@ -112,7 +121,9 @@ def test_the_cluster_decides_what_a_caller_reads_through_the_gateway(forwarding_
         return fetch
 
     monkeypatch.setattr(search_extension.ask, "position_fetcher", fetching_fetcher)
-    segments = alice.search(index=allowed, query=query, size=2, ext={"chunkrag": {"stages": False, "candidates": 2, "segments": True}})
+    segments = alice.search(
+        index=allowed, query=query, size=2, ext={"chunkrag": {"stages": False, "candidates": 2, "segments": True}}
+    )
     assert segments["hits"]["hits"] and all(hit["_chunkrag"]["segment"] for hit in segments["hits"]["hits"])
     assert [chunk.chunk_id for chunk in fetched] == ["kyoto:1"]
     calls_before = len(model_server.requests)
@@ -151,7 +162,12 @@ def test_health_uses_the_gateways_own_credentials(forwarding_gateway):
 
 def test_service_mode_restricts_gateway_keys_to_their_indices(settings, embedder, model_server, indices):
     allowed, other = indices
-    service = gateway_settings(settings, secured.url_for(secured.SERVICE), auth="service", api_keys=f"team:{key_hash(TEAM_KEY)}:{secured.ALLOWED_PREFIX}*")
+    service = gateway_settings(
+        settings,
+        secured.url_for(secured.SERVICE),
+        auth="service",
+        api_keys=f"team:{key_hash(TEAM_KEY)}:{secured.ALLOWED_PREFIX}*",
+    )
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
     query = {"match": {"text": QUESTION}}
     with serving(create_app(service, model=model, embedder=embedder)) as url:
@@ -164,7 +180,11 @@ def test_service_mode_restricts_gateway_keys_to_their_indices(settings, embedder
             assert "gateway API key [team] may not read index" in refused.value.body["error"]["reason"]
         # The gateway's own user could read it: the refusal is the gateway's.
         assert client_for(secured.url_for(secured.SERVICE)).count(index=other)["count"] == 6
-        for stranger in (client_for(url), client_for(url, api_key="not-a-key"), client_for(url, basic_auth=(secured.ADMIN.name, secured.ADMIN.password))):
+        for stranger in (
+            client_for(url),
+            client_for(url, api_key="not-a-key"),
+            client_for(url, basic_auth=(secured.ADMIN.name, secured.ADMIN.password)),
+        ):
             with pytest.raises(AuthenticationException):
                 stranger.search(index=allowed, query=query)
 
@@ -178,9 +198,15 @@ def test_writes_pass_only_when_configured_and_then_the_cluster_decides(settings,
         assert "CHUNKRAG_GATEWAY_PASSTHROUGH" in refused.value.body["error"]["reason"]
         with pytest.raises(AuthorizationException):
             client_for(url, **admin_auth).cluster.health()
-    with serving(create_app(gateway_settings(settings, secured.url_for(), passthrough="read,write"), embedder=embedder)) as url:
-        assert client_for(url, **admin_auth).index(index=allowed, id="w1", document={"text": "x", "doc_id": "w"})["result"] in ("created", "updated")
+    with serving(
+        create_app(gateway_settings(settings, secured.url_for(), passthrough="read,write"), embedder=embedder)
+    ) as url:
+        assert client_for(url, **admin_auth).index(index=allowed, id="w1", document={"text": "x", "doc_id": "w"})[
+            "result"
+        ] in ("created", "updated")
         with pytest.raises(AuthorizationException) as cluster_says_no:
-            client_for(url, basic_auth=(secured.READER.name, secured.READER.password)).index(index=allowed, id="w2", document={"text": "x"})
+            client_for(url, basic_auth=(secured.READER.name, secured.READER.password)).index(
+                index=allowed, id="w2", document={"text": "x"}
+            )
         assert "security_exception" in str(cluster_says_no.value.body) and "alice" in str(cluster_says_no.value.body)
         client_for(url, **admin_auth).delete(index=allowed, id="w1", refresh=True)

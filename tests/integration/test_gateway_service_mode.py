@@ -18,10 +18,17 @@ from search_extension.gateway import create_app
 from search_extension.gateway.identity import key_hash
 from search_extension.gateway.server import serve_in_thread as serving
 from tests.integration.test_gateway import QUESTION
-from tests.integration.test_gateway_secured import client_for, gateway_settings, ids
 
 # The secured node, its indices and the scripted model server, shared with test_gateway_secured.
-from tests.integration.test_gateway_secured import admin, indices, model_server, secured_node  # noqa: F401
+from tests.integration.test_gateway_secured import (  # noqa: F401
+    admin,
+    client_for,
+    gateway_settings,
+    ids,
+    indices,
+    model_server,
+    secured_node,
+)
 from tests.support import secured_elasticsearch as secured
 
 pytestmark = pytest.mark.integration
@@ -287,7 +294,9 @@ def test_the_librarys_own_searches_go_with_the_derived_key(service_gateway, indi
     derived = app.state.edges.passthrough.derived._keys["team"]
     team = ApiKey("team", b"-" * 32, (f"{secured.ALLOWED_PREFIX}*",))
     caller = Caller(authorization=derived.authorization, key=team, identity="key:team")
-    search = parse_search({"query": QUERY, "ext": {"chunkrag": {"stages": False}}}, max_candidates=10, max_query_chars=500)
+    search = parse_search(
+        {"query": QUERY, "ext": {"chunkrag": {"stages": False}}}, max_candidates=10, max_query_chars=500
+    )
     found = app.state.edges.ask(allowed, search.text, search.options, candidates=3, caller=caller)
     assert found.retrieval.chunks
     with pytest.raises(SearchRefused) as refused:

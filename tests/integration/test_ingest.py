@@ -16,7 +16,12 @@ def write_corpus(folder):
     )
     (folder / "notes.txt").write_text("Redis is an in-memory store. Celery uses it as a broker.\n", encoding="utf-8")
     records = [
-        {"id": "r1", "title": "Punkt", "text": "Punkt splits sentences without supervision. It learns abbreviations.", "metadata": {"year": 2006}},
+        {
+            "id": "r1",
+            "title": "Punkt",
+            "text": "Punkt splits sentences without supervision. It learns abbreviations.",
+            "metadata": {"year": 2006},
+        },
         {"id": "r2", "title": "BM25", "text": "BM25 ranks documents by term frequency and inverse document frequency."},
     ]
     (folder / "records.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n{broken\n", encoding="utf-8")
@@ -24,7 +29,12 @@ def write_corpus(folder):
 
 
 def all_chunks(engine, index):
-    body = {"size": 1000, "query": {"match_all": {}}, "sort": [{"doc_id": "asc"}, {"position": "asc"}], "_source": {"excludes": ["vector"]}}
+    body = {
+        "size": 1000,
+        "query": {"match_all": {}},
+        "sort": [{"doc_id": "asc"}, {"position": "asc"}],
+        "_source": {"excludes": ["vector"]},
+    }
     hits = engine.search(index, body)["hits"]["hits"]
     return [hit["_source"] | {"_id": hit["_id"]} for hit in hits]
 
@@ -107,16 +117,24 @@ def test_per_item_bulk_errors_are_reported_and_the_rest_is_written(engine, embed
 def test_index_uses_the_best_analyzer_the_cluster_has(engine, embedder, settings, engine_index, tmp_path):
     (tmp_path / "a.txt").write_text("Running dogs.", encoding="utf-8")
     ingest([tmp_path], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
-    analyzer = engine.client.indices.get_settings(index=engine_index)[engine_index]["settings"]["index"]["analysis"]["analyzer"]["chunk_text"]
+    analyzer = engine.client.indices.get_settings(index=engine_index)[engine_index]["settings"]["index"]["analysis"][
+        "analyzer"
+    ]["chunk_text"]
     has_english = engine.capabilities().has_english_analyzer
     assert analyzer["type"] == ("english" if has_english else "standard")
     request = {"analyzer": "chunk_text", "text": "The Running dogs"}
-    analyzed = engine.client.indices.analyze(index=engine_index, body=request) if engine.engine == "opensearch" else engine.client.indices.analyze(index=engine_index, **request)
+    analyzed = (
+        engine.client.indices.analyze(index=engine_index, body=request)
+        if engine.engine == "opensearch"
+        else engine.client.indices.analyze(index=engine_index, **request)
+    )
     tokens = [t["token"] for t in analyzed["tokens"]]
     assert tokens == (["run", "dog"] if has_english else ["running", "dogs"])
 
 
-def test_refresh_is_restored_after_ingest_even_if_a_killed_run_left_it_paused(engine, embedder, settings, engine_index, tmp_path):
+def test_refresh_is_restored_after_ingest_even_if_a_killed_run_left_it_paused(
+    engine, embedder, settings, engine_index, tmp_path
+):
     (tmp_path / "a.txt").write_text("First document.", encoding="utf-8")
     ingest([tmp_path], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
     engine.set_refresh_interval(engine_index, "-1")  # as a killed run leaves it

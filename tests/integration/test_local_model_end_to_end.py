@@ -46,11 +46,15 @@ def celery_settings(settings):
     import redis
 
     redis.Redis.from_url(redis_url).flushdb()
-    yield dataclasses.replace(settings, redis_url=redis_url, workers=dataclasses.replace(settings.workers, judge="celery"))
+    yield dataclasses.replace(
+        settings, redis_url=redis_url, workers=dataclasses.replace(settings.workers, judge="celery")
+    )
     redis.Redis.from_url(redis_url).flushdb()
 
 
-def test_gateway_filters_with_the_local_model_on_a_real_worker(local_model, sample_index, celery_settings, embedder, tmp_path):
+def test_gateway_filters_with_the_local_model_on_a_real_worker(
+    local_model, sample_index, celery_settings, embedder, tmp_path
+):
     from elasticsearch import Elasticsearch
 
     env = {**os.environ, "REDIS_URL": celery_settings.redis_url}
@@ -68,7 +72,9 @@ def test_gateway_filters_with_the_local_model_on_a_real_worker(local_model, samp
 
     hits = response["hits"]["hits"]
     report = response["chunkrag"]
-    print(f"\nkept {[(h['_id'], round(h['_score'], 3)) for h in hits]}\nanswer: {report['answer']}\nusage: {report['usage']}\nthreshold: {report['threshold']}")
+    print(
+        f"\nkept {[(h['_id'], round(h['_score'], 3)) for h in hits]}\nanswer: {report['answer']}\nusage: {report['usage']}\nthreshold: {report['threshold']}"
+    )
     assert hits, "the filter kept nothing and fell back to nothing"
     for hit in hits:
         assert hit["_index"] == sample_index
@@ -81,7 +87,9 @@ def test_gateway_filters_with_the_local_model_on_a_real_worker(local_model, samp
     # The chunk that answers is among the candidates the worker judged, and
     # the judged scores are probabilities.
     assert any(ANSWER_PHRASE in h["_source"]["text"] for h in judged)
-    assert all(0.0 <= h["_chunkrag"]["scores"]["combined"] <= 1.0 for h in judged if "combined" in h["_chunkrag"]["scores"])
+    assert all(
+        0.0 <= h["_chunkrag"]["scores"]["combined"] <= 1.0 for h in judged if "combined" in h["_chunkrag"]["scores"]
+    )
     assert report["answer"]["text"]
     # The repeat was served from the Redis score cache: no judging call.
     assert again["chunkrag"]["usage"]["cached_calls"] >= 1

@@ -43,7 +43,14 @@ def os_index(opensearch):
 
 @pytest.fixture
 def bees(opensearch, embedder, settings, os_index):
-    report = ingest_documents([markdown_document("bees.md", GUIDE, "test", fallback_title="bees")], client=opensearch, embedder=embedder, settings=settings, index=os_index, progress=False)
+    report = ingest_documents(
+        [markdown_document("bees.md", GUIDE, "test", fallback_title="bees")],
+        client=opensearch,
+        embedder=embedder,
+        settings=settings,
+        index=os_index,
+        progress=False,
+    )
     assert report.ok and report.chunks >= 5, report.errors
     return report
 
@@ -63,15 +70,38 @@ def test_segments_are_the_document_text_with_neighbours_in_one_request(opensearc
     assert all(GUIDE[c.start : c.end] == c.text for c in every)
     retriever = HybridRetriever(opensearch, embedder, os_index, settings.retrieval)
     candidates = retriever.search("how do bees make honey from nectar", size=3).chunks
-    segments = extract_segments(candidates, position_fetcher(opensearch, os_index), SegmentSettings(irrelevant_chunk_penalty=0.1, min_segment_value=0.1))
+    segments = extract_segments(
+        candidates,
+        position_fetcher(opensearch, os_index),
+        SegmentSettings(irrelevant_chunk_penalty=0.1, min_segment_value=0.1),
+    )
     assert segments and all(found.text == GUIDE[found.start : found.end] for found in segments)
 
 
 def test_an_index_from_before_headers_gets_the_new_fields(opensearch, embedder, settings, os_index):
-    body = schema.index_body(dims=settings.embedder.dims, has_english=opensearch.capabilities().has_english_analyzer, vectors=settings.vector_index)
-    old = {**body, "mappings": {**body["mappings"], "properties": {k: v for k, v in body["mappings"]["properties"].items() if k not in schema.added_properties()}}}
+    body = schema.index_body(
+        dims=settings.embedder.dims,
+        has_english=opensearch.capabilities().has_english_analyzer,
+        vectors=settings.vector_index,
+    )
+    old = {
+        **body,
+        "mappings": {
+            **body["mappings"],
+            "properties": {
+                k: v for k, v in body["mappings"]["properties"].items() if k not in schema.added_properties()
+            },
+        },
+    }
     opensearch.create_index(os_index, old)
-    report = ingest_documents([markdown_document("bees.md", GUIDE, "test", fallback_title="bees")], client=opensearch, embedder=embedder, settings=settings, index=os_index, progress=False)
+    report = ingest_documents(
+        [markdown_document("bees.md", GUIDE, "test", fallback_title="bees")],
+        client=opensearch,
+        embedder=embedder,
+        settings=settings,
+        index=os_index,
+        progress=False,
+    )
     assert report.ok, report.errors
     assert {"header", "lead"} <= set(opensearch.mapping_properties(os_index))
 

@@ -8,9 +8,15 @@ pytestmark = pytest.mark.integration
 
 DOCS = {
     "violin": ("Violin", "The violin has four strings tuned in fifths. It is played with a bow made of horsehair."),
-    "plants": ("Photosynthesis", "Photosynthesis turns light, water and carbon dioxide into sugar. Chlorophyll absorbs red and blue light."),
+    "plants": (
+        "Photosynthesis",
+        "Photosynthesis turns light, water and carbon dioxide into sugar. Chlorophyll absorbs red and blue light.",
+    ),
     "tokyo": ("Tokyo", "Tokyo is the capital of Japan. Its metropolitan area is home to about 37 million people."),
-    "kyoto": ("Kyoto", "Kyoto was the imperial capital of Japan for over a thousand years. It has many Buddhist temples."),
+    "kyoto": (
+        "Kyoto",
+        "Kyoto was the imperial capital of Japan for over a thousand years. It has many Buddhist temples.",
+    ),
 }
 
 
@@ -18,7 +24,9 @@ DOCS = {
 def small_index(engine, embedder, settings, engine_index):
     """The same four documents on each engine (Elasticsearch, OpenSearch)."""
     documents = [plain_document(doc_id, text, doc_id, title=title) for doc_id, (title, text) in DOCS.items()]
-    report = ingest_documents(documents, client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    report = ingest_documents(
+        documents, client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False
+    )
     assert report.ok and report.documents == 4
     return HybridRetriever(engine, embedder, engine_index, settings.retrieval)
 
@@ -64,8 +72,12 @@ def test_vectors_come_only_on_request(small_index):
 
 def test_fusion_modes_report_how_they_ran(small_index, engine):
     capabilities = engine.capabilities()
-    assert small_index.search("violin", mode="minmax").fusion == ("native" if capabilities.has_hybrid_query else "client")
-    assert small_index.search("violin", mode="rrf").fusion == ("retriever" if capabilities.has_rrf_retriever else "client")
+    assert small_index.search("violin", mode="minmax").fusion == (
+        "native" if capabilities.has_hybrid_query else "client"
+    )
+    assert small_index.search("violin", mode="rrf").fusion == (
+        "retriever" if capabilities.has_rrf_retriever else "client"
+    )
     if capabilities.has_linear_retriever:
         assert small_index.search("violin", mode="linear").fusion == "retriever"
     else:

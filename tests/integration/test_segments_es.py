@@ -24,7 +24,9 @@ GUIDE = (
 
 def test_segment_text_is_the_document_text_and_neighbours_come_in_one_request(es, embedder, settings, fresh_index):
     document = markdown_document("bees.md", GUIDE, "test", fallback_title="bees")
-    report = ingest_documents([document], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    report = ingest_documents(
+        [document], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False
+    )
     assert report.ok and report.chunks >= 5
 
     every = fetch_positions(es, fresh_index, {"bees.md": list(range(report.chunks))})
@@ -49,7 +51,11 @@ def test_segment_text_is_the_document_text_and_neighbours_come_in_one_request(es
     # From a real hybrid search: every segment is the document's own text.
     retriever = HybridRetriever(es, embedder, fresh_index, settings.retrieval)
     candidates = retriever.search("how do bees make honey from nectar", size=3).chunks
-    segments = extract_segments(candidates, position_fetcher(es, fresh_index), SegmentSettings(irrelevant_chunk_penalty=0.1, min_segment_value=0.1))
+    segments = extract_segments(
+        candidates,
+        position_fetcher(es, fresh_index),
+        SegmentSettings(irrelevant_chunk_penalty=0.1, min_segment_value=0.1),
+    )
     assert segments
     for found in segments:
         assert found.text == GUIDE[found.start : found.end]
@@ -64,7 +70,9 @@ def test_an_index_from_before_headers_gets_the_new_fields(es, embedder, settings
     es.create_index(fresh_index, {"settings": body["settings"], "mappings": old_mappings})
 
     document = markdown_document("bees.md", GUIDE, "test", fallback_title="bees")
-    report = ingest_documents([document], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    report = ingest_documents(
+        [document], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False
+    )
     assert report.ok, report.errors
     properties = es.mapping_properties(fresh_index)
     assert {"header", "lead"} <= set(properties)
@@ -73,7 +81,9 @@ def test_an_index_from_before_headers_gets_the_new_fields(es, embedder, settings
 def test_headers_are_stored_and_bm25_finds_a_chunk_by_its_section_name(es, embedder, settings, fresh_index):
     text = "# Apiary handbook\n\nKeep the hives dry.\n\n## Overwintering\n\nThey shiver to keep the queen warm.\n"
     document = markdown_document("handbook.md", text, "test", fallback_title="handbook")
-    report = ingest_documents([document], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    report = ingest_documents(
+        [document], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False
+    )
     assert report.ok
     chunks = fetch_positions(es, fresh_index, {"handbook.md": list(range(report.chunks))})
     assert [c.header for c in chunks] == ["Apiary handbook", "Apiary handbook > Overwintering"]

@@ -8,10 +8,10 @@ import uuid
 import pytest
 
 from chunkrag_core.providers.chat import OpenAICompatibleChat
-from chunkrag_filter.pipeline import FilterOptions
-from chunkrag_filter.judging import judge_in_threads
 from chunkrag_eval.datasets import read_items
 from chunkrag_eval.runner import evaluate
+from chunkrag_filter.judging import judge_in_threads
+from chunkrag_filter.pipeline import FilterOptions
 from search_extension.segments import SegmentSettings
 from tests.support.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
 
@@ -26,7 +26,14 @@ def test_eval_reports_segments_within_the_kept_characters(es, embedder, settings
         prompt = request["messages"][-1]["content"]
         question = next(q for q in gold if q in prompt)
         if is_listwise(request):
-            answer = next((a for a in gold[question] if any(a.lower() in line.lower() for line in prompt.splitlines() if line.startswith("["))), "\x00")
+            answer = next(
+                (
+                    a
+                    for a in gold[question]
+                    if any(a.lower() in line.lower() for line in prompt.splitlines() if line.startswith("["))
+                ),
+                "\x00",
+            )
             return listwise_choice(answer)(request)
         return completion(f"The answer is {gold[question][0]} [1].")(request)
 
@@ -34,8 +41,18 @@ def test_eval_reports_segments_within_the_kept_characters(es, embedder, settings
     try:
         with ScriptedOpenAI(default=oracle) as server:
             model = OpenAICompatibleChat(model="scripted", base_url=server.base_url, timeout_s=10)
-            report = evaluate(items, "popqa", client=es, embedder=embedder, settings=settings, model=model, options=FilterOptions(answer=False, judge_top=9, calibration=None, threshold="dynamic"),
-                              judge_many=judge_in_threads(model, threads=2), index=index, segments=SegmentSettings())
+            report = evaluate(
+                items,
+                "popqa",
+                client=es,
+                embedder=embedder,
+                settings=settings,
+                model=model,
+                options=FilterOptions(answer=False, judge_top=9, calibration=None, threshold="dynamic"),
+                judge_many=judge_in_threads(model, threads=2),
+                index=index,
+                segments=SegmentSettings(),
+            )
     finally:
         es.delete_index(index)
     outcomes = report.questions

@@ -25,14 +25,18 @@ def squad_corpus(path, articles):
     for article in data:
         for number, paragraph in enumerate(article["paragraphs"]):
             doc_id = f"{article['title']}#{number}"
-            documents.append(plain_document(doc_id, paragraph["context"], "squad", title=article["title"].replace("_", " ")))
+            documents.append(
+                plain_document(doc_id, paragraph["context"], "squad", title=article["title"].replace("_", " "))
+            )
             questions.extend((qa["question"], doc_id) for qa in paragraph["qas"] if not qa.get("is_impossible"))
     return documents, questions
 
 
 def test_answer_paragraph_is_among_the_hits_for_most_questions(es, embedder, settings, fresh_index, shared_eval):
     documents, questions = squad_corpus(shared_eval / "squad" / "squad2_cs224n_dev-v2.0.json", ARTICLES)
-    report = ingest_documents(documents, client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False)
+    report = ingest_documents(
+        documents, client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False
+    )
     assert report.ok and report.documents == len(documents)
 
     retriever = HybridRetriever(es, embedder, fresh_index, settings.retrieval)
@@ -42,5 +46,7 @@ def test_answer_paragraph_is_among_the_hits_for_most_questions(es, embedder, set
         result = retriever.search(question, size=TOP_K, collapse_field="doc_id")
         hits += doc_id in {c.doc_id for c in result.chunks}
     rate = hits / len(sample)
-    print(f"\nSQuAD hit@{TOP_K} over {len(sample)} questions, {len(documents)} paragraphs, {report.chunks} chunks: {rate:.3f}")
+    print(
+        f"\nSQuAD hit@{TOP_K} over {len(sample)} questions, {len(documents)} paragraphs, {report.chunks} chunks: {rate:.3f}"
+    )
     assert rate >= MIN_HIT_RATE

@@ -25,11 +25,11 @@ import redis
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_core.settings import Settings
-from chunkrag_filter.pipeline import FilterOptions, run_filter
 from chunkrag_filter.judging import judge_in_threads
+from chunkrag_filter.pipeline import FilterOptions, run_filter
 from chunkrag_filter.processors.relevance import ScoringOptions
 from local_services.celery_workers import CeleryWorkers
-from tests.support.scripted_openai import is_listwise, listwise_choice, ScriptedOpenAI, completion, error
+from tests.support.scripted_openai import ScriptedOpenAI, completion, error, is_listwise, listwise_choice
 from workers.app import make_app, visibility_timeout_s
 from workers.dispatch import WorkerHealth, WorkersUnavailable, celery_judge_many, check_workers
 from workers.score_cache import hashed_key
@@ -143,7 +143,10 @@ def redis_db(worker_settings):
     try:
         client.ping()
     except redis.ConnectionError as exc:
-        pytest.fail(f"Redis at {worker_settings.redis_url} is not reachable ({exc}); start it with `chunkrag services up`", pytrace=False)
+        pytest.fail(
+            f"Redis at {worker_settings.redis_url} is not reachable ({exc}); start it with `chunkrag services up`",
+            pytrace=False,
+        )
     # Messages a crashed earlier run left unacknowledged would be redelivered to these workers.
     client.flushdb()
     yield client
@@ -174,7 +177,13 @@ def requests_for(server: ScriptedOpenAI, query: str) -> list[dict]:
 
 def test_judging_on_workers_equals_judging_in_threads(model_server, judge_many, worker_settings):
     query = unique("Which fruit is red?")
-    chunks = chunks_of(f"Apples are {MARK} and red.", "Bananas are yellow.", f"Cherries are {MARK}.", "Limes are green.", "Plums are purple.")
+    chunks = chunks_of(
+        f"Apples are {MARK} and red.",
+        "Bananas are yellow.",
+        f"Cherries are {MARK}.",
+        "Limes are green.",
+        "Plums are purple.",
+    )
     chat = OpenAICompatibleChat(model=MODEL, base_url=model_server.base_url)
 
     in_threads = judge_in_threads(chat, threads=2, model_name=MODEL)(query, chunks, ScoringOptions())
@@ -184,11 +193,15 @@ def test_judging_on_workers_equals_judging_in_threads(model_server, judge_many, 
     assert [j.base for j in on_workers] == pytest.approx([0.9, 0.1, 0.9, 0.1, 0.1])
     # the same filter decisions either way
     # Per-chunk multi-stage scores, cut by Algorithm 1 as they come (the paper's filter).
-    options = FilterOptions(answer=False, scoring=ScoringOptions(), threshold="dynamic", calibration=None, judge_top=None)
+    options = FilterOptions(
+        answer=False, scoring=ScoringOptions(), threshold="dynamic", calibration=None, judge_top=None
+    )
     query_2 = unique("Which fruit is red?")
     by_threads = run_filter(query_2, chunks, model=chat, options=options)
     by_workers = run_filter(query_2, chunks, model=chat, options=options, judge_many=judge_many)
-    assert [(d.chunk.chunk_id, d.kept, d.reason) for d in by_workers.decisions] == [(d.chunk.chunk_id, d.kept, d.reason) for d in by_threads.decisions]
+    assert [(d.chunk.chunk_id, d.kept, d.reason) for d in by_workers.decisions] == [
+        (d.chunk.chunk_id, d.kept, d.reason) for d in by_threads.decisions
+    ]
     assert {c.chunk_id for c in by_workers.kept} == {"doc:0", "doc:2"}
     # Listwise: one batch of five chunks is one task and one call, on workers as in threads.
     listwise = ScoringOptions(method="listwise")
@@ -196,7 +209,10 @@ def test_judging_on_workers_equals_judging_in_threads(model_server, judge_many, 
     listwise_threads = judge_in_threads(chat, threads=2, model_name=MODEL)(query_3, chunks, listwise)
     listwise_workers = judge_many(unique("Which fruit is red?"), chunks, listwise)
     assert [j.base for j in listwise_workers] == [j.base for j in listwise_threads]
-    assert sum(j.calls for j in listwise_workers) == 1 and max(listwise_workers, key=lambda j: j.base) is listwise_workers[0]
+    assert (
+        sum(j.calls for j in listwise_workers) == 1
+        and max(listwise_workers, key=lambda j: j.base) is listwise_workers[0]
+    )
 
 
 def test_a_repeated_query_costs_no_model_call_and_its_scores_live_in_redis(model_server, judge_many, redis_db):
@@ -243,13 +259,23 @@ def test_a_bad_request_fails_at_once_and_its_chunks_are_unscored_with_the_reason
     judgements = judge_many(query, chunks_of(f"Apples are {MARK}.", "Bananas are yellow."), ScoringOptions())
 
     assert [j.combined for j in judgements] == [None, None]
-    assert "ChatError" in judgements[0].notes[0] and "400" in judgements[0].notes[0] and "model does not exist" in judgements[0].notes[0]
+    assert (
+        "ChatError" in judgements[0].notes[0]
+        and "400" in judgements[0].notes[0]
+        and "model does not exist" in judgements[0].notes[0]
+    )
     assert len(requests_for(model_server, query)) == 1  # one batch of two chunks, not retried
     # and the filter reports them unscored rather than failing the query
     query = unique("Which fruit is red?")
     router.routes[query] = error(400, "model does not exist")
     chat = OpenAICompatibleChat(model=MODEL, base_url=model_server.base_url)
-    result = run_filter(query, chunks_of(f"Apples are {MARK}.", "Bananas are yellow."), model=chat, options=FilterOptions(answer=False, fallback="not_found", scoring=ScoringOptions(), judge_top=9), judge_many=judge_many)
+    result = run_filter(
+        query,
+        chunks_of(f"Apples are {MARK}.", "Bananas are yellow."),
+        model=chat,
+        options=FilterOptions(answer=False, fallback="not_found", scoring=ScoringOptions(), judge_top=9),
+        judge_many=judge_many,
+    )
     assert [d.reason for d in result.decisions] == ["unscored", "unscored"] and result.nothing_relevant
 
 
@@ -369,7 +395,9 @@ def test_no_running_worker_is_reported_as_workers_unavailable(worker_settings, r
         # once while that finding is held.
         health = WorkerHealth()
         judge_many = celery_judge_many(app, settings=settings, budget_s=30, start_wait_s=0.5, health=health)
-        with pytest.raises(WorkersUnavailable, match="no worker took the query's tasks within 0.5 s: no Celery worker answered a ping"):
+        with pytest.raises(
+            WorkersUnavailable, match="no worker took the query's tasks within 0.5 s: no Celery worker answered a ping"
+        ):
             judge_many(unique("Which fruit is red?"), chunks_of("a", "b", "c"), ScoringOptions())
         with pytest.raises(WorkersUnavailable, match="not tried again yet"):
             celery_judge_many(app, settings=settings, budget_s=30, health=health)("q", chunks_of("a"), ScoringOptions())
@@ -377,7 +405,9 @@ def test_no_running_worker_is_reported_as_workers_unavailable(worker_settings, r
         redis.Redis.from_url(settings.redis_url).flushdb()  # the ping's reply queue and bindings
 
 
-def test_a_whole_worker_killed_mid_judgement_is_redelivered_after_the_visibility_timeout(model_server, router, app, worker_settings, workers):
+def test_a_whole_worker_killed_mid_judgement_is_redelivered_after_the_visibility_timeout(
+    model_server, router, app, worker_settings, workers
+):
     # The machine dies, not just a pool process: nobody rejects the message,
     # so Redis hands it to the surviving worker once the visibility timeout
     # (about 17 s with these settings) has passed. The dispatcher's own
@@ -421,7 +451,12 @@ def workers_on_defaults(settings, model_server, redis_db, tmp_path):
     short visibility timeout, would otherwise restore these workers'
     unacknowledged messages too."""
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("CHUNKRAG_WORKER_", "CHUNKRAG_CHAT_"))}
-    env = {**inherited, "REDIS_URL": with_db(settings.redis_url, REDIS_DB - 1), "CHUNKRAG_CHAT_BASE_URL": model_server.base_url, "CHUNKRAG_CHAT_MODEL": MODEL}
+    env = {
+        **inherited,
+        "REDIS_URL": with_db(settings.redis_url, REDIS_DB - 1),
+        "CHUNKRAG_CHAT_BASE_URL": model_server.base_url,
+        "CHUNKRAG_CHAT_MODEL": MODEL,
+    }
     client = redis.Redis.from_url(env["REDIS_URL"])
     client.flushdb()
     try:
@@ -433,7 +468,9 @@ def workers_on_defaults(settings, model_server, redis_db, tmp_path):
         client.close()
 
 
-def test_a_whole_worker_killed_mid_judgement_is_re_sent_within_the_default_budget(model_server, router, workers_on_defaults):
+def test_a_whole_worker_killed_mid_judgement_is_re_sent_within_the_default_budget(
+    model_server, router, workers_on_defaults
+):
     pool = workers_on_defaults
     settings = Settings.from_env(pool.env)
     # Redis would hand the dead worker's message back only after the budget.

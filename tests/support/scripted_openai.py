@@ -33,7 +33,14 @@ def completion(text: str, *, yes_probability: float | None = None, prompt_tokens
             "object": "chat.completion",
             "created": 0,
             "model": request.get("model", "scripted"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop", "logprobs": logprobs}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                    "logprobs": logprobs,
+                }
+            ],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1},
         }
         return 200, body
@@ -51,7 +58,10 @@ def listwise_choice(marker: str, probability: float = 0.95) -> Reply:
         label = next((number for number, text in passages if marker in text), "0")
         other = "0" if label != "0" else "None"  # "none": no passage gets any mass
         status, body = completion(label)(request)
-        alternatives = [{"token": label, "logprob": math.log(probability), "bytes": None}, {"token": other, "logprob": math.log(1 - probability), "bytes": None}]
+        alternatives = [
+            {"token": label, "logprob": math.log(probability), "bytes": None},
+            {"token": other, "logprob": math.log(1 - probability), "bytes": None},
+        ]
         body["choices"][0]["logprobs"] = {"content": [{**alternatives[0], "top_logprobs": alternatives}]}
         return status, body
 

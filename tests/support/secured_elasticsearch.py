@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from chunkrag_core.settings import state_home
 from local_services.elasticsearch_node import (
     ES_VERSION,
     ElasticsearchSettings,
@@ -39,7 +40,6 @@ from local_services.elasticsearch_node import (
     up,
 )
 from local_services.java import find_java_home
-from chunkrag_core.settings import state_home
 
 PORT = int(os.environ.get("CHUNKRAG_SECURED_ES_PORT") or 9250)  # transport: port + 100
 HEAP = "512m"

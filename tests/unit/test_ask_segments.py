@@ -9,9 +9,9 @@ import pytest
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatResponse
-from search_extension.ask import ask
 from chunkrag_filter.pipeline import FilterOptions
 from chunkrag_filter.processors.relevance import ScoringOptions
+from search_extension.ask import ask
 from search_extension.retriever import RetrievalResult
 from search_extension.segments import SegmentSettings
 
@@ -22,7 +22,15 @@ SENTENCES = [(0, 16), (17, 36), (37, 70), (71, 85)]
 def doc_chunk(position, score=None):
     start, end = SENTENCES[position]
     previous = SENTENCES[position - 1][1] if position else 0
-    return Chunk(doc_id="bees", position=position, text=TEXT[start:end], start=start, end=end, score=score, lead=TEXT[previous:start])
+    return Chunk(
+        doc_id="bees",
+        position=position,
+        text=TEXT[start:end],
+        start=start,
+        end=end,
+        score=score,
+        lead=TEXT[previous:start],
+    )
 
 
 class Retriever:
@@ -52,12 +60,24 @@ class Model:
             return ChatResponse(text="Bees make honey from nectar [1].", prompt_tokens=40, completion_tokens=8)
         chunk = prompt.split("Chunk:", 1)[-1]
         yes = 0.95 if "honey" in chunk else 0.05
-        return ChatResponse(text="Yes", prompt_tokens=10, completion_tokens=1, first_token_logprobs={"Yes": math.log(yes), "No": math.log(1 - yes)})
+        return ChatResponse(
+            text="Yes",
+            prompt_tokens=10,
+            completion_tokens=1,
+            first_token_logprobs={"Yes": math.log(yes), "No": math.log(1 - yes)},
+        )
 
 
 def test_retrieval_only_segments_use_normalised_scores_and_one_fetch():
     fetch = Fetch()
-    result = ask("how is honey made", retriever=Retriever(), model=None, stages=False, segments=SegmentSettings(), fetch_positions=fetch)
+    result = ask(
+        "how is honey made",
+        retriever=Retriever(),
+        model=None,
+        stages=False,
+        segments=SegmentSettings(),
+        fetch_positions=fetch,
+    )
     (segment,) = result.segments
     # relevances 1.0, 0.9375, 0.0: values 0.82, ~0.727, -0.18 (unretrieved 1), ~-0.18
     assert (segment.first, segment.stop) == (0, 3)
@@ -69,8 +89,21 @@ def test_retrieval_only_segments_use_normalised_scores_and_one_fetch():
 
 def test_judged_segments_feed_the_answer():
     fetch, model = Fetch(), Model()
-    options = FilterOptions(redundancy_threshold=None, scoring=ScoringOptions(method="multistage"), threshold="dynamic", calibration=None, judge_top=None)
-    result = ask("how is honey made", retriever=Retriever(), model=model, options=options, segments=SegmentSettings(), fetch_positions=fetch)
+    options = FilterOptions(
+        redundancy_threshold=None,
+        scoring=ScoringOptions(method="multistage"),
+        threshold="dynamic",
+        calibration=None,
+        judge_top=None,
+    )
+    result = ask(
+        "how is honey made",
+        retriever=Retriever(),
+        model=model,
+        options=options,
+        segments=SegmentSettings(),
+        fetch_positions=fetch,
+    )
     (segment,) = result.segments
     assert segment.chunk_ids == ("bees:0", "bees:1", "bees:2")
     assert segment.chunks[0].stage_scores["combined"] > 0.9

@@ -8,7 +8,9 @@ from bench.metrics import ndcg_at_k, percentile, recall_at_k
 def test_ndcg_with_binary_relevance():
     assert ndcg_at_k(["a", "b"], {"a"}, 10) == 1.0
     assert ndcg_at_k(["x", "a"], {"a"}, 10) == pytest.approx(1 / math.log2(3))
-    assert ndcg_at_k(["x", "a", "b"], {"a", "b"}, 10) == pytest.approx((1 / math.log2(3) + 1 / math.log2(4)) / (1 + 1 / math.log2(3)))
+    assert ndcg_at_k(["x", "a", "b"], {"a", "b"}, 10) == pytest.approx(
+        (1 / math.log2(3) + 1 / math.log2(4)) / (1 + 1 / math.log2(3))
+    )
     assert ndcg_at_k(["x"] * 10 + ["a"], {"a"}, 10) == 0.0
 
 

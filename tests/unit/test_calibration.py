@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from chunkrag_filter.pipeline import FilterOptions, calibrated
 from chunkrag_eval import ablation
+from chunkrag_filter.pipeline import FilterOptions, calibrated
 from chunkrag_filter.processors.calibration import (
     LogisticModel,
     best_f1,
@@ -25,7 +25,16 @@ def test_features_of_three_candidates():
         [100, 250, 50],
         batches=[[0, 1]],
     )
-    assert rows[0] == {"judge": 0.6, "judged": 1.0, "judge_top": 1.0, "cosine": 0.5, "cosine_gap": pytest.approx(-0.2), "bm25": 1.0, "inv_rank": 1.0, "log_chars": 0.0}
+    assert rows[0] == {
+        "judge": 0.6,
+        "judged": 1.0,
+        "judge_top": 1.0,
+        "cosine": 0.5,
+        "cosine_gap": pytest.approx(-0.2),
+        "bm25": 1.0,
+        "inv_rank": 1.0,
+        "log_chars": 0.0,
+    }
     assert rows[1]["judge_top"] == 0.0 and rows[1]["cosine_gap"] == 0.0 and rows[1]["inv_rank"] == 0.5
     assert rows[1]["log_chars"] == pytest.approx(math.log(2.5))
     assert rows[2]["judge"] == 0.0 and rows[2]["judged"] == 0.0 and rows[2]["bm25"] == 0.0
@@ -49,7 +58,12 @@ def test_fit_recovers_a_separating_direction():
     model = fit_logistic(rows, labels, ("judge", "cosine"), l2=0.1)
     assert model.weights[0] > 0
     assert model.weights[1] == 0.0  # a constant feature gets no weight
-    assert model.probability({"judge": 0.95, "cosine": 0.3}) > 0.8 > 0.2 > model.probability({"judge": 0.05, "cosine": 0.3})
+    assert (
+        model.probability({"judge": 0.95, "cosine": 0.3})
+        > 0.8
+        > 0.2
+        > model.probability({"judge": 0.05, "cosine": 0.3})
+    )
 
 
 def test_fit_with_a_stronger_penalty_shrinks_the_weight():
@@ -79,9 +93,20 @@ def test_mean_of_orders():
 def _question(golds, forward, reverse, cosines, chars=100, reasons=None):
     rows = []
     for i, gold in enumerate(golds):
-        rows.append({"rank": i, "chars": chars, "gold": gold, "forward": forward[i], "reverse": reverse[i],
-                     "base": (forward[i] + reverse[i]) / 2, "cosine": cosines[i], "bm25": 1.0 - i / 10, "retrieval": 1.0 - i / 10,
-                     "reason": (reasons or {}).get(i, "below_threshold")})
+        rows.append(
+            {
+                "rank": i,
+                "chars": chars,
+                "gold": gold,
+                "forward": forward[i],
+                "reverse": reverse[i],
+                "base": (forward[i] + reverse[i]) / 2,
+                "cosine": cosines[i],
+                "bm25": 1.0 - i / 10,
+                "retrieval": 1.0 - i / 10,
+                "reason": (reasons or {}).get(i, "below_threshold"),
+            }
+        )
     return ablation.Question("q", tuple(rows))
 
 
@@ -138,8 +163,15 @@ def test_cross_validation_holds_each_question_out():
 def test_calibrated_stage_scores_every_candidate():
     from chunkrag_core.chunk import Chunk
 
-    chunks = [Chunk("d", i, "x" * 100, i * 100, i * 100 + 100, stage_scores={"cosine": 0.5 - i / 10, "bm25": 1.0 - i / 2}) for i in range(3)]
-    judgements = [Judgement(0.8, None, None, 0.8), Judgement(None, None, None, None, notes=("unreadable",)), Judgement(None, None, None, None)]
+    chunks = [
+        Chunk("d", i, "x" * 100, i * 100, i * 100 + 100, stage_scores={"cosine": 0.5 - i / 10, "bm25": 1.0 - i / 2})
+        for i in range(3)
+    ]
+    judgements = [
+        Judgement(0.8, None, None, 0.8),
+        Judgement(None, None, None, None, notes=("unreadable",)),
+        Judgement(None, None, None, None),
+    ]
     model = LogisticModel(("judge", "cosine"), (4.0, 1.0), -2.0)
     out = calibrated(chunks, judgements, model, ScoringOptions(method="listwise"), judged=2)
     assert out[0].combined == pytest.approx(1 / (1 + math.exp(-(-2.0 + 3.2 + 0.5))), abs=1e-6)

@@ -32,7 +32,13 @@ def test_bad_chunks_are_rejected():
 
 
 def test_settings_from_env_overrides_and_validates():
-    settings = Settings.from_env({"ES_URL": "http://u:secret@es:9200", "CHUNKRAG_CHUNK_SIMILARITY_THRESHOLD": "0.6", "CHUNKRAG_RETRIEVAL_SIZE": "20"})
+    settings = Settings.from_env(
+        {
+            "ES_URL": "http://u:secret@es:9200",
+            "CHUNKRAG_CHUNK_SIMILARITY_THRESHOLD": "0.6",
+            "CHUNKRAG_RETRIEVAL_SIZE": "20",
+        }
+    )
     assert settings.chunking.similarity_threshold == 0.6 and settings.chunking.max_chars == 500
     assert settings.retrieval.size == 20
     assert settings.es_url_for_display == "http://u:***@es:9200"

@@ -1,13 +1,14 @@
 """The filter chain with a scripted judge (unit-test double)."""
 
 import dataclasses
+
 import pytest
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatResponse
-from search_extension.ask import answer_for
 from chunkrag_filter.pipeline import FilterOptions, run_filter
 from chunkrag_filter.processors.relevance import Judgement
+from search_extension.ask import answer_for
 
 
 def chunk(i, vector, text=None):
@@ -16,7 +17,9 @@ def chunk(i, vector, text=None):
 
 def scripted_judge(scores):
     def judge_many(query, chunks, options):
-        return [Judgement(scores[c.chunk_id], None, None, scores[c.chunk_id], calls=1, prompt_tokens=80) for c in chunks]
+        return [
+            Judgement(scores[c.chunk_id], None, None, scores[c.chunk_id], calls=1, prompt_tokens=80) for c in chunks
+        ]
 
     return judge_many
 
@@ -30,7 +33,13 @@ class Answerer:
         return ChatResponse(text=self.text, prompt_tokens=200, completion_tokens=10)
 
 
-CHUNKS = [chunk(0, [1, 0, 0]), chunk(1, [0.99, 0.14, 0]), chunk(2, [0, 1, 0]), chunk(3, [0, 0, 1]), chunk(4, [0.6, 0, 0.8])]
+CHUNKS = [
+    chunk(0, [1, 0, 0]),
+    chunk(1, [0.99, 0.14, 0]),
+    chunk(2, [0, 1, 0]),
+    chunk(3, [0, 0, 1]),
+    chunk(4, [0.6, 0, 0.8]),
+]
 # The paper's filter: the judge's scores as they come, cut by Algorithm 1
 # (the shipped default calibrates them first and cuts relative to the best).
 PAPER = FilterOptions(threshold="dynamic", calibration=None, judge_top=None)
@@ -44,7 +53,11 @@ def test_redundancy_scoring_threshold_rerank_order_and_answer():
     assert result.threshold.value == pytest.approx(0.475)
     assert [c.chunk_id for c in result.kept] == ["d:0", "d:3"]
     assert {d.chunk.chunk_id: d.reason for d in result.decisions} == {
-        "d:1": "redundant", "d:0": "above_threshold", "d:2": "below_threshold", "d:3": "above_threshold", "d:4": "below_threshold",
+        "d:1": "redundant",
+        "d:0": "above_threshold",
+        "d:2": "below_threshold",
+        "d:3": "above_threshold",
+        "d:4": "below_threshold",
     }
     assert result.kept[0].stage_scores["combined"] == 0.9
     # The filter ends at the order; the answer is written from its result.
@@ -55,7 +68,13 @@ def test_redundancy_scoring_threshold_rerank_order_and_answer():
 
 def test_lost_in_the_middle_order_of_kept_chunks():
     scores = {"d:0": 0.9, "d:2": 0.8, "d:3": 0.85, "d:4": 0.1}
-    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=scripted_judge(scores), options=dataclasses.replace(PAPER, answer=False))
+    result = run_filter(
+        "q",
+        CHUNKS,
+        model=Answerer(),
+        judge_many=scripted_judge(scores),
+        options=dataclasses.replace(PAPER, answer=False),
+    )
     # ranked by score: d:0, d:3, d:2 -> ends hold the two best
     assert [c.chunk_id for c in result.kept] == ["d:0", "d:2", "d:3"]
 
@@ -77,9 +96,16 @@ def test_nothing_relevant_falls_back_to_top_k_or_says_not_found():
 
 def test_unscored_chunks_are_reported_and_dropped():
     def judge_many(query, chunks, options):
-        return [Judgement(None, None, None, None, calls=1, notes=("unreadable",)) if c.position == 2 else Judgement(0.8, None, None, 0.8, calls=1) for c in chunks]
+        return [
+            Judgement(None, None, None, None, calls=1, notes=("unreadable",))
+            if c.position == 2
+            else Judgement(0.8, None, None, 0.8, calls=1)
+            for c in chunks
+        ]
 
-    result = run_filter("q", CHUNKS, model=Answerer(), judge_many=judge_many, options=dataclasses.replace(PAPER, answer=False))
+    result = run_filter(
+        "q", CHUNKS, model=Answerer(), judge_many=judge_many, options=dataclasses.replace(PAPER, answer=False)
+    )
     assert {d.chunk.chunk_id: d.reason for d in result.decisions}["d:2"] == "unscored"
     assert "d:2" not in [c.chunk_id for c in result.kept]
 
@@ -91,11 +117,16 @@ def test_the_default_scores_every_candidate_from_retrieval_signals_without_a_jud
         raise AssertionError("the default asks no judge")
 
     signals = [{"cosine": 0.8, "bm25": 1.0}, {"cosine": 0.2, "bm25": 0.0}, {"cosine": 0.75, "bm25": 0.6}]
-    chunks = [dataclasses.replace(chunk(i, [float(i == 0), float(i == 1), float(i == 2)], text="x" * 200), stage_scores=s) for i, s in enumerate(signals)]
+    chunks = [
+        dataclasses.replace(chunk(i, [float(i == 0), float(i == 1), float(i == 2)], text="x" * 200), stage_scores=s)
+        for i, s in enumerate(signals)
+    ]
     model = Answerer()
     result = run_filter("q", chunks, model=model, judge_many=never, options=FilterOptions())
     # sigmoid(-3.754981 + 3.376989*0.8 + 0.006575*0 + 0.625046*1 + 0.766057/1 + 0.826934*ln 2) = sigmoid(0.9109) = 0.7132
-    first = RETRIEVAL_MODEL.probability({"cosine": 0.8, "cosine_gap": 0.0, "bm25": 1.0, "inv_rank": 1.0, "log_chars": 0.6931471805599453})
+    first = RETRIEVAL_MODEL.probability(
+        {"cosine": 0.8, "cosine_gap": 0.0, "bm25": 1.0, "inv_rank": 1.0, "log_chars": 0.6931471805599453}
+    )
     assert first == pytest.approx(0.7132, abs=1e-4)
     assert [c.chunk_id for c in result.kept] == ["d:0", "d:2"]  # 0.71 and 0.50 pass 0.4; 0.11 does not
     assert result.model_calls == 0 and model.calls == 0 and result.judged_by is None
@@ -129,7 +160,9 @@ def test_model_calls_count_the_llm_threshold_even_without_token_counts():
 
     scores = {"d:0": 0.9, "d:2": 0.2, "d:3": 0.7, "d:4": 0.1}
     model = Silent()
-    result = run_filter("q", CHUNKS, model=model, judge_many=scripted_judge(scores), options=FilterOptions(threshold="llm", judge_top=9))
+    result = run_filter(
+        "q", CHUNKS, model=model, judge_many=scripted_judge(scores), options=FilterOptions(threshold="llm", judge_top=9)
+    )
     assert result.threshold.method == "llm" and result.threshold.value == 0.5
     assert model.calls == 1 and result.model_calls == 4 + 1
 

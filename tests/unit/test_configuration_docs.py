@@ -26,8 +26,18 @@ from chunkrag_core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "configuration.md"
-SCANNED = ("chunkrag_core", "chunkrag_cli", "ingest_pipeline", "search_extension", "workers", "local_services", "bench",
-           "tests/support", "tests/integration", "tests/conftest.py")
+SCANNED = (
+    "chunkrag_core",
+    "chunkrag_cli",
+    "ingest_pipeline",
+    "search_extension",
+    "workers",
+    "local_services",
+    "bench",
+    "tests/support",
+    "tests/integration",
+    "tests/conftest.py",
+)
 PREFIXES = ("CHUNKRAG", "ES", "OPENSEARCH", "AWS", "OPENAI", "REDIS", "CO", "SEARCH", "MALLOC", "XDG", "HF")
 # A whole string literal that is a variable name: "CHUNKRAG_HOME", not
 # "CHUNKRAG_GATEWAY_" (an overlay prefix) nor "OPENSEARCH_AUTH=sigv4 ..." (a message).
@@ -84,7 +94,9 @@ def python_files() -> Iterator[Path]:
 
 
 def names_in_literals() -> set[str]:
-    return {m["name"] for path in python_files() for m in NAME_LITERAL.finditer(path.read_text(encoding="utf-8"))} - WRITTEN_NOT_READ
+    return {
+        m["name"] for path in python_files() for m in NAME_LITERAL.finditer(path.read_text(encoding="utf-8"))
+    } - WRITTEN_NOT_READ
 
 
 def names_settings_asks_for() -> set[str]:

@@ -19,7 +19,11 @@ NOT_YET = {ROOT / "docs" / "security.md", ROOT / "docs" / "operations-gateway.md
 
 def relative_links(page: Path) -> list[str]:
     text = FENCE.sub("", page.read_text(encoding="utf-8"))
-    return [m["target"] for m in LINK.finditer(text) if not re.match(r"^[a-z][a-z0-9+.-]*:", m["target"]) and not m["target"].startswith("#")]
+    return [
+        m["target"]
+        for m in LINK.finditer(text)
+        if not re.match(r"^[a-z][a-z0-9+.-]*:", m["target"]) and not m["target"].startswith("#")
+    ]
 
 
 def test_the_pages_have_links():

@@ -51,13 +51,22 @@ def answers(*texts: str) -> ScriptedChat:
 def test_lines_are_the_non_blank_lines_with_their_offsets():
     lines = document_lines(TEXT)
     assert lines == (Line(0, 16), Line(17, 36), Line(40, 55), Line(56, 75))
-    assert [TEXT[l.start : l.end] for l in lines] == ["Bees make honey.", "They live in hives.", "Tokyo is large.", "It has many trains."]
+    assert [TEXT[l.start : l.end] for l in lines] == [
+        "Bees make honey.",
+        "They live in hives.",
+        "Tokyo is large.",
+        "It has many trains.",
+    ]
 
 
 def test_a_line_over_the_limit_becomes_its_sentences():
     text = "One sentence here. Another one there. A third."
     assert document_lines(text, max_line_chars=1000) == (Line(0, 46),)
-    assert [text[l.start : l.end] for l in document_lines(text, max_line_chars=20)] == ["One sentence here.", "Another one there.", "A third."]
+    assert [text[l.start : l.end] for l in document_lines(text, max_line_chars=20)] == [
+        "One sentence here.",
+        "Another one there.",
+        "A third.",
+    ]
 
 
 def test_a_window_holds_the_lines_that_fit_and_at_least_one():
@@ -72,7 +81,7 @@ def test_a_window_holds_the_lines_that_fit_and_at_least_one():
 
 
 def test_rows_in_the_usual_forms_are_parsed_and_chatter_is_passed_over():
-    answer = "Here are the sections:\n0: Bees\n[2] Tokyo  \n- Line 3 - **Trains**\n2023 was a good year\n4. \"Food\"\n"
+    answer = 'Here are the sections:\n0: Bees\n[2] Tokyo  \n- Line 3 - **Trains**\n2023 was a good year\n4. "Food"\n'
     assert parse_sections(answer) == [(0, "Bees"), (2, "Tokyo"), (3, "Trains"), (4, "Food")]
     assert parse_sections("I cannot split this document.") == []
     assert parse_sections("**0**: Bees\nLines 2-3: `Tokyo`\n3 - Trains") == [(0, "Bees"), (2, "Tokyo"), (3, "Trains")]
@@ -160,7 +169,9 @@ SECTIONS_AND_SUMMARY = ChunkingSettings(sectioning="llm", summaries=True)
 def test_a_document_without_headings_gets_sections_and_a_summary(tmp_path):
     model = answers("This document is about bees and Tokyo.", "0: Bees\n2: Tokyo")
     document = plain_document("d", TEXT, "test", title="notes")
-    outcome = add_document_context(document, SECTIONS_AND_SUMMARY, model=model, model_name="m", cache=ContextCache(tmp_path))
+    outcome = add_document_context(
+        document, SECTIONS_AND_SUMMARY, model=model, model_name="m", cache=ContextCache(tmp_path)
+    )
     assert outcome.calls == 2 and outcome.cache_hits == 0 and outcome.fallbacks == ()
     assert outcome.document.sections == (Section(("Bees",), 0, 40), Section(("Tokyo",), 40, 76))
     assert outcome.document.summary == "This document is about bees and Tokyo."
@@ -173,10 +184,14 @@ def test_a_document_without_headings_gets_sections_and_a_summary(tmp_path):
 def test_an_unusable_answer_is_retried_once_with_the_reason_then_falls_back():
     model = answers("I think it is about bees.", "1: Bees\n0: Tokyo")
     document = plain_document("d", TEXT, "test", title="notes")
-    outcome = add_document_context(document, ChunkingSettings(sectioning="llm"), model=model, model_name="m", cache=None)
+    outcome = add_document_context(
+        document, ChunkingSettings(sectioning="llm"), model=model, model_name="m", cache=None
+    )
     assert outcome.calls == 2
     assert outcome.document.sections == document.sections
-    assert outcome.fallbacks == ("sections: line numbers must increase, got [1, 0] (after one retry); kept the document's own",)
+    assert outcome.fallbacks == (
+        "sections: line numbers must increase, got [1, 0] (after one retry); kept the document's own",
+    )
     retry = model.requests[1].messages
     assert retry[-2].content == "I think it is about bees."
     assert "no '<line>: <title>' rows" in retry[-1].content
@@ -184,7 +199,9 @@ def test_an_unusable_answer_is_retried_once_with_the_reason_then_falls_back():
 
 def test_a_retried_answer_that_is_valid_is_used():
     model = answers("0: Bees\n9: Tokyo", "0: Bees\n2: Tokyo")
-    outcome = add_document_context(plain_document("d", TEXT, "test"), ChunkingSettings(sectioning="llm"), model=model, model_name="m", cache=None)
+    outcome = add_document_context(
+        plain_document("d", TEXT, "test"), ChunkingSettings(sectioning="llm"), model=model, model_name="m", cache=None
+    )
     assert outcome.calls == 2 and outcome.fallbacks == ()
     assert "line 9 is outside lines 0 to 3" in model.requests[1].messages[-1].content
     assert [s.path for s in outcome.document.sections] == [("Bees",), ("Tokyo",)]
@@ -193,21 +210,31 @@ def test_a_retried_answer_that_is_valid_is_used():
 def test_a_long_document_is_sectioned_in_windows_that_meet_at_a_section():
     text = "\n".join("word " * 99 + f"w{i:03d}" for i in range(20))  # 20 lines of 499 characters
     model = answers("0: First\n10: Second", "10: Second\n15: Third")
-    outcome = add_document_context(plain_document("d", text, "test"), ChunkingSettings(sectioning="llm"), model=model, model_name="m", cache=None)
+    outcome = add_document_context(
+        plain_document("d", text, "test"), ChunkingSettings(sectioning="llm"), model=model, model_name="m", cache=None
+    )
     prompts = [r.messages[-1].content for r in model.requests]
     assert "(lines 0 to 15)" in prompts[0] and "(lines 10 to 19)" in prompts[1]  # 16 x 499 fit in 8,000
-    assert [(s.path, s.start) for s in outcome.document.sections] == [(("First",), 0), (("Second",), 5000), (("Third",), 7500)]
+    assert [(s.path, s.start) for s in outcome.document.sections] == [
+        (("First",), 0),
+        (("Second",), 5000),
+        (("Third",), 7500),
+    ]
     assert outcome.document.sections[-1].end == len(text)
 
 
 def test_only_what_is_asked_runs():
-    headed = markdown_document("h.md", "# Bees\n\nBees make honey.\n\n## Winter\n\nThey shiver.\n", "test", fallback_title="h")
+    headed = markdown_document(
+        "h.md", "# Bees\n\nBees make honey.\n\n## Winter\n\nThey shiver.\n", "test", fallback_title="h"
+    )
     untitled = plain_document("u", TEXT, "test", title="")
     titled = plain_document("t", TEXT, "test", title="Given")
     settings = ChunkingSettings(llm_titles=True, sectioning="llm")
     # A document with headings keeps them, one with a title keeps it: no call.
     for document in (headed, titled):
-        outcome = add_document_context(document, ChunkingSettings(llm_titles=True), model=answers(), model_name="m", cache=None)
+        outcome = add_document_context(
+            document, ChunkingSettings(llm_titles=True), model=answers(), model_name="m", cache=None
+        )
         assert outcome.calls == 0 and outcome.document == document
     outcome = add_document_context(headed, settings, model=answers(), model_name="m", cache=None)
     assert outcome.calls == 0 and outcome.document == headed
@@ -216,31 +243,58 @@ def test_only_what_is_asked_runs():
     assert outcome.calls == 2 and outcome.document.title == "Bees and Tokyo" and outcome.document.summary == ""
     assert not wants_context(ChunkingSettings()) and wants_context(ChunkingSettings(summaries=True))
     # Headers off: nowhere to put a summary, so no call for one.
-    assert add_document_context(titled, ChunkingSettings(summaries=True, headers="none"), model=answers(), model_name="m", cache=None).calls == 0
+    assert (
+        add_document_context(
+            titled, ChunkingSettings(summaries=True, headers="none"), model=answers(), model_name="m", cache=None
+        ).calls
+        == 0
+    )
 
 
 def test_a_one_line_document_needs_no_sectioning_call():
-    outcome = add_document_context(plain_document("d", "Just one line.", "test"), ChunkingSettings(sectioning="llm"), model=answers(), model_name="m", cache=None)
+    outcome = add_document_context(
+        plain_document("d", "Just one line.", "test"),
+        ChunkingSettings(sectioning="llm"),
+        model=answers(),
+        model_name="m",
+        cache=None,
+    )
     assert outcome.calls == 0 and outcome.fallbacks == ()
 
 
 def test_ingesting_the_same_text_again_makes_no_call(tmp_path):
     cache = ContextCache(tmp_path)
     document = plain_document("d", TEXT, "test", title="notes")
-    first = add_document_context(document, SECTIONS_AND_SUMMARY, model=answers("This document is about bees.", "0: Bees\n2: Tokyo"), model_name="m", cache=cache)
+    first = add_document_context(
+        document,
+        SECTIONS_AND_SUMMARY,
+        model=answers("This document is about bees.", "0: Bees\n2: Tokyo"),
+        model_name="m",
+        cache=cache,
+    )
     again = add_document_context(document, SECTIONS_AND_SUMMARY, model=answers(), model_name="m", cache=cache)
     assert again.calls == 0 and again.cache_hits == 2
     assert again.document == first.document
     # Another model, or another text, is another entry.
-    other = add_document_context(document, ChunkingSettings(summaries=True), model=answers("This document is other."), model_name="other", cache=cache)
+    other = add_document_context(
+        document,
+        ChunkingSettings(summaries=True),
+        model=answers("This document is other."),
+        model_name="other",
+        cache=cache,
+    )
     assert other.calls == 1 and other.document.summary == "This document is other."
 
 
 def test_a_fallback_is_cached_too(tmp_path):
     cache = ContextCache(tmp_path)
     document = plain_document("d", TEXT, "test")
-    add_document_context(document, ChunkingSettings(sectioning="llm"), model=answers("no", "still no"), model_name="m", cache=cache)
-    again = add_document_context(document, ChunkingSettings(sectioning="llm"), model=answers(), model_name="m", cache=cache)
+    add_document_context(
+        document, ChunkingSettings(sectioning="llm"), model=answers("no", "still no"), model_name="m", cache=cache
+    )
+    again = add_document_context(
+        document, ChunkingSettings(sectioning="llm"), model=answers(), model_name="m", cache=cache
+    )
     assert again.calls == 0 and again.cache_hits == 1 and len(again.fallbacks) == 1
     assert again.document.sections == document.sections
 
@@ -248,11 +302,19 @@ def test_a_fallback_is_cached_too(tmp_path):
 def test_a_corrupt_cache_entry_is_ignored_and_rewritten(tmp_path):
     cache = ContextCache(tmp_path)
     document = plain_document("d", TEXT, "test")
-    add_document_context(document, ChunkingSettings(sectioning="llm"), model=answers("0: Bees\n2: Tokyo"), model_name="m", cache=cache)
+    add_document_context(
+        document, ChunkingSettings(sectioning="llm"), model=answers("0: Bees\n2: Tokyo"), model_name="m", cache=cache
+    )
     (path,) = tmp_path.glob("*/*.json")
     for corrupt in ("{not json", json.dumps({"key": path.stem, "value": [[5, "Bees"]], "fallback": ""}), "\xff"):
         path.write_text(corrupt, encoding="latin-1")
-        outcome = add_document_context(document, ChunkingSettings(sectioning="llm"), model=answers("0: Bees\n2: Tokyo"), model_name="m", cache=cache)
+        outcome = add_document_context(
+            document,
+            ChunkingSettings(sectioning="llm"),
+            model=answers("0: Bees\n2: Tokyo"),
+            model_name="m",
+            cache=cache,
+        )
         assert outcome.calls == 1 and outcome.cache_hits == 0
         assert [s.start for s in outcome.document.sections] == [0, 40]
         assert json.loads(path.read_text(encoding="utf-8"))["value"] == [[0, "Bees"], [40, "Tokyo"]]
@@ -267,7 +329,9 @@ def test_a_provider_failure_costs_only_that_document():
 
     bees = plain_document("b", "Bees make honey.", "test")
     tokyo = plain_document("t", "Tokyo is large.", "test")
-    results = add_context([bees, tokyo], ChunkingSettings(summaries=True), model=FailsOnTokyo(), model_name="m", cache=None, parallel=2)
+    results = add_context(
+        [bees, tokyo], ChunkingSettings(summaries=True), model=FailsOnTokyo(), model_name="m", cache=None, parallel=2
+    )
     assert results[0].document.summary == "This document is about bees."
     assert isinstance(results[1], ContextFailure) and results[1].document is tokyo and "503" in results[1].reason
 
@@ -277,7 +341,10 @@ def test_a_provider_failure_costs_only_that_document():
 
 def test_a_summary_puts_the_header_on_three_lines_and_the_modes_stay():
     summary = "This document  is about bees."
-    assert chunk_header("Bees", ("Bees", "Winter"), "title+section", summary) == "Bees\nThis document is about bees.\nWinter"
+    assert (
+        chunk_header("Bees", ("Bees", "Winter"), "title+section", summary)
+        == "Bees\nThis document is about bees.\nWinter"
+    )
     assert chunk_header("Bees", ("Winter",), "title", summary) == "Bees\nThis document is about bees."
     assert chunk_header("Bees", ("Winter",), "section", summary) == "This document is about bees.\nWinter"
     assert chunk_header("Bees", ("Winter",), "none", summary) == ""
@@ -292,10 +359,16 @@ class UnitEmbedder:
 
 def test_chunks_of_a_sectioned_document_carry_the_summary_and_section_and_exact_text():
     sectioned = add_document_context(
-        plain_document("d", TEXT, "test", title="notes"), SECTIONS_AND_SUMMARY, model=answers("This document is about bees.", "0: Bees\n2: Tokyo"), model_name="m", cache=None
+        plain_document("d", TEXT, "test", title="notes"),
+        SECTIONS_AND_SUMMARY,
+        model=answers("This document is about bees.", "0: Bees\n2: Tokyo"),
+        model_name="m",
+        cache=None,
     ).document
     (chunked,) = chunk_documents([sectioned], UnitEmbedder(), ChunkingSettings(max_chars=20))
-    assert [(c.section, c.header) for c in chunked.chunks][:1] == [(("Bees",), "notes\nThis document is about bees.\nBees")]
+    assert [(c.section, c.header) for c in chunked.chunks][:1] == [
+        (("Bees",), "notes\nThis document is about bees.\nBees")
+    ]
     assert {c.section for c in chunked.chunks} == {("Bees",), ("Tokyo",)}
     for chunk in chunked.chunks:
         assert TEXT[chunk.start : chunk.end] == chunk.text
@@ -324,10 +397,28 @@ def test_the_ingest_report_prints_the_context_cost():
     from chunkrag_cli.output import print_ingest_report
     from ingest_pipeline.pipeline import IngestReport
 
-    report = IngestReport("i", 2, 0, 9, 4, 0, (), (), 1.0, context_documents=2, context_calls=3, context_cache_hits=1, context_fallbacks=("d: sections: no rows",), context_seconds=3.0)
+    report = IngestReport(
+        "i",
+        2,
+        0,
+        9,
+        4,
+        0,
+        (),
+        (),
+        1.0,
+        context_documents=2,
+        context_calls=3,
+        context_cache_hits=1,
+        context_fallbacks=("d: sections: no rows",),
+        context_seconds=3.0,
+    )
     out = io.StringIO()
     print_ingest_report(report, out)
-    assert "document context: 3 model calls for 2 documents (3.0 s, 1.50 s per document), 1 answers from the cache, 1 fallbacks" in out.getvalue()
+    assert (
+        "document context: 3 model calls for 2 documents (3.0 s, 1.50 s per document), 1 answers from the cache, 1 fallbacks"
+        in out.getvalue()
+    )
     assert "fallback d: sections: no rows" in out.getvalue()
 
 
@@ -338,5 +429,7 @@ def test_the_ingest_flags_turn_the_context_on(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     plain = _settings(build_parser().parse_args(["ingest", "docs"])).chunking
     assert (plain.llm_titles, plain.summaries, plain.sectioning) == (False, False, "headings")
-    chunking = _settings(build_parser().parse_args(["ingest", "docs", "--llm-titles", "--summaries", "--semantic-sections"])).chunking
+    chunking = _settings(
+        build_parser().parse_args(["ingest", "docs", "--llm-titles", "--summaries", "--semantic-sections"])
+    ).chunking
     assert (chunking.llm_titles, chunking.summaries, chunking.sectioning) == (True, True, "llm")

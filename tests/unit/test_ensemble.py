@@ -17,15 +17,25 @@ def chunk(start, end, *, scale=0, position=0, doc="d", lead_from=None, score=Non
     """A chunk of DOCUMENT; its lead is the text since ``lead_from`` (the
     previous chunk's end at its scale; the document start by default)."""
     lead_start = 0 if lead_from is None else lead_from
-    return Chunk(doc_id=doc, position=position, text=DOCUMENT[start:end], start=start, end=end, scale=scale,
-                 lead=DOCUMENT[lead_start:start], score=score)
+    return Chunk(
+        doc_id=doc,
+        position=position,
+        text=DOCUMENT[start:end],
+        start=start,
+        end=end,
+        scale=scale,
+        lead=DOCUMENT[lead_start:start],
+        score=score,
+    )
 
 
 def test_each_scale_is_normalised_on_its_own_then_merged_by_score():
-    fused = fuse_scales([
-        (0, [("a", 12.0), ("b", 9.0), ("c", 4.0)]),    # -> 1.0, 0.625, 0.0
-        (128, [("x", 0.9), ("y", 0.5)]),               # -> 1.0, 0.0
-    ])
+    fused = fuse_scales(
+        [
+            (0, [("a", 12.0), ("b", 9.0), ("c", 4.0)]),  # -> 1.0, 0.625, 0.0
+            (128, [("x", 0.9), ("y", 0.5)]),  # -> 1.0, 0.0
+        ]
+    )
     assert fused == [("a", 1.0), ("x", 1.0), ("b", 0.625), ("c", 0.0), ("y", 0.0)]
 
 
@@ -47,9 +57,9 @@ def test_gap_text_is_the_end_of_the_later_chunks_lead():
 
 def test_overlapping_and_whitespace_adjacent_spans_touch_others_do_not():
     group = [chunk(0, 30)]
-    assert touches(group, chunk(14, 47, lead_from=0))         # overlaps
-    assert touches(group, chunk(32, 47, lead_from=30))        # "\n\n" between
-    assert not touches(group, chunk(48, 56, lead_from=47))    # a sentence between
+    assert touches(group, chunk(14, 47, lead_from=0))  # overlaps
+    assert touches(group, chunk(32, 47, lead_from=30))  # "\n\n" between
+    assert not touches(group, chunk(48, 56, lead_from=47))  # a sentence between
     assert not touches(group, chunk(32, 47, lead_from=30, doc="other"))
     assert covered(group, chunk(14, 30)) and not covered(group, chunk(14, 47))
 
@@ -74,15 +84,15 @@ def test_adjacent_small_chunks_merge_into_one_span_at_the_best_rank_with_exact_t
 
 def test_a_larger_chunk_ranked_below_a_smaller_one_never_swells_it():
     small = chunk(14, 30, position=1, lead_from=13, score=1.0)
-    container = chunk(0, 56, scale=512, score=0.6)                      # overlaps: dropped
-    next_door = chunk(32, 56, scale=128, position=1, lead_from=30, score=0.5)   # touches: apart
+    container = chunk(0, 56, scale=512, score=0.6)  # overlaps: dropped
+    next_door = chunk(32, 56, scale=128, position=1, lead_from=30, score=0.5)  # touches: apart
     spans = merge_spans([small, container, next_door])
     assert [(s.chunk_id, s.start, s.end) for s in spans] == [("d:1", 14, 30), ("d:1@128", 32, 56)]
 
 
 def test_a_smaller_chunk_joins_a_larger_kept_span_it_overlaps_or_touches():
     large = chunk(14, 47, scale=128, lead_from=13, score=1.0)
-    before = chunk(0, 13, score=0.9)                                     # touches: " " between
+    before = chunk(0, 13, score=0.9)  # touches: " " between
     overlapping = chunk(32, 56, scale=16, position=3, lead_from=30, score=0.8)  # 32..47 shared
     (merged,) = merge_spans([large, before, overlapping])
     assert merged.chunk_id == "d:0@128" and merged.text == DOCUMENT and merged.stage_scores["ensemble_members"] == 3.0
@@ -97,7 +107,10 @@ def test_a_base_chunk_bridging_two_kept_spans_joins_them_at_the_first_ones_rank(
 
 
 def test_size_counts_spans_after_de_duplication():
-    spans = merge_spans([chunk(0, 13), chunk(0, 13, scale=128), chunk(48, 56, lead_from=47), chunk(14, 30, lead_from=13, doc="e")], size=2)
+    spans = merge_spans(
+        [chunk(0, 13), chunk(0, 13, scale=128), chunk(48, 56, lead_from=47), chunk(14, 30, lead_from=13, doc="e")],
+        size=2,
+    )
     assert [(s.doc_id, s.start) for s in spans] == [("d", 0), ("d", 48)]
 
 
@@ -109,7 +122,11 @@ def test_join_uses_the_end_of_a_longer_lead_and_spaces_where_no_lead_reaches():
 
 @pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 0, 2), (1, 2, 0)])
 def test_every_order_gives_disjoint_spans_whose_text_is_the_documents(order):
-    pieces = [chunk(0, 30, scale=128), chunk(14, 30, position=1, lead_from=13), chunk(32, 56, scale=128, position=1, lead_from=30)]
+    pieces = [
+        chunk(0, 30, scale=128),
+        chunk(14, 30, position=1, lead_from=13),
+        chunk(32, 56, scale=128, position=1, lead_from=30),
+    ]
     spans = merge_spans([pieces[i] for i in order])
     for span in spans:
         assert span.text == DOCUMENT[span.start : span.end]
@@ -120,7 +137,7 @@ def test_every_order_gives_disjoint_spans_whose_text_is_the_documents(order):
 
 def test_a_cap_keeps_spans_from_snowballing_and_skips_chunks_longer_than_it():
     first = chunk(14, 30, position=1, lead_from=13, score=1.0)
-    adjacent = chunk(32, 47, position=2, lead_from=30, score=0.9)       # union 14..47 is 33 characters
+    adjacent = chunk(32, 47, position=2, lead_from=30, score=0.9)  # union 14..47 is 33 characters
     assert [(s.start, s.end) for s in merge_spans([first, adjacent], max_span_chars=33)] == [(14, 47)]
     # Over the cap: a chunk that only touches stays a span of its own ...
     assert [(s.start, s.end) for s in merge_spans([first, adjacent], max_span_chars=20)] == [(14, 30), (32, 47)]

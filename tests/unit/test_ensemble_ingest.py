@@ -6,8 +6,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from chunkrag_core.engines import schema
 from chunkrag_core.chunk import Chunk, chunk_id_for
+from chunkrag_core.engines import schema
 from chunkrag_core.settings import ChunkingSettings, Settings, SettingsError, parse_scales
 from ingest_pipeline.chunker import ChunkedDocument, chunk_documents
 from ingest_pipeline.pipeline import shaping_of
@@ -113,8 +113,12 @@ def test_stale_chunks_are_deleted_per_scale_and_dropped_scales_entirely():
     stored = StoredDocument(("old",), 2 + 3 + 1, 1, 6, {0: 1, 128: 2, 512: 0})
     actions = ops(document_actions("i", chunked_at_scales({0: 1, 128: 2}), stored))
     assert actions == [
-        ("index", "doc:0"), ("index", "doc:0@128"), ("index", "doc:1@128"),
-        ("delete", "doc:1"), ("delete", "doc:2@128"), ("delete", "doc:0@512"),
+        ("index", "doc:0"),
+        ("index", "doc:0@128"),
+        ("index", "doc:1@128"),
+        ("delete", "doc:1"),
+        ("delete", "doc:2@128"),
+        ("delete", "doc:0@512"),
     ]
 
 

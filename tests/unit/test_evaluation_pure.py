@@ -42,8 +42,16 @@ def test_formats_are_detected_from_their_fields():
 
 def test_reading_reports_bad_lines_and_goes_on(tmp_path):
     path = tmp_path / "popqa.jsonl"
-    good = {"question_id": 7, "question": "What is X's occupation?", "answers": ["poet"], "contexts": {"ambiguous": "X was a poet. [sep] Y"}}
-    path.write_text("\n".join([json.dumps(good), "{not json", json.dumps({"question": "q", "answers": ["a"]}), json.dumps([1])]) + "\n")
+    good = {
+        "question_id": 7,
+        "question": "What is X's occupation?",
+        "answers": ["poet"],
+        "contexts": {"ambiguous": "X was a poet. [sep] Y"},
+    }
+    path.write_text(
+        "\n".join([json.dumps(good), "{not json", json.dumps({"question": "q", "answers": ["a"]}), json.dumps([1])])
+        + "\n"
+    )
     fmt, items, bad = read_items(path)
     assert fmt == "popqa" and len(items) == 1
     assert items[0].item_id == "7" and items[0].answers == ("poet",) and items[0].pool == "X was a poet.\n\nY"
@@ -53,7 +61,10 @@ def test_reading_reports_bad_lines_and_goes_on(tmp_path):
 
 def test_pubhealth_labels_and_limits(tmp_path):
     path = tmp_path / "pubhealth.jsonl"
-    rows = [{"id": i, "claim": f"claim {i}", "label": label, "contexts": {"ambiguous": "text"}} for i, label in enumerate(["true", "False", "mixture"])]
+    rows = [
+        {"id": i, "claim": f"claim {i}", "label": label, "contexts": {"ambiguous": "text"}}
+        for i, label in enumerate(["true", "False", "mixture"])
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows))
     fmt, items, bad = read_items(path)
     assert fmt == "pubhealth" and [i.label for i in items] == ["true", "false"]

@@ -17,4 +17,7 @@ def test_an_operators_malloc_arena_max_stands():
 def test_the_cap_is_set_on_glibc():
     # In a process of its own: the test runner's allocator is left as it was.
     code = "from search_extension.gateway.allocator import limit_malloc_arenas; print(limit_malloc_arenas(environ={}))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "True"
+    )

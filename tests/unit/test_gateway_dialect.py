@@ -5,8 +5,12 @@ import dataclasses
 import pytest
 
 from chunkrag_core.chunk import Chunk
-from search_extension.ask import AskResult
 from chunkrag_filter.pipeline import Decision, FilterOptions, FilterResult
+from chunkrag_filter.processors.answer import Answer
+from chunkrag_filter.processors.relevance import ScoringOptions
+from chunkrag_filter.processors.rewrite import Rewrite
+from chunkrag_filter.processors.thresholds import Threshold
+from search_extension.ask import AskResult
 from search_extension.gateway.dialect import (
     OPTION_KEYS,
     SCORING_KEYS,
@@ -22,10 +26,6 @@ from search_extension.gateway.dialect import (
     search_response,
 )
 from search_extension.gateway.models import AskResponse, OptionsModel, ScoringModel
-from chunkrag_filter.processors.answer import Answer
-from chunkrag_filter.processors.relevance import ScoringOptions
-from chunkrag_filter.processors.rewrite import Rewrite
-from chunkrag_filter.processors.thresholds import Threshold
 from search_extension.retriever import RetrievalResult
 from search_extension.segments import SegmentSettings
 
@@ -54,20 +54,72 @@ def test_asking_how_to_judge_turns_the_judge_on_with_its_shipped_calibration():
 
 def test_every_option_is_read_into_typed_values():
     raw = {
-        "query": "q", "rewrite": True, "candidates": 12, "mode": "bm25", "stages": True, "redundancy_threshold": None,
-        "scoring": {"method": "yes_no", "critic": "off", "reflect_band": [0.2, 0.8], "use_logprobs": False, "weights": [1, 0, 0], "listwise_batch": 4, "orders": 2, "passages": "quoted"},
-        "threshold": "fixed", "fixed_threshold": 0.6, "fallback": "not_found", "fallback_k": 2, "min_score": 0.05, "prior_weight": 0.25, "rerank": "off",
-        "lost_in_the_middle": False, "answer": False, "include_dropped": True, "budget_s": 7,
-        "segments": {"max_total_chars": 1000}, "judge_top": 9, "calibrated": False, "ensemble": [512, 128],
+        "query": "q",
+        "rewrite": True,
+        "candidates": 12,
+        "mode": "bm25",
+        "stages": True,
+        "redundancy_threshold": None,
+        "scoring": {
+            "method": "yes_no",
+            "critic": "off",
+            "reflect_band": [0.2, 0.8],
+            "use_logprobs": False,
+            "weights": [1, 0, 0],
+            "listwise_batch": 4,
+            "orders": 2,
+            "passages": "quoted",
+        },
+        "threshold": "fixed",
+        "fixed_threshold": 0.6,
+        "fallback": "not_found",
+        "fallback_k": 2,
+        "min_score": 0.05,
+        "prior_weight": 0.25,
+        "rerank": "off",
+        "lost_in_the_middle": False,
+        "answer": False,
+        "include_dropped": True,
+        "budget_s": 7,
+        "segments": {"max_total_chars": 1000},
+        "judge_top": 9,
+        "calibrated": False,
+        "ensemble": [512, 128],
     }
     parsed = options(raw)
     assert parsed == ChunkragOptions(
-        query="q", rewrite=True, candidates=12, mode="bm25", stages=True, include_dropped=True, budget_s=7.0, segments=SegmentSettings(max_total_chars=1000), ensemble=(128, 512),
+        query="q",
+        rewrite=True,
+        candidates=12,
+        mode="bm25",
+        stages=True,
+        include_dropped=True,
+        budget_s=7.0,
+        segments=SegmentSettings(max_total_chars=1000),
+        ensemble=(128, 512),
         filter=FilterOptions(
             redundancy_threshold=None,
-            scoring=ScoringOptions(method="yes_no", critic="off", reflect_band=(0.2, 0.8), use_logprobs=False, weights=(1.0, 0.0, 0.0), listwise_batch=4, orders=2, passages="quoted"),
-            threshold="fixed", fixed_threshold=0.6, fallback="not_found", fallback_k=2, min_score=0.05, prior_weight=0.25, rerank="off", lost_in_the_middle=False, answer=False,
-            judge_top=9, calibration=None,
+            scoring=ScoringOptions(
+                method="yes_no",
+                critic="off",
+                reflect_band=(0.2, 0.8),
+                use_logprobs=False,
+                weights=(1.0, 0.0, 0.0),
+                listwise_batch=4,
+                orders=2,
+                passages="quoted",
+            ),
+            threshold="fixed",
+            fixed_threshold=0.6,
+            fallback="not_found",
+            fallback_k=2,
+            min_score=0.05,
+            prior_weight=0.25,
+            rerank="off",
+            lost_in_the_middle=False,
+            answer=False,
+            judge_top=9,
+            calibration=None,
         ),
     )
     assert set(raw) == set(OPTION_KEYS) and set(raw["scoring"]) == set(SCORING_KEYS)
@@ -77,18 +129,26 @@ def test_unknown_option_is_named_with_the_allowed_ones():
     with pytest.raises(OptionError) as refused:
         options({"candidate": 3})
     assert str(refused.value) == "unknown option [candidate] in ext.chunkrag; allowed: " + ", ".join(OPTION_KEYS)
-    with pytest.raises(OptionError, match=r"unknown option \[temperature\] in ext.chunkrag.scoring; allowed: method, critic"):
+    with pytest.raises(
+        OptionError, match=r"unknown option \[temperature\] in ext.chunkrag.scoring; allowed: method, critic"
+    ):
         options({"scoring": {"temperature": 0}})
 
 
 @pytest.mark.parametrize(
     "raw, message",
     [
-        ({"candidates": 51}, "ext.chunkrag.candidates must be an integer from 1 to 50 (the gateway's max_candidates), got 51"),
+        (
+            {"candidates": 51},
+            "ext.chunkrag.candidates must be an integer from 1 to 50 (the gateway's max_candidates), got 51",
+        ),
         ({"candidates": True}, "ext.chunkrag.candidates must be an integer"),
         ({"candidates": 2.5}, "ext.chunkrag.candidates must be an integer"),
         ({"rewrite": "yes"}, "ext.chunkrag.rewrite must be true or false, got 'yes'"),
-        ({"mode": "hybrid"}, "ext.chunkrag.mode must be one of [native_sum, minmax, rrf, linear, bm25, knn], got 'hybrid'"),
+        (
+            {"mode": "hybrid"},
+            "ext.chunkrag.mode must be one of [native_sum, minmax, rrf, linear, bm25, knn], got 'hybrid'",
+        ),
         ({"threshold": "median"}, "ext.chunkrag: unknown threshold 'median'; choose one of dynamic, llm, fixed"),
         ({"fixed_threshold": 1.5}, "ext.chunkrag.fixed_threshold must be a number from 0 to 1, got 1.5"),
         ({"redundancy_threshold": "0.9"}, "ext.chunkrag.redundancy_threshold must be a number from -1 to 1"),
@@ -99,7 +159,10 @@ def test_unknown_option_is_named_with_the_allowed_ones():
         ({"scoring": {"reflect_band": [0.2]}}, "reflect_band must be a list of 2 numbers from 0 to 1"),
         ({"scoring": {"weights": [0, 0, 0]}}, "weights must not all be 0"),
         ({"scoring": "fast"}, "ext.chunkrag.scoring must be an object, got a string"),
-        ({"scoring": {"listwise_batch": 10}}, "ext.chunkrag.scoring.listwise_batch must be an integer from 1 to 9, got 10"),
+        (
+            {"scoring": {"listwise_batch": 10}},
+            "ext.chunkrag.scoring.listwise_batch must be an integer from 1 to 9, got 10",
+        ),
         ({"prior_weight": -0.1}, "ext.chunkrag.prior_weight must be a number from 0 to 1"),
     ],
 )
@@ -153,8 +216,18 @@ def test_query_text_from_any_full_text_query(query, text):
 
 
 def test_filters_come_from_bool_filter_must_not_and_non_text_must():
-    query = {"bool": {"must": [{"match": {"text": "tokyo"}}, {"range": {"position": {"lt": 3}}}], "filter": {"term": {"doc_id": "a"}}, "must_not": {"term": {"section": "x"}}}}
-    assert query_filters(query) == ({"term": {"doc_id": "a"}}, {"range": {"position": {"lt": 3}}}, {"bool": {"must_not": [{"term": {"section": "x"}}]}})
+    query = {
+        "bool": {
+            "must": [{"match": {"text": "tokyo"}}, {"range": {"position": {"lt": 3}}}],
+            "filter": {"term": {"doc_id": "a"}},
+            "must_not": {"term": {"section": "x"}},
+        }
+    }
+    assert query_filters(query) == (
+        {"term": {"doc_id": "a"}},
+        {"range": {"position": {"lt": 3}}},
+        {"bool": {"must_not": [{"term": {"section": "x"}}]}},
+    )
     assert query_filters({"match": {"text": "tokyo"}}) == ()
 
 
@@ -166,11 +239,23 @@ def test_chunkrag_block_only_when_ext_holds_it():
 
 
 def test_parse_search_reads_text_filters_size_and_candidates():
-    body = {"query": {"bool": {"must": {"match": {"text": "tokyo"}}, "filter": [{"term": {"doc_id": "a"}}]}}, "size": 3, "ext": {"chunkrag": {}}}
+    body = {
+        "query": {"bool": {"must": {"match": {"text": "tokyo"}}, "filter": [{"term": {"doc_id": "a"}}]}},
+        "size": 3,
+        "ext": {"chunkrag": {}},
+    }
     parsed = parse_search(body, max_candidates=50)
-    assert (parsed.text, parsed.filters, parsed.size, parsed.candidates) == ("tokyo", ({"term": {"doc_id": "a"}},), 3, 8)
+    assert (parsed.text, parsed.filters, parsed.size, parsed.candidates) == (
+        "tokyo",
+        ({"term": {"doc_id": "a"}},),
+        3,
+        8,
+    )
     # ext.chunkrag.query wins over the body's query; retrieval-only takes `size` candidates
-    parsed = parse_search({"query": {"match": {"text": "tokyo"}}, "ext": {"chunkrag": {"query": "kyoto", "stages": False}}}, max_candidates=50)
+    parsed = parse_search(
+        {"query": {"match": {"text": "tokyo"}}, "ext": {"chunkrag": {"query": "kyoto", "stages": False}}},
+        max_candidates=50,
+    )
     assert (parsed.text, parsed.size, parsed.candidates, parsed.options.stages) == ("kyoto", 10, 10, False)
     assert parse_search({"ext": {"chunkrag": {"query": "x"}}}, max_candidates=4).candidates == 4
 
@@ -179,10 +264,16 @@ def test_parse_search_reads_text_filters_size_and_candidates():
     "body, message",
     [
         ({"ext": {"chunkrag": {}}, "aggs": {}}, "may hold only [query, size, ext], got [aggs]"),
-        ({"ext": {"chunkrag": {}, "other": {}}, "query": {"match": {"text": "x"}}}, "ext may hold only [chunkrag] when it is present, got [other]"),
+        (
+            {"ext": {"chunkrag": {}, "other": {}}, "query": {"match": {"text": "x"}}},
+            "ext may hold only [chunkrag] when it is present, got [other]",
+        ),
         ({"ext": {"chunkrag": {}}, "query": {"term": {"doc_id": "a"}}}, "no query text: set ext.chunkrag.query"),
         ({"ext": {"chunkrag": {"query": "  "}}}, "no query text"),
-        ({"ext": {"chunkrag": {}}, "query": {"match": {"text": "x"}}, "size": -1}, "[size] must be a non-negative integer, got -1"),
+        (
+            {"ext": {"chunkrag": {}}, "query": {"match": {"text": "x"}}, "size": -1},
+            "[size] must be a non-negative integer, got -1",
+        ),
     ],
 )
 def test_parse_search_refuses_what_it_cannot_honour(body, message):
@@ -201,7 +292,16 @@ def test_parse_ask_names_the_options_object():
 
 
 def chunk(doc, position, score, **stages):
-    return Chunk(doc_id=doc, position=position, text=f"{doc} text {position}", start=0, end=10, title=doc, score=score, stage_scores=stages)
+    return Chunk(
+        doc_id=doc,
+        position=position,
+        text=f"{doc} text {position}",
+        start=0,
+        end=10,
+        title=doc,
+        score=score,
+        stage_scores=stages,
+    )
 
 
 A0, A1, B0, C0 = chunk("a", 0, 0.9), chunk("a", 1, 0.8), chunk("b", 0, 0.7), chunk("c", 0, 0.6)
@@ -213,16 +313,31 @@ C0_SCORED = chunk("c", 0, 0.6, base=0.1, combined=0.1)
 def filtered_result(rewrite=None):
     filtered = FilterResult(
         kept=(A0_SCORED, B0_SCORED),
-        decisions=(Decision(A1, False, "redundant"), Decision(A0_SCORED, True, "above_threshold"), Decision(B0_SCORED, True, "above_threshold"), Decision(C0_SCORED, False, "below_threshold")),
+        decisions=(
+            Decision(A1, False, "redundant"),
+            Decision(A0_SCORED, True, "above_threshold"),
+            Decision(B0_SCORED, True, "above_threshold"),
+            Decision(C0_SCORED, False, "below_threshold"),
+        ),
         threshold=Threshold(0.62, "dynamic", 0.62, 0.37, 0.14),
         nothing_relevant=False,
-        model_calls=3, cached_calls=1, prompt_tokens=240, completion_tokens=3,
+        model_calls=3,
+        cached_calls=1,
+        prompt_tokens=240,
+        completion_tokens=3,
         timings_ms={"scoring": 100.0},
         judged_by="workers",
     )
     # The answer's call and tokens count once, in the usage.
     answer = Answer("A [1], B [2].", True, ("a:0", "b:0"), prompt_tokens=200, completion_tokens=9, calls=1)
-    return AskResult("q?", RETRIEVAL, filtered, rewrite, {"embed": 3.0, "retrieval": 12.0, "scoring": 100.0, "total": 130.0}, answer=answer)
+    return AskResult(
+        "q?",
+        RETRIEVAL,
+        filtered,
+        rewrite,
+        {"embed": 3.0, "retrieval": 12.0, "scoring": 100.0, "total": 130.0},
+        answer=answer,
+    )
 
 
 def test_search_response_has_elasticsearch_shape_with_kept_chunks_in_order():
@@ -234,8 +349,25 @@ def test_search_response_has_elasticsearch_shape_with_kept_chunks_in_order():
         "_index": "idx",
         "_id": "a:0",
         "_score": 0.9,
-        "_source": {"doc_id": "a", "position": 0, "scale": 0, "start": 0, "end": 10, "title": "a", "section": [], "sentence_count": 1, "text": "a text 0", "metadata": {}},
-        "_chunkrag": {"retrieval_rank": 1, "retrieval_score": 0.9, "scores": {"base": 0.95, "combined": 0.9}, "kept": True, "reason": "above_threshold"},
+        "_source": {
+            "doc_id": "a",
+            "position": 0,
+            "scale": 0,
+            "start": 0,
+            "end": 10,
+            "title": "a",
+            "section": [],
+            "sentence_count": 1,
+            "text": "a text 0",
+            "metadata": {},
+        },
+        "_chunkrag": {
+            "retrieval_rank": 1,
+            "retrieval_score": 0.9,
+            "scores": {"base": 0.95, "combined": 0.9},
+            "kept": True,
+            "reason": "above_threshold",
+        },
     }
     assert [h["_id"] for h in response["hits"]["hits"]] == ["a:0", "b:0"]
     assert response["chunkrag"] == {
@@ -255,7 +387,10 @@ def test_search_response_has_elasticsearch_shape_with_kept_chunks_in_order():
 def test_size_caps_the_hits_and_dropped_chunks_come_with_reasons():
     response = search_response(filtered_result(), index="idx", size=1, include_dropped=True, took_ms=1)
     assert [h["_id"] for h in response["hits"]["hits"]] == ["a:0"] and response["hits"]["total"]["value"] == 2
-    dropped = {d["_id"]: (d["_score"], d["_chunkrag"]["reason"], d["_chunkrag"]["kept"]) for d in response["chunkrag"]["dropped"]}
+    dropped = {
+        d["_id"]: (d["_score"], d["_chunkrag"]["reason"], d["_chunkrag"]["kept"])
+        for d in response["chunkrag"]["dropped"]
+    }
     assert dropped == {"a:1": (None, "redundant", False), "c:0": (0.1, "below_threshold", False)}
 
 
@@ -269,17 +404,30 @@ def test_rewrite_shows_and_counts_in_usage():
 def test_retrieval_only_response_scores_hits_by_retrieval():
     result = AskResult("q?", RETRIEVAL, None, None, {"total": 15.0})
     response = search_response(result, index="idx", size=2, include_dropped=True, took_ms=15)
-    assert [(h["_id"], h["_score"], h["_chunkrag"]["reason"]) for h in response["hits"]["hits"]] == [("a:0", 0.9, "retrieved"), ("a:1", 0.8, "retrieved")]
+    assert [(h["_id"], h["_score"], h["_chunkrag"]["reason"]) for h in response["hits"]["hits"]] == [
+        ("a:0", 0.9, "retrieved"),
+        ("a:1", 0.8, "retrieved"),
+    ]
     assert response["hits"]["total"]["value"] == 4
     section = response["chunkrag"]
-    assert section["stages"] is False and section["threshold"] is None and section["answer"] is None and section["dropped"] == []
+    assert (
+        section["stages"] is False
+        and section["threshold"] is None
+        and section["answer"] is None
+        and section["dropped"] == []
+    )
     assert section["judged_by"] is None
     assert section["usage"] == {"model_calls": 0, "cached_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
 
 
 def test_ask_response_lists_kept_then_dropped_and_fits_its_model():
     body = ask_response(filtered_result(), index="idx")
-    assert [(c["id"], c["kept"], c["reason"]) for c in body["chunks"]] == [("a:0", True, "above_threshold"), ("b:0", True, "above_threshold"), ("a:1", False, "redundant"), ("c:0", False, "below_threshold")]
+    assert [(c["id"], c["kept"], c["reason"]) for c in body["chunks"]] == [
+        ("a:0", True, "above_threshold"),
+        ("b:0", True, "above_threshold"),
+        ("a:1", False, "redundant"),
+        ("c:0", False, "below_threshold"),
+    ]
     assert (body["answer"], body["found"], body["citations"]) == ("A [1], B [2].", True, ["a:0", "b:0"])
     assert (body["judged_by"], body["judged_by_reason"]) == ("workers", None)
     AskResponse.model_validate(body)

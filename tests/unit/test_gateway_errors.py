@@ -6,13 +6,13 @@ import logging
 import subprocess
 import sys
 
+import elasticsearch
 import httpx
 import openai
 import pytest
 import redis
 from elastic_transport import ApiResponseMeta, HttpHeaders, NodeConfig
 
-import elasticsearch
 from chunkrag_core.engines import elasticsearch as es_engine
 from chunkrag_core.engines.errors import EngineNotFound, EngineRefused, EngineTimeout, EngineUnavailable
 from chunkrag_core.providers.chat import ChatError, chat_error
@@ -33,7 +33,11 @@ def from_elasticsearch(exc):
 
 def test_error_body_is_elasticsearch_shaped():
     assert errors.error_body(400, "illegal_argument_exception", "bad") == {
-        "error": {"root_cause": [{"type": "illegal_argument_exception", "reason": "bad"}], "type": "illegal_argument_exception", "reason": "bad"},
+        "error": {
+            "root_cause": [{"type": "illegal_argument_exception", "reason": "bad"}],
+            "type": "illegal_argument_exception",
+            "reason": "bad",
+        },
         "status": 400,
     }
 
@@ -54,7 +58,9 @@ def test_model_provider_failures():
 
 
 def test_elasticsearch_failures():
-    meta = ApiResponseMeta(status=404, http_version="1.1", headers=HttpHeaders(), duration=0.0, node=NodeConfig("http", "es", 9200))
+    meta = ApiResponseMeta(
+        status=404, http_version="1.1", headers=HttpHeaders(), duration=0.0, node=NodeConfig("http", "es", 9200)
+    )
     body = {"error": {"type": "index_not_found_exception", "reason": "no such index [x]"}, "status": 404}
     missing = mapped(from_elasticsearch(elasticsearch.NotFoundError("index_not_found_exception", meta, body)))
     assert missing.status == 404 and errors.body_of(missing) == body
@@ -78,7 +84,16 @@ def test_anything_else_is_a_500_naming_the_exception(caplog):
     assert (unexpected.status, unexpected.reason) == (500, "KeyError: 'doc_id'")
 
 
-@pytest.mark.parametrize("error", [errors.bad_request("x"), errors.unavailable("x"), errors.timed_out("x"), errors.too_large(10), errors.parse_error("x")])
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.bad_request("x"),
+        errors.unavailable("x"),
+        errors.timed_out("x"),
+        errors.too_large(10),
+        errors.parse_error("x"),
+    ],
+)
 def test_gateway_errors_map_to_themselves(error):
     assert mapped(error) is error
 
@@ -121,20 +136,32 @@ def failures_with_addresses():
     refused_redis = "Error 111 connecting to 10.0.0.5:6379. Connection refused."
     broker_down = "cannot reach the Celery broker (Redis) at redis://10.0.0.5:6379/0: refused"
     return [
-        (EngineUnavailable("Elasticsearch at http://es.internal:9200 is not reachable", engine="Elasticsearch"), 503,
-         "Elasticsearch is not reachable"),
-        (EngineTimeout("OpenSearch at http://es.internal:9200 did not answer in time", engine="OpenSearch"), 504,
-         "OpenSearch did not answer in time"),
+        (
+            EngineUnavailable("Elasticsearch at http://es.internal:9200 is not reachable", engine="Elasticsearch"),
+            503,
+            "Elasticsearch is not reachable",
+        ),
+        (
+            EngineTimeout("OpenSearch at http://es.internal:9200 did not answer in time", engine="OpenSearch"),
+            504,
+            "OpenSearch did not answer in time",
+        ),
         (chat_error(openai.APIConnectionError(request=request), MODEL_URL), 503, "the model provider is unavailable"),
-        (chat_error(openai.APITimeoutError(request=request), MODEL_URL), 504,
-         "the model provider did not answer in time"),
+        (
+            chat_error(openai.APITimeoutError(request=request), MODEL_URL),
+            504,
+            "the model provider did not answer in time",
+        ),
         (ChatError(f"{MODEL_URL} answered 400: bad", status=400), 502, "the model provider failed: it answered 400"),
         (EmbeddingError(f"embeddings request to {MODEL_URL} failed: refused"), 502, "the embedding provider failed"),
         (redis.exceptions.ConnectionError(refused_redis), 503, "Redis is not reachable"),
         (TimeoutError("timed out connecting to 10.0.0.5:6379"), 504, "timed out"),
         (OperationalError(refused_redis), 503, "the Celery broker (Redis) is not reachable"),
-        (WorkersUnavailable(broker_down, reason="cannot reach the Celery broker (Redis)"), 503,
-         "no Celery workers are available"),
+        (
+            WorkersUnavailable(broker_down, reason="cannot reach the Celery broker (Redis)"),
+            503,
+            "no Celery workers are available",
+        ),
     ]
 
 

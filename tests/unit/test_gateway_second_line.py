@@ -68,7 +68,16 @@ def test_msearch_bodies_read_otherwise_than_elasticsearch_are_refused(body, said
         ),
         ({"query": {"more_like_this": {"unlike": {"_index": "a,secret", "doc": {"text": "x"}}}}}, ("a", "secret")),
         ({"query": {"percolate": {"field": "q", "index": "secret", "id": "1"}}}, ("secret",)),
-    ({"knn": {"field": "v", "k": 1, "query_vector_builder": {"lookup": {"index": "secret", "id": "1", "path": "v"}}}}, ("secret",)),
+        (
+            {
+                "knn": {
+                    "field": "v",
+                    "k": 1,
+                    "query_vector_builder": {"lookup": {"index": "secret", "id": "1", "path": "v"}},
+                }
+            },
+            ("secret",),
+        ),
         (
             {"query": {"pinned": {"docs": [{"_index": "secret", "_id": "1"}], "organic": {"match_all": {}}}}},
             ("secret",),
@@ -365,15 +374,24 @@ def test_service_mode_on_opensearch_says_at_start_that_the_gateway_enforces_alon
     from search_extension.gateway import create_app
     from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeModel, judge_factory
 
-    settings = Settings(search_backend="opensearch", opensearch_url="http://gw:pw@os.internal:9201",
-                        gateway=GatewaySettings(auth="service", api_keys=KEYS))
+    settings = Settings(
+        search_backend="opensearch",
+        opensearch_url="http://gw:pw@os.internal:9201",
+        gateway=GatewaySettings(auth="service", api_keys=KEYS),
+    )
     transport = KeyMakingTransport()
-    app = create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(),
-                     judge_many_factory=judge_factory, http_transport=transport)
+    app = create_app(
+        settings,
+        es=FakeElasticsearch(),
+        embedder=FakeEmbedder(),
+        model=FakeModel(),
+        judge_many_factory=judge_factory,
+        http_transport=transport,
+    )
     with caplog.at_level(logging.WARNING, logger="search_extension.gateway.app"), TestClient(app) as client:
         assert client.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}"}).status_code == 200
     assert "gateway's own checks only" in caplog.text
-    (_, target, headers, _), = transport.requests  # no API key is made on OpenSearch
+    ((_, target, headers, _),) = transport.requests  # no API key is made on OpenSearch
     assert target == "/docs-1/_search" and headers[b"authorization"] == b"Basic " + base64.b64encode(b"gw:pw")
 
 

@@ -6,17 +6,33 @@ import asyncio
 import hashlib
 
 import orjson
-
 import pytest
 from starlette.testclient import TestClient
 
 from chunkrag_core.settings import GatewaySettings, Settings
 from search_extension.gateway import create_app, errors
-from search_extension.gateway.identity import ApiKey, Authenticator, Caller, ConfigError, basic, check_indices, es_for, key_hash, parse_api_keys
+from search_extension.gateway.http11 import HttpResponse
+from search_extension.gateway.identity import (
+    ApiKey,
+    Authenticator,
+    Caller,
+    ConfigError,
+    basic,
+    check_indices,
+    es_for,
+    key_hash,
+    parse_api_keys,
+)
 from search_extension.gateway.limits import FilteredQueue, RateLimiter
 from search_extension.gateway.policy import classify, msearch_indices, parse_classes
-from search_extension.gateway.http11 import HttpResponse
-from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeModel, RecordingTransport, es_reply, judge_factory
+from tests.unit.test_gateway_app import (
+    FakeElasticsearch,
+    FakeEmbedder,
+    FakeModel,
+    RecordingTransport,
+    es_reply,
+    judge_factory,
+)
 
 KEY_A, KEY_B = "key-of-team-a", "key-of-ops"
 KEYS = f"team-a:{key_hash(KEY_A)}:docs-*,faq ; ops:{key_hash(KEY_B)}:*"
@@ -32,12 +48,15 @@ def test_api_keys_are_parsed_from_hashes():
     assert parse_api_keys("") == ()
 
 
-@pytest.mark.parametrize("raw, message", [
-    ("team-a:abc:docs", "64 hex digits"),
-    ("team-a:" + "0" * 64, "name:sha256-hex:index-patterns"),
-    ("team-a:" + "0" * 64 + ":", "at least one index pattern"),
-    (f"a:{'0' * 64}:x;a:{'1' * 64}:y", "twice"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ("team-a:abc:docs", "64 hex digits"),
+        ("team-a:" + "0" * 64, "name:sha256-hex:index-patterns"),
+        ("team-a:" + "0" * 64 + ":", "at least one index pattern"),
+        (f"a:{'0' * 64}:x;a:{'1' * 64}:y", "twice"),
+    ],
+)
 def test_bad_api_key_entries_are_refused_with_the_reason(raw, message):
     with pytest.raises(ConfigError, match=message):
         parse_api_keys(raw)
@@ -55,30 +74,53 @@ def test_modes_must_match_the_keys():
 def test_forward_mode_keeps_the_callers_authorization():
     auth = Authenticator("forward", ())
     caller = auth.caller([(b"authorization", b"Basic dTpw")], ("10.0.0.1", 5))
-    assert caller.authorization == b"Basic dTpw" and caller.indices is None and caller.identity.startswith("credentials:")
+    assert (
+        caller.authorization == b"Basic dTpw" and caller.indices is None and caller.identity.startswith("credentials:")
+    )
     assert "dTpw" not in caller.identity  # the rate-limit key is a hash, not the credentials
     anonymous = auth.caller([], ("10.0.0.1", 5))
     assert anonymous.authorization is None and anonymous.identity == "address:10.0.0.1"
 
 
-@pytest.mark.parametrize("header", [b"ApiKey " + KEY_A.encode(), b"Bearer " + KEY_A.encode(), b"apikey  " + KEY_A.encode()])
+@pytest.mark.parametrize(
+    "header", [b"ApiKey " + KEY_A.encode(), b"Bearer " + KEY_A.encode(), b"apikey  " + KEY_A.encode()]
+)
 def test_service_mode_admits_a_valid_key_in_either_scheme(header):
     caller = Authenticator("service", parse_api_keys(KEYS)).caller([(b"authorization", header)])
     assert caller.key.name == "team-a" and caller.authorization is None and caller.identity == "key:team-a"
 
 
-@pytest.mark.parametrize("headers, reason", [([], "needs a gateway API key"), ([(b"authorization", b"ApiKey wrong")], "not valid"), ([(b"authorization", basic("u", KEY_A))], "needs a gateway API key")])
+@pytest.mark.parametrize(
+    "headers, reason",
+    [
+        ([], "needs a gateway API key"),
+        ([(b"authorization", b"ApiKey wrong")], "not valid"),
+        ([(b"authorization", basic("u", KEY_A))], "needs a gateway API key"),
+    ],
+)
 def test_service_mode_refuses_without_a_valid_key(headers, reason):
     with pytest.raises(errors.GatewayError) as refused:
         Authenticator("service", parse_api_keys(KEYS)).caller(headers)
-    assert refused.value.status == 401 and reason in refused.value.reason and refused.value.headers["www-authenticate"].startswith("ApiKey")
+    assert (
+        refused.value.status == 401
+        and reason in refused.value.reason
+        and refused.value.headers["www-authenticate"].startswith("ApiKey")
+    )
 
 
 def test_index_allow_list():
     team = Caller(key=ApiKey("team-a", b"x" * 32, ("docs-*", "faq")))
     check_indices(team, ("docs-1", "faq"), what="t")
     check_indices(team, ("docs-*",), what="t")  # the allowed pattern itself
-    for refused in (("docs-1", "logs"), ("*",), ("_all",), ("docs*",), ("-faq",), ("docs-x:logs",), ("<docs-{now/d}>",)):
+    for refused in (
+        ("docs-1", "logs"),
+        ("*",),
+        ("_all",),
+        ("docs*",),
+        ("-faq",),
+        ("docs-x:logs",),
+        ("<docs-{now/d}>",),
+    ):
         with pytest.raises(errors.GatewayError) as forbidden:
             check_indices(team, refused, what="t")
         assert forbidden.value.status == 403 and "team-a" in forbidden.value.reason
@@ -105,48 +147,58 @@ def test_the_real_client_sends_the_callers_header():
 
     base = Elasticsearch(strip_credentials("http://gw:secret@127.0.0.1:1"))
     assert "authorization" not in base._headers
-    assert es_for(base, Caller(authorization=basic("alice", "pw")))._headers["authorization"] == basic("alice", "pw").decode()
+    assert (
+        es_for(base, Caller(authorization=basic("alice", "pw")))._headers["authorization"]
+        == basic("alice", "pw").decode()
+    )
     assert strip_credentials("https://u:p@[::1]:9200/prefix") == "https://[::1]:9200/prefix"
 
 
 # --- the endpoint allow-list ---------------------------------------------------
 
 
-@pytest.mark.parametrize("method, path, kind, indices", [
-    ("POST", "/docs/_search", "read", ("docs",)),
-    ("GET", "/_search", "read", None),
-    ("POST", "/a,b/_count", "read", ("a", "b")),
-    ("POST", "/_msearch", "read", None),
-    ("GET", "/docs/_mapping", "read", ("docs",)),
-    ("GET", "/docs/_mapping/field/text", "read", ("docs",)),
-    ("POST", "/docs/_field_caps", "read", ("docs",)),
-    ("POST", "/_search/scroll", "read", None),
-    ("DELETE", "/_search/scroll/abc", "read", None),
-    ("POST", "/docs/_pit", "read", ("docs",)),
-    ("DELETE", "/_pit", "read", None),
-    ("HEAD", "/docs", "read", ("docs",)),
-    ("GET", "/", "read", None),
-    ("GET", "/logs-%3Cnow%2Fd%3E/_search", "read", ("logs-<now/d>",)),
-    ("GET", "/_all/_search", "read", ("_all",)),
-    ("PUT", "/docs/_doc/1", "write", ("docs",)),
-    ("DELETE", "/docs", "write", ("docs",)),
-    ("POST", "/docs/_delete_by_query", "write", ("docs",)),
-    ("GET", "/docs/_doc/1", "write", ("docs",)),
-    ("POST", "/_bulk", "write", None),
-    ("PUT", "/docs/_mapping", "write", ("docs",)),
-    ("GET", "/_cluster/health", "cluster", None),
-    ("PUT", "/_cluster/settings", "cluster", None),
-    ("GET", "/_cat/indices", "cluster", None),
-    ("POST", "/_security/user/x", "cluster", None),
-    ("DELETE", "/_search/scroll/a/b", "cluster", None),
-])
+@pytest.mark.parametrize(
+    "method, path, kind, indices",
+    [
+        ("POST", "/docs/_search", "read", ("docs",)),
+        ("GET", "/_search", "read", None),
+        ("POST", "/a,b/_count", "read", ("a", "b")),
+        ("POST", "/_msearch", "read", None),
+        ("GET", "/docs/_mapping", "read", ("docs",)),
+        ("GET", "/docs/_mapping/field/text", "read", ("docs",)),
+        ("POST", "/docs/_field_caps", "read", ("docs",)),
+        ("POST", "/_search/scroll", "read", None),
+        ("DELETE", "/_search/scroll/abc", "read", None),
+        ("POST", "/docs/_pit", "read", ("docs",)),
+        ("DELETE", "/_pit", "read", None),
+        ("HEAD", "/docs", "read", ("docs",)),
+        ("GET", "/", "read", None),
+        ("GET", "/logs-%3Cnow%2Fd%3E/_search", "read", ("logs-<now/d>",)),
+        ("GET", "/_all/_search", "read", ("_all",)),
+        ("PUT", "/docs/_doc/1", "write", ("docs",)),
+        ("DELETE", "/docs", "write", ("docs",)),
+        ("POST", "/docs/_delete_by_query", "write", ("docs",)),
+        ("GET", "/docs/_doc/1", "write", ("docs",)),
+        ("POST", "/_bulk", "write", None),
+        ("PUT", "/docs/_mapping", "write", ("docs",)),
+        ("GET", "/_cluster/health", "cluster", None),
+        ("PUT", "/_cluster/settings", "cluster", None),
+        ("GET", "/_cat/indices", "cluster", None),
+        ("POST", "/_security/user/x", "cluster", None),
+        ("DELETE", "/_search/scroll/a/b", "cluster", None),
+    ],
+)
 def test_endpoints_are_classified(method, path, kind, indices):
     endpoint = classify(method, path)
     assert (endpoint.kind, endpoint.indices) == (kind, indices)
 
 
 def test_passthrough_classes():
-    assert parse_classes("read") == {"read"} and parse_classes("read, write") == {"read", "write"} and parse_classes("all") == {"read", "write", "cluster"}
+    assert (
+        parse_classes("read") == {"read"}
+        and parse_classes("read, write") == {"read", "write"}
+        and parse_classes("all") == {"read", "write", "cluster"}
+    )
     for bad in ("", "reads", "read,admin"):
         with pytest.raises(ValueError, match="CHUNKRAG_GATEWAY_PASSTHROUGH"):
             parse_classes(bad)
@@ -206,7 +258,14 @@ def test_filtered_queue_answers_429_when_full():
 
 def app_client(transport=None, es=None, **gateway):
     settings = Settings(es_url="http://gateway:own-secret@es.internal:9200", gateway=GatewaySettings(**gateway))
-    app = create_app(settings, es=es or FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(), judge_many_factory=judge_factory, http_transport=transport or RecordingTransport(es_reply))
+    app = create_app(
+        settings,
+        es=es or FakeElasticsearch(),
+        embedder=FakeEmbedder(),
+        model=FakeModel(),
+        judge_many_factory=judge_factory,
+        http_transport=transport or RecordingTransport(es_reply),
+    )
     return TestClient(app)
 
 
@@ -237,8 +296,16 @@ def test_forward_mode_sends_each_callers_credentials_everywhere():
     client.post("/docs/_count", headers={"authorization": bob.decode()})
     client.head("/docs")
     assert sent_authorization(transport) == [alice, bob, None]  # never the gateway's own
-    filtered = client.post("/docs/_search", json={"query": {"match": {"text": "a"}}, "ext": {"chunkrag": {}}}, headers={"authorization": bob.decode()})
-    retrieval_only = client.post("/v1/ask", json={"index": "docs", "question": "a", "options": {"stages": False}}, headers={"authorization": alice.decode()})
+    filtered = client.post(
+        "/docs/_search",
+        json={"query": {"match": {"text": "a"}}, "ext": {"chunkrag": {}}},
+        headers={"authorization": bob.decode()},
+    )
+    retrieval_only = client.post(
+        "/v1/ask",
+        json={"index": "docs", "question": "a", "options": {"stages": False}},
+        headers={"authorization": alice.decode()},
+    )
     anonymous = client.post("/v1/ask", json={"index": "docs", "question": "a", "options": {"stages": False}})
     assert filtered.status_code == retrieval_only.status_code == anonymous.status_code == 200
     assert es.log == [bob.decode(), alice.decode(), None]
@@ -283,13 +350,33 @@ def test_service_mode_searches_with_a_derived_key_per_gateway_key():
     transport.requests.clear()
     forbidden = client.post("/logs/_search", json={}, headers=team)
     assert forbidden.status_code == 403 and "may not read index [logs]" in forbidden.json()["error"]["reason"]
-    assert client.post("/logs/_search", json={"query": {"match": {"text": "a"}}, "ext": {"chunkrag": {}}}, headers=team).status_code == 403
+    assert (
+        client.post(
+            "/logs/_search", json={"query": {"match": {"text": "a"}}, "ext": {"chunkrag": {}}}, headers=team
+        ).status_code
+        == 403
+    )
     assert client.post("/v1/ask", json={"index": "logs", "question": "a"}, headers=team).status_code == 403
-    assert client.post("/v1/ask", json={"index": "faq", "question": "a", "options": {"stages": False}}, headers=team).status_code == 200
+    assert (
+        client.post(
+            "/v1/ask", json={"index": "faq", "question": "a", "options": {"stages": False}}, headers=team
+        ).status_code
+        == 200
+    )
     assert client.get("/_count", headers=team).status_code == 403  # all indices
     msearch = b'{"index":"docs-1"}\n{}\n{"index":"logs"}\n{}\n'
-    assert client.post("/_msearch", content=msearch, headers={**team, "content-type": "application/x-ndjson"}).status_code == 403
-    assert client.post("/_msearch", content=msearch.replace(b"logs", b"faq"), headers={**team, "content-type": "application/x-ndjson"}).status_code == 200
+    assert (
+        client.post("/_msearch", content=msearch, headers={**team, "content-type": "application/x-ndjson"}).status_code
+        == 403
+    )
+    assert (
+        client.post(
+            "/_msearch",
+            content=msearch.replace(b"logs", b"faq"),
+            headers={**team, "content-type": "application/x-ndjson"},
+        ).status_code
+        == 200
+    )
     assert client.post("/_search", json={"query": {"match_all": {}}}, headers=team).status_code == 403
     assert client.post("/_search", json={"pit": {"id": "abc"}}, headers=team).status_code == 200
     assert client.post("/_search/scroll", json={"scroll_id": "abc"}, headers=team).status_code == 200
@@ -332,7 +419,7 @@ def test_cluster_refusals_in_service_mode_are_the_gateways_words():
 
     client = app_client(KeyMakingTransport(msearch_item), auth="service", api_keys=KEYS)
     ndjson = {"authorization": f"ApiKey {KEY_A}", "content-type": "application/x-ndjson"}
-    answer = client.post("/docs-1/_msearch", content=b'{}\n{}\n', headers=ndjson)
+    answer = client.post("/docs-1/_msearch", content=b"{}\n{}\n", headers=ndjson)
     assert answer.status_code == 200 and "gateway-service" not in answer.text and "team-a" in answer.text
 
 
@@ -340,11 +427,20 @@ def test_writes_and_cluster_apis_are_refused_unless_configured():
     transport = RecordingTransport(es_reply)
     client = app_client(transport)
     refused = client.put("/docs/_doc/1", json={"a": 1})
-    assert refused.status_code == 403 and "write API" in refused.json()["error"]["reason"] and "CHUNKRAG_GATEWAY_PASSTHROUGH" in refused.json()["error"]["reason"]
-    assert client.get("/_cluster/health").status_code == 403 and client.post("/_bulk", content=b"{}\n").status_code == 403
+    assert (
+        refused.status_code == 403
+        and "write API" in refused.json()["error"]["reason"]
+        and "CHUNKRAG_GATEWAY_PASSTHROUGH" in refused.json()["error"]["reason"]
+    )
+    assert (
+        client.get("/_cluster/health").status_code == 403 and client.post("/_bulk", content=b"{}\n").status_code == 403
+    )
     assert transport.requests == []
     writer = app_client(transport, passthrough="read,write")
-    assert writer.put("/docs/_doc/1", json={"a": 1}).status_code == 200 and writer.get("/_cluster/health").status_code == 403
+    assert (
+        writer.put("/docs/_doc/1", json={"a": 1}).status_code == 200
+        and writer.get("/_cluster/health").status_code == 403
+    )
     assert app_client(transport, passthrough="all").get("/_cluster/health").status_code == 200
 
 
@@ -353,7 +449,11 @@ def test_chunkrag_where_it_cannot_be_served_is_a_clear_400():
     client = app_client(transport)
     index_less = client.post("/_search", json={"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {}}})
     assert index_less.status_code == 400 and "needs the chunk index in the path" in index_less.json()["error"]["reason"]
-    msearch = client.post("/docs/_msearch", content=b'{}\n{"query":{"match_all":{}},"ext":{"chunkrag":{}}}\n', headers={"content-type": "application/x-ndjson"})
+    msearch = client.post(
+        "/docs/_msearch",
+        content=b'{}\n{"query":{"match_all":{}},"ext":{"chunkrag":{}}}\n',
+        headers={"content-type": "application/x-ndjson"},
+    )
     assert msearch.status_code == 400 and "not supported in _msearch" in msearch.json()["error"]["reason"]
     assert transport.requests == []
     # the word alone still passes
@@ -402,7 +502,10 @@ def test_the_score_cache_holds_a_hash_and_a_number_never_text():
     assert "alice" not in key.lower() and cache.get(secret) == 0.75
 
 
-@pytest.mark.parametrize("path", ["/docs-1/../logs/_search", "/docs-1/%2e%2e/logs/_search", "//logs/_search", "/./_search", "/docs/%2E/_search?q=1"])
+@pytest.mark.parametrize(
+    "path",
+    ["/docs-1/../logs/_search", "/docs-1/%2e%2e/logs/_search", "//logs/_search", "/./_search", "/docs/%2E/_search?q=1"],
+)
 def test_paths_a_server_might_normalise_are_refused(path):
     from search_extension.gateway.policy import refuse_odd_paths
 
@@ -415,10 +518,14 @@ def test_paths_a_server_might_normalise_are_refused(path):
 def test_an_encoded_dot_segment_never_reaches_the_cluster():
     transport = RecordingTransport(es_reply)
     refused = app_client(transport, passthrough="all").post("/docs-1/%2e%2e/logs/_search", json={})
-    assert refused.status_code == 400 and "plain paths" in refused.json()["error"]["reason"] and transport.requests == []
+    assert (
+        refused.status_code == 400 and "plain paths" in refused.json()["error"]["reason"] and transport.requests == []
+    )
 
 
-@pytest.mark.parametrize("raw, named", [({"budget_s": 1.7e307}, "budget_s"), ({"scoring": {"weights": [1e300, 1e300, 0]}}, "weights")])
+@pytest.mark.parametrize(
+    "raw, named", [({"budget_s": 1.7e307}, "budget_s"), ({"scoring": {"weights": [1e300, 1e300, 0]}}, "weights")]
+)
 def test_numbers_that_overflow_downstream_are_refused(raw, named):
     # Found by the fuzzer: a budget of 1.7e307 s overflowed the clock (a 500).
     from search_extension.gateway.dialect import OptionError, parse_options

@@ -16,7 +16,10 @@ def test_segments_true_false_or_budgets():
     assert parse_options({}, max_candidates=50).segments is None
     assert parse_options({"segments": False}, max_candidates=50).segments is None
     assert parse_options({"segments": True}, max_candidates=50).segments == SegmentSettings()
-    parsed = parse_options({"segments": {"max_total_chars": 1000, "irrelevant_chunk_penalty": 0.3, "max_segment_chunks": 4}}, max_candidates=50)
+    parsed = parse_options(
+        {"segments": {"max_total_chars": 1000, "irrelevant_chunk_penalty": 0.3, "max_segment_chunks": 4}},
+        max_candidates=50,
+    )
     assert parsed.segments == SegmentSettings(max_total_chars=1000, irrelevant_chunk_penalty=0.3, max_segment_chunks=4)
 
 
@@ -36,7 +39,16 @@ def test_bad_segment_options_are_named(raw, message):
 
 def make_result():
     chunks = (
-        Chunk(doc_id="bees", position=4, text="Bees make honey.", start=100, end=116, title="Bees", header="Bees", score=2.0),
+        Chunk(
+            doc_id="bees",
+            position=4,
+            text="Bees make honey.",
+            start=100,
+            end=116,
+            title="Bees",
+            header="Bees",
+            score=2.0,
+        ),
         Chunk(doc_id="bees", position=5, text="From nectar.", start=117, end=129, title="Bees", header="Bees"),
     )
     segment = Segment("bees", 4, 6, 0.9, 100, 129, "Bees make honey. From nectar.", chunks)
@@ -51,8 +63,24 @@ def test_segments_come_back_as_hits_with_chunk_ids_and_span():
         "_index": "docs",
         "_id": "bees:4-5",
         "_score": 0.9,
-        "_source": {"doc_id": "bees", "scale": 0, "first_position": 4, "last_position": 5, "start": 100, "end": 129, "title": "Bees", "header": "Bees", "section": [], "text": "Bees make honey. From nectar."},
-        "_chunkrag": {"segment": True, "chunk_ids": ["bees:4", "bees:5"], "span": {"start": 100, "end": 129}, "value": 0.9},
+        "_source": {
+            "doc_id": "bees",
+            "scale": 0,
+            "first_position": 4,
+            "last_position": 5,
+            "start": 100,
+            "end": 129,
+            "title": "Bees",
+            "header": "Bees",
+            "section": [],
+            "text": "Bees make honey. From nectar.",
+        },
+        "_chunkrag": {
+            "segment": True,
+            "chunk_ids": ["bees:4", "bees:5"],
+            "span": {"start": 100, "end": 129},
+            "value": 0.9,
+        },
     }
     assert search_response(make_result(), index="docs", size=0, include_dropped=False, took_ms=5)["hits"]["hits"] == []
 

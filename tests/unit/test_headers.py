@@ -32,7 +32,9 @@ def test_header_mode_is_validated_and_part_of_the_fingerprint():
     with pytest.raises(SettingsError):
         ChunkingSettings(headers="llm")
     doc = plain_document("d", "One. Two.", "test", title="T")
-    assert document_fingerprint(doc, str(ChunkingSettings())) != document_fingerprint(doc, str(ChunkingSettings(headers="none")))
+    assert document_fingerprint(doc, str(ChunkingSettings())) != document_fingerprint(
+        doc, str(ChunkingSettings(headers="none"))
+    )
 
 
 class RecordingEmbedder:
@@ -43,7 +45,9 @@ class RecordingEmbedder:
 
     def embed(self, texts):
         self.texts.extend(texts)
-        return np.array([[1.0, 0.0] if i % 2 == 0 else [0.0, 1.0] for i, _ in enumerate(texts)], dtype=np.float32).reshape(len(texts), 2)
+        return np.array(
+            [[1.0, 0.0] if i % 2 == 0 else [0.0, 1.0] for i, _ in enumerate(texts)], dtype=np.float32
+        ).reshape(len(texts), 2)
 
 
 TEXT = "# Bees\n\nBees make honey.\n\n## Winter\n\nThey shiver to keep warm. The queen stays inside.\n"
@@ -51,7 +55,9 @@ TEXT = "# Bees\n\nBees make honey.\n\n## Winter\n\nThey shiver to keep warm. The
 
 def test_chunks_carry_their_header_and_are_embedded_with_it_while_text_stays_exact():
     embedder = RecordingEmbedder()
-    (chunked,) = chunk_documents([markdown_document("bees.md", TEXT, "test", fallback_title="bees")], embedder, ChunkingSettings())
+    (chunked,) = chunk_documents(
+        [markdown_document("bees.md", TEXT, "test", fallback_title="bees")], embedder, ChunkingSettings()
+    )
     assert [c.header for c in chunked.chunks] == ["Bees", "Bees > Winter", "Bees > Winter"]
     for chunk in chunked.chunks:
         assert TEXT[chunk.start : chunk.end] == chunk.text
@@ -61,7 +67,9 @@ def test_chunks_carry_their_header_and_are_embedded_with_it_while_text_stays_exa
 
 def test_without_headers_single_sentences_reuse_their_sentence_vector():
     embedder = RecordingEmbedder()
-    (chunked,) = chunk_documents([plain_document("d", "Bees make honey. Wasps do not.", "test")], embedder, ChunkingSettings(headers="none"))
+    (chunked,) = chunk_documents(
+        [plain_document("d", "Bees make honey. Wasps do not.", "test")], embedder, ChunkingSettings(headers="none")
+    )
     # two sentences embedded once each; alternating vectors make two chunks, no second pass
     assert embedder.texts == ["Bees make honey.", "Wasps do not."]
     assert [c.header for c in chunked.chunks] == ["", ""]

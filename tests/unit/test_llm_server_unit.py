@@ -178,7 +178,9 @@ def test_llama_server_command_line_and_marker():
 
 def test_runtime_and_slots_from_the_environment():
     assert LlmSettings.from_environ({"CHUNKRAG_HOME": "/h"}).runtime == "llama-server"
-    settings = LlmSettings.from_environ({"CHUNKRAG_HOME": "/h", "CHUNKRAG_LLM_RUNTIME": "python", "CHUNKRAG_LLM_SLOTS": "4"})
+    settings = LlmSettings.from_environ(
+        {"CHUNKRAG_HOME": "/h", "CHUNKRAG_LLM_RUNTIME": "python", "CHUNKRAG_LLM_SLOTS": "4"}
+    )
     assert (settings.runtime, settings.slots) == ("python", 4)
     with pytest.raises(LocalServiceError, match="CHUNKRAG_LLM_RUNTIME"):
         LlmSettings.from_environ({"CHUNKRAG_HOME": "/h", "CHUNKRAG_LLM_RUNTIME": "ollama"})
@@ -192,7 +194,15 @@ def test_llama_build_is_keyed_by_sources_and_flags():
     configure = llama_build.cmake_configure_args(Path("/src"), Path("/build"), "Ninja", flags=("-DX=ON",))
     assert configure == ["cmake", "-S", "/src", "-B", "/build", "-G", "Ninja", "-DX=ON"]
     assert llama_build.build_key(("-DA=ON",)) != llama_build.build_key(("-DA=OFF",))
-    assert llama_build.cmake_build_args(Path("/build"), 2) == ["cmake", "--build", "/build", "--target", "llama-server", "-j", "2"]
+    assert llama_build.cmake_build_args(Path("/build"), 2) == [
+        "cmake",
+        "--build",
+        "/build",
+        "--target",
+        "llama-server",
+        "-j",
+        "2",
+    ]
 
 
 XEON = "processor\t: 0\nflags\t\t: fpu sse4_2 avx f16c fma avx2 bmi2 avx512f avx512cd avx512vl avx512dq avx512bw amx_tile amx_int8\n"
@@ -205,7 +215,14 @@ def test_build_flags_follow_the_cpu():
     assert "-DGGML_AVX512=ON" in xeon and "-DGGML_AVX512=OFF" in epyc  # EPYC here has no AVX-512
     for flags in (xeon, epyc):
         # AMX is reported but forbidden by the VM; never native; the UI is never fetched.
-        assert {"-DGGML_AMX_INT8=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_NATIVE=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DGGML_AVX2=ON", "-DGGML_FMA=ON"} <= set(flags)
+        assert {
+            "-DGGML_AMX_INT8=OFF",
+            "-DGGML_AMX_TILE=OFF",
+            "-DGGML_NATIVE=OFF",
+            "-DLLAMA_USE_PREBUILT_UI=OFF",
+            "-DGGML_AVX2=ON",
+            "-DGGML_FMA=ON",
+        } <= set(flags)
     assert "-DGGML_AVX512=OFF" in llama_build.cmake_flags("flags : avx avx2 avx512f\n")  # F alone is not enough
     assert llama_build.cpu_flags("no flags here") == frozenset()
 
@@ -259,7 +276,12 @@ def test_only_accepts_llm_on_every_command():
 
 def _record_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
-    for module, name in ((cli.elasticsearch_node, "elasticsearch"), (cli.opensearch_node, "opensearch"), (cli.redis_server, "redis"), (cli.llm_server, "llm")):
+    for module, name in (
+        (cli.elasticsearch_node, "elasticsearch"),
+        (cli.opensearch_node, "opensearch"),
+        (cli.redis_server, "redis"),
+        (cli.llm_server, "llm"),
+    ):
         for action in ("up", "down", "status", "wait_until_healthy"):
             monkeypatch.setattr(module, action, lambda *args, _n=name, _a=action, **kwargs: calls.append(f"{_a} {_n}"))
     return calls

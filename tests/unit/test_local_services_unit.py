@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from local_services.elasticsearch_node import ElasticsearchSettings, render_elasticsearch_yml
-from local_services.jvm_node import extract_zip_preserving_modes, split_credentials, zip_member_mode
 from local_services.java import missing_modules, parse_java_version, parse_release_file
+from local_services.jvm_node import extract_zip_preserving_modes, split_credentials, zip_member_mode
 from local_services.process import LocalServiceError, ServiceStatus, redact_url
 from local_services.redis_server import RedisSettings, encode_command, parse_redis_url, redis_server_args
 
@@ -67,16 +67,16 @@ def test_extract_rejects_paths_escaping_the_destination(tmp_path: Path):
 
 # --- java release file ---------------------------------------------------------------
 
-TEMURIN_RELEASE = '''IMPLEMENTOR="Eclipse Adoptium"
+TEMURIN_RELEASE = """IMPLEMENTOR="Eclipse Adoptium"
 JAVA_RUNTIME_VERSION="25.0.3+9-LTS"
 JAVA_VERSION="25.0.3"
 MODULES="java.base java.instrument java.logging java.management java.naming java.xml jdk.attach jdk.incubator.vector jdk.management jdk.unsupported"
 IMAGE_TYPE="JDK"
-'''
+"""
 
-JLINKED_RELEASE = '''JAVA_VERSION="25.0.2"
+JLINKED_RELEASE = """JAVA_VERSION="25.0.2"
 MODULES="java.base java.instrument java.logging java.management java.naming java.xml jdk.attach jdk.management jdk.unsupported"
-'''
+"""
 
 
 def test_parse_release_file_reads_quoted_values():
@@ -205,7 +205,12 @@ def test_status_line():
 def test_app_environ_points_the_app_at_the_local_services_on_their_ports():
     from local_services.cli import app_environ
 
-    env = {"CHUNKRAG_HOME": "/srv/x", "CHUNKRAG_ES_PORT": "9210", "CHUNKRAG_REDIS_PORT": "6390", "CHUNKRAG_LLM_PORT": "18088"}
+    env = {
+        "CHUNKRAG_HOME": "/srv/x",
+        "CHUNKRAG_ES_PORT": "9210",
+        "CHUNKRAG_REDIS_PORT": "6390",
+        "CHUNKRAG_LLM_PORT": "18088",
+    }
     assert app_environ(env) == {
         "ES_URL": "http://127.0.0.1:9210",
         "OPENSEARCH_URL": "http://127.0.0.1:9201",
@@ -213,5 +218,9 @@ def test_app_environ_points_the_app_at_the_local_services_on_their_ports():
         "CHUNKRAG_CHAT_BASE_URL": "http://127.0.0.1:18088/v1",
     }
     # What the environment names stays; OPENSEARCH_URL alone keeps choosing OpenSearch.
-    chosen = {"CHUNKRAG_HOME": "/srv/x", "OPENSEARCH_URL": "https://os.example", "CHUNKRAG_CHAT_BASE_URL": "https://x/v1"}
+    chosen = {
+        "CHUNKRAG_HOME": "/srv/x",
+        "OPENSEARCH_URL": "https://os.example",
+        "CHUNKRAG_CHAT_BASE_URL": "https://x/v1",
+    }
     assert app_environ(chosen) == {"REDIS_URL": "redis://127.0.0.1:6379/0"}

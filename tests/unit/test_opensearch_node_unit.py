@@ -28,7 +28,12 @@ def test_settings_default_to_their_own_ports_beside_elasticsearch():
 
 def test_environment_overrides_and_external_cluster():
     settings = OpenSearchSettings.from_environ(
-        {"CHUNKRAG_HOME": "/s", "CHUNKRAG_OPENSEARCH_PORT": "9555", "CHUNKRAG_OPENSEARCH_HEAP": "512m", "OPENSEARCH_URL": "https://u:p@os.example:443"}
+        {
+            "CHUNKRAG_HOME": "/s",
+            "CHUNKRAG_OPENSEARCH_PORT": "9555",
+            "CHUNKRAG_OPENSEARCH_HEAP": "512m",
+            "OPENSEARCH_URL": "https://u:p@os.example:443",
+        }
     )
     assert (settings.port, settings.heap, settings.transport_port) == (9555, "512m", 9755)
     assert settings.url == "https://u:p@os.example:443"

@@ -7,9 +7,9 @@ import pytest
 
 from chunkrag_cli.main import build_parser, filter_options_from_args, main
 from chunkrag_filter.pipeline import FilterOptions
-from search_extension.options import ANSWER_BY_DEFAULT, OptionsModel, ScoringModel, SegmentsModel, parse_options
 from chunkrag_filter.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
 from chunkrag_filter.processors.relevance import ScoringOptions
+from search_extension.options import ANSWER_BY_DEFAULT, OptionsModel, ScoringModel, SegmentsModel, parse_options
 
 
 def flags(*argv):

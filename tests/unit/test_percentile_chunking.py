@@ -65,4 +65,7 @@ def test_the_chunker_uses_each_documents_own_percentile():
     settings = ChunkingSettings(breakpoint="percentile", breakpoint_percentile=75, headers="none")
     (chunked,) = chunk_documents([plain_document("d", text, "test")], embedder, settings)
     # lowest quarter of the distances: only the 0.10 drop breaks
-    assert [c.text for c in chunked.chunks] == ["One is here. Two is here. Three is here.", "Four is here. Five is here."]
+    assert [c.text for c in chunked.chunks] == [
+        "One is here. Two is here. Three is here.",
+        "Four is here. Five is here.",
+    ]

@@ -9,8 +9,15 @@ from chunkrag_eval.plots import method_title, plot_title, write_plots
 from chunkrag_eval.runner import EvalReport
 
 # The options block `chunkrag eval` writes for the default filter.
-EVAL_DEFAULT = {"method": "listwise", "orders": 1, "judge_top": 0, "calibrated": True, "prior_weight": 0.0,
-                "threshold": "fixed", "fixed_threshold": 0.4}
+EVAL_DEFAULT = {
+    "method": "listwise",
+    "orders": 1,
+    "judge_top": 0,
+    "calibrated": True,
+    "prior_weight": 0.0,
+    "threshold": "fixed",
+    "fixed_threshold": 0.4,
+}
 
 
 @pytest.mark.parametrize(
@@ -18,21 +25,36 @@ EVAL_DEFAULT = {"method": "listwise", "orders": 1, "judge_top": 0, "calibrated":
     [
         (EVAL_DEFAULT, "retrieval signals (no judge), calibrated, cut at 0.4"),
         ({**EVAL_DEFAULT, "judge_top": 9}, "LLM judge, listwise (best 9), calibrated, cut at 0.4"),
-        ({**EVAL_DEFAULT, "judge_top": 9, "orders": 2}, "LLM judge, listwise (best 9), both orders, calibrated, cut at 0.4"),
-        ({**EVAL_DEFAULT, "judge_top": None, "calibrated": False, "threshold": "dynamic"},
-         "LLM judge, listwise (every candidate), Algorithm 1 threshold"),
-        ({**EVAL_DEFAULT, "method": "multistage", "judge_top": None, "calibrated": False, "threshold": "llm"},
-         "LLM judge, multistage (every candidate), LLM-chosen threshold"),
-        ({**EVAL_DEFAULT, "threshold": "relative", "fixed_threshold": 0.5},
-         "retrieval signals (no judge), calibrated, cut at 0.5 of the best"),
+        (
+            {**EVAL_DEFAULT, "judge_top": 9, "orders": 2},
+            "LLM judge, listwise (best 9), both orders, calibrated, cut at 0.4",
+        ),
+        (
+            {**EVAL_DEFAULT, "judge_top": None, "calibrated": False, "threshold": "dynamic"},
+            "LLM judge, listwise (every candidate), Algorithm 1 threshold",
+        ),
+        (
+            {**EVAL_DEFAULT, "method": "multistage", "judge_top": None, "calibrated": False, "threshold": "llm"},
+            "LLM judge, multistage (every candidate), LLM-chosen threshold",
+        ),
+        (
+            {**EVAL_DEFAULT, "threshold": "relative", "fixed_threshold": 0.5},
+            "retrieval signals (no judge), calibrated, cut at 0.5 of the best",
+        ),
         # bench/judge_study.py collect: the shape of its options block.
-        ({"method": "listwise", "judge": "none", "head": 9, "head_orders": 2, "threshold": "dynamic"},
-         "retrieval signals (no judge), Algorithm 1 threshold"),
-        ({"method": "listwise", "judge": "cascade", "head": 9, "head_orders": 1, "threshold": "dynamic"},
-         "LLM judge, listwise (best 9), Algorithm 1 threshold"),
+        (
+            {"method": "listwise", "judge": "none", "head": 9, "head_orders": 2, "threshold": "dynamic"},
+            "retrieval signals (no judge), Algorithm 1 threshold",
+        ),
+        (
+            {"method": "listwise", "judge": "cascade", "head": 9, "head_orders": 1, "threshold": "dynamic"},
+            "LLM judge, listwise (best 9), Algorithm 1 threshold",
+        ),
         # Older runs recorded only the method, and judged every candidate with it.
-        ({"method": "listwise", "prior_weight": 0.5, "threshold": "dynamic"},
-         "LLM judge, listwise, prior weight 0.5, Algorithm 1 threshold"),
+        (
+            {"method": "listwise", "prior_weight": 0.5, "threshold": "dynamic"},
+            "LLM judge, listwise, prior weight 0.5, Algorithm 1 threshold",
+        ),
         (None, ""),
     ],
 )
@@ -46,7 +68,10 @@ def test_a_no_judge_run_is_never_titled_by_its_judging_method():
 
 def test_plot_title_puts_the_method_on_its_own_line():
     report = EvalReport("popqa", (), "", 0.0, 0)
-    assert plot_title(report, "held-out", EVAL_DEFAULT) == "popqa (0 questions) - held-out\nretrieval signals (no judge), calibrated, cut at 0.4"
+    assert (
+        plot_title(report, "held-out", EVAL_DEFAULT)
+        == "popqa (0 questions) - held-out\nretrieval signals (no judge), calibrated, cut at 0.4"
+    )
     assert plot_title(report) == "popqa (0 questions)"
 
 
@@ -54,8 +79,12 @@ def test_write_plots_titles_the_figures(tmp_path, monkeypatch):
     axes = pytest.importorskip("matplotlib.axes")
     titles = []
     original = axes.Axes.set_title
-    monkeypatch.setattr(axes.Axes, "set_title", lambda self, text, *a, **k: (titles.append(text), original(self, text, *a, **k))[1])
+    monkeypatch.setattr(
+        axes.Axes, "set_title", lambda self, text, *a, **k: (titles.append(text), original(self, text, *a, **k))[1]
+    )
     report = EvalReport("popqa", (), "", 0.0, 0)
     written = write_plots(report, tmp_path, "run", EVAL_DEFAULT)
     assert [path.name for path in written] == ["kept_vs_threshold.png"]
-    assert titles == ["Chunks kept against the threshold\npopqa (0 questions) - run\nretrieval signals (no judge), calibrated, cut at 0.4"]
+    assert titles == [
+        "Chunks kept against the threshold\npopqa (0 questions) - run\nretrieval signals (no judge), calibrated, cut at 0.4"
+    ]

@@ -3,8 +3,21 @@ import pytest
 from search_extension import queries
 from search_extension.queries import QuerySpec
 
-SPEC = QuerySpec(text="heart attack risk", vector=[0.5, 0.5], size=5, num_candidates=50, window=20, filters=({"term": {"doc_id": "d1"}},))
-TEXT = {"multi_match": {"query": "heart attack risk", "fields": ["text^1", "title^0.5", "header^0.25"], "type": "most_fields"}}
+SPEC = QuerySpec(
+    text="heart attack risk",
+    vector=[0.5, 0.5],
+    size=5,
+    num_candidates=50,
+    window=20,
+    filters=({"term": {"doc_id": "d1"}},),
+)
+TEXT = {
+    "multi_match": {
+        "query": "heart attack risk",
+        "fields": ["text^1", "title^0.5", "header^0.25"],
+        "type": "most_fields",
+    }
+}
 FILTERS = [{"term": {"doc_id": "d1"}}]
 
 
@@ -14,7 +27,14 @@ def test_native_sum_is_one_request_with_half_weights():
         "size": 5,
         "_source": {"excludes": ["vector"]},
         "query": {"bool": {"must": [TEXT], "filter": FILTERS, "boost": 0.5}},
-        "knn": {"field": "vector", "query_vector": [0.5, 0.5], "k": 20, "num_candidates": 50, "filter": FILTERS, "boost": 0.5},
+        "knn": {
+            "field": "vector",
+            "query_vector": [0.5, 0.5],
+            "k": 20,
+            "num_candidates": 50,
+            "filter": FILTERS,
+            "boost": 0.5,
+        },
     }
 
 

@@ -11,12 +11,19 @@ from tests.support.chat_doubles import DictCache, ScriptedChat
 
 
 def yes(p: float) -> ChatResponse:
-    return ChatResponse(text="Yes" if p >= 0.5 else "No", prompt_tokens=80, completion_tokens=1, first_token_logprobs={"Yes": math.log(p), "No": math.log(1 - p)})
+    return ChatResponse(
+        text="Yes" if p >= 0.5 else "No",
+        prompt_tokens=80,
+        completion_tokens=1,
+        first_token_logprobs={"Yes": math.log(p), "No": math.log(1 - p)},
+    )
 
 
 def test_confident_base_score_costs_one_call():
     model = ScriptedChat(yes(0.9))
-    result = judge("Who wrote Hamlet?", "Hamlet is a tragedy by William Shakespeare.", model, ScoringOptions(critic="off"))
+    result = judge(
+        "Who wrote Hamlet?", "Hamlet is a tragedy by William Shakespeare.", model, ScoringOptions(critic="off")
+    )
     assert result.calls == 1 and result.reflection is None
     assert result.base == pytest.approx(0.9) and result.combined == pytest.approx(0.9)
     assert model.requests[0].max_tokens == 1 and model.requests[0].top_logprobs == 10

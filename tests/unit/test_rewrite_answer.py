@@ -14,8 +14,14 @@ class Fixed:
 
 
 def test_rewrite_is_cleaned_and_falls_back_on_garbage():
-    assert clean_rewrite('\n Rewritten Query: "Henry Feilden occupation biography"\nmore') == "Henry Feilden occupation biography"
-    assert rewrite_query("What is Henry Feilden's occupation?", Fixed("Henry Feilden occupation")).query == "Henry Feilden occupation"
+    assert (
+        clean_rewrite('\n Rewritten Query: "Henry Feilden occupation biography"\nmore')
+        == "Henry Feilden occupation biography"
+    )
+    assert (
+        rewrite_query("What is Henry Feilden's occupation?", Fixed("Henry Feilden occupation")).query
+        == "Henry Feilden occupation"
+    )
     rambling = rewrite_query("short q", Fixed("x" * 500))
     assert rambling.query == "short q" and not rambling.used
     assert not rewrite_query("q", Fixed("   ")).used
@@ -41,7 +47,9 @@ def test_not_found_with_no_chunks_costs_no_call_and_model_can_say_not_found():
 
 
 def test_the_answer_prompt_shows_each_chunks_header_in_front_of_its_text():
-    with_header = Chunk(doc_id="d", position=0, text="It was founded\n in 1901.", start=0, end=24, header="Nobel Prize > History")
+    with_header = Chunk(
+        doc_id="d", position=0, text="It was founded\n in 1901.", start=0, end=24, header="Nobel Prize > History"
+    )
     model = Fixed("1901 [1].")
     answer_from_chunks("When was the Nobel Prize founded?", [with_header, chunk(1, "No header here.")], model)
     prompt = model.requests[0].messages[0].content
@@ -51,5 +59,8 @@ def test_the_answer_prompt_shows_each_chunks_header_in_front_of_its_text():
 def test_a_header_with_a_summary_line_stays_one_passage_line():
     from chunkrag_filter.processors.prompts import passage
 
-    assert passage("Trains  run\nlate.", "notes\nThis document is about Tokyo.\nTokyo railways") == "notes | This document is about Tokyo. | Tokyo railways: Trains run late."
+    assert (
+        passage("Trains  run\nlate.", "notes\nThis document is about Tokyo.\nTokyo railways")
+        == "notes | This document is about Tokyo. | Tokyo railways: Trains run late."
+    )
     assert passage("Plain text.", "") == "Plain text."

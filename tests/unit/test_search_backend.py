@@ -13,7 +13,19 @@ from search_extension import queries
 from search_extension.queries import QuerySpec
 
 VECTOR = [0.1, 0.2, 0.3]
-TEXT = {"bool": {"must": [{"multi_match": {"query": "capital of japan", "fields": ["text^1", "title^0.5", "header^0.25"], "type": "most_fields"}}]}}
+TEXT = {
+    "bool": {
+        "must": [
+            {
+                "multi_match": {
+                    "query": "capital of japan",
+                    "fields": ["text^1", "title^0.5", "header^0.25"],
+                    "type": "most_fields",
+                }
+            }
+        ]
+    }
+}
 SOURCE = {"excludes": ["vector"]}
 
 
@@ -32,7 +44,12 @@ def test_the_chunk_index_becomes_a_lucene_hnsw_knn_vector_index():
     assert body["mappings"]["properties"][schema.VECTOR] == {
         "type": "knn_vector",
         "dimension": 384,
-        "method": {"name": "hnsw", "engine": "lucene", "space_type": "cosinesimil", "parameters": {"m": 16, "ef_construction": 100}},
+        "method": {
+            "name": "hnsw",
+            "engine": "lucene",
+            "space_type": "cosinesimil",
+            "parameters": {"m": 16, "ef_construction": 100},
+        },
     }
     # Everything but the vector is the same mapping on both engines.
     others = {k: v for k, v in body["mappings"]["properties"].items() if k != schema.VECTOR}
@@ -46,7 +63,9 @@ def test_elasticsearch_only_vector_types_are_refused_clearly():
         osd.index_body(es_body)
 
 
-@pytest.mark.parametrize("method", [{"name": "hnsw", "engine": "faiss", "space_type": "l2"}, {"name": "hnsw", "engine": "nmslib"}, None])
+@pytest.mark.parametrize(
+    "method", [{"name": "hnsw", "engine": "faiss", "space_type": "l2"}, {"name": "hnsw", "engine": "nmslib"}, None]
+)
 def test_no_faiss_nmslib_or_default_engine_index_is_ever_created(method):
     field = {"type": "knn_vector", "dimension": 3, **({"method": method} if method else {})}
     with pytest.raises(osd.UnsupportedOnOpenSearch, match="only creates Lucene HNSW"):
@@ -70,7 +89,13 @@ def test_bm25_is_the_same_request_on_both_engines():
 
 def test_knn_top_level_section_becomes_a_knn_query_clause():
     es_body = queries.knn_body(spec(filters=({"term": {"doc_id": "tokyo"}},)))
-    assert es_body["knn"] == {"field": "vector", "query_vector": VECTOR, "k": 3, "num_candidates": 100, "filter": [{"term": {"doc_id": "tokyo"}}]}
+    assert es_body["knn"] == {
+        "field": "vector",
+        "query_vector": VECTOR,
+        "k": 3,
+        "num_candidates": 100,
+        "filter": [{"term": {"doc_id": "tokyo"}}],
+    }
     assert osd.search_body(es_body) == {
         "size": 3,
         "_source": SOURCE,
@@ -98,7 +123,11 @@ def test_native_sum_is_a_bool_should_of_the_boosted_match_and_knn():
             "bool": {
                 "should": [
                     {"bool": {**TEXT["bool"], "boost": 0.5}},
-                    {"knn": {"vector": {"vector": VECTOR, "k": 20, "method_parameters": {"ef_search": 100}, "boost": 0.5}}},
+                    {
+                        "knn": {
+                            "vector": {"vector": VECTOR, "k": 20, "method_parameters": {"ef_search": 100}, "boost": 0.5}
+                        }
+                    },
                 ]
             }
         },
@@ -132,7 +161,14 @@ def test_native_hybrid_query_and_its_normalisation_pipeline():
     assert osd.hybrid_body(es_body) == {
         "size": 3,
         "_source": SOURCE,
-        "query": {"hybrid": {"queries": [TEXT, {"knn": {"vector": {"vector": VECTOR, "k": 20, "method_parameters": {"ef_search": 100}}}}]}},
+        "query": {
+            "hybrid": {
+                "queries": [
+                    TEXT,
+                    {"knn": {"vector": {"vector": VECTOR, "k": 20, "method_parameters": {"ef_search": 100}}}},
+                ]
+            }
+        },
     }
     assert osd.hybrid_pipeline_name([0.5, 0.5]) == "chunkrag-minmax-0.5-0.5"
     assert osd.hybrid_pipeline([0.7, 0.3])["phase_results_processors"] == [
@@ -151,7 +187,10 @@ def test_native_hybrid_query_and_its_normalisation_pipeline():
 def test_search_backend_setting():
     assert Settings.from_env({}).search_backend == "elasticsearch"
     assert Settings.from_env({"OPENSEARCH_URL": "https://os.example:443"}).search_backend == "opensearch"
-    assert Settings.from_env({"OPENSEARCH_URL": "http://a:9201", "ES_URL": "http://b:9200"}).search_backend == "elasticsearch"
+    assert (
+        Settings.from_env({"OPENSEARCH_URL": "http://a:9201", "ES_URL": "http://b:9200"}).search_backend
+        == "elasticsearch"
+    )
     urls = {"OPENSEARCH_URL": "http://127.0.0.1:9555", "ES_URL": "http://b:9200"}
     both = Settings.from_env({"SEARCH_BACKEND": "OpenSearch", **urls})
     assert (both.search_backend, both.search_url) == ("opensearch", "http://127.0.0.1:9555")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chunkrag_core.engines import schema
 from chunkrag_core.chunk import Chunk
+from chunkrag_core.engines import schema
 from chunkrag_core.settings import VectorIndexSettings
 from search_extension.queries import position_runs, positions_body
 from search_extension.segments import SegmentError, SegmentSettings, extract_segments
@@ -28,9 +28,30 @@ def test_positions_body_is_one_filter_per_document_run():
                     {
                         "bool": {
                             "should": [
-                                {"bool": {"filter": [{"term": {"doc_id": "a"}}, {"range": {"position": {"gte": 1, "lte": 2}}}]}},
-                                {"bool": {"filter": [{"term": {"doc_id": "a"}}, {"range": {"position": {"gte": 5, "lte": 5}}}]}},
-                                {"bool": {"filter": [{"term": {"doc_id": "b"}}, {"range": {"position": {"gte": 4, "lte": 4}}}]}},
+                                {
+                                    "bool": {
+                                        "filter": [
+                                            {"term": {"doc_id": "a"}},
+                                            {"range": {"position": {"gte": 1, "lte": 2}}},
+                                        ]
+                                    }
+                                },
+                                {
+                                    "bool": {
+                                        "filter": [
+                                            {"term": {"doc_id": "a"}},
+                                            {"range": {"position": {"gte": 5, "lte": 5}}},
+                                        ]
+                                    }
+                                },
+                                {
+                                    "bool": {
+                                        "filter": [
+                                            {"term": {"doc_id": "b"}},
+                                            {"range": {"position": {"gte": 4, "lte": 4}}},
+                                        ]
+                                    }
+                                },
                             ],
                             "minimum_should_match": 1,
                         }
@@ -55,7 +76,15 @@ SPANS = [(0, 10), (11, 20), (21, 33), (34, 45)]
 def doc_chunk(position: int, score: float | None = None) -> Chunk:
     start, end = SPANS[position]
     previous = SPANS[position - 1][1] if position else 0
-    return Chunk(doc_id="d", position=position, text=TEXT[start:end], start=start, end=end, score=score, lead=TEXT[previous:start])
+    return Chunk(
+        doc_id="d",
+        position=position,
+        text=TEXT[start:end],
+        start=start,
+        end=end,
+        score=score,
+        lead=TEXT[previous:start],
+    )
 
 
 def test_extract_segments_fetches_only_the_missing_neighbours_once():
@@ -90,7 +119,9 @@ def test_a_neighbour_the_engine_no_longer_has_is_an_error_not_a_hole():
 
 
 def test_header_and_lead_round_trip_through_the_index_source():
-    chunk = Chunk(doc_id="d", position=1, text="Beta two.", start=11, end=20, header="Greek letters", lead=" ", vector=np.zeros(3))
+    chunk = Chunk(
+        doc_id="d", position=1, text="Beta two.", start=11, end=20, header="Greek letters", lead=" ", vector=np.zeros(3)
+    )
     source = schema.chunk_to_source(chunk, fingerprint="f", doc_chunk_count=2)
     assert source["header"] == "Greek letters" and source["lead"] == " "
     back = schema.chunk_from_hit({"_source": source})

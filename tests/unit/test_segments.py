@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from chunkrag_core.chunk import Chunk
 from search_extension.segments import (
@@ -24,26 +26,48 @@ from search_extension.segments import (
 )
 
 
-def chunk(doc: str, position: int, start: int, end: int, score: float | None = None, text: str | None = None, **stage) -> Chunk:
-    return Chunk(doc_id=doc, position=position, text=text if text is not None else "x" * (end - start), start=start, end=end, score=score, stage_scores=stage)
+def chunk(
+    doc: str, position: int, start: int, end: int, score: float | None = None, text: str | None = None, **stage
+) -> Chunk:
+    return Chunk(
+        doc_id=doc,
+        position=position,
+        text=text if text is not None else "x" * (end - start),
+        start=start,
+        end=end,
+        score=score,
+        stage_scores=stage,
+    )
 
 
 def test_chunk_value_is_decayed_relevance_minus_the_penalty():
     assert chunk_value(0, 1.0) == pytest.approx(0.82)
     assert chunk_value(30, 1.0) == pytest.approx(math.exp(-1) - 0.18)  # 0.18788
     assert chunk_value(0, 0.0) == pytest.approx(-0.18)
-    assert chunk_value(10, 0.5, SegmentSettings(decay_rate=10, irrelevant_chunk_penalty=0.3)) == pytest.approx(0.5 / math.e - 0.3)
+    assert chunk_value(10, 0.5, SegmentSettings(decay_rate=10, irrelevant_chunk_penalty=0.3)) == pytest.approx(
+        0.5 / math.e - 0.3
+    )
 
 
 def test_relevance_is_the_judged_probability_else_the_normalised_score():
-    chunks = [chunk("a", 0, 0, 1, score=4.0), chunk("a", 1, 1, 2, score=2.0), chunk("a", 2, 2, 3, score=1.0, combined=0.9), chunk("a", 3, 3, 4)]
+    chunks = [
+        chunk("a", 0, 0, 1, score=4.0),
+        chunk("a", 1, 1, 2, score=2.0),
+        chunk("a", 2, 2, 3, score=1.0, combined=0.9),
+        chunk("a", 3, 3, 4),
+    ]
     assert relevances(chunks) == pytest.approx([1.0, 1 / 3, 0.9, 0.0])
     # Scores that tie all count fully; a judged probability is clipped to 0..1.
     assert relevances([chunk("a", 0, 0, 1, score=2.0), chunk("a", 1, 1, 2, score=2.0, combined=1.4)]) == [1.0, 1.0]
 
 
 def test_document_values_fill_unretrieved_positions_with_minus_the_penalty():
-    chunks = [chunk("a", 3, 30, 40, score=1.0), chunk("b", 0, 0, 5, score=0.5), chunk("a", 1, 10, 20, score=0.0), chunk("a", 3, 30, 40, score=0.1)]
+    chunks = [
+        chunk("a", 3, 30, 40, score=1.0),
+        chunk("b", 0, 0, 5, score=0.5),
+        chunk("a", 1, 10, 20, score=0.0),
+        chunk("a", 3, 30, 40, score=0.1),
+    ]
     docs = document_values(chunks)
     assert [d.doc_id for d in docs] == ["a", "b"]
     a, b = docs
@@ -113,7 +137,10 @@ def test_segments_across_documents_go_best_first():
 
 def test_segments_never_start_or_end_on_an_unretrieved_chunk():
     # With no penalty an unretrieved chunk is worth 0: still never an end.
-    docs = document_values([chunk("a", 2, 20, 30, score=1.0), chunk("a", 0, 0, 10, score=1.0)], SegmentSettings(irrelevant_chunk_penalty=0.0))
+    docs = document_values(
+        [chunk("a", 2, 20, 30, score=1.0), chunk("a", 0, 0, 10, score=1.0)],
+        SegmentSettings(irrelevant_chunk_penalty=0.0),
+    )
     (plan,) = best_segments(docs, SegmentSettings(irrelevant_chunk_penalty=0.0))
     assert (plan.first, plan.stop, plan.start, plan.end) == (0, 3, 0, 30)
 
@@ -140,17 +167,26 @@ def test_assemble_rebuilds_text_and_refuses_a_hole():
 
 
 def test_a_gap_without_a_stored_lead_is_spaces_of_its_length():
-    chunks = [Chunk(doc_id="d", position=0, text="One.", start=0, end=4), Chunk(doc_id="d", position=1, text="Two.", start=7, end=11)]
+    chunks = [
+        Chunk(doc_id="d", position=0, text="One.", start=0, end=4),
+        Chunk(doc_id="d", position=1, text="Two.", start=7, end=11),
+    ]
     assert join_chunks(chunks) == "One.   Two."
 
 
 def test_bad_settings_are_refused():
-    for bad in ({"max_segment_chunks": 0}, {"max_total_chars": 0}, {"irrelevant_chunk_penalty": -0.1}, {"decay_rate": 0}):
+    for bad in (
+        {"max_segment_chunks": 0},
+        {"max_total_chars": 0},
+        {"irrelevant_chunk_penalty": -0.1},
+        {"decay_rate": 0},
+    ):
         with pytest.raises(SegmentError):
             SegmentSettings(**bad)
 
 
 # --- property tests: no character lost or repeated -------------------------------------------
+
 
 @st.composite
 def tiled_document(draw):
@@ -163,7 +199,16 @@ def tiled_document(draw):
         # Part of each piece may be a gap (whitespace, a heading) outside any chunk.
         gap = draw(st.integers(0, hi - lo - 1))
         start = lo + gap
-        chunks.append(Chunk(doc_id="d", position=len(chunks), text=text[start:hi], start=start, end=hi, lead=text[previous_end:start]))
+        chunks.append(
+            Chunk(
+                doc_id="d",
+                position=len(chunks),
+                text=text[start:hi],
+                start=start,
+                end=hi,
+                lead=text[previous_end:start],
+            )
+        )
         previous_end = hi
     first = draw(st.integers(0, len(chunks) - 1))
     stop = draw(st.integers(first + 1, len(chunks)))

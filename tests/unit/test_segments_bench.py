@@ -1,8 +1,8 @@
 """The top-k baseline of bench/segments_bench.py: chunks in rank order while
 they fit, a chunk that would overflow skipped."""
 
-from chunkrag_core.chunk import Chunk
 from bench.segments_bench import top_k_within
+from chunkrag_core.chunk import Chunk
 
 
 def test_top_k_skips_a_chunk_that_would_overflow_and_keeps_filling():

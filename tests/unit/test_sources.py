@@ -44,9 +44,16 @@ def test_jsonl_bad_lines_are_skipped_with_their_line_number(tmp_path):
 
 
 def test_markdown_headings_become_section_paths():
-    text = "# Guide\nIntro text.\n## Install\nRun it.\n### Linux\nUse apt.\n## Use\nCall it.\n```\n# not a heading\n```\n"
+    text = (
+        "# Guide\nIntro text.\n## Install\nRun it.\n### Linux\nUse apt.\n## Use\nCall it.\n```\n# not a heading\n```\n"
+    )
     sections = markdown_sections(text)
-    assert [s.path for s in sections] == [("Guide",), ("Guide", "Install"), ("Guide", "Install", "Linux"), ("Guide", "Use")]
+    assert [s.path for s in sections] == [
+        ("Guide",),
+        ("Guide", "Install"),
+        ("Guide", "Install", "Linux"),
+        ("Guide", "Use"),
+    ]
     assert text[sections[0].start : sections[0].end].strip() == "Intro text."
     assert "# not a heading" in text[sections[3].start : sections[3].end]
 

@@ -7,11 +7,21 @@ import json
 import pytest
 
 from chunkrag_core.settings import Settings, WorkerSettings
-from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
-from workers.app import celery_config, make_app, restore_interval_s, task_time_limit_s, visibility_timeout_s, JUDGE_TASK
-from workers.codec import CodecError, decode_judgement, decode_options, encode_judgement, encode_options
 from chunkrag_filter.judging import Batch, plan_batches, slices, unscored
-from workers.dispatch import MAX_RESENDS, TaskView, _chosen, _judgements, _noted, _Sent, resend_note, started_on, to_resend
+from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
+from workers.app import JUDGE_TASK, celery_config, make_app, restore_interval_s, task_time_limit_s, visibility_timeout_s
+from workers.codec import CodecError, decode_judgement, decode_options, encode_judgement, encode_options
+from workers.dispatch import (
+    MAX_RESENDS,
+    TaskView,
+    _chosen,
+    _judgements,
+    _noted,
+    _Sent,
+    resend_note,
+    started_on,
+    to_resend,
+)
 from workers.score_cache import RedisScoreCache, hashed_key
 from workers.tasks import retry_countdown
 
@@ -22,7 +32,18 @@ def through_json(data):
 
 @pytest.mark.parametrize(
     "options",
-    [ScoringOptions(), ScoringOptions(method="yes_no", use_logprobs=False, reflect_band=(0.2, 0.9), critic="llm", weights=(1.0, 0.0, 0.5), likert_threshold=7, max_chunk_chars=900)],
+    [
+        ScoringOptions(),
+        ScoringOptions(
+            method="yes_no",
+            use_logprobs=False,
+            reflect_band=(0.2, 0.9),
+            critic="llm",
+            weights=(1.0, 0.0, 0.5),
+            likert_threshold=7,
+            max_chunk_chars=900,
+        ),
+    ],
 )
 def test_scoring_options_round_trip_through_json_with_their_tuples(options):
     decoded = decode_options(through_json(encode_options(options)))
@@ -151,10 +172,14 @@ def test_redelivery_waits_longer_than_any_healthy_task_holds_its_message():
 
 
 def test_celery_config_is_derived_from_settings():
-    settings = Settings(redis_url="redis://example:6380/3", workers=WorkerSettings(query_budget_s=20, rate_limit="30/m", max_retries=2))
+    settings = Settings(
+        redis_url="redis://example:6380/3", workers=WorkerSettings(query_budget_s=20, rate_limit="30/m", max_retries=2)
+    )
     config = celery_config(settings)
     assert config["broker_url"] == config["result_backend"] == "redis://example:6380/3"
-    assert config["task_acks_late"] and config["task_reject_on_worker_lost"] and config["worker_prefetch_multiplier"] == 1
+    assert (
+        config["task_acks_late"] and config["task_reject_on_worker_lost"] and config["worker_prefetch_multiplier"] == 1
+    )
     assert config["accept_content"] == ["json"]
     assert config["task_track_started"]  # a started task names its worker: how the dispatcher spots a dead one
     assert config["broker_transport_options"]["visibility_timeout"] == visibility_timeout_s(settings.workers)
@@ -162,10 +187,14 @@ def test_celery_config_is_derived_from_settings():
 
 def test_make_app_registers_the_task_with_its_limits_and_opens_nothing():
     # An unreachable broker: building the app must not notice.
-    settings = Settings(redis_url="redis://127.0.0.1:9/0", workers=WorkerSettings(rate_limit="30/m", max_retries=3, query_budget_s=20))
+    settings = Settings(
+        redis_url="redis://127.0.0.1:9/0", workers=WorkerSettings(rate_limit="30/m", max_retries=3, query_budget_s=20)
+    )
     app = make_app(settings)
     task = app.tasks[JUDGE_TASK]
-    assert task.rate_limit == "30/m" and task.max_retries == 3 and task.time_limit == task_time_limit_s(settings.workers)
+    assert (
+        task.rate_limit == "30/m" and task.max_retries == 3 and task.time_limit == task_time_limit_s(settings.workers)
+    )
     assert make_app(Settings(redis_url="redis://127.0.0.1:9/0")).tasks[JUDGE_TASK].rate_limit is None
 
 
@@ -207,7 +236,10 @@ def test_a_re_sent_batch_reports_whichever_task_finished_and_says_it_was_re_sent
     assert _chosen(batch, {"a": ("FAILURE", None), "b": ("SUCCESS", [])}) is again
     assert _chosen(batch, {"a": ("STARTED", {}), "b": ("PENDING", None)}) is again  # neither: report the newest
     judged = _noted([Judgement(0.9, None, None, 0.9, notes=("earlier",))], batch.notes)
-    assert judged[0].combined == 0.9 and judged[0].notes == ("earlier", "re-sent after worker w2@host stopped answering")
+    assert judged[0].combined == 0.9 and judged[0].notes == (
+        "earlier",
+        "re-sent after worker w2@host stopped answering",
+    )
     assert _noted([unscored("late")], []) == [unscored("late")]
 
 

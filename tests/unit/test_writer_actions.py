@@ -8,7 +8,10 @@ from ingest_pipeline.writer import StoredDocument, document_actions
 
 def chunked(n_chunks: int) -> ChunkedDocument:
     document = plain_document("doc", "x" * (10 * n_chunks), "test")
-    chunks = tuple(Chunk(doc_id="doc", position=i, text="x" * 10, start=10 * i, end=10 * i + 10, vector=np.ones(2)) for i in range(n_chunks))
+    chunks = tuple(
+        Chunk(doc_id="doc", position=i, text="x" * 10, start=10 * i, end=10 * i + 10, vector=np.ones(2))
+        for i in range(n_chunks)
+    )
     return ChunkedDocument(document, chunks, n_chunks, "fp-new")
 
 
@@ -23,7 +26,11 @@ def test_new_document_is_only_indexed():
 def test_shorter_version_deletes_the_positions_it_lost():
     stored = StoredDocument(fingerprints=("fp-old",), chunk_count=5, max_position=4, declared_count=5)
     assert ops(document_actions("i", chunked(2), stored)) == [
-        ("index", "doc:0"), ("index", "doc:1"), ("delete", "doc:2"), ("delete", "doc:3"), ("delete", "doc:4"),
+        ("index", "doc:0"),
+        ("index", "doc:1"),
+        ("delete", "doc:2"),
+        ("delete", "doc:3"),
+        ("delete", "doc:4"),
     ]
 
 
