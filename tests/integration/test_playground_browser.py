@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from chunkrag_core.providers.chat import OpenAICompatibleChat
-from chunkrag_core.search_backend import make_backend
+from chunkrag_core.engines import make_backend
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from search_extension.gateway import create_app
