@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_core.engines import make_backend
+from chunkrag_core.providers.chat import OpenAICompatibleChat
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from search_extension.gateway import create_app
