@@ -101,7 +101,7 @@ def summary(per_run: list[dict[str, list[float]]], name: str) -> dict:
 
 
 def versions(client) -> dict:
-    packages = {name: importlib.metadata.version(name) for name in ("elasticsearch", "fastapi", "starlette", "uvicorn", "httpx", "h11", "urllib3", "orjson")}
+    packages = {name: importlib.metadata.version(name) for name in ("elasticsearch", "fastapi", "starlette", "uvicorn", "httpx", "httpcore", "h11", "urllib3", "orjson")}
     nodes = client.nodes.info(node_id="_local", filter_path="nodes.*.version")["nodes"]
     return {"elasticsearch_server": next(iter(nodes.values()))["version"], **packages}
 
@@ -202,7 +202,7 @@ def main(argv=None) -> int:
         "warmup_requests": WARMUP,
         "body": f"queries.native_sum_body, size {SIZE}, k {max(100, SIZE)}, num_candidates {settings.retrieval.num_candidates}, precomputed query vectors",
         "client": "urllib3 keep-alive pool, pre-encoded bodies, one request at a time; direct and gateway alternate which goes first",
-        "gateway": "`chunkrag serve` (uvicorn, no access log) in its own process; pass-through over its keep-alive HTTP/1.1 pool (http11.py)",
+        "gateway": "`chunkrag serve` (uvicorn, no access log) in its own process; pass-through over its keep-alive HTTP/1.1 pool (origin.py, httpcore)",
         # uvicorn picks uvloop and httptools by itself when they are importable.
         "gateway_server": {"loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio", "http": "httptools" if importlib.util.find_spec("httptools") else "h11"},
         "versions": versions(client),

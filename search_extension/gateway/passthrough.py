@@ -14,7 +14,7 @@ from starlette.responses import Response
 from chunkrag_core.search_backend import opensearch_sigv4
 from chunkrag_core.settings import Settings
 from search_extension.gateway import errors
-from search_extension.gateway.http11 import HOP_BY_HOP, Http11Pool, HttpFailure, HttpResponse, HttpTimeout
+from search_extension.gateway.origin import HOP_BY_HOP, HttpFailure, HttpResponse, HttpTimeout, OriginPool
 from search_extension.gateway.identity import Caller, forwarded_headers
 
 # Besides the hop-by-hop ones: Host and Content-Length are set for the new
@@ -29,7 +29,7 @@ _SIGV4_HEADERS = {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-
 
 
 class HttpTransport(Protocol):
-    """What the pass-through sends through (``Http11Pool``; a double in tests)."""
+    """What the pass-through sends through (``OriginPool``; a double in tests)."""
 
     async def request(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse: ...
 
@@ -134,12 +134,12 @@ def _pool_address(parts) -> tuple[str, int]:
 
 
 def pool_host_header(parts) -> str:
-    """The Host header ``Http11Pool`` sends for the URL ``parts``."""
+    """The Host header ``OriginPool`` sends for the URL ``parts``."""
     host, port = _pool_address(parts)
     return (f"[{host}]" if ":" in host else host) + f":{port}"
 
 
-def _make_pool(settings: Settings) -> Http11Pool:
+def _make_pool(settings: Settings) -> OriginPool:
     """The connection pool; it holds no credentials (each request carries its own)."""
     parts = urlsplit(settings.search_url)
     context = None
@@ -147,4 +147,4 @@ def _make_pool(settings: Settings) -> Http11Pool:
         # Verified against ES_CA_CERTS (a PEM bundle), else the system's CAs.
         context = ssl.create_default_context(cafile=settings.opensearch_ca_certs if settings.search_backend == "opensearch" else settings.es_ca_certs)
     host, port = _pool_address(parts)
-    return Http11Pool(host, port, ssl=context, timeout_s=settings.es_request_timeout_s)
+    return OriginPool(host, port, ssl=context, timeout_s=settings.es_request_timeout_s)

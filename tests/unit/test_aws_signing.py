@@ -163,7 +163,7 @@ def test_the_pass_through_signs_each_request_in_service_mode(aws_credentials):
     method, target, headers, sent = transport.requests[0]
     assert headers[b"x-amz-date"] != b"19700101T000000Z"  # the caller's own x-amz-* never reaches the cluster
     decoded = {name.decode(): value.decode() for name, value in headers.items()}
-    # Http11Pool sends Host as host:port; the signature covers exactly that.
+    # OriginPool sends Host as host:port; the signature covers exactly that.
     assert_signed(method, "127.0.0.1:9201", target, {**decoded, "host": "127.0.0.1:9201"}, sent)
 
 

@@ -10,7 +10,7 @@ from starlette.testclient import TestClient
 from chunkrag_core.providers.chat import ChatError, ChatResponse
 from chunkrag_core.settings import GatewaySettings, Settings
 from search_extension.gateway import create_app
-from search_extension.gateway.http11 import HttpFailure, HttpResponse
+from search_extension.gateway.origin import HttpFailure, HttpResponse
 from search_extension.processors.relevance import Judgement
 
 COMPAT = "application/vnd.elasticsearch+json; compatible-with=9"
@@ -105,8 +105,8 @@ def test_the_pool_holds_no_credentials_and_the_gateway_credentials_are_its_own()
     from search_extension.gateway.passthrough import _make_pool, service_credentials
 
     pool = _make_pool(Settings(es_url="http://user:secret@es.internal:9200"))
-    assert (pool.host, pool.port) == ("es.internal", 9200) and pool.ssl is None
-    assert not any(name == b"authorization" for name, _ in pool._fixed_headers)
+    assert (pool.host, pool.port, pool.host_header) == ("es.internal", 9200, b"es.internal:9200") and pool.ssl is None
+    assert b"secret" not in repr(vars(pool)).encode()
     assert service_credentials(Settings(es_url="http://user:secret@es.internal:9200")) == [(b"authorization", b"Basic " + base64.b64encode(b"user:secret"))]
     assert service_credentials(Settings(es_url="http://user:secret@es.internal", es_api_key="k")) == [(b"authorization", b"ApiKey k")]
     assert _make_pool(Settings(es_url="https://es.internal", es_api_key="k")).port == 443
