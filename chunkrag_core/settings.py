@@ -212,6 +212,20 @@ class GatewaySettings:
     rate_burst: int = 20
     # A request body must arrive within this (a slow sender holds a slot).
     body_timeout_s: float = 30.0
+    # A request's line and headers must be complete within this from the
+    # connection's opening or the previous response (slow and silent
+    # clients); an idle keep-alive connection is closed after keep_alive_s.
+    header_timeout_s: float = 10.0
+    keep_alive_s: float = 5.0
+    # Open client connections, overall and per client address (0: no
+    # per-address cap, e.g. behind a proxy); one more is answered 503.
+    max_connections: int = 1000
+    max_connections_per_address: int = 100
+    # A request's line and headers together, and one header line: above
+    # either, 431 (Elasticsearch's own limit is 16 KB, and past it the
+    # cluster stops reading the connection).
+    max_header_bytes: int = 12_288
+    max_header_line_bytes: int = 8_192
     # HTTPS on the gateway itself when both are set (PEM files).
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
