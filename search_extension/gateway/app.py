@@ -150,17 +150,40 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
         raise errors.from_exception(exc, es_url=settings.search_url_for_display) from exc
 
 
+# Deepest nesting (objects and lists) of a body the gateway decodes itself
+# (ext.chunkrag, /v1/ask). orjson parses up to 1024 levels; deeper bodies
+# are 400 parse errors already. No query needs more than this; it keeps
+# every later walk (the option and query parsers, the error messages'
+# repr, the Elasticsearch client's serializer: orjson, 255 levels) far
+# from Python's recursion limit.
+MAX_BODY_DEPTH = 200
+
+
 def _refuse_non_finite(value: Any, where: str) -> None:
     """JSON numbers too large for a double (1e309) decode as infinity, and
-    Python's parser takes NaN and Infinity literals: no option means either."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise errors.bad_request(f"{where} is {value!r}: numbers must be finite")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _refuse_non_finite(item, f"{where}.{key}")
-    elif isinstance(value, list):
-        for position, item in enumerate(value):
-            _refuse_non_finite(item, f"{where}[{position}]")
+    Python's parser takes NaN and Infinity literals: no option means either.
+    Nesting deeper than MAX_BODY_DEPTH is refused too. A walk with its own
+    stack: a body may nest deeper than Python's recursion limit."""
+    stack: list[tuple[Any, tuple | None, int]] = [(value, None, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise errors.bad_request(f"{_json_path(where, path)} is {item!r}: numbers must be finite")
+        elif isinstance(item, (dict, list)):
+            if depth >= MAX_BODY_DEPTH:
+                raise errors.bad_request(f"{_json_path(where, path)} nests deeper than the gateway's limit of {MAX_BODY_DEPTH} levels")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend((child, (path, key), depth + 1) for key, child in pairs)
+
+
+def _json_path(where: str, path: tuple | None) -> str:
+    """``where`` followed by the keys of a (parent, key) chain: .key, [position]."""
+    steps = []
+    while path is not None:
+        path, key = path
+        steps.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return where + "".join(reversed(steps))
 
 
 def _json_body(body: bytes) -> Any:
