@@ -3,6 +3,9 @@ with the real Elasticsearch behind it and the scripted model server: no
 request may get a 5xx, and no response may carry a stack trace. Then the
 inputs a fuzzer finds by luck, sent on purpose: bad bodies, wrong types,
 huge numbers, odd unicode and NUL bytes each get a 4xx naming the problem.
+The generated requests are also sent mutated: a part of the body nested up
+to 1,100 levels deep (400, or served when shallow enough), a body over the
+body limit (413), headers over the total or the per-line limit (431).
 
 Bounded: FUZZ_EXAMPLES cases per operation and mode (~1 min on 2 cores).
 With CHUNKRAG_FUZZ_REPORT=<file> the counts are written there for
@@ -19,9 +22,10 @@ from collections import Counter
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings as hypothesis_settings
+from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 
 from chunkrag_core.providers.chat import OpenAICompatibleChat
+from chunkrag_core.settings import GatewaySettings
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from search_extension.gateway import create_app
@@ -101,6 +105,61 @@ def test_no_request_gets_a_server_error_or_a_stack_trace(fuzz_gateway, fuzz_inde
                     raise
 
             run()
+
+
+# What each mutation of a generated request must get (None: any clean answer).
+MUTATIONS = {"deep": None, "big_body": 413, "big_header": 431, "long_header_line": 431}
+
+
+def test_mutated_requests_deep_or_oversized_get_a_clean_4xx(fuzz_gateway, fuzz_index):
+    """The generated requests of every operation, mutated: nested deep,
+    grown over the body limit, or sent with oversized headers."""
+    limits = GatewaySettings()
+    schema = schemathesis.openapi.from_url(f"{fuzz_gateway}/openapi.json")
+    for operation in (result.ok() for result in schema.get_all_operations()):
+
+        @given(case=operation.as_strategy(generation_mode=schemathesis.GenerationMode.POSITIVE), mutation=st.sampled_from(sorted(MUTATIONS)),
+               depth=st.integers(1, 1100), data=st.data())
+        @hypothesis_settings(max_examples=max(8, FUZZ_EXAMPLES // 2), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+        def run(case, mutation, depth, data):
+            path = case.formatted_path.replace("{index}", fuzz_index)
+            if "index" in (case.path_parameters or {}):
+                path = operation.path.replace("{index}", fuzz_index)
+            body = case.body if isinstance(case.body, (dict, list, str, int, float, bool)) else {}  # NOT_SET without a body
+            if operation.path == "/v1/ask" and isinstance(body, dict):
+                body = {**body, "index": fuzz_index}
+            content = json.dumps(body)
+            headers = {"content-type": "application/json"}
+            if mutation == "deep":
+                nest = data.draw(st.sampled_from(["object", "list"]))
+                opening, closing = ('{"a":', "}") if nest == "object" else ("[", "]")
+                if isinstance(body, dict) and body:
+                    key = data.draw(st.sampled_from(sorted(body)))
+                    marker = '"\u0000DEEP\u0000"'
+                    content = json.dumps({**body, key: "\u0000DEEP\u0000"}).replace(marker, opening * depth + json.dumps(body[key]) + closing * depth)
+                else:
+                    content = opening * depth + content + closing * depth
+            elif mutation == "big_body":
+                content = json.dumps({**body, "padding": "a" * limits.max_body_bytes}) if isinstance(body, dict) else " " * (limits.max_body_bytes + 1) + content
+            elif mutation == "big_header":
+                headers |= {f"x-padding-{n}": "a" * 4000 for n in range(limits.max_header_bytes // 4000 + 1)}
+            else:
+                headers["x-padding"] = "a" * (limits.max_header_line_bytes + 1)
+            method = "GET" if operation.method.upper() == "GET" and mutation != "big_body" else "POST"
+            if operation.path == "/v1/health":
+                method = "GET" if mutation not in ("deep", "big_body") else "POST"
+            response = httpx.request(method, f"{fuzz_gateway}{path}", params=case.query or None, content=content.encode(), headers=headers, timeout=60)
+            OUTCOMES[response.status_code] += 1
+            where = f"{mutation} {method} {path} depth {depth}"
+            try:
+                assert_answered_cleanly(response.status_code, response.text, where)
+                expected = MUTATIONS[mutation]
+                assert expected is None or response.status_code == expected, f"{where}: {response.status_code} {response.text[:300]}"
+            except AssertionError as exc:
+                FAILURES.append(str(exc)[:500])
+                raise
+
+        run()
 
 
 ASK_CASES = [
