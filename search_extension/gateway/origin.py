@@ -113,7 +113,7 @@ class OriginPool:
                 # (the race has_expired cannot see): nothing was processed.
                 continue
         self.opened += 1
-        connection = httpcore.AsyncHTTPConnection(self._origin, ssl_context=self.ssl, keepalive_expiry=self._keepalive_s)
+        connection = httpcore.AsyncHTTPConnection(self._origin, ssl_context=self.ssl, keepalive_expiry=self._keepalive_s, network_backend=_BACKEND)
         return await self._send_on(connection, request, reused=False)
 
     async def _send_on(self, connection: httpcore.AsyncHTTPConnection, request: httpcore.Request, *, reused: bool) -> HttpResponse:
@@ -151,6 +151,63 @@ class OriginPool:
 
 class _StaleConnection(Exception):
     pass
+
+
+class _AsyncioStream(httpcore.AsyncNetworkStream):
+    """httpcore's network stream on asyncio's own streams. httpcore's default
+    (anyio) enters a cancel scope on every read and write, a third of its
+    CPU per request here; timeouts are the pool's (one per exchange)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self._reader, self._writer = reader, writer
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        try:
+            return await self._reader.read(max_bytes)
+        except OSError as exc:
+            raise httpcore.ReadError(str(exc)) from exc
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        try:
+            self._writer.write(buffer)
+            await self._writer.drain()
+        except OSError as exc:
+            raise httpcore.WriteError(str(exc)) from exc
+
+    async def aclose(self) -> None:
+        self._writer.close()
+
+    async def start_tls(self, ssl_context: ssl_module.SSLContext, server_hostname: str | None = None, timeout: float | None = None) -> _AsyncioStream:
+        try:
+            await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
+        except (OSError, ssl_module.SSLError) as exc:
+            self._writer.close()
+            raise httpcore.ConnectError(str(exc)) from exc
+        return self
+
+    def get_extra_info(self, info: str):
+        if info == "is_readable":
+            # Idle, a kept-alive connection has nothing to read: its end or
+            # an error means the server closed it.
+            return self._reader.at_eof() or self._reader.exception() is not None or self._writer.transport.is_closing()
+        return self._writer.get_extra_info({"client_addr": "sockname", "server_addr": "peername"}.get(info, info))
+
+
+class _AsyncioBackend(httpcore.AsyncNetworkBackend):
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None, socket_options=None) -> _AsyncioStream:
+        try:
+            reader, writer = await asyncio.open_connection(host, port, local_addr=(local_address, 0) if local_address else None)
+        except OSError as exc:
+            raise httpcore.ConnectError(exc.strerror or str(exc)) from exc
+        return _AsyncioStream(reader, writer)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+_BACKEND = _AsyncioBackend()
 
 
 async def _discard(connection: httpcore.AsyncHTTPConnection) -> None:
