@@ -48,6 +48,7 @@ class ConnectionLimits:
     max_connections_per_address: int = 100
     max_header_bytes: int = 12_288
     max_header_line_bytes: int = 8_192
+    body_timeout_s: float = 30.0
 
     @classmethod
     def from_settings(cls, gateway) -> ConnectionLimits:
@@ -55,7 +56,8 @@ class ConnectionLimits:
         file-descriptor limit, which would otherwise be reached first."""
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         ceiling = gateway.max_connections if soft == resource.RLIM_INFINITY else min(gateway.max_connections, max(1, soft - RESERVED_FDS))
-        return cls(gateway.header_timeout_s, ceiling, gateway.max_connections_per_address, gateway.max_header_bytes, gateway.max_header_line_bytes)
+        return cls(gateway.header_timeout_s, ceiling, gateway.max_connections_per_address, gateway.max_header_bytes, gateway.max_header_line_bytes,
+                   gateway.body_timeout_s)
 
 
 class _Counts:
@@ -96,37 +98,40 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._address = self.client[0] if self.client else None
         self._counted = self._refused = False
-        self._head_timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        # Between the end of a request and the end of the next one's head;
+        # the bytes received meanwhile (the next head, as far as it came).
+        self._in_head, self._head_received, self._message_done = True, 0, True
         refusal = self.counts.admit(self._address, self.limits)
         if refusal is not None:
             self._refuse(errors.GatewayError(503, "unavailable_exception", refusal, headers={"retry-after": "1"}))
             return
         self._counted = True
-        self._await_head()
+        self._start_timer(self.limits.header_timeout_s, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._counted:
             self._counted = False
             self.counts.release(self._address)
-        self._stop_head_timer()
+        self._stop_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
-        awaiting = self._head_timer is not None
-        if awaiting:
+        counted = self._in_head
+        if counted:
             self._head_received += len(data)
         super().data_received(data)
         # A head that never ends is buffered by the parser until it does:
         # refuse it as soon as it is too long, whatever it holds.
-        if awaiting and self._head_timer is not None and self._head_received > self.limits.max_header_bytes:
+        if counted and self._in_head and self._head_received > self.limits.max_header_bytes:
             self._refuse(_too_long(f"the request line and headers are larger than {self.limits.max_header_bytes} bytes (CHUNKRAG_GATEWAY_MAX_HEADER_BYTES)"))
 
     # Parser callbacks: sizes of the head as the parser sees it.
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._head_size, self._longest_line = 0, 0
+        self._head_size, self._longest_line, self._message_done = 0, 0, False
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -139,7 +144,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._longest_line = max(self._longest_line, line)
 
     def on_headers_complete(self) -> None:
-        self._stop_head_timer()
+        self._in_head = False
+        self._stop_timer()
         if self._refused:
             return
         if self._longest_line > self.limits.max_header_line_bytes:
@@ -153,41 +159,53 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self._in_head, self._head_received, self._message_done = True, 0, True
         if not self._refused:
             super().on_message_complete()
+            self._between_requests()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        # Unless a pipelined request (its head complete) has just started.
-        if not self.transport.is_closing() and self.cycle.response_complete:
-            self._await_head()
+        self._between_requests()
 
-    # The head timer runs while the connection waits for a request's head.
-    def _await_head(self) -> None:
-        self._stop_head_timer()
-        self._head_received = 0
-        self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
+    def _between_requests(self) -> None:
+        """Once a request and its response are both complete, the next head
+        has header_timeout_s. A response sent before its request's body
+        ended (a 413, say) leaves the rest of the body body_timeout_s to
+        arrive and be discarded, not forever."""
+        if self._refused or self.transport.is_closing() or self.cycle is None or not self.cycle.response_complete:
+            return  # a request is being answered (a pipelined one too)
+        if self._message_done:
+            self._start_timer(self.limits.header_timeout_s, self._head_timed_out)
+        elif self._timer is None:
+            self._start_timer(self.limits.body_timeout_s, self._close)
 
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+    def _start_timer(self, delay_s: float, handler) -> None:
+        self._stop_timer()
+        self._timer = self.loop.call_later(delay_s, handler)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _head_timed_out(self) -> None:
-        self._head_timer = None
-        if self.transport.is_closing():
-            return
-        if self._head_received:
+        self._timer = None
+        if self._head_received and not self.transport.is_closing():
             self._refuse(errors.GatewayError(408, "timeout_exception", f"the request line and headers did not arrive within {self.limits.header_timeout_s:g} s (CHUNKRAG_GATEWAY_HEADER_TIMEOUT_S)"))
         else:
-            self._refused = True
-            self.transport.close()
+            self._close()
+
+    def _close(self) -> None:
+        self._timer = None
+        self._refused = True
+        self.transport.close()
 
     def _refuse(self, error: errors.GatewayError) -> None:
         """Answer ``error`` and close: what else came on this connection is
         not read."""
         self._refused = True
-        self._stop_head_timer()
+        self._stop_timer()
         if self.transport.is_closing():
             return
         payload = orjson.dumps(errors.body_of(error))

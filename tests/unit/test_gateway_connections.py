@@ -17,9 +17,12 @@ from search_extension.gateway.server import serve_in_thread, uvicorn_options
 async def app(scope, receive, send):
     if scope["type"] != "http":
         return
-    while (await receive()).get("more_body"):
-        pass
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    status = 413  # /early answers before reading the body, as the body limit does
+    if scope["path"] != "/early":
+        status = 200
+        while (await receive()).get("more_body"):
+            pass
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"2")]})
     await send({"type": "http.response.body", "body": b"{}"})
 
 
@@ -48,8 +51,8 @@ def read_all(sock) -> bytes:
     return data
 
 
-def request(head_lines=(), body=b""):
-    lines = [b"POST / HTTP/1.1", b"host: x", b"content-length: %d" % len(body), *head_lines]
+def request(head_lines=(), body=b"", path=b"/"):
+    lines = [b"POST " + path + b" HTTP/1.1", b"host: x", b"content-length: %d" % len(body), *head_lines]
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
@@ -81,6 +84,29 @@ def test_headers_within_the_limits_pass_and_keep_alive_works():
         for _ in range(3):
             sock.sendall(request([b"x-ok: " + b"a" * 900], b"{}"))
             assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_body_left_unread_by_an_early_answer_is_discarded_and_the_connection_serves_on():
+    with serve(max_header_bytes=4000) as url, connect(url) as sock:
+        body = b"x" * 200_000  # far over the header limit: it must not count as the next head
+        sock.sendall(request(body=body, path=b"/early")[: -len(body)])
+        assert sock.recv(65536).startswith(b"HTTP/1.1 413 ")
+        sock.sendall(body)
+        sock.sendall(request(body=b"{}"))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_body_trickled_after_an_early_answer_gets_the_body_timeout():
+    with serve(body_timeout_s=0.5, header_timeout_s=30, keep_alive_s=30) as url, connect(url) as sock:
+        sock.sendall(request(body=b"x" * 1000, path=b"/early")[:-1000])
+        assert sock.recv(65536).startswith(b"HTTP/1.1 413 ")
+        for _ in range(20):
+            time.sleep(0.1)
+            try:
+                sock.sendall(b"x")
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        assert read_all(sock) == b""
 
 
 def test_silent_and_slow_connections_are_closed_after_the_header_timeout():
