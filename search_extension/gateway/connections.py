@@ -208,6 +208,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._stop_timer()
         if self.transport.is_closing():
             return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined head refused while the response before it is being
+            # written: an answer now would land inside that response.
+            self.transport.close()
+            return
         payload = orjson.dumps(errors.body_of(error))
         head = [b"HTTP/1.1 %d %s" % (error.status, _REASONS.get(error.status, b"Error")), b"content-type: application/json",
                 b"content-length: %d" % len(payload), b"x-elastic-product: Elasticsearch", b"connection: close"]
