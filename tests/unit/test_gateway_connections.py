@@ -176,3 +176,12 @@ def test_limits_come_from_the_settings_and_stay_below_the_descriptor_limit():
     assert options["http"].counts is not uvicorn_options(GatewaySettings())["http"].counts
     with pytest.raises(ValueError, match="HEADER_TIMEOUT_S"):
         uvicorn_options(GatewaySettings(header_timeout_s=0))
+
+
+def test_pipelined_requests_are_all_answered():
+    with serve(header_timeout_s=1) as url, connect(url) as sock:
+        sock.sendall(request(body=b"{}") * 3)
+        answers = b""
+        while answers.count(b"HTTP/1.1 200 ") < 3:
+            answers += sock.recv(65536)
+        assert answers.count(b"HTTP/1.1 200 ") == 3
