@@ -172,7 +172,9 @@ def _refuse_non_finite(value: Any, where: str) -> None:
                 raise errors.bad_request(f"{_json_path(where, path)} is {item!r}: numbers must be finite")
         elif isinstance(item, (dict, list)):
             if depth >= MAX_BODY_DEPTH:
-                raise errors.bad_request(f"{_json_path(where, path)} nests deeper than the gateway's limit of {MAX_BODY_DEPTH} levels")
+                raise errors.bad_request(
+                    f"{_json_path(where, path)} nests deeper than the gateway's limit of {MAX_BODY_DEPTH} levels"
+                )
             pairs = item.items() if isinstance(item, dict) else enumerate(item)
             stack.extend((child, (path, key), depth + 1) for key, child in pairs)
 

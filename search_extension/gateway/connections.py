@@ -55,9 +55,19 @@ class ConnectionLimits:
         """From ``GatewaySettings``; the overall cap stays below the process's
         file-descriptor limit, which would otherwise be reached first."""
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        ceiling = gateway.max_connections if soft == resource.RLIM_INFINITY else min(gateway.max_connections, max(1, soft - RESERVED_FDS))
-        return cls(gateway.header_timeout_s, ceiling, gateway.max_connections_per_address, gateway.max_header_bytes, gateway.max_header_line_bytes,
-                   gateway.body_timeout_s)
+        ceiling = (
+            gateway.max_connections
+            if soft == resource.RLIM_INFINITY
+            else min(gateway.max_connections, max(1, soft - RESERVED_FDS))
+        )
+        return cls(
+            gateway.header_timeout_s,
+            ceiling,
+            gateway.max_connections_per_address,
+            gateway.max_header_bytes,
+            gateway.max_header_line_bytes,
+            gateway.body_timeout_s,
+        )
 
 
 class _Counts:
@@ -68,10 +78,16 @@ class _Counts:
     def admit(self, address: str | None, limits: ConnectionLimits) -> str | None:
         """Count a new connection in, or say why it is refused."""
         if self.total >= limits.max_connections:
-            return f"the gateway holds its maximum of {limits.max_connections} connections (CHUNKRAG_GATEWAY_MAX_CONNECTIONS)"
+            return (
+                f"the gateway holds its maximum of {limits.max_connections} connections "
+                "(CHUNKRAG_GATEWAY_MAX_CONNECTIONS)"
+            )
         per_address = limits.max_connections_per_address
         if per_address > 0 and address is not None and self.by_address[address] >= per_address:
-            return f"{per_address} connections from this address are open already (CHUNKRAG_GATEWAY_MAX_CONNECTIONS_PER_ADDRESS)"
+            return (
+                f"{per_address} connections from this address are open already "
+                "(CHUNKRAG_GATEWAY_MAX_CONNECTIONS_PER_ADDRESS)"
+            )
         self.total += 1
         if address is not None:
             self.by_address[address] += 1
@@ -126,7 +142,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         # A head that never ends is buffered by the parser until it does:
         # refuse it as soon as it is too long, whatever it holds.
         if counted and self._in_head and self._head_received > self.limits.max_header_bytes:
-            self._refuse(_too_long(f"the request line and headers are larger than {self.limits.max_header_bytes} bytes (CHUNKRAG_GATEWAY_MAX_HEADER_BYTES)"))
+            self._refuse(
+                _too_long(
+                    f"the request line and headers are larger than {self.limits.max_header_bytes} bytes "
+                    "(CHUNKRAG_GATEWAY_MAX_HEADER_BYTES)"
+                )
+            )
 
     # Parser callbacks: sizes of the head as the parser sees it.
     def on_message_begin(self) -> None:
@@ -149,9 +170,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused:
             return
         if self._longest_line > self.limits.max_header_line_bytes:
-            return self._refuse(_too_long(f"a header line is larger than {self.limits.max_header_line_bytes} bytes (CHUNKRAG_GATEWAY_MAX_HEADER_LINE_BYTES)"))
+            return self._refuse(
+                _too_long(
+                    f"a header line is larger than {self.limits.max_header_line_bytes} bytes "
+                    "(CHUNKRAG_GATEWAY_MAX_HEADER_LINE_BYTES)"
+                )
+            )
         if self._head_size > self.limits.max_header_bytes:
-            return self._refuse(_too_long(f"the request line and headers are larger than {self.limits.max_header_bytes} bytes (CHUNKRAG_GATEWAY_MAX_HEADER_BYTES)"))
+            return self._refuse(
+                _too_long(
+                    f"the request line and headers are larger than {self.limits.max_header_bytes} bytes "
+                    "(CHUNKRAG_GATEWAY_MAX_HEADER_BYTES)"
+                )
+            )
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -192,7 +223,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def _head_timed_out(self) -> None:
         self._timer = None
         if self._head_received and not self.transport.is_closing():
-            self._refuse(errors.GatewayError(408, "timeout_exception", f"the request line and headers did not arrive within {self.limits.header_timeout_s:g} s (CHUNKRAG_GATEWAY_HEADER_TIMEOUT_S)"))
+            self._refuse(
+                errors.GatewayError(
+                    408,
+                    "timeout_exception",
+                    f"the request line and headers did not arrive within {self.limits.header_timeout_s:g} s "
+                    "(CHUNKRAG_GATEWAY_HEADER_TIMEOUT_S)",
+                )
+            )
         else:
             self._close()
 
@@ -214,8 +252,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
             return
         payload = orjson.dumps(errors.body_of(error))
-        head = [b"HTTP/1.1 %d %s" % (error.status, _REASONS.get(error.status, b"Error")), b"content-type: application/json",
-                b"content-length: %d" % len(payload), b"x-elastic-product: Elasticsearch", b"connection: close"]
+        head = [
+            b"HTTP/1.1 %d %s" % (error.status, _REASONS.get(error.status, b"Error")),
+            b"content-type: application/json",
+            b"content-length: %d" % len(payload),
+            b"x-elastic-product: Elasticsearch",
+            b"connection: close",
+        ]
         head += [f"{name}: {value}".encode("latin-1") for name, value in error.headers.items()]
         self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + payload)
         self.transport.close()

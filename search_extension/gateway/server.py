@@ -26,7 +26,8 @@ def uvicorn_options(gateway: GatewaySettings) -> dict[str, Any]:
     for name in ("header_timeout_s", "keep_alive_s", "max_connections", "max_header_bytes", "max_header_line_bytes"):
         if getattr(gateway, name) <= 0:
             raise ValueError(f"CHUNKRAG_GATEWAY_{name.upper()} must be positive, got {getattr(gateway, name)}")
-    options: dict[str, Any] = {"timeout_keep_alive": gateway.keep_alive_s, "http": protocol_class(ConnectionLimits.from_settings(gateway))}
+    protocol = protocol_class(ConnectionLimits.from_settings(gateway))
+    options: dict[str, Any] = {"timeout_keep_alive": gateway.keep_alive_s, "http": protocol}
     if gateway.ssl_certfile:
         options.update(ssl_certfile=gateway.ssl_certfile, ssl_keyfile=gateway.ssl_keyfile)
     return options
@@ -35,8 +36,9 @@ def uvicorn_options(gateway: GatewaySettings) -> dict[str, Any]:
 @contextmanager
 def serve_in_thread(app, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 15.0, gateway: GatewaySettings | None = None) -> Iterator[str]:
     """Serve ``app`` until the block ends; yields its base URL (https:// when
-    ``gateway``, by default the app's gateway settings, names a certificate). Port 0 picks a free one (the socket is
-    bound here, so there is no race for it)."""
+    ``gateway``, by default the app's gateway settings, names a certificate).
+    Port 0 picks a free one (the socket is bound here, so there is no race
+    for it)."""
     import uvicorn
 
     # The app's own gateway settings unless others are given.

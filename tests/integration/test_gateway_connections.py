@@ -40,7 +40,9 @@ def index(es, embedder, settings):
 
 def with_gateway(settings, **gateway):
     # A short cluster timeout: a poisoned connection shows as a 504 soon.
-    return dataclasses.replace(settings, es_request_timeout_s=5.0, gateway=dataclasses.replace(settings.gateway, **gateway))
+    return dataclasses.replace(
+        settings, es_request_timeout_s=5.0, gateway=dataclasses.replace(settings.gateway, **gateway)
+    )
 
 
 @pytest.mark.parametrize("gateway_limit", ["default", "lifted"])
@@ -51,8 +53,16 @@ def test_oversized_headers_do_not_poison_the_pool(settings, embedder, index, gat
     limits = {} if gateway_limit == "default" else {"max_header_bytes": 65_536, "max_header_line_bytes": 65_536}
     app = create_app(with_gateway(settings, **limits), embedder=embedder)
     body = {"query": {"match": {"text": "cats"}}, "size": 1}
-    with serving(app) as url, httpx.Client(base_url=url, timeout=60) as client, concurrent.futures.ThreadPoolExecutor(20) as pool:
-        bad = list(pool.map(lambda _: httpx.post(f"{url}/{index}/_search", json=body, headers=BIG_HEADER, timeout=60), range(20)))
+    with (
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=60) as client,
+        concurrent.futures.ThreadPoolExecutor(20) as pool,
+    ):
+        bad = list(
+            pool.map(
+                lambda _: httpx.post(f"{url}/{index}/_search", json=body, headers=BIG_HEADER, timeout=60), range(20)
+            )
+        )
         good = list(pool.map(lambda _: client.post(f"/{index}/_search", json=body), range(20)))
         pooled = app.state.edges.passthrough.transport
     assert {r.status_code for r in bad} == ({431} if gateway_limit == "default" else {400})
@@ -68,7 +78,9 @@ def test_slow_and_silent_clients_cannot_lock_others_out(settings, embedder, inde
     a 3 s header deadline; meanwhile 20 requests from 127.0.0.1 are served.
     Bounded: at most ~15 s, loopback only."""
     header_timeout_s, cap = 3.0, 200
-    app = create_app(with_gateway(settings, header_timeout_s=header_timeout_s, max_connections_per_address=cap), embedder=embedder)
+    app = create_app(
+        with_gateway(settings, header_timeout_s=header_timeout_s, max_connections_per_address=cap), embedder=embedder
+    )
     with serving(app) as url:
         host, port = url.removeprefix("http://").split(":")
         target = (host, int(port))
@@ -77,7 +89,9 @@ def test_slow_and_silent_clients_cannot_lock_others_out(settings, embedder, inde
         for sock in slow:
             _send(sock, b"GET /" + index.encode() + b"/_count HTTP/1.1\r\nhost: x\r\n")
         with concurrent.futures.ThreadPoolExecutor(1) as normal:
-            served = normal.submit(lambda: [httpx.get(f"{url}/{index}/_count", timeout=30).status_code for _ in range(20)])
+            served = normal.submit(
+                lambda: [httpx.get(f"{url}/{index}/_count", timeout=30).status_code for _ in range(20)]
+            )
             closed, answers = _trickle(slow + silent, until=time.monotonic() + header_timeout_s + 10)
             statuses = served.result()
     try:
@@ -152,16 +166,26 @@ def test_deep_bodies_get_a_4xx_or_the_engines_answer_never_500(settings, embedde
     app = create_app(with_gateway(settings, max_body_bytes=10_000_000, passthrough="read"), embedder=embedder)
     deep = _nest(depth)
     searches = {
-        "filtered": (f"/{index}/_search", f'{{"query":{{"bool":{{"must":[{{"match":{{"text":"cats"}}}}],"filter":[{deep}]}}}},'
-                                          f'"ext":{{"chunkrag":{{"stages":false}}}}}}'),
-        "filtered option": (f"/{index}/_search", f'{{"query":{{"match":{{"text":"cats"}}}},"ext":{{"chunkrag":{{"query":{deep}}}}}}}'),
+        "filtered": (
+            f"/{index}/_search",
+            f'{{"query":{{"bool":{{"must":[{{"match":{{"text":"cats"}}}}],"filter":[{deep}]}}}},'
+            f'"ext":{{"chunkrag":{{"stages":false}}}}}}',
+        ),
+        "filtered option": (
+            f"/{index}/_search",
+            f'{{"query":{{"match":{{"text":"cats"}}}},"ext":{{"chunkrag":{{"query":{deep}}}}}}}',
+        ),
         "plain": (f"/{index}/_search", f'{{"query":{deep}}}'),
         "msearch": (f"/{index}/_msearch", f'{{}}\n{{"query":{deep}}}\n'),
         "ask": ("/v1/ask", f'{{"index":"{index}","question":"cats","options":{{"stages":false,"query":{deep}}}}}'),
     }
     with serving(app) as url, httpx.Client(base_url=url, timeout=60) as client:
         for name, (path, body) in searches.items():
-            response = client.post(path, content=body, headers={"content-type": "application/json" if name != "msearch" else "application/x-ndjson"})
+            response = client.post(
+                path,
+                content=body,
+                headers={"content-type": "application/json" if name != "msearch" else "application/x-ndjson"},
+            )
             assert response.status_code < 500, (name, response.status_code, response.text[:300])
             if name == "msearch" and response.status_code == 200:
                 assert all(item.get("status", 200) < 500 for item in response.json()["responses"]), response.text[:300]

@@ -118,14 +118,25 @@ def test_mutated_requests_deep_or_oversized_get_a_clean_4xx(fuzz_gateway, fuzz_i
     schema = schemathesis.openapi.from_url(f"{fuzz_gateway}/openapi.json")
     for operation in (result.ok() for result in schema.get_all_operations()):
 
-        @given(case=operation.as_strategy(generation_mode=schemathesis.GenerationMode.POSITIVE), mutation=st.sampled_from(sorted(MUTATIONS)),
-               depth=st.integers(1, 1100), data=st.data())
-        @hypothesis_settings(max_examples=max(8, FUZZ_EXAMPLES // 2), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+        @given(
+            case=operation.as_strategy(generation_mode=schemathesis.GenerationMode.POSITIVE),
+            mutation=st.sampled_from(sorted(MUTATIONS)),
+            depth=st.integers(1, 1100),
+            data=st.data(),
+        )
+        @hypothesis_settings(
+            max_examples=max(8, FUZZ_EXAMPLES // 2),
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+            database=None,
+        )
         def run(case, mutation, depth, data):
             path = case.formatted_path.replace("{index}", fuzz_index)
             if "index" in (case.path_parameters or {}):
                 path = operation.path.replace("{index}", fuzz_index)
-            body = case.body if isinstance(case.body, (dict, list, str, int, float, bool)) else {}  # NOT_SET without a body
+            # NOT_SET when the operation has no body.
+            body = case.body if isinstance(case.body, (dict, list, str, int, float, bool)) else {}
             if operation.path == "/v1/ask" and isinstance(body, dict):
                 body = {**body, "index": fuzz_index}
             content = json.dumps(body)
@@ -136,11 +147,15 @@ def test_mutated_requests_deep_or_oversized_get_a_clean_4xx(fuzz_gateway, fuzz_i
                 if isinstance(body, dict) and body:
                     key = data.draw(st.sampled_from(sorted(body)))
                     marker = '"\u0000DEEP\u0000"'
-                    content = json.dumps({**body, key: "\u0000DEEP\u0000"}).replace(marker, opening * depth + json.dumps(body[key]) + closing * depth)
+                    nested = opening * depth + json.dumps(body[key]) + closing * depth
+                    content = json.dumps({**body, key: "\u0000DEEP\u0000"}).replace(marker, nested)
                 else:
                     content = opening * depth + content + closing * depth
             elif mutation == "big_body":
-                content = json.dumps({**body, "padding": "a" * limits.max_body_bytes}) if isinstance(body, dict) else " " * (limits.max_body_bytes + 1) + content
+                if isinstance(body, dict):
+                    content = json.dumps({**body, "padding": "a" * limits.max_body_bytes})
+                else:
+                    content = " " * (limits.max_body_bytes + 1) + content
             elif mutation == "big_header":
                 headers |= {f"x-padding-{n}": "a" * 4000 for n in range(limits.max_header_bytes // 4000 + 1)}
             else:
@@ -148,13 +163,17 @@ def test_mutated_requests_deep_or_oversized_get_a_clean_4xx(fuzz_gateway, fuzz_i
             method = "GET" if operation.method.upper() == "GET" and mutation != "big_body" else "POST"
             if operation.path == "/v1/health":
                 method = "GET" if mutation not in ("deep", "big_body") else "POST"
-            response = httpx.request(method, f"{fuzz_gateway}{path}", params=case.query or None, content=content.encode(), headers=headers, timeout=60)
+            url = f"{fuzz_gateway}{path}"
+            params = case.query or None
+            response = httpx.request(method, url, params=params, content=content.encode(), headers=headers, timeout=60)
             OUTCOMES[response.status_code] += 1
             where = f"{mutation} {method} {path} depth {depth}"
             try:
                 assert_answered_cleanly(response.status_code, response.text, where)
                 expected = MUTATIONS[mutation]
-                assert expected is None or response.status_code == expected, f"{where}: {response.status_code} {response.text[:300]}"
+                assert expected is None or response.status_code == expected, (
+                    f"{where}: {response.status_code} {response.text[:300]}"
+                )
             except AssertionError as exc:
                 FAILURES.append(str(exc)[:500])
                 raise

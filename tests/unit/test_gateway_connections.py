@@ -171,7 +171,10 @@ def test_limits_come_from_the_settings_and_stay_below_the_descriptor_limit():
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert limits.header_timeout_s == 3 and (limits.max_connections < soft or soft == resource.RLIM_INFINITY)
     options = uvicorn_options(GatewaySettings(keep_alive_s=7))
-    assert options["timeout_keep_alive"] == 7 and options["http"].limits.max_header_bytes == GatewaySettings().max_header_bytes
+    assert (
+        options["timeout_keep_alive"] == 7
+        and options["http"].limits.max_header_bytes == GatewaySettings().max_header_bytes
+    )
     # Each server gets its own counts.
     assert options["http"].counts is not uvicorn_options(GatewaySettings())["http"].counts
     with pytest.raises(ValueError, match="HEADER_TIMEOUT_S"):

@@ -45,8 +45,17 @@ def option_paths(prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
     return paths
 
 
-SEARCH_PATHS = [("query",), ("query", "match", "text"), ("size",), ("from",), ("knn",), ("_source",), ("ext",), ("ext", "chunkrag"),
-                *option_paths(("ext", "chunkrag"))]
+SEARCH_PATHS = [
+    ("query",),
+    ("query", "match", "text"),
+    ("size",),
+    ("from",),
+    ("knn",),
+    ("_source",),
+    ("ext",),
+    ("ext", "chunkrag"),
+    *option_paths(("ext", "chunkrag")),
+]
 ASK_PATHS = [("index",), ("question",), ("options",), ("extra",), *option_paths(("options",))]
 
 
@@ -75,7 +84,11 @@ def test_a_filtered_search_never_answers_500(client, depth, kind):
 def test_ask_never_answers_500(client, depth, kind):
     template = {"index": "idx", "question": "what do cats eat", "options": {"stages": False}}
     for path in ASK_PATHS:
-        response = client.post("/v1/ask", content=with_value(template, path, deep(depth, kind)), headers={"content-type": "application/json"})
+        response = client.post(
+            "/v1/ask",
+            content=with_value(template, path, deep(depth, kind)),
+            headers={"content-type": "application/json"},
+        )
         assert refused_or_forwarded(response), (path, response.status_code, response.text[:300])
 
 
@@ -96,7 +109,10 @@ def test_msearch_and_plain_searches_are_forwarded_or_refused_never_500(client, d
 def test_the_depth_limit_names_where_and_what():
     _, app = make_client(RecordingTransport(es_reply), max_body_bytes=10_000_000)
     client = TestClient(app, raise_server_exceptions=False)
-    response = client.post("/idx/_search", content=with_value({"query": QUERY, "ext": {"chunkrag": {}}}, ("ext", "chunkrag", "query"), deep(300, "list")))
+    response = client.post(
+        "/idx/_search",
+        content=with_value({"query": QUERY, "ext": {"chunkrag": {}}}, ("ext", "chunkrag", "query"), deep(300, "list")),
+    )
     assert response.status_code == 400
     reason = response.json()["error"]["reason"]
     assert "body.ext.chunkrag.query[0][0]" in reason and f"limit of {MAX_BODY_DEPTH} levels" in reason

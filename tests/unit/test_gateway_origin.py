@@ -32,7 +32,14 @@ class Server:
         try:
             while script:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    0,
+                )
                 self.requests.append((number, head + await reader.readexactly(length)))
                 step = script.pop(0)
                 if step == IGNORE:
@@ -66,7 +73,11 @@ def run(server, use, timeout_s=1.0):
 
 
 def ok(body=b"{}", status=b"200 OK"):
-    return b"HTTP/1.1 %s\r\nX-Elastic-Product: Elasticsearch\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (status, len(body), body)
+    return (
+        b"HTTP/1.1 %s\r\nX-Elastic-Product: Elasticsearch\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s"
+        % (status, len(body), body)
+    )
 
 
 OK = ok()
@@ -79,12 +90,25 @@ def get(pool, target="/"):
 
 def test_request_is_encoded_with_host_and_length():
     server = Server([OK])
-    response = run(server, lambda pool: pool.request("POST", "/i/_search?q=a%20b", [(b"authorization", b"ApiKey k"), (b"content-type", b"application/json")], b'{"size":1}'))
+    response = run(
+        server,
+        lambda pool: pool.request(
+            "POST",
+            "/i/_search?q=a%20b",
+            [(b"authorization", b"ApiKey k"), (b"content-type", b"application/json")],
+            b'{"size":1}',
+        ),
+    )
     assert (response.status, response.body) == (200, b"{}")
     assert (b"x-elastic-product", b"Elasticsearch") in response.headers
     lines = server.requests[0][1].split(b"\r\n")
     assert lines[0] == b"POST /i/_search?q=a%20b HTTP/1.1"
-    assert set(lines[1:5]) == {b"host: 127.0.0.1:" + lines[1].split(b":")[-1], b"authorization: ApiKey k", b"content-type: application/json", b"content-length: 10"}
+    assert set(lines[1:5]) == {
+        b"host: 127.0.0.1:" + lines[1].split(b":")[-1],
+        b"authorization: ApiKey k",
+        b"content-type: application/json",
+        b"content-length: 10",
+    }
     assert server.requests[0][1].endswith(b'\r\n\r\n{"size":1}')
 
 
@@ -133,10 +157,13 @@ def test_a_server_closing_mid_body_is_a_failure_and_the_connection_is_dropped():
     assert run(server, twice) == 200 and server.connections == 2
 
 
-@pytest.mark.parametrize("truncated", [
-    b"HTTP/1.1 200 OK\r\ncontent-le",  # inside the head
-    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n",  # chunked, no last chunk
-])
+@pytest.mark.parametrize(
+    "truncated",
+    [
+        b"HTTP/1.1 200 OK\r\ncontent-le",  # inside the head
+        b'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\n{"a"\r\n',  # chunked, no last chunk
+    ],
+)
 def test_a_truncated_response_is_a_failure(truncated):
     server = Server([truncated, CLOSE], [OK])
 
@@ -160,7 +187,10 @@ def test_a_timed_out_exchange_never_lends_its_late_answer_to_the_next_request():
 
 
 def test_chunked_bodies_are_joined_and_framing_headers_dropped():
-    chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n4\r\n{\"a\"\r\n3;ext=1\r\n:1}\r\n0\r\n\r\n"
+    chunked = (
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
+        b'4\r\n{"a"\r\n3;ext=1\r\n:1}\r\n0\r\n\r\n'
+    )
     response = run(Server([chunked]), lambda pool: get(pool, "/_cat/indices"))
     assert response.body == b'{"a":1}' and response.headers == ()
 
