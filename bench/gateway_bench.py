@@ -53,7 +53,11 @@ def free_port() -> int:
 def start_gateway(port: int) -> subprocess.Popen:
     # Started the way a user starts it; its output is discarded so logging
     # to a pipe nobody reads cannot block it.
-    process = subprocess.Popen([sys.executable, "-m", "chunkrag_cli", "serve", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "chunkrag_cli", "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     import urllib3
 
     deadline = time.monotonic() + 60
@@ -97,11 +101,29 @@ def hit_ids(data: bytes) -> list[str]:
 def summary(per_run: list[dict[str, list[float]]], name: str) -> dict:
     p50s = [percentile(run[name], 0.5) for run in per_run]
     p95s = [percentile(run[name], 0.95) for run in per_run]
-    return {"p50_ms": median(p50s), "p95_ms": median(p95s), "runs_p50_ms": [round(v, 3) for v in p50s], "runs_p95_ms": [round(v, 3) for v in p95s]}
+    return {
+        "p50_ms": median(p50s),
+        "p95_ms": median(p95s),
+        "runs_p50_ms": [round(v, 3) for v in p50s],
+        "runs_p95_ms": [round(v, 3) for v in p95s],
+    }
 
 
 def versions(client) -> dict:
-    packages = {name: importlib.metadata.version(name) for name in ("elasticsearch", "fastapi", "starlette", "uvicorn", "httpx", "h11", "urllib3", "orjson")}
+    packages = {
+        name: importlib.metadata.version(name)
+        for name in (
+            "elasticsearch",
+            "fastapi",
+            "starlette",
+            "uvicorn",
+            "httpx",
+            "httpcore",
+            "h11",
+            "urllib3",
+            "orjson",
+        )
+    }
     nodes = client.nodes.info(node_id="_local", filter_path="nodes.*.version")["nodes"]
     return {"elasticsearch_server": next(iter(nodes.values()))["version"], **packages}
 
@@ -138,10 +160,21 @@ def main(argv=None) -> int:
 
     def hybrid_body(text, vector) -> bytes:
         spec = queries.QuerySpec(text=text, vector=vector, size=SIZE, num_candidates=settings.retrieval.num_candidates)
-        return orjson.dumps(queries.native_sum_body(spec, settings.retrieval.bm25_weight, settings.retrieval.knn_weight))
+        return orjson.dumps(
+            queries.native_sum_body(spec, settings.retrieval.bm25_weight, settings.retrieval.knn_weight)
+        )
 
     hybrid = [hybrid_body(t, v) for t, v in zip(texts, vectors)]
-    chunkrag = [orjson.dumps({"query": {"match": {"text": t}}, "size": SIZE, "ext": {"chunkrag": {"stages": False, "mode": "native_sum", "candidates": SIZE}}}) for t in texts]
+    chunkrag = [
+        orjson.dumps(
+            {
+                "query": {"match": {"text": t}},
+                "size": SIZE,
+                "ext": {"chunkrag": {"stages": False, "mode": "native_sum", "candidates": SIZE}},
+            }
+        )
+        for t in texts
+    ]
     path = f"/{args.index}/_search"
 
     port = free_port()
@@ -172,7 +205,9 @@ def main(argv=None) -> int:
 
         per_run: list[dict[str, list[float]]] = []
         for run in range(args.runs):
-            timings: dict[str, list[float]] = {f"{name}_{side}": [] for name in comparisons for side in ("direct", "gateway")}
+            timings: dict[str, list[float]] = {
+                f"{name}_{side}": [] for name in comparisons for side in ("direct", "gateway")
+            }
             for name, (direct, proxied) in comparisons.items():
                 for n in range(args.requests):
                     i = (run * args.requests + n) % len(texts)
@@ -180,7 +215,10 @@ def main(argv=None) -> int:
                     for side, send in pair if n % 2 == 0 else reversed(pair):
                         timings[f"{name}_{side}"].append(send(i)[0])
             per_run.append(timings)
-            print(f"run {run + 1}: " + ", ".join(f"{k} p50 {percentile(v, 0.5):.2f} ms" for k, v in timings.items()), file=sys.stderr)
+            print(
+                f"run {run + 1}: " + ", ".join(f"{k} p50 {percentile(v, 0.5):.2f} ms" for k, v in timings.items()),
+                file=sys.stderr,
+            )
     finally:
         gateway_process.send_signal(signal.SIGTERM)
         gateway_process.wait(timeout=30)
@@ -190,7 +228,10 @@ def main(argv=None) -> int:
     def run_ratios(name: str) -> list[float]:
         # Both sides of a ratio come from the same run: the machine's drift
         # between runs cancels out.
-        return [round(percentile(run[f"{name}_gateway"], 0.5) / percentile(run[f"{name}_direct"], 0.5), 3) for run in per_run]
+        return [
+            round(percentile(run[f"{name}_gateway"], 0.5) / percentile(run[f"{name}_direct"], 0.5), 3)
+            for run in per_run
+        ]
 
     overhead = median(run_ratios("passthrough"))
     payload = {
@@ -202,21 +243,28 @@ def main(argv=None) -> int:
         "warmup_requests": WARMUP,
         "body": f"queries.native_sum_body, size {SIZE}, k {max(100, SIZE)}, num_candidates {settings.retrieval.num_candidates}, precomputed query vectors",
         "client": "urllib3 keep-alive pool, pre-encoded bodies, one request at a time; direct and gateway alternate which goes first",
-        "gateway": "`chunkrag serve` (uvicorn, no access log) in its own process; pass-through over its keep-alive HTTP/1.1 pool (http11.py)",
+        "gateway": "`chunkrag serve` (uvicorn, no access log) in its own process; pass-through over its keep-alive HTTP/1.1 pool (origin.py, httpcore)",
         # uvicorn picks uvloop and httptools by itself when they are importable.
-        "gateway_server": {"loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio", "http": "httptools" if importlib.util.find_spec("httptools") else "h11"},
+        "gateway_server": {
+            "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+            "http": "httptools" if importlib.util.find_spec("httptools") else "h11",
+        },
         "versions": versions(client),
         "load_note": f"machine load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (other processes shared the CPU)",
         "results": results,
         "gateway_over_es_p50": overhead,
         "gateway_over_es_p50_per_run": run_ratios("passthrough"),
-        "gateway_over_es_p95": round(results["passthrough_gateway"]["p95_ms"] / results["passthrough_direct"]["p95_ms"], 3),
+        "gateway_over_es_p95": round(
+            results["passthrough_gateway"]["p95_ms"] / results["passthrough_direct"]["p95_ms"], 3
+        ),
         "chunkrag_no_stages_over_embed_plus_es_p50": median(run_ratios("chunkrag_no_stages")),
         "chunkrag_no_stages_over_embed_plus_es_p50_per_run": run_ratios("chunkrag_no_stages"),
         "ratio_note": "p50 ratios are the median over runs of gateway p50 / direct p50 within each run; p95 ratio is of the medians",
         "added_p50_ms": {
             "passthrough": round(results["passthrough_gateway"]["p50_ms"] - results["passthrough_direct"]["p50_ms"], 3),
-            "chunkrag_no_stages": round(results["chunkrag_no_stages_gateway"]["p50_ms"] - results["chunkrag_no_stages_direct"]["p50_ms"], 3),
+            "chunkrag_no_stages": round(
+                results["chunkrag_no_stages_gateway"]["p50_ms"] - results["chunkrag_no_stages_direct"]["p50_ms"], 3
+            ),
         },
         "same_hits_share": {name: round(count / len(texts), 4) for name, count in same_hits.items()},
         "goal": "gateway_over_es_p50 <= 1.10",
@@ -225,7 +273,11 @@ def main(argv=None) -> int:
     # The soak and the fuzz run are separate commands writing their own
     # sections of the same file: a new overhead run keeps them.
     previous = RESULTS / f"{args.name}.json"
-    kept = {k: v for k, v in json.loads(previous.read_text()).items() if k in SEPARATE_SECTIONS} if previous.is_file() else {}
+    kept = (
+        {k: v for k, v in json.loads(previous.read_text()).items() if k in SEPARATE_SECTIONS}
+        if previous.is_file()
+        else {}
+    )
     print(write_result(args.name, "bench.gateway_bench", {**payload, **kept}))
     return 0
 

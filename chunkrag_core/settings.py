@@ -99,7 +99,9 @@ def parse_scales(raw) -> tuple[int, ...]:
         try:
             raw = [int(part) for part in text.replace(" ", "").split(",") if part]
         except ValueError:
-            raise SettingsError(f"scales must be comma-separated token counts such as 128,512,2000, got {raw!r}") from None
+            raise SettingsError(
+                f"scales must be comma-separated token counts such as 128,512,2000, got {raw!r}"
+            ) from None
     values = tuple(sorted({int(v) for v in raw}))
     if any(v < 1 for v in values):
         raise SettingsError(f"every scale must be at least 1 token, got {list(values)}")
@@ -223,6 +225,20 @@ class GatewaySettings:
     rate_burst: int = 20
     # A request body must arrive within this (a slow sender holds a slot).
     body_timeout_s: float = 30.0
+    # A request's line and headers must be complete within this from the
+    # connection's opening or the previous response (slow and silent
+    # clients); an idle keep-alive connection is closed after keep_alive_s.
+    header_timeout_s: float = 10.0
+    keep_alive_s: float = 5.0
+    # Open client connections, overall and per client address (0: no
+    # per-address cap, e.g. behind a proxy); one more is answered 503.
+    max_connections: int = 1000
+    max_connections_per_address: int = 100
+    # A request's line and headers together, and one header line: above
+    # either, 431 (Elasticsearch's own limit is 16 KB, and past it the
+    # cluster stops reading the connection).
+    max_header_bytes: int = 12_288
+    max_header_line_bytes: int = 8_192
     # HTTPS on the gateway itself when both are set (PEM files).
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
@@ -295,7 +311,10 @@ class Settings:
             retrieval=_overlay(base.retrieval, env, "CHUNKRAG_RETRIEVAL_"),
             workers=_overlay(base.workers, env, "CHUNKRAG_WORKER_"),
             gateway=_overlay(base.gateway, env, "CHUNKRAG_GATEWAY_"),
-            rerank=replace(_overlay(base.rerank, env, "CHUNKRAG_RERANK_"), api_key=env.get("CHUNKRAG_RERANK_API_KEY") or env.get("CO_API_KEY") or None),
+            rerank=replace(
+                _overlay(base.rerank, env, "CHUNKRAG_RERANK_"),
+                api_key=env.get("CHUNKRAG_RERANK_API_KEY") or env.get("CO_API_KEY") or None,
+            ),
         )
 
     @property
@@ -349,9 +368,13 @@ def _opensearch_auth_from_env(env: Mapping[str, str]) -> dict[str, str]:
         if not region:
             raise SettingsError("OPENSEARCH_AUTH=sigv4 needs the domain's region: set AWS_REGION")
         if service not in OPENSEARCH_AWS_SERVICES:
-            raise SettingsError(f"OPENSEARCH_AWS_SERVICE={service!r}; choose es (a managed domain) or aoss (Serverless)")
+            raise SettingsError(
+                f"OPENSEARCH_AWS_SERVICE={service!r}; choose es (a managed domain) or aoss (Serverless)"
+            )
         if urlsplit(env.get("OPENSEARCH_URL") or "").username is not None:
-            raise SettingsError("OPENSEARCH_AUTH=sigv4 signs every request: remove the user and password from OPENSEARCH_URL")
+            raise SettingsError(
+                "OPENSEARCH_AUTH=sigv4 signs every request: remove the user and password from OPENSEARCH_URL"
+            )
     return {"opensearch_auth": auth, "opensearch_aws_region": region, "opensearch_aws_service": service}
 
 

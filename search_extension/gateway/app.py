@@ -23,19 +23,32 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from chunkrag_core.settings import Settings
-from search_extension.gateway import errors
+from search_extension.gateway import errors, playground
 from search_extension.gateway.body_limit import BodyLimit
-from search_extension.gateway.dialect import ChunkragSearch, OptionError, ask_response, chunkrag_block, parse_ask, parse_search, search_response
+from search_extension.gateway.dialect import (
+    ChunkragSearch,
+    OptionError,
+    ask_response,
+    chunkrag_block,
+    parse_ask,
+    parse_search,
+    search_response,
+)
 from search_extension.gateway.edges import Edges, JudgeManyFactory
 from search_extension.gateway.guard import Guard
 from search_extension.gateway.identity import Authenticator, Caller, check_engine_auth, check_indices, service_refusal
 from search_extension.gateway.lane import PassthroughLane, request_target
 from search_extension.gateway.limits import FilteredQueue, RateLimiter
 from search_extension.gateway.models import (
-    FILTERED_STATUSES, PUBLIC_STATUSES, AskRequest, AskResponse, error_responses, gateway_openapi, search_openapi,
+    FILTERED_STATUSES,
+    PUBLIC_STATUSES,
+    AskRequest,
+    AskResponse,
+    error_responses,
+    gateway_openapi,
+    search_openapi,
 )
 from search_extension.gateway.passthrough import HttpTransport
-from search_extension.gateway import playground
 from search_extension.gateway.policy import parse_classes
 from search_extension.gateway.responses import error_response, es_json
 from search_extension.options import first_error
@@ -43,7 +56,15 @@ from search_extension.options import first_error
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings | None = None, *, es=None, model=None, embedder=None, judge_many_factory: JudgeManyFactory | None = None, http_transport: HttpTransport | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    es=None,
+    model=None,
+    embedder=None,
+    judge_many_factory: JudgeManyFactory | None = None,
+    http_transport: HttpTransport | None = None,
+) -> FastAPI:
     """The gateway app. ``es`` (a search backend), ``model`` (a
     ChatModel), ``embedder``, ``judge_many_factory`` (budget_s -> JudgeMany)
     and ``http_transport`` (what the pass-through sends through, see
@@ -56,67 +77,108 @@ def create_app(settings: Settings | None = None, *, es=None, model=None, embedde
     check_engine_auth(settings)
     classes = parse_classes(limits.passthrough)
     queue = FilteredQueue(limits.max_filtered, limits.max_queued, limits.retry_after_s)
-    edges = Edges(settings, es=es, model=model, embedder=embedder, judge_many_factory=judge_many_factory, http_transport=http_transport)
+    edges = Edges(
+        settings,
+        es=es,
+        model=model,
+        embedder=embedder,
+        judge_many_factory=judge_many_factory,
+        http_transport=http_transport,
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         if limits.auth == "service" and settings.search_backend == "opensearch":
-            log.warning("service mode on OpenSearch: gateway API keys are limited by the gateway's own checks only "
-                        "(the cluster cannot be given a per-key limit); see docs/security.md")
+            log.warning(
+                "service mode on OpenSearch: gateway API keys are limited by the gateway's own checks only "
+                "(the cluster cannot be given a per-key limit); see docs/security.md"
+            )
         yield
         await edges.aclose()
 
     # /docs would shadow an index named "docs": Swagger UI lives under /v1.
-    app = FastAPI(title="chunkrag gateway", version="0.1.0", lifespan=lifespan, docs_url="/v1/docs", redoc_url=None, openapi_url="/openapi.json",
-                  description="Elasticsearch-compatible search with ChunkRAG's LLM chunk filter: add `ext.chunkrag` to a `_search` body. Every other request is forwarded to Elasticsearch unchanged.")
+    app = FastAPI(
+        title="chunkrag gateway",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url="/v1/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        description="Elasticsearch-compatible search with ChunkRAG's LLM chunk filter: add `ext.chunkrag` to a `_search` body. Every other request is forwarded to Elasticsearch unchanged.",
+    )
     app.state.edges = edges
     app.openapi = functools.partial(gateway_openapi, app)
     # The last added runs first: the size limit guards everything, then the
     # guard (who, how often, which endpoint), then the lane.
     app.add_middleware(PassthroughLane, passthrough=edges.passthrough)
-    app.add_middleware(Guard, authenticator=authenticator, rate_limiter=RateLimiter(limits.rate_per_s, limits.rate_burst), passthrough_classes=classes)
+    app.add_middleware(
+        Guard,
+        authenticator=authenticator,
+        rate_limiter=RateLimiter(limits.rate_per_s, limits.rate_burst),
+        passthrough_classes=classes,
+    )
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     _add_error_handlers(app)
     if limits.playground:  # static page + index list; its data comes from the routes below
         playground.mount(app, edges.passthrough)
 
-    @app.get("/v1/health", summary="Elasticsearch, Redis and (with judge=celery) the workers",
-             responses=error_responses(PUBLIC_STATUSES))
+    @app.get(
+        "/v1/health",
+        summary="Elasticsearch, Redis and (with judge=celery) the workers",
+        responses=error_responses(PUBLIC_STATUSES),
+    )
     async def health() -> Response:
         report = await edges.health()
         return es_json(report, 200 if report["ok"] else 503)
 
-    @app.post("/v1/ask", response_model=AskResponse, summary="Retrieve, filter the chunks with the LLM judge, answer",
-              responses=error_responses(FILTERED_STATUSES))
+    @app.post(
+        "/v1/ask",
+        response_model=AskResponse,
+        summary="Retrieve, filter the chunks with the LLM judge, answer",
+        responses=error_responses(FILTERED_STATUSES),
+    )
     async def ask(request: AskRequest, http: Request) -> Any:
         caller = _caller(http)
         _refuse_non_finite(request.model_dump(exclude_unset=True), "body")
         check_indices(caller, tuple(request.index.split(",")), what="/v1/ask")
-        decoded = parse_ask(request.question, request.options, max_candidates=limits.max_candidates,
-                            max_query_chars=limits.max_query_chars)
+        decoded = parse_ask(
+            request.question,
+            request.options,
+            max_candidates=limits.max_candidates,
+            max_query_chars=limits.max_query_chars,
+        )
         result = await _call(edges, queue, request.index, decoded, caller)
         return ask_response(result, index=request.index)
 
     searched = "Elasticsearch's search response: the kept chunks as hits, the filter's view under `chunkrag`"
 
-    @app.post("/{index}/_search", summary="Elasticsearch _search; with ext.chunkrag, filtered by the LLM judge",
-              openapi_extra=search_openapi(),
-              responses={200: {"description": searched}, **error_responses(FILTERED_STATUSES)})
+    @app.post(
+        "/{index}/_search",
+        summary="Elasticsearch _search; with ext.chunkrag, filtered by the LLM judge",
+        openapi_extra=search_openapi(),
+        responses={200: {"description": searched}, **error_responses(FILTERED_STATUSES)},
+    )
     @app.get("/{index}/_search", include_in_schema=False)
     async def search(index: str, request: Request) -> Response:
         body = await request.body()
         decoded = _json_body(body)
         caller = _caller(request)
         if chunkrag_block(decoded) is None:  # "chunkrag" was only a word in the query
-            return await edges.passthrough.forward(request.method, request_target(request.scope), request.scope["headers"], body, caller)
+            return await edges.passthrough.forward(
+                request.method, request_target(request.scope), request.scope["headers"], body, caller
+            )
         if request.url.query:
-            raise errors.bad_request(f"query-string parameters are not supported with ext.chunkrag, got [{request.url.query}]; put options in ext.chunkrag")
+            raise errors.bad_request(
+                f"query-string parameters are not supported with ext.chunkrag, got [{request.url.query}]; put options in ext.chunkrag"
+            )
         _refuse_non_finite(decoded, "body")
         started = time.perf_counter()
         parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
         result = await _call(edges, queue, index, parsed, caller)
         took_ms = (time.perf_counter() - started) * 1000
-        payload = search_response(result, index=index, size=parsed.size, include_dropped=parsed.options.include_dropped, took_ms=took_ms)
+        payload = search_response(
+            result, index=index, size=parsed.size, include_dropped=parsed.options.include_dropped, took_ms=took_ms
+        )
         return es_json(payload, 200, request.headers.get("accept", ""))
 
     return app
@@ -139,7 +201,9 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
         deadline += edges.budget_s(options) + settings.chat.timeout_s * (2 if options.rewrite else 1)
     # Service mode: the library searches with the key's derived key too.
     caller = await edges.passthrough.bind(caller)
-    call = functools.partial(edges.ask, index, decoded.text, options, filters=decoded.filters, candidates=decoded.candidates, caller=caller)
+    call = functools.partial(
+        edges.ask, index, decoded.text, options, filters=decoded.filters, candidates=decoded.candidates, caller=caller
+    )
     try:
         with anyio.fail_after(deadline) as scope:
             if not options.stages:
@@ -150,7 +214,9 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
         raise
     except Exception as exc:
         if isinstance(exc, TimeoutError) and scope.cancelled_caught:
-            raise errors.timed_out(f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)") from None
+            raise errors.timed_out(
+                f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)"
+            ) from None
         error = errors.from_exception(exc)
         said = error.type + error.reason + (orjson.dumps(error.body).decode() if error.body else "")
         refused = error.status in (401, 403) or "security_exception" in said
@@ -161,17 +227,42 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
         raise error from exc
 
 
+# Deepest nesting (objects and lists) of a body the gateway decodes itself
+# (ext.chunkrag, /v1/ask). orjson parses up to 1024 levels; deeper bodies
+# are 400 parse errors already. No query needs more than this; it keeps
+# every later walk (the option and query parsers, the error messages'
+# repr, the Elasticsearch client's serializer: orjson, 255 levels) far
+# from Python's recursion limit.
+MAX_BODY_DEPTH = 200
+
+
 def _refuse_non_finite(value: Any, where: str) -> None:
     """JSON numbers too large for a double (1e309) decode as infinity, and
-    Python's parser takes NaN and Infinity literals: no option means either."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise errors.bad_request(f"{where} is {value!r}: numbers must be finite")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _refuse_non_finite(item, f"{where}.{key}")
-    elif isinstance(value, list):
-        for position, item in enumerate(value):
-            _refuse_non_finite(item, f"{where}[{position}]")
+    Python's parser takes NaN and Infinity literals: no option means either.
+    Nesting deeper than MAX_BODY_DEPTH is refused too. A walk with its own
+    stack: a body may nest deeper than Python's recursion limit."""
+    stack: list[tuple[Any, tuple | None, int]] = [(value, None, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise errors.bad_request(f"{_json_path(where, path)} is {item!r}: numbers must be finite")
+        elif isinstance(item, (dict, list)):
+            if depth >= MAX_BODY_DEPTH:
+                raise errors.bad_request(
+                    f"{_json_path(where, path)} nests deeper than the gateway's limit of {MAX_BODY_DEPTH} levels"
+                )
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend((child, (path, key), depth + 1) for key, child in pairs)
+
+
+def _json_path(where: str, path: tuple | None) -> str:
+    """``where`` followed by the keys of a (parent, key) chain: .key, [position]."""
+    steps = []
+    while path is not None:
+        path, key = path
+        steps.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return where + "".join(reversed(steps))
 
 
 def _json_body(body: bytes) -> Any:
@@ -202,7 +293,11 @@ def _add_error_handlers(app: FastAPI) -> None:
         except errors.GatewayError as refused:
             return error_response(refused, accept(request))
         problems = "; ".join(_describe(exc.errors(), exc.body))
-        kind = "parse_exception" if any(e.get("type") == "json_invalid" for e in exc.errors()) else "illegal_argument_exception"
+        kind = (
+            "parse_exception"
+            if any(e.get("type") == "json_invalid" for e in exc.errors())
+            else "illegal_argument_exception"
+        )
         return error_response(errors.GatewayError(400, kind, problems), accept(request))
 
     app.add_exception_handler(errors.GatewayError, gateway_error)
@@ -231,6 +326,8 @@ def _describe_one(error: dict) -> str:
     if error.get("type") == "json_invalid":
         position = next((part for part in error.get("loc", ()) if isinstance(part, int)), None)
         cause = (error.get("ctx") or {}).get("error", "JSON decode error")
-        return f"request body is not valid JSON: {cause}" + (f" at character {position}" if position is not None else "")
+        return f"request body is not valid JSON: {cause}" + (
+            f" at character {position}" if position is not None else ""
+        )
     where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
     return f"{where or 'body'}: {error.get('msg', 'invalid')}"

@@ -15,11 +15,15 @@ from starlette.responses import Response
 from chunkrag_core.engines.aws_signing import opensearch_sigv4
 from chunkrag_core.settings import Settings
 from search_extension.gateway import errors
-from search_extension.gateway.http11 import HOP_BY_HOP, Http11Pool, HttpFailure, HttpResponse, HttpTimeout
 from search_extension.gateway.derived_keys import DerivedKeys
 from search_extension.gateway.identity import (
-    Caller, forwardable_header, forwarded_headers, scrub_security_errors, service_refusal,
+    Caller,
+    forwardable_header,
+    forwarded_headers,
+    scrub_security_errors,
+    service_refusal,
 )
+from search_extension.gateway.origin import HOP_BY_HOP, HttpFailure, HttpResponse, HttpTimeout, OriginPool
 
 # Besides the hop-by-hop ones: Host and Content-Length are set for the new
 # message; Authorization is set by identity.py (the caller's in forward mode,
@@ -35,9 +39,11 @@ _SIGV4_HEADERS = {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-
 
 
 class HttpTransport(Protocol):
-    """What the pass-through sends through (``Http11Pool``; a double in tests)."""
+    """What the pass-through sends through (``OriginPool``; a double in tests)."""
 
-    async def request(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse: ...
+    async def request(
+        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> HttpResponse: ...
 
     async def aclose(self) -> None: ...
 
@@ -75,8 +81,12 @@ class Passthrough:
         # an API key the cluster limits to its indices (derived_keys.py).
         self.derived: DerivedKeys | None = None
         if self._service_mode and settings.search_backend != "opensearch":
-            self.derived = DerivedKeys(self._send, self._own_headers, ttl_s=settings.gateway.derived_key_ttl_s,
-                                       gateway_only_accepted=settings.gateway.enforce_in_gateway_only)
+            self.derived = DerivedKeys(
+                self._send,
+                self._own_headers,
+                ttl_s=settings.gateway.derived_key_ttl_s,
+                gateway_only_accepted=settings.gateway.enforce_in_gateway_only,
+            )
 
     @property
     def transport(self) -> HttpTransport:
@@ -84,7 +94,9 @@ class Passthrough:
             self._transport = _make_pool(self.settings)
         return self._transport
 
-    async def forward(self, method: str, target: str, raw_headers: list[tuple[bytes, bytes]], body: bytes, caller: Caller = Caller()) -> Response:
+    async def forward(
+        self, method: str, target: str, raw_headers: list[tuple[bytes, bytes]], body: bytes, caller: Caller = Caller()
+    ) -> Response:
         """Send the request as it came (``target`` = raw path and query) with
         the caller's or the gateway's credentials; return Elasticsearch's
         status, body and headers (X-Elastic-Product, Warning, Content-Type
@@ -92,8 +104,11 @@ class Passthrough:
         trusted = self._trusted_proxy
         # Service mode reads the cluster's answers for its refusals (below): they come uncompressed.
         dropped = _NOT_FORWARDED | {b"accept-encoding"} if caller.key is not None else _NOT_FORWARDED
-        outgoing = [(name, value) for name, value in raw_headers
-                    if name.lower() not in dropped and forwardable_header(name, trusted_proxy=trusted)]
+        outgoing = [
+            (name, value)
+            for name, value in raw_headers
+            if name.lower() not in dropped and forwardable_header(name, trusted_proxy=trusted)
+        ]
         outgoing += forwarded_headers(await self.bind(caller))
         response = await self._send(method, target, outgoing, body)
         if caller.key is not None and (response.status in (401, 403) or b"security_exception" in response.body):
@@ -151,7 +166,11 @@ class Passthrough:
         parts = urlsplit(self.settings.search_url)
         host = pool_host_header(parts)
         signed = self._signer.sign(method, f"{parts.scheme}://{host}{target}", body, {"host": host})
-        return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in signed.items() if name.lower() in _SIGV4_HEADERS]
+        return [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in signed.items()
+            if name.lower() in _SIGV4_HEADERS
+        ]
 
     async def aclose(self) -> None:
         if self.derived is not None and self._transport is not None:
@@ -196,17 +215,19 @@ def _pool_address(parts) -> tuple[str, int]:
 
 
 def pool_host_header(parts) -> str:
-    """The Host header ``Http11Pool`` sends for the URL ``parts``."""
+    """The Host header ``OriginPool`` sends for the URL ``parts``."""
     host, port = _pool_address(parts)
     return (f"[{host}]" if ":" in host else host) + f":{port}"
 
 
-def _make_pool(settings: Settings) -> Http11Pool:
+def _make_pool(settings: Settings) -> OriginPool:
     """The connection pool; it holds no credentials (each request carries its own)."""
     parts = urlsplit(settings.search_url)
     context = None
     if parts.scheme == "https":
         # Verified against ES_CA_CERTS (a PEM bundle), else the system's CAs.
-        context = ssl.create_default_context(cafile=settings.opensearch_ca_certs if settings.search_backend == "opensearch" else settings.es_ca_certs)
+        context = ssl.create_default_context(
+            cafile=settings.opensearch_ca_certs if settings.search_backend == "opensearch" else settings.es_ca_certs
+        )
     host, port = _pool_address(parts)
-    return Http11Pool(host, port, ssl=context, timeout_s=settings.es_request_timeout_s)
+    return OriginPool(host, port, ssl=context, timeout_s=settings.es_request_timeout_s)

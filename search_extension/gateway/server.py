@@ -12,29 +12,40 @@ from typing import Any, Iterator
 
 from chunkrag_core.settings import GatewaySettings
 
-# An idle keep-alive connection is closed after this (uvicorn's default is 5 s).
-KEEP_ALIVE_S = 5
-
 
 def uvicorn_options(gateway: GatewaySettings) -> dict[str, Any]:
     """What ``uvicorn.run`` / ``uvicorn.Config`` get besides the app: HTTPS
-    when a certificate and key are given, and the keep-alive timeout."""
+    when a certificate and key are given, the keep-alive timeout, and the
+    protocol that bounds what a client connection may hold (header timeout,
+    connection caps, header sizes: ``connections.py``). Each call makes a
+    protocol class with its own connection counts: one call per server."""
+    from search_extension.gateway.connections import ConnectionLimits, protocol_class
+
     if bool(gateway.ssl_certfile) != bool(gateway.ssl_keyfile):
         raise ValueError("HTTPS needs both CHUNKRAG_GATEWAY_SSL_CERTFILE and CHUNKRAG_GATEWAY_SSL_KEYFILE")
-    options: dict[str, Any] = {"timeout_keep_alive": KEEP_ALIVE_S}
+    for name in ("header_timeout_s", "keep_alive_s", "max_connections", "max_header_bytes", "max_header_line_bytes"):
+        if getattr(gateway, name) <= 0:
+            raise ValueError(f"CHUNKRAG_GATEWAY_{name.upper()} must be positive, got {getattr(gateway, name)}")
+    protocol = protocol_class(ConnectionLimits.from_settings(gateway))
+    options: dict[str, Any] = {"timeout_keep_alive": gateway.keep_alive_s, "http": protocol}
     if gateway.ssl_certfile:
         options.update(ssl_certfile=gateway.ssl_certfile, ssl_keyfile=gateway.ssl_keyfile)
     return options
 
 
 @contextmanager
-def serve_in_thread(app, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 15.0, gateway: GatewaySettings | None = None) -> Iterator[str]:
+def serve_in_thread(
+    app, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 15.0, gateway: GatewaySettings | None = None
+) -> Iterator[str]:
     """Serve ``app`` until the block ends; yields its base URL (https:// when
-    ``gateway`` names a certificate). Port 0 picks a free one (the socket is
-    bound here, so there is no race for it)."""
+    ``gateway``, by default the app's gateway settings, names a certificate).
+    Port 0 picks a free one (the socket is bound here, so there is no race
+    for it)."""
     import uvicorn
 
-    options = uvicorn_options(gateway or GatewaySettings())
+    # The app's own gateway settings unless others are given.
+    edges = getattr(getattr(app, "state", None), "edges", None)
+    options = uvicorn_options(gateway or (edges.settings.gateway if edges is not None else GatewaySettings()))
     scheme = "https" if "ssl_certfile" in options else "http"
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -47,7 +58,9 @@ def serve_in_thread(app, host: str = "127.0.0.1", port: int = 0, start_timeout_s
         if time.monotonic() > deadline or not thread.is_alive():
             server.should_exit = True
             sock.close()
-            raise RuntimeError(f"the gateway did not start on {host}:{sock.getsockname()[1]} within {start_timeout_s:g} s")
+            raise RuntimeError(
+                f"the gateway did not start on {host}:{sock.getsockname()[1]} within {start_timeout_s:g} s"
+            )
         time.sleep(0.02)
     try:
         yield f"{scheme}://{host}:{sock.getsockname()[1]}"

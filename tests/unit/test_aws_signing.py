@@ -16,7 +16,14 @@ from chunkrag_core.settings import Settings, SettingsError
 from search_extension.gateway import create_app
 from search_extension.gateway.identity import ApiKey, Caller, ConfigError, key_hash
 from search_extension.gateway.passthrough import Passthrough
-from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeModel, RecordingTransport, es_reply, judge_factory
+from tests.unit.test_gateway_app import (
+    FakeElasticsearch,
+    FakeEmbedder,
+    FakeModel,
+    RecordingTransport,
+    es_reply,
+    judge_factory,
+)
 
 botocore = pytest.importorskip("botocore", reason="the [aws] extra")
 
@@ -42,7 +49,12 @@ def aws_credentials(monkeypatch, tmp_path):
 
 def test_sigv4_settings():
     settings = Settings.from_env(SIGV4_ENV)
-    assert (settings.search_backend, settings.opensearch_auth, settings.opensearch_aws_region, settings.opensearch_aws_service) == ("opensearch", "sigv4", "eu-west-1", "es")
+    assert (
+        settings.search_backend,
+        settings.opensearch_auth,
+        settings.opensearch_aws_region,
+        settings.opensearch_aws_service,
+    ) == ("opensearch", "sigv4", "eu-west-1", "es")
     assert Settings.from_env({**SIGV4_ENV, "OPENSEARCH_AWS_SERVICE": "aoss"}).opensearch_aws_service == "aoss"
     assert Settings.from_env({}).opensearch_auth == "basic"
 
@@ -83,7 +95,15 @@ def test_a_missing_botocore_names_the_extra(aws_credentials, monkeypatch):
 
 
 def test_no_credentials_anywhere_is_a_clear_error(monkeypatch, tmp_path):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
@@ -101,7 +121,12 @@ def recomputed_signature(method, host, path_and_query, headers, body, region, se
 
     authorization = headers["authorization"]
     signed_names = re.search(r"SignedHeaders=([^,]+)", authorization).group(1).split(";")
-    request = AWSRequest(method=method, url=f"http://{host}{path_and_query}", data=body, headers={name: headers[name] for name in signed_names})
+    request = AWSRequest(
+        method=method,
+        url=f"http://{host}{path_and_query}",
+        data=body,
+        headers={name: headers[name] for name in signed_names},
+    )
     request.context["timestamp"] = headers["x-amz-date"]
     auth = SigV4Auth(Credentials(ACCESS, SECRET, TOKEN), service, region)
     return auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
@@ -110,11 +135,18 @@ def recomputed_signature(method, host, path_and_query, headers, body, region, se
 def assert_signed(method, host, path_and_query, headers, body, region="eu-west-1", service="es"):
     headers = {name.lower(): value for name, value in headers.items()}
     authorization = headers["authorization"]
-    assert re.fullmatch(rf"AWS4-HMAC-SHA256 Credential={ACCESS}/\d{{8}}/{region}/{service}/aws4_request, SignedHeaders=\S+, Signature=[0-9a-f]{{64}}", authorization)
+    assert re.fullmatch(
+        rf"AWS4-HMAC-SHA256 Credential={ACCESS}/\d{{8}}/{region}/{service}/aws4_request, SignedHeaders=\S+, Signature=[0-9a-f]{{64}}",
+        authorization,
+    )
     assert re.fullmatch(r"\d{8}T\d{6}Z", headers["x-amz-date"])
     assert headers["x-amz-security-token"] == TOKEN
-    assert {"host", "x-amz-date", "x-amz-content-sha256", "x-amz-security-token"} <= set(re.search(r"SignedHeaders=([^,]+)", authorization).group(1).split(";"))
-    assert authorization.endswith("Signature=" + recomputed_signature(method, host, path_and_query, headers, body, region, service))
+    assert {"host", "x-amz-date", "x-amz-content-sha256", "x-amz-security-token"} <= set(
+        re.search(r"SignedHeaders=([^,]+)", authorization).group(1).split(";")
+    )
+    assert authorization.endswith(
+        "Signature=" + recomputed_signature(method, host, path_and_query, headers, body, region, service)
+    )
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -154,7 +186,9 @@ def test_a_request_through_the_client_arrives_signed(aws_credentials):
 
 
 def test_the_pass_through_signs_each_request_in_service_mode(aws_credentials):
-    settings = Settings.from_env({**SIGV4_ENV, "CHUNKRAG_GATEWAY_AUTH": "service", "CHUNKRAG_GATEWAY_API_KEYS": f"ops:{key_hash('k')}:*"})
+    settings = Settings.from_env(
+        {**SIGV4_ENV, "CHUNKRAG_GATEWAY_AUTH": "service", "CHUNKRAG_GATEWAY_API_KEYS": f"ops:{key_hash('k')}:*"}
+    )
     transport = RecordingTransport(es_reply)
     passthrough = Passthrough(settings, transport)
     body = b'{"query":{"match_all":{}}}'
@@ -165,13 +199,29 @@ def test_the_pass_through_signs_each_request_in_service_mode(aws_credentials):
     method, target, headers, sent = transport.requests[0]
     assert headers[b"x-amz-date"] != b"19700101T000000Z"  # the caller's own x-amz-* never reaches the cluster
     decoded = {name.decode(): value.decode() for name, value in headers.items()}
-    # Http11Pool sends Host as host:port; the signature covers exactly that.
+    # OriginPool sends Host as host:port; the signature covers exactly that.
     assert_signed(method, "127.0.0.1:9201", target, {**decoded, "host": "127.0.0.1:9201"}, sent)
 
 
 def test_forward_mode_refuses_sigv4_at_start(aws_credentials):
     settings = Settings.from_env(SIGV4_ENV)
     with pytest.raises(ConfigError, match="CHUNKRAG_GATEWAY_AUTH=service"):
-        create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(), judge_many_factory=judge_factory, http_transport=RecordingTransport(es_reply))
-    settings = Settings.from_env({**SIGV4_ENV, "CHUNKRAG_GATEWAY_AUTH": "service", "CHUNKRAG_GATEWAY_API_KEYS": f"ops:{key_hash('k')}:*"})
-    create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(), judge_many_factory=judge_factory, http_transport=RecordingTransport(es_reply))
+        create_app(
+            settings,
+            es=FakeElasticsearch(),
+            embedder=FakeEmbedder(),
+            model=FakeModel(),
+            judge_many_factory=judge_factory,
+            http_transport=RecordingTransport(es_reply),
+        )
+    settings = Settings.from_env(
+        {**SIGV4_ENV, "CHUNKRAG_GATEWAY_AUTH": "service", "CHUNKRAG_GATEWAY_API_KEYS": f"ops:{key_hash('k')}:*"}
+    )
+    create_app(
+        settings,
+        es=FakeElasticsearch(),
+        embedder=FakeEmbedder(),
+        model=FakeModel(),
+        judge_many_factory=judge_factory,
+        http_transport=RecordingTransport(es_reply),
+    )

@@ -10,15 +10,20 @@ from starlette.testclient import TestClient
 
 from chunkrag_core.providers.chat import ChatError, ChatResponse
 from chunkrag_core.settings import GatewaySettings, Settings
-from search_extension.gateway import create_app
-from search_extension.gateway.http11 import HttpFailure, HttpResponse
 from chunkrag_filter.processors.relevance import Judgement
+from search_extension.gateway import create_app
+from search_extension.gateway.origin import HttpFailure, HttpResponse
 
 COMPAT = "application/vnd.elasticsearch+json; compatible-with=9"
 
 
 def hit(doc, position, score):
-    return {"_index": "idx", "_id": f"{doc}:{position}", "_score": score, "_source": {"doc_id": doc, "position": position, "text": f"{doc} says {position}", "start": 0, "end": 5}}
+    return {
+        "_index": "idx",
+        "_id": f"{doc}:{position}",
+        "_score": score,
+        "_source": {"doc_id": doc, "position": position, "text": f"{doc} says {position}", "start": 0, "end": 5},
+    }
 
 
 class FakeElasticsearch:
@@ -53,7 +58,12 @@ class FakeModel:
 
 def judge_factory(budget_s):
     def judge_many(query, chunks, options):
-        return [Judgement(0.9 if c.doc_id == "a" else 0.1, None, None, 0.9 if c.doc_id == "a" else 0.1, calls=1, prompt_tokens=10) for c in chunks]
+        return [
+            Judgement(
+                0.9 if c.doc_id == "a" else 0.1, None, None, 0.9 if c.doc_id == "a" else 0.1, calls=1, prompt_tokens=10
+            )
+            for c in chunks
+        ]
 
     return judge_many
 
@@ -73,13 +83,27 @@ class RecordingTransport:
 
 
 def es_reply(method, target):
-    headers = ((b"x-elastic-product", b"Elasticsearch"), (b"content-type", COMPAT.encode()), (b"warning", b'299 Elasticsearch-9.5.0 "deprecated"'), (b"warning", b'299 Elasticsearch-9.5.0 "again"'))
+    headers = (
+        (b"x-elastic-product", b"Elasticsearch"),
+        (b"content-type", COMPAT.encode()),
+        (b"warning", b'299 Elasticsearch-9.5.0 "deprecated"'),
+        (b"warning", b'299 Elasticsearch-9.5.0 "again"'),
+    )
     return HttpResponse(200, headers, b'{"hits":{"hits":[]}}')
 
 
 def make_client(transport=None, model=None, es=None, max_body_bytes=1000, **gateway):
-    settings = Settings(es_url="http://user:secret@es.internal:9200", gateway=GatewaySettings(max_body_bytes=max_body_bytes, **gateway))
-    app = create_app(settings, es=es or FakeElasticsearch(), embedder=FakeEmbedder(), model=model or FakeModel(), judge_many_factory=judge_factory, http_transport=transport or RecordingTransport(es_reply))
+    settings = Settings(
+        es_url="http://user:secret@es.internal:9200", gateway=GatewaySettings(max_body_bytes=max_body_bytes, **gateway)
+    )
+    app = create_app(
+        settings,
+        es=es or FakeElasticsearch(),
+        embedder=FakeEmbedder(),
+        model=model or FakeModel(),
+        judge_many_factory=judge_factory,
+        http_transport=transport or RecordingTransport(es_reply),
+    )
     return TestClient(app), app
 
 
@@ -87,42 +111,67 @@ def test_creating_the_app_connects_to_nothing():
     settings = Settings(es_url="http://127.0.0.1:1")
     app = create_app(settings)
     edges = app.state.edges
-    assert edges._es is None and edges._model is None and edges._embedder is None and edges.passthrough._transport is None
+    assert (
+        edges._es is None and edges._model is None and edges._embedder is None and edges.passthrough._transport is None
+    )
 
 
 def test_pass_through_forwards_method_path_query_body_and_headers():
     transport = RecordingTransport(es_reply)
     client, _ = make_client(transport)
     body = b'{"query":{"match_all":{}}}'
-    response = client.post("/logs-%3Cnow%2Fd%3E/_search?filter_path=hits&typed_keys=true", content=body, headers={"content-type": COMPAT, "accept": COMPAT, "authorization": "Basic Y2FsbGVyOnB3"})
+    response = client.post(
+        "/logs-%3Cnow%2Fd%3E/_search?filter_path=hits&typed_keys=true",
+        content=body,
+        headers={"content-type": COMPAT, "accept": COMPAT, "authorization": "Basic Y2FsbGVyOnB3"},
+    )
     method, target, headers, sent = transport.requests[0]
     assert (method, target, sent) == ("POST", "/logs-%3Cnow%2Fd%3E/_search?filter_path=hits&typed_keys=true", body)
     assert headers[b"content-type"] == headers[b"accept"] == COMPAT.encode()
     # forward mode: the caller's credentials go along, never the gateway's own
-    assert headers[b"authorization"] == b"Basic Y2FsbGVyOnB3" and b"host" not in headers and b"content-length" not in headers
+    assert (
+        headers[b"authorization"] == b"Basic Y2FsbGVyOnB3"
+        and b"host" not in headers
+        and b"content-length" not in headers
+    )
     assert response.status_code == 200 and response.json() == {"hits": {"hits": []}}
     assert response.headers["x-elastic-product"] == "Elasticsearch" and response.headers["content-type"] == COMPAT
-    assert response.headers.get_list("warning") == ['299 Elasticsearch-9.5.0 "deprecated"', '299 Elasticsearch-9.5.0 "again"']
+    assert response.headers.get_list("warning") == [
+        '299 Elasticsearch-9.5.0 "deprecated"',
+        '299 Elasticsearch-9.5.0 "again"',
+    ]
 
 
 def test_the_pool_holds_no_credentials_and_the_gateway_credentials_are_its_own():
     from search_extension.gateway.passthrough import _make_pool, service_credentials
 
     pool = _make_pool(Settings(es_url="http://user:secret@es.internal:9200"))
-    assert (pool.host, pool.port) == ("es.internal", 9200) and pool.ssl is None
-    assert not any(name == b"authorization" for name, _ in pool._fixed_headers)
-    assert service_credentials(Settings(es_url="http://user:secret@es.internal:9200")) == [(b"authorization", b"Basic " + base64.b64encode(b"user:secret"))]
-    assert service_credentials(Settings(es_url="http://user:secret@es.internal", es_api_key="k")) == [(b"authorization", b"ApiKey k")]
+    assert (pool.host, pool.port, pool.host_header) == ("es.internal", 9200, b"es.internal:9200") and pool.ssl is None
+    assert b"secret" not in repr(vars(pool)).encode()
+    assert service_credentials(Settings(es_url="http://user:secret@es.internal:9200")) == [
+        (b"authorization", b"Basic " + base64.b64encode(b"user:secret"))
+    ]
+    assert service_credentials(Settings(es_url="http://user:secret@es.internal", es_api_key="k")) == [
+        (b"authorization", b"ApiKey k")
+    ]
     assert _make_pool(Settings(es_url="https://es.internal", es_api_key="k")).port == 443
 
 
 def test_other_paths_and_methods_pass_through_with_their_status():
-    transport = RecordingTransport(lambda method, target: HttpResponse(404, ((b"x-elastic-product", b"Elasticsearch"), (b"content-length", b"120")), b""))
+    transport = RecordingTransport(
+        lambda method, target: HttpResponse(
+            404, ((b"x-elastic-product", b"Elasticsearch"), (b"content-length", b"120")), b""
+        )
+    )
     client, _ = make_client(transport, passthrough="read,write")
     assert client.head("/missing-index").status_code == 404
     assert client.put("/idx/_doc/1", json={"a": 1}).status_code == 404
     assert client.get("/_search", params={"q": "chunkrag"}).status_code == 404
-    assert [(m, t) for m, t, _, _ in transport.requests] == [("HEAD", "/missing-index"), ("PUT", "/idx/_doc/1"), ("GET", "/_search?q=chunkrag")]
+    assert [(m, t) for m, t, _, _ in transport.requests] == [
+        ("HEAD", "/missing-index"),
+        ("PUT", "/idx/_doc/1"),
+        ("GET", "/_search?q=chunkrag"),
+    ]
 
 
 def test_a_body_mentioning_chunkrag_outside_ext_still_passes_through():
@@ -136,9 +185,27 @@ def test_a_body_mentioning_chunkrag_outside_ext_still_passes_through():
 def test_chunkrag_search_answers_in_elasticsearch_shape_and_ext_never_reaches_elasticsearch():
     transport, es = RecordingTransport(es_reply), FakeElasticsearch()
     client, _ = make_client(transport, es=es)
-    response = client.post("/idx/_search", json={"query": {"match": {"text": "what does a say"}}, "size": 5, "ext": {"chunkrag": {"redundancy_threshold": None, "calibrated": False, "threshold": "dynamic", "judge_top": 9, "answer": True}}}, headers={"accept": COMPAT})
+    response = client.post(
+        "/idx/_search",
+        json={
+            "query": {"match": {"text": "what does a say"}},
+            "size": 5,
+            "ext": {
+                "chunkrag": {
+                    "redundancy_threshold": None,
+                    "calibrated": False,
+                    "threshold": "dynamic",
+                    "judge_top": 9,
+                    "answer": True,
+                }
+            },
+        },
+        headers={"accept": COMPAT},
+    )
     assert response.status_code == 200, response.text
-    assert response.headers["x-elastic-product"] == "Elasticsearch" and response.headers["content-type"].startswith("application/vnd.elasticsearch+json")
+    assert response.headers["x-elastic-product"] == "Elasticsearch" and response.headers["content-type"].startswith(
+        "application/vnd.elasticsearch+json"
+    )
     body = response.json()
     assert [h["_id"] for h in body["hits"]["hits"]] == ["a:0"] and body["hits"]["hits"][0]["_score"] == 0.9
     assert body["chunkrag"]["answer"]["citations"] == ["a:0"] and body["chunkrag"]["usage"]["model_calls"] == 3 + 1
@@ -147,18 +214,27 @@ def test_chunkrag_search_answers_in_elasticsearch_shape_and_ext_never_reaches_el
 
 def test_a_filtered_search_writes_an_answer_only_when_asked_and_ask_answers_by_default():
     client, _ = make_client()
-    body = {"query": {"match": {"text": "what does a say"}}, "ext": {"chunkrag": {"calibrated": False, "threshold": "dynamic", "judge_top": 9}}}
+    body = {
+        "query": {"match": {"text": "what does a say"}},
+        "ext": {"chunkrag": {"calibrated": False, "threshold": "dynamic", "judge_top": 9}},
+    }
     section = client.post("/idx/_search", json=body).json()["chunkrag"]
     # Three judged chunks, no answer call: a search client asked for hits.
     assert section["answer"] is None and section["usage"]["model_calls"] == 3
-    asked = client.post("/v1/ask", json={"index": "idx", "question": "what does a say", "options": body["ext"]["chunkrag"]}).json()
+    asked = client.post(
+        "/v1/ask", json={"index": "idx", "question": "what does a say", "options": body["ext"]["chunkrag"]}
+    ).json()
     assert asked["answer"] == "a says 0 [1]." and asked["usage"]["model_calls"] == 3 + 1
 
 
 def test_invalid_requests_are_400_in_elasticsearch_shape():
     client, _ = make_client()
     unknown = client.post("/idx/_search", json={"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {"nope": 1}}})
-    assert unknown.status_code == 400 and unknown.json()["error"]["type"] == "illegal_argument_exception" and unknown.headers["x-elastic-product"] == "Elasticsearch"
+    assert (
+        unknown.status_code == 400
+        and unknown.json()["error"]["type"] == "illegal_argument_exception"
+        and unknown.headers["x-elastic-product"] == "Elasticsearch"
+    )
     assert "unknown option [nope]" in unknown.json()["error"]["reason"]
     broken = client.post("/idx/_search", content=b'{"ext": {"chunkrag": {}')
     assert broken.status_code == 400 and broken.json()["error"]["type"] == "parse_exception"
@@ -177,8 +253,15 @@ def test_bodies_over_the_limit_are_413_declared_or_streamed():
     assert declared.status_code == 413 and declared.json()["error"]["type"] == "content_too_long_exception"
     streamed = client.post("/idx/_search", content=iter([b"x" * 60, b"x" * 60]))
     assert streamed.status_code == 413
-    assert client.post("/v1/ask", content=iter([b"x" * 60, b"x" * 60]), headers={"content-type": "application/json"}).status_code == 413
-    assert client.post("/idx/_search", content=b"x" * 100).status_code == 200 and transport.requests[-1][3] == b"x" * 100
+    assert (
+        client.post(
+            "/v1/ask", content=iter([b"x" * 60, b"x" * 60]), headers={"content-type": "application/json"}
+        ).status_code
+        == 413
+    )
+    assert (
+        client.post("/idx/_search", content=b"x" * 100).status_code == 200 and transport.requests[-1][3] == b"x" * 100
+    )
 
 
 def test_model_refusal_is_502_and_elasticsearch_unreachable_is_503():
@@ -197,10 +280,14 @@ def test_model_refusal_is_502_and_elasticsearch_unreachable_is_503():
 
 def test_ask_endpoint_and_openapi():
     client, _ = make_client()
-    body = client.post("/v1/ask", json={"index": "idx", "question": "what does a say", "options": {"candidates": 3}}).json()
+    body = client.post(
+        "/v1/ask", json={"index": "idx", "question": "what does a say", "options": {"candidates": 3}}
+    ).json()
     assert body["citations"] == ["a:0"] and [c["id"] for c in body["chunks"]][0] == "a:0"
     schema = client.get("/openapi.json").json()
-    assert schema["paths"]["/v1/ask"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/AskRequest")
+    assert schema["paths"]["/v1/ask"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/AskRequest"
+    )
     assert "/{path}" not in schema["paths"]
 
 
@@ -208,15 +295,24 @@ def test_openapi_lists_every_status_each_route_answers_in_elasticsearch_shape():
     client, _ = make_client()
     schema = client.get("/openapi.json").json()
     filtered = {"200", "400", "401", "403", "404", "408", "413", "429", "431", "502", "503", "504"}
-    expected = {("/v1/ask", "post"): filtered, ("/{index}/_search", "post"): filtered, ("/v1/health", "get"): {"200", "400", "413", "431", "503"}}
+    expected = {
+        ("/v1/ask", "post"): filtered,
+        ("/{index}/_search", "post"): filtered,
+        ("/v1/health", "get"): {"200", "400", "413", "431", "503"},
+    }
     for (path, method), statuses in expected.items():
         responses = schema["paths"][path][method]["responses"]
         assert set(responses) == statuses, path
         for status in statuses - {"200"}:
-            assert responses[status]["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/ElasticsearchError", (path, status)
+            assert (
+                responses[status]["content"]["application/json"]["schema"]["$ref"]
+                == "#/components/schemas/ElasticsearchError"
+            ), (path, status)
             assert responses[status]["description"]
     error = schema["components"]["schemas"]["ElasticsearchError"]
-    assert set(error["required"]) == {"error", "status"} and "HTTPValidationError" not in schema["components"]["schemas"]
+    assert (
+        set(error["required"]) == {"error", "status"} and "HTTPValidationError" not in schema["components"]["schemas"]
+    )
 
 
 def test_the_search_body_schema_requires_the_query_text_where_the_gateway_does():
@@ -232,7 +328,10 @@ def test_the_search_body_schema_requires_the_query_text_where_the_gateway_does()
         {"query": {"match": {"text": "tokyo"}}, "ext": {"chunkrag": {}}},
         {"query": {"match": {"title": {"query": "tokyo"}}}, "size": 3, "ext": {"chunkrag": {"judge_top": 3}}},
         {"query": {"multi_match": {"query": "tokyo", "fields": ["text"]}}, "ext": {"chunkrag": {}}},
-        {"query": {"bool": {"must": {"match_phrase": {"text": "tokyo"}}, "filter": [{"term": {"doc_id": "a"}}]}}, "ext": {"chunkrag": {}}},
+        {
+            "query": {"bool": {"must": {"match_phrase": {"text": "tokyo"}}, "filter": [{"term": {"doc_id": "a"}}]}},
+            "ext": {"chunkrag": {}},
+        },
         {"ext": {"chunkrag": {"query": "tokyo"}}},
     ]
     refused = [
@@ -262,7 +361,11 @@ def test_health_reports_each_dependency(status, ok, monkeypatch):
     monkeypatch.setattr(app.state.edges, "_redis_health", redis_up)
     response = client.get("/v1/health")
     assert response.status_code == (200 if ok else 503)
-    assert response.json()["elasticsearch"]["ok"] is ok and response.json()["judge"] == "threads" and "workers" not in response.json()
+    assert (
+        response.json()["elasticsearch"]["ok"] is ok
+        and response.json()["judge"] == "threads"
+        and "workers" not in response.json()
+    )
 
 
 def celery_settings():
@@ -273,11 +376,13 @@ def celery_settings():
 
 def test_celery_judging_goes_through_the_dispatcher_with_the_budget(monkeypatch):
     import workers.dispatch
-    from search_extension.gateway.edges import Edges
     from chunkrag_filter.judging import Degrading
+    from search_extension.gateway.edges import Edges
 
     calls = []
-    monkeypatch.setattr(workers.dispatch, "celery_judge_many", lambda app, **kwargs: calls.append((app, kwargs)) or "judge")
+    monkeypatch.setattr(
+        workers.dispatch, "celery_judge_many", lambda app, **kwargs: calls.append((app, kwargs)) or "judge"
+    )
     edges = Edges(celery_settings(), model=FakeModel())
     edges._celery = "celery-app"
     judge = edges.judge_many(7.5)
@@ -299,12 +404,21 @@ def celery_client(monkeypatch, model, unavailable):
     monkeypatch.setattr(workers.dispatch, "celery_judge_many", celery_judge_many)
     # Nothing listens on port 1: the score cache misses instead of sharing scores between tests.
     settings = dataclasses.replace(celery_settings(), redis_url="redis://127.0.0.1:1/0")
-    app = create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=model, http_transport=RecordingTransport(es_reply))
+    app = create_app(
+        settings,
+        es=FakeElasticsearch(),
+        embedder=FakeEmbedder(),
+        model=model,
+        http_transport=RecordingTransport(es_reply),
+    )
     app.state.edges._celery = "celery-app"
     return TestClient(app)
 
 
-JUDGED = {"query": {"match": {"text": "what does a say"}}, "ext": {"chunkrag": {"redundancy_threshold": None, "judge_top": 9, "answer": False, "include_dropped": True}}}
+JUDGED = {
+    "query": {"match": {"text": "what does a say"}},
+    "ext": {"chunkrag": {"redundancy_threshold": None, "judge_top": 9, "answer": False, "include_dropped": True}},
+}
 
 
 def test_celery_judging_falls_back_to_the_gateway_threads_and_says_so(monkeypatch):
@@ -312,13 +426,19 @@ def test_celery_judging_falls_back_to_the_gateway_threads_and_says_so(monkeypatc
         def complete(self, request):
             return ChatResponse(text="1", prompt_tokens=20, completion_tokens=1)
 
-    client = celery_client(monkeypatch, ListwiseModel(), "cannot reach the Celery broker (Redis) at redis://127.0.0.1:6399/0: refused")
+    client = celery_client(
+        monkeypatch, ListwiseModel(), "cannot reach the Celery broker (Redis) at redis://127.0.0.1:6399/0: refused"
+    )
     response = client.post("/idx/_search", json=JUDGED)
     assert response.status_code == 200, response.text
     section = response.json()["chunkrag"]
-    assert section["judged_by"] == "gateway" and section["judged_by_reason"].startswith("workers: cannot reach the Celery broker")
+    assert section["judged_by"] == "gateway" and section["judged_by_reason"].startswith(
+        "workers: cannot reach the Celery broker"
+    )
     assert section["usage"]["model_calls"] == 1  # one listwise call, made here
-    ask = client.post("/v1/ask", json={"index": "idx", "question": "what does a say", "options": {"judge_top": 9, "answer": False}}).json()
+    ask = client.post(
+        "/v1/ask", json={"index": "idx", "question": "what does a say", "options": {"judge_top": 9, "answer": False}}
+    ).json()
     assert ask["judged_by"] == "gateway" and "Celery broker" in ask["judged_by_reason"]
 
 
@@ -329,12 +449,24 @@ def test_celery_judging_without_workers_or_model_scores_by_retrieval(monkeypatch
     assert response.status_code == 200, response.text
     body = response.json()
     section = body["chunkrag"]
-    assert section["judged_by"] == "retrieval" and "no worker took" in section["judged_by_reason"] and "model provider is unavailable" in section["judged_by_reason"]
+    assert (
+        section["judged_by"] == "retrieval"
+        and "no worker took" in section["judged_by_reason"]
+        and "model provider is unavailable" in section["judged_by_reason"]
+    )
     # every candidate scored by the shipped retrieval-signal model: none "unscored"
-    reasons = [h["_chunkrag"]["reason"] for h in body["hits"]["hits"]] + [d["_chunkrag"]["reason"] for d in section["dropped"]]
-    assert reasons and "unscored" not in reasons and all("calibrated" in h["_chunkrag"]["scores"] for h in body["hits"]["hits"])
+    reasons = [h["_chunkrag"]["reason"] for h in body["hits"]["hits"]] + [
+        d["_chunkrag"]["reason"] for d in section["dropped"]
+    ]
+    assert (
+        reasons
+        and "unscored" not in reasons
+        and all("calibrated" in h["_chunkrag"]["scores"] for h in body["hits"]["hits"])
+    )
     # a model that refuses (not a failure to reach it) still fails the query
-    refused = celery_client(monkeypatch, FakeModel(fail=ChatError("model answered 400: no", retryable=False, status=400)), "no worker")
+    refused = celery_client(
+        monkeypatch, FakeModel(fail=ChatError("model answered 400: no", retryable=False, status=400)), "no worker"
+    )
     assert refused.post("/idx/_search", json=JUDGED).status_code == 502
 
 
@@ -356,7 +488,11 @@ def test_health_with_celery_reports_the_workers(monkeypatch):
     monkeypatch.setattr(edges, "_redis_health", redis_up)
     response = TestClient(app).get("/v1/health")
     assert response.status_code == 503
-    assert response.json()["workers"] == {"ok": False, "count": 0, "reason": "no Celery worker answered a ping within 2 s"}
+    assert response.json()["workers"] == {
+        "ok": False,
+        "count": 0,
+        "reason": "no Celery worker answered a ping within 2 s",
+    }
     assert response.json()["redis"]["required"] is True
 
 
@@ -367,7 +503,9 @@ def test_public_health_shows_no_address(caplog):
     # Port 1 on this machine: nothing listens, Redis's connection is refused at once.
     settings = Settings(es_url="http://user:secret@es.internal:9200", redis_url="redis://cache-user:pw@127.0.0.1:1/3")
     transport = RecordingTransport(unreachable)
-    app = create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(), http_transport=transport)
+    app = create_app(
+        settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), model=FakeModel(), http_transport=transport
+    )
     with caplog.at_level("WARNING", logger="chunkrag.gateway"):
         response = TestClient(app).get("/v1/health")
     assert response.status_code == 503

@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 
 from chunkrag_core.settings import GatewaySettings, Settings
 from search_extension.gateway import create_app
-from search_extension.gateway.http11 import HttpResponse
 from search_extension.gateway.identity import basic, key_hash
+from search_extension.gateway.origin import HttpResponse
 from search_extension.gateway.playground import ASSETS, CSP, INDICES, PAGE, PUBLIC_PATHS
 from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeModel, RecordingTransport, judge_factory
 

@@ -310,8 +310,8 @@ def test_derived_keys_are_made_once_rotated_at_half_life_and_invalidated():
     import orjson
 
     from search_extension.gateway.derived_keys import DerivedKeys, create_body, security_is_off
-    from search_extension.gateway.http11 import HttpResponse
     from search_extension.gateway.identity import ApiKey
+    from search_extension.gateway.origin import HttpResponse
 
     sent, now = [], [0.0]
 
@@ -345,7 +345,7 @@ def test_derived_keys_are_made_once_rotated_at_half_life_and_invalidated():
 
 
 def test_a_derived_key_the_cluster_no_longer_accepts_is_made_again():
-    from search_extension.gateway.http11 import HttpResponse
+    from search_extension.gateway.origin import HttpResponse
 
     answers = [
         HttpResponse(

@@ -11,7 +11,6 @@ from starlette.testclient import TestClient
 
 from chunkrag_core.settings import GatewaySettings, Settings
 from search_extension.gateway import create_app, errors
-from search_extension.gateway.http11 import HttpResponse
 from search_extension.gateway.identity import (
     ApiKey,
     Authenticator,
@@ -24,6 +23,7 @@ from search_extension.gateway.identity import (
     parse_api_keys,
 )
 from search_extension.gateway.limits import FilteredQueue, RateLimiter
+from search_extension.gateway.origin import HttpResponse
 from search_extension.gateway.policy import classify, msearch_indices, parse_classes
 from tests.unit.test_gateway_app import (
     FakeElasticsearch,

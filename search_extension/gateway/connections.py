@@ -1,0 +1,271 @@
+"""What one client connection may hold: uvicorn's httptools protocol with
+the limits uvicorn lacks, passed as ``uvicorn.Config(http=...)``.
+
+uvicorn closes an idle keep-alive connection (``timeout_keep_alive``) but
+never a new connection that sends nothing, nor one that trickles its
+headers (a header line every 10 s kept a connection forever: ~20,000 of them
+exhausted the gateway's file descriptors); ``limit_concurrency`` caps
+requests, not open connections; and a request's headers may be of any size.
+Here:
+
+- a request's line and headers must be complete within ``header_timeout_s``
+  of the connection's opening or of the previous response, else the
+  connection is closed (with a 408 if part of a request came);
+- at most ``max_connections`` connections are open, and at most
+  ``max_connections_per_address`` from one client address: one more is
+  answered 503 and closed at once;
+- a request whose line and headers exceed ``max_header_bytes``, or with a
+  header line over ``max_header_line_bytes``, is answered 431 and the
+  connection closed, before the app sees it. Elasticsearch answers headers
+  over 16 KB with a 400 and then stops reading the connection, so they must
+  not reach it.
+
+One protocol class per server (``protocol_class``): it carries that
+server's counts. Everything runs on the server's event loop: no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+from collections import Counter
+from dataclasses import dataclass
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from search_extension.gateway import errors
+
+# File descriptors kept for everything but client connections (the pool to
+# Elasticsearch, Redis, model calls, logs).
+RESERVED_FDS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    header_timeout_s: float = 10.0
+    max_connections: int = 1000
+    max_connections_per_address: int = 100
+    max_header_bytes: int = 12_288
+    max_header_line_bytes: int = 8_192
+    body_timeout_s: float = 30.0
+
+    @classmethod
+    def from_settings(cls, gateway) -> ConnectionLimits:
+        """From ``GatewaySettings``; the overall cap stays below the process's
+        file-descriptor limit, which would otherwise be reached first."""
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        ceiling = (
+            gateway.max_connections
+            if soft == resource.RLIM_INFINITY
+            else min(gateway.max_connections, max(1, soft - RESERVED_FDS))
+        )
+        return cls(
+            gateway.header_timeout_s,
+            ceiling,
+            gateway.max_connections_per_address,
+            gateway.max_header_bytes,
+            gateway.max_header_line_bytes,
+            gateway.body_timeout_s,
+        )
+
+
+class _Counts:
+    def __init__(self):
+        self.total = 0
+        self.by_address: Counter[str] = Counter()
+
+    def admit(self, address: str | None, limits: ConnectionLimits) -> str | None:
+        """Count a new connection in, or say why it is refused."""
+        if self.total >= limits.max_connections:
+            return (
+                f"the gateway holds its maximum of {limits.max_connections} connections "
+                "(CHUNKRAG_GATEWAY_MAX_CONNECTIONS)"
+            )
+        per_address = limits.max_connections_per_address
+        if per_address > 0 and address is not None and self.by_address[address] >= per_address:
+            return (
+                f"{per_address} connections from this address are open already "
+                "(CHUNKRAG_GATEWAY_MAX_CONNECTIONS_PER_ADDRESS)"
+            )
+        self.total += 1
+        if address is not None:
+            self.by_address[address] += 1
+        return None
+
+    def release(self, address: str | None) -> None:
+        self.total -= 1
+        if address is not None:
+            self.by_address[address] -= 1
+            if self.by_address[address] <= 0:
+                del self.by_address[address]
+
+
+def protocol_class(limits: ConnectionLimits) -> type[LimitedHttpToolsProtocol]:
+    """A protocol class for one server, with its own connection counts."""
+    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), {"limits": limits, "counts": _Counts()})
+
+
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    limits: ConnectionLimits = ConnectionLimits()
+    counts: _Counts = _Counts()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._address = self.client[0] if self.client else None
+        self._counted = self._refused = False
+        self._timer: asyncio.TimerHandle | None = None
+        # Between the end of a request and the end of the next one's head;
+        # the bytes received meanwhile (the next head, as far as it came).
+        self._in_head, self._head_received, self._message_done = True, 0, True
+        refusal = self.counts.admit(self._address, self.limits)
+        if refusal is not None:
+            self._refuse(errors.GatewayError(503, "unavailable_exception", refusal, headers={"retry-after": "1"}))
+            return
+        self._counted = True
+        self._start_timer(self.limits.header_timeout_s, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._counted:
+            self._counted = False
+            self.counts.release(self._address)
+        self._stop_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        counted = self._in_head
+        if counted:
+            self._head_received += len(data)
+        super().data_received(data)
+        # A head that never ends is buffered by the parser until it does:
+        # refuse it as soon as it is too long, whatever it holds.
+        if counted and self._in_head and self._head_received > self.limits.max_header_bytes:
+            self._refuse(
+                _too_long(
+                    f"the request line and headers are larger than {self.limits.max_header_bytes} bytes "
+                    "(CHUNKRAG_GATEWAY_MAX_HEADER_BYTES)"
+                )
+            )
+
+    # Parser callbacks: sizes of the head as the parser sees it.
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_size, self._longest_line, self._message_done = 0, 0, False
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self._head_size += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        line = len(name) + len(value) + 4  # ": " and CRLF
+        self._head_size += line
+        self._longest_line = max(self._longest_line, line)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._stop_timer()
+        if self._refused:
+            return
+        if self._longest_line > self.limits.max_header_line_bytes:
+            return self._refuse(
+                _too_long(
+                    f"a header line is larger than {self.limits.max_header_line_bytes} bytes "
+                    "(CHUNKRAG_GATEWAY_MAX_HEADER_LINE_BYTES)"
+                )
+            )
+        if self._head_size > self.limits.max_header_bytes:
+            return self._refuse(
+                _too_long(
+                    f"the request line and headers are larger than {self.limits.max_header_bytes} bytes "
+                    "(CHUNKRAG_GATEWAY_MAX_HEADER_BYTES)"
+                )
+            )
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._in_head, self._head_received, self._message_done = True, 0, True
+        if not self._refused:
+            super().on_message_complete()
+            self._between_requests()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._between_requests()
+
+    def _between_requests(self) -> None:
+        """Once a request and its response are both complete, the next head
+        has header_timeout_s. A response sent before its request's body
+        ended (a 413, say) leaves the rest of the body body_timeout_s to
+        arrive and be discarded, not forever."""
+        if self._refused or self.transport.is_closing() or self.cycle is None or not self.cycle.response_complete:
+            return  # a request is being answered (a pipelined one too)
+        if self._message_done:
+            self._start_timer(self.limits.header_timeout_s, self._head_timed_out)
+        elif self._timer is None:
+            self._start_timer(self.limits.body_timeout_s, self._close)
+
+    def _start_timer(self, delay_s: float, handler) -> None:
+        self._stop_timer()
+        self._timer = self.loop.call_later(delay_s, handler)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _head_timed_out(self) -> None:
+        self._timer = None
+        if self._head_received and not self.transport.is_closing():
+            self._refuse(
+                errors.GatewayError(
+                    408,
+                    "timeout_exception",
+                    f"the request line and headers did not arrive within {self.limits.header_timeout_s:g} s "
+                    "(CHUNKRAG_GATEWAY_HEADER_TIMEOUT_S)",
+                )
+            )
+        else:
+            self._close()
+
+    def _close(self) -> None:
+        self._timer = None
+        self._refused = True
+        self.transport.close()
+
+    def _refuse(self, error: errors.GatewayError) -> None:
+        """Answer ``error`` and close: what else came on this connection is
+        not read."""
+        self._refused = True
+        self._stop_timer()
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined head refused while the response before it is being
+            # written: an answer now would land inside that response.
+            self.transport.close()
+            return
+        payload = orjson.dumps(errors.body_of(error))
+        head = [
+            b"HTTP/1.1 %d %s" % (error.status, _REASONS.get(error.status, b"Error")),
+            b"content-type: application/json",
+            b"content-length: %d" % len(payload),
+            b"x-elastic-product: Elasticsearch",
+            b"connection: close",
+        ]
+        head += [f"{name}: {value}".encode("latin-1") for name, value in error.headers.items()]
+        self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + payload)
+        self.transport.close()
+
+
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+
+
+def _too_long(reason: str) -> errors.GatewayError:
+    return errors.GatewayError(431, "too_long_http_header_exception", reason)
