@@ -35,7 +35,7 @@ def index(es, embedder, settings):
     documents = [plain_document(doc_id, text, doc_id, title=doc_id) for doc_id, text in DOCS.items()]
     ingest_documents(documents, client=es, embedder=embedder, settings=settings, index=name, progress=False)
     yield name
-    es.indices.delete(index=name, ignore_unavailable=True)
+    es.delete_index(name)
 
 
 def with_gateway(settings, **gateway):

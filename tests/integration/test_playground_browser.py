@@ -233,11 +233,20 @@ def secured_node_for_playground():
 def secured_indices(secured_node_for_playground, embedder, settings):
     from elasticsearch import Elasticsearch
 
+    from chunkrag_core.engines.elasticsearch import ElasticsearchBackend
+
     admin = Elasticsearch(secured.url_for(secured.ADMIN), request_timeout=60)
     suffix = uuid.uuid4().hex[:8]
     allowed, other = f"{secured.ALLOWED_PREFIX}play-{suffix}", f"{secured.OTHER_PREFIX}play-{suffix}"
     for name in (allowed, other):
-        ingest_documents(documents(), client=admin, embedder=embedder, settings=settings, index=name, progress=False)
+        ingest_documents(
+            documents(),
+            client=ElasticsearchBackend(admin),
+            embedder=embedder,
+            settings=settings,
+            index=name,
+            progress=False,
+        )
     yield allowed, other
     admin.indices.delete(index=f"{allowed},{other}", ignore_unavailable=True)
     admin.close()
@@ -515,7 +524,8 @@ def team_indices(es, embedder, settings):
     for name in (team, other):
         ingest_documents(documents(), client=es, embedder=embedder, settings=settings, index=name, progress=False)
     yield team, other
-    es.indices.delete(index=f"{team},{other}", ignore_unavailable=True)
+    for name in (team, other):
+        es.delete_index(name)
 
 
 def test_service_mode_signs_in_with_a_gateway_key_and_lists_only_its_indices(
@@ -523,8 +533,13 @@ def test_service_mode_signs_in_with_a_gateway_key_and_lists_only_its_indices(
 ):
     team, other = team_indices
     key = "playground-key-" + uuid.uuid4().hex
+    # The open node has no security, so nothing the cluster could enforce: gateway-only enforcement is
+    # accepted explicitly here (the secured node's derived keys are tested in test_gateway_service_mode.py).
     gateway = dataclasses.replace(
-        settings.gateway, auth="service", api_keys=f"team:{key_hash(key)}:test-playground-team-*"
+        settings.gateway,
+        auth="service",
+        api_keys=f"team:{key_hash(key)}:test-playground-team-*",
+        enforce_in_gateway_only=True,
     )
     chosen = dataclasses.replace(settings, redis_url=own_cache(settings), gateway=gateway)
     with serving(create_app(chosen, model=chat, embedder=embedder)) as url:
