@@ -11,7 +11,7 @@ export CHUNKRAG_HOME ?= $(CURDIR)/.chunkrag
 # Tests and the demo never reach a model hub; fail fast if some code tries.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup demo test unit services-up services-down services-status bench clean llm-setup llm-python-setup browser-setup
+.PHONY: setup demo test lint unit services-up services-down services-status bench clean llm-setup llm-python-setup browser-setup
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
@@ -77,9 +77,16 @@ browser-setup:
 unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
+# House rules, before anything starts: ruff (lint and format) and the layers (import-linter, the
+# contracts in pyproject.toml: an import that points up a layer fails here).
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
 # The local model is part of the suite: at least one end-to-end test runs the
 # whole filter with it on real workers.
-test: services-up llm-setup browser-setup
+test: lint services-up llm-setup browser-setup
 	$(BIN)/python -m pytest -q
 
 bench: services-up
