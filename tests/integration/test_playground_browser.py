@@ -75,7 +75,9 @@ def chromium() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running in this thread while it
+# is open, and tests after this module call asyncio.run().
+@pytest.fixture(scope="module")
 def browser(chromium):
     try:
         from playwright.sync_api import sync_playwright
