@@ -19,6 +19,8 @@ import json
 from typing import Any, Callable
 from urllib.parse import parse_qsl
 
+import orjson
+
 from search_extension.gateway import errors
 
 # Elasticsearch's documented _msearch header keys.
@@ -53,20 +55,51 @@ JSON_MEDIA_TYPES = frozenset(
 DEFAULT_SHAPE_INDEX = "shapes"
 
 
+# The deepest nesting the strict reader accepts. Python's own JSON parser recurses, and a
+# RecursionError caught mid-parse can leave CPython 3.11's recursion bookkeeping off (later
+# ``ast`` calls fail with SystemError), so depth is measured first, without recursion, on orjson's
+# decoding (which itself stops at 1,024 levels with a clean error). The gateway's filtered routes
+# have the same limit (app.MAX_BODY_DEPTH).
+MAX_STRICT_DEPTH = 200
+
+
 def strict_json(data: bytes, what: str) -> Any:
     """``data`` decoded as UTF-8 JSON with no duplicate key (Elasticsearch
     refuses them; a reader that kept the last would see another body)."""
     try:
         text = data.decode("utf-8")
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        loose = orjson.loads(data)
     except UnicodeDecodeError:
         raise errors.parse_error(f"{what} is not UTF-8") from None
-    except RecursionError:
-        raise errors.bad_request(f"{what} nests too deeply for the gateway to read") from None
+    except orjson.JSONDecodeError as exc:
+        raise errors.parse_error(
+            f"{what} is not strict JSON the gateway can read as Elasticsearch does: {exc}"
+        ) from None
+    if nesting_depth(loose) > MAX_STRICT_DEPTH:
+        raise errors.bad_request(f"{what} nests deeper than the gateway's limit of {MAX_STRICT_DEPTH} levels")
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except ValueError as exc:
         raise errors.parse_error(
             f"{what} is not strict JSON the gateway can read as Elasticsearch does: {exc}"
         ) from None
+
+
+def nesting_depth(value: Any) -> int:
+    """How deep objects and arrays nest in a decoded document (a scalar: 0), with a stack of its own."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -207,8 +240,8 @@ def clears_all_scrolls(method: str, parts: tuple[str, ...], body: bytes) -> bool
     if not body.strip():
         return False
     try:
-        decoded = json.loads(body)
-    except ValueError:
+        decoded = orjson.loads(body)  # no recursion limit to trip over: orjson stops at 1,024 levels itself
+    except orjson.JSONDecodeError:
         return True  # unreadable: it might say _all
     ids = decoded.get("scroll_id") if isinstance(decoded, dict) else None
     ids = [ids] if isinstance(ids, str) else ids if isinstance(ids, list) else []

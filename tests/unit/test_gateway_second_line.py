@@ -153,6 +153,18 @@ def test_the_walk_is_iterative_and_wrapper_queries_are_refused():
     assert too_deep.value.status == 400
 
 
+def test_the_strict_reader_measures_depth_before_parsing():
+    from search_extension.gateway.body_reads import MAX_STRICT_DEPTH, nesting_depth
+
+    assert nesting_depth(1) == 0 and nesting_depth({"a": [1, {"b": []}]}) == 3
+    at_limit = b"[" * MAX_STRICT_DEPTH + b"]" * MAX_STRICT_DEPTH
+    assert nesting_depth(strict_json(at_limit, "the body")) == MAX_STRICT_DEPTH
+    # One level deeper is refused before Python's recursive parser could run out of stack.
+    with pytest.raises(errors.GatewayError, match="nests deeper") as refused:
+        strict_json(b"[" + at_limit + b"]", "the body")
+    assert refused.value.status == 400
+
+
 def test_bodies_in_url_parameters_and_clearing_every_scroll():
     assert body_parameters("source=%7B%7D&source_content_type=application/json&q=x") == [
         "source",
