@@ -24,7 +24,9 @@ from starlette.responses import Response
 
 from chunkrag_core.settings import Settings
 from search_extension.gateway import errors, playground
+from search_extension.gateway.body_depth import BodyDepth
 from search_extension.gateway.body_limit import BodyLimit
+from search_extension.gateway.body_reads import MAX_BODY_DEPTH
 from search_extension.gateway.dialect import (
     ChunkragSearch,
     OptionError,
@@ -109,7 +111,9 @@ def create_app(
     app.state.edges = edges
     app.openapi = functools.partial(gateway_openapi, app)
     # The last added runs first: the size limit guards everything, then the
-    # guard (who, how often, which endpoint), then the lane.
+    # guard (who, how often, which endpoint), then the lane, then the depth
+    # check of the bodies FastAPI decodes itself.
+    app.add_middleware(BodyDepth)
     app.add_middleware(PassthroughLane, passthrough=edges.passthrough)
     app.add_middleware(
         Guard,
@@ -225,15 +229,6 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
                 edges.passthrough.forget(caller)  # an invalidated derived key: make a new one next time
             raise service_refusal(caller, error.status) from exc
         raise error from exc
-
-
-# Deepest nesting (objects and lists) of a body the gateway decodes itself
-# (ext.chunkrag, /v1/ask). orjson parses up to 1024 levels; deeper bodies
-# are 400 parse errors already. No query needs more than this; it keeps
-# every later walk (the option and query parsers, the error messages'
-# repr, the Elasticsearch client's serializer: orjson, 255 levels) far
-# from Python's recursion limit.
-MAX_BODY_DEPTH = 200
 
 
 def _refuse_non_finite(value: Any, where: str) -> None:

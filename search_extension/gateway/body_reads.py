@@ -55,12 +55,14 @@ JSON_MEDIA_TYPES = frozenset(
 DEFAULT_SHAPE_INDEX = "shapes"
 
 
-# The deepest nesting the strict reader accepts. Python's own JSON parser recurses, and a
-# RecursionError caught mid-parse can leave CPython 3.11's recursion bookkeeping off (later
-# ``ast`` calls fail with SystemError), so depth is measured first, without recursion, on orjson's
-# decoding (which itself stops at 1,024 levels with a clean error). The gateway's filtered routes
-# have the same limit (app.MAX_BODY_DEPTH).
-MAX_STRICT_DEPTH = 200
+# Deepest nesting (objects and lists) of a body the gateway decodes itself (ext.chunkrag, /v1/ask,
+# and in service mode every body it reads for the second line). No query needs more; it keeps every
+# later walk (option and query parsers, error messages' repr, the Elasticsearch client's serializer:
+# orjson, 255 levels) far from Python's recursion limit. Python's own JSON parser recurses, and a
+# RecursionError caught mid-parse can leave CPython 3.11's recursion bookkeeping off (later ``ast``
+# calls fail with SystemError), so depth is measured first, without recursion, on orjson's decoding
+# (which itself stops at 1,024 levels with a clean error).
+MAX_BODY_DEPTH = 200
 
 
 def strict_json(data: bytes, what: str) -> Any:
@@ -75,8 +77,8 @@ def strict_json(data: bytes, what: str) -> Any:
         raise errors.parse_error(
             f"{what} is not strict JSON the gateway can read as Elasticsearch does: {exc}"
         ) from None
-    if nesting_depth(loose) > MAX_STRICT_DEPTH:
-        raise errors.bad_request(f"{what} nests deeper than the gateway's limit of {MAX_STRICT_DEPTH} levels")
+    if nesting_depth(loose) > MAX_BODY_DEPTH:
+        raise errors.bad_request(f"{what} nests deeper than the gateway's limit of {MAX_BODY_DEPTH} levels")
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except ValueError as exc:

@@ -60,7 +60,7 @@ class PassthroughLane:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] in GATEWAY_ROUTES:
             return await self.app(scope, receive, send)
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
             return  # the client went away: nobody to answer
         state = scope.get("state", {})
@@ -71,7 +71,7 @@ class PassthroughLane:
                 raise errors.forbidden_endpoint(f"the gateway does not forward {scope['method']} {scope['path']}")
             check_request(endpoint, caller, scope, body)
             if is_index_search(scope["method"], scope["path"]) and CHUNKRAG_MARK in body:
-                return await self.app(scope, _replay(body, receive), send)
+                return await self.app(scope, replay(body, receive), send)
             response = await self.passthrough.forward(
                 scope["method"], request_target(scope), scope["headers"], body, caller
             )
@@ -158,7 +158,7 @@ def request_target(scope) -> str:
     return path + (f"?{query}" if query else "")
 
 
-async def _read_body(receive) -> bytes | None:
+async def read_body(receive) -> bytes | None:
     chunks = []
     while True:
         message = await receive()
@@ -169,7 +169,7 @@ async def _read_body(receive) -> bytes | None:
             return b"".join(chunks)
 
 
-def _replay(body: bytes, receive):
+def replay(body: bytes, receive):
     sent = False
 
     async def replayed():

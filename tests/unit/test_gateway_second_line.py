@@ -154,11 +154,11 @@ def test_the_walk_is_iterative_and_wrapper_queries_are_refused():
 
 
 def test_the_strict_reader_measures_depth_before_parsing():
-    from search_extension.gateway.body_reads import MAX_STRICT_DEPTH, nesting_depth
+    from search_extension.gateway.body_reads import MAX_BODY_DEPTH, nesting_depth
 
     assert nesting_depth(1) == 0 and nesting_depth({"a": [1, {"b": []}]}) == 4
-    at_limit = b"[" * MAX_STRICT_DEPTH + b"]" * MAX_STRICT_DEPTH
-    assert nesting_depth(strict_json(at_limit, "the body")) == MAX_STRICT_DEPTH
+    at_limit = b"[" * MAX_BODY_DEPTH + b"]" * MAX_BODY_DEPTH
+    assert nesting_depth(strict_json(at_limit, "the body")) == MAX_BODY_DEPTH
     # One level deeper is refused before Python's recursive parser could run out of stack.
     with pytest.raises(errors.GatewayError, match="nests deeper") as refused:
         strict_json(b"[" + at_limit + b"]", "the body")
