@@ -64,7 +64,8 @@ def main(argv=None) -> int:
             }
         )
         print(
-            f"{doc_id}: {outcome.calls} calls, {outcome.seconds:.0f} s, {len(document.sections)} sections, fallbacks {list(outcome.fallbacks)}",
+            f"{doc_id}: {outcome.calls} calls, {outcome.seconds:.0f} s, {len(document.sections)} sections, fallbacks "
+            f"{list(outcome.fallbacks)}",
             file=sys.stderr,
         )
     done = [r for r in rows if "failed" not in r]
@@ -73,7 +74,9 @@ def main(argv=None) -> int:
             "document_context",
             "bench.context_bench",
             {
-                "dataset": "SQuAD 2.0 dev (cs224n split), first articles as whole documents, paragraphs joined by blank lines",
+                "dataset": (
+                    "SQuAD 2.0 dev (cs224n split), first articles as whole documents, paragraphs joined by blank lines"
+                ),
                 "model": settings.chat.model,
                 "base_url": settings.chat.base_url,
                 "asked": {"summaries": True, "sectioning": "llm", "llm_titles": args.untitled},

@@ -108,7 +108,9 @@ def compare(out: Path, after_s: float, top: int) -> None:
     for line in lines:
         glibc = line.get("glibc") or {}
         print(
-            f"{line['s']:7.1f} s  rss {line['rss_mb']:7.1f} MB  python {line['traced_mb']:6.1f} MB  glibc in use {glibc.get('in_use_mb', '?')} MB, free kept {glibc.get('free_kept_mb', '?')} MB  threads {line['threads']}"
+            f"{line['s']:7.1f} s  rss {line['rss_mb']:7.1f} MB  python {line['traced_mb']:6.1f} MB  glibc in use "
+            f"{glibc.get('in_use_mb', '?')} MB, free kept {glibc.get('free_kept_mb', '?')} MB  threads "
+            f"{line['threads']}"
         )
     snaps = sorted(out.glob("snap-*.pickle"))
     first = next((s for s in snaps if int(s.stem.rsplit("-", 1)[1]) >= after_s), snaps[0])

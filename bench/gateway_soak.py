@@ -259,8 +259,14 @@ def load(argv) -> int:
         "model_latency_s": args.model_latency,
         "index": LOAD_INDEX,
         "chunks": chunks,
-        "mix": "even: pass-through native_sum hybrid body; ext.chunkrag stages:false; ext.chunkrag filtered (listwise judging of 10 candidates + answer)",
-        "gateway": "`chunkrag serve` (defaults: max_filtered 4, max_queued 16, forward auth) in its own process; judging in threads with the Redis score cache (db 12, emptied first)",
+        "mix": (
+            "even: pass-through native_sum hybrid body; ext.chunkrag stages:false; ext.chunkrag filtered (listwise "
+            "judging of 10 candidates + answer)"
+        ),
+        "gateway": (
+            "`chunkrag serve` (defaults: max_filtered 4, max_queued 16, forward auth) in its own process; judging in "
+            "threads with the Redis score cache (db 12, emptied first)"
+        ),
         "requests": len(samples),
         "throughput_rps": round(sum(entry["ok"] for entry in per_kind.values()) / elapsed_s, 2),
         "errors": errors,
@@ -273,7 +279,10 @@ def load(argv) -> int:
             "max": max(rss_values) if rss_values else None,
             "samples": rss,
         },
-        "load_note": f"one run; clients, gateway, Elasticsearch, Redis and the scripted model share {os.cpu_count()} cores; load average at the end {os.getloadavg()[0]:.2f}",
+        "load_note": (
+            f"one run; clients, gateway, Elasticsearch, Redis and the scripted model share {os.cpu_count()} cores; "
+            f"load average at the end {os.getloadavg()[0]:.2f}"
+        ),
         "goal": "zero errors other than 429s; RSS flat",
         "goal_met": errors == 0,
     }

@@ -1,7 +1,8 @@
-"""Ingest SciFact end to end and compare with the embedder's raw limit.
+r"""Ingest SciFact end to end and compare with the embedder's raw limit.
 
     python -m bench.ingest_bench [--runs 3] [--limit N]
-    CHUNKRAG_CHUNK_HEADERS=title python -m bench.ingest_bench --no-raw --name ingest_headers_title --index bench-scifact-title
+    CHUNKRAG_CHUNK_HEADERS=title python -m bench.ingest_bench --no-raw \
+        --name ingest_headers_title --index bench-scifact-title
 
 The chunking settings come from the environment (as for `chunkrag ingest`)
 and are written into the result, so a variant (headers, percentile

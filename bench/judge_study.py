@@ -230,8 +230,10 @@ def table_for(all_questions, variants, folds: int, per_call: float | None) -> tu
         row["meets_goals"] = meets_goals(row, row["answer_in_context_before"])
         rows.append(row)
         print(
-            f"{row['answer_in_context_after']:.3f} (cos {row['baseline_cosine_answer_in_context_after']:.3f}, bm25 {row['baseline_bm25_answer_in_context_after']:.3f}) "
-            f"chars {row['context_chars_kept_share']:.3f} calls {row['model_calls_per_question']:.2f} auc {row['chunk_roc_auc']}  {variant.name}",
+            f"{row['answer_in_context_after']:.3f} (cos {row['baseline_cosine_answer_in_context_after']:.3f}, bm25 "
+            f"{row['baseline_bm25_answer_in_context_after']:.3f}) "
+            f"chars {row['context_chars_kept_share']:.3f} calls {row['model_calls_per_question']:.2f} auc "
+            f"{row['chunk_roc_auc']}  {variant.name}",
             file=sys.stderr,
         )
     return rows, before
@@ -276,9 +278,17 @@ def ablate(dataset: str, folds: int, judged_name: str, cheap_name: str, default_
                 "questions": len(sample),
                 "answer_in_context_before": round(sample_before, 4),
                 "how_chosen": (
-                    f"every question, run in a seeded random order ({summary.get('options', {}).get('question_order')}) over {len(summary.get('runs', [])) or 1} run(s)"
+                    (
+                        "every question, run in a seeded random order "
+                        f"({summary.get('options', {}).get('question_order')}) over "
+                        f"{len(summary.get('runs', [])) or 1} run(s)"
+                    )
                     if len(sample) == len(whole)
-                    else f"questions run in a seeded random order ({summary.get('options', {}).get('question_order')}); the run was stopped before the end, leaving a random sample, not a prefix"
+                    else (
+                        "questions run in a seeded random order "
+                        f"({summary.get('options', {}).get('question_order')}); the run was stopped before the end, "
+                        "leaving a random sample, not a prefix"
+                    )
                 ),
                 "median_seconds_per_call": per_call,
                 "collection_run": {
@@ -296,7 +306,13 @@ def ablate(dataset: str, folds: int, judged_name: str, cheap_name: str, default_
             },
             "cross_validation_folds": folds,
             "fitted": fitted,
-            "note": "Answer-in-context is per-chunk gold (some kept chunk holds a gold answer). Baselines keep chunks by cosine (or BM25) to the question until they hold as many characters as the variant kept, per question. Calibrated rows are cross-validated by question (5 folds): each question is scored by a model fitted on the other folds only. Seconds per question are calls times the median seconds per call measured in the collection run (one llama-server thread on a loaded 2-core machine).",
+            "note": (
+                "Answer-in-context is per-chunk gold (some kept chunk holds a gold answer). Baselines keep chunks by "
+                "cosine (or BM25) to the question until they hold as many characters as the variant kept, per "
+                "question. Calibrated rows are cross-validated by question (5 folds): each question is scored by a "
+                "model fitted on the other folds only. Seconds per question are calls times the median seconds per "
+                "call measured in the collection run (one llama-server thread on a loaded 2-core machine)."
+            ),
         },
     )
     print(path)
@@ -365,7 +381,10 @@ def _write_headline(
             "dataset": (
                 f"{dataset}/dev.jsonl: all {n_whole} questions judged"
                 if n_sample == n_whole
-                else f"{dataset}/dev.jsonl: {n_sample} of {n_whole} questions judged (a seeded random sample); retrieval-only figures on all {n_whole}"
+                else (
+                    f"{dataset}/dev.jsonl: {n_sample} of {n_whole} questions judged (a seeded random sample); "
+                    f"retrieval-only figures on all {n_whole}"
+                )
             ),
             "model": summary.get("model"),
             "default": default_name,
@@ -554,7 +573,13 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
                 **({JUDGE_ALONE: "as collected"} if with_judge_alone else {}),
             },
             "verdict_calls": calls,
-            "note": "Judge outputs from one collection run (collection_run.options); each variant's kept chunks replayed from them, then one verdict call per claim per distinct kept set. Both calibrations were fitted on PopQA dev only: PubHealth is data they were not fitted on. Accuracy is the share of claims whose verdict matches the label (a verdict that names neither true nor false counts as wrong); true_share is what always answering 'true' would score.",
+            "note": (
+                "Judge outputs from one collection run (collection_run.options); each variant's kept chunks replayed "
+                "from them, then one verdict call per claim per distinct kept set. Both calibrations were fitted on "
+                "PopQA dev only: PubHealth is data they were not fitted on. Accuracy is the share of claims whose "
+                "verdict matches the label (a verdict that names neither true nor false counts as wrong); true_share "
+                "is what always answering 'true' would score."
+            ),
             "per_question_files": [f"bench/results/{run}.questions.json" for run in runs],
             "per_claim": per_claim,
         },

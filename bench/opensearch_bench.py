@@ -199,7 +199,8 @@ def main(argv=None) -> int:
         row["meets_goals"] = abs(row["ndcg_difference"]) <= NDCG_TOLERANCE and row["p50_ratio"] <= P50_RATIO_GOAL
         modes[mode] = row
         print(
-            f"{mode:>10}: ES nDCG {es_row['ndcg_at_10']:.4f} p50 {es_row['p50_ms']} | OS nDCG {os_row['ndcg_at_10']:.4f} p50 {os_row['p50_ms']}",
+            f"{mode:>10}: ES nDCG {es_row['ndcg_at_10']:.4f} p50 {es_row['p50_ms']} | OS nDCG "
+            f"{os_row['ndcg_at_10']:.4f} p50 {os_row['p50_ms']}",
             file=sys.stderr,
         )
 
@@ -216,10 +217,16 @@ def main(argv=None) -> int:
             for engine in ENGINES
         },
         "embedded_once_seconds": embed_seconds,
-        "latency_note": "p50/p95 of the engine part of one search (request, response, client-side fusion), median over runs interleaved by mode and engine; queries embedded once up front",
+        "latency_note": (
+            "p50/p95 of the engine part of one search (request, response, client-side fusion), median over runs "
+            "interleaved by mode and engine; queries embedded once up front"
+        ),
         "modes": modes,
         "writes": {
-            "note": "the same pre-embedded chunks bulk-written into a fresh index with refresh paused, then one refresh (the ingest pipeline's write path without the embedding, which is identical on both)",
+            "note": (
+                "the same pre-embedded chunks bulk-written into a fresh index with refresh paused, then one refresh "
+                "(the ingest pipeline's write path without the embedding, which is identical on both)"
+            ),
             "chunks_per_s": write_rates,
             "opensearch_over_elasticsearch": round(write_rates["opensearch"] / write_rates["elasticsearch"], 3),
             "per_run": writes,

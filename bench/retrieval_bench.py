@@ -98,7 +98,8 @@ def ensemble_main(args) -> int:
     }
     name = f"ensembling{weights_suffix(weights)}"
     print(
-        f"{name}: nDCG@10 {row['ndcg_at_10']:.4f}  R@100 {row['recall_at_100']:.4f}  p50 {row['p50_ms']} ms  p95 {row['p95_ms']} ms",
+        f"{name}: nDCG@10 {row['ndcg_at_10']:.4f}  R@100 {row['recall_at_100']:.4f}  p50 {row['p50_ms']} ms  p95 "
+        f"{row['p95_ms']} ms",
         file=sys.stderr,
     )
     print(
@@ -113,8 +114,16 @@ def ensemble_main(args) -> int:
                 "scale_weights": weights or "1 each",
                 "queries": len(queries),
                 "runs": args.runs,
-                "how": f"one ensemble search per query: the base chunks and each scale, BM25 + kNN ({settings.retrieval.mode}) per scale in one _msearch, min-max per scale, fused, de-duplicated by span; {DEPTH} spans, documents ranked by their first span (recall@100 over at most {DEPTH} spans, so over fewer documents when one document holds several)",
-                "latency_note": "p50/p95 of the engine part of one ensemble search (the one _msearch, fusion, de-duplication), median over runs; query embedding excluded",
+                "how": (
+                    "one ensemble search per query: the base chunks and each scale, BM25 + kNN "
+                    f"({settings.retrieval.mode}) per scale in one _msearch, min-max per scale, fused, de-duplicated "
+                    f"by span; {DEPTH} spans, documents ranked by their first span (recall@100 over at most {DEPTH} "
+                    "spans, so over fewer documents when one document holds several)"
+                ),
+                "latency_note": (
+                    "p50/p95 of the engine part of one ensemble search (the one _msearch, fusion, de-duplication), "
+                    "median over runs; query embedding excluded"
+                ),
                 "embed_p50_ms": round(percentile(embed_ms, 0.5), 2),
                 "ingest": ingest,
             },
@@ -185,7 +194,10 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--scale-weights",
-        help="with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; the row's name then says them)",
+        help=(
+            "with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; "
+            "the row's name then says them)"
+        ),
     )
     parser.add_argument(
         "--ensemble-index",
@@ -243,7 +255,8 @@ def main(argv=None) -> int:
             "fusion": result.fusion,
         }
         print(
-            f"{mode:>10}: nDCG@10 {ndcg:.4f}  R@100 {recall:.4f}  p50 {results[mode]['p50_ms']} ms  p95 {results[mode]['p95_ms']} ms",
+            f"{mode:>10}: nDCG@10 {ndcg:.4f}  R@100 {recall:.4f}  p50 {results[mode]['p50_ms']} ms  p95 "
+            f"{results[mode]['p95_ms']} ms",
             file=sys.stderr,
         )
 
@@ -254,7 +267,10 @@ def main(argv=None) -> int:
         "queries": len(queries),
         "runs": args.runs,
         "depth": DEPTH,
-        "latency_note": "p50/p95 of the Elasticsearch part of one search (request, response, client-side fusion), median over runs; query embedding excluded and reported as embed_p50_ms",
+        "latency_note": (
+            "p50/p95 of the Elasticsearch part of one search (request, response, client-side fusion), median over "
+            "runs; query embedding excluded and reported as embed_p50_ms"
+        ),
         "embed_p50_ms": round(percentile(embed_ms, 0.5), 2),
         "modes": results,
         "best_hybrid": best_hybrid,

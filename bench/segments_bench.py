@@ -154,7 +154,10 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--articles",
         type=int,
-        help="first N articles only, and their questions (a quick check; with --name, so the results file is not overwritten)",
+        help=(
+            "first N articles only, and their questions (a quick check; with --name, so the results file is not "
+            "overwritten)"
+        ),
     )
     parser.add_argument(
         "--keep", action="store_true", help="reuse the indices if present (ingest timing then means nothing)"
@@ -162,19 +165,28 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--rse",
         default="0.18:0.5",
-        help="RSE settings to report as penalty:minimum_value pairs, comma-separated (0.18:0.5 is dsRAG's balanced preset)",
+        help=(
+            "RSE settings to report as penalty:minimum_value pairs, comma-separated (0.18:0.5 is dsRAG's balanced "
+            "preset)"
+        ),
     )
     parser.add_argument(
         "--ensemble",
         action="store_true",
-        help="only the multi-scale ensembling rows (ensembling, ensembling + RSE), added to the results file beside the rows already there",
+        help=(
+            "only the multi-scale ensembling rows (ensembling, ensembling + RSE), added to the results file beside "
+            "the rows already there"
+        ),
     )
     parser.add_argument(
         "--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens"
     )
     parser.add_argument(
         "--scale-weights",
-        help="with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; the rows' names then say them)",
+        help=(
+            "with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; "
+            "the rows' names then say them)"
+        ),
     )
     parser.add_argument("--name", default="segments")
     args = parser.parse_args(argv)
@@ -195,7 +207,10 @@ def main(argv=None) -> int:
         ingest[variant] = ingest_variant(client, embedder, settings, index, headers, documents, args.keep)
         retriever = HybridRetriever(client, embedder, index, settings.retrieval)
         fetch = position_fetcher(client, index)
-        retrieve = lambda question, size: retriever.search(question, size=size).chunks  # noqa: E731
+
+        def retrieve(question, size):
+            return retriever.search(question, size=size).chunks
+
         found, timings[variant] = score_questions(
             questions, retrieve, fetch, presets, f"top_k_{variant}", f"rse_{variant}", args.candidates
         )
@@ -206,7 +221,10 @@ def main(argv=None) -> int:
         args.name,
         "bench.segments_bench",
         {
-            "dataset": f"SQuAD 2.0 dev (cs224n split): {len(documents)} articles as whole documents, paragraphs joined by blank lines",
+            "dataset": (
+                f"SQuAD 2.0 dev (cs224n split): {len(documents)} articles as whole documents, paragraphs joined by "
+                "blank lines"
+            ),
             "questions": len(questions),
             "candidates": args.candidates,
             "retrieval_mode": settings.retrieval.mode,
@@ -243,10 +261,13 @@ def ensemble_main(args, client, embedder, settings, documents, questions, preset
     # (a chunk longer than the budget could never be used, so it must not
     # hide the smaller chunks inside it).
     weights = parse_scale_weights(args.scale_weights)
-    retrieve = lambda question, size: (
-        retriever.ensemble_candidates(question, scales=scales, size=size, weights=weights).chunks
-    )  # noqa: E731
-    at_budget = lambda ranked, budget: merge_spans(ranked, args.candidates, budget)  # noqa: E731
+
+    def retrieve(question, size):
+        return retriever.ensemble_candidates(question, scales=scales, size=size, weights=weights).chunks
+
+    def at_budget(ranked, budget):
+        return merge_spans(ranked, args.candidates, budget)
+
     suffix = weights_suffix(weights)
     rows, timings = score_questions(
         questions,
@@ -271,8 +292,14 @@ def ensemble_main(args, client, embedder, settings, documents, questions, preset
             "scale_weights": weights or "1 each",
             "chars_per_token": CHARS_PER_TOKEN,
             "rows": {
-                "ensemble_plain": "top-k over the ensemble's spans (every scale, one _msearch, min-max per scale, de-duplicated by span with the budget as the span cap), in rank order while they fit",
-                "ensemble_rse_plain_*": "RSE (same presets, budget as max_total_chars) over the ensemble's spans; segments stay within one scale",
+                "ensemble_plain": (
+                    "top-k over the ensemble's spans (every scale, one _msearch, min-max per scale, de-duplicated by "
+                    "span with the budget as the span cap), in rank order while they fit"
+                ),
+                "ensemble_rse_plain_*": (
+                    "RSE (same presets, budget as max_total_chars) over the ensemble's spans; segments stay within "
+                    "one scale"
+                ),
             },
             "ingest": ingest,
             "timings": timings,

@@ -85,7 +85,8 @@ def main(argv=None) -> int:
                         judgements = judge_many(f"question {q} run {run} workers {n}", chunks, options)
                         if any(j.combined is None for j in judgements):
                             raise RuntimeError(
-                                f"question {q}: unjudged chunks {[j.notes for j in judgements if j.combined is None][:1]}"
+                                f"question {q}: unjudged chunks "
+                                f"{[j.notes for j in judgements if j.combined is None][:1]}"
                             )
 
                     started = time.perf_counter()

@@ -45,7 +45,8 @@ def test_the_local_model_sections_and_summarises_a_document_without_headings(loc
     )
     result = outcome.document
     print(
-        f"\ncalls {outcome.calls}, {outcome.seconds} s; summary: {result.summary!r}\nsections: {[(s.path, s.start, s.end) for s in result.sections]}\nfallbacks: {outcome.fallbacks}"
+        f"\ncalls {outcome.calls}, {outcome.seconds} s; summary: {result.summary!r}\nsections: "
+        f"{[(s.path, s.start, s.end) for s in result.sections]}\nfallbacks: {outcome.fallbacks}"
     )
 
     assert 2 <= outcome.calls <= 3  # the summary, the sections, perhaps one retry

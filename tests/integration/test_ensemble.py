@@ -19,8 +19,9 @@ from search_extension.segments import SegmentSettings
 pytestmark = pytest.mark.integration
 
 DOCUMENTS = {
-    "bees": "Honey bees live in colonies. A colony has one queen and many workers. Workers gather nectar from flowers. "
-    "They turn the nectar into honey inside the hive. The honey is stored in wax cells. In winter the bees cluster together. "
+    "bees": "Honey bees live in colonies. A colony has one queen and many workers. "
+    "Workers gather nectar from flowers. They turn the nectar into honey inside the hive. "
+    "The honey is stored in wax cells. In winter the bees cluster together. "
     "They shiver to keep the queen warm until spring.",
     "rivers": "The Nile flows north through eleven countries. It ends in a delta on the Mediterranean Sea. "
     "Farmers along its banks depend on the yearly flood. The Aswan dam now controls that flood. "

@@ -154,8 +154,10 @@ def test_redis_stopped_then_back_filtered_queries_answer_throughout(index, own_r
     recovery_s = until_workers_judge(gateway, index)
     with capsys.disabled():
         print(
-            f"\nRedis down {DOWN_S:g} s: {', '.join(f'{s:.2f}' for _, s in outcomes)} s per query (judged by the gateway); "
-            f"back on the workers {recovery_s:.1f} s after Redis returned ({time.monotonic() - came_back:.1f} s with the last query)"
+            f"\nRedis down {DOWN_S:g} s: {', '.join(f'{s:.2f}' for _, s in outcomes)} s per query (judged by the "
+            "gateway); "
+            f"back on the workers {recovery_s:.1f} s after Redis returned ({time.monotonic() - came_back:.1f} s with "
+            "the last query)"
         )
 
 
@@ -179,7 +181,8 @@ def test_workers_stopped_filtered_queries_are_judged_by_the_gateway(index, worke
     recovery_s = until_workers_judge(gateway, index)
     with capsys.disabled():
         print(
-            f"\nno workers: first query {first_s:.1f} s, the next {held_s:.2f} s (judged by the gateway); back on the workers {recovery_s:.1f} s after one started"
+            f"\nno workers: first query {first_s:.1f} s, the next {held_s:.2f} s (judged by the gateway); back on the "
+            f"workers {recovery_s:.1f} s after one started"
         )
 
 
@@ -242,5 +245,6 @@ def test_no_503_under_load_with_redis_and_workers_up(index, gateway, capsys):
     assert {by for _, by in results} == {"workers"}
     with capsys.disabled():
         print(
-            f"\nload: {len(results)} filtered queries from 6 clients in {elapsed:.1f} s, all 200, all judged on the workers"
+            f"\nload: {len(results)} filtered queries from 6 clients in {elapsed:.1f} s, all 200, all judged on the "
+            "workers"
         )

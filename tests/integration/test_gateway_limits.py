@@ -93,7 +93,10 @@ def test_a_body_that_does_not_arrive_in_time_is_408(settings, embedder, index):
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             sock.sendall(
-                f"POST /{index}/_search HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{".encode()
+                (
+                    f"POST /{index}/_search HTTP/1.1\r\nhost: x\r\n"
+                    "content-type: application/json\r\ncontent-length: 100\r\n\r\n{"
+                ).encode()
             )
             reply = sock.recv(4096).decode()
     assert reply.startswith("HTTP/1.1 408") and "did not arrive within 0.5 s" in reply

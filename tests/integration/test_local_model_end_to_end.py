@@ -73,7 +73,8 @@ def test_gateway_filters_with_the_local_model_on_a_real_worker(
     hits = response["hits"]["hits"]
     report = response["chunkrag"]
     print(
-        f"\nkept {[(h['_id'], round(h['_score'], 3)) for h in hits]}\nanswer: {report['answer']}\nusage: {report['usage']}\nthreshold: {report['threshold']}"
+        f"\nkept {[(h['_id'], round(h['_score'], 3)) for h in hits]}\nanswer: {report['answer']}\nusage: "
+        f"{report['usage']}\nthreshold: {report['threshold']}"
     )
     assert hits, "the filter kept nothing and fell back to nothing"
     for hit in hits:

@@ -47,6 +47,7 @@ def test_answer_paragraph_is_among_the_hits_for_most_questions(es, embedder, set
         hits += doc_id in {c.doc_id for c in result.chunks}
     rate = hits / len(sample)
     print(
-        f"\nSQuAD hit@{TOP_K} over {len(sample)} questions, {len(documents)} paragraphs, {report.chunks} chunks: {rate:.3f}"
+        f"\nSQuAD hit@{TOP_K} over {len(sample)} questions, {len(documents)} paragraphs, {report.chunks} chunks: "
+        f"{rate:.3f}"
     )
     assert rate >= MIN_HIT_RATE

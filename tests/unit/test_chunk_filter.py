@@ -123,7 +123,8 @@ def test_the_default_scores_every_candidate_from_retrieval_signals_without_a_jud
     ]
     model = Answerer()
     result = run_filter("q", chunks, model=model, judge_many=never, options=FilterOptions())
-    # sigmoid(-3.754981 + 3.376989*0.8 + 0.006575*0 + 0.625046*1 + 0.766057/1 + 0.826934*ln 2) = sigmoid(0.9109) = 0.7132
+    # sigmoid(-3.754981 + 3.376989*0.8 + 0.006575*0 + 0.625046*1 + 0.766057/1 + 0.826934*ln 2)
+    #   = sigmoid(0.9109) = 0.7132
     first = RETRIEVAL_MODEL.probability(
         {"cosine": 0.8, "cosine_gap": 0.0, "bm25": 1.0, "inv_rank": 1.0, "log_chars": 0.6931471805599453}
     )

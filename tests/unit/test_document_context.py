@@ -51,7 +51,7 @@ def answers(*texts: str) -> ScriptedChat:
 def test_lines_are_the_non_blank_lines_with_their_offsets():
     lines = document_lines(TEXT)
     assert lines == (Line(0, 16), Line(17, 36), Line(40, 55), Line(56, 75))
-    assert [TEXT[l.start : l.end] for l in lines] == [
+    assert [TEXT[line.start : line.end] for line in lines] == [
         "Bees make honey.",
         "They live in hives.",
         "Tokyo is large.",
@@ -62,7 +62,7 @@ def test_lines_are_the_non_blank_lines_with_their_offsets():
 def test_a_line_over_the_limit_becomes_its_sentences():
     text = "One sentence here. Another one there. A third."
     assert document_lines(text, max_line_chars=1000) == (Line(0, 46),)
-    assert [text[l.start : l.end] for l in document_lines(text, max_line_chars=20)] == [
+    assert [text[line.start : line.end] for line in document_lines(text, max_line_chars=20)] == [
         "One sentence here.",
         "Another one there.",
         "A third.",
@@ -416,9 +416,9 @@ def test_the_ingest_report_prints_the_context_cost():
     out = io.StringIO()
     print_ingest_report(report, out)
     assert (
-        "document context: 3 model calls for 2 documents (3.0 s, 1.50 s per document), 1 answers from the cache, 1 fallbacks"
-        in out.getvalue()
-    )
+        "document context: 3 model calls for 2 documents (3.0 s, 1.50 s per document), 1 answers from the cache, "
+        "1 fallbacks"
+    ) in out.getvalue()
     assert "fallback d: sections: no rows" in out.getvalue()
 
 

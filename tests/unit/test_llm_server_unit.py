@@ -205,7 +205,10 @@ def test_llama_build_is_keyed_by_sources_and_flags():
     ]
 
 
-XEON = "processor\t: 0\nflags\t\t: fpu sse4_2 avx f16c fma avx2 bmi2 avx512f avx512cd avx512vl avx512dq avx512bw amx_tile amx_int8\n"
+XEON = (
+    "processor\t: 0\nflags\t\t: fpu sse4_2 avx f16c fma avx2 bmi2 avx512f avx512cd avx512vl avx512dq avx512bw "
+    "amx_tile amx_int8\n"
+)
 EPYC = "processor\t: 0\nflags\t\t: fpu sse4_1 sse4_2 avx f16c sse4a avx2 bmi2 fma\n"
 
 

@@ -70,12 +70,14 @@ def test_extract_rejects_paths_escaping_the_destination(tmp_path: Path):
 TEMURIN_RELEASE = """IMPLEMENTOR="Eclipse Adoptium"
 JAVA_RUNTIME_VERSION="25.0.3+9-LTS"
 JAVA_VERSION="25.0.3"
-MODULES="java.base java.instrument java.logging java.management java.naming java.xml jdk.attach jdk.incubator.vector jdk.management jdk.unsupported"
+MODULES="java.base java.instrument java.logging java.management java.naming java.xml \
+jdk.attach jdk.incubator.vector jdk.management jdk.unsupported"
 IMAGE_TYPE="JDK"
 """
 
 JLINKED_RELEASE = """JAVA_VERSION="25.0.2"
-MODULES="java.base java.instrument java.logging java.management java.naming java.xml jdk.attach jdk.management jdk.unsupported"
+MODULES="java.base java.instrument java.logging java.management java.naming java.xml \
+jdk.attach jdk.management jdk.unsupported"
 """
 
 

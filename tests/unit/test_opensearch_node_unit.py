@@ -59,7 +59,12 @@ def test_opensearch_yml_is_loopback_single_node_without_security_settings():
 
 def test_jvm_options_write_logs_into_the_run_dir():
     settings = OpenSearchSettings(home=Path("/h"), port=9201)
-    shipped = "-XX:HeapDumpPath=data\n-XX:ErrorFile=logs/hs_err_pid%p.log\n8:-Xloggc:logs/gc.log\n9-:-Xlog:gc*:file=logs/gc.log:utctime\n"
+    shipped = (
+        "-XX:HeapDumpPath=data\n"
+        "-XX:ErrorFile=logs/hs_err_pid%p.log\n"
+        "8:-Xloggc:logs/gc.log\n"
+        "9-:-Xlog:gc*:file=logs/gc.log:utctime\n"
+    )
     assert rebase_jvm_options(shipped, settings) == (
         "-XX:HeapDumpPath=/h/run/opensearch-9201/data\n"
         "-XX:ErrorFile=/h/run/opensearch-9201/logs/hs_err_pid%p.log\n"

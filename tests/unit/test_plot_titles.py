@@ -86,5 +86,8 @@ def test_write_plots_titles_the_figures(tmp_path, monkeypatch):
     written = write_plots(report, tmp_path, "run", EVAL_DEFAULT)
     assert [path.name for path in written] == ["kept_vs_threshold.png"]
     assert titles == [
-        "Chunks kept against the threshold\npopqa (0 questions) - run\nretrieval signals (no judge), calibrated, cut at 0.4"
+        (
+            "Chunks kept against the threshold\npopqa (0 questions) - run\nretrieval signals (no judge), calibrated, "
+            "cut at 0.4"
+        )
     ]

@@ -44,7 +44,10 @@ def test_the_judged_chunk_wins_over_retrieval_order_within_the_budget():
     judged = result(
         chunk(0, score=2.0, combined=0.1), chunk(1, score=1.0, combined=0.95), chunk(2, score=0.5, combined=0.05)
     )
-    fetch = lambda wanted: []  # every position is a candidate: nothing to fetch
+
+    def fetch(wanted):
+        return []  # every position is a candidate: nothing to fetch
+
     assert segment_answer_in_context(candidates, judged, ["France"], fetch, SegmentSettings(), budget_chars=30)
     # By retrieval order alone the first sentence would win, and it lacks the answer.
     unjudged = result(*candidates)
