@@ -33,7 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument(
         "--percentile",
         type=float,
-        help="break where the distance between consecutive sentences is above this percentile of the document's own (e.g. 95) instead of below --similarity-threshold",
+        help=(
+            "break where the distance between consecutive sentences is above this percentile of the document's own "
+            "(e.g. 95) instead of below --similarity-threshold"
+        ),
     )
     ingest.add_argument(
         "--min-chars", type=int, help="a chunk shorter than this is not closed at a similarity drop (0)"
@@ -52,12 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument(
         "--summaries",
         action="store_true",
-        help="the chat model writes a short summary of each document into its chunks' headers (one call per document; cached)",
+        help=(
+            "the chat model writes a short summary of each document into its chunks' headers "
+            "(one call per document; cached)"
+        ),
     )
     ingest.add_argument(
         "--semantic-sections",
         action="store_true",
-        help="the chat model names the sections of each document without headings (one call per ~8,000 characters; cached)",
+        help=(
+            "the chat model names the sections of each document without headings "
+            "(one call per ~8,000 characters; cached)"
+        ),
     )
     ingest.add_argument("--json", action="store_true", help="print the report as JSON")
     ingest.add_argument("--no-progress", action="store_true")
@@ -115,7 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         default="auto",
         choices=["auto", "popqa", "pubhealth", "bio", "wikiqa", "healthver", "climate_fever"],
-        help="wikiqa, healthver and climate_fever are sentence-level relevance sets: the judge's ROC AUC and F1 against cosine and BM25",
+        help=(
+            "wikiqa, healthver and climate_fever are sentence-level relevance sets: "
+            "the judge's ROC AUC and F1 against cosine and BM25"
+        ),
     )
     evaluation.add_argument(
         "--judge-sample",
@@ -183,7 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-SCALES_HELP = "multi-scale ensembling: also index each document at these chunk sizes in tokens, e.g. 128,512,2000 ('default' for those, 'off' for none)"
+SCALES_HELP = (
+    "multi-scale ensembling: also index each document at these chunk sizes in tokens, e.g. 128,512,2000 "
+    "('default' for those, 'off' for none)"
+)
 
 
 def _ensemble_arguments(parser: argparse.ArgumentParser, *, ingest: bool = False) -> None:
@@ -191,7 +206,10 @@ def _ensemble_arguments(parser: argparse.ArgumentParser, *, ingest: bool = False
     parser.add_argument(
         "--ensemble",
         action="store_true",
-        help=f"retrieve the base chunks and every larger scale in one _msearch, fused per scale and de-duplicated by span ({needs})",
+        help=(
+            "retrieve the base chunks and every larger scale in one _msearch, "
+            f"fused per scale and de-duplicated by span ({needs})"
+        ),
     )
     where = "indexed and ensembled" if ingest else "ensembled"
     parser.add_argument(
@@ -568,7 +586,8 @@ def _demo_filter(settings: Settings, embedder, questions: list[str]) -> None:
     # The default filter scores from the retrieval signals alone (no judge
     # call); the demo turns the LLM judge on to show it working on a worker.
     print(
-        f"\nthe chunk filter with the LLM judge on (ext.chunkrag.judge_top), through the gateway and a Celery worker, with {settings.chat.model} at {settings.chat.base_url}:"
+        "\nthe chunk filter with the LLM judge on (ext.chunkrag.judge_top), through the gateway and a Celery worker, "
+        f"with {settings.chat.model} at {settings.chat.base_url}:"
     )
     with (
         tempfile.TemporaryDirectory() as logs,

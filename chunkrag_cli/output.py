@@ -33,7 +33,8 @@ def print_ingest_report(report: IngestReport, out: TextIO) -> None:
         per_document = report.context_seconds / report.context_documents
         print(
             f"document context: {report.context_calls} model calls for {report.context_documents} documents "
-            f"({report.context_seconds:.1f} s, {per_document:.2f} s per document), {report.context_cache_hits} answers from the cache, "
+            f"({report.context_seconds:.1f} s, {per_document:.2f} s per document), "
+            f"{report.context_cache_hits} answers from the cache, "
             f"{len(report.context_fallbacks)} fallbacks",
             file=out,
         )
@@ -114,7 +115,8 @@ def print_ask(result, out: TextIO, width: int = 100) -> None:
         )
     for segment in getattr(result, "segments", None) or ():
         print(
-            f"\n  segment {segment.doc_id} chunks {segment.first}..{segment.stop - 1} (value {segment.value:.2f}, characters {segment.start}..{segment.end})",
+            f"\n  segment {segment.doc_id} chunks {segment.first}..{segment.stop - 1} "
+            f"(value {segment.value:.2f}, characters {segment.start}..{segment.end})",
             file=out,
         )
         print(textwrap.indent(textwrap.fill(" ".join(segment.text.split()), width=width - 6), "      "), file=out)
@@ -138,7 +140,8 @@ def print_gateway_search(question: str, response, out: TextIO, width: int = 100)
     threshold = report.get("threshold") or {}
     print(f"\n> {question}", file=out)
     print(
-        f"  {report['retrieval']['candidates']} candidates ({report['retrieval']['mode']}), {response['hits']['total']['value']} kept; "
+        f"  {report['retrieval']['candidates']} candidates ({report['retrieval']['mode']}), "
+        f"{response['hits']['total']['value']} kept; "
         + (f"threshold {threshold['value']:.3f} ({threshold['method']})" if threshold else "no threshold")
         + ("; nothing passed it" if report.get("nothing_relevant") else ""),
         file=out,
@@ -160,6 +163,7 @@ def print_gateway_search(question: str, response, out: TextIO, width: int = 100)
         print(f"\nanswer: {answer['text']}\ncited: {', '.join(answer['citations']) or 'none'}", file=out)
     usage = report["usage"]
     print(
-        f"model calls {usage['model_calls']} (+{usage['cached_calls']} cached), prompt tokens {usage['prompt_tokens']}; took {response['took']} ms",
+        f"model calls {usage['model_calls']} (+{usage['cached_calls']} cached), "
+        f"prompt tokens {usage['prompt_tokens']}; took {response['took']} ms",
         file=out,
     )

@@ -14,11 +14,16 @@ from chunkrag_eval.runner import EvalReport, QuestionOutcome
 def print_outcome(outcome: QuestionOutcome, out: TextIO) -> None:
     flags = ""
     if outcome.answer_in_context_before is not None:
-        flags = f" answer in context {_mark(outcome.answer_in_context_before)}->{_mark(outcome.answer_in_context_after)} (cosine {_mark(outcome.baseline_answer_in_context_after)})"
+        flags = (
+            f" answer in context {_mark(outcome.answer_in_context_before)}->{_mark(outcome.answer_in_context_after)}"
+            f" (cosine {_mark(outcome.baseline_answer_in_context_after)})"
+        )
     if outcome.correct is not None:
         flags += f" generated {'right' if outcome.correct else 'wrong'}"
     print(
-        f"[{outcome.item_id}] kept {outcome.kept}/{outcome.candidates} chunks, {outcome.chars_after}/{outcome.chars_before} chars, {outcome.model_calls} calls, {outcome.seconds:.1f}s{flags}",
+        f"[{outcome.item_id}] kept {outcome.kept}/{outcome.candidates} chunks, "
+        f"{outcome.chars_after}/{outcome.chars_before} chars, {outcome.model_calls} calls, "
+        f"{outcome.seconds:.1f}s{flags}",
         file=out,
         flush=True,
     )

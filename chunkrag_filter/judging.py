@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 # The records judging trades in, for the workers, which reach the filter
 # library through this module alone.
 __all__ = [
-    "BY_GATEWAY", "BY_RETRIEVAL", "BY_WORKERS", "Batch", "Degrading", "JudgeMany", "Judged", "Judgement", "JudgingUnavailable", "Place",
-    "ReportingJudge", "ScoringOptions", "judge_batch", "judge_candidates", "judge_in_threads", "passages", "plan_batches", "scoring_batches",
-    "slices", "unscored",
+    "BY_GATEWAY", "BY_RETRIEVAL", "BY_WORKERS", "Batch", "Degrading", "JudgeMany", "Judged", "Judgement",
+    "JudgingUnavailable", "Place", "ReportingJudge", "ScoringOptions", "judge_batch", "judge_candidates",
+    "judge_in_threads", "passages", "plan_batches", "scoring_batches", "slices", "unscored",
 ]  # fmt: skip
 
 JudgeMany = Callable[[str, Sequence[Chunk], ScoringOptions], list[Judgement]]

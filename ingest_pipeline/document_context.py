@@ -88,8 +88,8 @@ def title_request(text: str) -> ChatRequest:
             Message("system", "You name documents."),
             Message(
                 "user",
-                "Write a short, descriptive title (at most ten words) for the document that starts below. Write only the title.\n\n"
-                + text[:TITLE_CONTEXT_CHARS],
+                "Write a short, descriptive title (at most ten words) for the document that starts below. "
+                "Write only the title.\n\n" + text[:TITLE_CONTEXT_CHARS],
             ),
         ),
         max_tokens=TITLE_TOKENS,

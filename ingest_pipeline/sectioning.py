@@ -110,7 +110,8 @@ def retry_request(request: ChatRequest, answer: str, reason: str) -> ChatRequest
             Message("assistant", answer),
             Message(
                 "user",
-                f"That answer cannot be used: {reason}. Answer again in the same format, one '<line>: <title>' row per section.",
+                f"That answer cannot be used: {reason}. "
+                "Answer again in the same format, one '<line>: <title>' row per section.",
             ),
         ),
         max_tokens=request.max_tokens,

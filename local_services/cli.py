@@ -190,7 +190,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     group = subparsers.add_parser(
         "services",
         help="local Elasticsearch, OpenSearch, Redis and llm server for development and tests",
-        description="Manage the local single-node Elasticsearch and OpenSearch, Redis and the llm server (loopback only).",
+        description=(
+            "Manage the local single-node Elasticsearch and OpenSearch, Redis and the llm server (loopback only)."
+        ),
     )
     _add_commands(group, dest="services_command")
 
@@ -198,7 +200,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m local_services",
-        description="Manage the local single-node Elasticsearch and OpenSearch, Redis and the llm server (loopback only).",
+        description=(
+            "Manage the local single-node Elasticsearch and OpenSearch, Redis and the llm server (loopback only)."
+        ),
     )
     _add_commands(parser, dest="command")
     args = parser.parse_args(argv)

@@ -167,7 +167,8 @@ def _add_file_realm_users(settings: ElasticsearchSettings, distribution: Path, j
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         if result.returncode != 0:
             raise LocalServiceError(
-                f"bin/elasticsearch-users useradd {user.name} failed (exit {result.returncode}): {(result.stdout + result.stderr).strip()[-500:]}"
+                f"bin/elasticsearch-users useradd {user.name} failed (exit {result.returncode}): "
+                f"{(result.stdout + result.stderr).strip()[-500:]}"
             )
 
 

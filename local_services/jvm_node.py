@@ -359,7 +359,8 @@ def _prepare(node: JvmNode, settings: JvmRunFiles, log: Log) -> Command:
         }
     )
     log(
-        f"starting {node.name} {node.version} on {LOOPBACK}:{settings.port} as {user.name} (Java {java.major} from {java.path})…"
+        f"starting {node.name} {node.version} on {LOOPBACK}:{settings.port} as {user.name} "
+        f"(Java {java.major} from {java.path})…"
     )
     argv = [str(distribution / "bin" / node.name), "-d", "-p", str(settings.pidfile)]
     return Command(argv, cwd=settings.run_dir, env=env, user=user)

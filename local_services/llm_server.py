@@ -394,8 +394,8 @@ def _prepare(settings: LlmSettings, log: Log) -> Command:
     make_public_dir(settings.run_dir.parent)
     settings.run_dir.mkdir(exist_ok=True)
     log(
-        f"starting llm server ({settings.runtime}, {MODEL_ALIAS}, {settings.threads} threads, context {settings.ctx}) on "
-        f"{LOOPBACK}:{settings.port} ({model.name})…"
+        f"starting llm server ({settings.runtime}, {MODEL_ALIAS}, {settings.threads} threads, "
+        f"context {settings.ctx}) on {LOOPBACK}:{settings.port} ({model.name})…"
     )
     return Command(command, cwd=settings.run_dir)
 

@@ -163,7 +163,10 @@ class ManagedProcess:
         if result.returncode != 0:
             raise LocalServiceError(f"{self.title} failed to start (exit {result.returncode}).\n{self.logs()}")
         deadline = time.monotonic() + self.pidfile_wait_s
-        quiet: Log = lambda _message: None
+
+        def quiet(_message: str) -> None:
+            return None
+
         while (pid := self.running_pid(quiet)) is None and time.monotonic() < deadline:
             time.sleep(0.1)
         if pid is None:
@@ -175,7 +178,10 @@ class ManagedProcess:
 
     def _start_in_background(self, argv: list[str], cwd: Path, env: Mapping[str, str] | None) -> int:
         self.launch_log.write_bytes(b"")  # This start's output only.
-        timed_out = lambda: f"could not launch {self.title} within {self.launch_timeout_s:.0f} s"
+
+        def timed_out() -> str:
+            return f"could not launch {self.title} within {self.launch_timeout_s:.0f} s"
+
         launcher = ["/bin/sh", "-c", _BACKGROUND, "sh", str(self.launch_log), *argv]
         result = run_launcher(launcher, cwd=cwd, timeout=self.launch_timeout_s, timed_out=timed_out, env=env)
         launched = result.stdout.strip()
@@ -199,7 +205,9 @@ class ManagedProcess:
         pid = None if self.external_url else self.running_pid(log)
         excerpt = (lambda: "") if self.external_url else (lambda: f"\n{self.logs()}")
         hint = f" {self.exit_hint()}" if self.exit_hint else ""
-        exited = lambda: f"{self.title} (pid {pid}) exited while starting.{hint}{excerpt()}"
+
+        def exited() -> str:
+            return f"{self.title} (pid {pid}) exited while starting.{hint}{excerpt()}"
 
         def timed_out(last: str) -> str:
             where = f"{self.title} at {redact_url(self.url)}"

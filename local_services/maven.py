@@ -73,7 +73,8 @@ def fetch_pinned(artifact: str, sha256: str, target: Path, log: Log, *, cleanup_
         actual = file_sha256(downloaded)
         if actual != sha256:
             raise LocalServiceError(
-                f"downloaded {downloaded.name} has sha256 {actual}, expected {sha256}; refusing to use it. {cleanup_hint}"
+                f"downloaded {downloaded.name} has sha256 {actual}, expected {sha256}; "
+                f"refusing to use it. {cleanup_hint}"
             )
         os.replace(downloaded, target)
     return target

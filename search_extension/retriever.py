@@ -134,7 +134,9 @@ class HybridRetriever:
         if mode == "linear":
             if not self.capabilities.has_linear_retriever:
                 raise RetrievalError(
-                    "this cluster offers no `linear` retriever (Elasticsearch offers it with an Enterprise licence, OpenSearch not at all); use mode `minmax`, the same fusion done client-side"
+                    "this cluster offers no `linear` retriever "
+                    "(Elasticsearch offers it with an Enterprise licence, OpenSearch not at all); "
+                    "use mode `minmax`, the same fusion done client-side"
                 )
             return self._hits(queries.linear_retriever_body(spec, w_text, w_knn)), "retriever"
         if mode == "rrf" and self.capabilities.has_rrf_retriever:

@@ -66,7 +66,8 @@ def register_tasks(app: Celery, settings: Settings) -> None:
             # Scores (and cached scores) from another model than the caller
             # reports would be silently wrong; a mismatch is a setup error.
             raise ModelMismatch(
-                f"this worker judges with {settings.chat.model!r} but the query asked for {model_name!r}; give the gateway and the workers the same CHUNKRAG_CHAT_MODEL"
+                f"this worker judges with {settings.chat.model!r} but the query asked for {model_name!r}; "
+                "give the gateway and the workers the same CHUNKRAG_CHAT_MODEL"
             )
         try:
             judgements = judge_batch(

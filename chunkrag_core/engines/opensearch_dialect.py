@@ -46,7 +46,8 @@ def vector_mapping(es_field: Mapping[str, Any]) -> dict[str, Any]:
     kind = options.get("type", "hnsw")
     if kind != "hnsw":
         raise UnsupportedOnOpenSearch(
-            f"vector index type {kind!r} is Elasticsearch's; on OpenSearch use CHUNKRAG_VECTOR_TYPE=hnsw (Lucene HNSW with float vectors)"
+            f"vector index type {kind!r} is Elasticsearch's; "
+            "on OpenSearch use CHUNKRAG_VECTOR_TYPE=hnsw (Lucene HNSW with float vectors)"
         )
     similarity = es_field.get("similarity", "cosine")
     if similarity not in SPACE_TYPES:

@@ -178,8 +178,8 @@ def fit_logistic(
 def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
     """Probability that a random positive outscores a random negative (ties
     count half); None without both classes."""
-    positives = [s for s, l in zip(scores, labels) if l]
-    negatives = [s for s, l in zip(scores, labels) if not l]
+    positives = [s for s, label in zip(scores, labels) if label]
+    negatives = [s for s, label in zip(scores, labels) if not label]
     if not positives or not negatives:
         return None
     order = sorted(range(len(scores)), key=lambda i: scores[i])
@@ -192,16 +192,16 @@ def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
         for k in range(i, j + 1):
             ranks[order[k]] = (i + j) / 2 + 1  # average rank of a tie group, from 1
         i = j + 1
-    positive_rank_sum = sum(r for r, l in zip(ranks, labels) if l)
+    positive_rank_sum = sum(r for r, label in zip(ranks, labels) if label)
     n_pos, n_neg = len(positives), len(negatives)
     return (positive_rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
 def f1_at(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> float:
     predicted = [s >= threshold for s in scores]
-    tp = sum(p and l for p, l in zip(predicted, labels))
-    fp = sum(p and not l for p, l in zip(predicted, labels))
-    fn = sum(l and not p for p, l in zip(predicted, labels))
+    tp = sum(p and label for p, label in zip(predicted, labels))
+    fp = sum(p and not label for p, label in zip(predicted, labels))
+    fn = sum(label and not p for p, label in zip(predicted, labels))
     return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
 
 

@@ -96,7 +96,8 @@ def _check_length(text: str, max_chars: int | None) -> None:
     # The text goes to the embedder and into every judging prompt.
     if max_chars is not None and len(text) > max_chars:
         raise OptionError(
-            f"the query text is {len(text)} characters long; the gateway's limit is {max_chars} (CHUNKRAG_GATEWAY_MAX_QUERY_CHARS)"
+            f"the query text is {len(text)} characters long; "
+            f"the gateway's limit is {max_chars} (CHUNKRAG_GATEWAY_MAX_QUERY_CHARS)"
         )
     if "\x00" in text:
         raise OptionError("the query text holds a NUL character")

@@ -73,7 +73,8 @@ def parse_api_keys(raw: str) -> tuple[ApiKey, ...]:
         fields = entry.split(":")
         if len(fields) != 3:
             raise ConfigError(
-                f"CHUNKRAG_GATEWAY_API_KEYS entry {number + 1} must be name:sha256-hex:index-patterns, got {len(fields)} field(s)"
+                f"CHUNKRAG_GATEWAY_API_KEYS entry {number + 1} must be name:sha256-hex:index-patterns, "
+                f"got {len(fields)} field(s)"
             )
         name, digest, patterns = (f.strip() for f in fields)
         try:
@@ -106,11 +107,13 @@ class Authenticator:
             raise ConfigError(f"CHUNKRAG_GATEWAY_AUTH must be one of {', '.join(AUTH_MODES)}, got {mode!r}")
         if mode == "service" and not keys:
             raise ConfigError(
-                "CHUNKRAG_GATEWAY_AUTH=service needs CHUNKRAG_GATEWAY_API_KEYS: without them anyone could use the gateway's credentials"
+                "CHUNKRAG_GATEWAY_AUTH=service needs CHUNKRAG_GATEWAY_API_KEYS: "
+                "without them anyone could use the gateway's credentials"
             )
         if mode == "forward" and keys:
             raise ConfigError(
-                "CHUNKRAG_GATEWAY_API_KEYS is set but CHUNKRAG_GATEWAY_AUTH is forward: set it to service to use gateway API keys"
+                "CHUNKRAG_GATEWAY_API_KEYS is set but CHUNKRAG_GATEWAY_AUTH is forward: "
+                "set it to service to use gateway API keys"
             )
         self.mode, self.keys = mode, keys
 
@@ -149,7 +152,8 @@ def check_engine_auth(settings) -> None:
         and settings.gateway.auth != "service"
     ):
         raise ConfigError(
-            "OPENSEARCH_AUTH=sigv4 signs every request with the gateway's AWS credentials, so callers' credentials cannot be forwarded: "
+            "OPENSEARCH_AUTH=sigv4 signs every request with the gateway's AWS credentials, "
+            "so callers' credentials cannot be forwarded: "
             "set CHUNKRAG_GATEWAY_AUTH=service with CHUNKRAG_GATEWAY_API_KEYS (and index allow-lists per key)"
         )
 
@@ -174,7 +178,8 @@ def check_indices(caller: Caller, indices: tuple[str, ...] | None, *, what: str)
         return
     if indices is None:
         raise forbidden(
-            f"gateway API key [{caller.key.name}] may read only [{', '.join(allowed)}]; {what} names no index, name one in the path"
+            f"gateway API key [{caller.key.name}] may read only [{', '.join(allowed)}]; "
+            f"{what} names no index, name one in the path"
         )
     for index in indices:
         if ":" in index:  # cluster:index reaches a remote cluster, whatever the pattern says

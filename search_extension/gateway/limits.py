@@ -73,7 +73,8 @@ class RateLimiter:
             self._buckets[caller] = (tokens, now)
             wait = (1.0 - tokens) / self.rate
             raise errors.too_many(
-                f"rate limit of {self.rate:g} requests/s (bursts of {self.burst}) reached for this caller (CHUNKRAG_GATEWAY_RATE_PER_S)",
+                f"rate limit of {self.rate:g} requests/s (bursts of {self.burst}) reached for this caller "
+                "(CHUNKRAG_GATEWAY_RATE_PER_S)",
                 wait,
             )
         self._buckets[caller] = (tokens - 1.0, now)

@@ -65,7 +65,10 @@ class AskChunk(BaseModel):
     position: int
     scale: int = Field(
         0,
-        description="0: a semantic chunk; else the ensembling scale (tokens); with ensembling, start..end may span several merged chunks",
+        description=(
+            "0: a semantic chunk; else the ensembling scale (tokens); "
+            "with ensembling, start..end may span several merged chunks"
+        ),
     )
     start: int
     end: int
@@ -95,7 +98,10 @@ class AskResponse(BaseModel):
     threshold: Optional[ThresholdModel]
     judged_by: Optional[str] = Field(
         None,
-        description="where the candidates were judged: workers, gateway (the gateway's own threads), retrieval (the retrieval signals alone); null without judging",
+        description=(
+            "where the candidates were judged: workers, gateway (the gateway's own threads), "
+            "retrieval (the retrieval signals alone); null without judging"
+        ),
     )
     judged_by_reason: Optional[str] = Field(
         None, description="why judging fell back from where it was meant to run (null when it did not)"

@@ -113,7 +113,8 @@ def refuse_unless_allowed(endpoint: Endpoint, method: str, raw_path: str, allowe
     if endpoint.kind in allowed:
         return
     raise errors.forbidden_endpoint(
-        f"the gateway does not forward {method} {raw_path.split('?', 1)[0]}: it is a {endpoint.kind} API and this gateway forwards only "
+        f"the gateway does not forward {method} {raw_path.split('?', 1)[0]}: "
+        f"it is a {endpoint.kind} API and this gateway forwards only "
         f"[{', '.join(sorted(allowed))}] APIs (CHUNKRAG_GATEWAY_PASSTHROUGH)"
     )
 
@@ -151,7 +152,8 @@ def refuse_chunkrag_outside_index_search(endpoint: Endpoint, body: bytes) -> Non
             try:
                 if has_chunkrag_ext(orjson.loads(line)):
                     raise errors.bad_request(
-                        "ext.chunkrag is not supported in _msearch: each filtered search costs model calls and is answered by the gateway, "
+                        "ext.chunkrag is not supported in _msearch: "
+                        "each filtered search costs model calls and is answered by the gateway, "
                         "so send each one as its own POST /{index}/_search"
                     )
             except orjson.JSONDecodeError:
@@ -164,6 +166,7 @@ def refuse_chunkrag_outside_index_search(endpoint: Endpoint, body: bytes) -> Non
             return
         if has_chunkrag_ext(decoded):
             raise errors.bad_request(
-                "ext.chunkrag needs the chunk index in the path (POST /{index}/_search): the filter retrieves from one chunk index "
+                "ext.chunkrag needs the chunk index in the path (POST /{index}/_search): "
+                "the filter retrieves from one chunk index "
                 "with its text and vector fields, and a search without an index would span every index"
             )
