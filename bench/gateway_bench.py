@@ -241,16 +241,28 @@ def main(argv=None) -> int:
         "runs": args.runs,
         "requests_per_run": args.requests,
         "warmup_requests": WARMUP,
-        "body": f"queries.native_sum_body, size {SIZE}, k {max(100, SIZE)}, num_candidates {settings.retrieval.num_candidates}, precomputed query vectors",
-        "client": "urllib3 keep-alive pool, pre-encoded bodies, one request at a time; direct and gateway alternate which goes first",
-        "gateway": "`chunkrag serve` (uvicorn, no access log) in its own process; pass-through over its keep-alive HTTP/1.1 pool (origin.py, httpcore)",
+        "body": (
+            f"queries.native_sum_body, size {SIZE}, k {max(100, SIZE)}, "
+            f"num_candidates {settings.retrieval.num_candidates}, precomputed query vectors"
+        ),
+        "client": (
+            "urllib3 keep-alive pool, pre-encoded bodies, one request at a time; "
+            "direct and gateway alternate which goes first"
+        ),
+        "gateway": (
+            "`chunkrag serve` (uvicorn, no access log) in its own process; "
+            "pass-through over its keep-alive HTTP/1.1 pool (origin.py, httpcore)"
+        ),
         # uvicorn picks uvloop and httptools by itself when they are importable.
         "gateway_server": {
             "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
             "http": "httptools" if importlib.util.find_spec("httptools") else "h11",
         },
         "versions": versions(client),
-        "load_note": f"machine load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (other processes shared the CPU)",
+        "load_note": (
+            f"machine load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores "
+            "(other processes shared the CPU)"
+        ),
         "results": results,
         "gateway_over_es_p50": overhead,
         "gateway_over_es_p50_per_run": run_ratios("passthrough"),
@@ -259,7 +271,10 @@ def main(argv=None) -> int:
         ),
         "chunkrag_no_stages_over_embed_plus_es_p50": median(run_ratios("chunkrag_no_stages")),
         "chunkrag_no_stages_over_embed_plus_es_p50_per_run": run_ratios("chunkrag_no_stages"),
-        "ratio_note": "p50 ratios are the median over runs of gateway p50 / direct p50 within each run; p95 ratio is of the medians",
+        "ratio_note": (
+            "p50 ratios are the median over runs of gateway p50 / direct p50 within each run; "
+            "p95 ratio is of the medians"
+        ),
         "added_p50_ms": {
             "passthrough": round(results["passthrough_gateway"]["p50_ms"] - results["passthrough_direct"]["p50_ms"], 3),
             "chunkrag_no_stages": round(

@@ -106,7 +106,10 @@ def create_app(
         docs_url="/v1/docs",
         redoc_url=None,
         openapi_url="/openapi.json",
-        description="Elasticsearch-compatible search with ChunkRAG's LLM chunk filter: add `ext.chunkrag` to a `_search` body. Every other request is forwarded to Elasticsearch unchanged.",
+        description=(
+            "Elasticsearch-compatible search with ChunkRAG's LLM chunk filter: add `ext.chunkrag` to a "
+            "`_search` body. Every other request is forwarded to Elasticsearch unchanged."
+        ),
     )
     app.state.edges = edges
     app.openapi = functools.partial(gateway_openapi, app)
@@ -173,7 +176,8 @@ def create_app(
             )
         if request.url.query:
             raise errors.bad_request(
-                f"query-string parameters are not supported with ext.chunkrag, got [{request.url.query}]; put options in ext.chunkrag"
+                f"query-string parameters are not supported with ext.chunkrag, got [{request.url.query}]; "
+                "put options in ext.chunkrag"
             )
         _refuse_non_finite(decoded, "body")
         started = time.perf_counter()

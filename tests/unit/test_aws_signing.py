@@ -136,7 +136,8 @@ def assert_signed(method, host, path_and_query, headers, body, region="eu-west-1
     headers = {name.lower(): value for name, value in headers.items()}
     authorization = headers["authorization"]
     assert re.fullmatch(
-        rf"AWS4-HMAC-SHA256 Credential={ACCESS}/\d{{8}}/{region}/{service}/aws4_request, SignedHeaders=\S+, Signature=[0-9a-f]{{64}}",
+        rf"AWS4-HMAC-SHA256 Credential={ACCESS}/\d{{8}}/{region}/{service}/aws4_request, "
+        rf"SignedHeaders=\S+, Signature=[0-9a-f]{{64}}",
         authorization,
     )
     assert re.fullmatch(r"\d{8}T\d{6}Z", headers["x-amz-date"])
