@@ -5,17 +5,15 @@ FastAPI reads a pydantic-model body (``/v1/ask``) with Python's recursive
 recursion limit then raises RecursionError inside the parser, and CPython
 3.11 may leave its recursion bookkeeping off after catching one (later
 ``ast`` calls fail with SystemError). So such bodies are decoded here first,
-by orjson (which stops at 1,024 levels with a clean error, never by
-recursion), measured with a stack of our own, and refused past the gateway's
-depth limit; what passes is replayed to FastAPI unchanged.
+measured from their brackets (outside strings, without parsing), and
+refused past the gateway's depth limit; what passes is replayed to FastAPI
+unchanged, which reports anything else wrong with it as before.
 """
 
 from __future__ import annotations
 
-import orjson
-
 from search_extension.gateway import errors
-from search_extension.gateway.body_reads import MAX_BODY_DEPTH, nesting_depth
+from search_extension.gateway.body_reads import MAX_BODY_DEPTH, raw_nesting_depth
 from search_extension.gateway.lane import read_body, replay
 from search_extension.gateway.responses import accept_of, error_response
 
@@ -41,12 +39,6 @@ class BodyDepth:
 
 
 def refuse_deep(body: bytes) -> None:
-    """A 400 for a body that is not JSON orjson can read, or nests past the limit."""
-    if not body.strip():
-        return  # FastAPI says what is missing
-    try:
-        decoded = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise errors.parse_error(f"request body is not valid JSON: {exc}") from None
-    if nesting_depth(decoded) > MAX_BODY_DEPTH:
+    """A 400 for a body that nests past the limit."""
+    if raw_nesting_depth(body) > MAX_BODY_DEPTH:
         raise errors.bad_request(f"the request body nests deeper than the gateway's limit of {MAX_BODY_DEPTH} levels")

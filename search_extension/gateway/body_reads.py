@@ -16,6 +16,7 @@ base64) are refused outright.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable
 from urllib.parse import parse_qsl
 
@@ -85,6 +86,24 @@ def strict_json(data: bytes, what: str) -> Any:
         raise errors.parse_error(
             f"{what} is not strict JSON the gateway can read as Elasticsearch does: {exc}"
         ) from None
+
+
+# A JSON string (escapes included): its brackets are text, not nesting.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
+
+
+def raw_nesting_depth(data: bytes) -> int:
+    """How deep a JSON text nests, read from its brackets outside strings,
+    without parsing it (so whatever the body holds: NaN, 1e309, errors)."""
+    depth = deepest = 0
+    for byte in _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS):
+        if byte in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
 
 
 def nesting_depth(value: Any) -> int:

@@ -165,6 +165,15 @@ def test_the_strict_reader_measures_depth_before_parsing():
     assert refused.value.status == 400
 
 
+def test_raw_depth_counts_brackets_outside_strings_whatever_the_body_holds():
+    from search_extension.gateway.body_reads import raw_nesting_depth
+
+    assert raw_nesting_depth(b"") == 0 and raw_nesting_depth(b'{"a": [1, {"b": []}]}') == 4
+    assert raw_nesting_depth(b'{"text": "[[[[{{{{ \\" ]]]] [[["}') == 1  # brackets and an escaped quote in a string
+    assert raw_nesting_depth(b'{"budget_s": NaN, "w": [1e309]}') == 2  # not JSON orjson reads, still measured
+    assert raw_nesting_depth(b"[" * 1100 + b"]" * 1100) == 1100
+
+
 def test_bodies_in_url_parameters_and_clearing_every_scroll():
     assert body_parameters("source=%7B%7D&source_content_type=application/json&q=x") == [
         "source",
