@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='an Elasticsearch filter clause, e.g. \'{"term": {"doc_id": "a"}}\'',
     )
     search.add_argument("--collapse", metavar="FIELD", help="best chunk per value of FIELD, e.g. doc_id")
-    _ensemble_arguments(search)
+    _scales_argument(search)
     search.add_argument("--json", action="store_true")
     search.set_defaults(handler=cmd_search)
 
@@ -93,18 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("question")
     ask.add_argument("--index")
     add_filter_arguments(ask, "ask")
-    ask.add_argument(
-        "--segments",
-        action="store_true",
-        help="relevant segment extraction: answer from runs of neighbouring chunks around the relevant ones",
-    )
-    ask.add_argument(
-        "--segment-chars",
-        type=int,
-        default=None,
-        help="character budget of all segments together (default: chunk budgets only)",
-    )
-    _ensemble_arguments(ask)
+    _scales_argument(ask)
     ask.set_defaults(handler=cmd_ask)
 
     serve = commands.add_parser(
@@ -148,12 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also write an answer (PopQA) or verdict (PubHealth) from the kept chunks and grade it",
     )
-    evaluation.add_argument(
-        "--segments",
-        action="store_true",
-        help="also measure relevant segments of the judged candidates within the characters the filter kept",
-    )
-    _ensemble_arguments(evaluation, ingest=True)
+    _scales_argument(evaluation, ingest=True)
     evaluation.add_argument(
         "--judge", choices=["threads", "celery"], help="where judging runs (default $CHUNKRAG_WORKER_JUDGE or threads)"
     )
@@ -201,30 +185,20 @@ SCALES_HELP = (
 )
 
 
-def _ensemble_arguments(parser: argparse.ArgumentParser, *, ingest: bool = False) -> None:
-    needs = "the pools are indexed at the scales" if ingest else "the index must have been ingested with --scales"
-    parser.add_argument(
-        "--ensemble",
-        action="store_true",
-        help=(
-            "retrieve the base chunks and every larger scale in one _msearch, "
-            f"fused per scale and de-duplicated by span ({needs})"
-        ),
-    )
+def _scales_argument(parser: argparse.ArgumentParser, *, ingest: bool = False) -> None:
+    # --ensemble itself is a filter option (made from its declaration); the scales are a setting.
     where = "indexed and ensembled" if ingest else "ensembled"
     parser.add_argument(
         "--scales", help=f"with --ensemble, the scales {where} (default $CHUNKRAG_SCALES, else 128,512,2000)"
     )
 
 
-def ensemble_scales(args: argparse.Namespace, settings: Settings) -> tuple[int, ...] | None:
+def ensemble_scales(resolved, settings: Settings) -> tuple[int, ...] | None:
     """The scales to ensemble with ``--ensemble`` (None without it): the
     settings' (``--scales``, $CHUNKRAG_SCALES), else the default ones."""
-    from chunkrag_core.settings import DEFAULT_SCALES
+    from search_extension.options import ensemble_scales as scales_for
 
-    if not getattr(args, "ensemble", False):
-        return None
-    return settings.chunking.scales or DEFAULT_SCALES
+    return scales_for(resolved.ensemble, settings.chunking.scales)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -316,8 +290,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     retriever = HybridRetriever(
         _backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval
     )
-    scales = ensemble_scales(args, settings)
-    mode = filter_options_from_args(args, "search").mode
+    resolved = filter_options_from_args(args, "search")
+    scales, mode = ensemble_scales(resolved, settings), resolved.mode
     if scales is not None:
         result = retriever.search_ensemble(
             args.query, scales=scales, mode=mode, size=args.size, filters=filters, collapse_field=args.collapse
@@ -342,9 +316,6 @@ def cmd_ask(args: argparse.Namespace) -> int:
     retriever = HybridRetriever(
         _backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval
     )
-    from search_extension.segments import SegmentSettings
-
-    segments = SegmentSettings(max_total_chars=args.segment_chars) if args.segments else None
     result = ask(
         args.question,
         retriever=retriever,
@@ -353,8 +324,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         candidates=resolved.candidates or DEFAULT_CANDIDATES,
         parallel=settings.chat.parallel,
         model_name=settings.chat.model,
-        segments=segments,
-        ensemble=ensemble_scales(args, settings),
+        segments=resolved.segments,
+        ensemble=ensemble_scales(resolved, settings),
     )
     print_ask(result, sys.stdout)
     return 0
@@ -394,12 +365,6 @@ def filter_options_from_args(args: argparse.Namespace, command: str):
     return from_arguments(args, command).resolve(surface=command)
 
 
-def _segment_settings(args: argparse.Namespace):
-    from search_extension.segments import SegmentSettings
-
-    return SegmentSettings() if getattr(args, "segments", False) else None
-
-
 def _judge_many(settings: Settings, judge: str, model):
     """Where `eval` judges: on the Celery workers (a failure to reach them
     fails the run: an evaluation must not quietly judge elsewhere), or in
@@ -422,14 +387,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.format in ("wikiqa", "healthver", "climate_fever"):
         return _eval_sentences(args, settings)
-    ensemble = ensemble_scales(args, settings)
+    resolved = filter_options_from_args(args, "eval")
+    ensemble = ensemble_scales(resolved, settings)
     if ensemble is not None:
         # The pools are indexed here, so at the scales ensembled.
         settings = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, scales=ensemble))
     fmt, items, bad = read_items(args.file, args.format, args.pool, args.limit)
     for record in bad:
         print(f"skipped line {record.line}: {record.reason}", file=sys.stderr)
-    options = filter_options_from_args(args, "eval").filter
+    options = resolved.filter
     model = make_chat(settings.chat)
     report = evaluate(
         items,
@@ -443,7 +409,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         index=args.index or f"chunkrag-eval-{fmt}",
         generate=args.generate,
         on_question=lambda outcome: print_outcome(outcome, sys.stderr),
-        segments=_segment_settings(args),
+        segments=resolved.segments,
         ensemble=ensemble,
     )
     summary = {

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Sequence, Union, 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
+from chunkrag_core.settings import DEFAULT_SCALES
 from chunkrag_filter.pipeline import FALLBACKS, JUDGE_TOP_WHEN_ASKED, RERANKERS, THRESHOLDS, FilterOptions
 from chunkrag_filter.processors.calibration import RETRIEVAL_MODEL
 from chunkrag_filter.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS, PASSAGE_FORMATS, ScoringOptions
@@ -53,18 +54,30 @@ class OptionError(ValueError):
 # --- what the declaration carries besides pydantic's own metadata -------------
 
 
+# ``Cli.set_to`` when the flag takes a value (``None`` is a value to set).
+TAKES_VALUE = object()
+
+
 @dataclass(frozen=True, slots=True)
 class Cli:
     """The option as a flag of these commands. ``flag`` when it is not the
     option's name; ``values`` maps each choice to the option's value (e.g.
     ``--calibration default|off``); ``set_to`` makes a store-true flag that
-    sets the option to this value (``--no-answer``)."""
+    sets the option to this value (``--no-answer``). ``help`` replaces the
+    option's description: one text, or one per command."""
 
     commands: tuple[str, ...]
     flag: str | None = None
     values: Mapping[str, Any] | None = None
-    set_to: Any = None
-    help: str | None = None
+    set_to: Any = TAKES_VALUE
+    help: str | Mapping[str, str] | None = None
+
+    @property
+    def store_true(self) -> bool:
+        return self.set_to is not TAKES_VALUE
+
+    def help_for(self, command: str) -> str | None:
+        return self.help.get(command) if isinstance(self.help, Mapping) else self.help
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +95,10 @@ class AtMost:
     why: str = ""
 
 
+# The --ensemble flag's help; each command adds where the scales come from.
+_ENSEMBLE_HELP = (
+    "retrieve the base chunks and every larger scale in one _msearch, fused per scale and de-duplicated by span"
+)
 _TEXT_SCHEMA = {"pattern": r"\S"}  # some non-blank text; blank text is "no query text"
 _Unit = Annotated[float, Field(ge=0, le=1)]
 _Scale = Annotated[int, Field(ge=1)]
@@ -160,9 +177,10 @@ class SegmentsModel(_Options):
 
     max_segment_chunks: int = Field(_SEGMENTS.max_segment_chunks, ge=1, description="longest segment, in chunks")
     max_total_chunks: int = Field(_SEGMENTS.max_total_chunks, ge=1, description="all segments together, in chunks")
-    max_total_chars: int = Field(
-        _SEGMENTS.max_total_chars, ge=1, description="all segments together, in characters (default: no limit)"
-    )
+    max_total_chars: Annotated[
+        int,
+        Cli(("ask",), flag="--segment-chars", help="character budget of all segments together (default: no limit)"),
+    ] = Field(_SEGMENTS.max_total_chars, ge=1, description="all segments together, in characters (default: no limit)")
     min_segment_value: float = Field(_SEGMENTS.min_segment_value, description="a segment worth less is not returned")
     irrelevant_chunk_penalty: float = Field(
         _SEGMENTS.irrelevant_chunk_penalty, ge=0, description="subtracted per chunk; larger gives shorter segments"
@@ -257,9 +275,17 @@ class OptionsModel(_Options):
         description="seconds for judging (at most an hour; default: the gateway's); chunks not judged in time "
         "are unscored",
     )
-    segments: Union[bool, SegmentsModel] = Field(
-        False, description="relevant segment extraction: true, or budgets; hits become segments"
-    )
+    segments: Annotated[
+        Union[bool, SegmentsModel],
+        Cli(
+            ("ask", "eval"),
+            set_to=True,
+            help={
+                "ask": "relevant segment extraction: answer from runs of neighbouring chunks around the relevant ones",
+                "eval": "also measure relevant segments of the judged candidates within the characters the filter kept",
+            },
+        ),
+    ] = Field(False, description="relevant segment extraction: true, or budgets; hits become segments")
     judge_top: Annotated[int, AtMost("max_candidates"), Cli(("ask", "eval"))] = Field(
         _FILTER.judge_top,
         ge=0,
@@ -273,7 +299,18 @@ class OptionsModel(_Options):
             "when it runs)",
         )
     )
-    ensemble: Union[bool, Annotated[list[_Scale], Field(min_length=1)]] = Field(
+    ensemble: Annotated[
+        Union[bool, Annotated[list[_Scale], Field(min_length=1)]],
+        Cli(
+            ("search", "ask", "eval"),
+            set_to=True,
+            help={
+                "search": _ENSEMBLE_HELP + " (the index must have been ingested with --scales)",
+                "ask": _ENSEMBLE_HELP + " (the index must have been ingested with --scales)",
+                "eval": _ENSEMBLE_HELP + " (the pools are indexed at the scales)",
+            },
+        ),
+    ] = Field(
         False,
         description="multi-scale ensembling: true (the gateway's scales, CHUNKRAG_SCALES or 128,512,2000) or the "
         "scales in tokens; every scale in one _msearch, de-duplicated by span",
@@ -562,7 +599,7 @@ def json_kind(value: Any) -> str:
 def _cli_fields(command: str) -> list[tuple[tuple[str, ...], str, Any, Cli]]:
     """(path, name, field, Cli) of every option offered as a flag of ``command``."""
     found = []
-    for path, model in (((), OptionsModel), (("scoring",), ScoringModel)):
+    for path, model in (((), OptionsModel), (("scoring",), ScoringModel), (("segments",), SegmentsModel)):
         for name, field in model.model_fields.items():
             cli = _marker(field, Cli)
             if cli is not None and command in cli.commands:
@@ -581,11 +618,11 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     the option's help; an unset flag keeps the declaration's default."""
     for _path, name, field, cli in _cli_fields(command):
         flag, dest = _flag(name, cli)
-        help_text = cli.help or field.description
+        help_text = cli.help_for(command) or field.description
         if cli.values is not None:
             default = next(choice for choice, value in cli.values.items() if value == field.default)
             parser.add_argument(flag, dest=dest, choices=list(cli.values), help=f"{help_text} (default: {default})")
-        elif cli.flag is not None:
+        elif cli.store_true:
             parser.add_argument(flag, dest=dest, action="store_true", help=help_text)
         else:
             annotation = _bare(field.annotation)
@@ -601,22 +638,34 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 def from_arguments(args: argparse.Namespace, command: str) -> OptionsModel:
     """The options the flags of ``command`` set (unset flags keep the
-    declaration's defaults), validated like a request's."""
+    declaration's defaults), validated like a request's. A flag of a nested
+    option (``--segment-chars``) gives its object, which turns it on."""
     raw: dict[str, Any] = {}
     for path, name, _field, cli in _cli_fields(command):
         value = getattr(args, _flag(name, cli)[1], None)
-        store_true = cli.flag is not None and cli.values is None
-        if value is None or (store_true and value is False):
+        if value is None or (cli.store_true and value is False):
             continue
         if cli.values is not None:
             value = cli.values[value]
-        elif cli.flag is not None:
+        elif cli.store_true:
             value = cli.set_to
         target = raw
         for part in path:
-            target = target.setdefault(part, {})
-        target[name] = value
+            if not isinstance(target.get(part), dict):
+                target[part] = {}
+            target = target[part]
+        if not isinstance(target.get(name), dict):  # an object given by a nested flag stays
+            target[name] = value
     return validate(raw, where="options")
+
+
+def ensemble_scales(requested: tuple[int, ...] | None, configured: Sequence[int]) -> tuple[int, ...] | None:
+    """The scales to ensemble for a resolved ``ensemble``: None (off), those
+    asked for, or for ``true`` the configured ones (CHUNKRAG_SCALES), else
+    the defaults."""
+    if requested is None:
+        return None
+    return requested or tuple(configured) or DEFAULT_SCALES
 
 
 # --- documentation -----------------------------------------------------------
@@ -627,16 +676,16 @@ def reference() -> str:
     flags), from the declaration: for the docs, so they cannot drift."""
     flags_by_option: dict[str, list[str]] = {}
     for command in ("ask", "search", "eval"):
-        for _path, name, _field, cli in _cli_fields(command):
-            flag = _flag(name, cli)[0]
-            flags_by_option.setdefault(name, [])
-            if flag not in flags_by_option[name]:
-                flags_by_option[name].append(flag)
+        for path, name, _field, cli in _cli_fields(command):
+            flag, key = _flag(name, cli)[0], ".".join((*path, name))
+            flags_by_option.setdefault(key, [])
+            if flag not in flags_by_option[key]:
+                flags_by_option[key].append(flag)
     rows = ["| option | value | default | flag | what it does |", "|---|---|---|---|---|"]
     for prefix, model in (("", OptionsModel), ("scoring.", ScoringModel), ("segments.", SegmentsModel)):
         for name, field in model.model_fields.items():
             default = "unset" if field.default is None else f"`{_json_default(field.default)}`"
-            flags = ", ".join(f"`{flag}`" for flag in flags_by_option.get(name, ()))
+            flags = ", ".join(f"`{flag}`" for flag in flags_by_option.get(prefix + name, ()))
             rows.append(f"| `{prefix}{name}` | {_wanted(field, {})} | {default} | {flags} | {field.description} |")
     return "\n".join(rows) + "\n"
 

@@ -6,10 +6,9 @@ literal values."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from chunkrag_core.chunk import BASE_SCALE, Chunk
-from chunkrag_core.settings import DEFAULT_SCALES
 from search_extension.ask import DEFAULT_CANDIDATES, AskResult
 
 # The options themselves are declared, validated and resolved there; this
@@ -20,6 +19,7 @@ from search_extension.options import (  # noqa: F401
     SEGMENT_KEYS,
     ChunkragOptions,
     OptionError,
+    ensemble_scales,
     parse_options,
 )
 from search_extension.segments import Segment
@@ -110,14 +110,6 @@ def _candidates(options: ChunkragOptions, size: int, max_candidates: int) -> int
         return min(DEFAULT_CANDIDATES, max_candidates)
     # Retrieval only: as many as the hits asked for.
     return min(max(size, 1), max_candidates)
-
-
-def ensemble_scales(requested: tuple[int, ...] | None, configured: Sequence[int]) -> tuple[int, ...] | None:
-    """The scales to ensemble: None (off), those asked for, or for ``true``
-    the gateway's configured ones (CHUNKRAG_SCALES), else the defaults."""
-    if requested is None:
-        return None
-    return requested or tuple(configured) or DEFAULT_SCALES
 
 
 def query_text(query: Any) -> str | None:

@@ -91,6 +91,33 @@ def test_every_eval_flag_keeps_its_name_and_reaches_its_option():
     assert flags("search", "q", "--mode", "bm25").mode == "bm25"
 
 
+def test_segment_and_ensemble_flags_are_made_from_their_options():
+    from search_extension.segments import SegmentSettings
+
+    assert flags("ask", "q").segments is None and flags("ask", "q").ensemble is None
+    assert flags("ask", "q", "--segments").segments == parse_options({"segments": True}).segments == SegmentSettings()
+    assert flags("ask", "q", "--segments", "--segment-chars", "900").segments == SegmentSettings(max_total_chars=900)
+    assert (
+        flags("ask", "q", "--segment-chars", "900").segments
+        == parse_options({"segments": {"max_total_chars": 900}}).segments
+    )
+    assert flags("eval", "dev.jsonl", "--segments").segments == SegmentSettings()
+    for command, operand in (("search", "q"), ("ask", "q"), ("eval", "dev.jsonl")):
+        assert flags(command, operand, "--ensemble").ensemble == parse_options({"ensemble": True}).ensemble == ()
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["search", "q", "--segments"])
+
+
+def test_ensemble_true_means_the_configured_scales_else_the_defaults():
+    from chunkrag_cli.main import ensemble_scales
+    from chunkrag_core.settings import ChunkingSettings, Settings
+
+    configured = Settings(chunking=ChunkingSettings(scales=(256,)))
+    assert ensemble_scales(flags("ask", "q", "--ensemble"), configured) == (256,)
+    assert ensemble_scales(flags("ask", "q", "--ensemble"), Settings()) == (128, 512, 2000)
+    assert ensemble_scales(flags("ask", "q"), configured) is None
+
+
 def test_a_judging_flag_turns_the_judge_on_for_nine_as_a_scoring_option_does():
     for argv in (("--method", "listwise"), ("--orders", "2"), ("--passages", "quoted")):
         cli = flags("ask", "q", *argv).filter
