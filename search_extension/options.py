@@ -207,10 +207,12 @@ class OptionsModel(_Options):
         None,
         ge=1,
         description="chunks retrieved and judged (default 8 with the model stages, else the hits asked for; "
-        "at most the gateway's max_candidates)",
+        "at most the gateway's max_candidates, CHUNKRAG_GATEWAY_MAX_CANDIDATES)",
     )
     mode: Annotated[Literal[MODES], Cli(("search",))] = Field(
-        None, description="retrieval mode (default: the settings', minmax: BM25 and kNN each normalised, 0.5/0.5)"
+        None,
+        description="retrieval mode (default: CHUNKRAG_RETRIEVAL_MODE, else minmax: BM25 and kNN each normalised, "
+        "0.5/0.5)",
     )
     stages: bool = Field(True, description="false: hybrid retrieval only, no model call")
     redundancy_threshold: Annotated[
@@ -272,8 +274,8 @@ class OptionsModel(_Options):
         None,
         gt=0,
         le=MAX_BUDGET_S,
-        description="seconds for judging (at most an hour; default: the gateway's); chunks not judged in time "
-        "are unscored",
+        description="seconds for judging (at most an hour; default: the gateway's, CHUNKRAG_WORKER_QUERY_BUDGET_S); "
+        "chunks not judged in time are unscored",
     )
     segments: Annotated[
         Union[bool, SegmentsModel],

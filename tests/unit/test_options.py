@@ -190,6 +190,16 @@ def test_the_reference_table_lists_every_option_with_its_flag():
     assert "| `scoring.orders` | an integer from 1 to 2 | `1` | `--orders` |" in table
 
 
+def test_the_gateway_docs_hold_the_table_made_from_the_declaration():
+    from pathlib import Path
+
+    from search_extension.options import reference
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "gateway.md").read_text(encoding="utf-8")
+    generated = docs.split("<!-- options:begin", 1)[1].split("-->", 1)[1].split("<!-- options:end -->", 1)[0]
+    assert generated.strip() == reference().strip(), "regenerate it: python -m search_extension.options"
+
+
 def test_the_declaration_imports_neither_the_gateway_nor_the_cli_nor_the_workers():
     import subprocess
     import sys
