@@ -32,8 +32,8 @@ from bench.common import median, write_result
 from bench.ingest_bench import CORPUS, scifact_documents
 from bench.metrics import ndcg_at_k, percentile, recall_at_k
 from bench.retrieval_bench import DEPTH, MODES, load_queries
+from chunkrag_core.engines import ENGINES
 
-ENGINES = ("elasticsearch", "opensearch")
 INDEX = "bench-scifact-engines"
 # Goals from issue 9: the same quality, p50 within 1.25x, writes within 10%.
 NDCG_TOLERANCE = 0.005

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from chunkrag_core.engines import ENGINES
 from chunkrag_core.settings import Settings
 
 SHARED = Path(os.environ.get("CHUNKRAG_SHARED", Path(__file__).resolve().parents[2] / "shared"))
@@ -35,9 +36,6 @@ def es(settings):
         pytest.fail(f"{exc}. Run the tests with `make test`, which starts it.", pytrace=False)
     yield backend
     backend.close()
-
-
-ENGINES = ("elasticsearch", "opensearch")
 
 
 @pytest.fixture(scope="session", params=ENGINES)

@@ -14,9 +14,10 @@ backend opens no connection; capabilities are probed once, on first use.
 from __future__ import annotations
 
 from chunkrag_core.engines.base import ClusterCapabilities, ClusterHealth, SearchBackend
-from chunkrag_core.settings import Settings
+from chunkrag_core.settings import SEARCH_BACKENDS, Settings
 
-ENGINES = ("elasticsearch", "opensearch")
+# The engines a backend exists for: the values SEARCH_BACKEND accepts.
+ENGINES = SEARCH_BACKENDS
 
 
 def make_backend(settings: Settings) -> SearchBackend:
