@@ -144,11 +144,8 @@ def with_retrieval_prior(
     the blend keeps what both agree on. Weight 0 is the paper's filter."""
     if weight <= 0:
         return list(judgements)
-    known = [s for s in retrieval_scores if s is not None]
-    low, high = (min(known), max(known)) if known else (0.0, 0.0)
     blended = []
-    for judgement, score in zip(judgements, retrieval_scores):
-        prior = 0.5 if score is None or high == low else (score - low) / (high - low)
+    for judgement, prior in zip(judgements, retrieval_priors(retrieval_scores)):
         if judgement.combined is None:
             blended.append(judgement)
         else:
@@ -156,6 +153,14 @@ def with_retrieval_prior(
                 dataclasses.replace(judgement, combined=(1 - weight) * judgement.combined + weight * prior, prior=prior)
             )
     return blended
+
+
+def retrieval_priors(scores: Sequence[float | None]) -> list[float]:
+    """Each retrieval score min-max normalised over the candidates; 0.5 for
+    a chunk without one, or for all when they are equal (nothing tells them apart)."""
+    known = [s for s in scores if s is not None]
+    low, high = (min(known), max(known)) if known else (0.0, 0.0)
+    return [0.5 if score is None or high == low else (score - low) / (high - low) for score in scores]
 
 
 def calibrated(
@@ -297,10 +302,7 @@ def retrieval_judgements(
     note = unjudged[0].notes if unjudged else ()
     if calibration is not None:
         return [Judgement(None, None, None, None, notes=note) for _ in candidates]
-    known = [c.score for c in candidates if c.score is not None]
-    low, high = (min(known), max(known)) if known else (0.0, 0.0)
-    out = []
-    for chunk in candidates:
-        prior = 0.5 if chunk.score is None or high == low else (chunk.score - low) / (high - low)
-        out.append(Judgement(None, None, None, prior, prior=prior, notes=note))
-    return out
+    return [
+        Judgement(None, None, None, prior, prior=prior, notes=note)
+        for prior in retrieval_priors([c.score for c in candidates])
+    ]

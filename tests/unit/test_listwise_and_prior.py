@@ -7,7 +7,7 @@ import pytest
 
 from chunkrag_core.providers.chat import ChatResponse
 from chunkrag_filter.judging import judge_batch, judge_in_threads, scoring_batches
-from chunkrag_filter.pipeline import FilterOptions, with_retrieval_prior
+from chunkrag_filter.pipeline import FilterOptions, retrieval_priors, with_retrieval_prior
 from chunkrag_filter.processors.relevance import Judgement, ScoringOptions, judge_listwise
 from tests.support.chat_doubles import DictCache, ScriptedChat
 
@@ -151,3 +151,9 @@ def test_prior_of_equal_or_missing_scores_is_neutral():
     assert blended[0].combined == pytest.approx(0.75)
     with pytest.raises(ValueError, match="prior_weight"):
         FilterOptions(prior_weight=1.5)
+
+
+def test_retrieval_priors_are_min_max_normalised_with_a_half_for_the_unknown():
+    assert retrieval_priors([2.0, 4.0, 3.0, None]) == [0.0, 1.0, 0.5, 0.5]
+    assert retrieval_priors([1.5, 1.5]) == [0.5, 0.5]
+    assert retrieval_priors([None]) == [0.5] and retrieval_priors([]) == []
