@@ -35,7 +35,7 @@ from bench.retrieval_bench import DEPTH, MODES, load_queries
 from chunkrag_core.engines import ENGINES
 
 INDEX = "bench-scifact-engines"
-# Goals from issue 9: the same quality, p50 within 1.25x, writes within 10%.
+# Goals set before the run (bench/REPORT.md): the same quality, p50 within 1.25x, writes within 10%.
 NDCG_TOLERANCE = 0.005
 P50_RATIO_GOAL = 1.25
 WRITE_RATIO_GOAL = 0.9
