@@ -327,6 +327,11 @@ class Settings:
         return self.opensearch_url if self.search_backend == "opensearch" else self.es_url
 
     @property
+    def search_ca_certs(self) -> str | None:
+        """The CA bundle for ``search_url`` (ES_CA_CERTS or OPENSEARCH_CA_CERTS)."""
+        return self.opensearch_ca_certs if self.search_backend == "opensearch" else self.es_ca_certs
+
+    @property
     def search_url_for_display(self) -> str:
         return redact_url(self.search_url)
 

@@ -225,9 +225,7 @@ def _make_pool(settings: Settings) -> OriginPool:
     parts = urlsplit(settings.search_url)
     context = None
     if parts.scheme == "https":
-        # Verified against ES_CA_CERTS (a PEM bundle), else the system's CAs.
-        context = ssl.create_default_context(
-            cafile=settings.opensearch_ca_certs if settings.search_backend == "opensearch" else settings.es_ca_certs
-        )
+        # Verified against ES_CA_CERTS or OPENSEARCH_CA_CERTS (a PEM bundle), else the system's CAs.
+        context = ssl.create_default_context(cafile=settings.search_ca_certs)
     host, port = _pool_address(parts)
     return OriginPool(host, port, ssl=context, timeout_s=settings.es_request_timeout_s)

@@ -198,6 +198,13 @@ def test_search_backend_setting():
         Settings.from_env({"SEARCH_BACKEND": "solr"})
 
 
+def test_the_ca_bundle_follows_the_chosen_engine():
+    bundles = {"ES_CA_CERTS": "/etc/es.pem", "OPENSEARCH_CA_CERTS": "/etc/os.pem"}
+    assert Settings.from_env(bundles).search_ca_certs == "/etc/es.pem"
+    assert Settings.from_env({"SEARCH_BACKEND": "opensearch", **bundles}).search_ca_certs == "/etc/os.pem"
+    assert Settings.from_env({}).search_ca_certs is None
+
+
 def test_make_backend_opens_no_connection_and_keeps_credentials_out_of_the_display_url():
     settings = Settings.from_env({"SEARCH_BACKEND": "opensearch", "OPENSEARCH_URL": "http://admin:s3cret@127.0.0.1:1"})
     backend = make_backend(settings)
