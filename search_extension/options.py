@@ -29,6 +29,7 @@ from chunkrag_core.settings import DEFAULT_SCALES
 from chunkrag_filter.pipeline import FALLBACKS, JUDGE_TOP_WHEN_ASKED, RERANKERS, THRESHOLDS, FilterOptions
 from chunkrag_filter.processors.calibration import RETRIEVAL_MODEL
 from chunkrag_filter.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS, PASSAGE_FORMATS, ScoringOptions
+from search_extension.ask import DEFAULT_CANDIDATES
 from search_extension.queries import MODES
 from search_extension.segments import SegmentError, SegmentSettings
 
@@ -125,8 +126,8 @@ class ScoringModel(_Options):
         Cli(("ask", "eval"), help="turn the LLM judge on with this scoring"),
     ] = Field(
         _FILTER.scoring.method,
-        description="listwise: up to nine passages per call; multistage: the paper's base score, self-reflection on "
-        "borderline scores and critic per chunk; yes_no; likert",
+        description=f"listwise: up to {MAX_LISTWISE_BATCH} passages per call; multistage: the paper's base score, "
+        "self-reflection on borderline scores and critic per chunk; yes_no; likert",
     )
     critic: Annotated[Literal[CRITICS], Unknown("critic")] = Field(
         _FILTER.scoring.critic, description="multistage critic: a rule check (no call), the model, or none"
@@ -206,8 +207,8 @@ class OptionsModel(_Options):
     candidates: Annotated[int, AtMost("max_candidates", " (the gateway's max_candidates)"), Cli(("ask",))] = Field(
         None,
         ge=1,
-        description="chunks retrieved and judged (default 8 with the model stages, else the hits asked for; "
-        "at most the gateway's max_candidates, CHUNKRAG_GATEWAY_MAX_CANDIDATES)",
+        description=f"chunks retrieved and judged (default {DEFAULT_CANDIDATES} with the model stages, else the hits "
+        "asked for; at most the gateway's max_candidates, CHUNKRAG_GATEWAY_MAX_CANDIDATES)",
     )
     mode: Annotated[Literal[MODES], Cli(("search",))] = Field(
         None,
@@ -314,7 +315,8 @@ class OptionsModel(_Options):
         ),
     ] = Field(
         False,
-        description="multi-scale ensembling: true (the gateway's scales, CHUNKRAG_SCALES or 128,512,2000) or the "
+        description="multi-scale ensembling: true (the gateway's scales, CHUNKRAG_SCALES or "
+        f"{','.join(map(str, DEFAULT_SCALES))}) or the "
         "scales in tokens; every scale in one _msearch, de-duplicated by span",
     )
 
