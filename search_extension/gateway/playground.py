@@ -50,6 +50,8 @@ SECURITY_HEADERS = {
     "x-frame-options": "DENY",
     "cache-control": "no-cache",
 }
+# Where app.js takes the filter's defaults (page_defaults), written in as the script is served.
+DEFAULTS_MARK = b"{/* the gateway writes the filter's defaults here */}"
 # What the index list asks the cluster: open indices and aliases, which the
 # cluster filters by the credentials' privileges (view_index_metadata).
 RESOLVE = "/_resolve/index/*?expand_wildcards=open"
@@ -58,8 +60,11 @@ RESOLVE = "/_resolve/index/*?expand_wildcards=open"
 def mount(app: FastAPI, passthrough: Passthrough) -> None:
     """Add the page's routes to ``app`` (out of the OpenAPI document: they are
     not part of the search API)."""
+    max_candidates = passthrough.settings.gateway.max_candidates
     for path, (name, media_type) in ASSETS.items():
-        app.add_api_route(path, _asset_route(name, media_type), methods=["GET"], include_in_schema=False)
+        app.add_api_route(
+            path, _asset_route(name, media_type, max_candidates), methods=["GET"], include_in_schema=False
+        )
 
     async def indices(request: Request) -> Response:
         caller = getattr(request.state, "caller", None) or Caller()
@@ -109,11 +114,38 @@ def _without_challenge(response: Response) -> Response:
     return response
 
 
-def _asset_route(name: str, media_type: str):
+def page_defaults(max_candidates: int) -> dict:
+    """What the page offers and starts from, read from the options'
+    declaration and the library's constants, never written in the script."""
+    from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED
+    from search_extension.ask import DEFAULT_CANDIDATES
+    from search_extension.options import OptionsModel
+    from search_extension.queries import MODES
+
+    return {
+        "modes": list(MODES),
+        "candidates": min(DEFAULT_CANDIDATES, max_candidates),
+        "max_candidates": max_candidates,
+        "fixed_threshold": OptionsModel.model_fields["fixed_threshold"].default,
+        "judge_top": JUDGE_TOP_WHEN_ASKED,
+    }
+
+
+def _asset_route(name: str, media_type: str, max_candidates: int):
     async def asset() -> Response:
-        return Response(_read(name), media_type=media_type, headers=SECURITY_HEADERS)
+        return Response(_served(name, max_candidates), media_type=media_type, headers=SECURITY_HEADERS)
 
     return asset
+
+
+@cache
+def _served(name: str, max_candidates: int) -> bytes:
+    body = _read(name)
+    if name != "app.js":
+        return body
+    if body.count(DEFAULTS_MARK) != 1:
+        raise RuntimeError(f"playground/app.js must hold {DEFAULTS_MARK.decode()} once")
+    return body.replace(DEFAULTS_MARK, orjson.dumps(page_defaults(max_candidates)))
 
 
 @cache

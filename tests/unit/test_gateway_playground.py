@@ -156,3 +156,30 @@ def test_the_script_keeps_credentials_in_memory_and_never_parses_html():
 def test_the_setting_is_read_from_the_environment():
     assert Settings.from_env({}).gateway.playground is True
     assert Settings.from_env({"CHUNKRAG_GATEWAY_PLAYGROUND": "false"}).gateway.playground is False
+
+
+def test_the_script_is_served_with_the_filters_defaults_from_the_declaration():
+    from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, THRESHOLDS
+    from search_extension.ask import DEFAULT_CANDIDATES
+    from search_extension.gateway.playground import DEFAULTS_MARK, page_defaults
+    from search_extension.options import OptionsModel
+    from search_extension.queries import MODES
+
+    assert asset("app.js").count(DEFAULTS_MARK.decode()) == 1
+    served = client_for(max_candidates=6).get(f"{PAGE}/app.js").text
+    assert DEFAULTS_MARK.decode() not in served
+    written = orjson.loads(re.search(r"const DEFAULTS = (\{.*?\});", served)[1])
+    assert (
+        written
+        == page_defaults(6)
+        == {
+            "modes": list(MODES),
+            "candidates": min(DEFAULT_CANDIDATES, 6),
+            "max_candidates": 6,
+            "fixed_threshold": OptionsModel.model_fields["fixed_threshold"].default,
+            "judge_top": JUDGE_TOP_WHEN_ASKED,
+        }
+    )
+    # The thresholds the page offers are the filter's.
+    offered = re.search(r'id: id\("threshold"\) \},\s*\[([^\]]*)\]', served)[1]
+    assert set(re.findall(r'"(\w+)"', offered)) <= set(THRESHOLDS)

@@ -8,17 +8,21 @@
 
 (function () {
   const ROOT = location.pathname.replace(/\/v1\/playground\/?$/, "");
-  const MODES = ["", "minmax", "native_sum", "rrf", "linear", "bm25", "knn"];
+  // The filter's defaults (retrieval modes, candidates, the fixed cut, the judge's nine), written
+  // in by the gateway when it serves this file, from the options' one declaration
+  // (search_extension/options.py): the page holds no second copy of them.
+  const DEFAULTS = {/* the gateway writes the filter's defaults here */};
+  const MODES = ["", ...DEFAULTS.modes];
   const PRESETS = {
     filter: "default filter (retrieval signals, no model call)",
     topk: "plain hybrid top-k (no filter)",
-    judge: "LLM judge on (judge_top 9)",
+    judge: "LLM judge on (judge_top " + DEFAULTS.judge_top + ")",
   };
   // The stage scores in pipeline order (chunk.stage_scores' keys), and the labels they get.
   const SCORE_ORDER = ["bm25", "knn", "cosine", "base", "forward", "reverse", "reflection", "critic", "prior",
     "calibrated", "combined", "rerank"];
   const SCORE_LABELS = { base: "judge share", forward: "judge (order 1)", reverse: "judge (order 2)" };
-  const DEFAULT_THRESHOLD = 0.4;
+  const DEFAULT_THRESHOLD = DEFAULTS.fixed_threshold;
   const SVG = "http://www.w3.org/2000/svg";
 
   const state = { auth: null, scheme: "none", results: {}, requests: {}, copyFormat: "body" };
@@ -170,7 +174,9 @@
       ["fixed", "dynamic", "relative"].map((m) => el("option", { value: m, text: m })));
     fieldset.append(
       el("label", {}, "Filter ", presetSelect),
-      el("label", {}, "Candidates ", el("input", { id: id("candidates"), type: "number", min: 1, max: 50, value: 8 })),
+      el("label", {}, "Candidates ", el("input", {
+        id: id("candidates"), type: "number", min: 1, max: DEFAULTS.max_candidates, value: DEFAULTS.candidates,
+      })),
       el("label", {}, "Retrieval ", modeSelect),
       el("label", {}, "Threshold ", method),
       el("label", {}, "Cut ",
@@ -189,12 +195,13 @@
   // so the copied body is the shortest that does the same.
   function optionsOf(side, { answer } = {}) {
     const get = (name) => $("setting-" + side.toLowerCase() + "-" + name);
-    const options = { candidates: Math.max(1, Math.min(50, parseInt(get("candidates").value, 10) || 8)) };
+    const asked = parseInt(get("candidates").value, 10) || DEFAULTS.candidates;
+    const options = { candidates: Math.max(1, Math.min(DEFAULTS.max_candidates, asked)) };
     if (get("mode").value) options.mode = get("mode").value;
     if (get("preset").value === "topk") {
       options.stages = false;
     } else {
-      if (get("preset").value === "judge") options.judge_top = 9;
+      if (get("preset").value === "judge") options.judge_top = DEFAULTS.judge_top;
       if (get("threshold").value !== "fixed") options.threshold = get("threshold").value;
       const cut = parseFloat(get("cut").value);
       if (isFinite(cut) && cut !== DEFAULT_THRESHOLD) options.fixed_threshold = cut;
