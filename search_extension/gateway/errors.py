@@ -89,7 +89,9 @@ def _logged(error: GatewayError, detail: object) -> GatewayError:
 def from_exception(exc: BaseException) -> GatewayError:
     """The status and reason for an exception raised by the library call.
     Every edge raises the project's own errors (the engines', the model
-    providers', the workers'), so no client library is imported here. A
+    providers', the workers'), so no search-engine or model client library is
+    imported here; only Redis's and Celery's exceptions are read, as a last
+    resort for a queue failure the workers' dispatch did not translate. A
     reason names the failing dependency, never its address: that detail goes
     to the log. Anything unforeseen is a 500 naming the exception; the
     traceback goes to the log, not to the caller."""
