@@ -17,7 +17,14 @@ from typing import Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
-from chunkrag_filter.judging import BY_RETRIEVAL, JudgeMany, judge_candidates, judge_in_threads, scoring_batches
+from chunkrag_filter.judging import (
+    BY_RETRIEVAL,
+    JudgeMany,
+    judge_candidates,
+    judge_in_threads,
+    scoring_batches,
+    unscored,
+)
 from chunkrag_filter.processors.calibration import (
     RETRIEVAL_MODEL,
     SHIPPED_MODELS,
@@ -233,7 +240,7 @@ def run_filter(
         options, judged = dataclasses.replace(options, judge_top=0, threshold=threshold_method), []
         judgements = retrieval_judgements(candidates, judgements, options.calibration)
     else:
-        skipped = Judgement(None, None, None, None, notes=(f"not judged: ranked below judge_top={options.judge_top}",))
+        skipped = unscored(f"not judged: ranked below judge_top={options.judge_top}")
         judgements = judgements + [skipped] * (len(candidates) - len(judged))
     if options.calibration is not None:
         judgements = calibrated(candidates, judgements, options.calibration, options.scoring, len(judged))
