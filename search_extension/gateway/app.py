@@ -38,7 +38,14 @@ from search_extension.gateway.dialect import (
 )
 from search_extension.gateway.edges import Edges, JudgeManyFactory
 from search_extension.gateway.guard import Guard
-from search_extension.gateway.identity import Authenticator, Caller, check_engine_auth, check_indices, service_refusal
+from search_extension.gateway.identity import (
+    REFUSAL_WORDS,
+    Authenticator,
+    Caller,
+    check_engine_auth,
+    check_indices,
+    service_refusal,
+)
 from search_extension.gateway.lane import PassthroughLane, request_target
 from search_extension.gateway.limits import FilteredQueue, RateLimiter
 from search_extension.gateway.models import (
@@ -227,7 +234,7 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
             ) from None
         error = errors.from_exception(exc)
         said = error.type + error.reason + (orjson.dumps(error.body).decode() if error.body else "")
-        refused = error.status in (401, 403) or "security_exception" in said
+        refused = error.status in (401, 403) or any(word in said for word in REFUSAL_WORDS)
         if caller.key is not None and refused:
             if error.status == 401:
                 edges.passthrough.forget(caller)  # an invalidated derived key: make a new one next time

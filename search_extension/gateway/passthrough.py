@@ -20,6 +20,7 @@ from search_extension.gateway.identity import (
     Caller,
     forwardable_header,
     forwarded_headers,
+    may_name_cluster_identity,
     scrub_security_errors,
     service_refusal,
 )
@@ -111,7 +112,7 @@ class Passthrough:
         ]
         outgoing += forwarded_headers(await self.bind(caller))
         response = await self._send(method, target, outgoing, body)
-        if caller.key is not None and (response.status in (401, 403) or b"security_exception" in response.body):
+        if caller.key is not None and (response.status in (401, 403) or may_name_cluster_identity(response.body)):
             if response.status == 401:
                 self.forget(caller)  # an invalidated derived key: make a new one next time
             response = _without_cluster_identity(response, caller)
