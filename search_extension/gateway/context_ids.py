@@ -14,7 +14,7 @@ presents it, as Elasticsearch answers a missing context (404).
 The memory is this process's: behind several gateway instances a caller's
 scroll and PIT requests must reach the instance that opened them (sticky
 sessions), and after a restart open scrolls and PITs are refused and must be
-opened again. At most ``capacity`` ids are kept, the oldest dropped first.
+opened again. At most ``capacity`` ids are kept per key, its oldest dropped first.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ import orjson
 
 from search_extension.gateway import errors
 
-# Ids kept at most (each a few hundred bytes): far more than the scrolls and
-# PITs open at once on a cluster (Elasticsearch's own default cap is 500 scrolls).
-CAPACITY = 50_000
+# Ids kept per gateway key at most (each a few hundred bytes): far more than
+# the scrolls and PITs one caller keeps open (Elasticsearch's own default cap
+# is 500 open scrolls per node).
+CAPACITY = 10_000
 # Elasticsearch writes an answer's scroll or PIT id as its first field
 # (search: _scroll_id, then pit_id; PIT open: id), pretty-printed or not.
 _LEADING_ID = re.compile(rb'\A\s*\{\s*"(?:_scroll_id|pit_id|id)"\s*:\s*"([^"\\]{1,8192})"')
@@ -80,20 +81,29 @@ def _split(value: Any) -> Iterable[str]:
 
 
 class ContextOwners:
+    """Which gateway key each id was handed out to; at most ``capacity`` ids
+    per key, that key's oldest forgotten first (one key opening PITs by the
+    thousand forgets only its own)."""
+
     def __init__(self, capacity: int = CAPACITY):
         self.capacity = capacity
-        self._owners: OrderedDict[str, str] = OrderedDict()
+        self._owner_of: dict[str, str] = {}
+        self._ids_of: dict[str, OrderedDict[str, None]] = {}
 
     def remember(self, owner: str, context_id: str) -> None:
-        self._owners[context_id] = owner
-        self._owners.move_to_end(context_id)
-        while len(self._owners) > self.capacity:
-            self._owners.popitem(last=False)
+        if self._owner_of.setdefault(context_id, owner) != owner:
+            return  # handed out to another key first: it stays theirs
+        ids = self._ids_of.setdefault(owner, OrderedDict())
+        ids[context_id] = None
+        ids.move_to_end(context_id)
+        while len(ids) > self.capacity:
+            forgotten, _ = ids.popitem(last=False)
+            del self._owner_of[forgotten]
 
     def check(self, owner: str, ids: Iterable[str]) -> None:
         """A 404 unless every id was handed out to ``owner``."""
         for context_id in ids:
-            if self._owners.get(context_id) != owner:
+            if self._owner_of.get(context_id) != owner:
                 raise errors.GatewayError(
                     404,
                     "search_context_missing_exception",

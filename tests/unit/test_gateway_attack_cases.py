@@ -57,10 +57,15 @@ def test_ids_answer_only_the_key_they_were_handed_to():
         with pytest.raises(errors.GatewayError) as refused:
             owners.check(owner, ids)
         assert refused.value.status == 404 and refused.value.type == "search_context_missing_exception"
-    owners.remember("team", "c")  # over capacity: the oldest id is forgotten
+    owners.remember("ops", "a")  # an id stays with the key it was handed to first
+    owners.check("team", ["a"])
+    # Over a key's capacity its own oldest id is forgotten, never another key's.
+    for context_id in ("c", "d", "e"):
+        owners.remember("ops", context_id)
+    owners.check("team", ["a"])
+    owners.check("ops", ["d", "e"])
     with pytest.raises(errors.GatewayError):
-        owners.check("team", ["a"])
-    owners.check("team", ["c"])
+        owners.check("ops", ["b"])
 
 
 class ScrollingTransport(KeyMakingTransport):
