@@ -435,3 +435,21 @@ def test_huge_sizes_get_a_4xx_or_a_bounded_answer(service_gateway, forwarding, i
         answer = raw(url, "POST", f"/{allowed}/_search", TEAM_KEY, json=filtered)
         assert answer.status_code < 500, (body, answer.text[:200])
         assert answer.status_code != 200 or len(answer.json()["hits"]["hits"]) <= most
+
+
+def test_a_filtered_search_of_an_index_without_chunks_is_a_4xx(service_gateway, forwarding, admin):  # noqa: F811
+    """ext.chunkrag on an index not made by ingestion (a log index, say) was
+    a 500 naming a KeyError."""
+    plain = f"{secured.ALLOWED_PREFIX}plain-{uuid.uuid4().hex[:6]}"
+    admin.index(index=plain, id="1", document={"text": "cats and dogs", "doc_id": "d"}, refresh=True)
+    body = {"query": {"match": {"text": "cats"}}, "ext": {"chunkrag": {"stages": False, "mode": "bm25"}}}
+    url, _ = service_gateway
+    try:
+        for answer in (
+            httpx.post(f"{forwarding}/{plain}/_search", json=body, headers=ALICE, timeout=60),
+            raw(url, "POST", f"/{plain}/_search", TEAM_KEY, json=body),
+        ):
+            assert answer.status_code == 400, answer.text[:300]
+            assert f"index [{plain}] does not hold chunks" in answer.text
+    finally:
+        admin.indices.delete(index=plain, ignore_unavailable=True)
