@@ -75,6 +75,13 @@ class PassthroughLane:
             endpoint = state.get("endpoint")
             if endpoint is None:  # the guard classifies every path it lets through
                 raise errors.forbidden_endpoint(f"the gateway does not forward {scope['method']} {scope['path']}")
+            if caller.key is not None and endpoint.kind != "read" and not await self.passthrough.cluster_limits(caller):
+                # The second line reads the bodies of the read class only (a
+                # _bulk or _mget names indices in its body too).
+                raise errors.forbidden_endpoint(
+                    f"the gateway does not forward {scope['method']} {scope['path']} for a gateway API key: "
+                    "where the cluster cannot limit the key itself, only read APIs pass"
+                )
             check_request(endpoint, caller, scope, body)
             if is_index_search(scope["method"], raw_path_of(scope)) and CHUNKRAG_MARK in body:
                 return await self.app(scope, replay(body, receive), send)

@@ -136,6 +136,15 @@ class Passthrough:
             return dataclasses.replace(caller, authorization=derived)
         return dataclasses.replace(caller, authorization=_authorization_of(self._own_headers))
 
+    async def cluster_limits(self, caller: Caller) -> bool:
+        """Whether the cluster itself limits ``caller``'s requests: a derived
+        key (service mode on a secured Elasticsearch). Where it does not
+        (OpenSearch, a cluster without security), the gateway's checks are
+        the only line."""
+        if caller.key is None or self.derived is None:
+            return False
+        return await self.derived.authorization(caller.key) is not None
+
     async def get_json(self, path: str) -> tuple[int, Any]:
         response = await self._send("GET", path, [(b"accept", b"application/json"), *self._own_headers], b"")
         return response.status, orjson.loads(response.body)

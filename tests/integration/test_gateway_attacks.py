@@ -453,3 +453,69 @@ def test_a_filtered_search_of_an_index_without_chunks_is_a_4xx(service_gateway, 
             assert f"index [{plain}] does not hold chunks" in answer.text
     finally:
         admin.indices.delete(index=plain, ignore_unavailable=True)
+
+
+def test_where_the_gateway_alone_enforces_keys_only_reads_pass_and_ids_stay_bound(settings, embedder, es):
+    """The open node (9200, no security) with gateway-only enforcement
+    accepted: every key's requests go with the same credentials. An _mget
+    (a write-class API here) naming another index in its body read it, and
+    another key's scroll or PIT id read its data."""
+    suffix = uuid.uuid4().hex[:8]
+    mine, theirs = f"gwonly-docs-{suffix}", f"gwonly-secret-{suffix}"
+    es.client.index(index=mine, id="1", document={"text": "open"}, refresh=True)
+    es.client.index(index=theirs, id="1", document={"text": SECRET_TEXT}, refresh=True)
+    team, trusted = "gwonly-team-" + uuid.uuid4().hex, "gwonly-trusted-" + uuid.uuid4().hex
+    keys = f"team:{key_hash(team)}:gwonly-docs-*; trusted:{key_hash(trusted)}:gwonly-*"
+    gateway_only = gateway_settings(
+        settings, settings.es_url, auth="service", api_keys=keys, enforce_in_gateway_only=True, passthrough="read,write"
+    )
+    try:
+        with serving(create_app(gateway_only, embedder=embedder)) as url:
+            for method, path, body in (
+                ("POST", f"/{mine}/_mget", {"docs": [{"_index": theirs, "_id": "1"}]}),
+                ("GET", f"/{mine}/_doc/1", None),
+                ("POST", f"/{mine}/_delete_by_query", {"query": lookup(theirs, "1")}),
+            ):
+                answer = raw(url, method, path, team, json=body)
+                assert answer.status_code == 403 and "only read APIs pass" in answer.text, (path, answer.text[:200])
+                assert SECRET_TEXT not in answer.text
+            assert raw(url, "POST", f"/{mine}/_search", team, json={}).status_code == 200
+            scroll = raw(url, "POST", f"/{theirs}/_search?scroll=1m", trusted, json={"size": 1}).json()["_scroll_id"]
+            pit = raw(url, "POST", f"/{theirs}/_pit?keep_alive=1m", trusted).json()["id"]
+            for path, body in (
+                ("/_search/scroll", {"scroll_id": scroll, "scroll": "1m"}),
+                ("/_search", {"pit": {"id": pit}}),
+            ):
+                stolen = raw(url, "POST", path, team, json=body)
+                assert stolen.status_code == 404 and SECRET_TEXT not in stolen.text, (path, stolen.text[:200])
+            owned = raw(url, "POST", "/_search/scroll", trusted, json={"scroll_id": scroll, "scroll": "1m"})
+            assert owned.status_code == 200
+            assert raw(url, "DELETE", "/_pit", trusted, json={"id": pit}).status_code == 200
+            assert raw(url, "DELETE", "/_search/scroll", trusted, json={"scroll_id": scroll}).status_code == 200
+    finally:
+        es.client.indices.delete(index=f"{mine},{theirs}", ignore_unavailable=True)
+
+
+def test_with_derived_keys_document_reads_are_the_clusters_to_refuse(settings, embedder, indices, secret_document):  # noqa: F811
+    """On the secured node the derived key limits every API, so a write-class
+    read may pass: the cluster refuses the secret document inside the 200,
+    and the refusal names no account."""
+    allowed, other = indices
+    team_only = f"team:{key_hash(TEAM_KEY)}:{secured.ALLOWED_PREFIX}*"
+    service = gateway_settings(
+        settings, secured.url_for(secured.SERVICE), auth="service", api_keys=team_only, passthrough="read,write"
+    )
+    with serving(create_app(service, embedder=embedder)) as url:
+        for query in ("", "?filter_path=docs.error.reason"):
+            answer = raw(
+                url,
+                "POST",
+                f"/{allowed}/_mget{query}",
+                TEAM_KEY,
+                json={"docs": [{"_index": other, "_id": secret_document}]},
+            )
+            assert answer.status_code == 200 and "gateway API key [team]" in answer.text, answer.text[:300]
+            assert_no_secret(answer, query)
+        written = raw(url, "POST", f"/{allowed}/_doc", TEAM_KEY, json={"text": "x"})
+        assert written.status_code == 403 and "gateway API key [team]" in written.text
+        assert_no_secret(written, "_doc")
