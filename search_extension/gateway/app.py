@@ -27,6 +27,7 @@ from search_extension.gateway import errors, playground
 from search_extension.gateway.body_depth import BodyDepth
 from search_extension.gateway.body_limit import BodyLimit
 from search_extension.gateway.body_reads import MAX_BODY_DEPTH
+from search_extension.gateway.cluster_users import ClusterUsers
 from search_extension.gateway.dialect import (
     ChunkragSearch,
     OptionError,
@@ -130,6 +131,7 @@ def create_app(
         authenticator=authenticator,
         rate_limiter=RateLimiter(limits.rate_per_s, limits.rate_burst),
         passthrough_classes=classes,
+        users=ClusterUsers(edges.passthrough.ask_as, settings.search_backend) if limits.auth == "forward" else None,
     )
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     _add_error_handlers(app)

@@ -145,6 +145,14 @@ class Passthrough:
             return False
         return await self.derived.authorization(caller.key) is not None
 
+    async def ask_as(self, authorization: bytes, path: str) -> tuple[int, bytes]:
+        """``GET path`` with a caller's credentials alone (who the cluster
+        takes them for: ``cluster_users.py``)."""
+        response = await self._send(
+            "GET", path, [(b"accept", b"application/json"), (b"authorization", authorization)], b""
+        )
+        return response.status, response.body
+
     async def get_json(self, path: str) -> tuple[int, Any]:
         response = await self._send("GET", path, [(b"accept", b"application/json"), *self._own_headers], b"")
         return response.status, orjson.loads(response.body)

@@ -519,3 +519,31 @@ def test_with_derived_keys_document_reads_are_the_clusters_to_refuse(settings, e
         written = raw(url, "POST", f"/{allowed}/_doc", TEAM_KEY, json={"text": "x"})
         assert written.status_code == 403 and "gateway API key [team]" in written.text
         assert_no_secret(written, "_doc")
+
+
+def test_one_users_several_credentials_share_one_rate_limit(settings, embedder, indices, admin):  # noqa: F811
+    """Forward mode keyed the limit on the credential: a user with an API key
+    beside their password (or API keys minted by the dozen) had a bucket per
+    credential. Now the cluster's user is the identity."""
+    allowed, _ = indices
+    granted = admin.security.grant_api_key(
+        grant_type="password",
+        username=secured.READER.name,
+        password=secured.READER.password,
+        api_key={"name": f"gateway-rate-{uuid.uuid4().hex[:6]}", "expiration": "1h"},
+    )
+    alice_key = {"authorization": f"ApiKey {granted['encoded']}"}
+    service = {
+        "authorization": "Basic "
+        + base64.b64encode(f"{secured.SERVICE.name}:{secured.SERVICE.password}".encode()).decode()
+    }
+    limited = gateway_settings(settings, secured.url_for(secured.SERVICE), rate_per_s=0.001, rate_burst=3)
+    try:
+        with serving(create_app(limited, embedder=embedder)) as url:
+            statuses = [
+                httpx.post(f"{url}/{allowed}/_count", headers=headers, timeout=30).status_code
+                for headers in (ALICE, alice_key, ALICE, alice_key, service)
+            ]
+    finally:
+        admin.security.invalidate_api_key(ids=[granted["id"]])
+    assert statuses == [200, 200, 200, 429, 200]
