@@ -35,7 +35,13 @@ from search_extension.gateway.body_reads import (
 from search_extension.gateway.context_ids import ContextOwners, opened_id, presented_ids
 from search_extension.gateway.identity import Caller, check_indices
 from search_extension.gateway.passthrough import Passthrough
-from search_extension.gateway.policy import Endpoint, msearch_indices, refuse_chunkrag_outside_index_search, segments
+from search_extension.gateway.policy import (
+    Endpoint,
+    has_chunkrag_ext,
+    msearch_indices,
+    refuse_chunkrag_outside_index_search,
+    segments,
+)
 from search_extension.gateway.responses import accept_of, error_response
 
 # The gateway's own routes, exactly: any other path (/v1/_search included)
@@ -83,13 +89,13 @@ class PassthroughLane:
                     "where the cluster cannot limit the key itself, only read APIs pass"
                 )
             check_request(endpoint, caller, scope, body)
-            if is_index_search(scope["method"], raw_path_of(scope)) and CHUNKRAG_MARK in body:
-                return await self.app(scope, replay(body, receive), send)
             bound = caller.key is not None and endpoint.kind == "read"
             if bound:
                 query = scope.get("query_string", b"").decode("latin-1")
                 parts = segments(raw_path_of(scope))
                 self.contexts.check(caller.key.name, presented_ids(scope["method"], parts, query, body))
+            if is_index_search(scope["method"], raw_path_of(scope)) and carries_chunkrag(body):
+                return await self.app(scope, replay(body, receive), send)
             response = await self.passthrough.forward(
                 scope["method"], request_target(scope), scope["headers"], body, caller
             )
@@ -166,6 +172,18 @@ def check_body(endpoint: Endpoint, caller: Caller, body: bytes) -> None:
         # A PIT id came from an open on an allowed index.
         if not (isinstance(decoded, dict) and isinstance(decoded.get("pit"), dict)):
             check_indices(caller, None, what="a search without an index (other than a PIT search)")
+
+
+def carries_chunkrag(body: bytes) -> bool:
+    """Whether a search body holds ext.chunkrag (or may: broken JSON that
+    names it): only those go to the route; every other search is forwarded
+    here, where the scroll or PIT id it hands out is bound to its key."""
+    if CHUNKRAG_MARK not in body:
+        return False
+    try:
+        return has_chunkrag_ext(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        return True  # the route names what is wrong with it
 
 
 def is_index_search(method: str, raw_path: str) -> bool:

@@ -547,3 +547,18 @@ def test_one_users_several_credentials_share_one_rate_limit(settings, embedder, 
     finally:
         admin.security.invalidate_api_key(ids=[granted["id"]])
     assert statuses == [200, 200, 200, 429, 200]
+
+
+def test_a_scroll_whose_query_names_chunkrag_is_bound_like_any_other(service_gateway, indices):  # noqa: F811
+    """A search holding the word "chunkrag" outside ext went through the
+    route, past the lane that binds scroll ids: its owner's continuation was
+    refused, and a PIT id in such a body was not checked."""
+    url, _ = service_gateway
+    allowed, _ = indices
+    body = {"query": {"bool": {"should": [{"match": {"text": "chunkrag"}}, {"match_all": {}}]}}, "size": 1}
+    opened = raw(url, "POST", f"/{allowed}/_search?scroll=1m", TEAM_KEY, json=body)
+    assert opened.status_code == 200
+    scroll = opened.json()["_scroll_id"]
+    more = raw(url, "POST", "/_search/scroll", TEAM_KEY, json={"scroll_id": scroll, "scroll": "1m"})
+    assert more.status_code == 200 and len(more.json()["hits"]["hits"]) == 1
+    assert raw(url, "DELETE", "/_search/scroll", TEAM_KEY, json={"scroll_id": scroll}).status_code == 200

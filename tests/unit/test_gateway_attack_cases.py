@@ -12,7 +12,7 @@ from search_extension.gateway import errors
 from search_extension.gateway.body_reads import clears_all_scrolls, non_json_format
 from search_extension.gateway.context_ids import ContextOwners, opened_id, presented_ids
 from search_extension.gateway.identity import may_name_cluster_identity, scrub_security_errors
-from search_extension.gateway.lane import is_index_search
+from search_extension.gateway.lane import carries_chunkrag, is_index_search
 from search_extension.gateway.origin import HttpResponse
 from search_extension.gateway.server import uvicorn_options
 from tests.unit.test_gateway_security import KEY_A, KEY_B, KEYS, KeyMakingTransport, app_client
@@ -153,3 +153,11 @@ def test_the_index_search_is_read_from_the_raw_path(path, search):
 def test_the_client_address_comes_from_a_header_only_behind_a_trusted_proxy():
     assert uvicorn_options(GatewaySettings())["proxy_headers"] is False
     assert uvicorn_options(GatewaySettings(trusted_proxy=True))["proxy_headers"] is True
+
+
+def test_only_bodies_with_ext_chunkrag_go_to_the_route():
+    assert carries_chunkrag(b'{"query":{"match":{"text":"x"}},"ext":{"chunkrag":{}}}')
+    assert carries_chunkrag(b'{"ext": {"chunkrag": {}')  # broken: the route names the problem
+    assert not carries_chunkrag(b'{"query":{"match":{"text":"chunkrag"}}}')
+    assert not carries_chunkrag(b'{"pit":{"id":"p"},"query":{"term":{"tag":"chunkrag"}}}')
+    assert not carries_chunkrag(b'{"query":{"match_all":{}}}')
