@@ -146,7 +146,7 @@ class HybridRetriever:
             # the same min-max fusion in the cluster (unboosted BM25 and kNN
             # as the hybrid's sub-queries).
             response = self.client.hybrid_search(self.index, queries.native_sum_body(spec, None, None), [w_text, w_knn])
-            return [chunk_from_hit(hit) for hit in response["hits"]["hits"]], "native"
+            return [self._chunk(hit) for hit in response["hits"]["hits"]], "native"
         # Fuse on the collapse key when collapsing (BM25 and kNN may pick
         # different best chunks of one document), else on the chunk id.
         text_hits, knn_hits = self._msearch(spec)
@@ -240,7 +240,18 @@ class HybridRetriever:
 
     def _hits(self, body: dict[str, Any]) -> list[Chunk]:
         response = self.client.search(self.index, body)
-        return [chunk_from_hit(hit) for hit in response["hits"]["hits"]]
+        return [self._chunk(hit) for hit in response["hits"]["hits"]]
+
+    def _chunk(self, hit: Mapping[str, Any]) -> Chunk:
+        """A hit as a chunk; a hit that is not one (an index not made by
+        ingestion) is the caller's error, named, not a failure of the gateway."""
+        try:
+            return chunk_from_hit(hit)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RetrievalError(
+                f"index [{self.index}] does not hold chunks as `chunkrag ingest` writes them "
+                f"(a hit lacks or mistypes {exc}); ext.chunkrag searches chunk indices only"
+            ) from None
 
     def _msearch(self, spec: QuerySpec) -> tuple[list[tuple[str, Chunk]], list[tuple[str, Chunk]]]:
         text_side, knn_side = self._msearch_all(queries.msearch_bodies(spec, self.index), spec.collapse_field)
@@ -262,7 +273,7 @@ class HybridRetriever:
                 if item.get("status") in (401, 403):
                     raise SearchRefused(item["status"], error)
                 raise RetrievalError(f"one side of the hybrid search failed: {error}")
-            sides.append([(_fusion_key(hit, collapse_field), chunk_from_hit(hit)) for hit in item["hits"]["hits"]])
+            sides.append([(_fusion_key(hit, collapse_field), self._chunk(hit)) for hit in item["hits"]["hits"]])
         return sides
 
 

@@ -27,6 +27,7 @@ from search_extension.gateway import errors, playground
 from search_extension.gateway.body_depth import BodyDepth
 from search_extension.gateway.body_limit import BodyLimit
 from search_extension.gateway.body_reads import MAX_BODY_DEPTH
+from search_extension.gateway.cluster_users import ClusterUsers
 from search_extension.gateway.dialect import (
     ChunkragSearch,
     OptionError,
@@ -38,7 +39,14 @@ from search_extension.gateway.dialect import (
 )
 from search_extension.gateway.edges import Edges, JudgeManyFactory
 from search_extension.gateway.guard import Guard
-from search_extension.gateway.identity import Authenticator, Caller, check_engine_auth, check_indices, service_refusal
+from search_extension.gateway.identity import (
+    REFUSAL_WORDS,
+    Authenticator,
+    Caller,
+    check_engine_auth,
+    check_indices,
+    service_refusal,
+)
 from search_extension.gateway.lane import PassthroughLane, request_target
 from search_extension.gateway.limits import FilteredQueue, RateLimiter
 from search_extension.gateway.models import (
@@ -123,6 +131,7 @@ def create_app(
         authenticator=authenticator,
         rate_limiter=RateLimiter(limits.rate_per_s, limits.rate_burst),
         passthrough_classes=classes,
+        users=ClusterUsers(edges.passthrough.ask_as, settings.search_backend) if limits.auth == "forward" else None,
     )
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     _add_error_handlers(app)
@@ -227,7 +236,7 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
             ) from None
         error = errors.from_exception(exc)
         said = error.type + error.reason + (orjson.dumps(error.body).decode() if error.body else "")
-        refused = error.status in (401, 403) or "security_exception" in said
+        refused = error.status in (401, 403) or any(word in said for word in REFUSAL_WORDS)
         if caller.key is not None and refused:
             if error.status == 401:
                 edges.passthrough.forget(caller)  # an invalidated derived key: make a new one next time

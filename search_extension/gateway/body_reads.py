@@ -52,6 +52,10 @@ JSON_MEDIA_TYPES = frozenset(
         "application/vnd.elasticsearch+x-ndjson",
     }
 )
+# Elasticsearch's other body formats. Service mode scrubs the cluster's
+# refusals out of JSON answers only, so it asks for no other (a YAML answer's
+# line folding could even split the words it looks for).
+OTHER_FORMATS = ("yaml", "cbor", "smile")
 # geo_shape and shape queries read an indexed shape from this index unless told.
 DEFAULT_SHAPE_INDEX = "shapes"
 
@@ -237,6 +241,21 @@ def body_parameters(query_string: str) -> list[str]:
     return sorted({name for name, _ in parse_qsl(query_string, keep_blank_values=True) if name in BODY_PARAMETERS})
 
 
+def non_json_format(query_string: str, headers) -> str | None:
+    """The format other than JSON a request asks Elasticsearch to answer in
+    (``format=``, or an Accept or Content-Type header naming YAML, CBOR or
+    SMILE), if any."""
+    for name, value in parse_qsl(query_string, keep_blank_values=True):
+        if name == "format" and value.strip().lower() not in ("", "json"):
+            return value
+    for name, value in headers:
+        if name.lower() in (b"accept", b"content-type"):
+            text = value.decode("latin-1").lower()
+            if any(kind in text for kind in OTHER_FORMATS):
+                return text
+    return None
+
+
 def media_type(headers, default: str = "") -> str:
     for name, value in headers:
         if name.lower() == b"content-type":
@@ -251,12 +270,16 @@ def check_search_body(document: Any, allowed: Callable[[tuple[str, ...], str], N
         allowed(indices, f"a {clause} clause")
 
 
-def clears_all_scrolls(method: str, parts: tuple[str, ...], body: bytes) -> bool:
-    """``DELETE /_search/scroll/_all`` or a body whose scroll_id is ``_all``:
-    every scroll of the cluster's user, not only the caller's."""
+def clears_all_scrolls(method: str, parts: tuple[str, ...], body: bytes, query_string: str = "") -> bool:
+    """``DELETE /_search/scroll/_all``, ``?scroll_id=_all``, or a body whose
+    scroll_id is ``_all``: every scroll of the cluster's user, not only the
+    caller's. Elasticsearch reads the ids from all three places."""
     if method != "DELETE" or parts[:2] != ("_search", "scroll"):
         return False
-    if len(parts) == 3 and "_all" in parts[2].split(","):
+    if len(parts) == 3 and _names_all(parts[2]):
+        return True
+    parameters = parse_qsl(query_string, keep_blank_values=True)
+    if any(name == "scroll_id" and _names_all(value) for name, value in parameters):
         return True
     if not body.strip():
         return False
@@ -266,4 +289,8 @@ def clears_all_scrolls(method: str, parts: tuple[str, ...], body: bytes) -> bool
         return True  # unreadable: it might say _all
     ids = decoded.get("scroll_id") if isinstance(decoded, dict) else None
     ids = [ids] if isinstance(ids, str) else ids if isinstance(ids, list) else []
-    return any(isinstance(i, str) and "_all" in i.split(",") for i in ids)
+    return any(isinstance(i, str) and _names_all(i) for i in ids)
+
+
+def _names_all(ids: str) -> bool:
+    return any(part.strip() == "_all" for part in ids.split(","))

@@ -12,6 +12,7 @@ an index search (of an index named "v1") like any other."""
 from __future__ import annotations
 
 from search_extension.gateway import errors, playground
+from search_extension.gateway.cluster_users import ClusterUsers
 from search_extension.gateway.identity import Authenticator, check_indices
 from search_extension.gateway.limits import RateLimiter
 from search_extension.gateway.policy import classify, refuse_odd_paths, refuse_unless_allowed
@@ -27,16 +28,26 @@ GATEWAY_ROUTES = frozenset({"/v1/ask", playground.INDICES})
 
 class Guard:
     def __init__(
-        self, app, *, authenticator: Authenticator, rate_limiter: RateLimiter, passthrough_classes: frozenset[str]
+        self,
+        app,
+        *,
+        authenticator: Authenticator,
+        rate_limiter: RateLimiter,
+        passthrough_classes: frozenset[str],
+        users: ClusterUsers | None = None,
     ):
         self.app = app
         self.authenticator, self.rate_limiter, self.classes = authenticator, rate_limiter, passthrough_classes
+        # Forward mode with a rate limit: the cluster's user is the identity.
+        self.users = users if rate_limiter.enabled else None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
             return await self.app(scope, receive, send)
         try:
             caller = self.authenticator.caller(scope["headers"], scope.get("client"))
+            if self.users is not None:
+                caller = await self.users.identify(caller)
             self.rate_limiter.take(caller.identity)
             endpoint = None
             if scope["path"] not in GATEWAY_ROUTES:

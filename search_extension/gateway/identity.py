@@ -200,10 +200,24 @@ def service_refusal(caller: Caller, status: int = 403) -> errors.GatewayError:
     return forbidden(f"gateway API key [{name}] may not do this: it may read only [{patterns}] (the cluster refused)")
 
 
+# What Elasticsearch's refusals say. A caller's ``filter_path`` may keep a
+# refusal's reason and drop its type, so the words count as much as the type.
+REFUSAL_WORDS = ("security_exception", "is unauthorized for", "unable to authenticate", "API key id [")
+_REFUSAL_MARKS = tuple(word.encode() for word in REFUSAL_WORDS)
+# Where documents, not errors, sit in a response: their fields are left alone.
+_DOCUMENT_KEYS = frozenset({"_source", "fields", "highlight", "docvalue_fields"})
+
+
+def may_name_cluster_identity(body: bytes) -> bool:
+    """Whether a response may hold a refusal of the cluster's (cheap: bytes only)."""
+    return any(mark in body for mark in _REFUSAL_MARKS)
+
+
 def scrub_security_errors(document: Any, reason: str) -> bool:
-    """Replace, in place, the reason of every security_exception in a
-    response (an _msearch item, a shard failure): they name the service
-    account and its roles. True when something was replaced."""
+    """Replace, in place, the reason of every refusal in a response (an
+    _msearch item, a shard failure), whichever of its fields a filter_path
+    kept, and drop its stack trace (``error_trace``): they name the service
+    account, its roles and the derived key. True when something was replaced."""
     replaced = False
     stack = [document]
     while stack:
@@ -211,11 +225,22 @@ def scrub_security_errors(document: Any, reason: str) -> bool:
         if isinstance(node, list):
             stack.extend(node)
         elif isinstance(node, dict):
-            if node.get("type") == "security_exception" and "reason" in node:
-                node["reason"] = reason
+            if _is_refusal(node):
+                if "reason" in node:
+                    node["reason"] = reason
+                node.pop("stack_trace", None)
                 replaced = True
-            stack.extend(value for value in node.values() if isinstance(value, (dict, list)))
+            stack.extend(
+                value for key, value in node.items() if key not in _DOCUMENT_KEYS and isinstance(value, (dict, list))
+            )
     return replaced
+
+
+def _is_refusal(node: dict) -> bool:
+    if node.get("type") == "security_exception":
+        return True
+    said = [node.get(key) for key in ("reason", "stack_trace")]
+    return any(isinstance(text, str) and any(word in text for word in REFUSAL_WORDS) for text in said)
 
 
 def es_for(client, caller: Caller):

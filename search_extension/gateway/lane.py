@@ -16,6 +16,8 @@ key's derived key (service mode), see ``identity.py`` and ``derived_keys.py``.
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 import orjson
 
 from search_extension.gateway import errors, playground
@@ -26,12 +28,20 @@ from search_extension.gateway.body_reads import (
     clears_all_scrolls,
     index_expressions,
     media_type,
+    non_json_format,
     parse_msearch,
     strict_json,
 )
+from search_extension.gateway.context_ids import ContextOwners, opened_id, presented_ids
 from search_extension.gateway.identity import Caller, check_indices
 from search_extension.gateway.passthrough import Passthrough
-from search_extension.gateway.policy import Endpoint, msearch_indices, refuse_chunkrag_outside_index_search, segments
+from search_extension.gateway.policy import (
+    Endpoint,
+    has_chunkrag_ext,
+    msearch_indices,
+    refuse_chunkrag_outside_index_search,
+    segments,
+)
 from search_extension.gateway.responses import accept_of, error_response
 
 # The gateway's own routes, exactly: any other path (/v1/_search included)
@@ -54,8 +64,10 @@ CHUNKRAG_MARK = b'"chunkrag"'
 
 
 class PassthroughLane:
-    def __init__(self, app, passthrough: Passthrough):
+    def __init__(self, app, passthrough: Passthrough, contexts: ContextOwners | None = None):
         self.app, self.passthrough = app, passthrough
+        # Service mode: which gateway key each scroll and PIT id belongs to.
+        self.contexts = contexts if contexts is not None else ContextOwners()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] in GATEWAY_ROUTES:
@@ -69,12 +81,26 @@ class PassthroughLane:
             endpoint = state.get("endpoint")
             if endpoint is None:  # the guard classifies every path it lets through
                 raise errors.forbidden_endpoint(f"the gateway does not forward {scope['method']} {scope['path']}")
+            if caller.key is not None and endpoint.kind != "read" and not await self.passthrough.cluster_limits(caller):
+                # The second line reads the bodies of the read class only (a
+                # _bulk or _mget names indices in its body too).
+                raise errors.forbidden_endpoint(
+                    f"the gateway does not forward {scope['method']} {scope['path']} for a gateway API key: "
+                    "where the cluster cannot limit the key itself, only read APIs pass"
+                )
             check_request(endpoint, caller, scope, body)
-            if is_index_search(scope["method"], scope["path"]) and CHUNKRAG_MARK in body:
+            bound = caller.key is not None and endpoint.kind == "read"
+            if bound:
+                query = scope.get("query_string", b"").decode("latin-1")
+                parts = segments(raw_path_of(scope))
+                self.contexts.check(caller.key.name, presented_ids(scope["method"], parts, query, body))
+            if is_index_search(scope["method"], raw_path_of(scope)) and carries_chunkrag(body):
                 return await self.app(scope, replay(body, receive), send)
             response = await self.passthrough.forward(
                 scope["method"], request_target(scope), scope["headers"], body, caller
             )
+            if bound and response.status_code == 200 and (opened := opened_id(response.body)) is not None:
+                self.contexts.remember(caller.key.name, opened)
         except errors.GatewayError as exc:
             response = error_response(exc, accept_of(scope))
         await response(scope, receive, send)
@@ -84,8 +110,9 @@ def check_request(endpoint: Endpoint, caller: Caller, scope, body: bytes) -> Non
     """Everything the gateway checks beyond the path: clearing every scroll
     (both modes), then what only the body tells (``check_body``), and in
     service mode the strict second line (``check_service_body``)."""
-    raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-    if clears_all_scrolls(scope["method"], segments(raw_path), body):
+    raw_path = raw_path_of(scope)
+    query = scope.get("query_string", b"").decode("latin-1")
+    if clears_all_scrolls(scope["method"], segments(raw_path), body, query):
         raise errors.forbidden_endpoint(
             "clearing every scroll (_all) is refused by the gateway: clear your own scrolls by their ids"
         )
@@ -103,6 +130,9 @@ def check_service_body(endpoint: Endpoint, caller: Caller, scope, body: bytes) -
         raise errors.bad_request(
             f"request bodies in URL parameters ([{', '.join(named)}]) are refused by this gateway: send the body itself"
         )
+    other = non_json_format(scope.get("query_string", b"").decode("latin-1"), scope["headers"])
+    if other is not None:
+        raise errors.bad_request(f"this gateway answers in JSON only, got a request for [{other}]")
     if endpoint.kind != "read" or not body.strip():
         return
     kind = media_type(scope["headers"], "application/json")
@@ -144,18 +174,43 @@ def check_body(endpoint: Endpoint, caller: Caller, body: bytes) -> None:
             check_indices(caller, None, what="a search without an index (other than a PIT search)")
 
 
-def is_index_search(method: str, path: str) -> bool:
-    """``GET|POST /{index}/_search``: the one request ext.chunkrag changes."""
-    parts = path.split("/")
-    return method in ("GET", "POST") and len(parts) == 3 and parts[2] == "_search" and bool(parts[1])
+def carries_chunkrag(body: bytes) -> bool:
+    """Whether a search body holds ext.chunkrag (or may: broken JSON that
+    names it): only those go to the route; every other search is forwarded
+    here, where the scroll or PIT id it hands out is bound to its key."""
+    if CHUNKRAG_MARK not in body:
+        return False
+    try:
+        return has_chunkrag_ext(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        return True  # the route names what is wrong with it
+
+
+def is_index_search(method: str, raw_path: str) -> bool:
+    """``GET|POST /{index}/_search``: the one request ext.chunkrag changes.
+    Read from the raw path, segment by segment, as the guard read it: an
+    encoded "/" inside the index segment (``/a%2F_search``) is not a search
+    of an index ``a``, whatever the decoded path looks like."""
+    parts = raw_path.split("?", 1)[0].split("/")
+    return (
+        method in ("GET", "POST")
+        and len(parts) == 3
+        and parts[0] == ""
+        and unquote(parts[2]) == "_search"
+        and bool(parts[1])
+        and "/" not in unquote(parts[1])
+    )
+
+
+def raw_path_of(scope) -> str:
+    return (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
 
 
 def request_target(scope) -> str:
     """Path and query as the client sent them: the raw path keeps its
     percent-encoding (date-math index names, ids holding "/")."""
-    path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
     query = scope.get("query_string", b"").decode("latin-1")
-    return path + (f"?{query}" if query else "")
+    return raw_path_of(scope) + (f"?{query}" if query else "")
 
 
 async def read_body(receive) -> bytes | None:

@@ -20,6 +20,7 @@ from search_extension.gateway.identity import (
     Caller,
     forwardable_header,
     forwarded_headers,
+    may_name_cluster_identity,
     scrub_security_errors,
     service_refusal,
 )
@@ -111,7 +112,7 @@ class Passthrough:
         ]
         outgoing += forwarded_headers(await self.bind(caller))
         response = await self._send(method, target, outgoing, body)
-        if caller.key is not None and (response.status in (401, 403) or b"security_exception" in response.body):
+        if caller.key is not None and (response.status in (401, 403) or may_name_cluster_identity(response.body)):
             if response.status == 401:
                 self.forget(caller)  # an invalidated derived key: make a new one next time
             response = _without_cluster_identity(response, caller)
@@ -134,6 +135,23 @@ class Passthrough:
         if derived is not None:
             return dataclasses.replace(caller, authorization=derived)
         return dataclasses.replace(caller, authorization=_authorization_of(self._own_headers))
+
+    async def cluster_limits(self, caller: Caller) -> bool:
+        """Whether the cluster itself limits ``caller``'s requests: a derived
+        key (service mode on a secured Elasticsearch). Where it does not
+        (OpenSearch, a cluster without security), the gateway's checks are
+        the only line."""
+        if caller.key is None or self.derived is None:
+            return False
+        return await self.derived.authorization(caller.key) is not None
+
+    async def ask_as(self, authorization: bytes, path: str) -> tuple[int, bytes]:
+        """``GET path`` with a caller's credentials alone (who the cluster
+        takes them for: ``cluster_users.py``)."""
+        response = await self._send(
+            "GET", path, [(b"accept", b"application/json"), (b"authorization", authorization)], b""
+        )
+        return response.status, response.body
 
     async def get_json(self, path: str) -> tuple[int, Any]:
         response = await self._send("GET", path, [(b"accept", b"application/json"), *self._own_headers], b"")

@@ -27,7 +27,14 @@ def uvicorn_options(gateway: GatewaySettings) -> dict[str, Any]:
         if getattr(gateway, name) <= 0:
             raise ValueError(f"CHUNKRAG_GATEWAY_{name.upper()} must be positive, got {getattr(gateway, name)}")
     protocol = protocol_class(ConnectionLimits.from_settings(gateway))
-    options: dict[str, Any] = {"timeout_keep_alive": gateway.keep_alive_s, "http": protocol}
+    # uvicorn takes the client address from X-Forwarded-For when the peer is
+    # 127.0.0.1 unless told not to; the address keys the rate limit of callers
+    # without credentials, so it is read from a header only behind a trusted proxy.
+    options: dict[str, Any] = {
+        "timeout_keep_alive": gateway.keep_alive_s,
+        "http": protocol,
+        "proxy_headers": gateway.trusted_proxy,
+    }
     if gateway.ssl_certfile:
         options.update(ssl_certfile=gateway.ssl_certfile, ssl_keyfile=gateway.ssl_keyfile)
     return options

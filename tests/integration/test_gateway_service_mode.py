@@ -201,31 +201,64 @@ def test_scrolls_are_bound_to_each_keys_derived_key(service_gateway, indices):  
         ("DELETE", "/_search/scroll/_all", None),
         ("DELETE", "/_search/scroll", {"scroll_id": "_all"}),
         ("DELETE", "/_search/scroll", {"scroll_id": ["_all"]}),
+        ("DELETE", "/_search/scroll?scroll_id=_all", None),
+        ("DELETE", "/_search/scroll?scroll_id=x,%5Fall", None),
     ):
-        assert raw(url, method, path, TEAM_KEY, json=body).status_code == 403
+        assert raw(url, method, path, TEAM_KEY, json=body).status_code == 403, path
     assert len(trusted.scroll(scroll_id=theirs, scroll="1m")["hits"]["hits"]) == 1
-    # Another key's scroll id reads nothing: Elasticsearch answers as if it did not exist
-    # (and drops the context, so the theft costs its owner the scroll, never its data).
-    stolen = raw(url, "POST", "/_search/scroll", TEAM_KEY, json={"scroll_id": theirs, "scroll": "1m"})
-    assert stolen.status_code in (403, 404) and "hits" not in stolen.json(), stolen.text
+    # Another key's scroll id (stolen, or counted out: a scroll id is a node session id, seen in one's
+    # own ids, and a counter) neither reads nor ends the scroll: the gateway answers as if it did not
+    # exist, before Elasticsearch (which ends a scroll for anyone who presents its id).
+    for method, path, body in (
+        ("POST", "/_search/scroll", {"scroll_id": theirs, "scroll": "1m"}),
+        ("GET", f"/_search/scroll/{theirs}?scroll=1m", None),
+        ("POST", f"/_search/scroll?scroll_id={theirs}&scroll=1m", None),
+        ("DELETE", "/_search/scroll", {"scroll_id": [mine, theirs]}),
+        ("DELETE", f"/_search/scroll/{theirs}", None),
+        ("DELETE", f"/_search/scroll?scroll_id={theirs}", None),
+    ):
+        stolen = raw(url, method, path, TEAM_KEY, json=body)
+        assert stolen.status_code == 404 and "hits" not in stolen.json() and "succeeded" not in stolen.json(), path
+    assert len(trusted.scroll(scroll_id=theirs, scroll="1m")["hits"]["hits"]) == 1
     assert len(team.scroll(scroll_id=mine, scroll="1m")["hits"]["hits"]) == 1
     team.clear_scroll(scroll_id=mine)
+    trusted.clear_scroll(scroll_id=theirs)
+    # PITs likewise: another key can neither search through nor close one.
+    pit = trusted.open_point_in_time(index=allowed, keep_alive="1m")["id"]
+    for method, path, body in (
+        ("POST", "/_search", {"pit": {"id": pit}, "size": 1}),
+        ("DELETE", "/_pit", {"id": pit}),
+    ):
+        assert raw(url, method, path, TEAM_KEY, json=body).status_code == 404, (method, path)
+    after = trusted.search(pit={"id": pit, "keep_alive": "1m"}, query={"match_all": {}}, size=1)
+    assert len(after["hits"]["hits"]) == 1
+    trusted.close_point_in_time(id=after.get("pit_id", pit))
 
 
 def test_a_pit_on_a_secret_index_serves_only_the_key_that_may_read_it(service_gateway, indices):  # noqa: F811
-    url, _ = service_gateway
+    url, app = service_gateway
+    raw(url, "POST", f"/{indices[0]}/_count", TEAM_KEY)  # makes the team's derived key
     _, other = indices
     trusted = client_for(url, api_key=TRUSTED_KEY)
     pit = trusted.open_point_in_time(index=other, keep_alive="1m")["id"]
     assert trusted.search(pit={"id": pit}, query={"match": {"text": SECRET_TEXT}}, size=1)["hits"]["hits"]
     stolen = raw(url, "POST", "/_search", TEAM_KEY, json={"pit": {"id": pit}, "query": {"match_all": {}}})
-    assert stolen.status_code == 403 and SECRET_TEXT not in stolen.text
-    # The cluster refused; the caller reads the gateway's words, not the service account's name or roles.
+    # The gateway binds the id to the key that opened it (context_ids.py): a missing context for any other.
+    assert stolen.status_code == 404 and SECRET_TEXT not in stolen.text
     assert (
         secured.SERVICE.name not in stolen.text
         and "gateway_reader" not in stolen.text
         and "gateway API key [team]" in stolen.text
     )
+    # Behind that, the cluster itself refuses the team's derived key a search through the PIT.
+    derived = app.state.edges.passthrough.derived._keys["team"]
+    direct = httpx.post(
+        f"{secured.url_for()}/_search",
+        json={"pit": {"id": pit}, "query": {"match_all": {}}},
+        headers={"authorization": derived.authorization.decode()},
+        timeout=30,
+    )
+    assert direct.status_code == 403 and SECRET_TEXT not in direct.text
     trusted.close_point_in_time(id=pit)
 
 

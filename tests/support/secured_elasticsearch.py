@@ -41,7 +41,9 @@ from local_services.elasticsearch_node import (
 )
 from local_services.java import find_java_home
 
-PORT = int(os.environ.get("CHUNKRAG_SECURED_ES_PORT") or 9250)  # transport: port + 100
+PORT = int(os.environ.get("CHUNKRAG_SECURED_ES_PORT") or 9250)
+# A node on a port range of its own may need its transport port there too.
+TRANSPORT_PORT = int(os.environ.get("CHUNKRAG_SECURED_ES_TRANSPORT_PORT") or PORT + 100)
 HEAP = "512m"
 # Indices the tests make; the reader role sees only the first pattern, the
 # service account both: the second is the "secret" one gateway keys must not reach.
@@ -84,6 +86,10 @@ class SecuredElasticsearchSettings(ElasticsearchSettings):
     @property
     def distribution_dir(self) -> Path:
         return self.cache_dir / f"elasticsearch-{ES_VERSION}-secured"
+
+    @property
+    def transport_port(self) -> int:
+        return TRANSPORT_PORT
 
 
 def node_settings(home: Path | None = None) -> SecuredElasticsearchSettings:

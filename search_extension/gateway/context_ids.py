@@ -1,0 +1,112 @@
+"""Scroll and PIT ids bound to the gateway key that opened them (service mode).
+
+Elasticsearch refuses to read a scroll through an API key other than the
+one that opened it, but it ends (and, on a read by the wrong key, drops) a
+scroll or PIT for anyone who presents its id. In service mode every key's
+derived key belongs to the same service account, and ids are not secrets: a
+scroll id is a node session id, which a caller sees in its own ids, and a
+counter. So one key could end every other key's scrolls by counting, and
+where the gateway's checks are the only line (OpenSearch, a cluster without
+security) read them. The gateway therefore remembers which key each scroll
+and PIT id it handed out belongs to, and refuses any other key that
+presents it, as Elasticsearch answers a missing context (404).
+
+The memory is this process's: behind several gateway instances a caller's
+scroll and PIT requests must reach the instance that opened them (sticky
+sessions), and after a restart open scrolls and PITs are refused and must be
+opened again. At most ``capacity`` ids are kept per key, its oldest dropped first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Any, Iterable
+from urllib.parse import parse_qsl
+
+import orjson
+
+from search_extension.gateway import errors
+
+# Ids kept per gateway key at most (each a few hundred bytes): far more than
+# the scrolls and PITs one caller keeps open (Elasticsearch's own default cap
+# is 500 open scrolls per node).
+CAPACITY = 10_000
+# Elasticsearch writes an answer's scroll or PIT id as its first field
+# (search: _scroll_id, then pit_id; PIT open: id), pretty-printed or not.
+_LEADING_ID = re.compile(rb'\A\s*\{\s*"(?:_scroll_id|pit_id|id)"\s*:\s*"([^"\\]{1,8192})"')
+
+
+def opened_id(body: bytes) -> str | None:
+    """The scroll or PIT id an answer hands out, if any."""
+    found = _LEADING_ID.match(body)
+    return found.group(1).decode("latin-1") if found else None
+
+
+def presented_ids(method: str, parts: tuple[str, ...], query_string: str, body: bytes) -> list[str]:
+    """The scroll and PIT ids a request continues, searches through or ends:
+    ``/_search/scroll`` (path, ``scroll_id`` parameter, body), ``DELETE
+    /_pit`` (body ``id``), a search body's ``pit.id``."""
+    document = _decoded(body)
+    if parts[:2] == ("_search", "scroll"):
+        named = [parts[2]] if len(parts) == 3 else []
+        named += [value for name, value in parse_qsl(query_string, keep_blank_values=True) if name == "scroll_id"]
+        named += _as_list(document.get("scroll_id"))
+        return [i for value in named for i in _split(value)]
+    if parts == ("_pit",) and method == "DELETE":
+        return [i for value in _as_list(document.get("id")) for i in _split(value)]
+    pit = document.get("pit")
+    if parts and parts[-1] == "_search" and isinstance(pit, dict):
+        return [i for value in _as_list(pit.get("id")) for i in _split(value)]
+    return []
+
+
+def _decoded(body: bytes) -> dict[str, Any]:
+    try:
+        document = orjson.loads(body) if body.strip() else {}
+    except orjson.JSONDecodeError:
+        return {}  # the second line refused what it could not read; Elasticsearch names the rest
+    return document if isinstance(document, dict) else {}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [] if value is None else [value]
+
+
+def _split(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        return (part.strip() for part in value.split(",") if part.strip())
+    # Not a string: whatever it is, it is no id this key was given.
+    return () if value is None else (orjson.dumps(value).decode(),)
+
+
+class ContextOwners:
+    """Which gateway key each id was handed out to; at most ``capacity`` ids
+    per key, that key's oldest forgotten first (one key opening PITs by the
+    thousand forgets only its own)."""
+
+    def __init__(self, capacity: int = CAPACITY):
+        self.capacity = capacity
+        self._owner_of: dict[str, str] = {}
+        self._ids_of: dict[str, OrderedDict[str, None]] = {}
+
+    def remember(self, owner: str, context_id: str) -> None:
+        if self._owner_of.setdefault(context_id, owner) != owner:
+            return  # handed out to another key first: it stays theirs
+        ids = self._ids_of.setdefault(owner, OrderedDict())
+        ids[context_id] = None
+        ids.move_to_end(context_id)
+        while len(ids) > self.capacity:
+            forgotten, _ = ids.popitem(last=False)
+            del self._owner_of[forgotten]
+
+    def check(self, owner: str, ids: Iterable[str]) -> None:
+        """A 404 unless every id was handed out to ``owner``."""
+        for context_id in ids:
+            if self._owner_of.get(context_id) != owner:
+                raise errors.GatewayError(
+                    404,
+                    "search_context_missing_exception",
+                    f"no search context found for this id under gateway API key [{owner}]: "
+                    "scroll and PIT ids answer only the key that opened them, on the gateway that opened them",
+                )
