@@ -342,14 +342,24 @@ def test_redis_restarted_while_it_is_the_broker_of_a_query(settings, embedder, i
                     elapsed = time.monotonic() - started
                 finally:
                     release.set()
-    # The batch in flight and its result lived in the restarted Redis: the
-    # query answers 200 within the budget, those chunks "unscored", and the
-    # fallback keeps the best retrieved ones (as for a model that timed out).
+    # The query answers 200 within the budget either way. Where the worker held
+    # the batch, it and its result lived in the restarted Redis: those chunks are
+    # "unscored" and the fallback keeps the best retrieved ones (as for a model
+    # that timed out). Where no worker took the tasks within the dispatcher's
+    # wait (a loaded machine), judging degraded to the gateway's own threads
+    # before the restart, the held call was the gateway's, and the response
+    # says so: every chunk is judged.
     response = reply["r"]
     assert response.status_code == 200, response.text
     body = response.json()
     decisions = [h["_chunkrag"]["reason"] for h in body["hits"]["hits"]] + [
         d["_chunkrag"]["reason"] for d in body["chunkrag"]["dropped"]
     ]
-    assert set(decisions) <= {"fallback", "unscored"} and "fallback" in decisions, decisions
-    assert body["chunkrag"]["nothing_relevant"] and elapsed < gateway_settings.workers.query_budget_s + 10
+    assert elapsed < gateway_settings.workers.query_budget_s + 10
+    if body["chunkrag"]["judged_by"] == "gateway":
+        assert "workers:" in body["chunkrag"]["judged_by_reason"], body["chunkrag"]
+        assert set(decisions) <= {"above_threshold", "below_threshold"}, decisions
+    else:
+        assert body["chunkrag"]["judged_by"] == "workers", body["chunkrag"]
+        assert set(decisions) <= {"fallback", "unscored"} and "fallback" in decisions, decisions
+        assert body["chunkrag"]["nothing_relevant"]
