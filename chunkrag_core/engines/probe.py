@@ -106,6 +106,8 @@ class Probed:
 
     def __init__(self) -> None:
         self.settled: Mapping[str, Any] = MappingProxyType({})
+        # Once every question is settled: the capabilities, the same object for everyone.
+        self.whole: ClusterCapabilities | None = None
         # One probe at a time: concurrent first requests wait for the first
         # one's answers instead of asking the same questions again.
         self.lock = threading.Lock()
@@ -120,7 +122,11 @@ class Probed:
         """The capabilities ``make`` builds from every answer: settled ones
         remembered, the rest asked now with the backend's credentials, those
         still unsettled standing as absent for this request only."""
+        if self.whole is not None:
+            return self.whole
         with self.lock:
+            if self.whole is not None:
+                return self.whole
             answers = dict(self.settled)
             for name, (call, absent) in questions.items():
                 if name in answers:
@@ -132,7 +138,12 @@ class Probed:
             self.settled = MappingProxyType(
                 {name: answer for name, answer in answers.items() if not isinstance(answer, Unsettled)}
             )
-        return make({name: conservative(answers.get(name), absent) for name, (_, absent) in questions.items()})
+            capabilities = make(
+                {name: conservative(answers.get(name), absent) for name, (_, absent) in questions.items()}
+            )
+            if set(self.settled) == set(questions):
+                self.whole = capabilities
+            return capabilities
 
 
 def conservative(answer: Any, absent: Any) -> Any:

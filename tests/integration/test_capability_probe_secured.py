@@ -10,6 +10,7 @@ import pytest
 from elasticsearch import AuthenticationException, Elasticsearch
 
 from chunkrag_core.engines.elasticsearch import ElasticsearchBackend
+from local_services.elasticsearch_node import ES_VERSION
 from tests.integration.test_gateway import QUESTION
 from tests.integration.test_gateway_secured import (  # noqa: F401 (fixtures)
     admin,
@@ -32,7 +33,7 @@ def basic(user):
 
 
 @pytest.fixture
-def forward_backend(secured_node):
+def forward_backend(secured_node):  # noqa: F811
     """What the gateway's forward mode holds: a client with no credentials."""
     backend = ElasticsearchBackend(Elasticsearch(secured.url_for(), request_timeout=60))
     yield backend
@@ -40,10 +41,11 @@ def forward_backend(secured_node):
 
 
 def test_unprivileged_callers_settle_nothing_and_a_privileged_caller_gets_the_full_capabilities(
-    forward_backend, admin
+    forward_backend,
+    admin,  # noqa: F811
 ):
     truth = ElasticsearchBackend(admin).capabilities()  # asked with superuser rights
-    assert truth.version == "9.5.0"
+    assert truth.version == ES_VERSION
 
     nobody = forward_backend.with_headers({}).capabilities()
     assert nobody.version == "unknown" and not nobody.has_rrf_retriever
@@ -61,7 +63,7 @@ def test_unprivileged_callers_settle_nothing_and_a_privileged_caller_gets_the_fu
 
     # The gateway's service account has `monitor` but not `manage`: the version settles, the analyzer not.
     service = forward_backend.with_headers(basic(secured.SERVICE)).capabilities()
-    assert service.version == "9.5.0"
+    assert service.version == ES_VERSION
     assert set(forward_backend._probed.settled) == {"version", "has_rrf_retriever", "has_linear_retriever"}
 
     full = forward_backend.with_headers(basic(secured.ADMIN)).capabilities()
@@ -71,7 +73,7 @@ def test_unprivileged_callers_settle_nothing_and_a_privileged_caller_gets_the_fu
     assert forward_backend.with_headers(basic(secured.READER)).capabilities() == truth
 
 
-def test_a_low_privilege_caller_searches_in_rrf_mode_through_the_gateway(forwarding_gateway, indices):
+def test_a_low_privilege_caller_searches_in_rrf_mode_through_the_gateway(forwarding_gateway, indices):  # noqa: F811
     """The probe asks cluster stats, which alice may not read: her refusal
     answers her request conservatively (client-side fusion) instead of
     failing it, and is not what the next caller sees."""

@@ -223,3 +223,10 @@ def test_the_gateway_asks_each_callers_view_rather_than_keeping_the_first_answer
     assert not first.has_rrf_retriever
     assert edges.capabilities("rrf", base.with_headers({"Authorization": "admin"})).has_rrf_retriever
     assert edges.capabilities("bm25", base.with_headers({"Authorization": "anon"})) is None
+
+
+def test_once_everything_is_settled_every_caller_gets_the_same_object_without_a_request():
+    base, log = backend({"admin": FULL, "anon": NOBODY})
+    first = base.with_headers({"Authorization": "admin"}).capabilities()
+    assert base.with_headers({"Authorization": "anon"}).capabilities() is first is base.capabilities()
+    assert len(log) == 4
