@@ -15,7 +15,6 @@ errors in `engines.errors`.
 from __future__ import annotations
 
 import functools
-import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
@@ -111,20 +110,6 @@ def delete_ids(backend: SearchBackend, index: str, ids: Sequence[str]) -> int:
     """Delete by id through the backend's bulk; the count deleted."""
     actions = ({"_op_type": "delete", "_index": index, "_id": chunk_id} for chunk_id in ids)
     return sum(ok for ok, _ in backend.bulk(actions, chunk_size=500, max_retries=0, initial_backoff=1))
-
-
-class Probed:
-    """Capabilities probed once per backend (and shared by its header views)."""
-
-    def __init__(self) -> None:
-        self.value: ClusterCapabilities | None = None
-        self.lock = threading.Lock()
-
-    def get(self, probe) -> ClusterCapabilities:
-        with self.lock:
-            if self.value is None:
-                self.value = probe()
-            return self.value
 
 
 @contextmanager

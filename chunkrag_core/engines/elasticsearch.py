@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from chunkrag_core.engines import base
+from chunkrag_core.engines import base, probe
 from chunkrag_core.engines.base import BulkItem, ClusterCapabilities, ClusterHealth
 from chunkrag_core.engines.errors import EngineTimeout, EngineUnavailable, refused
 from chunkrag_core.settings import Settings
@@ -49,29 +49,38 @@ def engine_error(exc: BaseException, where: str) -> BaseException:
     return exc
 
 
-def probe_capabilities(client) -> ClusterCapabilities:
-    """Ask the cluster, rather than guess from its version or licence, which
-    optional features work: a feature absent from the distribution and one
-    refused by the licence both answer with an error here."""
-    from elasticsearch import ApiError
-
-    version = client.cluster.stats(filter_path="nodes.versions")["nodes"]["versions"][0]
-
-    def works(call) -> bool:
-        try:
-            call()
-            return True
-        except ApiError:
-            return False
+def capability_questions(client) -> probe.Questions:
+    """What the probe asks the cluster, rather than guess from its version or
+    licence: a feature absent from the distribution (400: unknown retriever
+    or analyzer) and one refused by the licence (a 403 naming it) both say
+    absent; a refusal of the caller's credentials says nothing
+    (`engines.probe`)."""
 
     empty = {"standard": {"query": {"match_none": {}}}}
     rrf = {"rrf": {"retrievers": [empty, empty]}}
     linear = {"linear": {"retrievers": [{"retriever": empty, "weight": 0.5, "normalizer": "minmax"}] * 2}}
-    return ClusterCapabilities(
-        version=version,
-        has_english_analyzer=works(lambda: client.indices.analyze(analyzer="english", text="probe")),
-        has_rrf_retriever=works(lambda: client.search(index="*", size=0, retriever=rrf, allow_no_indices=True)),
-        has_linear_retriever=works(lambda: client.search(index="*", size=0, retriever=linear, allow_no_indices=True)),
+    # A search of `*` that may match no index: a caller who reads no index
+    # still has the body parsed, so an unknown retriever is still a 400.
+    everywhere = {"index": "*", "size": 0, "allow_no_indices": True}
+    return {
+        "version": (
+            lambda: client.cluster.stats(filter_path="nodes.versions")["nodes"]["versions"][0],
+            probe.UNKNOWN_VERSION,
+        ),
+        "has_english_analyzer": (
+            probe.succeeds(lambda: client.indices.analyze(analyzer="english", text="probe")),
+            False,
+        ),
+        "has_rrf_retriever": (probe.succeeds(lambda: client.search(retriever=rrf, **everywhere)), False),
+        "has_linear_retriever": (probe.succeeds(lambda: client.search(retriever=linear, **everywhere)), False),
+    }
+
+
+def probe_capabilities(client, probed: probe.Probed | None = None, where: str = NAME) -> ClusterCapabilities:
+    """The cluster's capabilities as ``client``'s credentials may learn them,
+    settled answers remembered in ``probed`` for every later caller."""
+    return (probed or probe.Probed()).get(
+        capability_questions(client), lambda answers: ClusterCapabilities(**answers), engine_error, where
     )
 
 
@@ -79,10 +88,10 @@ class ElasticsearchBackend:
     engine = "elasticsearch"
     engine_error = staticmethod(engine_error)
 
-    def __init__(self, client, display_url: str = NAME, *, _probed: base.Probed | None = None, _owner: bool = True):
+    def __init__(self, client, display_url: str = NAME, *, _probed: probe.Probed | None = None, _owner: bool = True):
         self.client = client
         self.display_url = display_url
-        self._probed = _probed or base.Probed()
+        self._probed = _probed or probe.Probed()
         self._owner = _owner
 
     @classmethod
@@ -116,7 +125,10 @@ class ElasticsearchBackend:
 
     @base.translating
     def capabilities(self) -> ClusterCapabilities:
-        return self._probed.get(lambda: probe_capabilities(self.client))
+        """Asked with this view's credentials; what the cluster settled is
+        shared by every view, what a caller's rights left open is not
+        (`engines.probe`)."""
+        return probe_capabilities(self.client, self._probed, self.display_url)
 
     def offers_hybrid_query(self) -> bool:
         # Elasticsearch has no neural-search `hybrid` query: nothing to probe.

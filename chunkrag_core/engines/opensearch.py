@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from chunkrag_core.engines import base
+from chunkrag_core.engines import base, probe
 from chunkrag_core.engines import opensearch_dialect as osd
 from chunkrag_core.engines.aws_signing import opensearch_sigv4
 from chunkrag_core.engines.base import BulkItem, ClusterCapabilities, ClusterHealth
@@ -71,13 +71,13 @@ class OpenSearchBackend:
         display_url: str = NAME,
         *,
         headers: Mapping[str, str] | None = None,
-        _probed: base.Probed | None = None,
+        _probed: probe.Probed | None = None,
         _owner: bool = True,
     ):
         self.client = client
         self.display_url = display_url
         self._headers = dict(headers or {})
-        self._probed = _probed or base.Probed()
+        self._probed = _probed or probe.Probed()
         self._pipelines: set[str] = set()
         self._owner = _owner
 
@@ -119,37 +119,37 @@ class OpenSearchBackend:
 
     @base.translating
     def capabilities(self) -> ClusterCapabilities:
-        return self._probed.get(self._probe)
+        """Asked with this view's credentials; what the cluster settled is
+        shared by every view, what a caller's rights left open is not."""
+        return self._probed.get(self._questions(), self._capabilities, self.engine_error, self.display_url)
 
     def offers_hybrid_query(self) -> bool:
         return self.capabilities().has_hybrid_query
 
-    def _probe(self) -> ClusterCapabilities:
+    def _questions(self) -> probe.Questions:
         """Asked of the cluster, like Elasticsearch's probe: a query type the
-        cluster lacks fails to parse even when no index exists."""
-        from opensearchpy import TransportError
-
-        def works(call) -> bool:
-            try:
-                call()
-                return True
-            except TransportError:
-                return False
-
-        version = self.client.cluster.stats(filter_path="nodes.versions", **self._h())["nodes"]["versions"][0]
+        cluster lacks fails to parse (400) even when no index exists; a
+        refusal of this view's credentials settles nothing (`engines.probe`)."""
+        client, headers = self.client, self._h()
         hybrid = {"size": 0, "query": {"hybrid": {"queries": [{"match_none": {}}]}}}
-        return ClusterCapabilities(
-            version=version,
-            has_english_analyzer=works(
-                lambda: self.client.indices.analyze(body={"analyzer": "english", "text": "probe"}, **self._h())
+        english = {"analyzer": "english", "text": "probe"}
+        return {
+            "version": (
+                lambda: client.cluster.stats(filter_path="nodes.versions", **headers)["nodes"]["versions"][0],
+                probe.UNKNOWN_VERSION,
             ),
-            has_rrf_retriever=False,
-            has_linear_retriever=False,
-            engine=self.engine,
-            has_hybrid_query=works(
-                lambda: self.client.search(index="*", body=hybrid, allow_no_indices=True, **self._h())
+            "has_english_analyzer": (
+                probe.succeeds(lambda: client.indices.analyze(body=english, **headers)),
+                False,
             ),
-        )
+            "has_hybrid_query": (
+                probe.succeeds(lambda: client.search(index="*", body=hybrid, allow_no_indices=True, **headers)),
+                False,
+            ),
+        }
+
+    def _capabilities(self, answers) -> ClusterCapabilities:
+        return ClusterCapabilities(**answers, has_rrf_retriever=False, has_linear_retriever=False, engine=self.engine)
 
     @base.translating
     def index_exists(self, index: str) -> bool:

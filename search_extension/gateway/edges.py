@@ -47,7 +47,6 @@ class Edges:
         self._worker_health = None
         self._reranker = None
         self._score_cache = None
-        self._capabilities = None
         self._lock = threading.Lock()  # the blocking edges are made from worker threads
 
     # --- made on first use -------------------------------------------------
@@ -211,14 +210,14 @@ class Edges:
         )
 
     def capabilities(self, mode: str | None, es=None):
-        """What the cluster offers, probed once (with the first caller's
-        credentials) and only for the modes that depend on it (the probe
-        costs three requests)."""
+        """What the cluster offers, only for the modes that depend on it (the
+        probe costs a few requests). Asked with ``es``'s credentials each
+        time: the backend remembers what the cluster settled for everyone,
+        and asks again what one caller's rights left open (`engines.probe`),
+        so no answer of one caller is applied to the others."""
         if (mode or self.settings.retrieval.mode) not in ("rrf", "linear"):
             return None
-        if self._capabilities is None:
-            self._capabilities = (es if es is not None else self.es).capabilities()
-        return self._capabilities
+        return (es if es is not None else self.es).capabilities()
 
     # --- health ------------------------------------------------------------
 
