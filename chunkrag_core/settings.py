@@ -285,6 +285,9 @@ class Settings:
     workers: WorkerSettings = WorkerSettings()
     gateway: GatewaySettings = GatewaySettings()
     rerank: RerankSettings = RerankSettings()
+    # The chunk filter's calibration (models and cuts, a JSON file written by
+    # `chunkrag calibrate`); "" for the file shipped with the package.
+    calibration_file: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -315,6 +318,7 @@ class Settings:
                 _overlay(base.rerank, env, "CHUNKRAG_RERANK_"),
                 api_key=env.get("CHUNKRAG_RERANK_API_KEY") or env.get("CO_API_KEY") or None,
             ),
+            calibration_file=env.get("CHUNKRAG_CALIBRATION_FILE", "").strip(),
         )
 
     @property
