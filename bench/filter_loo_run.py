@@ -31,9 +31,13 @@ from chunkrag_eval.curves import (
 )
 from chunkrag_filter.processors.calibration import (
     CHEAP_FEATURES,
+    Calibrated,
     LogisticModel,
     fit_logistic,
+    load_calibration,
     roc_auc,
+    shipped_path,
+    write_calibration,
 )
 from chunkrag_filter.processors.features import CONTEXT_FEATURES
 
@@ -196,13 +200,18 @@ def _mean(values) -> float | None:
     return _r(statistics.fmean(known)) if known else None
 
 
-def leave_one_out(data: dict[str, list[dict]], maker: Callable[[], Any], baselines) -> dict[str, Any]:
+def leave_one_out(
+    data: dict[str, list[dict]], maker: Callable[[], Any], baselines, keep_scores: dict | None = None
+) -> dict[str, Any]:
     out = {}
     for held in SETS:
         train = [name for name in SETS if name != held]
         predict = maker().fit([r for name in train for r in data[name]])
         cut = highest_cut([([pool(r) for r in data[name]], predict(data[name])) for name in train], CUTS, TRAIN_TARGET)
-        out[held] = evaluate_set(data[held], predict(data[held]), cut, baselines[held])
+        scores = predict(data[held])
+        out[held] = evaluate_set(data[held], scores, cut, baselines[held])
+        if keep_scores is not None:
+            keep_scores[held] = scores
     means = {key: _mean(out[s][key] for s in SETS) for key in ("kept_at_25", "chunk_auc")}
     defaults = {
         key: _mean(out[s]["default"][key] for s in SETS)
@@ -263,10 +272,11 @@ def run(cache: Path) -> int:
         "B": ("logistic, current + context signals", lambda: Logistic(FEATURES_B)),
         "C": ("gradient-boosted trees, current + context signals", lambda: Trees(FEATURES_B)),
     }
-    results = {}
+    results, held_scores = {}, {}
     for key, (label, maker) in candidates.items():
         print(f"leave one out: {label}", file=sys.stderr)
-        results[key] = {"label": label, **leave_one_out(data, maker, baselines)}
+        held_scores[key] = {}
+        results[key] = {"label": label, **leave_one_out(data, maker, baselines, held_scores[key])}
     references = {
         "shipped_2026_11_23": {
             "label": "the retrieval model shipped before (fitted on PopQA dev, not refitted), cut 0.4",
@@ -285,7 +295,24 @@ def run(cache: Path) -> int:
             "label": f"logistic, current + context signals without {group}",
             **leave_one_out(data, lambda kept=kept: Logistic(kept), baselines),
         }
+    # Added after the rule was written (never eligible for shipping): the
+    # same logistic models without the raw cosine, i.e. only signals
+    # relative to the question's own candidates.
+    relative_a = tuple(n for n in FEATURES_A if n != "cosine")
+    relative_b = tuple(
+        n for n in FEATURES_B if n not in ("cosine", "nb_cosine", "passage_cosine_max", "passage_cosine_mean")
+    )
+    for key, names in (("posthoc_A_relative_only", relative_a), ("posthoc_B_relative_only", relative_b)):
+        print(f"post hoc: {key}", file=sys.stderr)
+        references[key] = {
+            "label": f"post hoc, not in the rule: logistic on {', '.join(names)}",
+            **leave_one_out(data, lambda names=names: Logistic(names), baselines),
+        }
     chosen, why = choose(results)
+    payload_expansion = {
+        name: expansion(data[name], held_scores[chosen][name], baselines[name]["summary"]["cosine"]["kept_at_25"])
+        for name in SETS
+    }
     # The shipped model: the chosen candidate refitted on all seven sets, its
     # cut by the same rule over all seven.
     maker = candidates[chosen][1]()
@@ -297,16 +324,126 @@ def run(cache: Path) -> int:
         "candidates": results,
         "references": references,
         "chosen": {"key": chosen, "label": candidates[chosen][0], "why": why, "cut": cut},
+        "context_expansion": {
+            "what": "the chosen candidate's held-out probabilities; per-question budgets (a share of each pool's "
+            "characters); 'more chunks' takes chunks by probability, 'neighbours' takes each chunk's retrieved "
+            "neighbours (same document, position +-1) right after it; answer kept at 25% of the characters",
+            "sets": payload_expansion,
+        },
         "seconds": round(time.perf_counter() - started, 1),
     }
     fitted = getattr(maker, "fitted", None)
     if chosen in ("A", "B"):
         payload["chosen"]["model"] = {"names": fitted.names, "weights": fitted.weights, "bias": fitted.bias}
+        previous = load_calibration(None)
+        about = {
+            "retrieval": "fitted on seven sets of shared/eval by `python -m bench.filter_loo run` "
+            f"({time.strftime('%Y-%m-%d')}); chosen by leave-one-dataset-out (bench/REPORT.md, "
+            "'A filter fitted across datasets'); cut: the highest keeping >= 0.92 of the answers in the pool "
+            "on the mean of the seven sets",
+            "judged": previous.about.get("judged")
+            or "fitted on the 200 PopQA dev questions with the local Qwen2.5-Coder-1.5B's listwise share "
+            "(`python -m bench.judge_study ablate`, 2026-11-23)",
+        }
+        write_calibration(shipped_path(), Calibrated(fitted, cut), previous.judged, about)
     path = write_result("filter_loo", "bench.filter_loo", payload)
+    plot(payload, RESULTS / "plots" / "filter_loo_curves.png")
     (RESULTS / "filter_loo_chosen.json").write_text(json.dumps(payload["chosen"], indent=2) + "\n")
     print(json.dumps(summary_table(payload), indent=1), file=sys.stderr)
     print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def taken_in_order(chars: Sequence[int], order: Sequence[int], budget: int) -> list[int]:
+    """Candidates taken in ``order`` while they fit ``budget`` (one that
+    overflows is skipped, smaller ones after it may fit)."""
+    taken, used = [], 0
+    for i in order:
+        if used + chars[i] <= budget:
+            taken.append(i)
+            used += chars[i]
+    return taken
+
+
+def neighbour_order(record: dict, scores: Sequence[float]) -> list[int]:
+    """By probability, each chunk followed by its retrieved neighbours."""
+    rows = record["rows"]
+    at = {(r["doc_id"], r["position"]): i for i, r in enumerate(rows)}
+    order, seen = [], set()
+    for i in sorted(range(len(rows)), key=lambda k: -scores[k]):
+        for j in (
+            i,
+            at.get((rows[i]["doc_id"], rows[i]["position"] - 1)),
+            at.get((rows[i]["doc_id"], rows[i]["position"] + 1)),
+        ):
+            if j is not None and j not in seen:
+                seen.add(j)
+                order.append(j)
+    return order
+
+
+def expansion(records, scores, cosine_at_25) -> dict[str, Any]:
+    from chunkrag_eval.curves import point
+
+    questions = [pool(r) for r in records]
+    out = {"cosine_kept_at_25": cosine_at_25}
+    for label, orderer in (
+        ("more chunks", lambda rec, s: sorted(range(len(s)), key=lambda k: -s[k])),
+        ("neighbours", neighbour_order),
+    ):
+        curve = [
+            point(
+                questions,
+                [
+                    taken_in_order(q.chars, orderer(rec, s), int(share * q.pool_chars))
+                    for q, rec, s in zip(questions, records, scores)
+                ],
+                share,
+            )
+            for share in SHARES
+        ]
+        out[label] = {"kept_at_25": _r(kept_at_chars(curve, AT_CHARS)), "chars_for_90": _r(chars_for_kept(curve, GOAL))}
+    return out
+
+
+def plot(payload, path: Path) -> Path:
+    """Answer kept against characters kept on each held-out set: the three
+    candidates (each fitted without that set), cosine and BM25."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, 4, figsize=(18, 8.5), sharex=True, sharey=True)
+    styles = {"A": ("tab:blue", "-"), "B": ("tab:red", "-"), "C": ("tab:green", "-")}
+    for ax, name in zip(axes.flat, SETS):
+        for key, (colour, line) in styles.items():
+            held = payload["candidates"][key]["held_out"][name]
+            xs, ys = zip(*sorted((p["x"], p["kept"]) for p in held["curve"] if p["kept"] is not None))
+            ax.plot(xs, ys, color=colour, linestyle=line, label=f"{key}: {payload['candidates'][key]['label']}")
+            d = held["default"]
+            ax.plot([d["chars"]], [d["kept"]], "o", color=colour)
+        for base, colour in (("cosine", "black"), ("bm25", "grey")):
+            curve = payload["sets"][name][base]["curve"]
+            xs, ys = zip(*sorted((p["x"], p["kept"]) for p in curve if p["kept"] is not None))
+            ax.plot(xs, ys, color=colour, linestyle="--", label=f"{base}, per-question budgets")
+        ax.axvline(AT_CHARS, color="lightgrey", linewidth=0.8)
+        ax.axhline(GOAL, color="lightgrey", linewidth=0.8)
+        ax.set_title(f"{name} (held out)")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes.flat[-1].axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    axes.flat[-1].legend(handles, labels, loc="center", fontsize=9)
+    figure.supxlabel("characters kept (share of the candidates')")
+    figure.supylabel("answer kept (share of questions whose pool held one)")
+    figure.suptitle("Leave one dataset out: each curve fitted on the other six sets (dots: the default cut)")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
 
 
 def summary_table(payload) -> dict:
