@@ -451,6 +451,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.report import print_outcome, write_report
     from chunkrag_eval.runner import evaluate
+    from chunkrag_filter.pipeline import resolve_calibration
 
     settings = _settings(args)
     if args.format in ("wikiqa", "healthver", "climate_fever"):
@@ -489,7 +490,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "calibrated": options.calibration is not None,
             "prior_weight": options.prior_weight,
             "threshold": options.threshold,
-            "fixed_threshold": options.fixed_threshold,
+            "fixed_threshold": resolve_calibration(options)[1],
             "redundancy": options.redundancy_threshold is not None,
             "judge": args.judge or settings.workers.judge,
             "model": settings.chat.model,
