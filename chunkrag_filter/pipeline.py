@@ -171,20 +171,27 @@ def resolve_calibration(options: FilterOptions) -> tuple[LogisticModel | None, f
 def configured_calibration_file() -> str:
     """CHUNKRAG_CALIBRATION_FILE (declared in chunkrag_core.settings), read
     when a filter first needs it: "" for the shipped file."""
-    from chunkrag_core.settings import Settings
+    from chunkrag_core.settings import calibration_file_from_env
 
-    return Settings.from_env().calibration_file
+    return calibration_file_from_env()
 
 
 def candidate_features(
-    query: str, candidates: Sequence[Chunk], judge_scores: Sequence[float | None], batches: Sequence[Sequence[int]]
+    query: str,
+    candidates: Sequence[Chunk],
+    judge_scores: Sequence[float | None],
+    batches: Sequence[Sequence[int]],
+    context: bool = True,
 ) -> list[dict[str, float]]:
     """Every feature a calibration may read, per candidate: the chunk's own
-    signals (calibration.chunk_features) and its context (features.py)."""
+    signals (calibration.chunk_features) and, with ``context``, its context
+    (features.py; skipped for a model that reads none: they cost text scans)."""
     rows = chunk_features(
         [c.stage_scores for c in candidates], list(judge_scores), [len(c.text) for c in candidates], batches
     )
-    context = context_features(
+    if not context:
+        return rows
+    context_rows = context_features(
         query,
         [c.text for c in candidates],
         [c.header for c in candidates],
@@ -193,7 +200,7 @@ def candidate_features(
         [c.lead for c in candidates],
         [c.stage_scores for c in candidates],
     )
-    return [{**row, **more} for row, more in zip(rows, context)]
+    return [{**row, **more} for row, more in zip(rows, context_rows)]
 
 
 def calibrated(
@@ -213,7 +220,7 @@ def calibrated(
         if scoring.method == "listwise"
         else [[i] for i in range(judged)]
     )
-    rows = candidate_features(query, candidates, [j.base for j in judgements], batches)
+    rows = candidate_features(query, candidates, [j.base for j in judgements], batches, context=model.uses_context)
     out = []
     for i, (row, judgement) in enumerate(zip(rows, judgements)):
         if model.uses_judge and i < judged and judgement.base is None:

@@ -177,3 +177,21 @@ def test_labelled_jsonl_skips_unusable_lines_and_refuses_an_empty_file(tmp_path)
     path.write_text("not json\n")
     with pytest.raises(LabelledDataError, match="no usable question"):
         read_labelled_jsonl(path)
+
+
+def test_a_calibration_reading_context_features_is_scored_by_the_filter(tmp_path):
+    from chunkrag_core.chunk import Chunk
+    from chunkrag_filter.pipeline import FilterOptions, run_filter
+    from chunkrag_filter.processors.calibration import Configured
+
+    model = LogisticModel(("term_overlap", "cosine"), (4.0, 1.0), -2.0)
+    path = write_calibration(tmp_path / "c.json", Calibrated(model, 0.5), None)
+    chunks = [
+        Chunk("d", i, text, 0, len(text), stage_scores={"cosine": 0.5})
+        for i, text in enumerate(["The mayor of Paris.", "Unrelated words."])
+    ]
+    result = run_filter("mayor Paris", chunks, model=None, options=FilterOptions(calibration=Configured(str(path))))
+    scored = {d.chunk.chunk_id: d.chunk.stage_scores["calibrated"] for d in result.decisions}
+    # sigmoid(-2 + 4 * 1 + 0.5) = 0.924142 and sigmoid(-2 + 0 + 0.5) = 0.182426; the cut 0.5 from the file
+    assert scored == {"d:0": pytest.approx(0.924142, abs=1e-6), "d:1": pytest.approx(0.182426, abs=1e-6)}
+    assert [c.chunk_id for c in result.kept] == ["d:0"] and result.threshold.value == 0.5
