@@ -56,7 +56,7 @@ def tables(payload) -> str:
         lines.append(
             f"| {s} | {d['cut']} | {f(d['chars'], True)} | {f(d['kept'])} | {f(d['cosine_same_budgets'])} | "
             f"{f(d['cosine_same_chars'])} | {f(d['cosine_chars_for_same_kept'], True)} | "
-            f"{f(d['nothing_relevant_rate'], True)} | {f(d['nothing_relevant_precision'])} | "
+            f"{f(d['nothing_relevant_rate'], True)} | {f(d['nothing_relevant_precision']).replace('never', '–')} | "
             f"{f(d['kept_with_top3_fallback'])} |"
         )
     m = c[chosen]["mean"]["default"]
