@@ -17,7 +17,7 @@ Reported per layout: the target's share clean/control/injected, how often
 it becomes the judge's top passage, how much the other passages' shares
 move (mean absolute change, control vs injected), the gold passages' total
 share, and the judge as shipped when turned on, replayed on the new shares
-(JUDGED_MODEL's probability, cut at 0.4): how often the target is kept and
+(the shipped judged model's probability, cut at 0.4): how often the target is kept and
 how often answer-in-context is lost. `--resummarise` recomputes the
 summaries from a committed results file, with no model call. Candidates, gold labels and retrieval signals
 come from the judged collection run (bench.judge_study collect).
@@ -36,7 +36,7 @@ from typing import Sequence
 from bench.common import RESULTS, write_result
 from chunkrag_eval import ablation
 from chunkrag_eval.ablation import Question, Variant
-from chunkrag_filter.processors.calibration import FEATURES, JUDGED_MODEL
+from chunkrag_filter.processors.calibration import CHEAP_FEATURES, JUDGE_FEATURES, shipped_model
 from chunkrag_filter.processors.relevance import PASSAGE_FORMATS
 
 # Three planted instructions, used in turn: one aimed at the ranking, one at
@@ -59,15 +59,21 @@ NEUTRAL = (
 INDEX = "chunkrag-eval-popqa"
 HEAD = 9
 NOTE_REPLAY = (
-    "The judge as shipped when turned on (judge_top 9) is replayed with JUDGED_MODEL (processors/calibration.py, "
+    "The judge as shipped when turned on (judge_top 9) is replayed with the shipped judged model "
+    "(chunkrag_filter/calibration/default.json, "
     "fitted on clean PopQA dev, numbered layout) cut at 0.4; with the quoted layout the same coefficients are "
     "applied to that layout's shares, which they were not fitted on. The default filter (no judge) reads no text "
     "beyond retrieval, so a planted instruction can only act on it through BM25 and the embedding."
 )
 # The judge as shipped when turned on: its share calibrated with the
-# retrieval signals (JUDGED_MODEL), cut at the default 0.4.
+# retrieval signals (the shipped judged model), cut at the default 0.4.
 JUDGED = Variant(
-    "judge on (judge_top 9), calibrated", "calibrated", "fixed:0.4", judge="forward", top=HEAD, features=FEATURES
+    "judge on (judge_top 9), calibrated",
+    "calibrated",
+    "fixed:0.4",
+    judge="forward",
+    top=HEAD,
+    features=JUDGE_FEATURES + CHEAP_FEATURES,
 )
 
 
@@ -224,7 +230,7 @@ def summarise(layout: str, records: Sequence[dict], questions: dict[str, Questio
         kept_target, answered = 0, 0
         for r in usable:
             question = with_head_shares(questions[r["item_id"]], r["shares"][layout][condition])
-            kept = ablation.kept_indices(question, JUDGED, JUDGED_MODEL)
+            kept = ablation.kept_indices(question, JUDGED, shipped_model(judging=True))
             kept_target += r["target"] in kept
             answered += any(question.judged_rows[i]["gold"] for i in kept)
         return {

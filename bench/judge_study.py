@@ -461,7 +461,7 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
     from chunkrag_core.settings import Settings
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.measures import kept_within_budget
-    from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, FilterOptions
+    from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, FilterOptions, resolve_calibration
     from chunkrag_filter.processors.answer import verdict_from_chunks
 
     runs = runs or (f"filter_{dataset}_dev",)
@@ -473,10 +473,14 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
     client, model = make_backend(settings), make_chat(settings.chat)
     default = FilterOptions()
     judged = dataclasses.replace(default, judge_top=JUDGE_TOP_WHEN_ASKED)
+    default_model, default_cut = resolve_calibration(default)
+    judged_model, judged_cut = resolve_calibration(judged)
+    default = dataclasses.replace(default, fixed_threshold=default_cut)
+    judged = dataclasses.replace(judged, fixed_threshold=judged_cut)
     variants = {
         DEFAULT_LABEL: (
-            Variant(DEFAULT_LABEL, "calibrated", _cut_rule(default), features=default.calibration.names),
-            default.calibration,
+            Variant(DEFAULT_LABEL, "calibrated", _cut_rule(default), features=default_model.names),
+            default_model,
         ),
         JUDGE_ON: (
             Variant(
@@ -485,9 +489,9 @@ def verdicts(dataset: str, limit: int | None, with_judge_alone: bool = False, ru
                 _cut_rule(judged),
                 judge="forward",
                 top=judged.judge_top,
-                features=judged.calibration.names,
+                features=judged_model.names,
             ),
-            judged.calibration,
+            judged_model,
         ),
     }
     if with_judge_alone:

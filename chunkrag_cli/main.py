@@ -8,7 +8,9 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from importlib import resources
+from pathlib import Path
 from typing import Sequence
 
 from chunkrag_core.settings import Settings, SettingsError, parse_scales
@@ -144,6 +146,37 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--out", help="write the summary and per-question outcomes to this JSON file")
     evaluation.add_argument("--plots", metavar="DIR", help="write PNG figures to DIR")
     evaluation.set_defaults(handler=cmd_eval)
+
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="fit the chunk filter's calibration (models and cut) on labelled questions and write the file "
+        "CHUNKRAG_CALIBRATION_FILE selects",
+    )
+    calibrate.add_argument(
+        "--labelled",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help='your labelled JSONL: {"question", "documents": [{"text", "title"}], "answers" or "relevant"} a line',
+    )
+    calibrate.add_argument(
+        "--eval-set",
+        action="append",
+        default=[],
+        choices=["popqa", "nq", "squad", "scifact", "wikiqa", "healthver", "climate_fever"],
+        help="a labelled set of the evaluation data (shared/eval, --eval-root)",
+    )
+    calibrate.add_argument("--eval-root", default="../shared/eval", help="the evaluation data directory")
+    calibrate.add_argument("--limit", type=int, help="questions per evaluation set (a seeded sample)")
+    calibrate.add_argument(
+        "--judge",
+        action="store_true",
+        help="also fit the model with the configured chat model's share (one listwise call per question)",
+    )
+    calibrate.add_argument("--target", type=float, default=0.92, help="answers in the pool the cut keeps (mean)")
+    calibrate.add_argument("--index", default="chunkrag-calibrate", help="index the labelled documents go to")
+    calibrate.add_argument("--out", help="the file to write (default: $CHUNKRAG_CALIBRATION_FILE)")
+    calibrate.set_defaults(handler=cmd_calibrate)
 
     cluster = commands.add_parser("cluster", help="show the cluster's health and the features this project will use")
     cluster.set_defaults(handler=cmd_cluster)
@@ -383,6 +416,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.report import print_outcome, write_report
     from chunkrag_eval.runner import evaluate
+    from chunkrag_filter.pipeline import resolve_calibration
 
     settings = _settings(args)
     if args.format in ("wikiqa", "healthver", "climate_fever"):
@@ -422,7 +456,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "calibrated": options.calibration is not None,
             "prior_weight": options.prior_weight,
             "threshold": options.threshold,
-            "fixed_threshold": options.fixed_threshold,
+            "fixed_threshold": resolve_calibration(options)[1],
             "redundancy": options.redundancy_threshold is not None,
             "judge": args.judge or settings.workers.judge,
             "model": settings.chat.model,
@@ -459,6 +493,59 @@ def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
         with open(args.out, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)
     print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from chunkrag_core.providers import make_chat, make_embedder
+    from chunkrag_eval.calibrate import LabelledDataError, calibrate, read_labelled_jsonl
+    from chunkrag_eval.labelled import read_labelled
+
+    settings = _settings(args)
+    out = args.out or settings.calibration_file
+    if not out:
+        print("name the file to write: --out PATH (or set CHUNKRAG_CALIBRATION_FILE)", file=sys.stderr)
+        return 2
+    if not args.labelled and not args.eval_set:
+        print("give labelled questions: --labelled FILE and/or --eval-set NAME", file=sys.stderr)
+        return 2
+    if not 0 < args.target <= 1:
+        print(f"--target must be in (0, 1], got {args.target}", file=sys.stderr)
+        return 2
+    queries = []
+    try:
+        for path in args.labelled:
+            read, skipped = read_labelled_jsonl(path, dataset=Path(path).stem)
+            for note in skipped:
+                print(f"{path}: skipped {note}", file=sys.stderr)
+            queries += read
+        for name in args.eval_set:
+            queries += read_labelled(name, args.eval_root, args.limit)
+    except (LabelledDataError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    judge_many = None
+    if args.judge:
+        judge_many = _judge_many(settings, "threads", make_chat(settings.chat))
+    result = calibrate(
+        queries,
+        out,
+        client=_backend(settings),
+        embedder=make_embedder(settings.embedder),
+        settings=settings,
+        index=args.index,
+        judge_many=judge_many,
+        target=args.target,
+        about={
+            "command": "chunkrag calibrate " + " ".join(sys.argv[2:]),
+            "date": time.strftime("%Y-%m-%d"),
+            "chat_model": settings.chat.model if args.judge else None,
+        },
+        progress=lambda n, total: print(f"{n}/{total}", file=sys.stderr, end="\r"),
+    )
+    print(json.dumps(result, indent=2))
+    if os.path.abspath(out) != os.path.abspath(settings.calibration_file or "/"):
+        print(f"the filter reads it with CHUNKRAG_CALIBRATION_FILE={result['file']}", file=sys.stderr)
     return 0
 
 

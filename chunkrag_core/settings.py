@@ -285,6 +285,9 @@ class Settings:
     workers: WorkerSettings = WorkerSettings()
     gateway: GatewaySettings = GatewaySettings()
     rerank: RerankSettings = RerankSettings()
+    # The chunk filter's calibration (models and cuts, a JSON file written by
+    # `chunkrag calibrate`); "" for the file shipped with the package.
+    calibration_file: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -315,6 +318,7 @@ class Settings:
                 _overlay(base.rerank, env, "CHUNKRAG_RERANK_"),
                 api_key=env.get("CHUNKRAG_RERANK_API_KEY") or env.get("CO_API_KEY") or None,
             ),
+            calibration_file=calibration_file_from_env(env),
         )
 
     @property
@@ -334,6 +338,14 @@ class Settings:
     @property
     def search_url_for_display(self) -> str:
         return redact_url(self.search_url)
+
+
+def calibration_file_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """CHUNKRAG_CALIBRATION_FILE ("" for the shipped file). The filter reads
+    it per query through this function alone (microseconds; building the
+    whole Settings costs about a millisecond)."""
+    env = os.environ if environ is None else environ
+    return env.get("CHUNKRAG_CALIBRATION_FILE", "").strip()
 
 
 def redact_url(url: str) -> str:

@@ -26,12 +26,14 @@ from chunkrag_filter.judging import (
     unscored,
 )
 from chunkrag_filter.processors.calibration import (
-    RETRIEVAL_MODEL,
-    SHIPPED_MODELS,
+    CONFIGURED,
+    DEFAULT_CUT,
+    Configured,
     LogisticModel,
     chunk_features,
-    shipped_model,
+    load_calibration,
 )
+from chunkrag_filter.processors.features import context_features
 from chunkrag_filter.processors.ordering import lost_in_the_middle
 from chunkrag_filter.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD, Redundant, drop_redundant
 from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
@@ -56,24 +58,20 @@ JUDGE_TOP_WHEN_ASKED = 9
 @dataclass(frozen=True, slots=True)
 class FilterOptions:
     redundancy_threshold: float | None = DEFAULT_REDUNDANCY_THRESHOLD
-    # The default, chosen on all 200 PopQA dev questions by the rule in
-    # bench/REPORT.md ("Does the LLM filter earn its cost?": the largest
-    # margin over cosine at the same characters within 25% of them, ties to
-    # fewer calls): no judge call; every candidate scored by the logistic
-    # model over the retrieval signals (RETRIEVAL_MODEL) and cut at a
-    # probability of 0.4. Cross-validated it kept the answer for 0.640 of the
-    # questions at 12.3% of the characters, against 0.570 for cosine and 0.590
-    # for BM25 kept to the same characters. The listwise judge on the best
-    # nine (`judge_top=9`, JUDGED_MODEL) measured 0.635 at the same cut: the
-    # small local model did not add to the retrieval signals. The paper's
-    # filter (per-chunk multistage scoring, Algorithm 1) is
-    # `scoring=ScoringOptions(method="multistage"), threshold="dynamic",
-    # calibration=None, judge_top=None`.
+    # The default: no judge call; every candidate scored by the calibration
+    # file's retrieval model (CHUNKRAG_CALIBRATION_FILE, else the shipped
+    # chunkrag_filter/calibration/default.json, fitted across seven datasets
+    # and chosen by leave-one-dataset-out: bench/REPORT.md, "A filter fitted
+    # across datasets") and cut at the file's cut, chosen to keep >= 0.90 of
+    # the answers in the pool. The paper's filter (per-chunk multistage
+    # scoring, Algorithm 1) is `scoring=ScoringOptions(method="multistage"),
+    # threshold="dynamic", calibration=None, judge_top=None`.
     scoring: ScoringOptions = ScoringOptions(method="listwise")
     threshold: str = "fixed"
-    # The threshold for "fixed" (a calibrated probability by default); for
-    # "relative", the share of the best score.
-    fixed_threshold: float = 0.4
+    # The threshold for "fixed" (a calibrated probability); None: the
+    # calibration file's cut (DEFAULT_CUT without calibration). For
+    # "relative", the share of the best score (None: DEFAULT_CUT).
+    fixed_threshold: float | None = None
     variance_epsilon: float = DEFAULT_VARIANCE_EPSILON
     # When no chunk passes: keep the top k unfiltered, or answer that nothing
     # relevant was found.
@@ -96,13 +94,11 @@ class FilterOptions:
     # When set, each candidate's combined score is this model's probability
     # of relevance from the judge's share and the retrieval signals
     # (processors/calibration.py); unjudged candidates are scored too.
-    # A shipped model follows the judge: switching judging on or off picks
-    # the shipped model fitted for that case (a custom model is kept as is).
-    calibration: LogisticModel | None = RETRIEVAL_MODEL
+    # CONFIGURED (a calibration file, read on first use) follows the judge:
+    # the file's model for judging on or off (a LogisticModel is kept as is).
+    calibration: LogisticModel | Configured | None = CONFIGURED
 
     def __post_init__(self) -> None:
-        if any(self.calibration is model for model in SHIPPED_MODELS):
-            object.__setattr__(self, "calibration", shipped_model(judging=self.judge_top != 0))
         if self.judge_top is not None and self.judge_top < 0:
             raise ValueError("judge_top must be 0 or more (or None for every candidate)")
         for name, value, allowed in (
@@ -170,7 +166,57 @@ def retrieval_priors(scores: Sequence[float | None]) -> list[float]:
     return [0.5 if score is None or high == low else (score - low) / (high - low) for score in scores]
 
 
+def resolve_calibration(options: FilterOptions) -> tuple[LogisticModel | None, float]:
+    """The model the options score with and the cut they keep at: a
+    calibration file's model for judging on or off and its cut, unless the
+    options name a model or a threshold of their own."""
+    calibration, cut_value = options.calibration, DEFAULT_CUT
+    if isinstance(calibration, Configured):
+        path = calibration.path if calibration.path is not None else configured_calibration_file()
+        chosen = load_calibration(path or None).for_judging(options.judge_top != 0)
+        calibration = chosen.model
+        if options.threshold == "fixed":
+            cut_value = chosen.cut
+    return calibration, options.fixed_threshold if options.fixed_threshold is not None else cut_value
+
+
+def configured_calibration_file() -> str:
+    """CHUNKRAG_CALIBRATION_FILE (declared in chunkrag_core.settings), read
+    when a filter first needs it: "" for the shipped file."""
+    from chunkrag_core.settings import calibration_file_from_env
+
+    return calibration_file_from_env()
+
+
+def candidate_features(
+    query: str,
+    candidates: Sequence[Chunk],
+    judge_scores: Sequence[float | None],
+    batches: Sequence[Sequence[int]],
+    context: bool = True,
+) -> list[dict[str, float]]:
+    """Every feature a calibration may read, per candidate: the chunk's own
+    signals (calibration.chunk_features) and, with ``context``, its context
+    (features.py; skipped for a model that reads none: they cost text scans)."""
+    rows = chunk_features(
+        [c.stage_scores for c in candidates], list(judge_scores), [len(c.text) for c in candidates], batches
+    )
+    if not context:
+        return rows
+    context_rows = context_features(
+        query,
+        [c.text for c in candidates],
+        [c.header for c in candidates],
+        [c.doc_id for c in candidates],
+        [c.position for c in candidates],
+        [c.lead for c in candidates],
+        [c.stage_scores for c in candidates],
+    )
+    return [{**row, **more} for row, more in zip(rows, context_rows)]
+
+
 def calibrated(
+    query: str,
     candidates: Sequence[Chunk],
     judgements: Sequence[Judgement],
     model: LogisticModel,
@@ -186,9 +232,7 @@ def calibrated(
         if scoring.method == "listwise"
         else [[i] for i in range(judged)]
     )
-    rows = chunk_features(
-        [c.stage_scores for c in candidates], [j.base for j in judgements], [len(c.text) for c in candidates], batches
-    )
+    rows = candidate_features(query, candidates, [j.base for j in judgements], batches, context=model.uses_context)
     out = []
     for i, (row, judgement) in enumerate(zip(rows, judgements)):
         if model.uses_judge and i < judged and judgement.base is None:
@@ -238,19 +282,20 @@ def run_filter(
         # and the model that could not be reached is not asked for a threshold.
         threshold_method = "dynamic" if options.threshold == "llm" else options.threshold
         options, judged = dataclasses.replace(options, judge_top=0, threshold=threshold_method), []
-        judgements = retrieval_judgements(candidates, judgements, options.calibration)
+        judgements = retrieval_judgements(candidates, judgements, options.calibration is not None)
     else:
         skipped = unscored(f"not judged: ranked below judge_top={options.judge_top}")
         judgements = judgements + [skipped] * (len(candidates) - len(judged))
-    if options.calibration is not None:
-        judgements = calibrated(candidates, judgements, options.calibration, options.scoring, len(judged))
+    calibration, cut_value = resolve_calibration(options)
+    if calibration is not None:
+        judgements = calibrated(query, candidates, judgements, calibration, options.scoring, len(judged))
     judgements = with_retrieval_prior(judgements, [c.score for c in candidates], options.prior_weight)
     scored = [c.with_score(**j.stage_scores()) for c, j in zip(candidates, judgements)]
     lap("scoring")
 
     usable = [(c, j.combined) for c, j in zip(scored, judgements) if j.combined is not None]
     scores = [s for _, s in usable]
-    chosen = cut(options.threshold, scores, CutInputs(options.fixed_threshold, options.variance_epsilon, query, model))
+    chosen = cut(options.threshold, scores, CutInputs(cut_value, options.variance_epsilon, query, model))
     threshold = chosen.threshold
     passed_ids = {usable[i][0].chunk_id for i in passing(scores, threshold) if scores[i] >= options.min_score}
     lap("threshold")
@@ -301,13 +346,13 @@ def run_filter(
 
 
 def retrieval_judgements(
-    candidates: Sequence[Chunk], unjudged: Sequence[Judgement], calibration: LogisticModel | None
+    candidates: Sequence[Chunk], unjudged: Sequence[Judgement], calibrating: bool
 ) -> list[Judgement]:
     """The candidates' judgements when no judge could run: unjudged (each
     noting why), to be calibrated from the retrieval signals; without a
     calibration model, the retrieval score min-max normalised over them."""
     note = unjudged[0].notes if unjudged else ()
-    if calibration is not None:
+    if calibrating:
         return [Judgement(None, None, None, None, notes=note) for _ in candidates]
     return [
         Judgement(None, None, None, prior, prior=prior, notes=note)

@@ -27,7 +27,7 @@ from pydantic.fields import FieldInfo
 
 from chunkrag_core.settings import DEFAULT_SCALES
 from chunkrag_filter.pipeline import FALLBACKS, JUDGE_TOP_WHEN_ASKED, RERANKERS, THRESHOLDS, FilterOptions
-from chunkrag_filter.processors.calibration import RETRIEVAL_MODEL
+from chunkrag_filter.processors.calibration import CONFIGURED
 from chunkrag_filter.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS, PASSAGE_FORMATS, ScoringOptions
 from search_extension.ask import DEFAULT_CANDIDATES
 from search_extension.queries import MODES
@@ -238,7 +238,8 @@ class OptionsModel(_Options):
         _FILTER.fixed_threshold,
         ge=0,
         le=1,
-        description="the fixed threshold, or the share of the best score for `relative`",
+        description="the fixed threshold (default: the calibration file's cut), or the share of the best score "
+        "for `relative` (default 0.4)",
     )
     fallback: Annotated[Literal[FALLBACKS], Unknown("fallback"), Cli(("ask",))] = Field(
         _FILTER.fallback,
@@ -298,8 +299,8 @@ class OptionsModel(_Options):
     calibrated: Annotated[bool, Cli(("ask", "eval"), flag="--calibration", values={"default": True, "off": False})] = (
         Field(
             _FILTER.calibration is not None,
-            description="score with the shipped logistic model over the retrieval signals (and the judge's share "
-            "when it runs)",
+            description="score with the calibration file's logistic model over the retrieval and context signals "
+            "(and the judge's share when it runs)",
         )
     )
     ensemble: Annotated[
@@ -354,7 +355,7 @@ class OptionsModel(_Options):
                 lost_in_the_middle=self.lost_in_the_middle,
                 answer=ANSWER_BY_DEFAULT[surface] if self.answer is None else self.answer,
                 judge_top=judge_top,
-                calibration=RETRIEVAL_MODEL if self.calibrated else None,
+                calibration=CONFIGURED if self.calibrated else None,
             )
         except ValueError as exc:
             raise OptionError(f"{where}: {exc}") from None

@@ -1,25 +1,37 @@
-"""A calibrated judge: the LLM's listwise share combined with the cheap
-signals the hybrid search already computed, through a small logistic model.
+"""A calibrated filter: the retrieval signals (and the LLM's listwise share
+when the judge runs) combined through a small logistic model into one
+probability of relevance that a cut decides on.
 
 Why: alone, the small local model's share separates answer-bearing chunks no
-better than embedding cosine does; the two make different mistakes. A
-logistic model over a handful of features, fitted on dev data only and
-cross-validated by question, turns them into one probability of relevance
-that a threshold can cut. The fitted coefficients ship as constants
-(:data:`RETRIEVAL_MODEL`, :data:`JUDGED_MODEL`), each feature documented below.
+better than embedding cosine does; the signals make different mistakes. A
+logistic model over a handful of features turns them into one probability.
 
-Everything here is pure: features from chunks' stage scores, the logistic
-fit (Newton steps with an L2 penalty, numpy only), and the measures used to
-choose it (ROC AUC, F1).
+The fitted models and their cuts are a file, not constants: a JSON document
+(:func:`load_calibration`) holding a ``retrieval`` model (no judge) and a
+``judged`` one, each with its features, weights, bias and cut. The shipped
+file (``chunkrag_filter/calibration/default.json``) was fitted across
+datasets by ``python -m bench.filter_loo run``; ``chunkrag calibrate``
+writes one for another chat model or the user's own labelled data, chosen
+with ``CHUNKRAG_CALIBRATION_FILE``.
+
+Everything here is pure apart from reading and writing that file: features
+from chunks' stage scores, the logistic fit (Newton steps with an L2
+penalty, numpy only), and the measures used to choose it (ROC AUC, F1).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from chunkrag_filter.processors.features import CONTEXT_FEATURES
 
 # Each feature, as computed by :func:`chunk_features` for one candidate among
 # a query's candidates:
@@ -35,8 +47,18 @@ import numpy as np
 #   bm25        BM25 score min-max normalised over the candidates (0..1)
 #   inv_rank    1 / (1 + hybrid retrieval rank), rank from 0
 #   log_chars   log of the chunk's length in hundreds of characters
-FEATURES = ("judge", "judged", "judge_top", "cosine", "cosine_gap", "bm25", "inv_rank", "log_chars")
+# and the context features of processors/features.py (neighbours, passage,
+# query-term, entity and header overlap, position).
+JUDGE_FEATURES = ("judge", "judged", "judge_top")
 CHEAP_FEATURES = ("cosine", "cosine_gap", "bm25", "inv_rank", "log_chars")
+FEATURES = JUDGE_FEATURES + CHEAP_FEATURES + CONTEXT_FEATURES
+CALIBRATION_FORMAT = "chunkrag-calibration/1"
+# The cut of a model that names none (a file from before cuts were stored).
+DEFAULT_CUT = 0.4
+
+
+class CalibrationError(ValueError):
+    """A calibration file that cannot be read or used; the message names it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,41 +82,135 @@ class LogisticModel:
 
     @property
     def uses_judge(self) -> bool:
-        return any(name in ("judge", "judged", "judge_top") for name in self.names)
+        return any(name in JUDGE_FEATURES for name in self.names)
+
+    @property
+    def uses_context(self) -> bool:
+        return any(name in CONTEXT_FEATURES for name in self.names)
 
 
-# The shipped models, fitted by `python -m bench.judge_study ablate` on all
-# 200 PopQA dev questions (bench/results/filter_popqa_dev_ablation.json,
-# "fitted"); the cross-validated figures are in bench/REPORT.md.
-#
-# RETRIEVAL_MODEL: the retrieval signals alone, no model call: the default.
-# Read its weights as: the raw cosine carries most of the evidence; a good
-# retrieval rank, a high BM25 and a longer chunk add to it; the gap to the
-# question's best cosine adds nothing once cosine and rank are in.
-RETRIEVAL_MODEL = LogisticModel(
-    names=("cosine", "cosine_gap", "bm25", "inv_rank", "log_chars"),
-    weights=(3.376989, 0.006575, 0.625046, 0.766057, 0.826934),
-    bias=-3.754981,
-)
-# JUDGED_MODEL: the listwise judge's share on the best nine (as retrieved,
-# Qwen2.5-Coder-1.5B) beside the same signals, used when the judge runs.
-# On these 200 questions the judge's share earns a small weight (0.85 against
-# cosine's 3.58) and moves the cross-validated AUC from 0.804 to 0.805: the
-# small local model adds little that retrieval does not already know.
-# Another model's shares are scaled differently: refit with the same command.
-JUDGED_MODEL = LogisticModel(
-    names=FEATURES,
-    weights=(0.84519, -0.506042, 0.305287, 3.583825, 0.329891, 0.56639, 0.404829, 0.812285),
-    bias=-3.377824,
-)
-SHIPPED_MODELS = (RETRIEVAL_MODEL, JUDGED_MODEL)
+@dataclass(frozen=True, slots=True)
+class Calibrated:
+    """A model and the probability at which the filter keeps a chunk."""
+
+    model: LogisticModel
+    cut: float
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationFile:
+    """The models of one calibration file: ``retrieval`` for the filter
+    without the judge, ``judged`` (None when the file has none) with it."""
+
+    retrieval: Calibrated
+    judged: Calibrated | None
+    about: Mapping[str, Any]
+    source: str
+
+    def for_judging(self, judging: bool) -> Calibrated:
+        if judging and self.judged is None:
+            raise CalibrationError(
+                f"{self.source} holds no model for the judge; run `chunkrag calibrate --judge` or turn the judge off"
+            )
+        return self.judged if judging and self.judged is not None else self.retrieval
+
+
+@dataclass(frozen=True, slots=True)
+class Configured:
+    """The calibration named by ``path`` or, when None, by the setting
+    ``CHUNKRAG_CALIBRATION_FILE`` (the shipped file when unset), read on first
+    use; the filter takes the model for judging on or off from it."""
+
+    path: str | None = None
+
+
+CONFIGURED = Configured()
+
+
+def _model_from(entry: Any, where: str) -> Calibrated:
+    if not isinstance(entry, Mapping):
+        raise CalibrationError(f"{where} must be an object with features, weights, bias and cut")
+    try:
+        names = tuple(str(n) for n in entry["features"])
+        weights = tuple(float(w) for w in entry["weights"])
+        bias = float(entry["bias"])
+        cut = float(entry.get("cut", DEFAULT_CUT))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CalibrationError(f"{where}: missing or malformed {exc}") from None
+    if not all(math.isfinite(v) for v in (*weights, bias, cut)):
+        raise CalibrationError(f"{where}: weights, bias and cut must be finite numbers")
+    if not 0.0 <= cut <= 1.0:
+        raise CalibrationError(f"{where}: cut must be a probability (0..1), got {cut}")
+    try:
+        return Calibrated(LogisticModel(names, weights, bias), cut)
+    except ValueError as exc:
+        raise CalibrationError(f"{where}: {exc}") from None
+
+
+def parse_calibration(payload: Any, source: str) -> CalibrationFile:
+    """A calibration from its decoded JSON, with a clear error for anything
+    the filter could not use."""
+    if not isinstance(payload, Mapping) or payload.get("format") != CALIBRATION_FORMAT:
+        raise CalibrationError(f'{source} is not a calibration file (expected "format": "{CALIBRATION_FORMAT}")')
+    models = payload.get("models")
+    if not isinstance(models, Mapping) or "retrieval" not in models:
+        raise CalibrationError(f'{source}: "models" must hold at least a "retrieval" model')
+    retrieval = _model_from(models["retrieval"], f"{source}: models.retrieval")
+    if retrieval.model.uses_judge:
+        raise CalibrationError(f"{source}: models.retrieval must not read the judge's features")
+    judged = _model_from(models["judged"], f"{source}: models.judged") if models.get("judged") else None
+    return CalibrationFile(retrieval, judged, dict(payload.get("about") or {}), source)
+
+
+def shipped_path() -> Path:
+    return Path(str(resources.files("chunkrag_filter") / "calibration" / "default.json"))
+
+
+@functools.lru_cache(maxsize=8)
+def load_calibration(path: str | None = None) -> CalibrationFile:
+    """The calibration in ``path`` (None or "": the shipped file), read once
+    per process and path."""
+    target = Path(path) if path else shipped_path()
+    try:
+        payload = json.loads(target.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CalibrationError(f"cannot read calibration file {target}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise CalibrationError(f"calibration file {target} is not JSON: {exc.msg} (line {exc.lineno})") from None
+    return parse_calibration(payload, str(target))
+
+
+def calibration_payload(
+    retrieval: Calibrated, judged: Calibrated | None, about: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    def entry(c: Calibrated) -> dict[str, Any]:
+        return {
+            "features": list(c.model.names),
+            "weights": list(c.model.weights),
+            "bias": c.model.bias,
+            "cut": round(c.cut, 6),
+        }
+
+    models = {"retrieval": entry(retrieval), **({"judged": entry(judged)} if judged else {})}
+    return {"format": CALIBRATION_FORMAT, "models": models, "about": dict(about or {})}
+
+
+def write_calibration(
+    path: str | Path, retrieval: Calibrated, judged: Calibrated | None, about: Mapping[str, Any] | None = None
+) -> Path:
+    """Write a calibration file (checked by reading it back) and return its path."""
+    payload = calibration_payload(retrieval, judged, about)
+    parse_calibration(payload, str(path))
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    load_calibration.cache_clear()
+    return target
 
 
 def shipped_model(judging: bool) -> LogisticModel:
-    """The shipped calibration that matches whether the judge runs: the
-    retrieval-only model cannot read a share, and the judged one expects
-    one."""
-    return JUDGED_MODEL if judging else RETRIEVAL_MODEL
+    """The shipped file's model for judging on or off."""
+    return load_calibration(None).for_judging(judging).model
 
 
 def _sigmoid(z: float) -> float:

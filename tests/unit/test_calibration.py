@@ -173,7 +173,7 @@ def test_calibrated_stage_scores_every_candidate():
         Judgement(None, None, None, None),
     ]
     model = LogisticModel(("judge", "cosine"), (4.0, 1.0), -2.0)
-    out = calibrated(chunks, judgements, model, ScoringOptions(method="listwise"), judged=2)
+    out = calibrated("q", chunks, judgements, model, ScoringOptions(method="listwise"), judged=2)
     assert out[0].combined == pytest.approx(1 / (1 + math.exp(-(-2.0 + 3.2 + 0.5))), abs=1e-6)
     assert out[1].combined is None  # the judge failed on a chunk it was asked about
     assert out[2].combined == pytest.approx(1 / (1 + math.exp(-(-2.0 + 0.3))), abs=1e-6)  # not asked: cheap signals

@@ -110,8 +110,15 @@ def test_unscored_chunks_are_reported_and_dropped():
     assert "d:2" not in [c.chunk_id for c in result.kept]
 
 
-def test_the_default_scores_every_candidate_from_retrieval_signals_without_a_judge_call():
-    from chunkrag_filter.processors.calibration import RETRIEVAL_MODEL
+def test_the_default_scores_every_candidate_from_retrieval_signals_without_a_judge_call(tmp_path):
+    from chunkrag_filter.processors.calibration import Calibrated, Configured, LogisticModel, write_calibration
+
+    no_judge = LogisticModel(
+        ("cosine", "cosine_gap", "bm25", "inv_rank", "log_chars"),
+        (3.376989, 0.006575, 0.625046, 0.766057, 0.826934),
+        -3.754981,
+    )
+    path = write_calibration(tmp_path / "calibration.json", Calibrated(no_judge, 0.4), None)
 
     def never(query, chunks, options):
         raise AssertionError("the default asks no judge")
@@ -122,10 +129,11 @@ def test_the_default_scores_every_candidate_from_retrieval_signals_without_a_jud
         for i, s in enumerate(signals)
     ]
     model = Answerer()
-    result = run_filter("q", chunks, model=model, judge_many=never, options=FilterOptions())
+    options = FilterOptions(calibration=Configured(str(path)))
+    result = run_filter("q", chunks, model=model, judge_many=never, options=options)
     # sigmoid(-3.754981 + 3.376989*0.8 + 0.006575*0 + 0.625046*1 + 0.766057/1 + 0.826934*ln 2)
     #   = sigmoid(0.9109) = 0.7132
-    first = RETRIEVAL_MODEL.probability(
+    first = no_judge.probability(
         {"cosine": 0.8, "cosine_gap": 0.0, "bm25": 1.0, "inv_rank": 1.0, "log_chars": 0.6931471805599453}
     )
     assert first == pytest.approx(0.7132, abs=1e-4)
@@ -134,13 +142,17 @@ def test_the_default_scores_every_candidate_from_retrieval_signals_without_a_jud
 
 
 def test_the_shipped_calibration_follows_the_judge():
-    from chunkrag_filter.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
+    from chunkrag_filter.pipeline import resolve_calibration
+    from chunkrag_filter.processors.calibration import CONFIGURED, load_calibration
 
-    assert FilterOptions().calibration is RETRIEVAL_MODEL and FilterOptions().judge_top == 0
+    shipped = load_calibration(None)
+    assert FilterOptions().calibration is CONFIGURED and FilterOptions().judge_top == 0
+    assert resolve_calibration(FilterOptions()) == (shipped.retrieval.model, shipped.retrieval.cut)
     on = dataclasses.replace(FilterOptions(), judge_top=9)
-    assert on.calibration is JUDGED_MODEL and dataclasses.replace(on, judge_top=0).calibration is RETRIEVAL_MODEL
-    assert FilterOptions(judge_top=None).calibration is JUDGED_MODEL
-    assert FilterOptions(judge_top=9, calibration=None).calibration is None
+    assert resolve_calibration(on) == (shipped.judged.model, shipped.judged.cut)
+    assert resolve_calibration(FilterOptions(judge_top=None))[0] is shipped.judged.model
+    assert resolve_calibration(FilterOptions(fixed_threshold=0.7))[1] == 0.7
+    assert resolve_calibration(FilterOptions(judge_top=9, calibration=None)) == (None, 0.4)
 
 
 def test_bad_options_are_refused():

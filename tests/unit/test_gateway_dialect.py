@@ -42,13 +42,13 @@ def test_empty_options_are_the_library_defaults():
 
 
 def test_asking_how_to_judge_turns_the_judge_on_with_its_shipped_calibration():
-    from chunkrag_filter.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
+    from chunkrag_filter.processors.calibration import CONFIGURED
 
-    assert options({}).filter.judge_top == 0 and options({}).filter.calibration is RETRIEVAL_MODEL
+    assert options({}).filter.judge_top == 0 and options({}).filter.calibration is CONFIGURED
     asked = options({"scoring": {"method": "listwise"}}).filter
-    assert asked.judge_top == 9 and asked.calibration is JUDGED_MODEL
+    assert asked.judge_top == 9 and asked.calibration is CONFIGURED
     assert options({"scoring": {"orders": 2}, "judge_top": 0}).filter.judge_top == 0
-    assert options({"judge_top": 20, "calibrated": True}).filter.calibration is JUDGED_MODEL
+    assert options({"judge_top": 20, "calibrated": True}).filter.calibration is CONFIGURED
     assert options({"scoring": {}, "calibrated": False}).filter.calibration is None
 
 

@@ -21,8 +21,7 @@ from chunkrag_filter.judging import (
     plan_batches,
     unscored,
 )  # fmt: skip
-from chunkrag_filter.pipeline import THRESHOLDS, FilterOptions, run_filter
-from chunkrag_filter.processors.calibration import RETRIEVAL_MODEL, chunk_features
+from chunkrag_filter.pipeline import THRESHOLDS, FilterOptions, candidate_features, resolve_calibration, run_filter
 from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
 from chunkrag_filter.processors.thresholds import (
     THRESHOLD_METHODS,
@@ -137,9 +136,10 @@ def test_the_filter_scores_by_the_retrieval_signals_when_nobody_could_judge():
     )
     assert (result.judged_by, result.judged_by_reason) == (BY_RETRIEVAL, "workers: no worker")
     # the shipped model for no judge, as if judge_top were 0
-    rows = chunk_features([c.stage_scores for c in CHUNKS], [None] * 4, [len(c.text) for c in CHUNKS], [])
+    rows = candidate_features("q", CHUNKS, [None] * 4, [])
+    no_judge = resolve_calibration(FilterOptions(judge_top=0))[0]
     probabilities = {d.chunk.chunk_id: d.chunk.stage_scores["calibrated"] for d in result.decisions}
-    assert probabilities == {c.chunk_id: round(RETRIEVAL_MODEL.probability(row), 6) for c, row in zip(CHUNKS, rows)}
+    assert probabilities == {c.chunk_id: round(no_judge.probability(row), 6) for c, row in zip(CHUNKS, rows)}
     assert "unscored" not in {d.reason for d in result.decisions} and result.model_calls == 0
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from chunkrag_cli.main import build_parser, filter_options_from_args, main
 from chunkrag_filter.pipeline import FilterOptions
-from chunkrag_filter.processors.calibration import JUDGED_MODEL, RETRIEVAL_MODEL
+from chunkrag_filter.processors.calibration import CONFIGURED
 from chunkrag_filter.processors.relevance import ScoringOptions
 from search_extension.options import ANSWER_BY_DEFAULT, OptionsModel, ScoringModel, SegmentsModel, parse_options
 
@@ -86,7 +86,7 @@ def test_every_eval_flag_keeps_its_name_and_reaches_its_option():
     assert (
         resolved.redundancy_threshold is None and resolved.threshold == "relative" and resolved.fixed_threshold == 0.6
     )
-    assert resolved.prior_weight == 0.25 and resolved.judge_top == 0 and resolved.calibration is RETRIEVAL_MODEL
+    assert resolved.prior_weight == 0.25 and resolved.judge_top == 0 and resolved.calibration is CONFIGURED
     assert resolved.scoring.method == "yes_no" and not resolved.answer
     assert flags("search", "q", "--mode", "bm25").mode == "bm25"
 
@@ -121,7 +121,7 @@ def test_ensemble_true_means_the_configured_scales_else_the_defaults():
 def test_a_judging_flag_turns_the_judge_on_for_nine_as_a_scoring_option_does():
     for argv in (("--method", "listwise"), ("--orders", "2"), ("--passages", "quoted")):
         cli = flags("ask", "q", *argv).filter
-        assert cli.judge_top == 9 and cli.calibration is JUDGED_MODEL, argv
+        assert cli.judge_top == 9 and cli.calibration is CONFIGURED, argv
     key, value = "method", "listwise"
     assert flags("ask", "q", "--method", value).filter == parse_options({"scoring": {key: value}}).filter
     assert flags("ask", "q", "--method", "listwise", "--judge-top", "0").filter.judge_top == 0
@@ -161,7 +161,7 @@ def test_the_declaration_holds_the_library_defaults_and_a_help_line_for_every_op
         "judge_top",
         "redundancy_threshold",
     ):
-        assert schema["properties"][name]["default"] == getattr(filter_defaults, name), name
+        assert schema["properties"][name].get("default") == getattr(filter_defaults, name), name
     scoring = schema["$defs"]["ScoringModel"]["properties"]
     assert scoring["method"]["default"] == filter_defaults.scoring.method == "listwise"
     assert tuple(scoring["reflect_band"]["default"]) == filter_defaults.scoring.reflect_band
