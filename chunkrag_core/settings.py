@@ -146,6 +146,17 @@ class VectorIndexSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexLayoutSettings:
+    # How a new chunk index is spread over a cluster. One shard without
+    # replicas suits a single node (a replica there could never be assigned
+    # and the index would stay yellow); on a cluster, shards spread writes and
+    # searches over the nodes and a replica keeps every chunk readable when
+    # one node is lost. Read only when the index is created.
+    shards: int = 1
+    replicas: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RetrievalSettings:
     # minmax (BM25 and kNN each normalised to 0..1, then 0.5/0.5) measured
     # best on SciFact; native_sum adds an unbounded BM25 score to a 0..1
@@ -281,6 +292,7 @@ class Settings:
     embedder: EmbedderSettings = EmbedderSettings()
     chat: ChatSettings = ChatSettings()
     vector_index: VectorIndexSettings = VectorIndexSettings()
+    index_layout: IndexLayoutSettings = IndexLayoutSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     workers: WorkerSettings = WorkerSettings()
     gateway: GatewaySettings = GatewaySettings()
@@ -308,6 +320,7 @@ class Settings:
             embedder=_embedder_from_env(base.embedder, env),
             chat=_chat_from_env(base.chat, env),
             vector_index=_overlay(base.vector_index, env, "CHUNKRAG_VECTOR_"),
+            index_layout=_overlay(base.index_layout, env, "CHUNKRAG_INDEX_"),
             retrieval=_overlay(base.retrieval, env, "CHUNKRAG_RETRIEVAL_"),
             workers=_overlay(base.workers, env, "CHUNKRAG_WORKER_"),
             gateway=_overlay(base.gateway, env, "CHUNKRAG_GATEWAY_"),

@@ -134,7 +134,12 @@ def ingest_documents(
     index = index or settings.index
     began = time.perf_counter()
     ensure_index(
-        client, index, dims=settings.embedder.dims, vectors=settings.vector_index, capabilities=client.capabilities()
+        client,
+        index,
+        dims=settings.embedder.dims,
+        vectors=settings.vector_index,
+        capabilities=client.capabilities(),
+        layout=settings.index_layout,
     )
     shaping = shaping_of(settings)
 

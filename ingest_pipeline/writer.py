@@ -12,7 +12,7 @@ from chunkrag_core.chunk import BASE_SCALE, chunk_id_for
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import ClusterCapabilities, SearchBackend
 from chunkrag_core.engines.opensearch_dialect import vector_dims
-from chunkrag_core.settings import VectorIndexSettings
+from chunkrag_core.settings import IndexLayoutSettings, VectorIndexSettings
 from ingest_pipeline.chunker import ChunkedDocument
 
 # Scales a document may be stored at (the base one included): far more than
@@ -25,10 +25,16 @@ class IndexMismatch(RuntimeError):
 
 
 def ensure_index(
-    backend: SearchBackend, index: str, *, dims: int, vectors: VectorIndexSettings, capabilities: ClusterCapabilities
+    backend: SearchBackend,
+    index: str,
+    *,
+    dims: int,
+    vectors: VectorIndexSettings,
+    capabilities: ClusterCapabilities,
+    layout: IndexLayoutSettings = IndexLayoutSettings(),
 ) -> bool:
-    """Create the chunk index if missing (True if created); check an
-    existing one can take vectors of ``dims``."""
+    """Create the chunk index if missing (True if created), with the shards
+    and replicas of ``layout``; check an existing one can take vectors of ``dims``."""
     if backend.index_exists(index):
         properties = backend.mapping_properties(index)
         found = vector_dims(properties.get(schema.VECTOR, {}))
@@ -41,7 +47,13 @@ def ensure_index(
         if lacking:
             backend.add_mapping_properties(index, lacking)
         return False
-    body = schema.index_body(dims=dims, has_english=capabilities.has_english_analyzer, vectors=vectors)
+    body = schema.index_body(
+        dims=dims,
+        has_english=capabilities.has_english_analyzer,
+        vectors=vectors,
+        shards=layout.shards,
+        replicas=layout.replicas,
+    )
     backend.create_index(index, body)
     return True
 
