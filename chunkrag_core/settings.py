@@ -192,6 +192,20 @@ class WorkerSettings:
     query_budget_s: float = 300.0
     # Lifetime of a cached (model, method, query, chunk, stage) score.
     cache_ttl_s: int = 7 * 24 * 3600
+    # `chunkrag ingest` sends batches of documents to the workers (as
+    # `--workers` does) instead of chunking and embedding in its own process.
+    ingest: bool = False
+    # Documents per ingest task: small enough that a few workers share even a
+    # small corpus and a retried batch redoes little; large enough that the
+    # embedder gets well-filled, length-sorted batches.
+    ingest_batch_docs: int = 16
+    # Ingest tasks sent and not yet finished, at most: the broker never holds
+    # the whole corpus, yet every worker always has a batch waiting.
+    ingest_in_flight: int = 16
+    # Retries of an ingest batch the cluster or the embedder could not take
+    # (a node lost, a shard without its primary, a timeout), with Celery's
+    # exponential backoff from retry_backoff_s up to retry_backoff_max_s.
+    ingest_max_retries: int = 8
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,8 @@ class BulkOutcome:
     indexed: int
     deleted: int
     errors: tuple[str, ...]
+    # The status of each error, in order, when asked for (keep_status).
+    statuses: tuple[Any, ...] = ()
 
 
 # Elasticsearch answers 429 when its write queue is full; these retry that
@@ -153,9 +155,10 @@ BULK_INITIAL_BACKOFF_S = 2
 BULK_ACTIONS_PER_REQUEST = 500
 
 
-def bulk_write(backend: SearchBackend, actions: Iterable[dict[str, Any]]) -> BulkOutcome:
+def bulk_write(backend: SearchBackend, actions: Iterable[dict[str, Any]], keep_status: bool = False) -> BulkOutcome:
     indexed = deleted = 0
     errors: list[str] = []
+    statuses: list[Any] = []
     for ok, item in backend.bulk(
         actions,
         chunk_size=BULK_ACTIONS_PER_REQUEST,
@@ -172,4 +175,5 @@ def bulk_write(backend: SearchBackend, actions: Iterable[dict[str, Any]]) -> Bul
             indexed += 1
             continue
         errors.append(f"{op} {result.get('_id')}: {result.get('status')} {result.get('error')}")
-    return BulkOutcome(indexed, deleted, tuple(errors))
+        statuses.append(result.get("status"))
+    return BulkOutcome(indexed, deleted, tuple(errors), tuple(statuses) if keep_status else ())
