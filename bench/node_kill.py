@@ -263,6 +263,59 @@ def ingest_with_node_kill(the_rig: Rig, corpus: Path, documents: int, index: str
     return result
 
 
+def ingest_with_worker_kill(the_rig: Rig, corpus: Path, documents: int, index: str, kill_at: float = 0.25) -> dict:
+    """Ingest ``corpus`` on the workers and SIGKILL one of them (with its pool)
+    once ``kill_at`` of the batches are done: its unacknowledged batch comes
+    back from the broker to the others after the visibility timeout. A
+    worker is started again after, so the pool keeps its size."""
+    from chunkrag_core.engines import make_backend
+    from ingest_pipeline.sources import read_sources
+    from workers.ingest_dispatch import ingest_documents_on_workers
+
+    settings = dataclasses.replace(the_rig.settings, index=index)
+    backend = make_backend(settings)
+    expected = expected_chunk_ids(corpus, settings)
+    batches = math.ceil(documents / settings.workers.ingest_batch_docs)
+    reached = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["report"] = ingest_documents_on_workers(
+                read_sources([corpus]),
+                client=backend,
+                settings=settings,
+                progress=False,
+                on_batch=lambda done: reached.set() if done >= max(1, int(batches * kill_at)) else None,
+            )
+        except BaseException as exc:  # reported by the caller
+            outcome["failure"] = exc
+        finally:
+            reached.set()
+
+    began = time.monotonic()
+    thread = threading.Thread(target=run, name="ingest")
+    thread.start()
+    reached.wait(600)
+    victim = the_rig.workers.running[0]
+    the_rig.workers.kill(victim)
+    killed_at = time.monotonic() - began
+    thread.join(900)
+    the_rig.workers.start(1, timeout=120)
+    if "failure" in outcome:
+        raise outcome["failure"]
+    report = outcome["report"]
+    result = {
+        "killed_worker": victim.name,
+        "killed_after_s": round(killed_at, 2),
+        "ingest_s": report.seconds,
+        "report": {"documents": report.documents, "chunks": report.chunks, "errors": list(report.errors)},
+        "count": count_against_source(backend.client, index, expected),
+    }
+    backend.close()
+    return result
+
+
 QUERIES = (
     "vitamin D deficiency and bone density",
     "gene expression in cancer cells",

@@ -6,6 +6,8 @@ local_services, on ports 19300-19305) with a node SIGKILLed by its pid:
   by (doc_id, position, scale) against chunks made from the source here; a
   malformed line is reported skipped; the cluster is green again once the
   node is back; a second run finds every document unchanged;
+- during the same ingest, a worker SIGKILLed instead: its batch comes back
+  from the broker and nothing is lost or doubled;
 - during a stream of filtered searches through the gateway: every answer is
   a 200, or an error that says why (never a bare 5xx).
 
@@ -16,7 +18,11 @@ model's answers alone are scripted), so the two cores go to the cluster.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +30,8 @@ from bench import node_kill
 
 pytestmark = pytest.mark.integration
 
-DOCUMENTS = 400
+DOCUMENTS = 240
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -45,22 +52,23 @@ def index(rig):
     node_kill._es(rig.settings).indices.delete(index=name, ignore_unavailable=True)
 
 
-def test_the_cluster_has_three_nodes_and_the_index_shards_with_a_replica(rig, corpus, index):
-    from chunkrag_core.engines import make_backend
-    from ingest_pipeline.sources import read_sources
-    from workers.ingest_dispatch import ingest_documents_on_workers
-
+def test_the_cluster_has_three_nodes_and_ingest_workers_shards_with_a_replica(rig, corpus, index):
+    """`chunkrag ingest --workers`, as a user runs it, against the cluster."""
     health = node_kill.local_cluster_health(rig)
     assert health["number_of_nodes"] == 3 and health["number_of_data_nodes"] == 3
     path, _documents = corpus
-    backend = make_backend(rig.settings)
-    lines = path.read_text().splitlines()
     small = path.with_name("small.jsonl")
-    small.write_text("\n".join(lines[:20]) + "\n")
-    report = ingest_documents_on_workers(read_sources([small]), client=backend, settings=rig.settings, index=index)
-    assert report.ok and report.documents == 20
-    settings = backend.client.indices.get_settings(index=index)[index]["settings"]["index"]
+    small.write_text("\n".join(path.read_text().splitlines()[:20]) + "\n")
+    command = [sys.executable, "-m", "chunkrag_cli", "ingest", str(small), "--index", index, "--workers", "--json"]
+    done = subprocess.run(command, env=rig.env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert (report["documents"], report["errors"], report["skipped"]) == (20, [], [])
+    assert report["chunks"] > 20 and report["sentences"] >= report["chunks"]
+    client = node_kill._es(rig.settings)
+    settings = client.indices.get_settings(index=index)[index]["settings"]["index"]
     assert (settings["number_of_shards"], settings["number_of_replicas"]) == ("3", "1")
+    assert client.count(index=index)["count"] == report["chunks"]
     assert node_kill.local_cluster_health(rig)["status"] == "green"
 
 
@@ -85,7 +93,9 @@ def test_filtered_searches_through_the_gateway_keep_answering_while_a_node_is_lo
 
     path, _documents = corpus
     backend = make_backend(rig.settings)
-    assert ingest_documents_on_workers(read_sources([path]), client=backend, settings=rig.settings, index=index).ok
+    first = path.with_name("first.jsonl")
+    first.write_text("\n".join(path.read_text().splitlines()[:100]) + "\n")
+    assert ingest_documents_on_workers(read_sources([first]), client=backend, settings=rig.settings, index=index).ok
     result = node_kill.searches_with_node_kill(rig, index, before_s=3, down_s=10, after_s=3)
     assert result["searches"] > 10
     for error in result["errors"]:
@@ -93,3 +103,12 @@ def test_filtered_searches_through_the_gateway_keep_answering_while_a_node_is_lo
         assert error["reason"], error
     assert result["statuses_by_phase"].get("after", {}).keys() == {"200"}, result
     assert result["statuses_by_phase"].get("before", {}).keys() == {"200"}, result
+
+
+def test_a_worker_killed_during_a_distributed_ingest_loses_and_duplicates_nothing(rig, corpus, index):
+    path, documents = corpus
+    result = node_kill.ingest_with_worker_kill(rig, path, documents, index)
+    assert result["report"]["errors"] == [] and result["report"]["documents"] == documents
+    counted = result["count"]
+    assert counted["missing"] == counted["extra"] == counted["duplicates"] == 0, counted
+    assert counted["stored"] == counted["expected"] == result["report"]["chunks"], counted

@@ -136,8 +136,10 @@ def embeddings(dims: int = 384, latency_s: tuple[float, float] = (0.0, 0.0)) -> 
     with a real model), after a pause drawn uniformly from ``latency_s``
     per request, like a remote model server's. The pause is drawn from the
     request's own text, so a run is repeatable."""
+    import base64
     import hashlib
     import random
+    import struct
     import time
 
     def vector(text: str) -> list[float]:
@@ -156,7 +158,13 @@ def embeddings(dims: int = 384, latency_s: tuple[float, float] = (0.0, 0.0)) -> 
         if high > 0:
             seed = int.from_bytes(hashlib.blake2b("\x00".join(inputs).encode(), digest_size=8).digest(), "little")
             time.sleep(random.Random(seed).uniform(low, high))
-        data = [{"object": "embedding", "index": i, "embedding": vector(text)} for i, text in enumerate(inputs)]
+        # The openai client asks for base64 (float32, little-endian) unless told
+        # otherwise, as hosted servers answer; plain lists are for the others.
+        if request.get("encoding_format") == "base64":
+            encode = lambda row: base64.b64encode(struct.pack(f"<{dims}f", *row)).decode()  # noqa: E731
+        else:
+            encode = lambda row: row  # noqa: E731
+        data = [{"object": "embedding", "index": i, "embedding": encode(vector(t))} for i, t in enumerate(inputs)]
         usage = {"prompt_tokens": sum(len(t.split()) for t in inputs), "total_tokens": 0}
         return 200, {"object": "list", "data": data, "model": request.get("model", "scripted"), "usage": usage}
 
