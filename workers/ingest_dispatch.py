@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
 
 from chunkrag_core.engines.base import SearchBackend
@@ -46,8 +47,8 @@ from workers.app import INGEST_TASK, make_app
 from workers.codec import CodecError, decode_outcome, encode_chunking, encode_document
 from workers.dispatch import check_workers
 
-# How often the client looks at the batches in flight.
-POLL_S = 0.05
+# Longest wait for the oldest batch before looking at the others.
+WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -113,34 +114,31 @@ def ingest_documents_on_workers(
     bar = progress_bar(progress)
     previous_refresh = pause_refresh(client, index)
 
-    def collect(block: bool) -> None:
-        """Take in the finished batches (with ``block``, wait for one)."""
-        while in_flight:
-            finished = [sent for sent in in_flight if sent.result.ready()]
-            if not finished:
-                if not block:
-                    return
-                time.sleep(POLL_S)
-                continue
-            for sent in finished:
-                in_flight.remove(sent)
-                outcome = _outcome(sent, errors)
-                if outcome is not None:
-                    outcomes.append(outcome)
-                bar.update(sent.documents)
-                if on_batch is not None:
-                    on_batch(len(outcomes) + len(errors))
-            return
+    def collect() -> None:
+        """Wait for the oldest batch (or WAIT_S), then take in every finished one."""
+        try:
+            # The result backend's pub/sub wakes this at once; the answers of
+            # the other batches that arrive meanwhile are kept on their results.
+            in_flight[0].result.get(timeout=WAIT_S, propagate=False)
+        except CeleryTimeout:
+            pass
+        for sent in [sent for sent in in_flight if sent.result.ready()]:
+            in_flight.remove(sent)
+            outcome = _outcome(sent, errors)
+            if outcome is not None:
+                outcomes.append(outcome)
+            bar.update(sent.documents)
+            if on_batch is not None:
+                on_batch(len(outcomes) + len(errors))
 
     try:
         for batch in document_batches(items, skipped, workers.ingest_batch_docs):
             while len(in_flight) >= workers.ingest_in_flight:
-                collect(block=True)
+                collect()
             result = task.clone(args=(index, [encode_document(d) for d in batch], chunking)).apply_async()
             in_flight.append(_Sent(result, len(batch), batch[0].doc_id, batch[-1].doc_id))
-            collect(block=False)
         while in_flight:
-            collect(block=True)
+            collect()
     finally:
         bar.close()
         for sent in in_flight:  # interrupted: the workers finish what was sent
