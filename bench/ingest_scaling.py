@@ -128,9 +128,15 @@ def main(argv=None) -> int:
     parser.add_argument("--embedders", default="remote,local")
     args = parser.parse_args(argv)
 
-    from bench.common import SHARED
+    import json
+    import sys
+
+    from bench.common import RESULTS, SHARED
 
     counts = [int(n) for n in args.workers.split(",")]
+    # Embedders measured by an earlier run (another --embedders) are kept.
+    previous = RESULTS / "ingest_scaling.json"
+    kept = json.loads(previous.read_text())["results"] if previous.exists() else {}
     source = SHARED / "eval" / "scifact" / "beir_derived" / "corpus.jsonl"
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,7 +144,12 @@ def main(argv=None) -> int:
         corpus.write_text("\n".join(source.read_text().splitlines()[: args.documents]) + "\n")
         for embedder in args.embedders.split(","):
             began = time.monotonic()
-            results[embedder] = measure(embedder, counts, args.documents, args.runs, corpus, Path(tmp))
+            rows = measure(embedder, counts, args.documents, args.runs, corpus, Path(tmp))
+            results[embedder] = {
+                "command": " ".join(["python", "-m", "bench.ingest_scaling", *sys.argv[1:]]),
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "workers": rows,
+            }
             print(embedder, results[embedder], f"({time.monotonic() - began:.0f} s)", flush=True)
     write_result(
         "ingest_scaling",
@@ -154,7 +165,7 @@ def main(argv=None) -> int:
                 "what": "scripted OpenAI-compatible /embeddings on loopback: hashed words, 384 dims",
             },
             "local_embedder": "packaged all-MiniLM-L6-v2 int8 on onnxruntime, 2 threads per worker, 16 docs per task",
-            "results": results,
+            "results": {**kept, **results},
         },
     )
     return 0
