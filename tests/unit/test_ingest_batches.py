@@ -161,3 +161,19 @@ def test_the_report_adds_the_batches_up():
     assert [str(s) for s in report.skipped] == ["f: unreadable", "o: r"]
     assert report.errors == ("w", "lost batch") and not report.ok
     assert report.chunk_lengths.p50 == 200
+
+
+def test_scales_and_headers_from_the_message_shape_the_batch():
+    backend = Backend()
+    chunking = decode_chunking(encode_chunking(ChunkingSettings(headers="title", scales=(128,))))
+    text = " ".join(f"Sentence number {n} says something about topic {n % 3}." for n in range(30))
+    outcome = ingest_batch(
+        docs(text),
+        client=backend,
+        embedder=Embedder(),
+        settings=dataclasses.replace(SETTINGS, chunking=chunking),
+        index="i",
+    )
+    scaled = [a for a in backend.actions if "@128" in a["_id"]]
+    assert outcome.scaled_chunks == len(scaled) > 0
+    assert all(a["_source"]["header"].startswith("T0") for a in backend.actions)
