@@ -36,9 +36,11 @@ from bench.common import median, write_result
 CLUSTER_PORT = 19300
 REDIS_PORT = 16411
 REMOTE_LATENCY_S = (0.05, 0.2)
-# Documents per task for the remote embedder: one embedding request each
-# (~40 sentences), so a task waits on the model about as long as it computes.
-REMOTE_BATCH_DOCS = 4
+# Documents per task, both embedders: ~35 sentences, one embedding request
+# for them (and one for the chunks' headers), so a task waits on a remote
+# model longer than it computes; small enough that a short local run still
+# has several tasks per worker.
+BATCH_DOCS = 4
 
 
 def measure(embedder: str, worker_counts: list[int], documents: int, runs: int, corpus: Path, tmp: Path) -> dict:
@@ -71,6 +73,7 @@ def measure(embedder: str, worker_counts: list[int], documents: int, runs: int, 
                 "REDIS_URL": redis.url,
                 "CHUNKRAG_INDEX_SHARDS": "3",
                 "CHUNKRAG_INDEX_REPLICAS": "0",
+                "CHUNKRAG_WORKER_INGEST_BATCH_DOCS": str(BATCH_DOCS),
             }
             if embedder == "remote":
                 env.update(
@@ -79,7 +82,6 @@ def measure(embedder: str, worker_counts: list[int], documents: int, runs: int, 
                         "CHUNKRAG_EMBED_MODEL": "scripted-hashing",
                         "CHUNKRAG_EMBED_BASE_URL": server.base_url,
                         "CHUNKRAG_EMBED_DIMS": "384",
-                        "CHUNKRAG_WORKER_INGEST_BATCH_DOCS": str(REMOTE_BATCH_DOCS),
                     }
                 )
             settings = Settings.from_env(env)
@@ -161,10 +163,11 @@ def main(argv=None) -> int:
             "cluster": "local 3-node Elasticsearch 9.5 (512m heap each), index 3 shards, 0 replicas",
             "remote_embedder": {
                 "latency_s": list(REMOTE_LATENCY_S),
-                "docs_per_task": REMOTE_BATCH_DOCS,
+                "docs_per_task": BATCH_DOCS,
                 "what": "scripted OpenAI-compatible /embeddings on loopback: hashed words, 384 dims",
             },
-            "local_embedder": "packaged all-MiniLM-L6-v2 int8 on onnxruntime, 2 threads per worker, 16 docs per task",
+            "local_embedder": "packaged all-MiniLM-L6-v2 int8 on onnxruntime, 2 threads per worker",
+            "docs_per_task": BATCH_DOCS,
             "results": {**kept, **results},
         },
     )
