@@ -150,6 +150,7 @@ def main(argv=None) -> int:
             results[embedder] = {
                 "command": " ".join(["python", "-m", "bench.ingest_scaling", *sys.argv[1:]]),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "documents": args.documents,
                 "workers": rows,
             }
             print(embedder, results[embedder], f"({time.monotonic() - began:.0f} s)", flush=True)
@@ -157,7 +158,6 @@ def main(argv=None) -> int:
         "ingest_scaling",
         "bench.ingest_scaling",
         {
-            "documents": args.documents,
             "runs": args.runs,
             "corpus": "SciFact abstracts (shared/eval/scifact/beir_derived/corpus.jsonl), first N",
             "cluster": "local 3-node Elasticsearch 9.5 (512m heap each), index 3 shards, 0 replicas",
