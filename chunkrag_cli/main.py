@@ -70,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
             "(one call per ~8,000 characters; cached)"
         ),
     )
+    ingest.add_argument(
+        "--workers",
+        action="store_true",
+        help=(
+            "send batches of documents to the Celery workers (`chunkrag workers`, broker $REDIS_URL), which chunk, "
+            "embed and write them (default $CHUNKRAG_WORKER_INGEST, or in this process)"
+        ),
+    )
     ingest.add_argument("--json", action="store_true", help="print the report as JSON")
     ingest.add_argument("--no-progress", action="store_true")
     ingest.set_defaults(handler=cmd_ingest)
@@ -295,13 +303,24 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ingest_pipeline.pipeline import ingest
 
     settings = _settings(args)
-    report = ingest(
-        args.paths,
-        client=_backend(settings),
-        embedder=make_embedder(settings.embedder),
-        settings=settings,
-        progress=False if args.no_progress else None,
-    )
+    progress = False if args.no_progress else None
+    if args.workers or settings.workers.ingest:
+        from workers.dispatch import WorkersUnavailable
+        from workers.ingest_dispatch import ingest_on_workers
+
+        try:
+            report = ingest_on_workers(args.paths, client=_backend(settings), settings=settings, progress=progress)
+        except WorkersUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    else:
+        report = ingest(
+            args.paths,
+            client=_backend(settings),
+            embedder=make_embedder(settings.embedder),
+            settings=settings,
+            progress=progress,
+        )
     if args.json:
         print(ingest_report_json(report))
     else:

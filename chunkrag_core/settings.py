@@ -146,6 +146,17 @@ class VectorIndexSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexLayoutSettings:
+    # How a new chunk index is spread over a cluster. One shard without
+    # replicas suits a single node (a replica there could never be assigned
+    # and the index would stay yellow); on a cluster, shards spread writes and
+    # searches over the nodes and a replica keeps every chunk readable when
+    # one node is lost. Read only when the index is created.
+    shards: int = 1
+    replicas: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RetrievalSettings:
     # minmax (BM25 and kNN each normalised to 0..1, then 0.5/0.5) measured
     # best on SciFact; native_sum adds an unbounded BM25 score to a 0..1
@@ -181,6 +192,20 @@ class WorkerSettings:
     query_budget_s: float = 300.0
     # Lifetime of a cached (model, method, query, chunk, stage) score.
     cache_ttl_s: int = 7 * 24 * 3600
+    # `chunkrag ingest` sends batches of documents to the workers (as
+    # `--workers` does) instead of chunking and embedding in its own process.
+    ingest: bool = False
+    # Documents per ingest task: small enough that a few workers share even a
+    # small corpus and a retried batch redoes little; large enough that the
+    # embedder gets well-filled, length-sorted batches.
+    ingest_batch_docs: int = 16
+    # Ingest tasks sent and not yet finished, at most: the broker never holds
+    # the whole corpus, yet every worker always has a batch waiting.
+    ingest_in_flight: int = 16
+    # Retries of an ingest batch the cluster or the embedder could not take
+    # (a node lost, a shard without its primary, a timeout), with Celery's
+    # exponential backoff from retry_backoff_s up to retry_backoff_max_s.
+    ingest_max_retries: int = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +306,7 @@ class Settings:
     embedder: EmbedderSettings = EmbedderSettings()
     chat: ChatSettings = ChatSettings()
     vector_index: VectorIndexSettings = VectorIndexSettings()
+    index_layout: IndexLayoutSettings = IndexLayoutSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     workers: WorkerSettings = WorkerSettings()
     gateway: GatewaySettings = GatewaySettings()
@@ -311,6 +337,7 @@ class Settings:
             embedder=_embedder_from_env(base.embedder, env),
             chat=_chat_from_env(base.chat, env),
             vector_index=_overlay(base.vector_index, env, "CHUNKRAG_VECTOR_"),
+            index_layout=_overlay(base.index_layout, env, "CHUNKRAG_INDEX_"),
             retrieval=_overlay(base.retrieval, env, "CHUNKRAG_RETRIEVAL_"),
             workers=_overlay(base.workers, env, "CHUNKRAG_WORKER_"),
             gateway=_overlay(base.gateway, env, "CHUNKRAG_GATEWAY_"),

@@ -12,19 +12,29 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from chunkrag_core.chunk import BASE_SCALE
 from chunkrag_core.engines.base import SearchBackend
+from chunkrag_core.engines.errors import EngineError
 from chunkrag_core.providers import ChatModel, Embedder, make_chat
+from chunkrag_core.providers.chat import ChatError
+from chunkrag_core.providers.embedding import EmbeddingError
 from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import ChunkedDocument, chunk_documents, document_fingerprint
 from ingest_pipeline.context_cache import ContextCache, default_cache_dir
 from ingest_pipeline.document_context import ContextFailure, ContextOutcome, add_context, wants_context
 from ingest_pipeline.sources import Document, Skipped, read_sources
-from ingest_pipeline.writer import BulkOutcome, bulk_write, document_actions, ensure_index, stored_documents
+from ingest_pipeline.writer import (
+    BulkOutcome,
+    StoredDocument,
+    bulk_write,
+    document_actions,
+    ensure_index,
+    stored_documents,
+)
 
 # Documents chunked and embedded together: enough sentences for well-filled
 # length-sorted batches, few enough to bound memory and show progress.
@@ -134,7 +144,12 @@ def ingest_documents(
     index = index or settings.index
     began = time.perf_counter()
     ensure_index(
-        client, index, dims=settings.embedder.dims, vectors=settings.vector_index, capabilities=client.capabilities()
+        client,
+        index,
+        dims=settings.embedder.dims,
+        vectors=settings.vector_index,
+        capabilities=client.capabilities(),
+        layout=settings.index_layout,
     )
     shaping = shaping_of(settings)
 
@@ -144,16 +159,16 @@ def ingest_documents(
     totals = {"documents": 0, "unchanged": 0, "sentences": 0, "scaled_chunks": 0}
     context = _ContextStage(settings, chat, context_cache)
     writer = _BackgroundWriter(client)
-    bar = _progress_bar(progress)
-    previous_refresh = _pause_refresh(client, index)
+    bar = progress_bar(progress)
+    previous_refresh = pause_refresh(client, index)
     try:
-        for batch in _document_batches(items, skipped):
-            stored = stored_documents(client, index, [d.doc_id for d in batch])
-            todo = [d for d in batch if not _unchanged(d, stored, shaping)]
+        for batch in document_batches(items, skipped):
+            stored, chunked, unchanged, rejected = _chunk_batch(
+                batch, client, index, embedder, settings, context, shaping
+            )
+            skipped.extend(rejected)
             totals["documents"] += len(batch)
-            totals["unchanged"] += len(batch) - len(todo)
-            todo = context.apply(todo, shaping)
-            chunked = context.fingerprinted(chunk_documents(todo, embedder, settings.chunking, shaping) if todo else [])
+            totals["unchanged"] += unchanged
             for item in chunked:
                 totals["sentences"] += item.sentence_count
                 base = [c for c in item.chunks if c.scale == BASE_SCALE]
@@ -173,7 +188,7 @@ def ingest_documents(
             outcome = writer.close()
         finally:
             bar.close()
-            _restore_refresh(client, index, previous_refresh)
+            restore_refresh(client, index, previous_refresh)
     client.refresh(index)
     return IngestReport(
         index=index,
@@ -216,7 +231,7 @@ def shaping_of(settings: Settings) -> str:
     return shaping
 
 
-def _pause_refresh(client, index: str) -> str | None:
+def pause_refresh(client, index: str) -> str | None:
     """Stop periodic refreshes while writing: each refresh cuts a small
     segment, and merging those rebuilds HNSW graphs, CPU the embedder needs.
     Returns the index's own setting to restore (None: the default)."""
@@ -227,7 +242,7 @@ def _pause_refresh(client, index: str) -> str | None:
     return None if previous == "-1" else previous
 
 
-def _restore_refresh(client, index: str, previous: str | None) -> None:
+def restore_refresh(client, index: str, previous: str | None) -> None:
     client.set_refresh_interval(index, previous)
 
 
@@ -236,7 +251,11 @@ def _unchanged(document: Document, stored, shaping: str) -> bool:
     return state is not None and state.is_complete(document_fingerprint(document, shaping))
 
 
-def _document_batches(items: Iterable[Document | Skipped], skipped: list[Skipped]) -> Iterator[list[Document]]:
+def document_batches(
+    items: Iterable[Document | Skipped], skipped: list[Skipped], size: int = DOCS_PER_BATCH
+) -> Iterator[list[Document]]:
+    """``items`` in batches of ``size`` documents; what cannot be ingested
+    (unreadable, or an id met before in this run) goes to ``skipped``."""
     seen: set[str] = set()
     batch: list[Document] = []
     for item in items:
@@ -251,11 +270,169 @@ def _document_batches(items: Iterable[Document | Skipped], skipped: list[Skipped
             continue
         seen.add(item.doc_id)
         batch.append(item)
-        if len(batch) == DOCS_PER_BATCH:
+        if len(batch) == size:
             yield batch
             batch = []
     if batch:
         yield batch
+
+
+# Errors that say nothing about one document but about a service the whole
+# batch needs: never blamed on a document, raised for the caller to retry.
+SERVICE_ERRORS: tuple[type[BaseException], ...] = (EngineError, EmbeddingError, ChatError, OSError)
+
+
+def _chunk_batch(
+    batch: Sequence[Document],
+    client: SearchBackend,
+    index: str,
+    embedder: Embedder,
+    settings: Settings,
+    context: _ContextStage,
+    shaping: str,
+) -> tuple[dict[str, StoredDocument], list[ChunkedDocument], int, list[Skipped]]:
+    """One batch through the stored-state check, the document context and
+    chunking: (stored state, chunked documents, how many were unchanged,
+    documents that could not be chunked, each with its reason)."""
+    stored = stored_documents(client, index, [d.doc_id for d in batch])
+    todo = [d for d in batch if not _unchanged(d, stored, shaping)]
+    unchanged = len(batch) - len(todo)
+    chunked, rejected = _chunk_isolating(context.apply(todo, shaping), embedder, settings, shaping)
+    return stored, context.fingerprinted(chunked), unchanged, rejected
+
+
+def _chunk_isolating(
+    documents: list[Document], embedder: Embedder, settings: Settings, shaping: str
+) -> tuple[list[ChunkedDocument], list[Skipped]]:
+    """The documents chunked together; if that fails on something other than
+    a service, each alone, so one malformed document is skipped with its
+    reason and the rest of its batch goes on."""
+    if not documents:
+        return [], []
+    try:
+        return chunk_documents(documents, embedder, settings.chunking, shaping), []
+    except SERVICE_ERRORS:
+        raise
+    except Exception:  # noqa: BLE001 - narrowed to the guilty document below
+        if len(documents) == 1:
+            return [], [_unchunkable(documents[0], sys.exc_info()[1])]
+    chunked: list[ChunkedDocument] = []
+    rejected: list[Skipped] = []
+    for document in documents:
+        try:
+            chunked.extend(chunk_documents([document], embedder, settings.chunking, shaping))
+        except SERVICE_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported as this document's skip reason
+            rejected.append(_unchunkable(document, exc))
+    return chunked, rejected
+
+
+def _unchunkable(document: Document, exc: BaseException | None) -> Skipped:
+    where = document.origin or document.doc_id
+    return Skipped(where, f"document {document.doc_id!r} could not be chunked: {type(exc).__name__}: {exc}")
+
+
+class BatchNotWritten(RuntimeError):
+    """Some chunks of a batch were refused for a reason that may pass (the
+    cluster busy, a shard without its primary): the whole batch may be
+    written again, ids being deterministic."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """What one batch of documents came to, for a distributed run's report."""
+
+    documents: int
+    unchanged: int
+    sentences: int
+    lengths: tuple[int, ...]  # characters of each base chunk
+    sentence_counts: tuple[int, ...]  # sentences of each base chunk
+    scaled_chunks: int
+    deleted: int
+    skipped: tuple[Skipped, ...]
+    errors: tuple[str, ...]
+    context: Mapping[str, Any] = field(default_factory=dict)  # _ContextStage.report()
+
+
+def _retryable_status(status: Any) -> bool:
+    # No status: the request never got an answer (a node lost mid-request).
+    return not isinstance(status, int) or status == 429 or status >= 500
+
+
+def ingest_batch(
+    documents: Sequence[Document],
+    *,
+    client: SearchBackend,
+    embedder: Embedder,
+    settings: Settings,
+    index: str,
+    rejected: Sequence[Skipped] = (),
+    chat: ChatModel | None = None,
+    context_cache: Path | None = None,
+) -> BatchOutcome:
+    """One batch of a distributed ingest, on a worker: the same steps as
+    :func:`ingest_documents` (unchanged documents left alone, document
+    context, chunking, idempotent writes, stale chunks deleted) into an
+    index that exists, written before returning. ``rejected``: documents
+    the caller could not even decode, reported with the rest.
+
+    Raises the service's own error, or :class:`BatchNotWritten` when chunks
+    were refused with a status that may pass, so the caller can send the
+    batch again; chunks refused for good are reported as errors."""
+    shaping = shaping_of(settings)
+    context = _ContextStage(settings, chat, context_cache)
+    stored, chunked, unchanged, not_chunked = _chunk_batch(
+        documents, client, index, embedder, settings, context, shaping
+    )
+    actions = [action for item in chunked for action in document_actions(index, item, stored.get(item.document.doc_id))]
+    outcome = bulk_write(client, actions, keep_status=True)
+    passing = [error for error, status in zip(outcome.errors, outcome.statuses) if _retryable_status(status)]
+    if passing:
+        raise BatchNotWritten(f"{len(passing)} of {len(actions)} writes refused, e.g. {passing[0]}")
+    base = [c for item in chunked for c in item.chunks if c.scale == BASE_SCALE]
+    return BatchOutcome(
+        documents=len(documents) + len(rejected),
+        unchanged=unchanged,
+        sentences=sum(item.sentence_count for item in chunked),
+        lengths=tuple(len(c.text) for c in base),
+        sentence_counts=tuple(c.sentence_count for c in base),
+        scaled_chunks=sum(len(item.chunks) for item in chunked) - len(base),
+        deleted=outcome.deleted,
+        skipped=(*rejected, *not_chunked),
+        errors=context.errors + outcome.errors,
+        context=context.report(),
+    )
+
+
+def report_of_batches(
+    index: str, outcomes: Sequence[BatchOutcome], skipped: Sequence[Skipped], errors: Sequence[str], seconds: float
+) -> IngestReport:
+    """The report of a run whose batches went to workers: the same figures
+    as :func:`ingest_documents` gives, added up over ``outcomes``;
+    ``skipped`` and ``errors``: what the caller met itself (unreadable
+    sources, batches that failed for good)."""
+    lengths = [n for o in outcomes for n in o.lengths]
+    sentence_counts = [n for o in outcomes for n in o.sentence_counts]
+    contexts = [o.context for o in outcomes if o.context]
+    return IngestReport(
+        index=index,
+        documents=sum(o.documents for o in outcomes),
+        unchanged=sum(o.unchanged for o in outcomes),
+        sentences=sum(o.sentences for o in outcomes),
+        chunks=len(lengths),
+        deleted=sum(o.deleted for o in outcomes),
+        skipped=(*skipped, *(s for o in outcomes for s in o.skipped)),
+        errors=(*(e for o in outcomes for e in o.errors), *errors),
+        seconds=round(seconds, 3),
+        chunk_lengths=ChunkLengthStats.of(lengths, sentence_counts),
+        scaled_chunks=sum(o.scaled_chunks for o in outcomes),
+        context_documents=sum(c.get("context_documents", 0) for c in contexts),
+        context_calls=sum(c.get("context_calls", 0) for c in contexts),
+        context_cache_hits=sum(c.get("context_cache_hits", 0) for c in contexts),
+        context_fallbacks=tuple(f for c in contexts for f in c.get("context_fallbacks", ())),
+        context_seconds=round(sum(c.get("context_seconds", 0.0) for c in contexts), 3),
+    )
 
 
 class _ContextStage:
@@ -369,7 +546,7 @@ class _NoBar:
         pass
 
 
-def _progress_bar(progress: bool | None):
+def progress_bar(progress: bool | None):
     if progress is None:
         progress = sys.stderr.isatty()
     if not progress:

@@ -12,7 +12,7 @@ from chunkrag_core.chunk import BASE_SCALE, chunk_id_for
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import ClusterCapabilities, SearchBackend
 from chunkrag_core.engines.opensearch_dialect import vector_dims
-from chunkrag_core.settings import VectorIndexSettings
+from chunkrag_core.settings import IndexLayoutSettings, VectorIndexSettings
 from ingest_pipeline.chunker import ChunkedDocument
 
 # Scales a document may be stored at (the base one included): far more than
@@ -25,10 +25,16 @@ class IndexMismatch(RuntimeError):
 
 
 def ensure_index(
-    backend: SearchBackend, index: str, *, dims: int, vectors: VectorIndexSettings, capabilities: ClusterCapabilities
+    backend: SearchBackend,
+    index: str,
+    *,
+    dims: int,
+    vectors: VectorIndexSettings,
+    capabilities: ClusterCapabilities,
+    layout: IndexLayoutSettings = IndexLayoutSettings(),
 ) -> bool:
-    """Create the chunk index if missing (True if created); check an
-    existing one can take vectors of ``dims``."""
+    """Create the chunk index if missing (True if created), with the shards
+    and replicas of ``layout``; check an existing one can take vectors of ``dims``."""
     if backend.index_exists(index):
         properties = backend.mapping_properties(index)
         found = vector_dims(properties.get(schema.VECTOR, {}))
@@ -41,7 +47,13 @@ def ensure_index(
         if lacking:
             backend.add_mapping_properties(index, lacking)
         return False
-    body = schema.index_body(dims=dims, has_english=capabilities.has_english_analyzer, vectors=vectors)
+    body = schema.index_body(
+        dims=dims,
+        has_english=capabilities.has_english_analyzer,
+        vectors=vectors,
+        shards=layout.shards,
+        replicas=layout.replicas,
+    )
     backend.create_index(index, body)
     return True
 
@@ -132,6 +144,8 @@ class BulkOutcome:
     indexed: int
     deleted: int
     errors: tuple[str, ...]
+    # The status of each error, in order, when asked for (keep_status).
+    statuses: tuple[Any, ...] = ()
 
 
 # Elasticsearch answers 429 when its write queue is full; these retry that
@@ -141,9 +155,10 @@ BULK_INITIAL_BACKOFF_S = 2
 BULK_ACTIONS_PER_REQUEST = 500
 
 
-def bulk_write(backend: SearchBackend, actions: Iterable[dict[str, Any]]) -> BulkOutcome:
+def bulk_write(backend: SearchBackend, actions: Iterable[dict[str, Any]], keep_status: bool = False) -> BulkOutcome:
     indexed = deleted = 0
     errors: list[str] = []
+    statuses: list[Any] = []
     for ok, item in backend.bulk(
         actions,
         chunk_size=BULK_ACTIONS_PER_REQUEST,
@@ -160,4 +175,5 @@ def bulk_write(backend: SearchBackend, actions: Iterable[dict[str, Any]]) -> Bul
             indexed += 1
             continue
         errors.append(f"{op} {result.get('_id')}: {result.get('status')} {result.get('error')}")
-    return BulkOutcome(indexed, deleted, tuple(errors))
+        statuses.append(result.get("status"))
+    return BulkOutcome(indexed, deleted, tuple(errors), tuple(statuses) if keep_status else ())

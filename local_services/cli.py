@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from local_services import elasticsearch_node, llm_server, opensearch_node, redis_server
+from local_services import cluster, elasticsearch_node, llm_server, opensearch_node, redis_server
 from local_services.elasticsearch_node import ElasticsearchSettings
 from local_services.llm_server import LlmSettings
 from local_services.opensearch_node import OpenSearchSettings
@@ -37,16 +37,52 @@ def _selected(only: str | None, default: tuple[str, ...] = DEFAULT_SERVICES) -> 
     return (only,)
 
 
-def _services(names: tuple[str, ...], order: tuple[str, ...]):
+class _ClusterService:
+    """A local cluster behind the functions every service module has, so
+    `--nodes N` swaps the single Elasticsearch or OpenSearch node for one."""
+
+    def __init__(self, local: cluster.LocalCluster):
+        self.local = local
+
+    def up(self, _settings, timeout: float, log: Log) -> None:
+        cluster.up(self.local, timeout, log)
+
+    def down(self, _settings, log: Log) -> None:
+        cluster.down(self.local, log)
+
+    def status(self, _settings, log: Log) -> list[ServiceStatus]:
+        return cluster.status(self.local, log)
+
+    def wait_until_healthy(self, _settings, timeout: float, _log: Log) -> str:
+        return cluster.wait_for_nodes(self.local, self.local.nodes, timeout)
+
+    def logs(self, lines: int) -> str:
+        module = elasticsearch_node if self.local.engine == "elasticsearch" else opensearch_node
+        return "\n".join(
+            f"--- {self.local.node_name(i)} ---\n{module.process(self.local.member(i)).logs(lines)}"
+            for i in range(self.local.nodes)
+        )
+
+
+def _services(names: tuple[str, ...], order: tuple[str, ...], nodes: int = 1):
     """(name, module, settings) of the named services, in ``order``; each
-    module has the same functions (up, down, status, wait_until_healthy, logs)."""
+    module has the same functions (up, down, status, wait_until_healthy, logs).
+    With ``nodes`` > 1, Elasticsearch and OpenSearch are local clusters."""
     modules = {
         "elasticsearch": (elasticsearch_node, ElasticsearchSettings),
         "opensearch": (opensearch_node, OpenSearchSettings),
         "redis": (redis_server, RedisSettings),
         "llm": (llm_server, LlmSettings),
     }
-    return [(name, modules[name][0], modules[name][1].from_environ()) for name in order if name in names]
+    chosen = [(name, modules[name][0], modules[name][1].from_environ()) for name in order if name in names]
+    if nodes <= 1:
+        return chosen
+    return [
+        (name, _ClusterService(cluster.LocalCluster.from_environ(name, nodes)), None)
+        if name in cluster.ENGINES
+        else (name, module, settings)
+        for name, module, settings in chosen
+    ]
 
 
 # Redis first: it is up in milliseconds, while Elasticsearch takes ~20 s.
@@ -55,36 +91,46 @@ UP_ORDER = ("redis", "elasticsearch", "opensearch", "llm")
 DOWN_ORDER = ("llm", "elasticsearch", "opensearch", "redis")
 
 
-def services_up(only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
+def services_up(
+    only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line, nodes: int = 1
+) -> None:
     """Idempotently start the selected services and wait until they are healthy.
 
     Settings come from the environment (CHUNKRAG_HOME, CHUNKRAG_*_PORT,
-    ES_URL, OPENSEARCH_URL, REDIS_URL). Raises LocalServiceError with an actionable message.
+    ES_URL, OPENSEARCH_URL, REDIS_URL; with ``nodes`` > 1, CHUNKRAG_*_CLUSTER_PORT
+    and CHUNKRAG_CLUSTER_HEAP). Raises LocalServiceError with an actionable message.
     """
-    for _name, module, settings in _services(_selected(only), UP_ORDER):
+    for _name, module, settings in _services(_selected(only), UP_ORDER, nodes):
         module.up(settings, timeout, log)
 
 
-def services_down(only: str | None = None, log: Log = print_line) -> None:
+def services_down(only: str | None = None, log: Log = print_line, nodes: int = 1) -> None:
     # Without --only, also stop an llm server that `up --only llm` started.
-    for _name, module, settings in _services(_selected(only, default=ALL_SERVICES), DOWN_ORDER):
+    for _name, module, settings in _services(_selected(only, default=ALL_SERVICES), DOWN_ORDER, nodes):
         module.down(settings, log)
 
 
-def services_status(only: str | None = None, log: Log = print_line) -> list[ServiceStatus]:
-    return [module.status(settings, log) for _name, module, settings in _services(_selected(only), ALL_SERVICES)]
+def services_status(only: str | None = None, log: Log = print_line, nodes: int = 1) -> list[ServiceStatus]:
+    statuses: list[ServiceStatus] = []
+    for _name, module, settings in _services(_selected(only), ALL_SERVICES, nodes):
+        found = module.status(settings, log)
+        statuses.extend(found if isinstance(found, list) else [found])
+    return statuses
 
 
-def services_wait(only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
-    for name, module, settings in _services(_selected(only), UP_ORDER):
+def services_wait(
+    only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line, nodes: int = 1
+) -> None:
+    for name, module, settings in _services(_selected(only), UP_ORDER, nodes):
         health = module.wait_until_healthy(settings, timeout, log)
         log(f"{name} healthy ({health})")
 
 
-def services_logs(only: str | None = None, lines: int = 40, log: Log = print_line) -> None:
+def services_logs(only: str | None = None, lines: int = 40, log: Log = print_line, nodes: int = 1) -> None:
     """Each selected service's log excerpt: likely causes of a failure, then the log's tail."""
-    for name, module, settings in _services(_selected(only, default=ALL_SERVICES), ALL_SERVICES):
-        log(f"=== {name} ===\n{module.process(settings).logs(lines)}")
+    for name, module, settings in _services(_selected(only, default=ALL_SERVICES), ALL_SERVICES, nodes):
+        text = module.logs(lines) if isinstance(module, _ClusterService) else module.process(settings).logs(lines)
+        log(f"=== {name} ===\n{text}")
 
 
 def app_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -110,29 +156,29 @@ def app_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def _run_up(args: argparse.Namespace) -> int:
-    services_up(args.only, args.timeout)
+    services_up(args.only, args.timeout, nodes=args.nodes)
     return 0
 
 
 def _run_down(args: argparse.Namespace) -> int:
-    services_down(args.only)
+    services_down(args.only, nodes=args.nodes)
     return 0
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    statuses = services_status(args.only)
+    statuses = services_status(args.only, nodes=args.nodes)
     for status in statuses:
         print_line(status.line())
     return 0 if all(status.healthy for status in statuses) else 1
 
 
 def _run_wait(args: argparse.Namespace) -> int:
-    services_wait(args.only, args.timeout)
+    services_wait(args.only, args.timeout, nodes=args.nodes)
     return 0
 
 
 def _run_logs(args: argparse.Namespace) -> int:
-    services_logs(args.only, args.lines)
+    services_logs(args.only, args.lines, nodes=args.nodes)
     return 0
 
 
@@ -171,6 +217,14 @@ def _add_commands(parent: argparse.ArgumentParser, dest: str) -> None:
             help=f"act on this service only (default: {' and '.join(DEFAULT_SERVICES)}"
             + ("; down and logs also cover llm" if name in ("down", "logs") else "")
             + ")",
+        )
+        command.add_argument(
+            "--nodes",
+            type=int,
+            default=1,
+            help="Elasticsearch and OpenSearch as local clusters of this many nodes (2-9; default 1: single "
+            "nodes); ports from $CHUNKRAG_ES_CLUSTER_PORT (9250) and $CHUNKRAG_OPENSEARCH_CLUSTER_PORT (9270), "
+            "heap $CHUNKRAG_CLUSTER_HEAP (512m) per node",
         )
         if takes_timeout:
             command.add_argument(

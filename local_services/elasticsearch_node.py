@@ -18,7 +18,7 @@ from pathlib import Path
 
 from local_services import jvm_node
 from local_services.java import JavaHome
-from local_services.jvm_node import DEFAULT_HEAP, JvmNode, JvmRunFiles
+from local_services.jvm_node import DEFAULT_HEAP, ClusterMember, JvmNode, JvmRunFiles
 from local_services.maven import fetch_pinned
 from local_services.process import (
     LOOPBACK,
@@ -66,6 +66,8 @@ class ElasticsearchSettings(PortRunFiles, JvmRunFiles):
     port: int = DEFAULT_PORT
     heap: str = DEFAULT_HEAP
     external_url: str | None = None
+    # Set: one member of a multi-node cluster on loopback (cluster.py).
+    cluster: ClusterMember | None = None
     # A node with x-pack security on (HTTP without TLS, loopback only):
     # file-realm users made with bin/elasticsearch-users, roles from roles_yml.
     # The default node stays open; a secured one is for security tests.
@@ -85,6 +87,8 @@ class ElasticsearchSettings(PortRunFiles, JvmRunFiles):
 
     @property
     def cluster_name(self) -> str:
+        if self.cluster is not None:
+            return self.cluster.cluster_name
         return f"{CLUSTER_NAME}-secured" if self.security else CLUSTER_NAME
 
     @property

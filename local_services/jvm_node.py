@@ -75,6 +75,22 @@ class JvmNode:
     configure: Callable[[Any, Path, JavaHome], None]
     # How long the pidfile may take after `-d` returns (0: it is already written).
     pidfile_wait_s: float = 0.0
+    # The setting naming the nodes that elect the first master of a new
+    # cluster (OpenSearch renamed "master" to "cluster_manager").
+    initial_masters_setting: str = "cluster.initial_master_nodes"
+
+
+@dataclass(frozen=True)
+class ClusterMember:
+    """A node's place in a multi-node cluster on loopback (cluster.py makes
+    these): its name, its transport port, and the transport ports of every
+    member it looks for at start."""
+
+    cluster_name: str
+    node_name: str
+    transport_port: int
+    seed_transport_ports: tuple[int, ...]
+    initial_masters: tuple[str, ...]
 
 
 class JvmRunFiles:
@@ -94,6 +110,7 @@ class JvmRunFiles:
     port: int
     heap: str
     external_url: str | None
+    cluster: ClusterMember | None  # None: a single node, its own cluster
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Self:
@@ -123,11 +140,11 @@ class JvmRunFiles:
 
     @property
     def cluster_name(self) -> str:
-        return self.CLUSTER_NAME
+        return self.cluster.cluster_name if self.cluster else self.CLUSTER_NAME
 
     @property
     def transport_port(self) -> int:
-        return self.port + self.TRANSPORT_PORT_OFFSET
+        return self.cluster.transport_port if self.cluster else self.port + self.TRANSPORT_PORT_OFFSET
 
     @property
     def cache_dir(self) -> Path:
@@ -260,17 +277,34 @@ def unpack(
 # --- configuration ---------------------------------------------------------------
 
 
+def discovery_lines(member: ClusterMember | None, initial_masters_setting: str) -> list[str]:
+    """How the node finds its cluster: alone (single-node discovery), or by
+    the transport ports of the other members, the first master elected
+    among all of them (every member is master-eligible and holds data)."""
+    if member is None:
+        return ["discovery.type: single-node"]
+    seeds = ", ".join(json.dumps(f"{LOOPBACK}:{port}") for port in member.seed_transport_ports)
+    masters = ", ".join(json.dumps(name) for name in member.initial_masters)
+    return [f"discovery.seed_hosts: [{seeds}]", f"{initial_masters_setting}: [{masters}]"]
+
+
 def render_node_yml(
-    settings: JvmRunFiles, node_name: str, engine_lines: Sequence[str] = (), last_lines: Sequence[str] = ()
+    settings: JvmRunFiles,
+    node_name: str,
+    engine_lines: Sequence[str] = (),
+    last_lines: Sequence[str] = (),
+    initial_masters_setting: str = "cluster.initial_master_nodes",
 ) -> str:
-    """The node's yml for a loopback-only, single-node development node:
-    what both engines take, with ``engine_lines`` (settings only one engine
-    knows) after the paths and ``last_lines`` at the end."""
+    """The node's yml for a loopback-only development node (alone, or a
+    member of a local cluster when ``settings.cluster`` says so): what both
+    engines take, with ``engine_lines`` (settings only one engine knows)
+    after the paths and ``last_lines`` at the end."""
+    member = settings.cluster
     lines = [
         "# Written by local_services; regenerated on every start.",
         f"cluster.name: {settings.cluster_name}",
-        f"node.name: {node_name}",
-        "discovery.type: single-node",
+        f"node.name: {member.node_name if member else node_name}",
+        *discovery_lines(member, initial_masters_setting),
         # Loopback keeps bootstrap checks as warnings and the node private.
         f"network.host: {LOOPBACK}",
         f"http.port: {settings.port}",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from local_services import jvm_node
 from local_services.java import JavaHome
-from local_services.jvm_node import DEFAULT_HEAP, JvmNode, JvmRunFiles
+from local_services.jvm_node import DEFAULT_HEAP, ClusterMember, JvmNode, JvmRunFiles
 from local_services.maven import fetch_pinned
 from local_services.process import LocalServiceError, Log, PortRunFiles, ensure_state_home, make_public_dir, print_line
 
@@ -36,6 +36,7 @@ KNN_ZIP_SHA256 = "99fdf3ac9ef95974e276298b83a58532bf21ba13bd5fd96a4b59465b7e6133
 KNN_PLUGIN_DIR = "opensearch-knn"
 
 CLUSTER_NAME = "chunkrag-local-opensearch"
+INITIAL_MASTERS_SETTING = "cluster.initial_cluster_manager_nodes"
 NODE_NAME = "chunkrag-opensearch-1"
 # 9200 is Elasticsearch's; the two nodes run side by side.
 DEFAULT_PORT = 9201
@@ -67,6 +68,8 @@ class OpenSearchSettings(PortRunFiles, JvmRunFiles):
     port: int = DEFAULT_PORT
     heap: str = DEFAULT_HEAP
     external_url: str | None = None
+    # Set: one member of a multi-node cluster on loopback (cluster.py).
+    cluster: ClusterMember | None = None
 
     @property
     def zip_path(self) -> Path:
@@ -144,7 +147,7 @@ def fetch_distribution(settings: OpenSearchSettings, java: JavaHome, log: Log = 
 
 def render_opensearch_yml(settings: OpenSearchSettings) -> str:
     """opensearch.yml for a loopback-only development node (no security plugin is installed)."""
-    return jvm_node.render_node_yml(settings, NODE_NAME)
+    return jvm_node.render_node_yml(settings, NODE_NAME, initial_masters_setting=INITIAL_MASTERS_SETTING)
 
 
 def rebase_jvm_options(text: str, settings: OpenSearchSettings) -> str:
@@ -181,6 +184,7 @@ NODE = JvmNode(
     # Unlike Elasticsearch, `bin/opensearch -d` returns before the node has
     # written its pidfile (that comes once the node has bootstrapped).
     pidfile_wait_s=PIDFILE_WAIT_SECONDS,
+    initial_masters_setting=INITIAL_MASTERS_SETTING,
 )
 
 # Each takes (settings, ...): running_pid(settings, log), up(settings, timeout, log), ...

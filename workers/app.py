@@ -18,6 +18,7 @@ from chunkrag_core.settings import Settings, WorkerSettings
 
 QUEUE = "chunkrag"
 JUDGE_TASK = "chunkrag.judge_chunks"
+INGEST_TASK = "chunkrag.ingest_batch"
 
 # Seconds a task may outlive the query budget before its process is killed:
 # room to finish the model call in flight and store the result.

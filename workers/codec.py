@@ -10,7 +10,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from chunkrag_core.settings import ChunkingSettings, SettingsError
 from chunkrag_filter.judging import Judgement, ScoringOptions
+from ingest_pipeline.pipeline import BatchOutcome
+from ingest_pipeline.sources import Document, Section, Skipped
 
 
 class CodecError(ValueError):
@@ -31,6 +34,64 @@ def encode_judgement(judgement: Judgement) -> dict[str, Any]:
 
 def decode_judgement(data: Mapping[str, Any]) -> Judgement:
     return _from_dict(Judgement, data)
+
+
+def encode_document(document: Document) -> dict[str, Any]:
+    return {
+        "doc_id": document.doc_id,
+        "title": document.title,
+        "text": document.text,
+        "sections": [[list(s.path), s.start, s.end] for s in document.sections],
+        "metadata": dict(document.metadata),
+        "origin": document.origin,
+        "summary": document.summary,
+    }
+
+
+def decode_document(data: Any) -> Document:
+    """A document as :func:`encode_document` wrote it; CodecError naming
+    what is wrong with anything else."""
+    if not isinstance(data, Mapping):
+        raise CodecError(f"expected a document as a JSON object, got {type(data).__name__}")
+    try:
+        texts = {name: data[name] for name in ("doc_id", "title", "text")}
+        sections = tuple(Section(tuple(path), int(start), int(end)) for path, start, end in data["sections"])
+        metadata, origin, summary = data.get("metadata", {}), data.get("origin", ""), data.get("summary", "")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CodecError(f"not a valid document: {type(exc).__name__}: {exc}") from exc
+    if not all(isinstance(value, str) for value in (*texts.values(), origin, summary)) or not texts["doc_id"]:
+        raise CodecError("not a valid document: doc_id, title, text, origin and summary must be strings, doc_id set")
+    if not isinstance(metadata, Mapping):
+        raise CodecError("not a valid document: metadata must be a JSON object")
+    length = len(texts["text"])
+    if any(not 0 <= s.start <= s.end <= length for s in sections):
+        raise CodecError(f"not a valid document: a section lies outside its {length} characters of text")
+    return Document(**texts, sections=sections, metadata=metadata, origin=origin, summary=summary)
+
+
+def encode_chunking(settings: ChunkingSettings) -> dict[str, Any]:
+    return _to_dict(settings)
+
+
+def decode_chunking(data: Mapping[str, Any]) -> ChunkingSettings:
+    try:
+        return _from_dict(ChunkingSettings, data)
+    except SettingsError as exc:
+        raise CodecError(f"not valid chunking settings: {exc}") from exc
+
+
+def encode_outcome(outcome: BatchOutcome) -> dict[str, Any]:
+    data = _to_dict(outcome)
+    data["skipped"] = [[s.origin, s.reason] for s in outcome.skipped]
+    data["context"] = {k: _json_safe(v) for k, v in outcome.context.items()}
+    return data
+
+
+def decode_outcome(data: Mapping[str, Any]) -> BatchOutcome:
+    if not isinstance(data, Mapping) or not isinstance(data.get("skipped"), list):
+        raise CodecError(f"expected a batch outcome as a JSON object, got {type(data).__name__}")
+    skipped = [Skipped(origin, reason) for origin, reason in data["skipped"]]
+    return _from_dict(BatchOutcome, {**data, "skipped": skipped})
 
 
 def _to_dict(value) -> dict[str, Any]:

@@ -1,5 +1,12 @@
-"""The scoring task, as thin as a web view: decode the message, call
-:func:`chunkrag_filter.judging.judge_batch`, encode the judgements.
+"""The scoring and ingest tasks, as thin as a web view: decode the message,
+call :func:`chunkrag_filter.judging.judge_batch` (or
+:func:`ingest_pipeline.pipeline.ingest_batch`), encode the result.
+
+An ingest batch the cluster or the embedder could not take (a node lost, a
+shard without its primary, a timeout) is retried by Celery's own
+``autoretry_for`` with exponential backoff; chunk ids are deterministic, so a
+batch written twice holds each chunk once. A document the worker cannot
+decode is reported skipped, and its batch goes on.
 
 Provider failures decide the task's fate: a retryable :class:`ChatError`
 (429, 5xx, timeout) is retried with exponential backoff up to
@@ -10,6 +17,7 @@ not a failure: ``judge`` returns None scores with notes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import random
@@ -17,12 +25,17 @@ from typing import Callable
 
 from celery import Celery
 
-from chunkrag_core.providers import make_chat
+from chunkrag_core.engines import make_backend
+from chunkrag_core.engines.errors import EngineTimeout, EngineUnavailable
+from chunkrag_core.providers import make_chat, make_embedder
 from chunkrag_core.providers.chat import ChatError
+from chunkrag_core.providers.embedding import EmbeddingError
 from chunkrag_core.settings import Settings
 from chunkrag_filter.judging import judge_batch
-from workers.app import JUDGE_TASK, task_time_limit_s
-from workers.codec import decode_options, encode_judgement
+from ingest_pipeline.pipeline import BatchNotWritten, ingest_batch
+from ingest_pipeline.sources import Skipped
+from workers.app import INGEST_TASK, JUDGE_TASK, task_time_limit_s
+from workers.codec import CodecError, decode_chunking, decode_document, decode_options, encode_judgement, encode_outcome
 from workers.score_cache import RedisScoreCache
 
 log = logging.getLogger(__name__)
@@ -48,7 +61,32 @@ def _score_cache(redis_url: str, ttl_s: int) -> RedisScoreCache:
     return RedisScoreCache.from_url(redis_url, ttl_s)
 
 
+@functools.lru_cache(maxsize=None)
+def _ingest_edges(settings: Settings):
+    # One search client and one embedder per worker process, made on the
+    # first batch, after the prefork pool has forked.
+    return make_backend(settings), make_embedder(settings.embedder)
+
+
+# What an ingest batch is retried on: the cluster or the embedder failing
+# for now. Anything else (a bug, a refused mapping) fails the batch at once,
+# and the client reports its documents.
+INGEST_RETRIED = (EngineUnavailable, EngineTimeout, BatchNotWritten, EmbeddingError, ConnectionError)
+
+
+def _decoded(documents: list) -> tuple[list, list[Skipped]]:
+    decoded, rejected = [], []
+    for number, data in enumerate(documents):
+        try:
+            decoded.append(decode_document(data))
+        except CodecError as exc:
+            origin = data.get("origin") or data.get("doc_id") if isinstance(data, dict) else None
+            rejected.append(Skipped(str(origin or f"document {number + 1} of its batch"), str(exc)))
+    return decoded, rejected
+
+
 def register_tasks(app: Celery, settings: Settings) -> None:
+    register_ingest_task(app, settings)
     workers = settings.workers
 
     @app.task(
@@ -94,3 +132,32 @@ def register_tasks(app: Celery, settings: Settings) -> None:
             )
             raise self.retry(exc=exc, countdown=countdown) from exc
         return [encode_judgement(j) for j in judgements]
+
+
+def register_ingest_task(app: Celery, settings: Settings) -> None:
+    workers = settings.workers
+
+    @app.task(
+        name=INGEST_TASK,
+        shared=False,
+        autoretry_for=INGEST_RETRIED,
+        max_retries=workers.ingest_max_retries,
+        retry_backoff=max(1, int(workers.retry_backoff_s)),
+        retry_backoff_max=int(workers.retry_backoff_max_s),
+        retry_jitter=True,
+        # Acknowledged once written: a batch on a worker that dies goes to another.
+        acks_late=True,
+        reject_on_worker_lost=True,
+    )
+    def ingest_documents(index: str, documents: list, chunking: dict) -> dict:
+        client, embedder = _ingest_edges(settings)
+        decoded, rejected = _decoded(documents)
+        outcome = ingest_batch(
+            decoded,
+            client=client,
+            embedder=embedder,
+            settings=dataclasses.replace(settings, chunking=decode_chunking(chunking)),
+            index=index,
+            rejected=rejected,
+        )
+        return encode_outcome(outcome)

@@ -128,3 +128,44 @@ class ScriptedOpenAI:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def embeddings(dims: int = 384, latency_s: tuple[float, float] = (0.0, 0.0)) -> Reply:
+    """An OpenAI-compatible /embeddings endpoint: each input becomes its
+    words hashed into ``dims`` buckets (texts sharing words are similar, as
+    with a real model), after a pause drawn uniformly from ``latency_s``
+    per request, like a remote model server's. The pause is drawn from the
+    request's own text, so a run is repeatable."""
+    import base64
+    import hashlib
+    import random
+    import struct
+    import time
+
+    def vector(text: str) -> list[float]:
+        row = [0.0] * dims
+        for word in re.findall(r"\w+", text.lower()):
+            digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+            bucket = int.from_bytes(digest[:4], "little") % dims
+            row[bucket] += 1.0 if digest[4] & 1 else -1.0
+        norm = math.sqrt(sum(v * v for v in row)) or 1.0
+        return [v / norm for v in row]
+
+    def reply(request: dict) -> tuple[int, dict]:
+        inputs = request.get("input", [])
+        inputs = [inputs] if isinstance(inputs, str) else list(inputs)
+        low, high = latency_s
+        if high > 0:
+            seed = int.from_bytes(hashlib.blake2b("\x00".join(inputs).encode(), digest_size=8).digest(), "little")
+            time.sleep(random.Random(seed).uniform(low, high))
+        # The openai client asks for base64 (float32, little-endian) unless told
+        # otherwise, as hosted servers answer; plain lists are for the others.
+        if request.get("encoding_format") == "base64":
+            encode = lambda row: base64.b64encode(struct.pack(f"<{dims}f", *row)).decode()  # noqa: E731
+        else:
+            encode = lambda row: row  # noqa: E731
+        data = [{"object": "embedding", "index": i, "embedding": encode(vector(t))} for i, t in enumerate(inputs)]
+        usage = {"prompt_tokens": sum(len(t.split()) for t in inputs), "total_tokens": 0}
+        return 200, {"object": "list", "data": data, "model": request.get("model", "scripted"), "usage": usage}
+
+    return reply

@@ -1,0 +1,474 @@
+"""A node lost mid-flight on a three-node Elasticsearch cluster, counted.
+
+    python -m bench.node_kill --documents 1200 --runs 3
+
+Starts (through local_services) a three-node cluster on ports 19300-19305, a
+Redis of its own on 16410, two real Celery workers and a scripted
+OpenAI-compatible embedding server (tests/support/scripted_openai.py: real
+HTTP, words hashed into 384 dimensions, 20-50 ms a request), then:
+
+1. ingest: ``--documents`` SciFact abstracts (plus one malformed JSONL line)
+   go to the workers into an index of 3 shards with 1 replica; once a quarter
+   of the batches are done, the node holding a primary of it (never node 0,
+   which the clients talk to) is SIGKILLed by its pid. The ingest must end
+   with every chunk the source makes, each once (counted by id and by
+   (doc_id, position, scale) against chunks made from the source in this
+   process); then the node is started again and the time to green measured;
+   a second run of the same ingest must find every document unchanged.
+2. searches: a stream of filtered searches (a bool filter and
+   ``ext.chunkrag``) through the gateway while a node is killed and started
+   again: every answer's status, ``_shards.failed`` and error reason.
+
+Writes bench/results/node_kill.json. The integration tests
+(tests/integration/test_cluster_node_loss.py) run the same scenarios, smaller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+CLUSTER_PORT = 19300
+REDIS_PORT = 16410
+EMBED_LATENCY_S = (0.02, 0.05)
+DIMS = 384
+
+
+@dataclasses.dataclass
+class Rig:
+    cluster: Any  # local_services.cluster.LocalCluster
+    settings: Any  # chunkrag_core.settings.Settings: clients talk to node 0
+    env: dict[str, str]  # the workers' environment
+    workers: Any  # local_services.celery_workers.CeleryWorkers
+    embed_url: str
+    log_dir: Path
+
+
+@contextlib.contextmanager
+def rig(
+    log_dir: Path,
+    *,
+    workers: int = 2,
+    first_port: int = CLUSTER_PORT,
+    redis_port: int = REDIS_PORT,
+    embed_latency_s: tuple[float, float] = EMBED_LATENCY_S,
+    stop_cluster: bool = True,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Rig]:
+    """The cluster, a Redis, the embedding server and the workers, all real
+    processes (the model's answers alone are scripted); stopped after."""
+    from chunkrag_core.settings import Settings, state_home
+    from local_services import cluster as local_cluster
+    from local_services import redis_server
+    from local_services.celery_workers import CeleryWorkers
+    from tests.support.scripted_openai import ScriptedOpenAI, embeddings
+
+    home = state_home(os.environ)
+    local = local_cluster.LocalCluster("elasticsearch", home, first_port=first_port, nodes=3, heap="512m")
+    local_cluster.up(local, timeout=600)
+    redis = redis_server.RedisSettings(home=home, port=redis_port)
+    redis_server.up(redis)
+    try:
+        with ScriptedOpenAI(default=embeddings(DIMS, embed_latency_s)) as server:
+            server._server.handle_error = lambda request, client_address: None
+            inherited = {
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith(("CHUNKRAG_WORKER_", "CHUNKRAG_EMBED_", "CHUNKRAG_INDEX_", "ES_", "SEARCH_"))
+            }
+            env = {
+                **inherited,
+                "ES_URL": local.url,
+                "REDIS_URL": redis.url,
+                "CHUNKRAG_EMBED_PROVIDER": "openai",
+                "CHUNKRAG_EMBED_MODEL": "scripted-hashing",
+                "CHUNKRAG_EMBED_BASE_URL": server.base_url,
+                "CHUNKRAG_EMBED_DIMS": str(DIMS),
+                "CHUNKRAG_INDEX_SHARDS": "3",
+                "CHUNKRAG_INDEX_REPLICAS": "1",
+                # Backoff 1, 2, 4, 8 s...: a primary is promoted within seconds.
+                "CHUNKRAG_WORKER_RETRY_BACKOFF_S": "1",
+                "CHUNKRAG_WORKER_RETRY_BACKOFF_MAX_S": "8",
+                "CHUNKRAG_WORKER_INGEST_MAX_RETRIES": "10",
+                # A batch held by a worker that died comes back after
+                # budget + 5 + backoff max + 5 s = 38 s.
+                "CHUNKRAG_WORKER_QUERY_BUDGET_S": "20",
+                **(extra_env or {}),
+            }
+            redis_client = _redis(redis.url)
+            redis_client.flushdb()  # messages a killed earlier run left behind
+            with CeleryWorkers(env, log_dir) as pool:
+                pool.start(workers, timeout=120)
+                yield Rig(local, Settings.from_env(env), env, pool, server.base_url, log_dir)
+    finally:
+        redis_server.down(redis)
+        if stop_cluster:
+            local_cluster.down(local)
+
+
+def _redis(url: str):
+    import redis
+
+    return redis.Redis.from_url(url)
+
+
+def scifact_corpus(path: Path, documents: int) -> tuple[Path, int]:
+    """The first ``documents`` SciFact abstracts as JSONL, and one malformed
+    line in the middle; returns the file and the valid documents in it."""
+    from bench.common import SHARED
+
+    source = SHARED / "eval" / "scifact" / "beir_derived" / "corpus.jsonl"
+    lines = source.read_text().splitlines()[:documents]
+    lines.insert(len(lines) // 2, '{"_id": "broken", "text": ')
+    path.write_text("\n".join(lines) + "\n")
+    return path, len(lines) - 1
+
+
+def expected_chunk_ids(corpus: Path, settings) -> set[str]:
+    """Every chunk id the source makes, chunked here with the same settings
+    and embedder the workers use (independently of any index)."""
+    from chunkrag_core.providers import make_embedder
+    from ingest_pipeline.chunker import chunk_documents
+    from ingest_pipeline.pipeline import shaping_of
+    from ingest_pipeline.sources import Document, read_sources
+
+    documents = [d for d in read_sources([corpus]) if isinstance(d, Document)]
+    embedder = make_embedder(settings.embedder)
+    ids: set[str] = set()
+    for begin in range(0, len(documents), 64):
+        chunked = chunk_documents(documents[begin : begin + 64], embedder, settings.chunking, shaping_of(settings))
+        ids.update(c.chunk_id for item in chunked for c in item.chunks)
+    return ids
+
+
+def count_against_source(client, index: str, expected: set[str]) -> dict[str, Any]:
+    """The index's chunks against the source's: missing and extra ids, and
+    chunks stored twice (the same doc_id, position and scale under two ids)."""
+    from elasticsearch import helpers
+
+    client.indices.refresh(index=index)
+    stored: list[str] = []
+    places: collections.Counter = collections.Counter()
+    for hit in helpers.scan(client, index=index, query={"_source": ["doc_id", "position", "scale"]}, size=2000):
+        stored.append(hit["_id"])
+        source = hit["_source"]
+        places[(source["doc_id"], source["position"], source.get("scale", 0))] += 1
+    return {
+        "expected": len(expected),
+        "stored": len(stored),
+        "count": client.count(index=index)["count"],
+        "missing": len(expected - set(stored)),
+        "extra": len(set(stored) - expected),
+        "duplicates": sum(n - 1 for n in places.values() if n > 1),
+    }
+
+
+def node_with_a_primary(local, client, index: str) -> int:
+    """A node other than node 0 (the clients' own) that holds a primary of ``index``."""
+    shards = client.cat.shards(index=index, format="json")
+    names = {s["node"] for s in shards if s["prirep"] == "p" and s.get("node")}
+    for node in range(1, local.nodes):
+        if local.node_name(node) in names:
+            return node
+    return local.nodes - 1
+
+
+def worker_retries(log_dir: Path) -> list[str]:
+    """Each retry the workers logged ("Retry in 2s: <why>"), newest last."""
+    lines = []
+    for log in sorted(log_dir.glob("*.log")):
+        lines += [line for line in log.read_text(errors="replace").splitlines() if "retry: Retry in" in line]
+    return [re.sub(r"^.*?retry: ", "", line)[:300] for line in lines]
+
+
+def ingest_with_node_kill(the_rig: Rig, corpus: Path, documents: int, index: str, kill_at: float = 0.25) -> dict:
+    """Ingest ``corpus`` on the workers, killing a node once ``kill_at`` of
+    the batches are done; then count, restart the node, time to green, run again."""
+    from chunkrag_core.engines import make_backend
+    from ingest_pipeline.sources import read_sources
+    from local_services import cluster as local_cluster
+    from workers.ingest_dispatch import ingest_documents_on_workers
+
+    settings = dataclasses.replace(the_rig.settings, index=index)
+    backend = make_backend(settings)
+    expected = expected_chunk_ids(corpus, settings)
+    batches = math.ceil(documents / settings.workers.ingest_batch_docs)
+    reached = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def on_batch(done: int) -> None:
+        if done >= max(1, int(batches * kill_at)):
+            reached.set()
+
+    def run() -> None:
+        try:
+            outcome["report"] = ingest_documents_on_workers(
+                read_sources([corpus]), client=backend, settings=settings, progress=False, on_batch=on_batch
+            )
+        except BaseException as exc:  # reported by the caller
+            outcome["failure"] = exc
+        finally:
+            reached.set()
+
+    began = time.monotonic()
+    thread = threading.Thread(target=run, name="ingest")
+    thread.start()
+    reached.wait(600)
+    victim = node_with_a_primary(the_rig.cluster, backend.client, index) if "failure" not in outcome else 2
+    pid = local_cluster.kill_node(the_rig.cluster, victim)
+    killed_at = time.monotonic() - began
+    thread.join(900)
+    if "failure" in outcome:
+        raise outcome["failure"]
+    report = outcome["report"]
+    with_node_down = count_against_source(backend.client, index, expected)
+    restarted = time.monotonic()
+    local_cluster.start_node(the_rig.cluster, victim, timeout=600, log=lambda _m: None)
+    green_s = local_cluster.seconds_to_status(the_rig.cluster, "green", timeout=600)
+    after_restart = count_against_source(backend.client, index, expected)
+    again = ingest_documents_on_workers(read_sources([corpus]), client=backend, settings=settings, progress=False)
+    result = {
+        "documents": documents,
+        "batches": batches,
+        "killed_node": the_rig.cluster.node_name(victim),
+        "killed_pid": pid,
+        "killed_after_s": round(killed_at, 2),
+        "ingest_s": report.seconds,
+        "report": {
+            "documents": report.documents,
+            "chunks": report.chunks,
+            "skipped": [str(s) for s in report.skipped],
+            "errors": list(report.errors),
+        },
+        "retries_seen_by_workers": worker_retries(the_rig.log_dir),
+        "count_with_node_down": with_node_down,
+        "node_restart_to_green_s": round(time.monotonic() - restarted, 2),
+        "green_after_rejoin_s": round(green_s, 2),
+        "count_after_restart": after_restart,
+        "second_run": {"documents": again.documents, "unchanged": again.unchanged, "errors": list(again.errors)},
+        "count_after_second_run": count_against_source(backend.client, index, expected),
+    }
+    backend.close()
+    return result
+
+
+def ingest_with_worker_kill(the_rig: Rig, corpus: Path, documents: int, index: str, kill_at: float = 0.25) -> dict:
+    """Ingest ``corpus`` on the workers and SIGKILL one of them (with its pool)
+    once ``kill_at`` of the batches are done: its unacknowledged batch comes
+    back from the broker to the others after the visibility timeout. A
+    worker is started again after, so the pool keeps its size."""
+    from chunkrag_core.engines import make_backend
+    from ingest_pipeline.sources import read_sources
+    from workers.ingest_dispatch import ingest_documents_on_workers
+
+    settings = dataclasses.replace(the_rig.settings, index=index)
+    backend = make_backend(settings)
+    expected = expected_chunk_ids(corpus, settings)
+    batches = math.ceil(documents / settings.workers.ingest_batch_docs)
+    reached = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["report"] = ingest_documents_on_workers(
+                read_sources([corpus]),
+                client=backend,
+                settings=settings,
+                progress=False,
+                on_batch=lambda done: reached.set() if done >= max(1, int(batches * kill_at)) else None,
+            )
+        except BaseException as exc:  # reported by the caller
+            outcome["failure"] = exc
+        finally:
+            reached.set()
+
+    began = time.monotonic()
+    thread = threading.Thread(target=run, name="ingest")
+    thread.start()
+    reached.wait(600)
+    victim = the_rig.workers.running[0]
+    the_rig.workers.kill(victim)
+    killed_at = time.monotonic() - began
+    thread.join(900)
+    the_rig.workers.start(1, timeout=120)
+    if "failure" in outcome:
+        raise outcome["failure"]
+    report = outcome["report"]
+    result = {
+        "killed_worker": victim.name,
+        "killed_after_s": round(killed_at, 2),
+        "ingest_s": report.seconds,
+        "report": {"documents": report.documents, "chunks": report.chunks, "errors": list(report.errors)},
+        "count": count_against_source(backend.client, index, expected),
+    }
+    backend.close()
+    return result
+
+
+QUERIES = (
+    "vitamin D deficiency and bone density",
+    "gene expression in cancer cells",
+    "antibiotic resistance in bacteria",
+    "insulin signalling and diabetes",
+    "T cell response to infection",
+)
+
+
+def searches_with_node_kill(
+    the_rig: Rig, index: str, *, before_s: float = 5.0, down_s: float = 15.0, after_s: float = 5.0
+) -> dict:
+    """Filtered searches through the gateway, one after another, while a
+    node is killed, stays down ``down_s`` and comes back: every answer."""
+    import httpx
+
+    from chunkrag_core.providers import make_embedder
+    from local_services import cluster as local_cluster
+    from search_extension.gateway import create_app
+    from search_extension.gateway.server import serve_in_thread
+
+    settings = dataclasses.replace(the_rig.settings, index=index)
+    answers: list[dict[str, Any]] = []
+    stop = threading.Event()
+    phase = {"now": "before"}
+
+    def search(url: str, n: int) -> None:
+        body = {
+            "query": {
+                "bool": {
+                    "must": {"match": {"text": QUERIES[n % len(QUERIES)]}},
+                    "filter": {"exists": {"field": "doc_id"}},
+                }
+            },
+            "size": 5,
+            "ext": {"chunkrag": {"candidates": 10, "stages": False}},
+        }
+        began = time.monotonic()
+        try:
+            response = httpx.post(f"{url}/{index}/_search", json=body, timeout=60)
+            data = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+            record = {
+                "phase": phase["now"],
+                "status": response.status_code,
+                "shards_failed": (data.get("_shards") or {}).get("failed"),
+                "hits": len((data.get("hits") or {}).get("hits", [])),
+                "reason": _reason(data) if response.status_code >= 400 else None,
+            }
+        except httpx.HTTPError as exc:
+            record = {"phase": phase["now"], "status": None, "reason": f"{type(exc).__name__}: {exc}"}
+        record["seconds"] = round(time.monotonic() - began, 3)
+        answers.append(record)
+
+    def stream(url: str) -> None:
+        n = 0
+        while not stop.is_set():
+            search(url, n)
+            n += 1
+            time.sleep(0.1)
+
+    embedder = make_embedder(settings.embedder)
+    with serve_in_thread(create_app(settings, embedder=embedder)) as url:
+        thread = threading.Thread(target=stream, args=(url,), name="searches")
+        thread.start()
+        time.sleep(before_s)
+        victim = node_with_a_primary(the_rig.cluster, _es(settings), index)
+        phase["now"] = "node down"
+        pid = local_cluster.kill_node(the_rig.cluster, victim)
+        time.sleep(down_s)
+        phase["now"] = "node restarting"
+        restarted = time.monotonic()
+        local_cluster.start_node(the_rig.cluster, victim, timeout=600, log=lambda _m: None)
+        local_cluster.seconds_to_status(the_rig.cluster, "green", timeout=600)
+        to_green = time.monotonic() - restarted
+        phase["now"] = "after"
+        time.sleep(after_s)
+        stop.set()
+        thread.join(120)
+    by_phase: dict[str, dict[str, int]] = {}
+    for answer in answers:
+        counts = by_phase.setdefault(answer["phase"], {})
+        key = str(answer["status"])
+        counts[key] = counts.get(key, 0) + 1
+    return {
+        "killed_node": the_rig.cluster.node_name(victim),
+        "killed_pid": pid,
+        "restart_to_green_s": round(to_green, 2),
+        "searches": len(answers),
+        "statuses_by_phase": by_phase,
+        "shards_failed_seen": sorted({a.get("shards_failed") for a in answers if a.get("shards_failed")}),
+        "errors": [a for a in answers if a["status"] != 200],
+        "latency_s_median": sorted(a["seconds"] for a in answers)[len(answers) // 2] if answers else None,
+    }
+
+
+def local_cluster_health(the_rig: Rig) -> dict:
+    from local_services import cluster as local_cluster
+
+    return local_cluster.health(the_rig.cluster)
+
+
+def _es(settings):
+    from elasticsearch import Elasticsearch
+
+    return Elasticsearch(settings.es_url)
+
+
+def _reason(data: dict) -> str | None:
+    error = data.get("error")
+    if isinstance(error, dict):
+        return str(error.get("reason") or error.get("type") or error)[:300]
+    return str(error)[:300] if error else None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--documents", type=int, default=1200)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    from bench.common import write_result
+
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus, documents = scifact_corpus(Path(tmp) / "scifact.jsonl", args.documents)
+        for run in range(args.runs):
+            log_dir = Path(tmp) / f"workers-{run}"
+            log_dir.mkdir()
+            with rig(log_dir, stop_cluster=run == args.runs - 1) as the_rig:
+                index = f"bench-node-kill-{run}-{int(time.time())}"
+                ingest = ingest_with_node_kill(the_rig, corpus, documents, index)
+                searches = searches_with_node_kill(the_rig, index)
+                _es(the_rig.settings).indices.delete(index=index)
+            runs.append({"ingest": ingest, "searches": searches})
+            print(json.dumps(runs[-1], default=str)[:2000], flush=True)
+    greens = sorted(r["ingest"]["node_restart_to_green_s"] for r in runs)
+    write_result(
+        "node_kill",
+        "bench.node_kill",
+        {
+            "runs": runs,
+            "medians": {
+                "ingest_restart_to_green_s": greens[len(greens) // 2],
+                "search_restart_to_green_s": sorted(r["searches"]["restart_to_green_s"] for r in runs)[len(runs) // 2],
+                "ingest_s": sorted(r["ingest"]["ingest_s"] for r in runs)[len(runs) // 2],
+            },
+            "chunks_lost": sum(r["ingest"]["count_after_restart"]["missing"] for r in runs),
+            "duplicates": sum(r["ingest"]["count_after_restart"]["duplicates"] for r in runs),
+            "search_errors": sum(len(r["searches"]["errors"]) for r in runs),
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,242 @@
+"""A multi-node Elasticsearch or OpenSearch cluster on loopback, from the same
+distribution as the single node: every node master-eligible and holding data,
+each a managed process of its own (its run dir, pidfile and log), found by the
+others through their transport ports.
+
+    cluster = LocalCluster.from_environ("elasticsearch", nodes=3)
+    up(cluster)                      # idempotent; returns once all nodes joined
+    cluster.url                      # http://127.0.0.1:9250, node 0
+    kill_node(cluster, 2)            # SIGKILL, by pid: a machine lost
+    start_node(cluster, 2)           # it comes back and rejoins
+    seconds_to_status(cluster, "green")
+    down(cluster)
+
+Ports: node i answers HTTP on ``first_port + 2i`` and transport on
+``first_port + 2i + 1``, so a cluster takes one block of ports beside the
+single nodes (9200/9300, 9201/9401). ``services up --nodes 3`` starts one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from chunkrag_core.settings import state_home
+from local_services import elasticsearch_node, opensearch_node
+from local_services.jvm_node import ClusterMember, cluster_health
+from local_services.process import LOOPBACK, LocalServiceError, Log, ServiceStatus, env_port, print_line
+
+ENGINES = ("elasticsearch", "opensearch")
+# A cluster's first HTTP port per engine: clear of the single nodes' ports.
+DEFAULT_FIRST_PORT = {"elasticsearch": 9250, "opensearch": 9270}
+PORT_VARIABLE = {"elasticsearch": "CHUNKRAG_ES_CLUSTER_PORT", "opensearch": "CHUNKRAG_OPENSEARCH_CLUSTER_PORT"}
+HEAP_VARIABLE = "CHUNKRAG_CLUSTER_HEAP"
+# Per node: three nodes of 512 MB fit beside everything else on a shared
+# 24 GB machine, and hold a test corpus of tens of thousands of chunks.
+DEFAULT_HEAP = "512m"
+# Ports per node (HTTP, transport); a block holds this many nodes at most.
+PORTS_PER_NODE = 2
+MAX_NODES = 9
+DEFAULT_WAIT_SECONDS = 300.0
+_HEAP_PATTERN = re.compile(r"^\d+[kmgKMG]?$")
+
+
+def _module(engine: str) -> ModuleType:
+    if engine not in ENGINES:
+        raise LocalServiceError(f"unknown cluster engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    return elasticsearch_node if engine == "elasticsearch" else opensearch_node
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    """Which engine, where its files live (CHUNKRAG_HOME), its port block,
+    how many nodes and their heap."""
+
+    engine: str
+    home: Path
+    first_port: int
+    nodes: int = 3
+    heap: str = DEFAULT_HEAP
+
+    def __post_init__(self) -> None:
+        _module(self.engine)
+        if not 2 <= self.nodes <= MAX_NODES:
+            raise LocalServiceError(f"a local cluster has 2 to {MAX_NODES} nodes, not {self.nodes}")
+        if not _HEAP_PATTERN.match(self.heap):
+            raise LocalServiceError(f"heap {self.heap!r} is not a JVM heap size like '512m' or '1g'")
+        if self.first_port + PORTS_PER_NODE * self.nodes - 1 > 65535:
+            raise LocalServiceError(f"ports from {self.first_port} run past 65535 for {self.nodes} nodes")
+
+    @classmethod
+    def from_environ(cls, engine: str, nodes: int = 3, environ: Mapping[str, str] | None = None) -> LocalCluster:
+        env = os.environ if environ is None else environ
+        return cls(
+            engine=engine,
+            home=state_home(env),
+            first_port=env_port(env, PORT_VARIABLE[engine], DEFAULT_FIRST_PORT[engine]),
+            nodes=nodes,
+            heap=env.get(HEAP_VARIABLE, "").strip() or DEFAULT_HEAP,
+        )
+
+    @property
+    def name(self) -> str:
+        return f"chunkrag-{self.engine}-cluster-{self.first_port}"
+
+    def http_port(self, node: int) -> int:
+        return self.first_port + PORTS_PER_NODE * node
+
+    def transport_port(self, node: int) -> int:
+        return self.http_port(node) + 1
+
+    def node_name(self, node: int) -> str:
+        return f"{self.name}-{node + 1}"
+
+    def member(self, node: int):
+        """The node's settings (an ElasticsearchSettings or OpenSearchSettings)."""
+        settings_class = (
+            elasticsearch_node.ElasticsearchSettings
+            if self.engine == "elasticsearch"
+            else opensearch_node.OpenSearchSettings
+        )
+        membership = ClusterMember(
+            cluster_name=self.name,
+            node_name=self.node_name(node),
+            transport_port=self.transport_port(node),
+            seed_transport_ports=tuple(self.transport_port(i) for i in range(self.nodes)),
+            initial_masters=tuple(self.node_name(i) for i in range(self.nodes)),
+        )
+        return settings_class(home=self.home, port=self.http_port(node), heap=self.heap, cluster=membership)
+
+    def url_of(self, node: int) -> str:
+        return f"http://{LOOPBACK}:{self.http_port(node)}"
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return tuple(self.url_of(i) for i in range(self.nodes))
+
+    @property
+    def url(self) -> str:
+        """Node 0's URL: what a client with one URL talks to."""
+        return self.url_of(0)
+
+
+def _each_node(cluster: LocalCluster, nodes: range | list[int], action: Callable[[int], None]) -> None:
+    """``action`` on the nodes side by side (a node waits for the others to
+    form the cluster); the first failure is raised once all are done."""
+    failures: list[BaseException] = []
+
+    def run(node: int) -> None:
+        try:
+            action(node)
+        except BaseException as exc:  # re-raised below, on the caller's thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(node,), name=f"{cluster.name}-{node}") for node in nodes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+
+
+def up(cluster: LocalCluster, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
+    """Idempotent: start every node not running, wait until all have joined
+    one cluster and it is green or yellow."""
+    module = _module(cluster.engine)
+    began = time.monotonic()
+    log(f"{cluster.name}: {cluster.nodes} nodes, heap {cluster.heap} each, HTTP ports {list(_ports(cluster))}")
+    _each_node(cluster, range(cluster.nodes), lambda node: module.up(cluster.member(node), timeout, log))
+    status = wait_for_nodes(cluster, cluster.nodes, timeout)
+    log(f"{cluster.name}: {cluster.nodes} nodes joined ({status}) in {time.monotonic() - began:.1f} s at {cluster.url}")
+
+
+def _ports(cluster: LocalCluster):
+    return (cluster.http_port(i) for i in range(cluster.nodes))
+
+
+def down(cluster: LocalCluster, log: Log = print_line) -> None:
+    """Idempotent: stop every node of the cluster started from CHUNKRAG_HOME."""
+    module = _module(cluster.engine)
+    _each_node(cluster, range(cluster.nodes), lambda node: module.down(cluster.member(node), log))
+
+
+def status(cluster: LocalCluster, log: Log = print_line) -> list[ServiceStatus]:
+    module = _module(cluster.engine)
+    return [module.status(cluster.member(node), log) for node in range(cluster.nodes)]
+
+
+def node_pid(cluster: LocalCluster, node: int) -> int | None:
+    return _module(cluster.engine).running_pid(cluster.member(node), lambda _message: None)
+
+
+def kill_node(cluster: LocalCluster, node: int) -> int:
+    """SIGKILL one node's JVM by its pid, at once (a machine lost); returns the pid."""
+    pid = node_pid(cluster, node)
+    if pid is None:
+        raise LocalServiceError(f"node {cluster.node_name(node)} is not running")
+    _module(cluster.engine).process(cluster.member(node)).kill()
+    return pid
+
+
+def start_node(cluster: LocalCluster, node: int, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
+    """Start one node again (its data is where it left it); returns once it has rejoined."""
+    _module(cluster.engine).up(cluster.member(node), timeout, log)
+    wait_for_nodes(cluster, cluster.nodes, timeout)
+
+
+def _live_urls(cluster: LocalCluster) -> list[str]:
+    return [cluster.url_of(i) for i in range(cluster.nodes) if node_pid(cluster, i) is not None]
+
+
+def health(cluster: LocalCluster) -> dict:
+    """Cluster health from the first node that answers; OSError if none does."""
+    last: OSError | None = None
+    for url in _live_urls(cluster) or list(cluster.urls):
+        try:
+            answer = cluster_health(url, timeout=5.0)
+        except OSError as exc:
+            last = exc
+            continue
+        if "status" in answer:
+            return answer
+        last = OSError(f"{url}: {answer}")
+    raise last or OSError(f"no node of {cluster.name} answered")
+
+
+def wait_for_nodes(cluster: LocalCluster, count: int, timeout: float = DEFAULT_WAIT_SECONDS) -> str:
+    """Until the cluster counts ``count`` nodes and is green or yellow; its status."""
+    deadline = time.monotonic() + timeout
+    seen = "nothing yet"
+    while time.monotonic() < deadline:
+        try:
+            answer = health(cluster)
+            seen = f"{answer.get('number_of_nodes')} nodes, {answer.get('status')}"
+            if answer.get("number_of_nodes", 0) >= count and answer.get("status") in ("green", "yellow"):
+                return str(answer["status"])
+        except OSError as exc:
+            seen = str(exc)
+        time.sleep(0.5)
+    raise LocalServiceError(f"{cluster.name} did not gather {count} nodes within {timeout:.0f} s ({seen})")
+
+
+def seconds_to_status(cluster: LocalCluster, wanted: str = "green", timeout: float = DEFAULT_WAIT_SECONDS) -> float:
+    """Seconds until the cluster reports ``wanted`` (polled every 0.25 s)."""
+    began = time.monotonic()
+    deadline = began + timeout
+    seen = "nothing yet"
+    while time.monotonic() < deadline:
+        try:
+            seen = str(health(cluster).get("status"))
+            if seen == wanted:
+                return time.monotonic() - began
+        except OSError as exc:
+            seen = str(exc)
+        time.sleep(0.25)
+    raise LocalServiceError(f"{cluster.name} was not {wanted} within {timeout:.0f} s (last: {seen})")

@@ -1,0 +1,114 @@
+"""A real three-node Elasticsearch cluster (started here, through
+local_services, on ports 19300-19305) with a node SIGKILLed by its pid:
+
+- during a distributed ingest on two real Celery workers: the ingest
+  completes with every chunk the source makes, each once, counted by id and
+  by (doc_id, position, scale) against chunks made from the source here; a
+  malformed line is reported skipped; the cluster is green again once the
+  node is back; a second run finds every document unchanged;
+- during the same ingest, a worker SIGKILLed instead: its batch comes back
+  from the broker and nothing is lost or doubled;
+- during a stream of filtered searches through the gateway: every answer is
+  a 200, or an error that says why (never a bare 5xx).
+
+The scenarios are bench/node_kill.py's (which records the figures), smaller.
+Embeddings come from a scripted OpenAI-compatible server (real HTTP; the
+model's answers alone are scripted), so the two cores go to the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench import node_kill
+
+pytestmark = pytest.mark.integration
+
+DOCUMENTS = 240
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory):
+    with node_kill.rig(tmp_path_factory.mktemp("celery")) as the_rig:
+        yield the_rig
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return node_kill.scifact_corpus(tmp_path_factory.mktemp("corpus") / "scifact.jsonl", DOCUMENTS)
+
+
+@pytest.fixture
+def index(rig):
+    name = f"test-node-loss-{uuid.uuid4().hex[:8]}"
+    yield name
+    node_kill._es(rig.settings).indices.delete(index=name, ignore_unavailable=True)
+
+
+def test_the_cluster_has_three_nodes_and_ingest_workers_shards_with_a_replica(rig, corpus, index):
+    """`chunkrag ingest --workers`, as a user runs it, against the cluster."""
+    health = node_kill.local_cluster_health(rig)
+    assert health["number_of_nodes"] == 3 and health["number_of_data_nodes"] == 3
+    path, _documents = corpus
+    small = path.with_name("small.jsonl")
+    small.write_text("\n".join(path.read_text().splitlines()[:20]) + "\n")
+    command = [sys.executable, "-m", "chunkrag_cli", "ingest", str(small), "--index", index, "--workers", "--json"]
+    done = subprocess.run(command, env=rig.env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert (report["documents"], report["errors"], report["skipped"]) == (20, [], [])
+    assert report["chunks"] > 20 and report["sentences"] >= report["chunks"]
+    client = node_kill._es(rig.settings)
+    settings = client.indices.get_settings(index=index)[index]["settings"]["index"]
+    assert (settings["number_of_shards"], settings["number_of_replicas"]) == ("3", "1")
+    assert client.count(index=index)["count"] == report["chunks"]
+    assert node_kill.local_cluster_health(rig)["status"] == "green"
+
+
+def test_a_node_killed_during_a_distributed_ingest_loses_and_duplicates_nothing(rig, corpus, index):
+    path, documents = corpus
+    result = node_kill.ingest_with_node_kill(rig, path, documents, index)
+    report = result["report"]
+    assert report["errors"] == []
+    assert report["documents"] == documents
+    assert len(report["skipped"]) == 1  # the malformed line, with its reason
+    for count in ("count_with_node_down", "count_after_restart", "count_after_second_run"):
+        counted = result[count]
+        assert counted["missing"] == counted["extra"] == counted["duplicates"] == 0, (count, counted)
+        assert counted["stored"] == counted["count"] == counted["expected"] == report["chunks"], (count, counted)
+    assert result["second_run"] == {"documents": documents, "unchanged": documents, "errors": []}
+
+
+def test_filtered_searches_through_the_gateway_keep_answering_while_a_node_is_lost(rig, corpus, index):
+    from chunkrag_core.engines import make_backend
+    from ingest_pipeline.sources import read_sources
+    from workers.ingest_dispatch import ingest_documents_on_workers
+
+    path, _documents = corpus
+    backend = make_backend(rig.settings)
+    first = path.with_name("first.jsonl")
+    first.write_text("\n".join(path.read_text().splitlines()[:100]) + "\n")
+    assert ingest_documents_on_workers(read_sources([first]), client=backend, settings=rig.settings, index=index).ok
+    result = node_kill.searches_with_node_kill(rig, index, before_s=3, down_s=10, after_s=3)
+    assert result["searches"] > 10
+    for error in result["errors"]:
+        # An error must say why: never a bare 5xx.
+        assert error["reason"], error
+    assert result["statuses_by_phase"].get("after", {}).keys() == {"200"}, result
+    assert result["statuses_by_phase"].get("before", {}).keys() == {"200"}, result
+
+
+def test_a_worker_killed_during_a_distributed_ingest_loses_and_duplicates_nothing(rig, corpus, index):
+    path, documents = corpus
+    result = node_kill.ingest_with_worker_kill(rig, path, documents, index)
+    assert result["report"]["errors"] == [] and result["report"]["documents"] == documents
+    counted = result["count"]
+    assert counted["missing"] == counted["extra"] == counted["duplicates"] == 0, counted
+    assert counted["stored"] == counted["expected"] == result["report"]["chunks"], counted

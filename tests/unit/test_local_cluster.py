@@ -1,0 +1,72 @@
+"""The local cluster's layout and node configuration (no node is started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from local_services import cli, cluster
+from local_services.elasticsearch_node import ElasticsearchSettings, render_elasticsearch_yml
+from local_services.opensearch_node import render_opensearch_yml
+from local_services.process import LocalServiceError
+
+
+def test_ports_names_and_members() -> None:
+    local = cluster.LocalCluster("elasticsearch", Path("/state"), first_port=19300, nodes=3)
+    assert [local.http_port(i) for i in range(3)] == [19300, 19302, 19304]
+    assert [local.transport_port(i) for i in range(3)] == [19301, 19303, 19305]
+    assert local.urls == ("http://127.0.0.1:19300", "http://127.0.0.1:19302", "http://127.0.0.1:19304")
+    member = local.member(1)
+    assert isinstance(member, ElasticsearchSettings)
+    assert member.port == 19302 and member.transport_port == 19303 and member.heap == "512m"
+    assert member.cluster_name == "chunkrag-elasticsearch-cluster-19300"
+    # One run dir per node: each keeps its own data.
+    assert member.run_dir == Path("/state/run/elasticsearch-19302")
+
+
+def test_member_yml_discovers_the_others_instead_of_running_alone() -> None:
+    local = cluster.LocalCluster("elasticsearch", Path("/state"), first_port=19300, nodes=3)
+    yml = render_elasticsearch_yml(local.member(2))
+    assert "discovery.type" not in yml
+    assert 'discovery.seed_hosts: ["127.0.0.1:19301", "127.0.0.1:19303", "127.0.0.1:19305"]' in yml
+    names = '["chunkrag-elasticsearch-cluster-19300-1", "chunkrag-elasticsearch-cluster-19300-2", '
+    assert f"cluster.initial_master_nodes: {names}" in yml
+    assert "node.name: chunkrag-elasticsearch-cluster-19300-3" in yml
+    assert "http.port: 19304" in yml and "transport.port: 19305" in yml
+
+
+def test_opensearch_members_name_cluster_managers() -> None:
+    local = cluster.LocalCluster("opensearch", Path("/state"), first_port=19320, nodes=3)
+    yml = render_opensearch_yml(local.member(0))
+    assert "cluster.initial_cluster_manager_nodes: [" in yml
+    assert "cluster.name: chunkrag-opensearch-cluster-19320" in yml
+
+
+def test_a_single_node_is_still_alone() -> None:
+    yml = render_elasticsearch_yml(ElasticsearchSettings(home=Path("/state")))
+    assert "discovery.type: single-node" in yml and "seed_hosts" not in yml
+
+
+def test_environment_chooses_ports_and_heap() -> None:
+    env = {"CHUNKRAG_HOME": "/state", "CHUNKRAG_OPENSEARCH_CLUSTER_PORT": "19340", "CHUNKRAG_CLUSTER_HEAP": "256m"}
+    local = cluster.LocalCluster.from_environ("opensearch", 3, env)
+    assert (local.first_port, local.heap, local.nodes) == (19340, "256m", 3)
+    assert cluster.LocalCluster.from_environ("elasticsearch", 2, {"CHUNKRAG_HOME": "/s"}).first_port == 9250
+
+
+@pytest.mark.parametrize(
+    "engine, nodes, heap", [("solr", 3, "512m"), ("elasticsearch", 1, "512m"), ("elasticsearch", 3, "lots")]
+)
+def test_bad_layouts_are_refused(engine: str, nodes: int, heap: str) -> None:
+    with pytest.raises(LocalServiceError):
+        cluster.LocalCluster(engine, Path("/state"), first_port=19300, nodes=nodes, heap=heap)
+
+
+def test_services_with_nodes_swap_engines_for_clusters(monkeypatch) -> None:
+    monkeypatch.setenv("CHUNKRAG_HOME", "/state")
+    chosen = cli._services(("elasticsearch", "redis"), cli.UP_ORDER, nodes=3)
+    names = [name for name, _module, _settings in chosen]
+    assert names == ["redis", "elasticsearch"]
+    assert isinstance(chosen[1][1], cli._ClusterService) and chosen[1][1].local.nodes == 3
+    assert not isinstance(chosen[0][1], cli._ClusterService)
