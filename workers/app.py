@@ -13,10 +13,16 @@ from __future__ import annotations
 import functools
 
 from celery import Celery
+from kombu import Queue
 
 from chunkrag_core.settings import Settings, WorkerSettings
 
 QUEUE = "chunkrag"
+# Ingest batches wait in a queue of their own: a worker takes from both in
+# turn, so a judging task waits behind at most the batch each process holds,
+# not behind a whole corpus queued ahead of it. `-Q chunkrag` or
+# `-Q chunkrag-ingest` dedicates a worker to one kind of work.
+INGEST_QUEUE = "chunkrag-ingest"
 JUDGE_TASK = "chunkrag.judge_chunks"
 INGEST_TASK = "chunkrag.ingest_batch"
 
@@ -91,6 +97,8 @@ def celery_config(settings: Settings) -> dict:
         # Our own queue and control exchange: another Celery app on the same
         # Redis neither takes our tasks nor answers our pings.
         "task_default_queue": QUEUE,
+        "task_queues": (Queue(QUEUE, routing_key=QUEUE), Queue(INGEST_QUEUE, routing_key=INGEST_QUEUE)),
+        "task_routes": {INGEST_TASK: {"queue": INGEST_QUEUE}},
         "control_exchange": QUEUE,
     }
 

@@ -9,7 +9,17 @@ import pytest
 from chunkrag_core.settings import Settings, WorkerSettings
 from chunkrag_filter.judging import Batch, plan_batches, slices, unscored
 from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
-from workers.app import JUDGE_TASK, celery_config, make_app, restore_interval_s, task_time_limit_s, visibility_timeout_s
+from workers.app import (
+    INGEST_QUEUE,
+    INGEST_TASK,
+    JUDGE_TASK,
+    QUEUE,
+    celery_config,
+    make_app,
+    restore_interval_s,
+    task_time_limit_s,
+    visibility_timeout_s,
+)
 from workers.codec import CodecError, decode_judgement, decode_options, encode_judgement, encode_options
 from workers.dispatch import (
     MAX_RESENDS,
@@ -255,3 +265,13 @@ def test_after_a_failure_the_cache_is_skipped_for_a_while():
     assert cache.get("a") is None and cache.get("b") is None
     cache.set("c", 0.5)
     assert CountingBroken.calls == 1  # the later lookups did not wait on a dead Redis
+
+
+def test_ingest_batches_are_routed_to_their_own_queue_and_a_plain_worker_takes_both():
+    app = make_app(Settings(redis_url="redis://127.0.0.1:9/0"))
+    router = app.amqp.router
+    assert router.route({}, INGEST_TASK)["queue"].name == INGEST_QUEUE
+    assert router.route({}, JUDGE_TASK)["queue"].name == QUEUE
+    # A worker started without -Q consumes every queue in task_queues; each is
+    # bound by its own routing key, so no message reaches both.
+    assert {(q.name, q.routing_key) for q in app.conf.task_queues} == {(QUEUE, QUEUE), (INGEST_QUEUE, INGEST_QUEUE)}
