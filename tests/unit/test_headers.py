@@ -8,6 +8,7 @@ import pytest
 from chunkrag_core.settings import ChunkingSettings, Settings, SettingsError
 from ingest_pipeline.chunker import chunk_documents, document_fingerprint
 from ingest_pipeline.headers import chunk_header, embedded_text, mixed_vector
+from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.sources import markdown_document, plain_document
 
 
@@ -171,8 +172,12 @@ def test_vector_settings_are_validated_read_from_the_environment_and_fingerprint
     with pytest.raises(SettingsError, match="CHUNKRAG_CHUNK_HEADER_WEIGHT"):
         Settings.from_env({"CHUNKRAG_CHUNK_HEADER_WEIGHT": "heavy"})
     doc = plain_document("d", "One. Two.", "test", title="T")
-    prints = {
-        document_fingerprint(doc, str(ChunkingSettings(vectors=v, header_weight=w)))
-        for v, w in (("mix", 0.5), ("mix", 0.25), ("reembed", 0.5))
-    }
+
+    def shaping(vectors, weight):
+        return shaping_of(Settings(chunking=ChunkingSettings(vectors=vectors, header_weight=weight)))
+
+    prints = {document_fingerprint(doc, shaping(v, w)) for v, w in (("mix", 0.5), ("mix", 0.25), ("reembed", 0.5))}
     assert len(prints) == 3
+    # reembed (the default) leaves fingerprints made before the setting existed as they were
+    assert shaping("reembed", 0.75) == shaping_of(Settings()) and "vectors" not in shaping_of(Settings())
+    assert shaping("mix", 0.25).endswith("|vectors=mix:0.25")
