@@ -1,9 +1,18 @@
 """Turning documents into embedded chunks (no Elasticsearch here).
 
 Sentences of a whole batch of documents are embedded in one call so the
-embedder can length-sort them into tight batches; a chunk of one sentence
-without a header reuses that sentence's vector, and other chunks are embedded
-again (with their contextual header in front, when they have one).
+embedder can length-sort them into tight batches. How a chunk then gets its
+vector is a setting (``ChunkingSettings.vectors``):
+
+- "mix": from the vectors at hand, the mean of its sentences' vectors plus
+  its header's vector (each distinct header embedded once, in the same call
+  as the sentences), so each sentence goes through the model once;
+- "reembed": a chunk of one sentence without a header reuses that
+  sentence's vector, and other chunks are embedded again (with their
+  contextual header in front, when they have one).
+
+Chunks of the larger ensembling scales are always embedded again: their
+vector should see their text as one passage.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import ChunkingSettings
 from ingest_pipeline.chunking import consecutive_similarities, group_sentences, percentile_threshold
-from ingest_pipeline.headers import chunk_header, embedded_text
+from ingest_pipeline.headers import chunk_header, embedded_text, mixed_vector
 from ingest_pipeline.scales import group_to_size, target_chars
 from ingest_pipeline.sentences import Span, bounded_sentence_spans
 from ingest_pipeline.sources import Document
@@ -76,8 +85,17 @@ def chunk_documents(
             if spans:
                 sections.append((doc_index, section.path, spans))
 
+    headers = [
+        chunk_header(documents[d].title, path, settings.headers, documents[d].summary) for d, path, _ in sections
+    ]
+    mixing = settings.vectors == "mix"
+    # Each distinct header once (a document's title is the header of all its
+    # chunks), embedded in the sentences' call so it shares their batches.
+    header_texts = list(dict.fromkeys(h for h in headers if h)) if mixing and settings.header_weight > 0 else []
     sentence_texts = [documents[d].text[s:e] for d, _, spans in sections for s, e in spans]
-    sentence_vectors = embedder.embed(sentence_texts)
+    embedded = embedder.embed(sentence_texts + header_texts)
+    sentence_vectors = embedded[: len(sentence_texts)]
+    header_vectors = dict(zip(header_texts, embedded[len(sentence_texts) :]))
 
     section_vectors, section_similarities, offset = [], [], 0
     for _, _, spans in sections:
@@ -88,18 +106,23 @@ def chunk_documents(
 
     # (document index, scale, section path, span, sentences, reusable vector, header)
     drafts: list[tuple[int, int, tuple[str, ...], Span, int, np.ndarray | None, str]] = []
-    for (doc_index, path, spans), vectors, similarities in zip(sections, section_vectors, section_similarities):
-        header = chunk_header(documents[doc_index].title, path, settings.headers, documents[doc_index].summary)
+    for (doc_index, path, spans), header, vectors, similarities in zip(
+        sections, headers, section_vectors, section_similarities
+    ):
         for group in group_sentences(
             spans, similarities, thresholds[doc_index], settings.max_chars, settings.min_chars
         ):
             span = (spans[group.start][0], spans[group.stop - 1][1])
-            single = vectors[group.start] if len(group) == 1 and not header else None
-            drafts.append((doc_index, BASE_SCALE, path, span, len(group), single, header))
+            if mixing:
+                ready = mixed_vector(
+                    vectors[group.start : group.stop], header_vectors.get(header), settings.header_weight
+                )
+            else:
+                ready = vectors[group.start] if len(group) == 1 and not header else None
+            drafts.append((doc_index, BASE_SCALE, path, span, len(group), ready, header))
     # Larger scales for ensembling: the same sentences, grouped by length only.
     for scale in settings.scales:
-        for doc_index, path, spans in sections:
-            header = chunk_header(documents[doc_index].title, path, settings.headers, documents[doc_index].summary)
+        for (doc_index, path, spans), header in zip(sections, headers):
             for group in group_to_size(spans, target_chars(scale)):
                 drafts.append(
                     (

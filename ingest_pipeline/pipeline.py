@@ -214,6 +214,8 @@ def shaping_of(settings: Settings) -> str:
     shaping = f"{settings.chunking}|{settings.embedder.provider}:{settings.embedder.model}"
     if settings.chunking.scales:
         shaping += "|scales=" + ",".join(str(s) for s in settings.chunking.scales)
+    if settings.chunking.vectors != "reembed":
+        shaping += f"|vectors={settings.chunking.vectors}:{settings.chunking.header_weight:g}"
     # Likewise the document context, only when some is asked for. The chat
     # model's name is not in it: switching models does not redo the stored
     # documents (a document re-ingested for another reason asks the new one).

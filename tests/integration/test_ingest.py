@@ -142,3 +142,57 @@ def test_refresh_is_restored_after_ingest_even_if_a_killed_run_left_it_paused(
     ingest([tmp_path], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
     assert engine.refresh_interval(engine_index) is None
     assert engine.count(engine_index) == 2
+
+
+def test_changing_how_chunk_vectors_are_made_reingests_with_the_new_vectors(
+    engine, embedder, settings, engine_index, tmp_path
+):
+    import dataclasses
+
+    import numpy as np
+
+    from ingest_pipeline.headers import embedded_text, mixed_vector
+
+    doc = tmp_path / "records.jsonl"
+    doc.write_text(json.dumps({"id": "h1", "title": "Honey bees", "text": "They shiver to keep warm."}), "utf-8")
+
+    def stored_vector():
+        # Elasticsearch 9 leaves vectors out of _source unless asked (the engine drops the flag for OpenSearch)
+        body = {"size": 10, "query": {"match_all": {}}, "_source": {"excludes": [], "exclude_vectors": False}}
+        hits = engine.search(engine_index, body)["hits"]["hits"]
+        assert len(hits) == 1 and hits[0]["_source"]["header"] == "Honey bees"
+        return np.array(hits[0]["_source"]["vector"], dtype=np.float32)
+
+    def with_vectors(vectors, weight):
+        chunking = dataclasses.replace(settings.chunking, headers="title", vectors=vectors, header_weight=weight)
+        return dataclasses.replace(settings, chunking=chunking)
+
+    mixed = ingest(
+        [doc], client=engine, embedder=embedder, settings=with_vectors("mix", 0.5), index=engine_index, progress=False
+    )
+    assert mixed.ok and mixed.chunks == 1
+    sentence, header = embedder.embed(["They shiver to keep warm.", "Honey bees"])
+    np.testing.assert_allclose(stored_vector(), mixed_vector(sentence[None, :], header, 0.5), atol=1e-3)
+
+    # another weight, then reembed: each is a change of fingerprint, so the document is rewritten
+    for vectors, weight in (("mix", 1.0), ("reembed", 1.0)):
+        report = ingest(
+            [doc],
+            client=engine,
+            embedder=embedder,
+            settings=with_vectors(vectors, weight),
+            index=engine_index,
+            progress=False,
+        )
+        assert report.unchanged == 0 and report.chunks == 1
+    (joint,) = embedder.embed([embedded_text("Honey bees", "They shiver to keep warm.")])
+    np.testing.assert_allclose(stored_vector(), joint, atol=1e-3)
+    same = ingest(
+        [doc],
+        client=engine,
+        embedder=embedder,
+        settings=with_vectors("reembed", 1.0),
+        index=engine_index,
+        progress=False,
+    )
+    assert same.unchanged == 1 and same.chunks == 0

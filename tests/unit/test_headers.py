@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chunkrag_core.settings import ChunkingSettings, SettingsError
+from chunkrag_core.settings import ChunkingSettings, Settings, SettingsError
 from ingest_pipeline.chunker import chunk_documents, document_fingerprint
-from ingest_pipeline.headers import chunk_header, embedded_text
+from ingest_pipeline.headers import chunk_header, embedded_text, mixed_vector
+from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.sources import markdown_document, plain_document
 
 
@@ -73,3 +74,110 @@ def test_without_headers_single_sentences_reuse_their_sentence_vector():
     # two sentences embedded once each; alternating vectors make two chunks, no second pass
     assert embedder.texts == ["Bees make honey.", "Wasps do not."]
     assert [c.header for c in chunked.chunks] == ["", ""]
+
+
+def test_mixed_vector_is_the_normalised_sentence_mean_plus_the_weighted_header():
+    two = np.array([[1.0, 0.0], [0.0, 1.0]])
+    # no header: the mean [0.5, 0.5] made unit length
+    np.testing.assert_allclose(mixed_vector(two, None, 0.5), [0.70710678, 0.70710678], atol=1e-6)
+    # one sentence and a header at weight 0.5: [1, 0.5] / sqrt(1.25)
+    np.testing.assert_allclose(
+        mixed_vector(np.array([[1.0, 0.0]]), np.array([0.0, 1.0]), 0.5), [0.89442719, 0.4472136], atol=1e-6
+    )
+    # the header is made unit length first: [0.7071 + 1, 0.7071] / 1.847759
+    np.testing.assert_allclose(mixed_vector(two, np.array([2.0, 0.0]), 1.0), [0.92387953, 0.38268343], atol=1e-6)
+    # mean [0.9, 0.3] -> [0.948683, 0.316228]; + [0, 0.5] -> [0.948683, 0.816228] / 1.251490
+    np.testing.assert_allclose(
+        mixed_vector(np.array([[1.0, 0.0], [0.8, 0.6]]), np.array([0.0, 1.0]), 0.5), [0.75804293, 0.6522047], atol=1e-6
+    )
+    # weight 0 leaves the header out
+    np.testing.assert_allclose(mixed_vector(two, np.array([1.0, 0.0]), 0.0), [0.70710678, 0.70710678], atol=1e-6)
+
+
+def test_mixed_vector_of_sentences_that_cancel_out_is_not_divided_by_zero():
+    opposite = np.array([[1.0, 0.0], [-1.0, 0.0]])
+    np.testing.assert_array_equal(mixed_vector(opposite, None, 0.5), [0.0, 0.0])
+    np.testing.assert_allclose(mixed_vector(opposite, np.array([0.0, 3.0]), 0.5), [0.0, 1.0], atol=1e-6)
+    with pytest.raises(ValueError, match="non-empty"):
+        mixed_vector(np.zeros((0, 2)), None, 0.5)
+
+
+def test_mix_embeds_each_sentence_and_each_distinct_header_once_and_no_chunk_again():
+    embedder = RecordingEmbedder()
+    (chunked,) = chunk_documents(
+        [markdown_document("bees.md", TEXT, "test", fallback_title="bees")],
+        embedder,
+        ChunkingSettings(vectors="mix", header_weight=0.5),
+    )
+    # sentences first, then the two distinct headers, in one call; alternating
+    # vectors: sentences [1,0] [0,1] [1,0], headers "Bees" [0,1], "Bees > Winter" [1,0]
+    assert embedder.texts == [
+        "Bees make honey.",
+        "They shiver to keep warm.",
+        "The queen stays inside.",
+        "Bees",
+        "Bees > Winter",
+    ]
+    assert [c.header for c in chunked.chunks] == ["Bees", "Bees > Winter", "Bees > Winter"]
+    np.testing.assert_allclose(
+        [c.vector for c in chunked.chunks],
+        [[0.89442719, 0.4472136], [0.4472136, 0.89442719], [1.0, 0.0]],
+        atol=1e-6,
+    )
+
+
+class TableEmbedder:
+    """Vectors looked up by text."""
+
+    def __init__(self, table):
+        self.table, self.texts = table, []
+
+    def embed(self, texts):
+        self.texts.extend(texts)
+        return np.array([self.table[t] for t in texts], dtype=np.float32).reshape(len(texts), 2)
+
+
+def test_mix_averages_the_sentences_of_a_longer_chunk():
+    embedder = TableEmbedder({"Bees make honey.": [1.0, 0.0], "Bees make wax.": [0.8, 0.6], "Hive": [0.0, 1.0]})
+    doc = plain_document("d", "Bees make honey. Bees make wax.", "test", title="Hive")
+    (chunked,) = chunk_documents([doc], embedder, ChunkingSettings(headers="title", vectors="mix"))
+    # cosine 0.8 = θ keeps the two sentences together in one chunk
+    (chunk,) = chunked.chunks
+    assert chunk.sentence_count == 2 and chunk.header == "Hive"
+    np.testing.assert_allclose(chunk.vector, [0.75804293, 0.6522047], atol=1e-6)
+    assert embedder.texts == ["Bees make honey.", "Bees make wax.", "Hive"]
+    # weight 0: the header is stored but not embedded at all
+    embedder = TableEmbedder(embedder.table)
+    (chunked,) = chunk_documents([doc], embedder, ChunkingSettings(headers="title", vectors="mix", header_weight=0))
+    np.testing.assert_allclose(chunked.chunks[0].vector, [0.9486833, 0.31622777], atol=1e-6)
+    assert embedder.texts == ["Bees make honey.", "Bees make wax."] and chunked.chunks[0].header == "Hive"
+
+
+def test_reembed_embeds_the_header_and_the_chunk_again():
+    table = {"Bees make honey.": [1.0, 0.0], "Bees make wax.": [0.8, 0.6]}
+    embedder = TableEmbedder({**table, "Hive\n\nBees make honey. Bees make wax.": [0.0, 1.0]})
+    doc = plain_document("d", "Bees make honey. Bees make wax.", "test", title="Hive")
+    (chunked,) = chunk_documents([doc], embedder, ChunkingSettings(headers="title", vectors="reembed"))
+    np.testing.assert_allclose(chunked.chunks[0].vector, [0.0, 1.0])
+    assert embedder.texts[-1] == "Hive\n\nBees make honey. Bees make wax."
+
+
+def test_vector_settings_are_validated_read_from_the_environment_and_fingerprinted():
+    with pytest.raises(SettingsError, match="vectors must be one of"):
+        ChunkingSettings(vectors="average")
+    with pytest.raises(SettingsError, match="header_weight"):
+        ChunkingSettings(header_weight=-0.1)
+    chunking = Settings.from_env({"CHUNKRAG_CHUNK_VECTORS": "reembed", "CHUNKRAG_CHUNK_HEADER_WEIGHT": "0.75"}).chunking
+    assert (chunking.vectors, chunking.header_weight) == ("reembed", 0.75)
+    with pytest.raises(SettingsError, match="CHUNKRAG_CHUNK_HEADER_WEIGHT"):
+        Settings.from_env({"CHUNKRAG_CHUNK_HEADER_WEIGHT": "heavy"})
+    doc = plain_document("d", "One. Two.", "test", title="T")
+
+    def shaping(vectors, weight):
+        return shaping_of(Settings(chunking=ChunkingSettings(vectors=vectors, header_weight=weight)))
+
+    prints = {document_fingerprint(doc, shaping(v, w)) for v, w in (("mix", 0.5), ("mix", 0.25), ("reembed", 0.5))}
+    assert len(prints) == 3
+    # reembed (the default) leaves fingerprints made before the setting existed as they were
+    assert shaping("reembed", 0.75) == shaping_of(Settings()) and "vectors" not in shaping_of(Settings())
+    assert shaping("mix", 0.25).endswith("|vectors=mix:0.25")

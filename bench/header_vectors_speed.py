@@ -1,0 +1,136 @@
+r"""Ingest speed of each way of making chunk vectors, against the raw embedder.
+
+    python -m bench.header_vectors_speed [--limit 500] [--rounds 2]
+
+Each round runs, each in a fresh process and one after the other: the raw
+embedder (the same sentences, the settings' model and batch size, nothing
+else), then ingest (read, split, embed, chunk, write to Elasticsearch, as
+``bench.ingest_bench`` runs it) with default headers and
+``CHUNKRAG_CHUNK_VECTORS=mix`` (header weight 0.5: any weight above 0 costs
+the same), ``mix`` at weight 0 (no header embedded) and ``reembed``. On a
+shared machine whose load drifts over minutes, alternating in rounds lets
+a slow spell hit every variant alike; each variant's ratio to raw is taken
+within its round, and the medians over rounds are reported with the load
+average seen before each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from bench.common import median, write_result
+
+VARIANTS = {
+    "mix_w0.5": {"CHUNKRAG_CHUNK_VECTORS": "mix", "CHUNKRAG_CHUNK_HEADER_WEIGHT": "0.5"},
+    "mix_w0": {"CHUNKRAG_CHUNK_VECTORS": "mix", "CHUNKRAG_CHUNK_HEADER_WEIGHT": "0"},
+    "reembed": {"CHUNKRAG_CHUNK_VECTORS": "reembed"},
+}
+INDEX = "bench-scifact-vectors-speed"
+
+
+def one_raw_run(limit: int) -> dict:
+    from bench.ingest_bench import scifact_documents
+    from chunkrag_core.providers import make_embedder
+    from chunkrag_core.settings import Settings
+    from ingest_pipeline.sentences import bounded_sentence_spans
+
+    settings = Settings.from_env()
+    chunking = settings.chunking
+    sentences = [
+        d.text[s:e]
+        for d in scifact_documents(limit)
+        for section in d.sections
+        for s, e in bounded_sentence_spans(d.text, section.start, section.end, chunking.max_chars, chunking.language)
+    ]
+    embedder = make_embedder(settings.embedder)
+    embedder.embed(sentences[:64])  # load and warm up, as the pipeline's first batch does not get
+    began = time.perf_counter()
+    embedder.embed(sentences)
+    wall = time.perf_counter() - began
+    return {
+        "sentences": len(sentences),
+        "batch_size": settings.embedder.batch_size,
+        "wall_s": round(wall, 2),
+        "sentences_per_s": round(len(sentences) / wall, 1),
+    }
+
+
+def child(kind: str, limit: int, env: dict[str, str]) -> dict:
+    load = os.getloadavg()[0]
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.header_vectors_speed", "--one", kind, "--limit", str(limit)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return {**result, "load_1m_before": round(load, 2)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--limit", type=int, default=500, help="first N SciFact documents")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--name", default="header_vectors_speed")
+    parser.add_argument("--one", choices=["raw", "pipeline"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.one == "raw":
+        print(json.dumps(one_raw_run(args.limit)))
+        return 0
+    if args.one == "pipeline":
+        from bench.ingest_bench import one_pipeline_run
+
+        result = one_pipeline_run(args.limit, INDEX)
+        print(json.dumps({**result, "sentences_per_s": result["pipeline_sentences_per_s"]}))
+        return 0
+
+    runs: dict[str, list[dict]] = {"raw": [], **{name: [] for name in VARIANTS}}
+    for round_number in range(args.rounds):
+        runs["raw"].append(child("raw", args.limit, {}))
+        for name, env in VARIANTS.items():
+            runs[name].append(child("pipeline", args.limit, env))
+        print(
+            f"round {round_number + 1}: "
+            + ", ".join(f"{name} {rows[-1]['sentences_per_s']}" for name, rows in runs.items()),
+            file=sys.stderr,
+        )
+        write_result(args.name, "bench.header_vectors_speed", summary(runs, args))
+    print(json.dumps(summary(runs, args)["variants"], indent=2))
+    return 0
+
+
+def summary(runs: dict[str, list[dict]], args) -> dict:
+    raw_rates = [r["sentences_per_s"] for r in runs["raw"]]
+    variants = {}
+    for name in VARIANTS:
+        rates = [r["sentences_per_s"] for r in runs[name]]
+        per_round = [rate / raw for rate, raw in zip(rates, raw_rates)]
+        variants[name] = {
+            "env": VARIANTS[name],
+            "sentences_per_s": median(rates),
+            "over_raw_within_round": median(per_round),
+            "over_raw_within_round_per_run": [round(x, 3) for x in per_round],
+            "chunks": runs[name][-1]["chunks"],
+        }
+    return {
+        "corpus": f"eval/scifact/beir_derived/corpus.jsonl (first {args.limit} documents)",
+        "rounds": len(raw_rates),
+        "headers": "title+section (the default; on SciFact the title)",
+        "sentences": runs["raw"][-1]["sentences"],
+        "raw_embed_sentences_per_s": median(raw_rates),
+        "raw_batch_size": runs["raw"][-1]["batch_size"],
+        "variants": variants,
+        "per_run": runs,
+        "note": "nice -n 10 on a shared 2-core machine; load_1m_before is the 1-minute load average before each run",
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
