@@ -1,0 +1,463 @@
+"""The cost curve: ingest time, disk, heap and query latency at about 10k,
+100k and 1M chunks, per vector type, on a node of its own.
+
+    python -m bench.scale_bench pool                       # embed the sentence pool once (cached)
+    python -m bench.scale_bench node --engine elasticsearch --port 19400 --heap 3g   # start a node
+    python -m bench.scale_bench run --url http://127.0.0.1:19400 --engine elasticsearch \\
+        --size 10000 --vector-type int8_hnsw [--runs 3] [--keep]
+    python -m bench.scale_bench plot
+
+Corpora (bench/scale_corpus.py): real documents from ../shared/eval cut into
+chunks of 2-6 consecutive sentences, then documents recombined from real
+sentences; each chunk's vector is the L2-normalised mean of its sentences'
+vectors, embedded once with the local MiniLM (a stand-in for embedding every
+chunk, which the two shared cores could not do for a million chunks).
+Chunks are written through the project's own index body and bulk writer
+(ingest_pipeline/writer.py) so the index is the real one.
+
+Latency: SciFact's 300 queries (embedded once, outside the timing), each
+retrieval mode ``--runs`` times; per run p50/p95/p99 of the engine part of
+one search (HybridRetriever.took_ms), median over runs. The filter row is
+what ``ask`` does with the default filter (no judge): minmax retrieval of
+the candidates with their vectors, then ``run_filter`` on them, timed per
+query. Every row lands in bench/results/scale.json under its engine, vector
+type and size, beside the rows already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import RESULTS, SHARED, machine, median
+from bench.metrics import percentile
+from bench.scale_corpus import SYNTHETIC_PREFIX, PlannedChunk, mean_vectors, plan_corpus, real_documents, sentence_table
+from chunkrag_core.settings import state_home
+
+EVAL = SHARED / "eval"
+RESULT_NAME = "scale"
+MODES = ("bm25", "knn", "minmax")
+# Sentences embedded per call before the partial pool is saved (a killed
+# run resumes from the last save).
+POOL_SAVE_EVERY = 4096
+# Shuffles the real documents before their sentences are numbered.
+POOL_SEED = 11
+# Sentences embedded for the pool: all 71k distinct real sentences would
+# take over an hour at the ~17-30 sentences/s the shared 2 cores gave the
+# local MiniLM (2026-11-24); this prefix spans every corpus.
+DEFAULT_POOL_SENTENCES = 16384
+
+
+# --- the sentence pool ---------------------------------------------------------------
+
+
+def pool_paths(cache: Path) -> tuple[Path, Path]:
+    return cache / "scale-sentences.json", cache / "scale-vectors.npy"
+
+
+def build_pool(cache: Path, max_sentences: int | None = None):
+    """The distinct sentences of the real documents (documents in a seeded
+    shuffled order, so any prefix of the pool spans every corpus), the
+    first ``max_sentences`` of them embedded once (resumable, cached), and
+    the documents whose sentences all fall in that prefix, each with its
+    sentence ids. Returns (sentences, documents, vectors, all_sentences_count)."""
+    from chunkrag_core.providers import make_embedder
+    from chunkrag_core.settings import Settings
+    from ingest_pipeline.sentences import sentence_spans
+
+    cache.mkdir(parents=True, exist_ok=True)
+    text_path, vector_path = pool_paths(cache)
+    if text_path.exists():
+        stored = json.loads(text_path.read_text(encoding="utf-8"))
+        sentences, docs = stored["sentences"], [tuple(d) for d in stored["docs"]]
+    else:
+        source = real_documents(EVAL)
+        order = np.random.default_rng(POOL_SEED).permutation(len(source))
+        source = [source[i] for i in order]
+        split = [[d.text[s:e] for s, e in sentence_spans(d.text, 0, len(d.text))] for d in source]
+        sentences, per_doc = sentence_table(split)
+        docs = [(d.doc_id, d.title, ids) for d, ids in zip(source, per_doc)]
+        text_path.write_text(json.dumps({"sentences": sentences, "docs": docs}), encoding="utf-8")
+    size = min(len(sentences), max_sentences or len(sentences))
+    done = np.load(vector_path) if vector_path.exists() else np.zeros((0, 384), dtype=np.float32)
+    if len(done) < size:
+        embedder = make_embedder(Settings.from_env().embedder)
+        began = time.perf_counter()
+        start = len(done)
+        while len(done) < size:
+            batch = sentences[len(done) : min(size, len(done) + POOL_SAVE_EVERY)]
+            done = np.concatenate([done, np.asarray(embedder.embed(batch), dtype=np.float32)])
+            np.save(vector_path, done)
+            rate = (len(done) - start) / (time.perf_counter() - began)
+            print(f"pool: {len(done)}/{size} sentences embedded ({rate:.0f}/s)", file=sys.stderr)
+    covered = [(doc_id, title, ids) for doc_id, title, ids in docs if ids and max(ids) < size]
+    return sentences[:size], covered, done[:size], len(sentences)
+
+
+def pool_main(args) -> int:
+    sentences, docs, vectors, available = build_pool(Path(args.cache), args.pool_sentences)
+    print(json.dumps({"sentences": len(sentences), "of": available, "documents": len(docs), "vectors": vectors.shape}))
+    return 0
+
+
+# --- writing a corpus ------------------------------------------------------------------
+
+
+def chunked_documents(plan, sentences: list[str], vectors: np.ndarray):
+    """Each planned document as the ingest pipeline's ChunkedDocument: the
+    chunks' texts joined from their sentences (offsets into the joined
+    document), their vectors the normalised mean of the sentences'."""
+    from chunkrag_core.chunk import Chunk
+    from ingest_pipeline.chunker import ChunkedDocument
+    from ingest_pipeline.sources import Document
+
+    for planned in plan:
+        texts = [" ".join(sentences[i] for i in chunk.sentences) for chunk in planned]
+        text = " ".join(texts)
+        first: PlannedChunk = planned[0]
+        chunks, cursor = [], 0
+        chunk_vectors = mean_vectors(vectors, [chunk.sentences for chunk in planned])
+        for chunk, chunk_text, vector in zip(planned, texts, chunk_vectors):
+            chunks.append(
+                Chunk(
+                    doc_id=chunk.doc_id,
+                    position=chunk.position,
+                    text=chunk_text,
+                    start=cursor,
+                    end=cursor + len(chunk_text),
+                    title=chunk.title,
+                    sentence_count=len(chunk.sentences),
+                    vector=vector,
+                    header=chunk.title,
+                )
+            )
+            cursor += len(chunk_text) + 1
+        document = Document(doc_id=first.doc_id, title=first.title, text=text, sections=())
+        # Nothing is re-ingested here: any stable fingerprint will do.
+        fingerprint = f"scale-bench:{len(chunks)}"
+        yield ChunkedDocument(document, tuple(chunks), sum(c.sentence_count for c in chunks), fingerprint)
+
+
+def ingest(backend, index: str, vector_type: str, plan, sentences, vectors) -> dict:
+    """The corpus written as the ingest pipeline writes it: the project's
+    index body, refreshes paused, bulk requests of the writer's size; the
+    seconds to a refreshed index, then to merges settled."""
+    from chunkrag_core.settings import VectorIndexSettings
+    from ingest_pipeline.writer import bulk_write, document_actions, ensure_index
+
+    backend.delete_index(index)
+    ensure_index(
+        backend,
+        index,
+        dims=vectors.shape[1],
+        vectors=VectorIndexSettings(type=vector_type),
+        capabilities=backend.capabilities(),
+    )
+    began = time.perf_counter()
+    previous = backend.refresh_interval(index)
+    backend.set_refresh_interval(index, "-1")
+    documents = synthetic = 0
+
+    def actions():
+        nonlocal documents, synthetic
+        for chunked in chunked_documents(plan, sentences, vectors):
+            documents += 1
+            if chunked.document.doc_id.startswith(SYNTHETIC_PREFIX):
+                synthetic += len(chunked.chunks)
+            yield from document_actions(index, chunked, None)
+
+    outcome = bulk_write(backend, actions())
+    backend.set_refresh_interval(index, previous)
+    backend.refresh(index)
+    refreshed = time.perf_counter() - began
+    if outcome.errors:
+        raise RuntimeError(f"{len(outcome.errors)} bulk errors, first: {outcome.errors[:3]}")
+    settle_merges(backend, index)
+    return {
+        "documents": documents,
+        "chunks_indexed": outcome.indexed,
+        "real_text_chunks": outcome.indexed - synthetic,
+        "synthetic_chunks": synthetic,
+        "seconds_to_refreshed": round(refreshed, 1),
+        "seconds_to_merges_settled": round(time.perf_counter() - began, 1),
+        "chunks_per_s": round(outcome.indexed / refreshed, 1),
+    }
+
+
+# Merges still running after the bulk are part of the cost; waited for (up
+# to this long) so latency is measured on the index as it stays.
+MERGE_WAIT_S = 1800
+
+
+def settle_merges(backend, index: str) -> None:
+    deadline = time.monotonic() + MERGE_WAIT_S
+    while time.monotonic() < deadline:
+        stats = backend.client.indices.stats(index=index, metric="merge")
+        if stats["_all"]["primaries"]["merges"]["current"] == 0:
+            return
+        time.sleep(5)
+
+
+def index_figures(backend, index: str) -> dict:
+    """Disk (and per file kind, e.g. the vector files), segments and the node's heap."""
+    client = backend.client
+    stats = client.indices.stats(index=index, metric="store,segments,docs", include_segment_file_sizes=True)
+    primaries = stats["_all"]["primaries"]
+    files = primaries["segments"].get("file_sizes") or {}
+    heap = heap_samples(client)
+    return {
+        "docs": primaries["docs"]["count"],
+        "store_bytes": primaries["store"]["size_in_bytes"],
+        "store_mb": round(primaries["store"]["size_in_bytes"] / 2**20, 1),
+        "segments": primaries["segments"]["count"],
+        "file_sizes_mb": {
+            kind: round(value["size_in_bytes"] / 2**20, 1)
+            for kind, value in sorted(files.items())
+            if value["size_in_bytes"] >= 2**20
+        },
+        "heap_used_mb_min": round(min(used for used, _ in heap) / 2**20, 1),
+        "heap_used_mb_max": round(max(used for used, _ in heap) / 2**20, 1),
+        "heap_max_mb": round(heap[0][1] / 2**20, 1),
+    }
+
+
+# Heap in use swings with garbage not yet collected: the least of a few
+# samples a second apart is the closer to what the index keeps live.
+HEAP_SAMPLES = 5
+
+
+def heap_samples(client) -> list[tuple[int, int]]:
+    samples = []
+    for i in range(HEAP_SAMPLES):
+        nodes = client.nodes.stats(metric="jvm")["nodes"]
+        mem = next(iter(nodes.values()))["jvm"]["mem"]
+        samples.append((mem["heap_used_in_bytes"], mem["heap_max_in_bytes"]))
+        if i < HEAP_SAMPLES - 1:
+            time.sleep(1)
+    return samples
+
+
+# --- latency ----------------------------------------------------------------------------
+
+
+class CachedEmbedder:
+    """The queries embedded once, before any timing (the retriever embeds
+    per search; that time is reported apart from the engine's anyway)."""
+
+    def __init__(self, embedder, texts):
+        self.vectors = dict(zip(texts, embedder.embed(list(texts))))
+        self.dims = len(next(iter(self.vectors.values())))
+
+    def embed(self, texts):
+        return np.asarray([self.vectors[t] for t in texts], dtype=np.float32)
+
+
+def scifact_queries() -> list[str]:
+    path = EVAL / "scifact" / "beir_derived" / "queries_validation.jsonl"
+    return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def percentiles(values) -> dict:
+    return {f"p{int(q * 100)}": round(percentile(values, q), 2) for q in (0.5, 0.95, 0.99)}
+
+
+def median_of_runs(runs: list[dict]) -> dict:
+    return {key: median([run[key] for run in runs]) for key in runs[0]}
+
+
+# Untimed searches per mode before the timed runs (caches, JIT).
+WARMUP_QUERIES = 50
+
+
+def measure_latency(retriever, queries: list[str], runs: int, candidates: int) -> dict:
+    """Per mode, p50/p95/p99 of took_ms per run, median over runs (after an
+    untimed warm-up); then the default filter."""
+    from chunkrag_core.providers import make_chat
+    from chunkrag_core.settings import Settings
+    from chunkrag_filter.pipeline import FilterOptions, run_filter
+
+    rows = {}
+    for mode in MODES:
+        for text in queries[:WARMUP_QUERIES]:
+            retriever.search(text, mode=mode, size=candidates)
+        per_run = []
+        for _ in range(runs):
+            per_run.append(percentiles([retriever.search(t, mode=mode, size=candidates).took_ms for t in queries]))
+        rows[mode] = {**median_of_runs(per_run), "runs": per_run}
+    # The default filter never calls the model (judge_top=0); the client is
+    # made for the signature only and opens no connection.
+    model = make_chat(Settings.from_env().chat)
+    options = FilterOptions()
+    retrieval_runs, filter_runs, kept = [], [], []
+    for _ in range(runs):
+        took, filtered = [], []
+        for text in queries:
+            result = retriever.search(text, mode="minmax", size=candidates, include_vectors=True)
+            took.append(result.took_ms)
+            started = time.perf_counter()
+            outcome = run_filter(text, result.chunks, model=model, options=options)
+            filtered.append((time.perf_counter() - started) * 1000)
+            kept.append(len(outcome.kept))
+        retrieval_runs.append(percentiles(took))
+        filter_runs.append(percentiles(filtered))
+    rows["minmax_with_vectors"] = {**median_of_runs(retrieval_runs), "runs": retrieval_runs}
+    rows["filter"] = {
+        **median_of_runs(filter_runs),
+        "runs": filter_runs,
+        "mean_kept": round(float(np.mean(kept)), 2),
+    }
+    return rows
+
+
+def run_main(args) -> int:
+    from chunkrag_core.engines import make_backend
+    from chunkrag_core.providers import make_embedder
+    from chunkrag_core.settings import Settings
+    from search_extension.ask import DEFAULT_CANDIDATES
+    from search_extension.retriever import HybridRetriever
+
+    sentences, docs, vectors, available = build_pool(Path(args.cache), args.pool_sentences)
+    base = Settings.from_env()
+    if args.engine == "opensearch":
+        settings = dataclasses.replace(base, search_backend="opensearch", opensearch_url=args.url)
+    else:
+        settings = dataclasses.replace(base, search_backend="elasticsearch", es_url=args.url)
+    backend = make_backend(settings)
+    index = f"scale-{args.vector_type}-{args.size}"
+    load_before = os.getloadavg()
+    plan = plan_corpus(docs, len(sentences), args.size)
+    print(f"{index}: writing {args.size} chunks to {args.url}", file=sys.stderr)
+    written = ingest(backend, index, args.vector_type, plan, sentences, vectors)
+    figures = index_figures(backend, index)
+    print(f"{index}: {written} {figures}", file=sys.stderr)
+    queries = scifact_queries()
+    retriever = HybridRetriever(backend, CachedEmbedder(make_embedder(settings.embedder), queries), index)
+    candidates = args.candidates or DEFAULT_CANDIDATES
+    latency = measure_latency(retriever, queries, args.runs, candidates)
+    figures_after = index_figures(backend, index)
+    row = {
+        "engine": args.engine,
+        "vector_type": args.vector_type,
+        "chunks": args.size,
+        "sentence_pool": {"embedded": len(sentences), "real_sentences": available, "real_documents": len(docs)},
+        "ingest": written,
+        "index": {**figures, "heap_used_mb_min_after_queries": figures_after["heap_used_mb_min"]},
+        "queries": len(queries),
+        "candidates": candidates,
+        "latency_ms": latency,
+        "fusion_minmax": retriever.search(queries[0], mode="minmax", size=candidates).fusion,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "command": " ".join(["python -m bench.scale_bench", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    print(json.dumps({k: v for k, v in row.items() if k != "latency_ms"}), file=sys.stderr)
+    for mode, values in latency.items():
+        print(f"  {mode:>20}: p50 {values['p50']} p95 {values['p95']} p99 {values['p99']} ms", file=sys.stderr)
+    print(store_row(f"{args.engine}/{args.vector_type}/{args.size}", row))
+    if not args.keep:
+        backend.delete_index(index)
+    return 0
+
+
+def store_row(key: str, row: dict) -> Path:
+    """The row beside those already in bench/results/scale.json."""
+    path = RESULTS / f"{RESULT_NAME}.json"
+    existing = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    payload = {
+        "command": "python -m bench.scale_bench run --url URL --engine E --size N --vector-type T (each row: command)",
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "how": HOW,
+        "rows": {**existing.get("rows", {}), key: row},
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+HOW = (
+    "Corpus: real documents from ../shared/eval (SciFact, NQ, SQuAD, PopQA, PubHealth, bio, WikiQA, "
+    "Climate-FEVER) cut into chunks of 2-6 consecutive sentences, then documents recombined from random real "
+    "sentences (synthetic_chunks); chunk vector = L2-normalised mean of its sentences' MiniLM vectors (each "
+    "distinct sentence of the pool embedded once), a stand-in for embedding each chunk. Written with the "
+    "project's index body and bulk writer, refreshes paused. Latency: SciFact's 300 queries, an untimed "
+    "warm-up of 50 queries per mode, then each mode `runs` times; p50/p95/p99 of the engine part of one "
+    "search (HybridRetriever.took_ms, query embedding excluded), median over runs. filter: run_filter with "
+    "the default FilterOptions (no judge) on the minmax candidates fetched with their vectors "
+    "(minmax_with_vectors), per query. Node of its own (bench.scale_bench node); the machine was shared "
+    "with other jobs: see load_average_* per row."
+)
+
+
+# --- nodes of its own ------------------------------------------------------------------
+
+
+def node_main(args) -> int:
+    """Start (idempotently) a single node of ``--engine`` on ``--port`` with
+    its transport on port+1, from the distribution the project's services
+    already fetched, in a state home of its own (so its data, heap and
+    disk are the benchmark's alone)."""
+    if args.engine == "elasticsearch":
+        from local_services.elasticsearch_node import ElasticsearchSettings as base
+        from local_services.elasticsearch_node import up
+    else:
+        from local_services.opensearch_node import OpenSearchSettings as base
+        from local_services.opensearch_node import up
+    home = Path(args.home)
+    home.mkdir(parents=True, exist_ok=True)
+    cache = home / "cache"
+    if not cache.exists():
+        # The distributions the shared services run from: nothing is fetched again.
+        cache.symlink_to(state_home() / "cache")
+    # Transport on port+1 keeps both ports inside one small range.
+    settings_class = type(f"Scale{base.__name__}", (base,), {"TRANSPORT_PORT_OFFSET": 1})
+    settings = settings_class(home=home, port=args.port, heap=args.heap)
+    up(settings, timeout=300)
+    print(json.dumps({"engine": args.engine, "url": settings.url, "heap": args.heap, "run_dir": str(settings.run_dir)}))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--cache",
+        default=str(state_home() / "bench-cache" / "scale"),
+        help="where the sentence pool is cached (not committed; default $CHUNKRAG_HOME/bench-cache/scale)",
+    )
+    parser.add_argument(
+        "--pool-sentences", type=int, default=DEFAULT_POOL_SENTENCES, help="distinct real sentences embedded"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("pool", help="embed the sentence pool once")
+    node = commands.add_parser("node", help="start a node of its own for the benchmark")
+    node.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    node.add_argument("--port", type=int, required=True, help="HTTP port; transport on port+1")
+    node.add_argument("--heap", default="3g")
+    node.add_argument("--home", default=str(state_home() / "bench-cache" / "scale-home"))
+    run = commands.add_parser("run", help="write one corpus and measure it")
+    run.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    run.add_argument("--url", required=True)
+    run.add_argument("--size", type=int, required=True, help="chunks")
+    run.add_argument("--vector-type", default="int8_hnsw", choices=("hnsw", "int8_hnsw", "bbq_hnsw"))
+    run.add_argument("--runs", type=int, default=3)
+    run.add_argument("--candidates", type=int, help="chunks per search (default: ask's candidates)")
+    run.add_argument("--keep", action="store_true", help="keep the index afterwards")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return run_main(args)
+    if args.command == "pool":
+        return pool_main(args)
+    if args.command == "node":
+        return node_main(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
