@@ -50,9 +50,9 @@ POOL_SAVE_EVERY = 4096
 # Shuffles the real documents before their sentences are numbered.
 POOL_SEED = 11
 # Sentences embedded for the pool: all 71k distinct real sentences would
-# take over an hour at the ~17-30 sentences/s the shared 2 cores gave the
+# take over an hour at the ~14 sentences/s the shared 2 cores gave the
 # local MiniLM (2026-11-24); this prefix spans every corpus.
-DEFAULT_POOL_SENTENCES = 16384
+DEFAULT_POOL_SENTENCES = 8192
 
 
 # --- the sentence pool ---------------------------------------------------------------
@@ -145,7 +145,11 @@ def chunked_documents(plan, sentences: list[str], vectors: np.ndarray):
         yield ChunkedDocument(document, tuple(chunks), sum(c.sentence_count for c in chunks), fingerprint)
 
 
-def ingest(backend, index: str, vector_type: str, plan, sentences, vectors) -> dict:
+# Chunks between two progress lines while writing.
+PROGRESS_EVERY = 50_000
+
+
+def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merge_wait_s: float) -> dict:
     """The corpus written as the ingest pipeline writes it: the project's
     index body, refreshes paused, bulk requests of the writer's size; the
     seconds to a refreshed index, then to merges settled."""
@@ -164,6 +168,8 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors) -> d
     previous = backend.refresh_interval(index)
     backend.set_refresh_interval(index, "-1")
     documents = synthetic = 0
+    written: list[int] = []
+    done: list[int] = []
 
     def actions():
         nonlocal documents, synthetic
@@ -172,6 +178,12 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors) -> d
             if chunked.document.doc_id.startswith(SYNTHETIC_PREFIX):
                 synthetic += len(chunked.chunks)
             yield from document_actions(index, chunked, None)
+            written.append(len(chunked.chunks))
+            if sum(written) >= PROGRESS_EVERY:
+                done.append(sum(written))
+                written.clear()
+                seconds = time.perf_counter() - began
+                print(f"{index}: {sum(done)} chunks sent in {seconds:.0f} s", file=sys.stderr, flush=True)
 
     outcome = bulk_write(backend, actions())
     backend.set_refresh_interval(index, previous)
@@ -179,8 +191,9 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors) -> d
     refreshed = time.perf_counter() - began
     if outcome.errors:
         raise RuntimeError(f"{len(outcome.errors)} bulk errors, first: {outcome.errors[:3]}")
-    settle_merges(backend, index)
+    settled = settle_merges(backend, index, merge_wait_s)
     return {
+        "merges_settled": settled,
         "documents": documents,
         "chunks_indexed": outcome.indexed,
         "real_text_chunks": outcome.indexed - synthetic,
@@ -192,16 +205,19 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors) -> d
 
 
 # Merges still running after the bulk are part of the cost; waited for (up
-# to this long) so latency is measured on the index as it stays.
-MERGE_WAIT_S = 1800
+# to --merge-wait seconds) so latency is measured on the index as it stays.
+MERGE_WAIT_S = 600
 
 
-def settle_merges(backend, index: str) -> None:
-    deadline = time.monotonic() + MERGE_WAIT_S
-    while time.monotonic() < deadline:
+def settle_merges(backend, index: str, wait_s: float) -> bool:
+    """True once no merge runs; False if some still did after ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
         stats = backend.client.indices.stats(index=index, metric="merge")
         if stats["_all"]["primaries"]["merges"]["current"] == 0:
-            return
+            return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(5)
 
 
@@ -334,7 +350,7 @@ def run_main(args) -> int:
     load_before = os.getloadavg()
     plan = plan_corpus(docs, len(sentences), args.size)
     print(f"{index}: writing {args.size} chunks to {args.url}", file=sys.stderr)
-    written = ingest(backend, index, args.vector_type, plan, sentences, vectors)
+    written = ingest(backend, index, args.vector_type, plan, sentences, vectors, args.merge_wait)
     figures = index_figures(backend, index)
     print(f"{index}: {written} {figures}", file=sys.stderr)
     queries = scifact_queries()
@@ -396,6 +412,46 @@ HOW = (
 )
 
 
+# --- the plot ------------------------------------------------------------------------------
+
+
+def series(rows: dict, mode: str, stat: str) -> dict[str, list[tuple[int, float]]]:
+    """Per engine/vector type, (chunks, latency) points of one mode and statistic, by size."""
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for row in rows.values():
+        value = row.get("latency_ms", {}).get(mode, {}).get(stat)
+        if value is not None:
+            lines.setdefault(f"{row['engine']} {row['vector_type']}", []).append((row["chunks"], value))
+    return {name: sorted(points) for name, points in sorted(lines.items())}
+
+
+def plot_main(args) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = json.loads((RESULTS / f"{RESULT_NAME}.json").read_text(encoding="utf-8"))["rows"]
+    panels = [("bm25", "p95"), ("knn", "p95"), ("minmax", "p95"), ("minmax", "p50"), ("filter", "p95")]
+    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), sharex=True)
+    for axis, (mode, stat) in zip(axes, panels):
+        for name, points in series(rows, mode, stat).items():
+            axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+        axis.set_xscale("log")
+        axis.set_title(f"{mode} {stat}" + (" (run_filter)" if mode == "filter" else ""))
+        axis.set_xlabel("chunks in the index")
+        axis.grid(True, alpha=0.3)
+    axes[0].set_ylabel("ms per query (median of runs)")
+    axes[0].legend(fontsize=8)
+    figure.suptitle("Query latency against corpus size, one node, 300 SciFact queries (shared 2-core machine)")
+    figure.tight_layout()
+    out = RESULTS / "plots" / "scale_latency.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=110)
+    print(out)
+    return 0
+
+
 # --- nodes of its own ------------------------------------------------------------------
 
 
@@ -406,10 +462,10 @@ def node_main(args) -> int:
     disk are the benchmark's alone)."""
     if args.engine == "elasticsearch":
         from local_services.elasticsearch_node import ElasticsearchSettings as base
-        from local_services.elasticsearch_node import up
+        from local_services.elasticsearch_node import down, up
     else:
         from local_services.opensearch_node import OpenSearchSettings as base
-        from local_services.opensearch_node import up
+        from local_services.opensearch_node import down, up
     home = Path(args.home)
     home.mkdir(parents=True, exist_ok=True)
     cache = home / "cache"
@@ -419,6 +475,9 @@ def node_main(args) -> int:
     # Transport on port+1 keeps both ports inside one small range.
     settings_class = type(f"Scale{base.__name__}", (base,), {"TRANSPORT_PORT_OFFSET": 1})
     settings = settings_class(home=home, port=args.port, heap=args.heap)
+    if args.stop:
+        down(settings)
+        return 0
     up(settings, timeout=300)
     print(json.dumps({"engine": args.engine, "url": settings.url, "heap": args.heap, "run_dir": str(settings.run_dir)}))
     return 0
@@ -440,6 +499,7 @@ def main(argv=None) -> int:
     node.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
     node.add_argument("--port", type=int, required=True, help="HTTP port; transport on port+1")
     node.add_argument("--heap", default="3g")
+    node.add_argument("--stop", action="store_true", help="stop the node started on --port instead")
     node.add_argument("--home", default=str(state_home() / "bench-cache" / "scale-home"))
     run = commands.add_parser("run", help="write one corpus and measure it")
     run.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
@@ -449,7 +509,11 @@ def main(argv=None) -> int:
     run.add_argument("--runs", type=int, default=3)
     run.add_argument("--candidates", type=int, help="chunks per search (default: ask's candidates)")
     run.add_argument("--keep", action="store_true", help="keep the index afterwards")
+    run.add_argument("--merge-wait", type=float, default=MERGE_WAIT_S, help="seconds to wait for merges to settle")
+    commands.add_parser("plot", help="plot latency against corpus size from bench/results/scale.json")
     args = parser.parse_args(argv)
+    if args.command == "plot":
+        return plot_main(args)
     if args.command == "run":
         return run_main(args)
     if args.command == "pool":

@@ -79,3 +79,14 @@ def test_percentiles_and_median_of_runs():
     assert set(summary) == {"p50", "p95", "p99"}
     assert summary["p50"] <= summary["p95"] <= summary["p99"] <= 100
     assert median_of_runs([{"p50": 1.0}, {"p50": 5.0}, {"p50": 3.0}]) == {"p50": 3.0}
+
+
+def test_series_groups_rows_by_engine_and_vector_type_sorted_by_size():
+    from bench.scale_bench import series
+
+    rows = {
+        "a": {"engine": "es", "vector_type": "hnsw", "chunks": 100, "latency_ms": {"knn": {"p95": 9.0}}},
+        "b": {"engine": "es", "vector_type": "hnsw", "chunks": 10, "latency_ms": {"knn": {"p95": 3.0}}},
+        "c": {"engine": "os", "vector_type": "hnsw", "chunks": 10, "latency_ms": {"bm25": {"p95": 1.0}}},
+    }
+    assert series(rows, "knn", "p95") == {"es hnsw": [(10, 3.0), (100, 9.0)]}
