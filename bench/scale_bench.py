@@ -222,8 +222,12 @@ def settle_merges(backend, index: str, wait_s: float) -> bool:
 
 
 def index_figures(backend, index: str) -> dict:
-    """Disk (and per file kind, e.g. the vector files), segments and the node's heap."""
+    """Disk (and per file kind, e.g. the vector files), segments and the
+    node's heap, after a refresh and a flush (so segments merged away are
+    deleted from disk rather than counted)."""
     client = backend.client
+    backend.refresh(index)
+    client.indices.flush(index=index)
     stats = client.indices.stats(index=index, metric="store,segments,docs", include_segment_file_sizes=True)
     primaries = stats["_all"]["primaries"]
     files = primaries["segments"].get("file_sizes") or {}
@@ -332,6 +336,82 @@ def measure_latency(retriever, queries: list[str], runs: int, candidates: int) -
     return rows
 
 
+# Corpora up to this size also get kNN recall against exact search (every
+# chunk vector held in memory: 100k x 384 floats is 150 MB).
+RECALL_MAX_CHUNKS = 200_000
+
+
+def knn_recall(retriever, queries: list[str], plan, sentences, vectors, k: int) -> dict:
+    """Recall@k of the index's approximate kNN against exact cosine search
+    over the same chunk vectors (brute force in numpy, block by block so a
+    million vectors never sit in memory at once), for the queries."""
+    query_vectors = np.asarray(retriever.embedder.embed(queries), dtype=np.float32)
+    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+    best_ids: np.ndarray = np.zeros((len(queries), 0), dtype=object)
+    ids, block = [], []
+
+    def merge(ids, block, best_scores, best_ids):
+        scores = query_vectors @ np.asarray(block, dtype=np.float32).T
+        scores = np.concatenate([best_scores, scores], axis=1)
+        names = np.concatenate([best_ids, np.broadcast_to(np.asarray(ids, dtype=object), (len(queries), len(ids)))], 1)
+        top = np.argpartition(-scores, min(k, scores.shape[1] - 1), axis=1)[:, :k]
+        return np.take_along_axis(scores, top, 1), np.take_along_axis(names, top, 1)
+
+    for chunked in chunked_documents(plan, sentences, vectors):
+        for chunk in chunked.chunks:
+            ids.append(chunk.chunk_id)
+            block.append(chunk.vector)
+        if len(ids) >= RECALL_BLOCK:
+            best_scores, best_ids = merge(ids, block, best_scores, best_ids)
+            ids, block = [], []
+    if ids:
+        best_scores, best_ids = merge(ids, block, best_scores, best_ids)
+    recalls = []
+    for text, exact in zip(queries, best_ids):
+        found = {chunk.chunk_id for chunk in retriever.search(text, mode="knn", size=k).chunks}
+        recalls.append(len(found & set(exact)) / k)
+    return {"k": k, "recall": round(float(np.mean(recalls)), 4), "against": "exact cosine over the chunk vectors"}
+
+
+# Chunk vectors scored at once in the exact search.
+RECALL_BLOCK = 50_000
+
+
+def recall_main(args) -> int:
+    """kNN recall@10 of a kept index (``run --keep``) into its row."""
+    from chunkrag_core.providers import make_embedder
+    from search_extension.retriever import HybridRetriever
+
+    sentences, docs, vectors, _ = build_pool(Path(args.cache), args.pool_sentences)
+    settings = engine_settings(args.engine, args.url)
+    queries = scifact_queries()
+    retriever = HybridRetriever(
+        make_backend_for(settings), CachedEmbedder(make_embedder(settings.embedder), queries), args.index
+    )
+    plan = plan_corpus(docs, len(sentences), args.size)
+    recall = knn_recall(retriever, queries, plan, sentences, vectors, 10)
+    recall["command"] = " ".join(["python -m bench.scale_bench", *sys.argv[1:]])
+    print(json.dumps(recall), file=sys.stderr)
+    existing = json.loads((RESULTS / f"{RESULT_NAME}.json").read_text(encoding="utf-8"))
+    print(store_row(args.row, {**existing["rows"][args.row], "knn_recall": recall}))
+    return 0
+
+
+def engine_settings(engine: str, url: str):
+    from chunkrag_core.settings import Settings
+
+    base = Settings.from_env()
+    if engine == "opensearch":
+        return dataclasses.replace(base, search_backend="opensearch", opensearch_url=url)
+    return dataclasses.replace(base, search_backend="elasticsearch", es_url=url)
+
+
+def make_backend_for(settings):
+    from chunkrag_core.engines import make_backend
+
+    return make_backend(settings)
+
+
 def run_main(args) -> int:
     from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
@@ -357,6 +437,10 @@ def run_main(args) -> int:
     retriever = HybridRetriever(backend, CachedEmbedder(make_embedder(settings.embedder), queries), index)
     candidates = args.candidates or DEFAULT_CANDIDATES
     latency = measure_latency(retriever, queries, args.runs, candidates)
+    recall = None
+    if args.size <= RECALL_MAX_CHUNKS:
+        recall = knn_recall(retriever, queries, plan_corpus(docs, len(sentences), args.size), sentences, vectors, 10)
+        print(f"{index}: kNN recall@10 against exact {recall['recall']}", file=sys.stderr)
     figures_after = index_figures(backend, index)
     row = {
         "engine": args.engine,
@@ -364,10 +448,12 @@ def run_main(args) -> int:
         "chunks": args.size,
         "sentence_pool": {"embedded": len(sentences), "real_sentences": available, "real_documents": len(docs)},
         "ingest": written,
-        "index": {**figures, "heap_used_mb_min_after_queries": figures_after["heap_used_mb_min"]},
+        "index": figures,
+        "index_after_queries": figures_after,
         "queries": len(queries),
         "candidates": candidates,
         "latency_ms": latency,
+        "knn_recall": recall,
         "fusion_minmax": retriever.search(queries[0], mode="minmax", size=candidates).fusion,
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
@@ -380,6 +466,31 @@ def run_main(args) -> int:
     print(store_row(f"{args.engine}/{args.vector_type}/{args.size}", row))
     if not args.keep:
         backend.delete_index(index)
+    return 0
+
+
+def stats_main(args) -> int:
+    """Disk, segments and heap of an index kept by ``run --keep``, measured
+    again (e.g. once its merges are done), into its row as ``index_final``."""
+    from chunkrag_core.engines import make_backend
+    from chunkrag_core.settings import Settings
+
+    base = Settings.from_env()
+    if args.engine == "opensearch":
+        settings = dataclasses.replace(base, search_backend="opensearch", opensearch_url=args.url)
+    else:
+        settings = dataclasses.replace(base, search_backend="elasticsearch", es_url=args.url)
+    backend = make_backend(settings)
+    figures = index_figures(backend, args.index)
+    figures["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    figures["command"] = " ".join(["python -m bench.scale_bench", *sys.argv[1:]])
+    print(json.dumps(figures), file=sys.stderr)
+    path = RESULTS / f"{RESULT_NAME}.json"
+    existing = json.loads(path.read_text(encoding="utf-8"))
+    row = {**existing["rows"][args.row], "index_final": figures}
+    print(store_row(args.row, row))
+    if args.delete:
+        backend.delete_index(args.index)
     return 0
 
 
@@ -510,8 +621,24 @@ def main(argv=None) -> int:
     run.add_argument("--candidates", type=int, help="chunks per search (default: ask's candidates)")
     run.add_argument("--keep", action="store_true", help="keep the index afterwards")
     run.add_argument("--merge-wait", type=float, default=MERGE_WAIT_S, help="seconds to wait for merges to settle")
+    recall = commands.add_parser("recall", help="kNN recall@10 of a kept index against exact search, into its row")
+    recall.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    recall.add_argument("--url", required=True)
+    recall.add_argument("--index", required=True)
+    recall.add_argument("--size", type=int, required=True, help="the corpus size the index was written with")
+    recall.add_argument("--row", required=True)
+    stats = commands.add_parser("stats", help="measure a kept index again into its row (index_final)")
+    stats.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    stats.add_argument("--url", required=True)
+    stats.add_argument("--index", required=True)
+    stats.add_argument("--row", required=True, help="the row's key in scale.json, e.g. elasticsearch/int8_hnsw/1000000")
+    stats.add_argument("--delete", action="store_true", help="delete the index afterwards")
     commands.add_parser("plot", help="plot latency against corpus size from bench/results/scale.json")
     args = parser.parse_args(argv)
+    if args.command == "recall":
+        return recall_main(args)
+    if args.command == "stats":
+        return stats_main(args)
     if args.command == "plot":
         return plot_main(args)
     if args.command == "run":

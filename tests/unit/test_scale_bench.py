@@ -90,3 +90,27 @@ def test_series_groups_rows_by_engine_and_vector_type_sorted_by_size():
         "c": {"engine": "os", "vector_type": "hnsw", "chunks": 10, "latency_ms": {"bm25": {"p95": 1.0}}},
     }
     assert series(rows, "knn", "p95") == {"es hnsw": [(10, 3.0), (100, 9.0)]}
+
+
+def test_knn_recall_counts_the_exact_neighbours_the_index_returned(monkeypatch):
+    from types import SimpleNamespace
+
+    import bench.scale_bench as scale_bench
+
+    vectors = np.eye(4, dtype=np.float32)
+    sentences = [f"sentence {i} long enough to count" for i in range(4)]
+    plan = [[scale_bench.PlannedChunk("d", "", p, (p,)) for p in range(4)]]
+
+    class Embedder:
+        def embed(self, texts):
+            return np.asarray([[1.0, 0.2, 0.1, 0.0] if t == "q" else [0.0, 0.0, 0.1, 1.0] for t in texts])
+
+    def search(text, mode, size):
+        # Exact top-2 for "q" is d:0, d:1; for "r" d:3, d:2; the fake index misses d:2.
+        ids = {"q": [0, 1], "r": [3, 0]}[text]
+        return SimpleNamespace(chunks=[SimpleNamespace(chunk_id=f"d:{i}") for i in ids])
+
+    retriever = SimpleNamespace(embedder=Embedder(), search=search)
+    for block in (1, 3, 50):
+        monkeypatch.setattr(scale_bench, "RECALL_BLOCK", block)
+        assert scale_bench.knn_recall(retriever, ["q", "r"], plan, sentences, vectors, 2)["recall"] == 0.75
