@@ -430,7 +430,12 @@ def run_main(args) -> int:
     load_before = os.getloadavg()
     plan = plan_corpus(docs, len(sentences), args.size)
     print(f"{index}: writing {args.size} chunks to {args.url}", file=sys.stderr)
-    written = ingest(backend, index, args.vector_type, plan, sentences, vectors, args.merge_wait)
+    if args.reuse and backend.index_exists(index) and backend.count(index) == args.size:
+        # Written by an earlier run (whose ingest figures are in its log):
+        # only measured here.
+        written = {"reused_index": True}
+    else:
+        written = ingest(backend, index, args.vector_type, plan, sentences, vectors, args.merge_wait)
     figures = index_figures(backend, index)
     print(f"{index}: {written} {figures}", file=sys.stderr)
     queries = scifact_queries()
@@ -620,6 +625,7 @@ def main(argv=None) -> int:
     run.add_argument("--runs", type=int, default=3)
     run.add_argument("--candidates", type=int, help="chunks per search (default: ask's candidates)")
     run.add_argument("--keep", action="store_true", help="keep the index afterwards")
+    run.add_argument("--reuse", action="store_true", help="measure the index as it is when it holds --size chunks")
     run.add_argument("--merge-wait", type=float, default=MERGE_WAIT_S, help="seconds to wait for merges to settle")
     recall = commands.add_parser("recall", help="kNN recall@10 of a kept index against exact search, into its row")
     recall.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
