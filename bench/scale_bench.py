@@ -531,13 +531,15 @@ HOW = (
 # --- the plot ------------------------------------------------------------------------------
 
 
-def series(rows: dict, mode: str, stat: str) -> dict[str, list[tuple[int, float]]]:
-    """Per engine/vector type, (chunks, latency) points of one mode and statistic, by size."""
-    lines: dict[str, list[tuple[int, float]]] = {}
+def series(rows: dict, mode: str, stat: str) -> dict[str, list[tuple[int, float, float]]]:
+    """Per engine/vector type, (chunks, latency, 1-minute load average before
+    the row) points of one mode and statistic, by size."""
+    lines: dict[str, list[tuple[int, float, float]]] = {}
     for row in rows.values():
         value = row.get("latency_ms", {}).get(mode, {}).get(stat)
         if value is not None:
-            lines.setdefault(f"{row['engine']} {row['vector_type']}", []).append((row["chunks"], value))
+            load = (row.get("load_average_before") or [float("nan")])[0]
+            lines.setdefault(f"{row['engine']} {row['vector_type']}", []).append((row["chunks"], value, load))
     return {name: sorted(points) for name, points in sorted(lines.items())}
 
 
@@ -553,13 +555,19 @@ def plot_main(args) -> int:
     for axis, (mode, stat) in zip(axes, panels):
         for name, points in series(rows, mode, stat).items():
             axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+            for x, y, load in points:
+                # The machine's load explains more of the spread than size does: shown per point.
+                axis.annotate(f"{load:.0f}", (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
         axis.set_xscale("log")
         axis.set_title(f"{mode} {stat}" + (" (run_filter)" if mode == "filter" else ""))
         axis.set_xlabel("chunks in the index")
         axis.grid(True, alpha=0.3)
     axes[0].set_ylabel("ms per query (median of runs)")
     axes[0].legend(fontsize=8)
-    figure.suptitle("Query latency against corpus size, one node, 300 SciFact queries (shared 2-core machine)")
+    figure.suptitle(
+        "Query latency against corpus size, one node, 300 SciFact queries, shared 2-core machine "
+        "(numbers by the points: 1-minute load average when the row started)"
+    )
     figure.tight_layout()
     out = RESULTS / "plots" / "scale_latency.png"
     out.parent.mkdir(parents=True, exist_ok=True)

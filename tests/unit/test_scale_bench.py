@@ -85,11 +85,23 @@ def test_series_groups_rows_by_engine_and_vector_type_sorted_by_size():
     from bench.scale_bench import series
 
     rows = {
-        "a": {"engine": "es", "vector_type": "hnsw", "chunks": 100, "latency_ms": {"knn": {"p95": 9.0}}},
-        "b": {"engine": "es", "vector_type": "hnsw", "chunks": 10, "latency_ms": {"knn": {"p95": 3.0}}},
+        "a": {
+            "engine": "es",
+            "vector_type": "hnsw",
+            "chunks": 100,
+            "latency_ms": {"knn": {"p95": 9.0}},
+            "load_average_before": [4.0],
+        },
+        "b": {
+            "engine": "es",
+            "vector_type": "hnsw",
+            "chunks": 10,
+            "latency_ms": {"knn": {"p95": 3.0}},
+            "load_average_before": [2.0],
+        },
         "c": {"engine": "os", "vector_type": "hnsw", "chunks": 10, "latency_ms": {"bm25": {"p95": 1.0}}},
     }
-    assert series(rows, "knn", "p95") == {"es hnsw": [(10, 3.0), (100, 9.0)]}
+    assert series(rows, "knn", "p95") == {"es hnsw": [(10, 3.0, 2.0), (100, 9.0, 4.0)]}
 
 
 def test_knn_recall_counts_the_exact_neighbours_the_index_returned(monkeypatch):
