@@ -1,0 +1,668 @@
+"""The cost curve: ingest time, disk, heap and query latency at about 10k,
+100k and 1M chunks, per vector type, on a node of its own.
+
+    python -m bench.scale_bench pool                       # embed the sentence pool once (cached)
+    python -m bench.scale_bench node --engine elasticsearch --port 19400 --heap 3g   # start a node
+    python -m bench.scale_bench run --url http://127.0.0.1:19400 --engine elasticsearch \\
+        --size 10000 --vector-type int8_hnsw [--runs 3] [--keep]
+    python -m bench.scale_bench plot
+
+Corpora (bench/scale_corpus.py): real documents from ../shared/eval cut into
+chunks of 2-6 consecutive sentences, then documents recombined from real
+sentences; each chunk's vector is the L2-normalised mean of its sentences'
+vectors, embedded once with the local MiniLM (a stand-in for embedding every
+chunk, which the two shared cores could not do for a million chunks).
+Chunks are written through the project's own index body and bulk writer
+(ingest_pipeline/writer.py) so the index is the real one.
+
+Latency: SciFact's 300 queries (embedded once, outside the timing), each
+retrieval mode ``--runs`` times; per run p50/p95/p99 of the engine part of
+one search (HybridRetriever.took_ms), median over runs. The filter row is
+what ``ask`` does with the default filter (no judge): minmax retrieval of
+the candidates with their vectors, then ``run_filter`` on them, timed per
+query. Every row lands in bench/results/scale.json under its engine, vector
+type and size, beside the rows already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import RESULTS, SHARED, machine, median
+from bench.metrics import percentile
+from bench.scale_corpus import SYNTHETIC_PREFIX, PlannedChunk, mean_vectors, plan_corpus, real_documents, sentence_table
+from chunkrag_core.settings import state_home
+
+EVAL = SHARED / "eval"
+RESULT_NAME = "scale"
+MODES = ("bm25", "knn", "minmax")
+# Sentences embedded per call before the partial pool is saved (a killed
+# run resumes from the last save).
+POOL_SAVE_EVERY = 4096
+# Shuffles the real documents before their sentences are numbered.
+POOL_SEED = 11
+# Sentences embedded for the pool: all 71k distinct real sentences would
+# take over an hour at the ~14 sentences/s the shared 2 cores gave the
+# local MiniLM (2026-11-24); this prefix spans every corpus.
+DEFAULT_POOL_SENTENCES = 8192
+
+
+# --- the sentence pool ---------------------------------------------------------------
+
+
+def pool_paths(cache: Path) -> tuple[Path, Path]:
+    return cache / "scale-sentences.json", cache / "scale-vectors.npy"
+
+
+def build_pool(cache: Path, max_sentences: int | None = None):
+    """The distinct sentences of the real documents (documents in a seeded
+    shuffled order, so any prefix of the pool spans every corpus), the
+    first ``max_sentences`` of them embedded once (resumable, cached), and
+    the documents whose sentences all fall in that prefix, each with its
+    sentence ids. Returns (sentences, documents, vectors, all_sentences_count)."""
+    from chunkrag_core.providers import make_embedder
+    from chunkrag_core.settings import Settings
+    from ingest_pipeline.sentences import sentence_spans
+
+    cache.mkdir(parents=True, exist_ok=True)
+    text_path, vector_path = pool_paths(cache)
+    if text_path.exists():
+        stored = json.loads(text_path.read_text(encoding="utf-8"))
+        sentences, docs = stored["sentences"], [tuple(d) for d in stored["docs"]]
+    else:
+        source = real_documents(EVAL)
+        order = np.random.default_rng(POOL_SEED).permutation(len(source))
+        source = [source[i] for i in order]
+        split = [[d.text[s:e] for s, e in sentence_spans(d.text, 0, len(d.text))] for d in source]
+        sentences, per_doc = sentence_table(split)
+        docs = [(d.doc_id, d.title, ids) for d, ids in zip(source, per_doc)]
+        text_path.write_text(json.dumps({"sentences": sentences, "docs": docs}), encoding="utf-8")
+    size = min(len(sentences), max_sentences or len(sentences))
+    done = np.load(vector_path) if vector_path.exists() else np.zeros((0, 384), dtype=np.float32)
+    if len(done) < size:
+        embedder = make_embedder(Settings.from_env().embedder)
+        began = time.perf_counter()
+        start = len(done)
+        while len(done) < size:
+            batch = sentences[len(done) : min(size, len(done) + POOL_SAVE_EVERY)]
+            done = np.concatenate([done, np.asarray(embedder.embed(batch), dtype=np.float32)])
+            np.save(vector_path, done)
+            rate = (len(done) - start) / (time.perf_counter() - began)
+            print(f"pool: {len(done)}/{size} sentences embedded ({rate:.0f}/s)", file=sys.stderr)
+    covered = [(doc_id, title, ids) for doc_id, title, ids in docs if ids and max(ids) < size]
+    return sentences[:size], covered, done[:size], len(sentences)
+
+
+def pool_main(args) -> int:
+    sentences, docs, vectors, available = build_pool(Path(args.cache), args.pool_sentences)
+    print(json.dumps({"sentences": len(sentences), "of": available, "documents": len(docs), "vectors": vectors.shape}))
+    return 0
+
+
+# --- writing a corpus ------------------------------------------------------------------
+
+
+def chunked_documents(plan, sentences: list[str], vectors: np.ndarray):
+    """Each planned document as the ingest pipeline's ChunkedDocument: the
+    chunks' texts joined from their sentences (offsets into the joined
+    document), their vectors the normalised mean of the sentences'."""
+    from chunkrag_core.chunk import Chunk
+    from ingest_pipeline.chunker import ChunkedDocument
+    from ingest_pipeline.sources import Document
+
+    for planned in plan:
+        texts = [" ".join(sentences[i] for i in chunk.sentences) for chunk in planned]
+        text = " ".join(texts)
+        first: PlannedChunk = planned[0]
+        chunks, cursor = [], 0
+        chunk_vectors = mean_vectors(vectors, [chunk.sentences for chunk in planned])
+        for chunk, chunk_text, vector in zip(planned, texts, chunk_vectors):
+            chunks.append(
+                Chunk(
+                    doc_id=chunk.doc_id,
+                    position=chunk.position,
+                    text=chunk_text,
+                    start=cursor,
+                    end=cursor + len(chunk_text),
+                    title=chunk.title,
+                    sentence_count=len(chunk.sentences),
+                    vector=vector,
+                    header=chunk.title,
+                )
+            )
+            cursor += len(chunk_text) + 1
+        document = Document(doc_id=first.doc_id, title=first.title, text=text, sections=())
+        # Nothing is re-ingested here: any stable fingerprint will do.
+        fingerprint = f"scale-bench:{len(chunks)}"
+        yield ChunkedDocument(document, tuple(chunks), sum(c.sentence_count for c in chunks), fingerprint)
+
+
+# Chunks between two progress lines while writing.
+PROGRESS_EVERY = 50_000
+
+
+def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merge_wait_s: float) -> dict:
+    """The corpus written as the ingest pipeline writes it: the project's
+    index body, refreshes paused, bulk requests of the writer's size; the
+    seconds to a refreshed index, then to merges settled."""
+    from chunkrag_core.settings import VectorIndexSettings
+    from ingest_pipeline.writer import bulk_write, document_actions, ensure_index
+
+    backend.delete_index(index)
+    ensure_index(
+        backend,
+        index,
+        dims=vectors.shape[1],
+        vectors=VectorIndexSettings(type=vector_type),
+        capabilities=backend.capabilities(),
+    )
+    began = time.perf_counter()
+    previous = backend.refresh_interval(index)
+    backend.set_refresh_interval(index, "-1")
+    documents = synthetic = 0
+    written: list[int] = []
+    done: list[int] = []
+
+    def actions():
+        nonlocal documents, synthetic
+        for chunked in chunked_documents(plan, sentences, vectors):
+            documents += 1
+            if chunked.document.doc_id.startswith(SYNTHETIC_PREFIX):
+                synthetic += len(chunked.chunks)
+            yield from document_actions(index, chunked, None)
+            written.append(len(chunked.chunks))
+            if sum(written) >= PROGRESS_EVERY:
+                done.append(sum(written))
+                written.clear()
+                seconds = time.perf_counter() - began
+                print(f"{index}: {sum(done)} chunks sent in {seconds:.0f} s", file=sys.stderr, flush=True)
+
+    outcome = bulk_write(backend, actions())
+    backend.set_refresh_interval(index, previous)
+    backend.refresh(index)
+    refreshed = time.perf_counter() - began
+    if outcome.errors:
+        raise RuntimeError(f"{len(outcome.errors)} bulk errors, first: {outcome.errors[:3]}")
+    settled = settle_merges(backend, index, merge_wait_s)
+    return {
+        "merges_settled": settled,
+        "documents": documents,
+        "chunks_indexed": outcome.indexed,
+        "real_text_chunks": outcome.indexed - synthetic,
+        "synthetic_chunks": synthetic,
+        "seconds_to_refreshed": round(refreshed, 1),
+        "seconds_to_merges_settled": round(time.perf_counter() - began, 1),
+        "chunks_per_s": round(outcome.indexed / refreshed, 1),
+    }
+
+
+# Merges still running after the bulk are part of the cost; waited for (up
+# to --merge-wait seconds) so latency is measured on the index as it stays.
+MERGE_WAIT_S = 600
+
+
+def settle_merges(backend, index: str, wait_s: float) -> bool:
+    """True once no merge runs; False if some still did after ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        stats = backend.client.indices.stats(index=index, metric="merge")
+        if stats["_all"]["primaries"]["merges"]["current"] == 0:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(5)
+
+
+def index_figures(backend, index: str) -> dict:
+    """Disk (and per file kind, e.g. the vector files), segments and the
+    node's heap, after a refresh and a flush (so segments merged away are
+    deleted from disk rather than counted)."""
+    client = backend.client
+    backend.refresh(index)
+    client.indices.flush(index=index)
+    stats = client.indices.stats(index=index, metric="store,segments,docs", include_segment_file_sizes=True)
+    primaries = stats["_all"]["primaries"]
+    files = primaries["segments"].get("file_sizes") or {}
+    heap = heap_samples(client)
+    return {
+        "docs": primaries["docs"]["count"],
+        "store_bytes": primaries["store"]["size_in_bytes"],
+        "store_mb": round(primaries["store"]["size_in_bytes"] / 2**20, 1),
+        "segments": primaries["segments"]["count"],
+        "file_sizes_mb": {
+            kind: round(value["size_in_bytes"] / 2**20, 1)
+            for kind, value in sorted(files.items())
+            if value["size_in_bytes"] >= 2**20
+        },
+        "heap_used_mb_min": round(min(used for used, _ in heap) / 2**20, 1),
+        "heap_used_mb_max": round(max(used for used, _ in heap) / 2**20, 1),
+        "heap_max_mb": round(heap[0][1] / 2**20, 1),
+    }
+
+
+# Heap in use swings with garbage not yet collected: the least of a few
+# samples a second apart is the closer to what the index keeps live.
+HEAP_SAMPLES = 5
+
+
+def heap_samples(client) -> list[tuple[int, int]]:
+    samples = []
+    for i in range(HEAP_SAMPLES):
+        nodes = client.nodes.stats(metric="jvm")["nodes"]
+        mem = next(iter(nodes.values()))["jvm"]["mem"]
+        samples.append((mem["heap_used_in_bytes"], mem["heap_max_in_bytes"]))
+        if i < HEAP_SAMPLES - 1:
+            time.sleep(1)
+    return samples
+
+
+# --- latency ----------------------------------------------------------------------------
+
+
+class CachedEmbedder:
+    """The queries embedded once, before any timing (the retriever embeds
+    per search; that time is reported apart from the engine's anyway)."""
+
+    def __init__(self, embedder, texts):
+        self.vectors = dict(zip(texts, embedder.embed(list(texts))))
+        self.dims = len(next(iter(self.vectors.values())))
+
+    def embed(self, texts):
+        return np.asarray([self.vectors[t] for t in texts], dtype=np.float32)
+
+
+def scifact_queries() -> list[str]:
+    path = EVAL / "scifact" / "beir_derived" / "queries_validation.jsonl"
+    return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def percentiles(values) -> dict:
+    return {f"p{int(q * 100)}": round(percentile(values, q), 2) for q in (0.5, 0.95, 0.99)}
+
+
+def median_of_runs(runs: list[dict]) -> dict:
+    return {key: median([run[key] for run in runs]) for key in runs[0]}
+
+
+# Untimed searches per mode before the timed runs (caches, JIT).
+WARMUP_QUERIES = 50
+
+
+def measure_latency(retriever, queries: list[str], runs: int, candidates: int) -> dict:
+    """Per mode, p50/p95/p99 of took_ms per run, median over runs (after an
+    untimed warm-up); then the default filter."""
+    from chunkrag_core.providers import make_chat
+    from chunkrag_core.settings import Settings
+    from chunkrag_filter.pipeline import FilterOptions, run_filter
+
+    rows = {}
+    for mode in MODES:
+        for text in queries[:WARMUP_QUERIES]:
+            retriever.search(text, mode=mode, size=candidates)
+        per_run = []
+        for _ in range(runs):
+            per_run.append(percentiles([retriever.search(t, mode=mode, size=candidates).took_ms for t in queries]))
+        rows[mode] = {**median_of_runs(per_run), "runs": per_run}
+    # The default filter never calls the model (judge_top=0); the client is
+    # made for the signature only and opens no connection.
+    model = make_chat(Settings.from_env().chat)
+    options = FilterOptions()
+    retrieval_runs, filter_runs, kept = [], [], []
+    for _ in range(runs):
+        took, filtered = [], []
+        for text in queries:
+            result = retriever.search(text, mode="minmax", size=candidates, include_vectors=True)
+            took.append(result.took_ms)
+            started = time.perf_counter()
+            outcome = run_filter(text, result.chunks, model=model, options=options)
+            filtered.append((time.perf_counter() - started) * 1000)
+            kept.append(len(outcome.kept))
+        retrieval_runs.append(percentiles(took))
+        filter_runs.append(percentiles(filtered))
+    rows["minmax_with_vectors"] = {**median_of_runs(retrieval_runs), "runs": retrieval_runs}
+    rows["filter"] = {
+        **median_of_runs(filter_runs),
+        "runs": filter_runs,
+        "mean_kept": round(float(np.mean(kept)), 2),
+    }
+    return rows
+
+
+# Corpora up to this size also get kNN recall against exact search (every
+# chunk vector held in memory: 100k x 384 floats is 150 MB).
+RECALL_MAX_CHUNKS = 200_000
+
+
+def knn_recall(retriever, queries: list[str], plan, sentences, vectors, k: int) -> dict:
+    """Recall@k of the index's approximate kNN against exact cosine search
+    over the same chunk vectors (brute force in numpy, block by block so a
+    million vectors never sit in memory at once), for the queries."""
+    query_vectors = np.asarray(retriever.embedder.embed(queries), dtype=np.float32)
+    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+    best_ids: np.ndarray = np.zeros((len(queries), 0), dtype=object)
+    ids, block = [], []
+
+    def merge(ids, block, best_scores, best_ids):
+        scores = query_vectors @ np.asarray(block, dtype=np.float32).T
+        scores = np.concatenate([best_scores, scores], axis=1)
+        names = np.concatenate([best_ids, np.broadcast_to(np.asarray(ids, dtype=object), (len(queries), len(ids)))], 1)
+        top = np.argpartition(-scores, min(k, scores.shape[1] - 1), axis=1)[:, :k]
+        return np.take_along_axis(scores, top, 1), np.take_along_axis(names, top, 1)
+
+    for chunked in chunked_documents(plan, sentences, vectors):
+        for chunk in chunked.chunks:
+            ids.append(chunk.chunk_id)
+            block.append(chunk.vector)
+        if len(ids) >= RECALL_BLOCK:
+            best_scores, best_ids = merge(ids, block, best_scores, best_ids)
+            ids, block = [], []
+    if ids:
+        best_scores, best_ids = merge(ids, block, best_scores, best_ids)
+    recalls = []
+    for text, exact in zip(queries, best_ids):
+        found = {chunk.chunk_id for chunk in retriever.search(text, mode="knn", size=k).chunks}
+        recalls.append(len(found & set(exact)) / k)
+    return {"k": k, "recall": round(float(np.mean(recalls)), 4), "against": "exact cosine over the chunk vectors"}
+
+
+# Chunk vectors scored at once in the exact search.
+RECALL_BLOCK = 50_000
+
+
+def recall_main(args) -> int:
+    """kNN recall@10 of a kept index (``run --keep``) into its row."""
+    from chunkrag_core.providers import make_embedder
+    from search_extension.retriever import HybridRetriever
+
+    sentences, docs, vectors, _ = build_pool(Path(args.cache), args.pool_sentences)
+    settings = engine_settings(args.engine, args.url)
+    queries = scifact_queries()
+    retriever = HybridRetriever(
+        make_backend_for(settings), CachedEmbedder(make_embedder(settings.embedder), queries), args.index
+    )
+    plan = plan_corpus(docs, len(sentences), args.size)
+    recall = knn_recall(retriever, queries, plan, sentences, vectors, 10)
+    recall["command"] = " ".join(["python -m bench.scale_bench", *sys.argv[1:]])
+    print(json.dumps(recall), file=sys.stderr)
+    existing = json.loads((RESULTS / f"{RESULT_NAME}.json").read_text(encoding="utf-8"))
+    print(store_row(args.row, {**existing["rows"][args.row], "knn_recall": recall}))
+    return 0
+
+
+def engine_settings(engine: str, url: str):
+    from chunkrag_core.settings import Settings
+
+    base = Settings.from_env()
+    if engine == "opensearch":
+        return dataclasses.replace(base, search_backend="opensearch", opensearch_url=url)
+    return dataclasses.replace(base, search_backend="elasticsearch", es_url=url)
+
+
+def make_backend_for(settings):
+    from chunkrag_core.engines import make_backend
+
+    return make_backend(settings)
+
+
+def run_main(args) -> int:
+    from chunkrag_core.engines import make_backend
+    from chunkrag_core.providers import make_embedder
+    from chunkrag_core.settings import Settings
+    from search_extension.ask import DEFAULT_CANDIDATES
+    from search_extension.retriever import HybridRetriever
+
+    sentences, docs, vectors, available = build_pool(Path(args.cache), args.pool_sentences)
+    base = Settings.from_env()
+    if args.engine == "opensearch":
+        settings = dataclasses.replace(base, search_backend="opensearch", opensearch_url=args.url)
+    else:
+        settings = dataclasses.replace(base, search_backend="elasticsearch", es_url=args.url)
+    backend = make_backend(settings)
+    index = f"scale-{args.vector_type}-{args.size}"
+    load_before = os.getloadavg()
+    plan = plan_corpus(docs, len(sentences), args.size)
+    print(f"{index}: writing {args.size} chunks to {args.url}", file=sys.stderr)
+    if args.reuse and backend.index_exists(index) and backend.count(index) == args.size:
+        # Written by an earlier run (whose ingest figures are in its log):
+        # only measured here.
+        written = {"reused_index": True}
+    else:
+        written = ingest(backend, index, args.vector_type, plan, sentences, vectors, args.merge_wait)
+    figures = index_figures(backend, index)
+    print(f"{index}: {written} {figures}", file=sys.stderr)
+    queries = scifact_queries()
+    retriever = HybridRetriever(backend, CachedEmbedder(make_embedder(settings.embedder), queries), index)
+    candidates = args.candidates or DEFAULT_CANDIDATES
+    latency = measure_latency(retriever, queries, args.runs, candidates)
+    recall = None
+    if args.size <= RECALL_MAX_CHUNKS:
+        recall = knn_recall(retriever, queries, plan_corpus(docs, len(sentences), args.size), sentences, vectors, 10)
+        print(f"{index}: kNN recall@10 against exact {recall['recall']}", file=sys.stderr)
+    figures_after = index_figures(backend, index)
+    row = {
+        "engine": args.engine,
+        "vector_type": args.vector_type,
+        "chunks": args.size,
+        "sentence_pool": {"embedded": len(sentences), "real_sentences": available, "real_documents": len(docs)},
+        "ingest": written,
+        "index": figures,
+        "index_after_queries": figures_after,
+        "queries": len(queries),
+        "candidates": candidates,
+        "latency_ms": latency,
+        "knn_recall": recall,
+        "fusion_minmax": retriever.search(queries[0], mode="minmax", size=candidates).fusion,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "command": " ".join(["python -m bench.scale_bench", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    print(json.dumps({k: v for k, v in row.items() if k != "latency_ms"}), file=sys.stderr)
+    for mode, values in latency.items():
+        print(f"  {mode:>20}: p50 {values['p50']} p95 {values['p95']} p99 {values['p99']} ms", file=sys.stderr)
+    print(store_row(f"{args.engine}/{args.vector_type}/{args.size}", row))
+    if not args.keep:
+        backend.delete_index(index)
+    return 0
+
+
+def stats_main(args) -> int:
+    """Disk, segments and heap of an index kept by ``run --keep``, measured
+    again (e.g. once its merges are done), into its row as ``index_final``."""
+    from chunkrag_core.engines import make_backend
+    from chunkrag_core.settings import Settings
+
+    base = Settings.from_env()
+    if args.engine == "opensearch":
+        settings = dataclasses.replace(base, search_backend="opensearch", opensearch_url=args.url)
+    else:
+        settings = dataclasses.replace(base, search_backend="elasticsearch", es_url=args.url)
+    backend = make_backend(settings)
+    figures = index_figures(backend, args.index)
+    figures["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    figures["command"] = " ".join(["python -m bench.scale_bench", *sys.argv[1:]])
+    print(json.dumps(figures), file=sys.stderr)
+    path = RESULTS / f"{RESULT_NAME}.json"
+    existing = json.loads(path.read_text(encoding="utf-8"))
+    row = {**existing["rows"][args.row], "index_final": figures}
+    print(store_row(args.row, row))
+    if args.delete:
+        backend.delete_index(args.index)
+    return 0
+
+
+def store_row(key: str, row: dict) -> Path:
+    """The row beside those already in bench/results/scale.json."""
+    path = RESULTS / f"{RESULT_NAME}.json"
+    existing = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    payload = {
+        "command": "python -m bench.scale_bench run --url URL --engine E --size N --vector-type T (each row: command)",
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "how": HOW,
+        "rows": {**existing.get("rows", {}), key: row},
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+HOW = (
+    "Corpus: real documents from ../shared/eval (SciFact, NQ, SQuAD, PopQA, PubHealth, bio, WikiQA, "
+    "Climate-FEVER) cut into chunks of 2-6 consecutive sentences, then documents recombined from random real "
+    "sentences (synthetic_chunks); chunk vector = L2-normalised mean of its sentences' MiniLM vectors (each "
+    "distinct sentence of the pool embedded once), a stand-in for embedding each chunk. Written with the "
+    "project's index body and bulk writer, refreshes paused. Latency: SciFact's 300 queries, an untimed "
+    "warm-up of 50 queries per mode, then each mode `runs` times; p50/p95/p99 of the engine part of one "
+    "search (HybridRetriever.took_ms, query embedding excluded), median over runs. filter: run_filter with "
+    "the default FilterOptions (no judge) on the minmax candidates fetched with their vectors "
+    "(minmax_with_vectors), per query. Node of its own (bench.scale_bench node); the machine was shared "
+    "with other jobs: see load_average_* per row."
+)
+
+
+# --- the plot ------------------------------------------------------------------------------
+
+
+def series(rows: dict, mode: str, stat: str) -> dict[str, list[tuple[int, float, float]]]:
+    """Per engine/vector type, (chunks, latency, 1-minute load average before
+    the row) points of one mode and statistic, by size."""
+    lines: dict[str, list[tuple[int, float, float]]] = {}
+    for row in rows.values():
+        value = row.get("latency_ms", {}).get(mode, {}).get(stat)
+        if value is not None:
+            load = (row.get("load_average_before") or [float("nan")])[0]
+            lines.setdefault(f"{row['engine']} {row['vector_type']}", []).append((row["chunks"], value, load))
+    return {name: sorted(points) for name, points in sorted(lines.items())}
+
+
+def plot_main(args) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = json.loads((RESULTS / f"{RESULT_NAME}.json").read_text(encoding="utf-8"))["rows"]
+    panels = [("bm25", "p95"), ("knn", "p95"), ("minmax", "p95"), ("minmax", "p50"), ("filter", "p95")]
+    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), sharex=True)
+    for axis, (mode, stat) in zip(axes, panels):
+        for name, points in series(rows, mode, stat).items():
+            axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+            for x, y, load in points:
+                # The machine's load explains more of the spread than size does: shown per point.
+                axis.annotate(f"{load:.0f}", (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        axis.set_xscale("log")
+        axis.set_title(f"{mode} {stat}" + (" (run_filter)" if mode == "filter" else ""))
+        axis.set_xlabel("chunks in the index")
+        axis.grid(True, alpha=0.3)
+    axes[0].set_ylabel("ms per query (median of runs)")
+    axes[0].legend(fontsize=8)
+    figure.suptitle(
+        "Query latency against corpus size, one node, 300 SciFact queries, shared 2-core machine "
+        "(numbers by the points: 1-minute load average when the row started)"
+    )
+    figure.tight_layout()
+    out = RESULTS / "plots" / "scale_latency.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=110)
+    print(out)
+    return 0
+
+
+# --- nodes of its own ------------------------------------------------------------------
+
+
+def node_main(args) -> int:
+    """Start (idempotently) a single node of ``--engine`` on ``--port`` with
+    its transport on port+1, from the distribution the project's services
+    already fetched, in a state home of its own (so its data, heap and
+    disk are the benchmark's alone)."""
+    if args.engine == "elasticsearch":
+        from local_services.elasticsearch_node import ElasticsearchSettings as base
+        from local_services.elasticsearch_node import down, up
+    else:
+        from local_services.opensearch_node import OpenSearchSettings as base
+        from local_services.opensearch_node import down, up
+    home = Path(args.home)
+    home.mkdir(parents=True, exist_ok=True)
+    cache = home / "cache"
+    if not cache.exists():
+        # The distributions the shared services run from: nothing is fetched again.
+        cache.symlink_to(state_home() / "cache")
+    # Transport on port+1 keeps both ports inside one small range.
+    settings_class = type(f"Scale{base.__name__}", (base,), {"TRANSPORT_PORT_OFFSET": 1})
+    settings = settings_class(home=home, port=args.port, heap=args.heap)
+    if args.stop:
+        down(settings)
+        return 0
+    up(settings, timeout=300)
+    print(json.dumps({"engine": args.engine, "url": settings.url, "heap": args.heap, "run_dir": str(settings.run_dir)}))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--cache",
+        default=str(state_home() / "bench-cache" / "scale"),
+        help="where the sentence pool is cached (not committed; default $CHUNKRAG_HOME/bench-cache/scale)",
+    )
+    parser.add_argument(
+        "--pool-sentences", type=int, default=DEFAULT_POOL_SENTENCES, help="distinct real sentences embedded"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("pool", help="embed the sentence pool once")
+    node = commands.add_parser("node", help="start a node of its own for the benchmark")
+    node.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    node.add_argument("--port", type=int, required=True, help="HTTP port; transport on port+1")
+    node.add_argument("--heap", default="3g")
+    node.add_argument("--stop", action="store_true", help="stop the node started on --port instead")
+    node.add_argument("--home", default=str(state_home() / "bench-cache" / "scale-home"))
+    run = commands.add_parser("run", help="write one corpus and measure it")
+    run.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    run.add_argument("--url", required=True)
+    run.add_argument("--size", type=int, required=True, help="chunks")
+    run.add_argument("--vector-type", default="int8_hnsw", choices=("hnsw", "int8_hnsw", "bbq_hnsw"))
+    run.add_argument("--runs", type=int, default=3)
+    run.add_argument("--candidates", type=int, help="chunks per search (default: ask's candidates)")
+    run.add_argument("--keep", action="store_true", help="keep the index afterwards")
+    run.add_argument("--reuse", action="store_true", help="measure the index as it is when it holds --size chunks")
+    run.add_argument("--merge-wait", type=float, default=MERGE_WAIT_S, help="seconds to wait for merges to settle")
+    recall = commands.add_parser("recall", help="kNN recall@10 of a kept index against exact search, into its row")
+    recall.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    recall.add_argument("--url", required=True)
+    recall.add_argument("--index", required=True)
+    recall.add_argument("--size", type=int, required=True, help="the corpus size the index was written with")
+    recall.add_argument("--row", required=True)
+    stats = commands.add_parser("stats", help="measure a kept index again into its row (index_final)")
+    stats.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    stats.add_argument("--url", required=True)
+    stats.add_argument("--index", required=True)
+    stats.add_argument("--row", required=True, help="the row's key in scale.json, e.g. elasticsearch/int8_hnsw/1000000")
+    stats.add_argument("--delete", action="store_true", help="delete the index afterwards")
+    commands.add_parser("plot", help="plot latency against corpus size from bench/results/scale.json")
+    args = parser.parse_args(argv)
+    if args.command == "recall":
+        return recall_main(args)
+    if args.command == "stats":
+        return stats_main(args)
+    if args.command == "plot":
+        return plot_main(args)
+    if args.command == "run":
+        return run_main(args)
+    if args.command == "pool":
+        return pool_main(args)
+    if args.command == "node":
+        return node_main(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

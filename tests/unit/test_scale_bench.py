@@ -1,0 +1,128 @@
+"""The pure parts of the cost-curve benchmark: corpus planning and the
+derived chunk vectors (bench/scale_corpus.py), and the latency summaries
+(bench/scale_bench.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.scale_bench import median_of_runs, percentiles
+from bench.scale_corpus import (
+    MAX_CHUNK_SENTENCES,
+    MIN_CHUNK_SENTENCES,
+    SYNTHETIC_PREFIX,
+    chunk_document,
+    group_sizes,
+    mean_vectors,
+    plan_corpus,
+    sentence_table,
+)
+
+
+def test_sentence_table_numbers_distinct_usable_sentences_first_seen_first():
+    long_a = "Alpha sentence that is long enough."
+    long_b = "Beta sentence that is long enough too."
+    sentences, per_doc = sentence_table([[long_a, "short", long_b], [long_b, long_a]])
+    assert sentences == [long_a, long_b]
+    assert per_doc == [[0, 1], [1, 0]]
+
+
+def test_group_sizes_cover_every_sentence_within_the_bounds():
+    rng = np.random.default_rng(0)
+    for count in (1, 2, 7, 40):
+        sizes = group_sizes(count, rng)
+        assert sum(sizes) == count
+        assert all(MIN_CHUNK_SENTENCES <= s <= MAX_CHUNK_SENTENCES for s in sizes[:-1])
+        assert 1 <= sizes[-1] <= MAX_CHUNK_SENTENCES
+
+
+def test_chunk_document_keeps_sentences_consecutive_and_positions_counted():
+    chunks = chunk_document("d", "T", [10, 11, 12, 13, 14, 15, 16], np.random.default_rng(3))
+    assert [c.position for c in chunks] == list(range(len(chunks)))
+    assert [i for c in chunks for i in c.sentences] == [10, 11, 12, 13, 14, 15, 16]
+    assert {c.doc_id for c in chunks} == {"d"}
+
+
+def _real():
+    return [(f"doc{i}", f"title {i}", list(range(i * 8, i * 8 + 8))) for i in range(5)]
+
+
+def test_plan_corpus_real_documents_first_then_synthetic_exactly_the_target():
+    plan = list(plan_corpus(_real(), pool_size=40, target=60))
+    chunks = [c for doc in plan for c in doc]
+    assert len(chunks) == 60
+    real = [doc for doc in plan if not doc[0].doc_id.startswith(SYNTHETIC_PREFIX)]
+    assert {doc[0].doc_id for doc in real} == {f"doc{i}" for i in range(5)}
+    # Every real document comes before the first synthetic one.
+    kinds = [doc[0].doc_id.startswith(SYNTHETIC_PREFIX) for doc in plan]
+    assert kinds == sorted(kinds)
+    assert all(0 <= i < 40 for c in chunks for i in c.sentences)
+
+
+def test_plan_corpus_smaller_target_is_a_prefix_of_a_larger_one():
+    small = [c for doc in plan_corpus(_real(), 40, 25) for c in doc]
+    large = [c for doc in plan_corpus(_real(), 40, 90) for c in doc]
+    assert small == large[:25]
+
+
+def test_mean_vectors_are_normalised_means_of_their_sentences():
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0], [3.0, 4.0]], dtype=np.float32)
+    out = mean_vectors(vectors, [[0, 1], [2], [0, 0, 2]])
+    assert out == pytest.approx(np.array([[0.70710677, 0.70710677], [0.6, 0.8], [5 / 41**0.5, 4 / 41**0.5]]))
+    assert out.dtype == np.float32
+
+
+def test_percentiles_and_median_of_runs():
+    values = list(range(1, 101))
+    summary = percentiles(values)
+    assert set(summary) == {"p50", "p95", "p99"}
+    assert summary["p50"] <= summary["p95"] <= summary["p99"] <= 100
+    assert median_of_runs([{"p50": 1.0}, {"p50": 5.0}, {"p50": 3.0}]) == {"p50": 3.0}
+
+
+def test_series_groups_rows_by_engine_and_vector_type_sorted_by_size():
+    from bench.scale_bench import series
+
+    rows = {
+        "a": {
+            "engine": "es",
+            "vector_type": "hnsw",
+            "chunks": 100,
+            "latency_ms": {"knn": {"p95": 9.0}},
+            "load_average_before": [4.0],
+        },
+        "b": {
+            "engine": "es",
+            "vector_type": "hnsw",
+            "chunks": 10,
+            "latency_ms": {"knn": {"p95": 3.0}},
+            "load_average_before": [2.0],
+        },
+        "c": {"engine": "os", "vector_type": "hnsw", "chunks": 10, "latency_ms": {"bm25": {"p95": 1.0}}},
+    }
+    assert series(rows, "knn", "p95") == {"es hnsw": [(10, 3.0, 2.0), (100, 9.0, 4.0)]}
+
+
+def test_knn_recall_counts_the_exact_neighbours_the_index_returned(monkeypatch):
+    from types import SimpleNamespace
+
+    import bench.scale_bench as scale_bench
+
+    vectors = np.eye(4, dtype=np.float32)
+    sentences = [f"sentence {i} long enough to count" for i in range(4)]
+    plan = [[scale_bench.PlannedChunk("d", "", p, (p,)) for p in range(4)]]
+
+    class Embedder:
+        def embed(self, texts):
+            return np.asarray([[1.0, 0.2, 0.1, 0.0] if t == "q" else [0.0, 0.0, 0.1, 1.0] for t in texts])
+
+    def search(text, mode, size):
+        # Exact top-2 for "q" is d:0, d:1; for "r" d:3, d:2; the fake index misses d:2.
+        ids = {"q": [0, 1], "r": [3, 0]}[text]
+        return SimpleNamespace(chunks=[SimpleNamespace(chunk_id=f"d:{i}") for i in ids])
+
+    retriever = SimpleNamespace(embedder=Embedder(), search=search)
+    for block in (1, 3, 50):
+        monkeypatch.setattr(scale_bench, "RECALL_BLOCK", block)
+        assert scale_bench.knn_recall(retriever, ["q", "r"], plan, sentences, vectors, 2)["recall"] == 0.75
