@@ -57,7 +57,7 @@ def measure(embedder: str, worker_counts: list[int], documents: int, runs: int, 
     local = local_cluster.LocalCluster("elasticsearch", home, first_port=CLUSTER_PORT, nodes=3)
     local_cluster.up(local, timeout=600)
     redis = redis_server.RedisSettings(home=home, port=REDIS_PORT)
-    redis_server.up(redis)
+    redis_server.process(redis).up()
     rows = {}
     server = ScriptedOpenAI(default=embeddings(384, REMOTE_LATENCY_S))
     try:
@@ -115,7 +115,7 @@ def measure(embedder: str, worker_counts: list[int], documents: int, runs: int, 
                 }
             backend.close()
     finally:
-        redis_server.down(redis)
+        redis_server.process(redis).down()
     base = rows[str(worker_counts[0])]["seconds_median"]
     for row in rows.values():
         row["speedup_vs_first"] = round(base / row["seconds_median"], 2)

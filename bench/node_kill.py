@@ -78,7 +78,7 @@ def rig(
     local = local_cluster.LocalCluster("elasticsearch", home, first_port=first_port, nodes=3, heap="512m")
     local_cluster.up(local, timeout=600)
     redis = redis_server.RedisSettings(home=home, port=redis_port)
-    redis_server.up(redis)
+    redis_server.process(redis).up()
     try:
         with ScriptedOpenAI(default=embeddings(DIMS, embed_latency_s)) as server:
             server._server.handle_error = lambda request, client_address: None
@@ -112,7 +112,7 @@ def rig(
                 pool.start(workers, timeout=120)
                 yield Rig(local, Settings.from_env(env), env, pool, server.base_url, log_dir)
     finally:
-        redis_server.down(redis)
+        redis_server.process(redis).down()
         if stop_cluster:
             local_cluster.down(local)
 

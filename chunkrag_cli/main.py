@@ -305,12 +305,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     settings = _settings(args)
     progress = False if args.no_progress else None
     if args.workers or settings.workers.ingest:
-        from workers.dispatch import WorkersUnavailable
+        from workers.errors import QueueUnavailable, WorkersUnavailable
         from workers.ingest_dispatch import ingest_on_workers
 
         try:
             report = ingest_on_workers(args.paths, client=_backend(settings), settings=settings, progress=progress)
-        except WorkersUnavailable as exc:
+        except (WorkersUnavailable, QueueUnavailable) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     else:

@@ -17,8 +17,6 @@ vector should see their text as one passage.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -28,6 +26,7 @@ from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import ChunkingSettings
 from ingest_pipeline.chunking import consecutive_similarities, group_sentences, percentile_threshold
+from ingest_pipeline.context_cache import cache_key
 from ingest_pipeline.headers import chunk_header, embedded_text, mixed_vector
 from ingest_pipeline.scales import group_to_size, target_chars
 from ingest_pipeline.sentences import Span, bounded_sentence_spans
@@ -46,19 +45,10 @@ class ChunkedDocument:
 def document_fingerprint(document: Document, shaping: str) -> str:
     """Changes when the document or anything that shapes its chunks changes
     (chunking settings, embedding model)."""
-    payload = json.dumps(
-        [
-            document.title,
-            document.text,
-            [(s.path, s.start, s.end) for s in document.sections],
-            dict(document.metadata),
-            shaping,
-        ],
-        sort_keys=True,
-        ensure_ascii=False,
-        default=str,
-    )
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
+    # The same JSON-then-sha256 as the context cache's keys (an array of the
+    # parts), cut to 32 hex digits: stored in every index, so it must not change.
+    sections = [(s.path, s.start, s.end) for s in document.sections]
+    return cache_key(document.title, document.text, sections, dict(document.metadata), shaping)[:32]
 
 
 def _thresholds(documents, sections, section_similarities, settings: ChunkingSettings) -> list[float]:

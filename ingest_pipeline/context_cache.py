@@ -18,6 +18,9 @@ from typing import Any, Mapping
 
 
 def cache_key(*parts: Any) -> str:
+    """sha256 (hex) of ``parts`` as one JSON array (keys sorted, non-ASCII
+    kept, anything else by ``str``): a cache entry's key, and cut to 32 digits
+    a document's fingerprint (chunker.document_fingerprint)."""
     payload = json.dumps(parts, ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 

@@ -2,8 +2,8 @@
 
 Without `--only`, commands act on DEFAULT_SERVICES (Elasticsearch, OpenSearch and Redis);
 the llm server is started only with `--only llm`, but `down` also stops it (and
-`logs` shows its log). Every service is a ManagedProcess (managed.py) behind the
-same module functions: up, down, status, wait_until_healthy, process.
+`logs` shows its log). Every service is a ManagedProcess (managed.py), built by its
+module's `process(settings)`: up, down, status, wait and logs come from there.
 
 `register(subparsers)` plugs the group into the project's CLI;
 `python -m local_services <command>` runs it standalone.
@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from local_services import cluster, elasticsearch_node, llm_server, opensearch_node, redis_server
 from local_services.elasticsearch_node import ElasticsearchSettings
 from local_services.llm_server import LlmSettings
+from local_services.managed import DEFAULT_WAIT_SECONDS, ManagedProcess
 from local_services.opensearch_node import OpenSearchSettings
 from local_services.process import LocalServiceError, Log, ServiceStatus, print_line
 from local_services.redis_server import RedisSettings
@@ -26,7 +27,6 @@ from local_services.redis_server import RedisSettings
 # What up/status/wait act on without --only.
 DEFAULT_SERVICES = ("elasticsearch", "opensearch", "redis")
 ALL_SERVICES = ("elasticsearch", "opensearch", "redis", "llm")
-DEFAULT_WAIT_SECONDS = 120.0
 
 
 def _selected(only: str | None, default: tuple[str, ...] = DEFAULT_SERVICES) -> tuple[str, ...]:
@@ -38,51 +38,55 @@ def _selected(only: str | None, default: tuple[str, ...] = DEFAULT_SERVICES) -> 
 
 
 class _ClusterService:
-    """A local cluster behind the functions every service module has, so
-    `--nodes N` swaps the single Elasticsearch or OpenSearch node for one."""
+    """A local cluster behind ManagedProcess's interface (up, down, status,
+    wait, logs), so `--nodes N` swaps the single Elasticsearch or OpenSearch
+    node for one."""
 
     def __init__(self, local: cluster.LocalCluster):
         self.local = local
 
-    def up(self, _settings, timeout: float, log: Log) -> None:
+    def up(self, timeout: float, log: Log) -> None:
         cluster.up(self.local, timeout, log)
 
-    def down(self, _settings, log: Log) -> None:
+    def down(self, log: Log) -> None:
         cluster.down(self.local, log)
 
-    def status(self, _settings, log: Log) -> list[ServiceStatus]:
+    def status(self, log: Log) -> list[ServiceStatus]:
         return cluster.status(self.local, log)
 
-    def wait_until_healthy(self, _settings, timeout: float, _log: Log) -> str:
+    def wait(self, timeout: float, _log: Log) -> str:
         return cluster.wait_for_nodes(self.local, self.local.nodes, timeout)
 
     def logs(self, lines: int) -> str:
-        module = elasticsearch_node if self.local.engine == "elasticsearch" else opensearch_node
         return "\n".join(
-            f"--- {self.local.node_name(i)} ---\n{module.process(self.local.member(i)).logs(lines)}"
+            f"--- {self.local.node_name(i)} ---\n{cluster.node_process(self.local, i).logs(lines)}"
             for i in range(self.local.nodes)
         )
 
 
-def _services(names: tuple[str, ...], order: tuple[str, ...], nodes: int = 1):
-    """(name, module, settings) of the named services, in ``order``; each
-    module has the same functions (up, down, status, wait_until_healthy, logs).
-    With ``nodes`` > 1, Elasticsearch and OpenSearch are local clusters."""
-    modules = {
-        "elasticsearch": (elasticsearch_node, ElasticsearchSettings),
-        "opensearch": (opensearch_node, OpenSearchSettings),
-        "redis": (redis_server, RedisSettings),
-        "llm": (llm_server, LlmSettings),
-    }
-    chosen = [(name, modules[name][0], modules[name][1].from_environ()) for name in order if name in names]
-    if nodes <= 1:
-        return chosen
-    return [
-        (name, _ClusterService(cluster.LocalCluster.from_environ(name, nodes)), None)
-        if name in cluster.ENGINES
-        else (name, module, settings)
-        for name, module, settings in chosen
-    ]
+Service = ManagedProcess | _ClusterService
+# Each service's managed process, from the environment's settings.
+_SERVICES: dict[str, Callable[[], ManagedProcess]] = {
+    "elasticsearch": lambda: elasticsearch_node.process(ElasticsearchSettings.from_environ()),
+    "opensearch": lambda: opensearch_node.process(OpenSearchSettings.from_environ()),
+    "redis": lambda: redis_server.process(RedisSettings.from_environ()),
+    "llm": lambda: llm_server.process(LlmSettings.from_environ()),
+}
+
+
+def _services(names: tuple[str, ...], order: tuple[str, ...], nodes: int = 1) -> list[tuple[str, Service]]:
+    """(name, service) of the named services, in ``order``: each a
+    ManagedProcess built from the environment's settings. With ``nodes`` > 1,
+    Elasticsearch and OpenSearch are local clusters."""
+    if nodes > 1:
+        return [
+            (name, _ClusterService(cluster.LocalCluster.from_environ(name, nodes)))
+            if name in cluster.ENGINES
+            else (name, _SERVICES[name]())
+            for name in order
+            if name in names
+        ]
+    return [(name, _SERVICES[name]()) for name in order if name in names]
 
 
 # Redis first: it is up in milliseconds, while Elasticsearch takes ~20 s.
@@ -100,20 +104,20 @@ def services_up(
     ES_URL, OPENSEARCH_URL, REDIS_URL; with ``nodes`` > 1, CHUNKRAG_*_CLUSTER_PORT
     and CHUNKRAG_CLUSTER_HEAP). Raises LocalServiceError with an actionable message.
     """
-    for _name, module, settings in _services(_selected(only), UP_ORDER, nodes):
-        module.up(settings, timeout, log)
+    for _name, service in _services(_selected(only), UP_ORDER, nodes):
+        service.up(timeout, log)
 
 
 def services_down(only: str | None = None, log: Log = print_line, nodes: int = 1) -> None:
     # Without --only, also stop an llm server that `up --only llm` started.
-    for _name, module, settings in _services(_selected(only, default=ALL_SERVICES), DOWN_ORDER, nodes):
-        module.down(settings, log)
+    for _name, service in _services(_selected(only, default=ALL_SERVICES), DOWN_ORDER, nodes):
+        service.down(log)
 
 
 def services_status(only: str | None = None, log: Log = print_line, nodes: int = 1) -> list[ServiceStatus]:
     statuses: list[ServiceStatus] = []
-    for _name, module, settings in _services(_selected(only), ALL_SERVICES, nodes):
-        found = module.status(settings, log)
+    for _name, service in _services(_selected(only), ALL_SERVICES, nodes):
+        found = service.status(log)
         statuses.extend(found if isinstance(found, list) else [found])
     return statuses
 
@@ -121,15 +125,15 @@ def services_status(only: str | None = None, log: Log = print_line, nodes: int =
 def services_wait(
     only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line, nodes: int = 1
 ) -> None:
-    for name, module, settings in _services(_selected(only), UP_ORDER, nodes):
-        health = module.wait_until_healthy(settings, timeout, log)
+    for name, service in _services(_selected(only), UP_ORDER, nodes):
+        health = service.wait(timeout, log)
         log(f"{name} healthy ({health})")
 
 
 def services_logs(only: str | None = None, lines: int = 40, log: Log = print_line, nodes: int = 1) -> None:
     """Each selected service's log excerpt: likely causes of a failure, then the log's tail."""
-    for name, module, settings in _services(_selected(only, default=ALL_SERVICES), ALL_SERVICES, nodes):
-        text = module.logs(lines) if isinstance(module, _ClusterService) else module.process(settings).logs(lines)
+    for name, service in _services(_selected(only, default=ALL_SERVICES), ALL_SERVICES, nodes):
+        text = service.logs(lines)
         log(f"=== {name} ===\n{text}")
 
 

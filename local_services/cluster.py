@@ -30,6 +30,7 @@ from types import ModuleType
 from chunkrag_core.settings import state_home
 from local_services import elasticsearch_node, opensearch_node
 from local_services.jvm_node import ClusterMember, cluster_health
+from local_services.managed import ManagedProcess
 from local_services.process import LOOPBACK, LocalServiceError, Log, ServiceStatus, env_port, print_line
 
 ENGINES = ("elasticsearch", "opensearch")
@@ -149,10 +150,9 @@ def _each_node(cluster: LocalCluster, nodes: range | list[int], action: Callable
 def up(cluster: LocalCluster, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
     """Idempotent: start every node not running, wait until all have joined
     one cluster and it is green or yellow."""
-    module = _module(cluster.engine)
     began = time.monotonic()
     log(f"{cluster.name}: {cluster.nodes} nodes, heap {cluster.heap} each, HTTP ports {list(_ports(cluster))}")
-    _each_node(cluster, range(cluster.nodes), lambda node: module.up(cluster.member(node), timeout, log))
+    _each_node(cluster, range(cluster.nodes), lambda node: node_process(cluster, node).up(timeout, log))
     status = wait_for_nodes(cluster, cluster.nodes, timeout)
     log(f"{cluster.name}: {cluster.nodes} nodes joined ({status}) in {time.monotonic() - began:.1f} s at {cluster.url}")
 
@@ -163,17 +163,20 @@ def _ports(cluster: LocalCluster):
 
 def down(cluster: LocalCluster, log: Log = print_line) -> None:
     """Idempotent: stop every node of the cluster started from CHUNKRAG_HOME."""
-    module = _module(cluster.engine)
-    _each_node(cluster, range(cluster.nodes), lambda node: module.down(cluster.member(node), log))
+    _each_node(cluster, range(cluster.nodes), lambda node: node_process(cluster, node).down(log))
 
 
 def status(cluster: LocalCluster, log: Log = print_line) -> list[ServiceStatus]:
-    module = _module(cluster.engine)
-    return [module.status(cluster.member(node), log) for node in range(cluster.nodes)]
+    return [node_process(cluster, node).status(log) for node in range(cluster.nodes)]
+
+
+def node_process(cluster: LocalCluster, node: int) -> ManagedProcess:
+    """One node as the managed process every local service is."""
+    return _module(cluster.engine).process(cluster.member(node))
 
 
 def node_pid(cluster: LocalCluster, node: int) -> int | None:
-    return _module(cluster.engine).running_pid(cluster.member(node), lambda _message: None)
+    return node_process(cluster, node).running_pid(lambda _message: None)
 
 
 def kill_node(cluster: LocalCluster, node: int) -> int:
@@ -181,13 +184,13 @@ def kill_node(cluster: LocalCluster, node: int) -> int:
     pid = node_pid(cluster, node)
     if pid is None:
         raise LocalServiceError(f"node {cluster.node_name(node)} is not running")
-    _module(cluster.engine).process(cluster.member(node)).kill()
+    node_process(cluster, node).kill()
     return pid
 
 
 def start_node(cluster: LocalCluster, node: int, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
     """Start one node again (its data is where it left it); returns once it has rejoined."""
-    _module(cluster.engine).up(cluster.member(node), timeout, log)
+    node_process(cluster, node).up(timeout, log)
     wait_for_nodes(cluster, cluster.nodes, timeout)
 
 

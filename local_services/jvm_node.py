@@ -5,9 +5,9 @@ file modes, configured in a run directory of their own, started with
 `bin/<name> -d -p <pidfile>` as an unprivileged user, and probed with
 `GET /_cluster/health`. A node module describes itself with a
 :class:`JvmNode` (names, version, environment prefix, its own fetching and
-configuring steps) and binds the lifecycle here to it with
-:func:`lifecycle` (a :class:`~local_services.managed.ManagedProcess` whose
-preparation fetches and configures the node); what only one engine has
+configuring steps) and gets its :class:`~local_services.managed.ManagedProcess`
+from :func:`process` (whose preparation fetches and configures the node;
+callers use `process(...).up()`, `.down()`, `.status()`); what only one engine has
 (security users, the k-NN plugin, the jvm.options rewrite) stays in its module.
 """
 
@@ -27,7 +27,7 @@ import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple, Self
+from typing import Any, ClassVar, Self
 
 from chunkrag_core.settings import state_home
 from local_services.java import JavaHome, find_java_home
@@ -37,19 +37,16 @@ from local_services.process import (
     LOOPBACK,
     LocalServiceError,
     Log,
-    ServiceStatus,
     ServiceUser,
     chown_tree,
     env_port,
     make_public_dir,
-    print_line,
     redact_url,
     require_reachable,
     unprivileged_user,
 )
 
 DEFAULT_HEAP = "1g"
-DEFAULT_WAIT_SECONDS = 120.0
 STOP_GRACE_SECONDS = 30.0
 # `bin/<name> -d` returns once the node has started; a cold JVM on 2 cores
 # can take a while, a hang beyond this is a bug.
@@ -429,6 +426,7 @@ def process(node: JvmNode, settings: JvmRunFiles) -> ManagedProcess:
         url=settings.url,
         check=functools.partial(_check, settings),
         prepare=functools.partial(_prepare, node, settings),
+        preflight=functools.partial(_node_user, settings),
         probe=functools.partial(_probe, settings),
         ready_phrase="become healthy (green or yellow)",
         external_url=settings.external_url,
@@ -444,52 +442,3 @@ def process(node: JvmNode, settings: JvmRunFiles) -> ManagedProcess:
         launch_timeout_s=LAUNCH_TIMEOUT_SECONDS,
         stop_grace_s=STOP_GRACE_SECONDS,
     )
-
-
-def running_pid(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> int | None:
-    return process(node, settings).running_pid(log)
-
-
-def start(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> int:
-    """Start the node in the background and return its pid (no health wait)."""
-    return process(node, settings).start(log)
-
-
-def wait_until_healthy(
-    node: JvmNode, settings: JvmRunFiles, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line
-) -> str:
-    """Poll cluster health until green/yellow; return that status."""
-    return process(node, settings).wait(timeout, log)
-
-
-def up(node: JvmNode, settings: JvmRunFiles, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
-    """Idempotent: fetch if needed, start if not running, wait until healthy."""
-    if not settings.external_url:
-        _node_user(settings, log)
-    process(node, settings).up(timeout, log)
-
-
-def down(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> None:
-    """Idempotent: stop the node started from this CHUNKRAG_HOME, if any."""
-    process(node, settings).down(log)
-
-
-def status(node: JvmNode, settings: JvmRunFiles, log: Log = print_line) -> ServiceStatus:
-    return process(node, settings).status(log)
-
-
-class Lifecycle(NamedTuple):
-    running_pid: Callable[..., int | None]
-    start: Callable[..., int]
-    wait_until_healthy: Callable[..., str]
-    up: Callable[..., None]
-    down: Callable[..., None]
-    status: Callable[..., ServiceStatus]
-    process: Callable[..., ManagedProcess]
-
-
-def lifecycle(node: JvmNode) -> Lifecycle:
-    """The functions above with ``node`` bound: each takes (settings, …) as
-    the services CLI calls every service's."""
-    functions = (running_pid, start, wait_until_healthy, up, down, status, process)
-    return Lifecycle(*(functools.partial(function, node) for function in functions))

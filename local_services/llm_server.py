@@ -37,7 +37,6 @@ from local_services.process import (
     LocalServiceError,
     Log,
     PortRunFiles,
-    ServiceStatus,
     ensure_state_home,
     env_port,
     exclusive_lock,
@@ -61,8 +60,6 @@ DEFAULT_RUNTIME = "llama-server"
 # together instead of queueing, each slot with its own prompt cache. The
 # context is split between slots, so each gets DEFAULT_CTX.
 DEFAULT_SLOTS = 2
-# Loading maps 1.1 GB; on a cold page cache and a busy machine that can take a while.
-DEFAULT_WAIT_SECONDS = 120.0
 STOP_GRACE_SECONDS = 30.0
 LAUNCH_TIMEOUT_SECONDS = 30.0
 FETCH_TIMEOUT_SECONDS = 1800.0
@@ -435,31 +432,3 @@ def process(settings: LlmSettings) -> ManagedProcess:
         stop_grace_s=STOP_GRACE_SECONDS,
         exit_hint=functools.partial(_rebuild_hint, settings),
     )
-
-
-def running_pid(settings: LlmSettings, log: Log = print_line) -> int | None:
-    return process(settings).running_pid(log)
-
-
-def start(settings: LlmSettings, log: Log = print_line) -> int:
-    """Fetch the model if needed, start the server in the background and return its pid (no health wait)."""
-    return process(settings).start(log)
-
-
-def wait_until_healthy(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> str:
-    """Poll GET /v1/models until it lists our model."""
-    return process(settings).wait(timeout, log)
-
-
-def up(settings: LlmSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
-    """Idempotent: fetch the model if needed, start if not running, wait until healthy."""
-    process(settings).up(timeout, log)
-
-
-def down(settings: LlmSettings, log: Log = print_line) -> None:
-    """Idempotent: stop the server started from this CHUNKRAG_HOME, if any."""
-    process(settings).down(log)
-
-
-def status(settings: LlmSettings, log: Log = print_line) -> ServiceStatus:
-    return process(settings).status(log)

@@ -48,6 +48,9 @@ Check = Callable[[], "tuple[bool, str]"]
 # background, which prints its pid and exits: the program is reparented to
 # init and never lingers as an unreaped child of a long-lived caller (pytest).
 _BACKGROUND = 'log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!'
+# How long `up` and `wait` wait for health unless told: a JVM node's start
+# or the model server mapping 1.1 GB on a cold page cache, on a busy machine.
+DEFAULT_WAIT_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,9 @@ class ManagedProcess:
     stop_grace_s: float = 30.0
     wait_interval_s: float = 0.5
     exit_hint: Callable[[], str] | None = field(default=None, repr=False)
+    # Checked by `up` before anything is created, even when already running
+    # (a JVM node's account must reach CHUNKRAG_HOME): fails fast, raises.
+    preflight: Callable[[Log], object] | None = field(default=None, repr=False)
 
     # --- finding -------------------------------------------------------------------
 
@@ -200,7 +206,7 @@ class ManagedProcess:
 
     # --- health --------------------------------------------------------------------
 
-    def wait(self, timeout: float, log: Log = print_line) -> str:
+    def wait(self, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> str:
         """Poll the probe until the service is healthy; return what it saw."""
         pid = None if self.external_url else self.running_pid(log)
         excerpt = (lambda: "") if self.external_url else (lambda: f"\n{self.logs()}")
@@ -218,11 +224,13 @@ class ManagedProcess:
             probe, timeout=timeout, pid=pid, interval=self.wait_interval_s, exited=exited, timed_out=timed_out
         )
 
-    def up(self, timeout: float, log: Log = print_line) -> str | None:
+    def up(self, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> str | None:
         """Idempotent: start if not running, then wait until healthy; return the health."""
         if self.external_url:
             log(f"{self.title}: using external {self.external_kind} at {redact_url(self.external_url)}")
             return None
+        if self.preflight is not None:
+            self.preflight(log)
         ensure_state_home(self.home)
         with exclusive_lock(self.lock_file):
             began = time.monotonic()

@@ -24,6 +24,7 @@ from pathlib import Path
 from local_services import jvm_node
 from local_services.java import JavaHome
 from local_services.jvm_node import DEFAULT_HEAP, ClusterMember, JvmNode, JvmRunFiles
+from local_services.managed import ManagedProcess
 from local_services.maven import fetch_pinned
 from local_services.process import LocalServiceError, Log, PortRunFiles, ensure_state_home, make_public_dir, print_line
 
@@ -187,5 +188,7 @@ NODE = JvmNode(
     initial_masters_setting=INITIAL_MASTERS_SETTING,
 )
 
-# Each takes (settings, ...): running_pid(settings, log), up(settings, timeout, log), ...
-running_pid, start, wait_until_healthy, up, down, status, process = jvm_node.lifecycle(NODE)
+
+def process(settings: OpenSearchSettings) -> ManagedProcess:
+    """The node as a managed process: `process(settings).up()`, `.down()`, `.status()`, `.logs()`."""
+    return jvm_node.process(NODE, settings)

@@ -23,16 +23,13 @@ from local_services.process import (
     LocalServiceError,
     Log,
     PortRunFiles,
-    ServiceStatus,
     ensure_state_home,
     env_port,
     make_public_dir,
-    print_line,
     redact_url,
 )
 
 DEFAULT_PORT = 6379
-DEFAULT_WAIT_SECONDS = 120.0
 STOP_GRACE_SECONDS = 30.0
 LAUNCH_TIMEOUT_SECONDS = 30.0
 
@@ -229,31 +226,3 @@ def process(settings: RedisSettings) -> ManagedProcess:
         stop_grace_s=STOP_GRACE_SECONDS,
         wait_interval_s=0.2,
     )
-
-
-def running_pid(settings: RedisSettings, log: Log = print_line) -> int | None:
-    return process(settings).running_pid(log)
-
-
-def start(settings: RedisSettings, log: Log = print_line) -> int:
-    """Start redis-server daemonised and return its pid (no PING wait)."""
-    return process(settings).start(log)
-
-
-def wait_until_healthy(settings: RedisSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> str:
-    """PING until PONG."""
-    return process(settings).wait(timeout, log)
-
-
-def up(settings: RedisSettings, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
-    """Idempotent: start if not running, then wait for PONG."""
-    process(settings).up(timeout, log)
-
-
-def down(settings: RedisSettings, log: Log = print_line) -> None:
-    """Idempotent: stop the server started from this CHUNKRAG_HOME, if any."""
-    process(settings).down(log)
-
-
-def status(settings: RedisSettings, log: Log = print_line) -> ServiceStatus:
-    return process(settings).status(log)

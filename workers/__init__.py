@@ -5,7 +5,9 @@
 - ``dispatch``: ``celery_judge_many``, the ``JudgeMany`` that sends the batches
   ``chunkrag_filter.judging`` plans and collects them;
 - ``score_cache``: scores cached in Redis, shared by every worker;
-- ``codec``: judgements and options as JSON for the broker.
+- ``codec``: judgements and options as JSON for the broker;
+- ``errors``: the workers' project errors, and the one reading of the queue
+  clients' exceptions that raises them.
 
 Start a worker with ``chunkrag workers`` or
 ``.venv/bin/celery -A workers.app worker --loglevel=INFO --concurrency=2 --pool=prefork``.

@@ -12,7 +12,9 @@ second and fail a query that the workers would have judged. Failure is read
 from the dispatch itself. A send the broker refuses, or tasks that nobody
 starts within ``start_wait_s`` while no worker answers a ping, raise
 :class:`WorkersUnavailable` (a :class:`JudgingUnavailable`: the caller judges
-elsewhere). ``WorkerHealth``, shared by the queries of a process, remembers
+elsewhere); any other failure of Redis or the broker leaves as
+:class:`~workers.errors.QueueUnavailable` (one too), never as a client's
+exception. ``WorkerHealth``, shared by the queries of a process, remembers
 such a failure for a few seconds, so the queries right after it go elsewhere
 at once instead of each finding out again; the first query after that tries
 the workers again.
@@ -41,7 +43,6 @@ from chunkrag_core.settings import Settings, redact_url
 from chunkrag_filter.judging import (
     Batch,
     Judgement,
-    JudgingUnavailable,
     ScoringOptions,
     passages,
     plan_batches,
@@ -49,6 +50,7 @@ from chunkrag_filter.judging import (
 )
 from workers.app import JUDGE_TASK, make_app
 from workers.codec import CodecError, decode_judgement, encode_options
+from workers.errors import WorkersUnavailable, queue_errors
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +91,6 @@ SEEN_FRESH_S = 30.0
 # The broker publish is retried at most this often (kombu's default, three
 # times, adds a second to each query while the broker is down).
 PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
-
-
-class WorkersUnavailable(JudgingUnavailable):
-    """Judging cannot be dispatched: Redis is unreachable or no worker runs.
-    The message names the broker; ``reason`` says the same without its
-    address, for the gateway's callers."""
 
 
 class WorkerHealth:
@@ -288,6 +284,12 @@ class CeleryJudgeMany:
             return self._resent
 
     def __call__(self, query: str, chunks: Sequence[Chunk], options: ScoringOptions) -> list[Judgement]:
+        # A queue client's exception that got past the dispatch's own handling
+        # leaves as the workers' project error (workers.errors), never raw.
+        with queue_errors():
+            return self._judge(query, chunks, options)
+
+    def _judge(self, query: str, chunks: Sequence[Chunk], options: ScoringOptions) -> list[Judgement]:
         if not chunks:
             return []
         if (reason := self.health.unavailable()) is not None:

@@ -21,6 +21,7 @@ chunk ids.
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ from ingest_pipeline.writer import ensure_index
 from workers.app import INGEST_TASK, make_app
 from workers.codec import CodecError, decode_outcome, encode_chunking, encode_document
 from workers.dispatch import check_workers
+from workers.errors import queue_errors
 
 # Longest wait for the oldest batch before looking at the others.
 WAIT_S = 1.0
@@ -89,8 +91,11 @@ def ingest_documents_on_workers(
     app: Celery | None = None,
     on_batch: Callable[[int], None] | None = None,
 ) -> IngestReport:
-    """Raises :class:`~workers.dispatch.WorkersUnavailable` when the broker
-    cannot be reached or no worker answers, before anything is sent.
+    """Raises :class:`~workers.errors.WorkersUnavailable` when the broker
+    cannot be reached or no worker answers, before anything is sent, and
+    :class:`~workers.errors.QueueUnavailable` when Redis or the broker stops
+    answering while batches are out (the documents not yet written are
+    written by running the same command again).
     ``on_batch(n)`` is called as each batch finishes (n: batches done)."""
     index = index or settings.index
     app = app or make_app(settings)
@@ -132,20 +137,29 @@ def ingest_documents_on_workers(
                 on_batch(len(outcomes) + len(errors))
 
     try:
-        for batch in document_batches(items, skipped, workers.ingest_batch_docs):
-            while len(in_flight) >= workers.ingest_in_flight:
+        # Broker and result-backend failures leave as the workers' project errors.
+        with queue_errors():
+            for batch in document_batches(items, skipped, workers.ingest_batch_docs):
+                while len(in_flight) >= workers.ingest_in_flight:
+                    collect()
+                result = task.clone(args=(index, [encode_document(d) for d in batch], chunking)).apply_async()
+                in_flight.append(_Sent(result, len(batch), batch[0].doc_id, batch[-1].doc_id))
+            while in_flight:
                 collect()
-            result = task.clone(args=(index, [encode_document(d) for d in batch], chunking)).apply_async()
-            in_flight.append(_Sent(result, len(batch), batch[0].doc_id, batch[-1].doc_id))
-        while in_flight:
-            collect()
     finally:
         bar.close()
-        for sent in in_flight:  # interrupted: the workers finish what was sent
-            sent.result.forget()
+        _forget(in_flight)  # interrupted: the workers finish what was sent
         restore_refresh(client, index, previous_refresh)
     client.refresh(index)
     return report_of_batches(index, outcomes, skipped, errors, time.perf_counter() - began)
+
+
+def _forget(in_flight: Iterable[_Sent]) -> None:
+    # Cleanup only: with Redis gone the stored results expire on their own,
+    # and the failure that stopped the run is the one to report.
+    with contextlib.suppress(Exception):
+        for sent in in_flight:
+            sent.result.forget()
 
 
 def _outcome(sent: _Sent, errors: list[str]) -> BatchOutcome | None:

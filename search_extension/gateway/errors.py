@@ -89,17 +89,17 @@ def _logged(error: GatewayError, detail: object) -> GatewayError:
 def from_exception(exc: BaseException) -> GatewayError:
     """The status and reason for an exception raised by the library call.
     Every edge raises the project's own errors (the engines', the model
-    providers', the workers'), so no search-engine or model client library is
-    imported here; only Redis's and Celery's exceptions are read, as a last
-    resort for a queue failure the workers' dispatch did not translate. A
-    reason names the failing dependency, never its address: that detail goes
-    to the log. Anything unforeseen is a 500 naming the exception; the
+    providers', the workers' dispatch: workers.errors), so no search-engine,
+    model or queue client library is imported or read here. A reason names
+    the failing dependency, never its address: that detail goes to the log.
+    Anything unforeseen is a 500 naming the exception; the
     traceback goes to the log, not to the caller."""
     from chunkrag_core.engines.errors import EngineRefused, EngineTimeout, EngineUnavailable
     from chunkrag_core.providers.chat import ChatError
     from chunkrag_core.providers.embedding import EmbeddingError
     from search_extension.gateway.dialect import OptionError
     from search_extension.retriever import IndexNotFound, RetrievalError, SearchRefused
+    from workers.errors import QueueUnavailable, WorkersTimedOut, WorkersUnavailable
 
     if isinstance(exc, GatewayError):
         return exc
@@ -122,8 +122,12 @@ def from_exception(exc: BaseException) -> GatewayError:
     if isinstance(exc, EmbeddingError):
         log.warning("the embedding provider failed: %s", exc)
         return GatewayError(502, "embedding_provider_exception", "the embedding provider failed")
-    if (mapped := _from_queue_error(exc)) is not None:
-        return mapped
+    if isinstance(exc, WorkersUnavailable):
+        return unavailable(f"no Celery workers are available: {exc.reason}", detail=exc)
+    if isinstance(exc, QueueUnavailable):
+        return unavailable(exc.reason, detail=exc)
+    if isinstance(exc, WorkersTimedOut):
+        return timed_out(exc.reason, detail=exc)
     if isinstance(exc, TimeoutError):
         return timed_out("timed out", detail=exc if str(exc) else None)
     log.error("unexpected error in the gateway", exc_info=exc)
@@ -141,27 +145,3 @@ def _from_chat_error(exc) -> GatewayError:
     log.warning("the model provider failed (502): %s", exc)
     answered = f": it answered {exc.status}" if exc.status else ""
     return GatewayError(502, "model_provider_exception", f"the model provider failed{answered}")
-
-
-def _from_queue_error(exc: BaseException) -> GatewayError | None:
-    """Redis, Celery and worker failures, without importing Celery unless a
-    Celery exception can be in play."""
-    import redis
-
-    if isinstance(exc, redis.exceptions.ConnectionError):
-        return unavailable("Redis is not reachable", detail=exc)
-    module = type(exc).__module__ or ""
-    if module.startswith("workers"):
-        from workers.dispatch import WorkersUnavailable
-
-        if isinstance(exc, WorkersUnavailable):
-            return unavailable(f"no Celery workers are available: {exc.reason}", detail=exc)
-    if module.startswith(("kombu", "celery")):
-        from celery.exceptions import TimeoutError as CeleryTimeout
-        from kombu.exceptions import OperationalError
-
-        if isinstance(exc, OperationalError):
-            return unavailable("the Celery broker (Redis) is not reachable", detail=exc)
-        if isinstance(exc, CeleryTimeout):
-            return timed_out("the workers did not finish in time", detail=exc)
-    return None

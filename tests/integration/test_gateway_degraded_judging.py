@@ -57,9 +57,9 @@ def index(es, embedder, settings):
 @pytest.fixture(scope="module")
 def own_redis():
     server = redis_server.RedisSettings(home=state_home(os.environ), port=REDIS_PORT)
-    redis_server.up(server)
+    redis_server.process(server).up()
     yield server
-    redis_server.down(server)
+    redis_server.process(server).down()
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def until_workers_judge(url: str, index: str) -> float:
 def test_redis_stopped_then_back_filtered_queries_answer_throughout(index, own_redis, gateway, capsys):
     assert judged(ask(gateway, index)) == ("workers", None)
 
-    redis_server.down(own_redis)
+    redis_server.process(own_redis).down()
     went_down = time.monotonic()
     try:
         # Long enough for the workers' own reconnection to back off (2, 4, ... s).
@@ -147,7 +147,7 @@ def test_redis_stopped_then_back_filtered_queries_answer_throughout(index, own_r
             outcomes.append((judged(ask(gateway, index, f"{QUESTION} down {len(outcomes)}")), time.monotonic() - began))
             time.sleep(0.5)
     finally:
-        redis_server.up(own_redis)
+        redis_server.process(own_redis).up()
     came_back = time.monotonic()
     for (by, reason), _ in outcomes:
         assert by == "gateway" and reason.startswith("workers: cannot reach the Celery broker (Redis)"), reason

@@ -64,9 +64,9 @@ def index(es, embedder, settings):
 @pytest.fixture(scope="module")
 def own_redis():
     redis = redis_server.RedisSettings(home=state_home(os.environ), port=FAULT_REDIS_PORT)
-    redis_server.up(redis)
+    redis_server.process(redis).up()
     yield redis
-    redis_server.down(redis)
+    redis_server.process(redis).down()
 
 
 def test_redis_restarted_during_a_filtered_query(settings, embedder, index, own_redis):
@@ -99,8 +99,8 @@ def test_redis_restarted_during_a_filtered_query(settings, embedder, index, own_
             deadline = time.monotonic() + 10
             while not any(MODEL_STALLS in str(r) for r in server.requests) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            redis_server.down(own_redis)
-            redis_server.up(own_redis)
+            redis_server.process(own_redis).down()
+            redis_server.process(own_redis).up()
             worker.join(60)
             after = httpx.get(f"{url}/v1/health", timeout=30).json()
     response = reply["r"]
@@ -335,8 +335,8 @@ def test_redis_restarted_while_it_is_the_broker_of_a_query(settings, embedder, i
                     )
                     asking.start()
                     assert held.wait(30), "no judging call reached the model"
-                    redis_server.down(own_redis)
-                    redis_server.up(own_redis)
+                    redis_server.process(own_redis).down()
+                    redis_server.process(own_redis).up()
                     release.set()
                     asking.join(120)
                     elapsed = time.monotonic() - started

@@ -34,10 +34,8 @@ from local_services.elasticsearch_node import (
     ES_VERSION,
     ElasticsearchSettings,
     FileUser,
-    down,
     fetch_distribution,
-    running_pid,
-    up,
+    process,
 )
 from local_services.java import find_java_home
 
@@ -173,13 +171,14 @@ def secured_node(log=print) -> Iterator[ElasticsearchSettings]:
     install without the plugin is started again from the one with it."""
     settings = node_settings()
     prepare_distribution(settings, log)
-    was_running = running_pid(settings, log) is not None
+    node = process(settings)
+    was_running = node.running_pid(log) is not None
     if was_running and not _has_plugin(settings):
-        down(settings, log=log)
+        node.down(log=log)
         was_running = False
-    up(settings, log=log)
+    node.up(log=log)
     try:
         yield settings
     finally:
         if not was_running:
-            down(settings, log=log)
+            node.down(log=log)

@@ -20,6 +20,7 @@ from chunkrag_core.providers.embedding import EmbeddingError
 from search_extension.gateway import errors
 from search_extension.gateway.dialect import OptionError
 from search_extension.retriever import RetrievalError
+from workers.errors import QueueUnavailable, WorkersTimedOut, WorkersUnavailable, queue_error, queue_errors
 
 
 def mapped(exc):
@@ -29,6 +30,11 @@ def mapped(exc):
 def from_elasticsearch(exc):
     """As the Elasticsearch backend raises it."""
     return es_engine.engine_error(exc, "http://es:9200")
+
+
+def from_queue(exc):
+    """As the workers' dispatch raises it."""
+    return queue_error(exc)
 
 
 def test_error_body_is_elasticsearch_shaped():
@@ -69,14 +75,37 @@ def test_elasticsearch_failures():
 
 
 def test_queue_failures_and_timeouts():
-    assert mapped(redis.exceptions.ConnectionError("refused")).status == 503
-    from workers.dispatch import WorkersUnavailable
-
-    assert mapped(WorkersUnavailable("no worker answered")).status == 503
+    from celery.exceptions import TimeoutError as CeleryTimeout
     from kombu.exceptions import OperationalError
 
-    assert mapped(OperationalError("broker down")).status == 503
+    assert mapped(from_queue(redis.exceptions.ConnectionError("refused"))).status == 503
+    assert mapped(WorkersUnavailable("no worker answered")).status == 503
+    assert mapped(from_queue(OperationalError("broker down"))).status == 503
+    slow = mapped(from_queue(CeleryTimeout("task abc")))
+    assert (slow.status, slow.reason) == (504, "the workers did not finish in time")
     assert mapped(TimeoutError()).status == 504
+
+
+def test_the_workers_dispatch_translates_its_queue_clients_exceptions():
+    from celery.exceptions import TimeoutError as CeleryTimeout
+    from kombu.exceptions import OperationalError
+
+    from chunkrag_filter.judging import JudgingUnavailable
+
+    redis_down = from_queue(redis.exceptions.ConnectionError("Error 111 connecting to 10.0.0.5:6379."))
+    assert type(redis_down) is QueueUnavailable and isinstance(redis_down, JudgingUnavailable)
+    assert redis_down.reason == "Redis is not reachable" and "10.0.0.5:6379" in str(redis_down)  # the detail
+    broker_down = from_queue(OperationalError("refused"))
+    assert type(broker_down) is QueueUnavailable
+    assert broker_down.reason == "the Celery broker (Redis) is not reachable"
+    assert isinstance(from_queue(CeleryTimeout()), WorkersTimedOut)
+    other = KeyError("doc_id")
+    assert from_queue(other) is other
+    with pytest.raises(QueueUnavailable) as raised, queue_errors():
+        raise redis.exceptions.ConnectionError("refused")
+    assert isinstance(raised.value.__cause__, redis.exceptions.ConnectionError)
+    with pytest.raises(KeyError), queue_errors():
+        raise other
 
 
 def test_anything_else_is_a_500_naming_the_exception(caplog):
@@ -130,8 +159,6 @@ def failures_with_addresses():
     exception's own message naming where the dependency lives."""
     from kombu.exceptions import OperationalError
 
-    from workers.dispatch import WorkersUnavailable
-
     request = httpx.Request("POST", f"{MODEL_URL}/chat/completions")
     refused_redis = "Error 111 connecting to 10.0.0.5:6379. Connection refused."
     broker_down = "cannot reach the Celery broker (Redis) at redis://10.0.0.5:6379/0: refused"
@@ -154,9 +181,9 @@ def failures_with_addresses():
         ),
         (ChatError(f"{MODEL_URL} answered 400: bad", status=400), 502, "the model provider failed: it answered 400"),
         (EmbeddingError(f"embeddings request to {MODEL_URL} failed: refused"), 502, "the embedding provider failed"),
-        (redis.exceptions.ConnectionError(refused_redis), 503, "Redis is not reachable"),
+        (from_queue(redis.exceptions.ConnectionError(refused_redis)), 503, "Redis is not reachable"),
         (TimeoutError("timed out connecting to 10.0.0.5:6379"), 504, "timed out"),
-        (OperationalError(refused_redis), 503, "the Celery broker (Redis) is not reachable"),
+        (from_queue(OperationalError(refused_redis)), 503, "the Celery broker (Redis) is not reachable"),
         (
             WorkersUnavailable(broker_down, reason="cannot reach the Celery broker (Redis)"),
             503,
@@ -181,7 +208,8 @@ def test_errors_reads_no_client_library():
         "from chunkrag_core.engines.errors import EngineUnavailable\n"
         "from search_extension.gateway import errors\n"
         "errors.from_exception(EngineUnavailable('x', engine='Elasticsearch'))\n"
-        "print(sorted(m for m in ('elasticsearch', 'opensearchpy', 'openai') if m in sys.modules))\n"
+        "clients = ('elasticsearch', 'opensearchpy', 'openai', 'redis', 'kombu', 'celery')\n"
+        "print(sorted(m for m in clients if m in sys.modules))\n"
     )
     loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"

@@ -277,6 +277,16 @@ def test_only_accepts_llm_on_every_command():
         assert parser.parse_args([command]).only is None
 
 
+class _Recorder:
+    """A managed process that records which of its lifecycle calls the CLI makes."""
+
+    def __init__(self, name: str, calls: list[str]):
+        self.name, self.calls = name, calls
+
+    def __getattr__(self, action: str):
+        return lambda *args, **kwargs: self.calls.append(f"{action} {self.name}")
+
+
 def _record_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     for module, name in (
@@ -285,8 +295,7 @@ def _record_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         (cli.redis_server, "redis"),
         (cli.llm_server, "llm"),
     ):
-        for action in ("up", "down", "status", "wait_until_healthy"):
-            monkeypatch.setattr(module, action, lambda *args, _n=name, _a=action, **kwargs: calls.append(f"{_a} {_n}"))
+        monkeypatch.setattr(module, "process", lambda _settings, _n=name: _Recorder(_n, calls))
     return calls
 
 

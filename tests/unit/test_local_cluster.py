@@ -66,7 +66,7 @@ def test_bad_layouts_are_refused(engine: str, nodes: int, heap: str) -> None:
 def test_services_with_nodes_swap_engines_for_clusters(monkeypatch) -> None:
     monkeypatch.setenv("CHUNKRAG_HOME", "/state")
     chosen = cli._services(("elasticsearch", "redis"), cli.UP_ORDER, nodes=3)
-    names = [name for name, _module, _settings in chosen]
+    names = [name for name, _service in chosen]
     assert names == ["redis", "elasticsearch"]
     assert isinstance(chosen[1][1], cli._ClusterService) and chosen[1][1].local.nodes == 3
     assert not isinstance(chosen[0][1], cli._ClusterService)

@@ -177,6 +177,10 @@ def test_a_wait_that_times_out_names_the_last_problem_and_the_log(tmp_path: Path
         ready_phrase="say ready",
     )
     idle.start(quiet)
+    # The program's first line reaches the log a moment after the launch returns.
+    deadline = time.monotonic() + 10.0
+    while "booting" not in idle.launch_log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
     try:
         with pytest.raises(
             LocalServiceError,
@@ -257,7 +261,7 @@ def test_every_service_module_describes_itself_as_a_managed_process(tmp_path: Pa
         managed = module.process(settings)
         assert managed.pidfile == settings.pidfile and managed.lock_file == settings.lock_file
         assert managed.ports[0][0] == settings.port
-        assert module.running_pid(settings, quiet) is None
+        assert managed.running_pid(quiet) is None
         assert "was ever started" in managed.logs()
     assert elasticsearch_node.process(ElasticsearchSettings(home=tmp_path, port=9211)).ports[1] == (
         9311,

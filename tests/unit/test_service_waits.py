@@ -63,7 +63,7 @@ def test_redis_wait_times_out_naming_the_server_and_the_problem(tmp_path: Path):
     with pytest.raises(
         LocalServiceError, match=r"redis at redis://127.0.0.1:1/0 did not answer PING within 0 s \(last: .*refused"
     ):
-        redis_server.wait_until_healthy(settings, timeout=0, log=lambda _: None)
+        redis_server.process(settings).wait(timeout=0, log=lambda _: None)
 
 
 class _Models(BaseHTTPRequestHandler):
@@ -86,12 +86,12 @@ def test_llm_wait_until_our_model_is_listed(tmp_path: Path):
     env = {"CHUNKRAG_HOME": str(tmp_path), "CHUNKRAG_LLM_PORT": str(server.server_address[1])}
     try:
         settings = llm_server.LlmSettings.from_environ({**os.environ, **env})
-        llm_server.wait_until_healthy(settings, timeout=5, log=lambda _: None)
+        llm_server.process(settings).wait(timeout=5, log=lambda _: None)
         _Models.served = ["another-model"]
         with pytest.raises(
             LocalServiceError, match=r"did not list .* within 0 s \(last: serving \['another-model'\] instead of"
         ):
-            llm_server.wait_until_healthy(settings, timeout=0, log=lambda _: None)
+            llm_server.process(settings).wait(timeout=0, log=lambda _: None)
     finally:
         _Models.served = [llm_server.MODEL_ALIAS]
         server.shutdown()

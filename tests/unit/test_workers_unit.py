@@ -275,3 +275,47 @@ def test_ingest_batches_are_routed_to_their_own_queue_and_a_plain_worker_takes_b
     # A worker started without -Q consumes every queue in task_queues; each is
     # bound by its own routing key, so no message reaches both.
     assert {(q.name, q.routing_key) for q in app.conf.task_queues} == {(QUEUE, QUEUE), (INGEST_QUEUE, INGEST_QUEUE)}
+
+
+# --- the ingest dispatch translates a broker lost mid-run ---------------------------
+
+
+class _BrokerGone:
+    """A Celery app whose broker refuses the first batch (a test double: the
+    real broker loss is in tests/integration/test_gateway_faults.py)."""
+
+    def signature(self, _name):
+        return self
+
+    def clone(self, args):
+        return self
+
+    def apply_async(self):
+        from kombu.exceptions import OperationalError
+
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6399. Connection refused.")
+
+
+class _Cluster:
+    def capabilities(self):
+        return None
+
+
+def test_ingest_on_workers_raises_queue_unavailable_when_the_broker_goes(monkeypatch):
+    from ingest_pipeline.sources import plain_document
+    from workers import ingest_dispatch
+    from workers.errors import QueueUnavailable
+
+    restored = []
+    monkeypatch.setattr(ingest_dispatch, "check_workers", lambda app, timeout: 1)
+    monkeypatch.setattr(ingest_dispatch, "ensure_index", lambda *args, **kwargs: None)
+    monkeypatch.setattr(ingest_dispatch, "pause_refresh", lambda client, index: "1s")
+    monkeypatch.setattr(ingest_dispatch, "restore_refresh", lambda client, index, previous: restored.append(previous))
+    documents = [plain_document("d1", "Some text.", "test")]
+    with pytest.raises(QueueUnavailable) as raised:
+        ingest_dispatch.ingest_documents_on_workers(
+            documents, client=_Cluster(), settings=Settings.from_env({}), index="i", progress=False, app=_BrokerGone()
+        )
+    assert raised.value.reason == "the Celery broker (Redis) is not reachable"
+    assert "127.0.0.1:6399" in str(raised.value)  # the detail, for the log
+    assert restored == ["1s"]  # the index's refresh is given back all the same

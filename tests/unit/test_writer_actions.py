@@ -52,3 +52,21 @@ def test_fingerprint_changes_with_text_and_with_shaping():
     assert document_fingerprint(document, "theta=0.8") == document_fingerprint(document, "theta=0.8")
     assert document_fingerprint(document, "theta=0.8") != document_fingerprint(other, "theta=0.8")
     assert document_fingerprint(document, "theta=0.8") != document_fingerprint(document, "theta=0.6")
+
+
+def test_fingerprint_values_are_pinned():
+    # Literal values: an index stores these; a change of the hashing would
+    # re-ingest every document of every existing index.
+    from datetime import date
+
+    from ingest_pipeline.sources import Document, Section
+
+    document = Document(
+        "d1",
+        "Überblick",
+        "Élan vital. Second sentence — with a dash.",
+        (Section(("Intro", "Teil 1"), 0, 11), Section(("Rest",), 12, 43)),
+        {"lang": "de", "year": 2024, "when": date(2024, 5, 1), "tags": ["a", "b"]},
+    )
+    assert document_fingerprint(document, "theta=0.8") == "3070dfc053c7c97bf58f7d4ac46fe64c"
+    assert document_fingerprint(Document("d2", "", "x", ()), "") == "c4a36c7934ecd9ff2afbf828a734b902"
