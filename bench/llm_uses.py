@@ -92,7 +92,14 @@ def _llm():
     return base, model
 
 
-def peer(cache: Path, count: int, concurrency: int = CONCURRENCY) -> int:
+def _read_log(log: Path | None) -> dict[str, dict]:
+    if log is None or not log.exists():
+        return {}
+    entries = (json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip())
+    return {e["query_id"]: e for e in entries}
+
+
+def peer(cache: Path, count: int, concurrency: int = CONCURRENCY, log: Path | None = None) -> int:
     from langchain_classic.retrievers.document_compressors import LLMChainFilter
     from langchain_core.documents import Document
     from langchain_openai import ChatOpenAI
@@ -109,8 +116,16 @@ def peer(cache: Path, count: int, concurrency: int = CONCURRENCY) -> int:
     shipped = load_calibration(None).retrieval
     default_scores = [[shipped.model.probability(r) for r in rec["rows"]] for rec in records]
     questions = [pool(r) for r in records]
+    done = _read_log(log)
     kept, calls, failures, seconds = [], [], 0, []
     for n, rec in enumerate(records):
+        if rec["query_id"] in done:  # replies of an interrupted run, kept in --log
+            entry = done[rec["query_id"]]
+            kept.append(entry["kept"])
+            calls.append(entry["calls"])
+            failures += entry["failures"]
+            seconds.append(entry["seconds"])
+            continue
         started = time.perf_counter()
         inputs = [{"question": rec["question"], "context": row["text"]} for row in rec["rows"]]
         # LLMChainFilter.compress_documents batches every candidate without a
@@ -122,6 +137,11 @@ def peer(cache: Path, count: int, concurrency: int = CONCURRENCY) -> int:
         kept.append([i for i, o in enumerate(outputs) if o is True])
         calls.append(len(inputs))
         seconds.append(time.perf_counter() - started)
+        if log is not None:
+            entry = {"query_id": rec["query_id"], "kept": kept[-1], "calls": calls[-1], "seconds": seconds[-1]}
+            entry["failures"] = sum(isinstance(o, Exception) for o in outputs)
+            with log.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(entry) + "\n")
         print(f"{n + 1}/{len(records)} kept {len(kept[-1])}/{len(inputs)} {seconds[-1]:.1f} s", file=sys.stderr)
     assert isinstance(Document, type)  # the peer's document type, imported as a user would
     peer_point = point(questions, kept)
@@ -270,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("peer")
     p.add_argument("--questions", type=int, default=40)
     p.add_argument("--cache", type=Path, default=CACHE)
+    p.add_argument("--log", type=Path, help="one line per question answered; a rerun reuses them")
     d = sub.add_parser("draft")
     d.add_argument("--questions", type=int, default=60)
     d.add_argument("--sets", nargs="+", default=["popqa", "nq"])
@@ -278,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         sub_parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="calls in flight at once")
     args = parser.parse_args(argv)
     if args.command == "peer":
-        return peer(args.cache, args.questions, args.concurrency)
+        return peer(args.cache, args.questions, args.concurrency, args.log)
     return draft(args.cache, args.questions, args.sets, args.concurrency)
 
 
