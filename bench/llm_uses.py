@@ -99,7 +99,9 @@ def _read_log(log: Path | None) -> dict[str, dict]:
     return {e["query_id"]: e for e in entries}
 
 
-def peer(cache: Path, count: int, concurrency: int = CONCURRENCY, log: Path | None = None) -> int:
+def peer(
+    cache: Path, count: int, concurrency: int = CONCURRENCY, log: Path | None = None, only_logged: bool = False
+) -> int:
     from langchain_classic.retrievers.document_compressors import LLMChainFilter
     from langchain_core.documents import Document
     from langchain_openai import ChatOpenAI
@@ -117,6 +119,8 @@ def peer(cache: Path, count: int, concurrency: int = CONCURRENCY, log: Path | No
     default_scores = [[shipped.model.probability(r) for r in rec["rows"]] for rec in records]
     questions = [pool(r) for r in records]
     done = _read_log(log)
+    if only_logged:  # the questions an interrupted run answered, in sample order
+        records = [r for r in records if r["query_id"] in done]
     kept, calls, failures, seconds = [], [], 0, []
     for n, rec in enumerate(records):
         if rec["query_id"] in done:  # replies of an interrupted run, kept in --log
@@ -157,6 +161,7 @@ def peer(cache: Path, count: int, concurrency: int = CONCURRENCY, log: Path | No
         "PopQA included)",
         "model": model,
         "questions": len(records),
+        "sampled": count,
         "with_answer_in_pool": sum(q.has_gold for q in questions),
         "candidates": sum(calls),
         "calls_per_question": round(statistics.fmean(calls), 2),
@@ -291,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--questions", type=int, default=40)
     p.add_argument("--cache", type=Path, default=CACHE)
     p.add_argument("--log", type=Path, help="one line per question answered; a rerun reuses them")
+    p.add_argument("--only-logged", action="store_true", help="report only the questions already in --log")
     d = sub.add_parser("draft")
     d.add_argument("--questions", type=int, default=60)
     d.add_argument("--sets", nargs="+", default=["popqa", "nq"])
@@ -299,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         sub_parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="calls in flight at once")
     args = parser.parse_args(argv)
     if args.command == "peer":
-        return peer(args.cache, args.questions, args.concurrency, args.log)
+        return peer(args.cache, args.questions, args.concurrency, args.log, args.only_logged)
     return draft(args.cache, args.questions, args.sets, args.concurrency)
 
 
