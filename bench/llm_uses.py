@@ -45,6 +45,9 @@ PEER_TOKENS = 16
 # How far (in log-odds) a candidate holding every word of the draft is
 # raised: fixed before the run, not tuned.
 BOOST = 2.0
+# The shared server queues calls from every client on the machine: a
+# draft waits its turn rather than failing the run.
+DRAFT_TIMEOUT_S = 600.0
 _STOP = frozenset(
     "a an the of in on at to for and or is was are were be by with as from that this it its his her their "
     "he she they i you not no unknown".split()
@@ -200,12 +203,12 @@ def _draft(base: str, model: str, question: str, passages: Sequence[str]) -> str
         "temperature": 0,
         "max_tokens": DRAFT_TOKENS,
     }
-    reply = httpx.post(f"{base}/chat/completions", json=body, timeout=120)
+    reply = httpx.post(f"{base}/chat/completions", json=body, timeout=DRAFT_TIMEOUT_S)
     reply.raise_for_status()
     return reply.json()["choices"][0]["message"]["content"].strip()
 
 
-def draft(cache: Path, count: int, sets: Sequence[str], concurrency: int = CONCURRENCY) -> int:
+def draft(cache: Path, count: int, sets: Sequence[str], concurrency: int = CONCURRENCY, log: Path | None = None) -> int:
     from bench.common import write_result
     from bench.filter_loo_run import (
         CUTS,
@@ -231,12 +234,20 @@ def draft(cache: Path, count: int, sets: Sequence[str], concurrency: int = CONCU
         scores = predict(records)
         questions = [pool(r) for r in records]
 
+        done = _read_log(log.with_name(f"{log.stem}.{held}.jsonl")) if log else {}
+
         def one(args):
             rec, sc = args
+            if rec["query_id"] in done:  # drafted by an interrupted run, kept in --log
+                return done[rec["query_id"]]["draft"], done[rec["query_id"]]["seconds"]
             best = sorted(range(len(sc)), key=lambda i: -sc[i])[:DRAFT_PASSAGES]
             started = time.perf_counter()
             text = _draft(base, model, rec["question"], [rec["rows"][i]["text"] for i in best])
-            return text, time.perf_counter() - started
+            took = time.perf_counter() - started
+            if log is not None:
+                with log.with_name(f"{log.stem}.{held}.jsonl").open("a", encoding="utf-8") as handle:
+                    handle.write(json.dumps({"query_id": rec["query_id"], "draft": text, "seconds": took}) + "\n")
+            return text, took
 
         with ThreadPoolExecutor(concurrency) as pool_:
             drafted = list(pool_.map(one, zip(records, scores)))
@@ -301,12 +312,13 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--questions", type=int, default=60)
     d.add_argument("--sets", nargs="+", default=["popqa", "nq"])
     d.add_argument("--cache", type=Path, default=CACHE)
+    d.add_argument("--log", type=Path, help="drafts written so far (LOG.<set>.jsonl); a rerun reuses them")
     for sub_parser in (p, d):
         sub_parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="calls in flight at once")
     args = parser.parse_args(argv)
     if args.command == "peer":
         return peer(args.cache, args.questions, args.concurrency, args.log, args.only_logged)
-    return draft(args.cache, args.questions, args.sets, args.concurrency)
+    return draft(args.cache, args.questions, args.sets, args.concurrency, args.log)
 
 
 if __name__ == "__main__":
