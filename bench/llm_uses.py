@@ -118,12 +118,12 @@ def peer(
     llm = ChatOpenAI(base_url=base, model=model, api_key="local", temperature=0, max_tokens=PEER_TOKENS)
     chain_filter = LLMChainFilter.from_llm(llm)
     records = _sample(load(cache)["popqa"], count)
-    shipped = load_calibration(None).retrieval
-    default_scores = [[shipped.model.probability(r) for r in rec["rows"]] for rec in records]
-    questions = [pool(r) for r in records]
     done = _read_log(log)
     if only_logged:  # the questions an interrupted run answered, in sample order
         records = [r for r in records if r["query_id"] in done]
+    shipped = load_calibration(None).retrieval
+    default_scores = [[shipped.model.probability(r) for r in rec["rows"]] for rec in records]
+    questions = [pool(r) for r in records]
     kept, calls, failures, seconds = [], [], 0, []
     for n, rec in enumerate(records):
         if rec["query_id"] in done:  # replies of an interrupted run, kept in --log
@@ -159,8 +159,8 @@ def peer(
     payload = {
         "what": "PopQA dev questions (seed 7 sample of the leave-one-out cache), each question's candidates after "
         "redundancy; the peer: langchain-classic LLMChainFilter.from_llm(ChatOpenAI(local model, temperature 0, "
-        f"max_tokens {PEER_TOKENS})), its default prompt and BooleanOutputParser, batched at {concurrency} "
-        "concurrent calls; the default: chunkrag_filter/calibration/default.json (fitted on all seven sets, "
+        f"max_tokens {PEER_TOKENS})), its default prompt and BooleanOutputParser, at most {concurrency} call(s) "
+        "in flight; the default: chunkrag_filter/calibration/default.json (fitted on all seven sets, "
         "PopQA included)",
         "model": model,
         "questions": len(records),
