@@ -208,7 +208,14 @@ def _draft(base: str, model: str, question: str, passages: Sequence[str]) -> str
     return reply.json()["choices"][0]["message"]["content"].strip()
 
 
-def draft(cache: Path, count: int, sets: Sequence[str], concurrency: int = CONCURRENCY, log: Path | None = None) -> int:
+def draft(
+    cache: Path,
+    count: int,
+    sets: Sequence[str],
+    concurrency: int = CONCURRENCY,
+    log: Path | None = None,
+    only_logged: bool = False,
+) -> int:
     from bench.common import write_result
     from bench.filter_loo_run import (
         CUTS,
@@ -231,10 +238,11 @@ def draft(cache: Path, count: int, sets: Sequence[str], concurrency: int = CONCU
         predict = Logistic(FEATURES_A).fit([r for s in train for r in data[s]])
         cut = highest_cut([([pool(r) for r in data[s]], predict(data[s])) for s in train], CUTS, TRAIN_TARGET)
         records = _sample(data[held], count)
+        done = _read_log(log.with_name(f"{log.stem}.{held}.jsonl")) if log else {}
+        if only_logged:  # the questions an interrupted run drafted, in sample order
+            records = [r for r in records if r["query_id"] in done]
         scores = predict(records)
         questions = [pool(r) for r in records]
-
-        done = _read_log(log.with_name(f"{log.stem}.{held}.jsonl")) if log else {}
 
         def one(args):
             rec, sc = args
@@ -313,12 +321,13 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--sets", nargs="+", default=["popqa", "nq"])
     d.add_argument("--cache", type=Path, default=CACHE)
     d.add_argument("--log", type=Path, help="drafts written so far (LOG.<set>.jsonl); a rerun reuses them")
+    d.add_argument("--only-logged", action="store_true", help="report only the questions already in --log")
     for sub_parser in (p, d):
         sub_parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="calls in flight at once")
     args = parser.parse_args(argv)
     if args.command == "peer":
         return peer(args.cache, args.questions, args.concurrency, args.log, args.only_logged)
-    return draft(args.cache, args.questions, args.sets, args.concurrency, args.log)
+    return draft(args.cache, args.questions, args.sets, args.concurrency, args.log, args.only_logged)
 
 
 if __name__ == "__main__":
