@@ -180,7 +180,10 @@
       el("label", {}, "Retrieval ", modeSelect),
       el("label", {}, "Threshold ", method),
       el("label", {}, "Cut ",
-        el("input", { id: id("cut"), type: "number", min: 0, max: 1, step: 0.05, value: DEFAULT_THRESHOLD })),
+        el("input", {
+          id: id("cut"), type: "number", min: 0, max: 1, step: 0.05,
+          value: DEFAULT_THRESHOLD, placeholder: "calibrated",
+        })),
       el("label", {}, el("input", { id: id("answer"), type: "checkbox", checked: answer }), " answer"),
     );
     const toggle = () => {
@@ -530,8 +533,10 @@
   function describeSetting(body) {
     const o = body.ext.chunkrag;
     if (o.stages === false) return "top-" + o.candidates + " hybrid";
-    return (o.judge_top ? "judge" : "filter") + ", " + (o.threshold || "fixed") + " " +
-      (o.fixed_threshold ?? DEFAULT_THRESHOLD) + (o.mode ? ", " + o.mode : "");
+    // No fixed_threshold: the calibration file's cut for this setting (the response names it).
+    const cut = o.fixed_threshold ?? DEFAULT_THRESHOLD ?? "at the calibrated cut";
+    return (o.judge_top ? "judge" : "filter") + ", " + (o.threshold || "fixed") + " " + cut +
+      (o.mode ? ", " + o.mode : "");
   }
 
   // --- query sets ---------------------------------------------------------------------
