@@ -56,6 +56,8 @@ def ingest_report_json(report: IngestReport) -> str:
 
 def print_hits(query: str, result: RetrievalResult, out: TextIO, width: int = 100) -> None:
     print(f"\n> {query}   [{result.mode}, {result.fusion} fusion, {result.took_ms:.0f} ms]", file=out)
+    if result.shards.failed:
+        print(f"  ({shards_said(result)})", file=out)
     if not result.chunks:
         print("  (no hits)", file=out)
     for rank, chunk in enumerate(result.chunks, start=1):
@@ -66,12 +68,22 @@ def print_hits(query: str, result: RetrievalResult, out: TextIO, width: int = 10
         print(f"      {preview}", file=out)
 
 
+def shards_said(result: RetrievalResult) -> str:
+    """A failed shard named in words: its hits are missing from the results."""
+    tally = result.shards
+    return (
+        f"partial results: {tally.failed} of {tally.total} shards failed "
+        "(a node lost with no replica?); their chunks are missing"
+    )
+
+
 def hits_json(result: RetrievalResult) -> str:
     return json.dumps(
         {
             "mode": result.mode,
             "fusion": result.fusion,
             "took_ms": result.took_ms,
+            "_shards": result.shards.as_dict(),
             "hits": [
                 {
                     "chunk_id": c.chunk_id,

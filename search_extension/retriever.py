@@ -13,8 +13,9 @@ from chunkrag_core.engines.base import ClusterCapabilities, SearchBackend
 from chunkrag_core.engines.schema import chunk_from_hit
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import CHARS_PER_TOKEN, DEFAULT_SCALES, RetrievalSettings
-from search_extension import ensemble, fusion, queries
+from search_extension import ensemble, fusion, queries, shards
 from search_extension.queries import MODES, QuerySpec
+from search_extension.shards import Shards
 
 # Ensembling fuses each scale's two sides client-side, as these modes do.
 ENSEMBLE_MODES = ("minmax", "rrf")
@@ -37,6 +38,17 @@ class SearchRefused(RetrievalError):
         self.status, self.error = status, error
 
 
+class SearchFailed(RuntimeError):
+    """The cluster could not run one side of a hybrid search (every shard of
+    it failed, or it was overloaded): ``status`` and ``error`` are its own,
+    passed on rather than blamed on the request."""
+
+    def __init__(self, status: int, error: Any):
+        reason = error.get("reason") if isinstance(error, dict) else None
+        super().__init__(f"the cluster could not run the search ({status}): {reason or error}")
+        self.status, self.error = status, error
+
+
 @dataclass(frozen=True, slots=True)
 class RetrievalResult:
     chunks: tuple[Chunk, ...]
@@ -49,6 +61,8 @@ class RetrievalResult:
     # The embedded query, for callers that compare it with chunk vectors
     # (the evaluation's cosine baseline) without embedding it again.
     query_vector: tuple[float, ...] | None = None
+    # How many shards answered, the worst over the cluster searches made.
+    shards: Shards = shards.ONE
 
 
 class HybridRetriever:
@@ -113,7 +127,7 @@ class HybridRetriever:
             raise RetrievalError("the query text is empty")
         spec, embed_ms = self._spec(text, size=size, filters=filters, **options)
         started = time.perf_counter()
-        chunks, how = self._run(mode, spec)
+        chunks, tally, how = self._run(mode, spec)
         return RetrievalResult(
             tuple(chunks),
             mode,
@@ -121,16 +135,17 @@ class HybridRetriever:
             round((time.perf_counter() - started) * 1000, 2),
             round(embed_ms, 2),
             tuple(spec.vector),
+            tally,
         )
 
-    def _run(self, mode: str, spec: QuerySpec) -> tuple[list[Chunk], str]:
+    def _run(self, mode: str, spec: QuerySpec) -> tuple[list[Chunk], Shards, str]:
         w_text, w_knn = self.settings.bm25_weight, self.settings.knn_weight
         if mode == "bm25":
-            return self._hits(queries.bm25_body(spec)), "native"
+            return *self._hits(queries.bm25_body(spec)), "native"
         if mode == "knn":
-            return self._hits(queries.knn_body(spec)), "native"
+            return *self._hits(queries.knn_body(spec)), "native"
         if mode == "native_sum":
-            return self._hits(queries.native_sum_body(spec, w_text, w_knn)), "native"
+            return *self._hits(queries.native_sum_body(spec, w_text, w_knn)), "native"
         if mode == "linear":
             if not self.capabilities.has_linear_retriever:
                 raise RetrievalError(
@@ -138,19 +153,19 @@ class HybridRetriever:
                     "(Elasticsearch offers it with an Enterprise licence, OpenSearch not at all); "
                     "use mode `minmax`, the same fusion done client-side"
                 )
-            return self._hits(queries.linear_retriever_body(spec, w_text, w_knn)), "retriever"
+            return *self._hits(queries.linear_retriever_body(spec, w_text, w_knn)), "retriever"
         if mode == "rrf" and self.capabilities.has_rrf_retriever:
-            return self._hits(queries.rrf_retriever_body(spec, self.settings.rrf_rank_constant)), "retriever"
+            return *self._hits(queries.rrf_retriever_body(spec, self.settings.rrf_rank_constant)), "retriever"
         if mode == "minmax" and not spec.collapse_field and self._offers_hybrid_query():
             # A cluster with a native `hybrid` query (OpenSearch's neural-search):
             # the same min-max fusion in the cluster (unboosted BM25 and kNN
             # as the hybrid's sub-queries).
             response = self.client.hybrid_search(self.index, queries.native_sum_body(spec, None, None), [w_text, w_knn])
-            return [self._chunk(hit) for hit in response["hits"]["hits"]], "native"
+            return [self._chunk(hit) for hit in response["hits"]["hits"]], shards.of_response(response), "native"
         # Fuse on the collapse key when collapsing (BM25 and kNN may pick
         # different best chunks of one document), else on the chunk id.
-        text_hits, knn_hits = self._msearch(spec)
-        return self._client_fused(mode, spec.size, text_hits, knn_hits)[1], "client"
+        (text_hits, knn_hits), tally = self._msearch_all(queries.msearch_bodies(spec, self.index), spec.collapse_field)
+        return self._client_fused(mode, spec.size, text_hits, knn_hits)[1], tally, "client"
 
     def search_ensemble(
         self, text: str, *, size: int | None = None, max_span_chars: int | None = None, **options: Any
@@ -207,7 +222,7 @@ class HybridRetriever:
             for scale in all_scales
         ]
         started = time.perf_counter()
-        sides = self._msearch_all([body for spec in specs for body in queries.msearch_bodies(spec, self.index)])
+        sides, tally = self._msearch_all([body for spec in specs for body in queries.msearch_bodies(spec, self.index)])
         per_scale, best = [], {}
         for scale, text_hits, knn_hits in zip(all_scales, sides[0::2], sides[1::2]):
             keys, chunks = self._client_fused(mode, size, text_hits, knn_hits)
@@ -224,6 +239,7 @@ class HybridRetriever:
             round((time.perf_counter() - started) * 1000, 2),
             round(embed_ms, 2),
             tuple(float(v) for v in vector),
+            tally,
         )
 
     def _client_fused(self, mode: str, size: int, text_hits, knn_hits) -> tuple[list[str], list[Chunk]]:
@@ -238,9 +254,9 @@ class HybridRetriever:
         sides = side_scores(lists[0], lists[1])
         return [key for key, _ in fused], [found[key].with_score(score, **sides[key]) for key, score in fused]
 
-    def _hits(self, body: dict[str, Any]) -> list[Chunk]:
+    def _hits(self, body: dict[str, Any]) -> tuple[list[Chunk], Shards]:
         response = self.client.search(self.index, body)
-        return [self._chunk(hit) for hit in response["hits"]["hits"]]
+        return [self._chunk(hit) for hit in response["hits"]["hits"]], shards.of_response(response)
 
     def _chunk(self, hit: Mapping[str, Any]) -> Chunk:
         """A hit as a chunk; a hit that is not one (an index not made by
@@ -253,16 +269,14 @@ class HybridRetriever:
                 f"(a hit lacks or mistypes {exc}); ext.chunkrag searches chunk indices only"
             ) from None
 
-    def _msearch(self, spec: QuerySpec) -> tuple[list[tuple[str, Chunk]], list[tuple[str, Chunk]]]:
-        text_side, knn_side = self._msearch_all(queries.msearch_bodies(spec, self.index), spec.collapse_field)
-        return text_side, knn_side
-
     def _msearch_all(
         self, searches: Sequence[Mapping[str, Any]], collapse_field: str | None = None
-    ) -> list[list[tuple[str, Chunk]]]:
-        """The hits of each search of one ``_msearch``, keyed for fusion."""
+    ) -> tuple[list[list[tuple[str, Chunk]]], Shards]:
+        """The hits of each search of one ``_msearch``, keyed for fusion, and
+        the worst shard tally among them. A search that failed as a whole
+        fails the request with the cluster's own status and error."""
         response = self.client.msearch(searches)
-        sides = []
+        sides, tallies = [], []
         for item in response["responses"]:
             if "error" in item:
                 error = item["error"]
@@ -270,11 +284,15 @@ class HybridRetriever:
                     isinstance(error, dict) and error.get("type") == "index_not_found_exception"
                 ):
                     raise IndexNotFound(f"no such index [{self.index}]")
-                if item.get("status") in (401, 403):
-                    raise SearchRefused(item["status"], error)
+                status = int(item.get("status") or 0)
+                if status in (401, 403):
+                    raise SearchRefused(status, error)
+                if status == 429 or status >= 500:
+                    raise SearchFailed(status, error)
                 raise RetrievalError(f"one side of the hybrid search failed: {error}")
             sides.append([(_fusion_key(hit, collapse_field), self._chunk(hit)) for hit in item["hits"]["hits"]])
-        return sides
+            tallies.append(shards.of_response(item))
+        return sides, shards.worst(tallies)
 
 
 def side_scores(text_side: fusion.Ranked, knn_side: fusion.Ranked) -> dict:

@@ -8,6 +8,7 @@ What the gateway does not own (every path but /v1/*, /openapi.json and a
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import math
@@ -45,6 +46,7 @@ from search_extension.gateway.identity import (
     Caller,
     check_engine_auth,
     check_indices,
+    scrub_security_errors,
     service_refusal,
 )
 from search_extension.gateway.lane import PassthroughLane, request_target
@@ -164,7 +166,8 @@ def create_app(
             max_query_chars=limits.max_query_chars,
         )
         result = await _call(edges, queue, request.index, decoded, caller)
-        return ask_response(result, index=request.index)
+        payload = ask_response(result, index=request.index)
+        return {**payload, "shards": _shards_shown(payload["shards"], caller)}
 
     searched = "Elasticsearch's search response: the kept chunks as hits, the filter's view under `chunkrag`"
 
@@ -196,9 +199,21 @@ def create_app(
         payload = search_response(
             result, index=index, size=parsed.size, include_dropped=parsed.options.include_dropped, took_ms=took_ms
         )
+        payload = {**payload, "_shards": _shards_shown(payload["_shards"], caller)}
         return es_json(payload, 200, request.headers.get("accept", ""))
 
     return app
+
+
+def _shards_shown(shards: dict[str, Any], caller: Caller) -> dict[str, Any]:
+    """The shard tally as the caller may see it: in service mode a shard
+    refused for security names the service account, so its reason is the
+    gateway's refusal, as on the pass-through."""
+    if caller.key is None or not shards.get("failures"):
+        return shards
+    shown = copy.deepcopy(shards)
+    scrub_security_errors(shown, service_refusal(caller).reason)
+    return shown
 
 
 def _caller(request: Request) -> Caller:

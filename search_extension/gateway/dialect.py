@@ -183,10 +183,11 @@ def search_response(
         ]
     return {
         "took": int(round(took_ms)),
-        "timed_out": False,
-        # The retriever raises on a failed shard, so every shard it asked
-        # answered; it does not surface counts, so one logical search is shown.
-        "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+        # The cluster's own tally, the worst over the searches the filter
+        # made: a shard lost with its node shows here, as a direct search
+        # would show it, and the hits are what the other shards held.
+        "timed_out": result.retrieval.shards.timed_out,
+        "_shards": result.retrieval.shards.as_dict(),
         "hits": {
             "total": {"value": len(kept), "relation": "eq"},
             "max_score": max(scores) if scores else None,
@@ -200,8 +201,8 @@ def _segments_response(result: AskResult, *, index: str, size: int, took_ms: flo
     hits = [segment_hit(segment, index) for segment in result.segments[:size]]
     return {
         "took": int(round(took_ms)),
-        "timed_out": False,
-        "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+        "timed_out": result.retrieval.shards.timed_out,
+        "_shards": result.retrieval.shards.as_dict(),
         "hits": {
             "total": {"value": len(result.segments), "relation": "eq"},
             "max_score": hits[0]["_score"] if hits else None,
@@ -290,6 +291,9 @@ def ask_response(result: AskResult, *, index: str) -> dict[str, Any]:
         "question": result.question,
         "rewritten_query": section["query"]["rewritten"],
         "mode": result.retrieval.mode,
+        # As `_shards` in a search response: a shard that failed held no
+        # candidate, so none of its chunks was judged or cited.
+        "shards": result.retrieval.shards.as_dict(),
         "answer": answer.text if answer is not None else None,
         "found": answer.found if answer is not None else None,
         "citations": list(answer.citations) if answer is not None else [],

@@ -98,7 +98,7 @@ def from_exception(exc: BaseException) -> GatewayError:
     from chunkrag_core.providers.chat import ChatError
     from chunkrag_core.providers.embedding import EmbeddingError
     from search_extension.gateway.dialect import OptionError
-    from search_extension.retriever import IndexNotFound, RetrievalError, SearchRefused
+    from search_extension.retriever import IndexNotFound, RetrievalError, SearchFailed, SearchRefused
     from workers.errors import QueueUnavailable, WorkersTimedOut, WorkersUnavailable
 
     if isinstance(exc, GatewayError):
@@ -106,6 +106,12 @@ def from_exception(exc: BaseException) -> GatewayError:
     if isinstance(exc, SearchRefused):
         body = {"error": exc.error, "status": exc.status} if isinstance(exc.error, dict) else None
         return GatewayError(exc.status, "security_exception", str(exc), body=body)
+    if isinstance(exc, SearchFailed):
+        # The cluster's status and error (e.g. 503, every shard failed), as
+        # it would answer the search directly.
+        kind = exc.error.get("type") if isinstance(exc.error, dict) else None
+        body = {"error": exc.error, "status": exc.status} if isinstance(exc.error, dict) else None
+        return GatewayError(exc.status, kind or "search_phase_execution_exception", str(exc), body=body)
     if isinstance(exc, IndexNotFound):
         return GatewayError(404, "index_not_found_exception", str(exc))
     if isinstance(exc, (OptionError, RetrievalError)):

@@ -86,11 +86,27 @@ class AskChunk(BaseModel):
     )
 
 
+class ShardsModel(BaseModel):
+    total: int
+    successful: int
+    skipped: int
+    failed: int
+    failures: list[dict[str, Any]] = Field(
+        default_factory=list, description="the cluster's own entry for each failed shard copy (at most 10)"
+    )
+
+
 class AskResponse(BaseModel):
     index: str
     question: str
     rewritten_query: Optional[str]
     mode: str
+    shards: ShardsModel = Field(
+        description=(
+            "the cluster's shard tally for the retrieval, the worst over its searches: a shard that failed "
+            "(its node lost, no replica) held no candidate, so none of its chunks was judged or cited"
+        )
+    )
     answer: Optional[str]
     found: Optional[bool]
     citations: list[str] = Field(description="chunk ids the answer cites")

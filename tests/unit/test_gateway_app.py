@@ -514,3 +514,55 @@ def test_public_health_shows_no_address(caplog):
     addresses = ("es.internal", "9200", "127.0.0.1", "cache-user", "secret", "redis://")
     assert not any(part in response.text for part in addresses)
     assert "es.internal:9200" in caplog.text and "127.0.0.1:1" in caplog.text
+
+
+class ShardLostElasticsearch(FakeElasticsearch):
+    """One shard of three has no live copy: the kNN side says so, as a
+    cluster that lost a node with no replica does."""
+
+    FAILURE = {"shard": 1, "index": "idx", "node": "n2", "reason": {"type": "no_shard_available_action_exception"}}
+
+    def msearch(self, searches):
+        self.calls.append(searches)
+        hits = {"hits": [hit("a", 0, 3.0), hit("b", 0, 2.0)]}
+        text = {"_shards": {"total": 3, "successful": 3, "skipped": 0, "failed": 0}, "hits": hits}
+        knn = {"_shards": {"total": 3, "successful": 2, "skipped": 0, "failed": 1, "failures": [self.FAILURE]}}
+        return {"responses": [text, {**knn, "hits": hits}]}
+
+
+def test_a_shard_lost_by_the_cluster_is_reported_in_shards_not_hidden():
+    client, _ = make_client(es=ShardLostElasticsearch(), max_body_bytes=10_000)
+    body = {"query": {"match": {"text": "what does a say"}}, "ext": {"chunkrag": {"stages": False}}}
+    searched = client.post("/idx/_search", json=body)
+    assert searched.status_code == 200
+    assert searched.json()["_shards"] == {
+        "total": 3,
+        "successful": 2,
+        "skipped": 0,
+        "failed": 1,
+        "failures": [ShardLostElasticsearch.FAILURE],
+    }
+    assert [h["_id"] for h in searched.json()["hits"]["hits"]] == ["a:0", "b:0"]
+    asked = client.post("/v1/ask", json={"index": "idx", "question": "what does a say"})
+    assert asked.status_code == 200 and asked.json()["shards"]["failed"] == 1
+
+
+class AllShardsFailedElasticsearch(FakeElasticsearch):
+    ERROR = {
+        "type": "search_phase_execution_exception",
+        "reason": "all shards failed",
+        "phase": "query",
+        "root_cause": [{"type": "no_shard_available_action_exception", "reason": None}],
+    }
+
+    def msearch(self, searches):
+        self.calls.append(searches)
+        return {"responses": [{"error": self.ERROR, "status": 503}, {"error": self.ERROR, "status": 503}]}
+
+
+def test_a_search_no_shard_could_answer_is_the_clusters_503_not_a_bad_request():
+    client, _ = make_client(es=AllShardsFailedElasticsearch(), max_body_bytes=10_000)
+    body = {"query": {"match": {"text": "what does a say"}}, "ext": {"chunkrag": {"stages": False}}}
+    answered = client.post("/idx/_search", json=body)
+    assert answered.status_code == 503
+    assert answered.json() == {"error": AllShardsFailedElasticsearch.ERROR, "status": 503}
