@@ -43,6 +43,19 @@ REMOTE_LATENCY_S = (0.05, 0.2)
 BATCH_DOCS = 4
 
 
+def cpu_times() -> tuple[int, int]:
+    """The machine's (busy, total) CPU jiffies since boot, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_fraction(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of all cores busy between two :func:`cpu_times` readings."""
+    total = after[1] - before[1]
+    return round((after[0] - before[0]) / total, 3) if total else 0.0
+
+
 def measure(embedder: str, worker_counts: list[int], documents: int, runs: int, corpus: Path, tmp: Path) -> dict:
     from chunkrag_core.engines import make_backend
     from chunkrag_core.settings import Settings, state_home
@@ -96,12 +109,14 @@ def measure(embedder: str, worker_counts: list[int], documents: int, runs: int, 
                     index = f"bench-scaling-warm-{os.getpid()}"
                     ingest_documents_on_workers(read_sources([warm]), client=backend, settings=settings, index=index)
                     backend.delete_index(index)
-                    seconds, sentences = [], 0
+                    seconds, busy, sentences = [], [], 0
                     for run in range(runs):
                         index = f"bench-scaling-{embedder}-{count}-{run}-{os.getpid()}"
+                        before = cpu_times()
                         report = ingest_documents_on_workers(
                             read_sources([corpus]), client=backend, settings=settings, index=index, progress=False
                         )
+                        busy.append(busy_fraction(before, cpu_times()))
                         assert report.ok and report.documents == documents, report.errors[:3]
                         seconds.append(report.seconds)
                         sentences = report.sentences
@@ -110,6 +125,12 @@ def measure(embedder: str, worker_counts: list[int], documents: int, runs: int, 
                 rows[str(count)] = {
                     "seconds_runs": seconds,
                     "seconds_median": median(seconds),
+                    # The whole machine's CPU (workers, cluster, client and
+                    # the scripted server share it): near 1.0, more workers
+                    # can only wait on the cores, not on the embedder.
+                    "cpu_busy_runs": busy,
+                    "cpu_busy_median": median(busy),
+                    "cpu_seconds_median": round(median(busy) * median(seconds) * (os.cpu_count() or 1), 1),
                     "documents_per_s": round(documents / median(seconds), 2),
                     "sentences_per_s": round(sentences / median(seconds), 1),
                 }

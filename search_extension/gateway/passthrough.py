@@ -62,6 +62,21 @@ class ForwardedResponse(Response):
         self.raw_headers = headers
 
 
+def _from_a_browser(raw_headers: list[tuple[bytes, bytes]]) -> bool:
+    """Browsers send Fetch Metadata (``Sec-Fetch-Mode``) on every request,
+    page loads included, and no API client does; a script cannot forge it."""
+    return any(name.lower() == b"sec-fetch-mode" for name, _ in raw_headers)
+
+
+def _without_challenge(response: HttpResponse) -> HttpResponse:
+    """A 401 without its ``WWW-Authenticate``: a browser shown a Basic
+    challenge asks for a password itself and then sends it, unasked, with
+    every request to the gateway's origin, those other sites make it send
+    included. API clients, which rely on the challenge, keep it."""
+    kept = tuple((name, value) for name, value in response.headers if name.lower() != b"www-authenticate")
+    return dataclasses.replace(response, headers=kept)
+
+
 class Passthrough:
     def __init__(self, settings: Settings, transport: HttpTransport | None = None):
         self.settings = settings
@@ -116,6 +131,8 @@ class Passthrough:
             if response.status == 401:
                 self.forget(caller)  # an invalidated derived key: make a new one next time
             response = _without_cluster_identity(response, caller)
+        if response.status == 401 and _from_a_browser(raw_headers):
+            response = _without_challenge(response)
         return ForwardedResponse(response)
 
     def forget(self, caller: Caller) -> None:

@@ -155,6 +155,17 @@ def test_forwarded_credentials_reach_the_cluster(forwarding_gateway, indices):
             assert refused.value.meta.status == 401 and said in str(refused.value.body), (auth, ext, refused.value.body)
 
 
+def test_the_clusters_basic_challenge_reaches_api_clients_never_browsers(forwarding_gateway, indices):
+    allowed, _ = indices
+    url = f"{forwarding_gateway}/{allowed}/_search"
+    api = httpx.get(url, timeout=30)
+    assert api.status_code == 401 and api.headers["www-authenticate"].startswith("Basic")
+    for mode in ("navigate", "cors"):
+        browser = httpx.get(url, headers={"Sec-Fetch-Mode": mode, "Sec-Fetch-Site": "cross-site"}, timeout=30)
+        assert browser.status_code == 401 and "www-authenticate" not in browser.headers
+        assert "missing authentication credentials" in browser.json()["error"]["reason"]
+
+
 def test_health_uses_the_gateways_own_credentials(forwarding_gateway):
     health = httpx.get(f"{forwarding_gateway}/v1/health", timeout=30).json()
     assert health["elasticsearch"]["ok"] and health["elasticsearch"]["status"] in ("green", "yellow")

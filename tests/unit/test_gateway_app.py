@@ -566,3 +566,21 @@ def test_a_search_no_shard_could_answer_is_the_clusters_503_not_a_bad_request():
     answered = client.post("/idx/_search", json=body)
     assert answered.status_code == 503
     assert answered.json() == {"error": AllShardsFailedElasticsearch.ERROR, "status": 503}
+
+
+def refusing_reply(method, target):
+    return HttpResponse(
+        401,
+        ((b"content-type", b"application/json"), (b"www-authenticate", b'Basic realm="security", charset="UTF-8"')),
+        b'{"error":{"type":"security_exception","reason":"missing authentication credentials"},"status":401}',
+    )
+
+
+def test_a_browser_never_sees_the_clusters_basic_challenge_an_api_client_does():
+    client, _ = make_client(transport=RecordingTransport(refusing_reply))
+    api = client.get("/idx/_search")
+    assert api.status_code == 401 and api.headers["www-authenticate"].startswith("Basic")
+    for mode in ("navigate", "cors", "no-cors"):
+        browser = client.get("/idx/_search", headers={"Sec-Fetch-Mode": mode})
+        assert browser.status_code == 401 and "www-authenticate" not in browser.headers
+        assert browser.json()["error"]["type"] == "security_exception"
