@@ -55,8 +55,9 @@ def _source(spec: QuerySpec) -> dict[str, Any]:
     return {"excludes": [schema.VECTOR, *spec.source_excludes]}
 
 
-def _common(spec: QuerySpec, size: int) -> dict[str, Any]:
-    body: dict[str, Any] = {"size": size, "_source": _source(spec)}
+def _common(spec: QuerySpec, size: int, *, sources: bool = True) -> dict[str, Any]:
+    # Without sources a hit is its index, id and score: enough to fuse.
+    body: dict[str, Any] = {"size": size, "_source": _source(spec) if sources else False}
     if spec.collapse_field:
         body["collapse"] = {"field": spec.collapse_field}
     return body
@@ -92,17 +93,17 @@ def knn_clause(spec: QuerySpec, k: int, boost: float | None = None) -> dict[str,
     return clause
 
 
-def bm25_body(spec: QuerySpec, size: int | None = None) -> dict[str, Any]:
+def bm25_body(spec: QuerySpec, size: int | None = None, *, sources: bool = True) -> dict[str, Any]:
     size = size or spec.size
-    return {**_common(spec, size), "query": text_query(spec)}
+    return {**_common(spec, size, sources=sources), "query": text_query(spec)}
 
 
-def knn_body(spec: QuerySpec, size: int | None = None) -> dict[str, Any]:
+def knn_body(spec: QuerySpec, size: int | None = None, *, sources: bool = True) -> dict[str, Any]:
     size = size or spec.size
     # Collapsing happens after the k nearest chunks are chosen, so gather a
     # window of them to still fill `size` distinct groups.
     k = max(size, spec.window) if spec.collapse_field else size
-    return {**_common(spec, size), "knn": knn_clause(spec, k=k)}
+    return {**_common(spec, size, sources=sources), "knn": knn_clause(spec, k=k)}
 
 
 def native_sum_body(spec: QuerySpec, bm25_weight: float = 0.5, knn_weight: float = 0.5) -> dict[str, Any]:
@@ -116,10 +117,33 @@ def native_sum_body(spec: QuerySpec, bm25_weight: float = 0.5, knn_weight: float
     }
 
 
-def msearch_bodies(spec: QuerySpec, index: str) -> list[dict[str, Any]]:
+def msearch_bodies(spec: QuerySpec, index: str, *, sources: bool = True) -> list[dict[str, Any]]:
     """BM25 and kNN as two searches in one ``_msearch`` (header, body pairs),
-    for fusing client-side where the cluster offers no fusion retriever."""
-    return [{"index": index}, bm25_body(spec, spec.window), {"index": index}, knn_body(spec, spec.window)]
+    for fusing client-side where the cluster offers no fusion retriever.
+    ``sources=False``: hits without their chunks (a window of 100 per side
+    is 200 chunks, vectors included when asked, of which fusion keeps
+    ``size``); fetch the kept ones with :func:`fetch_body`."""
+    return [
+        {"index": index},
+        bm25_body(spec, spec.window, sources=sources),
+        {"index": index},
+        knn_body(spec, spec.window, sources=sources),
+    ]
+
+
+def fetch_body(spec: QuerySpec, ids_by_index: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """A search for exactly these chunks (ids per concrete index: an alias or
+    a pattern may hold one id in two indices), with what ``spec`` asks of
+    their ``_source``."""
+    wanted = [
+        {"bool": {"filter": [{"term": {"_index": index}}, {"ids": {"values": list(ids)}}]}}
+        for index, ids in ids_by_index.items()
+    ]
+    return {
+        "size": sum(len(ids) for ids in ids_by_index.values()),
+        "_source": _source(spec),
+        "query": {"bool": {"should": wanted, "minimum_should_match": 1}},
+    }
 
 
 def rrf_retriever_body(spec: QuerySpec, rank_constant: int = 60) -> dict[str, Any]:

@@ -50,6 +50,22 @@ class SearchFailed(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
+class Hit:
+    """A hit of one side of a client-fused search, as fusion needs it: its
+    fusion key (the chunk id, or the collapse value), where its chunk lives
+    and the side's score. The chunk itself is fetched once fusion kept it."""
+
+    key: str
+    index: str
+    id: str
+    score: float
+
+    @property
+    def where(self) -> tuple[str, str]:
+        return self.index, self.id
+
+
+@dataclass(frozen=True, slots=True)
 class RetrievalResult:
     chunks: tuple[Chunk, ...]
     mode: str
@@ -161,11 +177,19 @@ class HybridRetriever:
             # the same min-max fusion in the cluster (unboosted BM25 and kNN
             # as the hybrid's sub-queries).
             response = self.client.hybrid_search(self.index, queries.native_sum_body(spec, None, None), [w_text, w_knn])
-            return [self._chunk(hit) for hit in response["hits"]["hits"]], shards.of_response(response), "native"
+            return (
+                [self._chunk(hit) for hit in response["hits"]["hits"]],
+                shards.worst([shards.of_response(response)]),
+                "native",
+            )
         # Fuse on the collapse key when collapsing (BM25 and kNN may pick
         # different best chunks of one document), else on the chunk id.
-        (text_hits, knn_hits), tally = self._msearch_all(queries.msearch_bodies(spec, self.index), spec.collapse_field)
-        return self._client_fused(mode, spec.size, text_hits, knn_hits)[1], tally, "client"
+        bodies = queries.msearch_bodies(spec, self.index, sources=False)
+        (text_hits, knn_hits), tally = self._msearch_all(bodies, spec.collapse_field)
+        fused = self._client_fused(mode, spec.size, text_hits, knn_hits)
+        found, fetched = self._fetch(spec, [hit for _, hit, _ in fused])
+        chunks = [found[hit.where].with_score(score, **sides) for sides, hit, score in fused if hit.where in found]
+        return chunks, shards.worst([tally, fetched]), "client"
 
     def search_ensemble(
         self, text: str, *, size: int | None = None, max_span_chars: int | None = None, **options: Any
@@ -222,16 +246,20 @@ class HybridRetriever:
             for scale in all_scales
         ]
         started = time.perf_counter()
-        sides, tally = self._msearch_all([body for spec in specs for body in queries.msearch_bodies(spec, self.index)])
+        bodies = [body for spec in specs for body in queries.msearch_bodies(spec, self.index, sources=False)]
+        sides, tally = self._msearch_all(bodies)
         per_scale, best = [], {}
         for scale, text_hits, knn_hits in zip(all_scales, sides[0::2], sides[1::2]):
-            keys, chunks = self._client_fused(mode, size, text_hits, knn_hits)
-            per_scale.append((scale, [(key, chunk.score or 0.0) for key, chunk in zip(keys, chunks)]))
-            best.update(zip(keys, chunks))
-        ranked = [
-            best[key].with_score(score, hybrid=best[key].score or 0.0)
-            for key, score in ensemble.fuse_scales(per_scale, weights)
-        ]
+            fused = self._client_fused(mode, size, text_hits, knn_hits)
+            per_scale.append((scale, [(hit.key, score) for _, hit, score in fused]))
+            best.update((hit.key, (hit, score, scores)) for scores, hit, score in fused)
+        found, fetched = self._fetch(specs[0], [hit for hit, _, _ in best.values()])
+        ranked = []
+        for key, score in ensemble.fuse_scales(per_scale, weights):
+            hit, hybrid, scores = best[key]
+            if hit.where in found:
+                ranked.append(found[hit.where].with_score(score, **scores, hybrid=hybrid))
+        tally = shards.worst([tally, fetched])
         return RetrievalResult(
             tuple(ranked),
             mode,
@@ -242,21 +270,37 @@ class HybridRetriever:
             tally,
         )
 
-    def _client_fused(self, mode: str, size: int, text_hits, knn_hits) -> tuple[list[str], list[Chunk]]:
+    def _client_fused(
+        self, mode: str, size: int, text_hits: Sequence[Hit], knn_hits: Sequence[Hit]
+    ) -> list[tuple[dict[str, float], Hit, float]]:
         """One scale's BM25 and kNN hits fused client-side (minmax or rrf),
-        each chunk with its per-side scores."""
-        lists = [[(key, chunk.score or 0.0) for key, chunk in side] for side in (text_hits, knn_hits)]
+        best first: each kept hit's per-side scores, the hit (the BM25
+        side's where both sides found one key) and its fused score."""
+        lists = [[(hit.key, hit.score) for hit in side] for side in (text_hits, knn_hits)]
         if mode == "minmax":
             fused = fusion.minmax_fuse(lists, [self.settings.bm25_weight, self.settings.knn_weight], size)
         else:
             fused = fusion.rrf_fuse(lists, size, self.settings.rrf_rank_constant)
-        found = {key: chunk for key, chunk in (*knn_hits, *text_hits)}
+        found = {hit.key: hit for hit in (*knn_hits, *text_hits)}
         sides = side_scores(lists[0], lists[1])
-        return [key for key, _ in fused], [found[key].with_score(score, **sides[key]) for key, score in fused]
+        return [(sides[key], found[key], score) for key, score in fused]
+
+    def _fetch(self, spec: QuerySpec, hits: Sequence[Hit]) -> tuple[dict[tuple[str, str], Chunk], Shards | None]:
+        """The chunks of the hits fusion kept, in one search, by index and id.
+        A chunk deleted (or its shard lost) since the first search is left out,
+        and the tally says so for a shard."""
+        if not hits:
+            return {}, None
+        ids_by_index: dict[str, list[str]] = {}
+        for hit in hits:
+            ids_by_index.setdefault(hit.index, []).append(hit.id)
+        response = self.client.search(self.index, queries.fetch_body(spec, ids_by_index))
+        found = {(doc["_index"], doc["_id"]): self._chunk(doc) for doc in response["hits"]["hits"]}
+        return found, shards.of_response(response)
 
     def _hits(self, body: dict[str, Any]) -> tuple[list[Chunk], Shards]:
         response = self.client.search(self.index, body)
-        return [self._chunk(hit) for hit in response["hits"]["hits"]], shards.of_response(response)
+        return [self._chunk(hit) for hit in response["hits"]["hits"]], shards.worst([shards.of_response(response)])
 
     def _chunk(self, hit: Mapping[str, Any]) -> Chunk:
         """A hit as a chunk; a hit that is not one (an index not made by
@@ -271,7 +315,7 @@ class HybridRetriever:
 
     def _msearch_all(
         self, searches: Sequence[Mapping[str, Any]], collapse_field: str | None = None
-    ) -> tuple[list[list[tuple[str, Chunk]]], Shards]:
+    ) -> tuple[list[list[Hit]], Shards]:
         """The hits of each search of one ``_msearch``, keyed for fusion, and
         the worst shard tally among them. A search that failed as a whole
         fails the request with the cluster's own status and error."""
@@ -290,7 +334,7 @@ class HybridRetriever:
                 if status == 429 or status >= 500:
                     raise SearchFailed(status, error)
                 raise RetrievalError(f"one side of the hybrid search failed: {error}")
-            sides.append([(_fusion_key(hit, collapse_field), self._chunk(hit)) for hit in item["hits"]["hits"]])
+            sides.append([_hit(item_hit, collapse_field) for item_hit in item["hits"]["hits"]])
             tallies.append(shards.of_response(item))
         return sides, shards.worst(tallies)
 
@@ -311,6 +355,10 @@ def side_scores(text_side: fusion.Ranked, knn_side: fusion.Ranked) -> dict:
             entry["cosine"] = round(2.0 * raw_knn[key] - 1.0, 6)
         scores[key] = entry
     return scores
+
+
+def _hit(hit: Mapping[str, Any], collapse_field: str | None) -> Hit:
+    return Hit(_fusion_key(hit, collapse_field), hit["_index"], hit["_id"], float(hit.get("_score") or 0.0))
 
 
 def _fusion_key(hit: Mapping[str, Any], collapse_field: str | None) -> str:

@@ -47,12 +47,13 @@ class Shards:
 ONE = Shards(total=1, successful=1)
 
 
-def of_response(response: Mapping[str, Any]) -> Shards:
-    """The tally of one search response (``_shards`` and ``timed_out``)."""
+def of_response(response: Mapping[str, Any]) -> Shards | None:
+    """The tally of one search response (``_shards`` and ``timed_out``);
+    None for a response that has none."""
     shards = response.get("_shards")
     timed_out = bool(response.get("timed_out", False))
     if not isinstance(shards, Mapping):
-        return Shards(ONE.total, ONE.successful, timed_out=timed_out)
+        return None
     failures = shards.get("failures") or ()
     return Shards(
         total=int(shards.get("total", 0)),
@@ -64,12 +65,13 @@ def of_response(response: Mapping[str, Any]) -> Shards:
     )
 
 
-def worst(tallies: Iterable[Shards]) -> Shards:
+def worst(tallies: Iterable[Shards | None]) -> Shards:
     """One tally for searches over the same shards: the most shards any of
     them asked, the fewest that answered (or were skipped) in all, the most
     that failed in any, each failed shard's first failure, and timed out if
-    any did. No tallies: :data:`ONE`."""
-    tallies = list(tallies)
+    any did. Searches without a tally count for nothing; none at all:
+    :data:`ONE`."""
+    tallies = [tally for tally in tallies if tally is not None]
     if not tallies:
         return ONE
     failures: dict[tuple[Any, Any], Mapping[str, Any]] = {}

@@ -40,6 +40,12 @@ class FakeElasticsearch:
         side = {"hits": {"hits": [hit("a", 0, 3.0), hit("b", 0, 2.0), hit("c", 0, 1.0)]}}
         return {"responses": [side, side]}
 
+    def search(self, index, body):
+        """The fetch of the chunks fusion kept: every chunk it knows by id."""
+        (wanted,) = body["query"]["bool"]["should"]
+        ids = wanted["bool"]["filter"][1]["ids"]["values"]
+        return {"hits": {"hits": [hit(*i.split(":")[0:1], int(i.split(":")[1]), 1.0) for i in ids]}}
+
 
 class FakeEmbedder:
     def embed(self, texts):

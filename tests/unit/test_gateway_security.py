@@ -287,6 +287,11 @@ class RecordingElasticsearch(FakeElasticsearch):
         self.log.append(self.headers.get("authorization"))
         return super().msearch(searches)
 
+    def search(self, index, body):
+        # The fetch of the chunks fusion kept: with the same credentials.
+        self.log.append(self.headers.get("authorization"))
+        return super().search(index, body)
+
 
 def test_forward_mode_sends_each_callers_credentials_everywhere():
     transport, es = RecordingTransport(es_reply), RecordingElasticsearch()
@@ -308,7 +313,8 @@ def test_forward_mode_sends_each_callers_credentials_everywhere():
     )
     anonymous = client.post("/v1/ask", json={"index": "docs", "question": "a", "options": {"stages": False}})
     assert filtered.status_code == retrieval_only.status_code == anonymous.status_code == 200
-    assert es.log == [bob.decode(), alice.decode(), None]
+    # Each search is an _msearch, then the fetch of the chunks fusion kept.
+    assert es.log == [bob.decode(), bob.decode(), alice.decode(), alice.decode(), None, None]
 
 
 class KeyMakingTransport(RecordingTransport):
@@ -346,7 +352,7 @@ def test_service_mode_searches_with_a_derived_key_per_gateway_key():
     assert first[2][b"authorization"] == second[2][b"authorization"] == b"ApiKey derived-team-a"
     body = {"query": {"match": {"text": "a"}}, "ext": {"chunkrag": {"stages": False}}}
     filtered = client.post("/docs-1/_search", json=body, headers=team)
-    assert filtered.status_code == 200 and es.log == ["ApiKey derived-team-a"]
+    assert filtered.status_code == 200 and es.log == ["ApiKey derived-team-a"] * 2
     transport.requests.clear()
     forbidden = client.post("/logs/_search", json={}, headers=team)
     assert forbidden.status_code == 403 and "may not read index [logs]" in forbidden.json()["error"]["reason"]

@@ -74,3 +74,23 @@ def test_collapse_and_vectors_on_request():
 def test_size_must_be_positive():
     with pytest.raises(ValueError):
         QuerySpec(text="q", vector=[1.0], size=0)
+
+
+def test_a_lean_msearch_fuses_on_ids_and_the_fetch_names_each_chunk_by_index():
+    lean = queries.msearch_bodies(SPEC, "chunks", sources=False)
+    assert lean[1]["_source"] is False and lean[3]["_source"] is False
+    assert queries.msearch_bodies(SPEC, "chunks")[1]["_source"] == {"excludes": ["vector"]}
+    spec = QuerySpec(text="q", vector=[1.0], include_vectors=True)
+    assert queries.fetch_body(spec, {"chunks-a": ["d1:0", "d2:3"], "chunks-b": ["d1:0"]}) == {
+        "size": 3,
+        "_source": {"excludes": [], "exclude_vectors": False},
+        "query": {
+            "bool": {
+                "should": [
+                    {"bool": {"filter": [{"term": {"_index": "chunks-a"}}, {"ids": {"values": ["d1:0", "d2:3"]}}]}},
+                    {"bool": {"filter": [{"term": {"_index": "chunks-b"}}, {"ids": {"values": ["d1:0"]}}]}},
+                ],
+                "minimum_should_match": 1,
+            }
+        },
+    }

@@ -16,9 +16,11 @@ def test_a_response_tally_is_read_with_its_failures_and_timeout():
     assert shards.of_response(response) == Shards(5, 3, 1, 2, (failure(0), failure(4)), timed_out=True)
 
 
-def test_a_response_without_a_tally_stands_for_one_search_that_answered():
-    assert shards.of_response({"hits": {"hits": []}}) == Shards(1, 1)
-    assert shards.of_response({"hits": {"hits": []}}).as_dict() == {
+def test_a_response_without_a_tally_counts_for_nothing():
+    assert shards.of_response({"hits": {"hits": []}}) is None
+    assert shards.worst([None, Shards(3, 2, failed=1)]) == Shards(3, 2, failed=1)
+    assert shards.worst([None]) == shards.ONE
+    assert shards.ONE.as_dict() == {
         "total": 1,
         "successful": 1,
         "skipped": 0,
