@@ -100,7 +100,9 @@ def ingest_documents_on_workers(
     index = index or settings.index
     app = app or make_app(settings)
     began = time.perf_counter()
-    check_workers(app, timeout=2.0)
+    # One answer is enough to start: without a limit the ping listens for
+    # the whole timeout, a fixed two seconds on every ingest.
+    check_workers(app, timeout=2.0, limit=1)
     ensure_index(
         client,
         index,
