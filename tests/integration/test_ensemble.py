@@ -107,7 +107,7 @@ def test_scales_share_the_index_reingest_is_idempotent_and_stale_scales_go(engin
     assert held(engine, engine_index) == {key for key in stored if key[1] != 16}
 
 
-def test_base_search_sees_only_base_chunks_and_ensembling_is_one_msearch_of_disjoint_spans(
+def test_base_search_sees_only_base_chunks_and_ensembling_is_one_msearch_and_one_fetch_of_disjoint_spans(
     engine, engine_index, embedder, settings
 ):
     ingest_documents(
@@ -126,7 +126,9 @@ def test_base_search_sees_only_base_chunks_and_ensembling_is_one_msearch_of_disj
 
     counting.calls.clear()
     result = retriever.search_ensemble("how do bees make honey from nectar", scales=SCALES, size=8)
-    assert counting.calls == ["msearch"] and result.fusion == "ensemble"
+    # Every scale's two sides in one _msearch (ids and scores), then one
+    # search fetching the chunks fusion kept.
+    assert counting.calls == ["msearch", "search"] and result.fusion == "ensemble"
     chunks = result.chunks
     assert chunks and any(c.scale > 0 for c in chunks)
     assert [c.score for c in chunks] == sorted((c.score for c in chunks), reverse=True)

@@ -299,3 +299,29 @@ def test_elasticsearch_down_is_503(settings, embedder, index):
         assert chunkrag.status_code == 503 and "not reachable" in chunkrag.json()["error"]["reason"]
         health = httpx.get(f"{url}/v1/health")
         assert health.status_code == 503 and not health.json()["elasticsearch"]["ok"]
+
+
+def test_a_failed_shard_is_reported_in_shards_and_the_other_indices_answer(es, gateway, index):
+    """A real shard failure: an index whose `vector` is no dense_vector fails
+    the kNN side on its shard; the cluster answers from the chunk index, and
+    the gateway says which shard failed rather than hiding it."""
+    broken = f"test-gateway-novector-{uuid.uuid4().hex[:8]}"
+    mappings = {"properties": {"vector": {"type": "keyword"}, "text": {"type": "text"}}}
+    es.create_index(broken, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": mappings})
+    try:
+        body = {"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"stages": False}}}
+        answered = httpx.post(f"{gateway}/{index},{broken}/_search", json=body, timeout=60)
+        assert answered.status_code == 200
+        shards = answered.json()["_shards"]
+        assert (shards["total"], shards["successful"], shards["failed"]) == (2, 1, 1)
+        (failure,) = shards["failures"]
+        assert failure["index"] == broken and "dense_vector" in failure["reason"]["reason"]
+        assert ids(answered.json())[0] == "tokyo:0"
+        asked = httpx.post(
+            f"{gateway}/v1/ask",
+            json={"index": f"{index},{broken}", "question": QUESTION, "options": {"stages": False}},
+            timeout=60,
+        )
+        assert asked.status_code == 200 and asked.json()["shards"]["failed"] == 1
+    finally:
+        es.delete_index(broken)
