@@ -86,7 +86,7 @@ def main(argv=None) -> int:
                 for stat in ("p50", "p95"):
                     by_label.setdefault(row["label"], {}).setdefault(f"{shape}.{stat}", []).append(figures[stat])
         data["summary"] = {
-            label: {key: statistics.median(values) for key, values in stats.items()}
+            label: {key: round(statistics.median(values), 2) for key, values in stats.items()}
             for label, stats in by_label.items()
         }
         RESULT.write_text(json.dumps(data, indent=2) + "\n")
