@@ -25,7 +25,8 @@ HTTP, words hashed into 384 dimensions, 20-50 ms a request). Every client
    pools), while the same node is killed and started again: every answer's
    status, ``_shards.failed`` and error reason.
 
-Writes bench/results/node_kill.json. The integration tests
+Writes bench/results/node_kill_node0.json (node_kill.json with ``--victim
+primary``). The integration tests
 (tests/integration/test_cluster_node_loss.py) run the same scenarios, smaller.
 """
 
@@ -501,7 +502,8 @@ def main(argv=None) -> int:
             print(json.dumps(runs[-1], default=str)[:2000], flush=True)
     greens = sorted(r["ingest"]["node_restart_to_green_s"] for r in runs)
     write_result(
-        "node_kill",
+        # node 0 killed: its own file, beside the earlier runs that killed another node.
+        "node_kill" if args.victim == "primary" else "node_kill_node0",
         "bench.node_kill",
         {
             "runs": runs,
@@ -513,6 +515,8 @@ def main(argv=None) -> int:
             "chunks_lost": sum(r["ingest"]["count_after_restart"]["missing"] for r in runs),
             "duplicates": sum(r["ingest"]["count_after_restart"]["duplicates"] for r in runs),
             "search_errors": sum(len(r["searches"]["errors"]) for r in runs),
+            "victim": args.victim,
+            "clients_given": "every node's URL (ES_URL=<node 0>,<node 1>,<node 2>)",
         },
     )
     return 0
