@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     port = free_port()
     gateway_process = start_gateway(port)
     try:
-        es, gateway = Timed(settings.es_url), Timed(f"http://127.0.0.1:{port}")
+        es, gateway = Timed(settings.es_nodes[0]), Timed(f"http://127.0.0.1:{port}")
 
         def direct_with_embedding(i: int) -> tuple[float, bytes]:
             started = time.perf_counter()

@@ -5,21 +5,28 @@
 Starts (through local_services) a three-node cluster on ports 19300-19305, a
 Redis of its own on 16410, two real Celery workers and a scripted
 OpenAI-compatible embedding server (tests/support/scripted_openai.py: real
-HTTP, words hashed into 384 dimensions, 20-50 ms a request), then:
+HTTP, words hashed into 384 dimensions, 20-50 ms a request). Every client
+(the workers, the dispatcher, the gateway) is given all three node URLs
+(ES_URL=<node 0>,<node 1>,<node 2>), then:
 
 1. ingest: ``--documents`` SciFact abstracts (plus one malformed JSONL line)
    go to the workers into an index of 3 shards with 1 replica; once a quarter
-   of the batches are done, the node holding a primary of it (never node 0,
-   which the clients talk to) is SIGKILLed by its pid. The ingest must end
+   of the batches are done, node 0 (the first URL every client has) is
+   SIGKILLed by its pid (``--victim primary``: a node other than node 0 that
+   holds a primary of the index, as before the clients took every node's
+   URL). The ingest must end
    with every chunk the source makes, each once (counted by id and by
    (doc_id, position, scale) against chunks made from the source in this
    process); then the node is started again and the time to green measured;
    a second run of the same ingest must find every document unchanged.
-2. searches: a stream of filtered searches (a bool filter and
-   ``ext.chunkrag``) through the gateway while a node is killed and started
-   again: every answer's status, ``_shards.failed`` and error reason.
+2. searches: a stream of searches through the gateway, filtered ones (a
+   bool filter and ``ext.chunkrag``, sent by the gateway's Elasticsearch
+   client) and plain ones (passed through by the gateway's own connection
+   pools), while the same node is killed and started again: every answer's
+   status, ``_shards.failed`` and error reason.
 
-Writes bench/results/node_kill.json. The integration tests
+Writes bench/results/node_kill_node0.json (node_kill.json with ``--victim
+primary``). The integration tests
 (tests/integration/test_cluster_node_loss.py) run the same scenarios, smaller.
 """
 
@@ -48,7 +55,7 @@ DIMS = 384
 @dataclasses.dataclass
 class Rig:
     cluster: Any  # local_services.cluster.LocalCluster
-    settings: Any  # chunkrag_core.settings.Settings: clients talk to node 0
+    settings: Any  # chunkrag_core.settings.Settings: clients are given every node's URL
     env: dict[str, str]  # the workers' environment
     workers: Any  # local_services.celery_workers.CeleryWorkers
     embed_url: str
@@ -174,8 +181,23 @@ def count_against_source(client, index: str, expected: set[str]) -> dict[str, An
     }
 
 
+# Which node is SIGKILLed: node 0, the first URL of every client, or
+# "primary": a node other than node 0 holding a primary of the index.
+VICTIMS = ("node0", "primary")
+
+
+def pick_victim(victim: str, local, client, index: str) -> int:
+    return 0 if victim == "node0" else node_with_a_primary(local, client, index)
+
+
+def primaries_on(local, client, index: str, node: int) -> int:
+    """How many primaries of ``index`` ``node`` holds."""
+    shards = client.cat.shards(index=index, format="json")
+    return sum(1 for s in shards if s["prirep"] == "p" and s.get("node") == local.node_name(node))
+
+
 def node_with_a_primary(local, client, index: str) -> int:
-    """A node other than node 0 (the clients' own) that holds a primary of ``index``."""
+    """A node other than node 0 that holds a primary of ``index``."""
     shards = client.cat.shards(index=index, format="json")
     names = {s["node"] for s in shards if s["prirep"] == "p" and s.get("node")}
     for node in range(1, local.nodes):
@@ -192,9 +214,12 @@ def worker_retries(log_dir: Path) -> list[str]:
     return [re.sub(r"^.*?retry: ", "", line)[:300] for line in lines]
 
 
-def ingest_with_node_kill(the_rig: Rig, corpus: Path, documents: int, index: str, kill_at: float = 0.25) -> dict:
-    """Ingest ``corpus`` on the workers, killing a node once ``kill_at`` of
-    the batches are done; then count, restart the node, time to green, run again."""
+def ingest_with_node_kill(
+    the_rig: Rig, corpus: Path, documents: int, index: str, kill_at: float = 0.25, victim: str = "primary"
+) -> dict:
+    """Ingest ``corpus`` on the workers, killing a node (``victim``: one of
+    VICTIMS) once ``kill_at`` of the batches are done; then count, restart
+    the node, time to green, run again."""
     from chunkrag_core.engines import make_backend
     from ingest_pipeline.sources import read_sources
     from local_services import cluster as local_cluster
@@ -225,7 +250,9 @@ def ingest_with_node_kill(the_rig: Rig, corpus: Path, documents: int, index: str
     thread = threading.Thread(target=run, name="ingest")
     thread.start()
     reached.wait(600)
-    victim = node_with_a_primary(the_rig.cluster, backend.client, index) if "failure" not in outcome else 2
+    chosen = victim
+    victim = pick_victim(chosen, the_rig.cluster, backend.client, index) if "failure" not in outcome else 2
+    primaries = primaries_on(the_rig.cluster, backend.client, index, victim) if "failure" not in outcome else None
     pid = local_cluster.kill_node(the_rig.cluster, victim)
     killed_at = time.monotonic() - began
     thread.join(900)
@@ -241,7 +268,9 @@ def ingest_with_node_kill(the_rig: Rig, corpus: Path, documents: int, index: str
     result = {
         "documents": documents,
         "batches": batches,
+        "victim": chosen,
         "killed_node": the_rig.cluster.node_name(victim),
+        "killed_node_primaries": primaries,
         "killed_pid": pid,
         "killed_after_s": round(killed_at, 2),
         "ingest_s": report.seconds,
@@ -326,10 +355,20 @@ QUERIES = (
 
 
 def searches_with_node_kill(
-    the_rig: Rig, index: str, *, before_s: float = 5.0, down_s: float = 15.0, after_s: float = 5.0
+    the_rig: Rig,
+    index: str,
+    *,
+    before_s: float = 5.0,
+    down_s: float = 15.0,
+    after_s: float = 5.0,
+    victim: str = "primary",
+    passthrough: bool = False,
 ) -> dict:
-    """Filtered searches through the gateway, one after another, while a
-    node is killed, stays down ``down_s`` and comes back: every answer."""
+    """Searches through the gateway, one after another, while a node
+    (``victim``: one of VICTIMS) is killed, stays down ``down_s`` and comes
+    back: every answer. Filtered searches (``ext.chunkrag``: the gateway's
+    Elasticsearch client) only, or with ``passthrough`` every other one a
+    plain search (the gateway's own pools)."""
     import httpx
 
     from chunkrag_core.providers import make_embedder
@@ -351,21 +390,24 @@ def searches_with_node_kill(
                 }
             },
             "size": 5,
-            "ext": {"chunkrag": {"candidates": 10, "stages": False}},
         }
+        kind = "plain" if passthrough and n % 2 else "filtered"
+        if kind == "filtered":
+            body["ext"] = {"chunkrag": {"candidates": 10, "stages": False}}
         began = time.monotonic()
         try:
             response = httpx.post(f"{url}/{index}/_search", json=body, timeout=60)
             data = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
             record = {
                 "phase": phase["now"],
+                "kind": kind,
                 "status": response.status_code,
                 "shards_failed": (data.get("_shards") or {}).get("failed"),
                 "hits": len((data.get("hits") or {}).get("hits", [])),
                 "reason": _reason(data) if response.status_code >= 400 else None,
             }
         except httpx.HTTPError as exc:
-            record = {"phase": phase["now"], "status": None, "reason": f"{type(exc).__name__}: {exc}"}
+            record = {"phase": phase["now"], "kind": kind, "status": None, "reason": f"{type(exc).__name__}: {exc}"}
         record["seconds"] = round(time.monotonic() - began, 3)
         answers.append(record)
 
@@ -381,7 +423,8 @@ def searches_with_node_kill(
         thread = threading.Thread(target=stream, args=(url,), name="searches")
         thread.start()
         time.sleep(before_s)
-        victim = node_with_a_primary(the_rig.cluster, _es(settings), index)
+        chosen = victim
+        victim = pick_victim(chosen, the_rig.cluster, _es(settings), index)
         phase["now"] = "node down"
         pid = local_cluster.kill_node(the_rig.cluster, victim)
         time.sleep(down_s)
@@ -395,16 +438,21 @@ def searches_with_node_kill(
         stop.set()
         thread.join(120)
     by_phase: dict[str, dict[str, int]] = {}
+    by_kind: dict[str, dict[str, dict[str, int]]] = {}
     for answer in answers:
-        counts = by_phase.setdefault(answer["phase"], {})
         key = str(answer["status"])
+        counts = by_phase.setdefault(answer["phase"], {})
         counts[key] = counts.get(key, 0) + 1
+        kinds = by_kind.setdefault(answer["phase"], {}).setdefault(answer["kind"], {})
+        kinds[key] = kinds.get(key, 0) + 1
     return {
+        "victim": chosen,
         "killed_node": the_rig.cluster.node_name(victim),
         "killed_pid": pid,
         "restart_to_green_s": round(to_green, 2),
         "searches": len(answers),
         "statuses_by_phase": by_phase,
+        "statuses_by_phase_and_kind": by_kind,
         "shards_failed_seen": sorted({a.get("shards_failed") for a in answers if a.get("shards_failed")}),
         "errors": [a for a in answers if a["status"] != 200],
         "latency_s_median": sorted(a["seconds"] for a in answers)[len(answers) // 2] if answers else None,
@@ -420,7 +468,7 @@ def local_cluster_health(the_rig: Rig) -> dict:
 def _es(settings):
     from elasticsearch import Elasticsearch
 
-    return Elasticsearch(settings.es_url)
+    return Elasticsearch(list(settings.es_nodes))
 
 
 def _reason(data: dict) -> str | None:
@@ -434,6 +482,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--documents", type=int, default=1200)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--victim", choices=VICTIMS, default="node0", help="the node killed (default: node 0)")
     args = parser.parse_args(argv)
 
     from bench.common import write_result
@@ -446,14 +495,15 @@ def main(argv=None) -> int:
             log_dir.mkdir()
             with rig(log_dir, stop_cluster=run == args.runs - 1) as the_rig:
                 index = f"bench-node-kill-{run}-{int(time.time())}"
-                ingest = ingest_with_node_kill(the_rig, corpus, documents, index)
-                searches = searches_with_node_kill(the_rig, index)
+                ingest = ingest_with_node_kill(the_rig, corpus, documents, index, victim=args.victim)
+                searches = searches_with_node_kill(the_rig, index, victim=args.victim, passthrough=True)
                 _es(the_rig.settings).indices.delete(index=index)
             runs.append({"ingest": ingest, "searches": searches})
             print(json.dumps(runs[-1], default=str)[:2000], flush=True)
     greens = sorted(r["ingest"]["node_restart_to_green_s"] for r in runs)
     write_result(
-        "node_kill",
+        # node 0 killed: its own file, beside the earlier runs that killed another node.
+        "node_kill" if args.victim == "primary" else "node_kill_node0",
         "bench.node_kill",
         {
             "runs": runs,
@@ -465,6 +515,8 @@ def main(argv=None) -> int:
             "chunks_lost": sum(r["ingest"]["count_after_restart"]["missing"] for r in runs),
             "duplicates": sum(r["ingest"]["count_after_restart"]["duplicates"] for r in runs),
             "search_errors": sum(len(r["searches"]["errors"]) for r in runs),
+            "victim": args.victim,
+            "clients_given": "every node's URL (ES_URL=<node 0>,<node 1>,<node 2>)",
         },
     )
     return 0

@@ -334,6 +334,19 @@ class Settings:
     # The chunk filter's calibration (models and cuts, a JSON file written by
     # `chunkrag calibrate`); "" for the file shipped with the package.
     calibration_file: str = ""
+    # ES_URL and OPENSEARCH_URL parsed, once per Settings: every node's URL,
+    # each with the credentials (`node_urls`). Derived, never set.
+    es_nodes: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    opensearch_nodes: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "es_nodes", node_urls(self.es_url, "ES_URL"))
+        object.__setattr__(self, "opensearch_nodes", node_urls(self.opensearch_url, "OPENSEARCH_URL"))
+        if self.opensearch_auth == "sigv4" and len(self.opensearch_nodes) > 1:
+            raise SettingsError(
+                "OPENSEARCH_AUTH=sigv4 signs for one endpoint (an AWS domain or collection): "
+                "OPENSEARCH_URL must name one URL, not a list of nodes"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -370,12 +383,21 @@ class Settings:
 
     @property
     def es_url_for_display(self) -> str:
-        return redact_url(self.es_url)
+        return redact_url(",".join(self.es_nodes))
+
+    @property
+    def opensearch_url_for_display(self) -> str:
+        return redact_url(",".join(self.opensearch_nodes))
 
     @property
     def search_url(self) -> str:
-        """The URL of the engine ``search_backend`` names."""
+        """The URL (or comma-separated node URLs) of the engine ``search_backend`` names."""
         return self.opensearch_url if self.search_backend == "opensearch" else self.es_url
+
+    @property
+    def search_nodes(self) -> tuple[str, ...]:
+        """Every node URL of the engine ``search_backend`` names (`node_urls`)."""
+        return self.opensearch_nodes if self.search_backend == "opensearch" else self.es_nodes
 
     @property
     def search_ca_certs(self) -> str | None:
@@ -384,7 +406,7 @@ class Settings:
 
     @property
     def search_url_for_display(self) -> str:
-        return redact_url(self.search_url)
+        return redact_url(",".join(self.search_nodes))
 
 
 def calibration_file_from_env(environ: Mapping[str, str] | None = None) -> str:
@@ -396,12 +418,57 @@ def calibration_file_from_env(environ: Mapping[str, str] | None = None) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced, for logs and error messages."""
+    """The URL with any password replaced, for logs and error messages; in a
+    comma-separated list of node URLs, every entry's."""
+    if "," in url:
+        return ",".join(redact_url(entry) for entry in url.split(","))
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{_host_port(parts)}"))
+
+
+def _host_port(parts) -> str:
+    host = parts.hostname or ""
+    return (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+
+
+def node_urls(raw: str, variable: str = "ES_URL") -> tuple[str, ...]:
+    """Every node URL in ``raw``: one URL, or several separated by commas
+    (``http://a:9200,http://b:9200``), the clients' node list. Credentials
+    (``user:password@``) belong to the cluster, not to a node: written on the
+    first URL only, or the same on every URL, they are sent to every node, so
+    each URL returned carries them. An empty entry, a URL that is not
+    http(s) with a host, credentials that differ between entries or appear
+    on a later entry but not the first, and different paths (a cluster
+    behind a proxy lives under one) raise `SettingsError` naming
+    ``variable``; nothing is guessed."""
+    entries = [entry.strip() for entry in raw.split(",")]
+    parsed = []
+    for n, entry in enumerate(entries, 1):
+        where = f"{variable} entry {n} of {len(entries)}" if len(entries) > 1 else variable
+        if not entry:
+            raise SettingsError(
+                f"{where} is empty; separate node URLs with single commas (http://a:9200,http://b:9200)"
+            )
+        parts = urlsplit(entry)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SettingsError(f"{where} ({redact_url(entry)!r}) is not an http:// or https:// URL with a host")
+        parsed.append(parts)
+    first = parsed[0]
+    userinfo = first.netloc.rpartition("@")[0] if "@" in first.netloc else ""
+    for n, parts in enumerate(parsed[1:], 2):
+        own = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+        if own and own != userinfo:
+            raise SettingsError(
+                f"{variable} entry {n} has credentials other than the first entry's: one cluster has one set of "
+                "credentials; write them on the first URL only, or the same on every URL"
+            )
+        if parts.path.rstrip("/") != first.path.rstrip("/"):
+            raise SettingsError(f"{variable} entry {n} has another path than the first entry's ({first.path!r})")
+    if not userinfo:
+        return tuple(entries)
+    return tuple(urlunsplit(parts._replace(netloc=f"{userinfo}@{_host_port(parts)}")) for parts in parsed)
 
 
 SEARCH_BACKENDS = ("elasticsearch", "opensearch")

@@ -137,16 +137,26 @@ def services_logs(only: str | None = None, lines: int = 40, log: Log = print_lin
         log(f"=== {name} ===\n{text}")
 
 
-def app_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def app_environ(environ: Mapping[str, str] | None = None, nodes: int = 1) -> dict[str, str]:
     """The URL variables the app reads (ES_URL, OPENSEARCH_URL, REDIS_URL,
     CHUNKRAG_CHAT_BASE_URL) pointing at the services `up` starts from this
     environment, for those it does not set itself. The app knows URLs only:
     a program that starts the local services (on whatever ports) and then
-    runs the app passes these on."""
+    runs the app passes these on. With ``nodes`` > 1 (`up --nodes N`), ES_URL
+    and OPENSEARCH_URL list every node of the local clusters."""
     env = os.environ if environ is None else environ
+    if nodes > 1:
+        engines = {
+            "ES_URL": cluster.LocalCluster.from_environ("elasticsearch", nodes, env).url,
+            "OPENSEARCH_URL": cluster.LocalCluster.from_environ("opensearch", nodes, env).url,
+        }
+    else:
+        engines = {
+            "ES_URL": ElasticsearchSettings.from_environ(env).url,
+            "OPENSEARCH_URL": OpenSearchSettings.from_environ(env).url,
+        }
     urls = {
-        "ES_URL": ElasticsearchSettings.from_environ(env).url,
-        "OPENSEARCH_URL": OpenSearchSettings.from_environ(env).url,
+        **engines,
         "REDIS_URL": RedisSettings.from_environ(env).url,
         "CHUNKRAG_CHAT_BASE_URL": LlmSettings.from_environ(env).base_url,
     }

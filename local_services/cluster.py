@@ -5,7 +5,8 @@ others through their transport ports.
 
     cluster = LocalCluster.from_environ("elasticsearch", nodes=3)
     up(cluster)                      # idempotent; returns once all nodes joined
-    cluster.url                      # http://127.0.0.1:9250, node 0
+    cluster.url                      # every node: http://127.0.0.1:9250,http://127.0.0.1:9252,...
+    cluster.url_of(0)                # http://127.0.0.1:9250
     kill_node(cluster, 2)            # SIGKILL, by pid: a machine lost
     start_node(cluster, 2)           # it comes back and rejoins
     seconds_to_status(cluster, "green")
@@ -123,8 +124,13 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
-        """Node 0's URL: what a client with one URL talks to."""
-        return self.url_of(0)
+        """Every node's URL, comma-separated: the value of ES_URL (or
+        OPENSEARCH_URL) that reaches the cluster through whichever nodes are up."""
+        return ",".join(self.urls)
+
+    @property
+    def url_variable(self) -> str:
+        return "OPENSEARCH_URL" if self.engine == "opensearch" else "ES_URL"
 
 
 def _each_node(cluster: LocalCluster, nodes: range | list[int], action: Callable[[int], None]) -> None:
@@ -154,7 +160,8 @@ def up(cluster: LocalCluster, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = 
     log(f"{cluster.name}: {cluster.nodes} nodes, heap {cluster.heap} each, HTTP ports {list(_ports(cluster))}")
     _each_node(cluster, range(cluster.nodes), lambda node: node_process(cluster, node).up(timeout, log))
     status = wait_for_nodes(cluster, cluster.nodes, timeout)
-    log(f"{cluster.name}: {cluster.nodes} nodes joined ({status}) in {time.monotonic() - began:.1f} s at {cluster.url}")
+    log(f"{cluster.name}: {cluster.nodes} nodes joined ({status}) in {time.monotonic() - began:.1f} s")
+    log(f"{cluster.name}: clients reach every node with {cluster.url_variable}={cluster.url}")
 
 
 def _ports(cluster: LocalCluster):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from chunkrag_core.settings import state_home
+from chunkrag_core.settings import SettingsError, node_urls, state_home
 from local_services.java import JavaHome, find_java_home
 from local_services.managed import Command, ManagedProcess
 from local_services.process import (
@@ -195,7 +195,23 @@ def split_credentials(url: str) -> tuple[str, dict[str, str]]:
 
 
 def cluster_health(url: str, wait_for_status: str | None = None, timeout: float = 5.0) -> dict:
-    """GET /_cluster/health. Raises OSError if the node cannot be reached."""
+    """GET /_cluster/health from the first node of ``url`` (one URL, or node
+    URLs separated by commas, as ES_URL takes them) that answers. Raises
+    OSError if none can be reached."""
+    try:
+        nodes = node_urls(url)
+    except SettingsError as exc:
+        raise OSError(str(exc)) from None
+    failure: OSError | None = None
+    for node in nodes:
+        try:
+            return _node_health(node, wait_for_status, timeout)
+        except OSError as exc:
+            failure = exc
+    raise failure or OSError(f"no node in {redact_url(url)}")
+
+
+def _node_health(url: str, wait_for_status: str | None, timeout: float) -> dict:
     base, headers = split_credentials(url)
     query = f"?wait_for_status={wait_for_status}&timeout=1s" if wait_for_status else ""
     request = urllib.request.Request(f"{base.rstrip('/')}/_cluster/health{query}", headers=headers)

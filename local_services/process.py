@@ -56,7 +56,10 @@ class ServiceStatus:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced, safe to print."""
+    """The URL with any password replaced, safe to print; in a comma-separated
+    list of node URLs (ES_URL, OPENSEARCH_URL), every entry's."""
+    if "," in url:
+        return ",".join(redact_url(entry) for entry in url.split(","))
     parts = urllib.parse.urlsplit(url)
     if parts.password is None:
         return url

@@ -26,6 +26,17 @@ BulkItem = tuple[bool, dict[str, Any]]
 EngineErrorOf = Callable[[BaseException, str], BaseException]
 
 
+# Retries of a request that could not reach a node (refused, reset, cut),
+# each on the next live node: the clients' own default, three, reaches every
+# node of a three-node cluster; a longer node list gets one try per node.
+MIN_NODE_RETRIES = 3
+
+
+def node_retries(nodes: Sequence[str]) -> int:
+    """The clients' ``max_retries`` for a cluster reached through ``nodes``."""
+    return max(MIN_NODE_RETRIES, len(nodes))
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterCapabilities:
     version: str

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from chunkrag_core.engines import base, probe
-from chunkrag_core.engines.base import BulkItem, ClusterCapabilities, ClusterHealth
+from chunkrag_core.engines.base import BulkItem, ClusterCapabilities, ClusterHealth, node_retries
 from chunkrag_core.engines.errors import EngineTimeout, EngineUnavailable, refused
 from chunkrag_core.settings import Settings
 
@@ -15,11 +15,23 @@ NAME = "Elasticsearch"
 
 
 def make_client(settings: Settings):
-    """An ``Elasticsearch`` client for ``settings.es_url`` (credentials in the
-    URL or ``ES_API_KEY``). Creating it opens no connection."""
+    """An ``Elasticsearch`` client for every node of ``settings.es_url``
+    (credentials in the URLs or ``ES_API_KEY``). Creating it opens no
+    connection.
+
+    Failover is the client's own (elastic-transport's node pool): requests go
+    round the nodes; a connection refused, reset or cut marks the node dead
+    (skipped for 1 s, doubling up to 30 s while it stays dead) and the request
+    is sent again to the next node, whatever the method. Bulk requests are
+    retried too: every chunk is written under its deterministic id, so a bulk
+    sent twice writes nothing twice. A timeout is not retried (the next node
+    would get the same request after a full timeout already spent)."""
     from elasticsearch import Elasticsearch
 
-    options: dict[str, Any] = {"request_timeout": settings.es_request_timeout_s}
+    options: dict[str, Any] = {
+        "request_timeout": settings.es_request_timeout_s,
+        "max_retries": node_retries(settings.es_nodes),
+    }
     try:
         from elasticsearch.serializer import OrjsonSerializer
 
@@ -32,7 +44,7 @@ def make_client(settings: Settings):
         options["api_key"] = settings.es_api_key
     if settings.es_ca_certs:
         options["ca_certs"] = settings.es_ca_certs
-    return Elasticsearch(settings.es_url, **options)
+    return Elasticsearch(list(settings.es_nodes), **options)
 
 
 def engine_error(exc: BaseException, where: str) -> BaseException:

@@ -12,38 +12,52 @@ from chunkrag_core.engines import opensearch_dialect as osd
 from chunkrag_core.engines.aws_signing import opensearch_sigv4
 from chunkrag_core.engines.base import BulkItem, ClusterCapabilities, ClusterHealth
 from chunkrag_core.engines.errors import EngineTimeout, EngineUnavailable, refused
-from chunkrag_core.settings import Settings, redact_url
+from chunkrag_core.settings import Settings
 
 NAME = "OpenSearch"
 
 
 def make_opensearch_client(
-    url: str, *, request_timeout_s: float = 30.0, ca_certs: str | None = None, sigv4: tuple[str, str] | None = None
+    urls: str | Sequence[str],
+    *,
+    request_timeout_s: float = 30.0,
+    ca_certs: str | None = None,
+    sigv4: tuple[str, str] | None = None,
 ):
-    """An `opensearch-py` client for ``url`` (credentials in the URL: basic
-    auth; ``sigv4`` = (region, service): every request signed with AWS
-    credentials instead; https: TLS, verified against ``ca_certs`` when
-    given). Opens no connection."""
+    """An `opensearch-py` client for ``urls`` (one URL or every node's;
+    credentials in the URLs: basic auth; ``sigv4`` = (region, service): every
+    request signed with AWS credentials instead; https: TLS, verified against
+    ``ca_certs`` when given). Opens no connection.
+
+    Failover is opensearch-py's own connection pool: a connection refused,
+    reset or cut marks the node dead (60 s, longer while it stays dead) and
+    the request goes again to the next node, bulk requests included (chunk
+    ids are deterministic, so a bulk sent twice writes nothing twice)."""
     from urllib.parse import unquote, urlsplit, urlunsplit
 
     from opensearchpy import OpenSearch
 
-    parts = urlsplit(url)
-    options: dict[str, Any] = {"timeout": request_timeout_s}
+    urls = [urls] if isinstance(urls, str) else list(urls)
+    parts = urlsplit(urls[0])
+    options: dict[str, Any] = {"timeout": request_timeout_s, "max_retries": base.node_retries(urls)}
     if sigv4 is not None:
         from chunkrag_core.engines import aws_signing
 
         options["http_auth"] = aws_signing.client_auth(*sigv4)
     elif parts.username is not None:
+        # One cluster, one set of credentials (`settings.node_urls`): the first URL's.
         options["http_auth"] = (unquote(parts.username), unquote(parts.password or ""))
-        host = parts.hostname or ""
-        netloc = f"[{host}]" if ":" in host else host
-        url = urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
     if parts.scheme == "https":
         options.update(use_ssl=True, verify_certs=True)
         if ca_certs:
             options["ca_certs"] = ca_certs
-    return OpenSearch([url], **options)
+    hosts = [urlunsplit(urlsplit(url)._replace(netloc=_without_userinfo(urlsplit(url)))) for url in urls]
+    return OpenSearch(hosts, **options)
+
+
+def _without_userinfo(parts) -> str:
+    host = parts.hostname or ""
+    return (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
 
 
 def engine_error(exc: BaseException, where: str) -> BaseException:
@@ -84,12 +98,12 @@ class OpenSearchBackend:
     @classmethod
     def from_settings(cls, settings: Settings) -> OpenSearchBackend:
         client = make_opensearch_client(
-            settings.opensearch_url,
+            settings.opensearch_nodes,
             request_timeout_s=settings.es_request_timeout_s,
             ca_certs=settings.opensearch_ca_certs,
             sigv4=opensearch_sigv4(settings),
         )
-        return cls(client, redact_url(settings.opensearch_url))
+        return cls(client, settings.opensearch_url_for_display)
 
     def _h(self) -> dict[str, Any]:
         # opensearch-py takes per-request headers on every API call.

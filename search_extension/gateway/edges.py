@@ -285,7 +285,10 @@ class Edges:
 
 
 def strip_credentials(url: str) -> str:
-    """``url`` without a user and password (forward mode keeps none)."""
+    """``url`` without a user and password (forward mode keeps none); in a
+    comma-separated list of node URLs, every entry."""
+    if "," in url:
+        return ",".join(strip_credentials(entry.strip()) for entry in url.split(","))
     parts = urlsplit(url)
     if parts.username is None and parts.password is None:
         return url

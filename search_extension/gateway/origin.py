@@ -19,12 +19,25 @@ Cost (bench/results/gateway_httpcore.json against gateway_http11_before.json):
 connection back to its pool as soon as the body ends, before its status can
 be seen, so discarding by status would mean reaching into its internals.
 Bodies are passed on as they are (compressed ones too), never decoded.
+
+A cluster given as several node URLs gets one pool per node (``NodePools``):
+requests go round the nodes; a request whose connection could not be
+established (nothing was sent) goes to the next node, whatever its method,
+and the node is skipped for ``DEAD_NODE_BACKOFF_S``. A request already sent
+is replayed on another node only when its method is GET or HEAD: a POST or
+PUT may have been carried out before the node died (``_bulk`` without ids,
+``_update_by_query``, a document created), and the gateway cannot tell a
+read-only POST ``_search`` from those without parsing every endpoint, so the
+caller gets the 502/503 and decides (every Elasticsearch client retries).
+A timeout is not retried either: the whole budget is already spent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl as ssl_module
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import httpcore
@@ -50,10 +63,23 @@ HOP_BY_HOP = frozenset(
 UNTRUSTED_STATUSES = frozenset({400, 408, 413, 414, 431})
 # An idle connection older than this is closed rather than reused.
 KEEPALIVE_S = 15.0
+# A node that refused a connection is tried again only after this, unless
+# every node is down: long enough that requests in a burst do not each pay
+# a refused connect (about a millisecond on a LAN, a connect timeout on a
+# machine that is gone), short enough that a restarted node (tens of
+# seconds to rejoin) takes its share again within a second or two of it.
+DEAD_NODE_BACKOFF_S = 2.0
+# Methods replayed on another node after the exchange broke off once sent:
+# they change nothing on the cluster (see the module's docstring).
+REPLAYABLE_METHODS = frozenset({"GET", "HEAD"})
 
 
 class HttpFailure(ConnectionError):
     """The origin could not be reached, or broke the exchange off."""
+
+
+class HttpConnectFailure(HttpFailure):
+    """No connection could be made to the origin: nothing of the request was sent."""
 
 
 class HttpTimeout(TimeoutError):
@@ -149,7 +175,7 @@ class OriginPool:
             if reused and isinstance(exc, (httpcore.ReadError, httpcore.WriteError, httpcore.RemoteProtocolError)):
                 raise _StaleConnection() from exc
             if isinstance(exc, httpcore.ConnectError):
-                raise HttpFailure(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+                raise HttpConnectFailure(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
             if isinstance(exc, (httpcore.NetworkError, httpcore.ProtocolError)):
                 raise HttpFailure(
                     f"{self.host}:{self.port} broke off the exchange: {exc or type(exc).__name__}"
@@ -176,6 +202,55 @@ class OriginPool:
         idle, self._idle = self._idle, []
         for connection in idle:
             await _discard(connection)
+
+
+class NodePools:
+    """One ``OriginPool`` per node of a cluster, with the same interface:
+    each request starts at the next node in turn, passing over nodes in
+    their backoff (unless all are), and moves on as the module's docstring
+    says."""
+
+    def __init__(
+        self,
+        pools: Sequence[OriginPool],
+        *,
+        backoff_s: float = DEAD_NODE_BACKOFF_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if not pools:
+            raise ValueError("NodePools needs at least one pool")
+        self.pools = tuple(pools)
+        self._backoff_s, self._clock = backoff_s, clock
+        self._down_until = [0.0] * len(self.pools)
+        self._turn = 0
+
+    def _order(self) -> list[int]:
+        count = len(self.pools)
+        start, self._turn = self._turn, (self._turn + 1) % count
+        turn = [(start + i) % count for i in range(count)]
+        now = self._clock()
+        return [i for i in turn if self._down_until[i] <= now] + [i for i in turn if self._down_until[i] > now]
+
+    async def request(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse:
+        failure = HttpFailure("no node was tried")
+        for node in self._order():
+            try:
+                response = await self.pools[node].request(method, target, headers, body)
+            except HttpConnectFailure as exc:
+                self._down_until[node] = self._clock() + self._backoff_s
+                failure = exc
+            except HttpFailure as exc:
+                if method not in REPLAYABLE_METHODS:
+                    raise
+                failure = exc
+            else:
+                self._down_until[node] = 0.0
+                return response
+        raise failure
+
+    async def aclose(self) -> None:
+        for pool in self.pools:
+            await pool.aclose()
 
 
 class _StaleConnection(Exception):

@@ -1,5 +1,6 @@
 """Forwarding requests to Elasticsearch unchanged, over a pool of keep-alive
-connections made on first use."""
+connections made on first use (one per node when ES_URL or OPENSEARCH_URL
+lists several: `origin.NodePools`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from search_extension.gateway.identity import (
     scrub_security_errors,
     service_refusal,
 )
-from search_extension.gateway.origin import HOP_BY_HOP, HttpFailure, HttpResponse, HttpTimeout, OriginPool
+from search_extension.gateway.origin import HOP_BY_HOP, HttpFailure, HttpResponse, HttpTimeout, NodePools, OriginPool
 
 # Besides the hop-by-hop ones: Host and Content-Length are set for the new
 # message; Authorization is set by identity.py (the caller's in forward mode,
@@ -83,7 +84,8 @@ class Passthrough:
         self._transport = transport
         # A cluster behind a reverse proxy may live under a path.
         # Elasticsearch or OpenSearch, as SEARCH_BACKEND says.
-        self._prefix = urlsplit(settings.search_url).path.rstrip("/")
+        # (Every node URL has the same path: settings.node_urls.)
+        self._prefix = urlsplit(settings.search_nodes[0]).path.rstrip("/")
         self._service_mode = settings.gateway.auth == "service"
         # The gateway's own credentials: every request in service mode, and
         # the health probe in either mode.
@@ -198,7 +200,8 @@ class Passthrough:
             from chunkrag_core.engines import aws_signing
 
             self._signer = aws_signing.request_signer(*self._sigv4)
-        parts = urlsplit(self.settings.search_url)
+        # SigV4 takes one endpoint, never a node list (settings.Settings).
+        parts = urlsplit(self.settings.search_nodes[0])
         host = pool_host_header(parts)
         signed = self._signer.sign(method, f"{parts.scheme}://{host}{target}", body, {"host": host})
         return [
@@ -236,7 +239,7 @@ def _authorization_of(headers: list[tuple[bytes, bytes]]) -> bytes | None:
 
 def service_credentials(settings: Settings) -> list[tuple[bytes, bytes]]:
     """The gateway's own Authorization (ES_API_KEY, else the ES_URL user)."""
-    parts = urlsplit(settings.search_url)
+    parts = urlsplit(settings.search_nodes[0])
     if settings.es_api_key and settings.search_backend != "opensearch":
         return [(b"authorization", b"ApiKey " + settings.es_api_key.encode())]
     if parts.username is not None:
@@ -255,12 +258,17 @@ def pool_host_header(parts) -> str:
     return (f"[{host}]" if ":" in host else host) + f":{port}"
 
 
-def _make_pool(settings: Settings) -> OriginPool:
-    """The connection pool; it holds no credentials (each request carries its own)."""
-    parts = urlsplit(settings.search_url)
+def _make_pool(settings: Settings) -> OriginPool | NodePools:
+    """The connection pool, one per node when the URL lists several; it holds
+    no credentials (each request carries its own)."""
+    nodes = [urlsplit(url) for url in settings.search_nodes]
     context = None
-    if parts.scheme == "https":
+    if any(parts.scheme == "https" for parts in nodes):
         # Verified against ES_CA_CERTS or OPENSEARCH_CA_CERTS (a PEM bundle), else the system's CAs.
         context = ssl.create_default_context(cafile=settings.search_ca_certs)
-    host, port = _pool_address(parts)
-    return OriginPool(host, port, ssl=context, timeout_s=settings.es_request_timeout_s)
+    timeout_s = settings.es_request_timeout_s
+    pools = [
+        OriginPool(*_pool_address(parts), ssl=context if parts.scheme == "https" else None, timeout_s=timeout_s)
+        for parts in nodes
+    ]
+    return pools[0] if len(pools) == 1 else NodePools(pools)

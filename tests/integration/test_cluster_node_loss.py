@@ -9,7 +9,11 @@ local_services, on ports 19300-19305) with a node SIGKILLed by its pid:
 - during the same ingest, a worker SIGKILLed instead: its batch comes back
   from the broker and nothing is lost or doubled;
 - during a stream of filtered searches through the gateway: every answer is
-  a 200, or an error that says why (never a bare 5xx).
+  a 200, or an error that says why (never a bare 5xx);
+- node 0, the first of the three node URLs every client is given (ES_URL),
+  SIGKILLed during an ingest on the workers and then during a stream of
+  filtered and plain (passed-through) searches through the gateway: nothing
+  lost or doubled, and the searches keep answering through the other nodes.
 
 The scenarios are bench/node_kill.py's (which records the figures), smaller.
 Embeddings come from a scripted OpenAI-compatible server (real HTTP; the
@@ -112,3 +116,38 @@ def test_a_worker_killed_during_a_distributed_ingest_loses_and_duplicates_nothin
     counted = result["count"]
     assert counted["missing"] == counted["extra"] == counted["duplicates"] == 0, counted
     assert counted["stored"] == counted["expected"] == result["report"]["chunks"], counted
+
+
+def test_node_zero_killed_while_every_client_holds_all_three_urls(rig, corpus, index):
+    """Node 0 is the first URL of every client (the workers', the
+    dispatcher's, the gateway's Elasticsearch client and its pass-through
+    pools): the clients pass over it to the other nodes."""
+    assert rig.settings.es_nodes == rig.cluster.urls and len(rig.settings.es_nodes) == 3
+    path, documents = corpus
+    ingest = node_kill.ingest_with_node_kill(rig, path, documents, index, victim="node0")
+    assert ingest["killed_node"] == rig.cluster.node_name(0)
+    report = ingest["report"]
+    assert report["errors"] == [] and report["documents"] == documents and len(report["skipped"]) == 1
+    for count in ("count_with_node_down", "count_after_restart", "count_after_second_run"):
+        counted = ingest[count]
+        assert counted["missing"] == counted["extra"] == counted["duplicates"] == 0, (count, counted)
+        assert counted["stored"] == counted["count"] == counted["expected"] == report["chunks"], (count, counted)
+    assert ingest["second_run"] == {"documents": documents, "unchanged": documents, "errors": []}
+
+    searches = node_kill.searches_with_node_kill(
+        rig, index, before_s=3, down_s=10, after_s=3, victim="node0", passthrough=True
+    )
+    assert searches["killed_node"] == rig.cluster.node_name(0)
+    by_phase = searches["statuses_by_phase_and_kind"]
+    for phase in ("before", "after"):
+        assert by_phase[phase].keys() == {"filtered", "plain"}, searches
+        assert all(kind.keys() == {"200"} for kind in by_phase[phase].values()), searches
+    # With node 0 gone both kinds keep answering through the other two nodes.
+    assert by_phase["node down"]["filtered"].get("200", 0) > 0, searches
+    assert by_phase["node down"]["plain"].get("200", 0) > 0, searches
+    # At most the one search node 0 held when it died fails (a POST is not
+    # replayed on another node once sent), with a reason; none after it.
+    down = [error for error in searches["errors"] if error["phase"] == "node down"]
+    assert len(down) <= 1, down
+    for error in searches["errors"]:
+        assert error["reason"], error

@@ -7,12 +7,13 @@ import socket
 
 import pytest
 
-from search_extension.gateway.origin import HttpFailure, HttpTimeout, OriginPool
+from search_extension.gateway.origin import HttpConnectFailure, HttpFailure, HttpTimeout, NodePools, OriginPool
 
 # Script steps besides a raw response: stop reading and answering but keep
-# the socket open (Elasticsearch after a too-long header), or close it right
-# after the response before.
-IGNORE, CLOSE = "ignore", "close"
+# the socket open (Elasticsearch after a too-long header), close it right
+# after the response before, or close it once the request is read, without
+# answering (a node killed while it held the request).
+IGNORE, CLOSE, DROP = "ignore", "close", "drop"
 
 
 class Server:
@@ -42,6 +43,8 @@ class Server:
                 )
                 self.requests.append((number, head + await reader.readexactly(length)))
                 step = script.pop(0)
+                if step == DROP:
+                    break
                 if step == IGNORE:
                     self._held.append(writer)
                     await asyncio.sleep(3600)
@@ -238,3 +241,103 @@ def test_line_breaks_cannot_be_smuggled_into_the_request():
         asyncio.run(pool.request("GET", "/a\r\nx: y", [], b""))
     with pytest.raises(ValueError):
         asyncio.run(pool.request("GET", "/", [(b"x", b"1\r\ny: 2")], b""))
+
+
+# --- a cluster given as several nodes (NodePools) -----------------------------
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: a connection to it is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+async def with_nodes(servers, use, clock=None):
+    """NodePools over a refused port (node 0) then one live server per script."""
+    listening = [await asyncio.start_server(server.handle, "127.0.0.1", 0) for server in servers]
+    pools = [OriginPool("127.0.0.1", closed_port(), timeout_s=1.0)]
+    pools += [OriginPool("127.0.0.1", live.sockets[0].getsockname()[1], timeout_s=1.0) for live in listening]
+    nodes = NodePools(pools, backoff_s=2.0, clock=clock or Clock())
+    try:
+        return await use(nodes)
+    finally:
+        await nodes.aclose()
+        for live in listening:
+            live.close()
+
+
+def test_a_refused_node_is_passed_over_for_any_method_and_skipped_for_its_backoff():
+    server, clock = Server([OK] * 5), Clock()
+
+    async def use(nodes):
+        refused, live = nodes.pools
+        # The first request starts at node 0: refused, so nothing was sent; a POST goes on too.
+        first = await nodes.request("POST", "/i/_bulk", [], b'{"index":{}}\n{}\n')
+        assert (first.status, refused.opened, live.opened) == (200, 1, 1)
+        # In its backoff, node 0 is not tried again even when its turn comes.
+        for _ in range(2):
+            assert (await nodes.request("GET", "/", [], b"")).status == 200
+        assert refused.opened == 1
+        # Past its backoff it is tried again when its turn comes (and refuses again).
+        clock.now += 2.5
+        for _ in range(2):
+            assert (await nodes.request("GET", "/", [], b"")).status == 200
+        return refused.opened
+
+    assert asyncio.run(with_nodes([server], use, clock)) == 2
+    assert [number for number, _ in server.requests] == [0] * 5  # one kept-alive connection
+    assert server.requests[0][1].startswith(b"POST /i/_bulk HTTP/1.1")
+
+
+def test_every_node_refusing_raises_the_connect_failure():
+    async def use(nodes):
+        with pytest.raises(HttpConnectFailure, match="cannot connect"):
+            await nodes.request("GET", "/", [], b"")
+
+    async def only_refused():
+        pools = [OriginPool("127.0.0.1", closed_port()), OriginPool("127.0.0.1", closed_port())]
+        await use(NodePools(pools))
+        return [pool.opened for pool in pools]
+
+    # Each node tried once, and again on the next request although both are in their backoff.
+    assert asyncio.run(only_refused()) == [1, 1]
+
+
+@pytest.mark.parametrize("method, replayed", [("GET", True), ("HEAD", True), ("POST", False), ("PUT", False)])
+def test_a_request_sent_and_broken_off_is_replayed_elsewhere_only_when_idempotent(method, replayed):
+    dropping, answering = Server([DROP]), Server([OK])
+
+    async def use(nodes):
+        _refused, first, second = nodes.pools
+        nodes._turn = 1  # start at the node that drops the request it read
+        if replayed:
+            assert (await nodes.request(method, "/i/_doc/1", [], b"")).status == 200
+        else:
+            with pytest.raises(HttpFailure, match="broke off") as raised:
+                await nodes.request(method, "/i/_doc/1", [(b"content-type", b"application/json")], b"{}")
+            assert not isinstance(raised.value, HttpConnectFailure)
+        return first.opened, second.opened
+
+    assert asyncio.run(with_nodes([dropping, answering], use)) == ((1, 1) if replayed else (1, 0))
+    assert len(dropping.requests) == 1 and len(answering.requests) == (1 if replayed else 0)
+
+
+def test_a_timeout_is_not_retried_on_another_node():
+    slow, spare = Server([(2.0, OK)]), Server([OK])
+
+    async def use(nodes):
+        nodes._turn = 1
+        with pytest.raises(HttpTimeout):
+            await nodes.request("GET", "/", [], b"")
+        return nodes.pools[2].opened
+
+    assert asyncio.run(with_nodes([slow, spare], use)) == 0
