@@ -17,9 +17,12 @@ sentence vectors plus the weight times its header's unit vector, made unit
 again). ``length`` weights each sentence's vector by its word count
 (whitespace words) before the mean, nearer to what mean-pooling over the
 chunk's concatenated text does (every word piece counts once, so a long
-sentence counts more than a short one); it lives only in this module (the
-chunker's ``mixed_vector`` is swapped for the run of a ``length`` variant)
-and becomes a pipeline option only if chosen.
+sentence counts more than a short one); it lived only in this module (the
+chunker's ``mixed_vector`` swapped for the run of a ``length`` variant) and
+was to become a pipeline option only if chosen. It was chosen (2026-11-25),
+so it is now ``CHUNKRAG_CHUNK_MIX_POOLING=length`` and this module sets that
+option (the same vectors as the swap: the weighted mean made unit length,
+``tests/unit/test_headers.py``).
 
 Selection sets (no SciFact in them):
 
@@ -70,16 +73,12 @@ written after each variant so a partial run keeps what it measured.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import gzip
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
-
-import numpy as np
 
 from bench.common import SHARED, write_result
 from bench.header_vectors_bench import CachingEmbedder, evaluate, scifact_subset
@@ -116,65 +115,6 @@ class Variant:
 
 CANDIDATES = tuple(Variant("mix", pooling, weight) for pooling in POOLINGS for weight in WEIGHTS)
 REEMBED = Variant("reembed")
-
-
-def word_count(text: str) -> int:
-    return max(1, len(text.split()))
-
-
-def length_weighted_vector(
-    sentence_vectors: np.ndarray, header_vector: np.ndarray | None, weight: float, words: Sequence[int]
-) -> np.ndarray:
-    """``mixed_vector`` with each sentence's vector weighted by its word
-    count in the mean (the mean is made unit length before the header is
-    added, so only the direction of the weighted mean matters)."""
-    from ingest_pipeline.headers import mixed_vector
-
-    rows = np.asarray(sentence_vectors, dtype=np.float32)
-    counts = np.asarray(words, dtype=np.float32)
-    if rows.ndim != 2 or len(rows) != len(counts) or len(rows) == 0:
-        raise ValueError(f"need one word count per sentence vector, got {len(counts)} for shape {rows.shape}")
-    weighted = (rows * counts[:, None]).sum(axis=0) / counts.sum()
-    return mixed_vector(weighted[None, :], header_vector, weight)
-
-
-class WordCountingCache(CachingEmbedder):
-    """The text cache, which also tells a cached vector's word count (the
-    chunker hands ``mixed_vector`` vectors, not texts)."""
-
-    def __init__(self, inner, dims: int, path=None):
-        super().__init__(inner, dims, path)
-        self._words: dict[bytes, int] = {}
-
-    def words_of(self, vector: np.ndarray) -> int:
-        key = np.asarray(vector, dtype=np.float32).tobytes()
-        if key not in self._words:
-            self._words = {np.asarray(v, dtype=np.float32).tobytes(): word_count(t) for t, v in self.cache.items()}
-        if key not in self._words:
-            raise KeyError("a sentence vector that the cache did not embed")
-        return self._words[key]
-
-
-@contextlib.contextmanager
-def pooling(kind: str | None, embedder: WordCountingCache):
-    """Chunk vectors pooled as ``kind`` for the duration: ``length`` swaps
-    the chunker's ``mixed_vector`` for the word-count-weighted one."""
-    import ingest_pipeline.chunker as chunker
-
-    if kind != "length":
-        yield
-        return
-    original = chunker.mixed_vector
-
-    def by_length(sentence_vectors, header_vector, weight):
-        words = [embedder.words_of(row) for row in sentence_vectors]
-        return length_weighted_vector(sentence_vectors, header_vector, weight, words)
-
-    chunker.mixed_vector = by_length
-    try:
-        yield
-    finally:
-        chunker.mixed_vector = original
 
 
 def nq_set(questions: int, path=NQ):
@@ -248,6 +188,13 @@ def holds(rows: dict[str, float], floors: dict[str, float]) -> bool:
     return all(rows[mode] >= floor for mode, floor in floors.items())
 
 
+def chunking_for(variant: Variant, base):
+    """``base`` chunking settings with the variant's vectors, weight and pooling."""
+    if variant.vectors == "reembed":
+        return dataclasses.replace(base, vectors="reembed")
+    return dataclasses.replace(base, vectors="mix", header_weight=variant.weight, mix_pooling=variant.pooling)
+
+
 def build(client, embedder, settings, documents, variant: Variant, index: str, reuse: bool) -> dict:
     """Ingest ``documents`` as ``variant`` into ``index`` (from scratch unless
     ``reuse``: then ingest skips the documents already there unchanged)."""
@@ -255,21 +202,15 @@ def build(client, embedder, settings, documents, variant: Variant, index: str, r
 
     if not reuse:
         client.delete_index(index)
-    chunking = dataclasses.replace(
-        settings.chunking,
-        vectors=variant.vectors,
-        header_weight=variant.weight if variant.weight is not None else settings.chunking.header_weight,
-    )
     began_embedded, began = embedder.embedded, time.perf_counter()
-    with pooling(variant.pooling, embedder):
-        report = ingest_documents(
-            documents,
-            client=client,
-            embedder=embedder,
-            settings=dataclasses.replace(settings, chunking=chunking),
-            index=index,
-            progress=False,
-        )
+    report = ingest_documents(
+        documents,
+        client=client,
+        embedder=embedder,
+        settings=dataclasses.replace(settings, chunking=chunking_for(variant, settings.chunking)),
+        index=index,
+        progress=False,
+    )
     if not report.ok:
         raise RuntimeError(report.errors[:3])
     embedder.save()
@@ -322,7 +263,7 @@ def main(argv=None) -> int:
 
     settings = Settings.from_env()
     client = make_backend(settings)
-    embedder = WordCountingCache(make_embedder(settings.embedder), settings.embedder.dims, args.cache)
+    embedder = CachingEmbedder(make_embedder(settings.embedder), settings.embedder.dims, args.cache)
     sets = {
         "nq": nq_set(args.nq_questions),
         "squad": squad_set(args.squad_articles, args.squad_per_paragraph),

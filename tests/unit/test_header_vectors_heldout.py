@@ -6,38 +6,42 @@ import gzip
 import json
 
 import numpy as np
-import pytest
 
 from bench.header_vectors_heldout import (
     COMMITTED_MIX_HALF,
     Variant,
-    WordCountingCache,
     choose,
+    chunking_for,
     floors_from,
     holds,
-    length_weighted_vector,
     nq_set,
-    pooling,
     selection_score,
     squad_set,
 )
 from chunkrag_core.settings import ChunkingSettings
 from ingest_pipeline.chunker import chunk_documents
+from ingest_pipeline.headers import mixed_vector
 from ingest_pipeline.sources import plain_document
 
 
-def test_length_weighted_vector_weights_sentences_by_words_then_adds_the_header():
-    rows = np.array([[1.0, 0.0], [0.0, 1.0]])
-    # 3 words against 1: mean (0.75, 0.25), unit (0.9487, 0.3162)
-    np.testing.assert_allclose(length_weighted_vector(rows, None, 0.5, [3, 1]), [0.9486833, 0.31622777], atol=1e-6)
-    # equal words: the plain mean, as mixed_vector
-    np.testing.assert_allclose(length_weighted_vector(rows, None, 0.5, [2, 2]), [0.70710678, 0.70710678], atol=1e-6)
-    # + 1.0 x header (0, 1): (0.9487, 1.3162) made unit
-    np.testing.assert_allclose(
-        length_weighted_vector(rows, np.array([0.0, 2.0]), 1.0, [3, 1]), [0.58471, 0.81124], atol=1e-5
-    )
-    with pytest.raises(ValueError, match="one word count per sentence"):
-        length_weighted_vector(rows, None, 0.5, [1])
+def test_each_variant_sets_its_vectors_weight_and_pooling():
+    base = ChunkingSettings()
+    length = chunking_for(Variant("mix", "length", 0.25), base)
+    mean = chunking_for(Variant("mix", "mean", 0.75), base)
+    assert (length.vectors, length.header_weight, length.mix_pooling) == ("mix", 0.25, "length")
+    assert (mean.vectors, mean.header_weight, mean.mix_pooling) == ("mix", 0.75, "mean")
+    assert chunking_for(Variant("reembed"), base).vectors == "reembed"
+
+
+def test_length_pooling_is_the_word_weighted_mean_the_run_swapped_in():
+    # the run's own swap: the mean weighted by words, made unit, then mixed_vector's header step
+    table = {"Bees make honey.": [1.0, 0.0], "Bees make a lot of wax.": [0.8, 0.6], "Hive": [0.0, 1.0]}
+    doc = plain_document("d", "Bees make honey. Bees make a lot of wax.", "test", title="Hive")
+    variant = chunking_for(Variant("mix", "length", 0.5), ChunkingSettings(headers="title"))
+    (chunked,) = chunk_documents([doc], TableEmbedder(table), variant)
+    weighted = (3 * np.array([1.0, 0.0]) + 6 * np.array([0.8, 0.6])) / 9
+    expected = mixed_vector(weighted[None, :], np.array([0.0, 1.0]), 0.5)
+    np.testing.assert_allclose(chunked.chunks[0].vector, expected, atol=1e-6)
 
 
 class TableEmbedder:
@@ -46,32 +50,6 @@ class TableEmbedder:
 
     def embed(self, texts):
         return np.array([self.table[t] for t in texts], dtype=np.float32).reshape(len(texts), 2)
-
-
-def test_length_pooling_reaches_the_chunker_and_is_undone_after():
-    table = {"Bees make honey.": [1.0, 0.0], "Bees make a lot of wax.": [0.8, 0.6], "Hive": [0.0, 1.0]}
-    embedder = WordCountingCache(TableEmbedder(table), 2)
-    doc = plain_document("d", "Bees make honey. Bees make a lot of wax.", "test", title="Hive")
-    settings = ChunkingSettings(headers="title", vectors="mix", header_weight=0.5)
-    with pooling("length", embedder):
-        (chunked,) = chunk_documents([doc], embedder, settings)
-    (chunk,) = chunked.chunks  # cosine 0.8 = θ: one chunk of two sentences (3 and 6 words)
-    expected = length_weighted_vector(np.array([[1.0, 0.0], [0.8, 0.6]]), np.array([0.0, 1.0]), 0.5, [3, 6])
-    np.testing.assert_allclose(chunk.vector, expected, atol=1e-6)
-    with pooling("mean", embedder):
-        (plain,) = chunk_documents([doc], embedder, settings)
-    (after,) = chunk_documents([doc], embedder, settings)
-    np.testing.assert_allclose(plain.chunks[0].vector, [0.75804293, 0.6522047], atol=1e-6)
-    np.testing.assert_allclose(after.chunks[0].vector, plain.chunks[0].vector)
-    assert not np.allclose(chunk.vector, plain.chunks[0].vector)
-
-
-def test_words_of_refuses_a_vector_it_did_not_embed():
-    embedder = WordCountingCache(TableEmbedder({"a b": [1.0, 0.0]}), 2)
-    embedder.embed(["a b"])
-    assert embedder.words_of(np.array([1.0, 0.0], dtype=np.float32)) == 2
-    with pytest.raises(KeyError):
-        embedder.words_of(np.array([0.0, 1.0], dtype=np.float32))
 
 
 def test_nq_set_keeps_identical_passages_once_and_stops_at_the_limit(tmp_path):
