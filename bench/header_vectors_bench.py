@@ -158,7 +158,8 @@ def build(
     if reuse and client.index_exists(index) and client.count(index) > 0:
         return index, {"reused": True, "chunks": client.count(index)}
     client.delete_index(index)
-    chunking = dataclasses.replace(settings.chunking, vectors=vectors, header_weight=weight)
+    # mean pooling: the only one when results/header_vectors.json was made
+    chunking = dataclasses.replace(settings.chunking, vectors=vectors, header_weight=weight, mix_pooling="mean")
     began_embedded, began = embedder.embedded, time.perf_counter()
     report = ingest_documents(
         documents,

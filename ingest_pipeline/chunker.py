@@ -4,8 +4,9 @@ Sentences of a whole batch of documents are embedded in one call so the
 embedder can length-sort them into tight batches. How a chunk then gets its
 vector is a setting (``ChunkingSettings.vectors``):
 
-- "mix": from the vectors at hand, the mean of its sentences' vectors plus
-  its header's vector (each distinct header embedded once, in the same call
+- "mix": from the vectors at hand, the mean of its sentences' vectors
+  (weighted by their word counts with ``mix_pooling`` "length") plus its
+  header's vector (each distinct header embedded once, in the same call
   as the sentences), so each sentence goes through the model once;
 - "reembed": a chunk of one sentence without a header reuses that
   sentence's vector, and other chunks are embedded again (with their
@@ -27,7 +28,7 @@ from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import ChunkingSettings
 from ingest_pipeline.chunking import consecutive_similarities, group_sentences, percentile_threshold
 from ingest_pipeline.context_cache import cache_key
-from ingest_pipeline.headers import chunk_header, embedded_text, mixed_vector
+from ingest_pipeline.headers import chunk_header, embedded_text, mixed_vector, word_count
 from ingest_pipeline.scales import group_to_size, target_chars
 from ingest_pipeline.sentences import Span, bounded_sentence_spans
 from ingest_pipeline.sources import Document
@@ -104,8 +105,14 @@ def chunk_documents(
         ):
             span = (spans[group.start][0], spans[group.stop - 1][1])
             if mixing:
+                text = documents[doc_index].text
+                words = (
+                    [word_count(text[s:e]) for s, e in spans[group.start : group.stop]]
+                    if settings.mix_pooling == "length"
+                    else None
+                )
                 ready = mixed_vector(
-                    vectors[group.start : group.stop], header_vectors.get(header), settings.header_weight
+                    vectors[group.start : group.stop], header_vectors.get(header), settings.header_weight, words
                 )
             else:
                 ready = vectors[group.start] if len(group) == 1 and not header else None

@@ -49,20 +49,35 @@ def embedded_text(header: str, text: str) -> str:
     return f"{header}\n\n{text}" if header else text
 
 
-def mixed_vector(sentence_vectors: np.ndarray, header_vector: np.ndarray | None, weight: float) -> np.ndarray:
+def mixed_vector(
+    sentence_vectors: np.ndarray, header_vector: np.ndarray | None, weight: float, words: Sequence[int] | None = None
+) -> np.ndarray:
     """A chunk's vector from vectors already at hand: the mean of its
     sentences' vectors, made unit length, plus ``weight`` times its header's
     unit vector, the sum made unit length again. Without a header (or at
     weight 0) it is the normalised mean, so a one-sentence chunk keeps its
     sentence's direction. Normalising the mean first makes ``weight`` the
-    header's share whatever the chunk's length or the sentences' spread."""
+    header's share whatever the chunk's length or the sentences' spread.
+    With ``words`` (each sentence's word count) the mean is weighted by
+    them, as mean-pooling over the chunk's text counts every word piece."""
     rows = np.asarray(sentence_vectors, dtype=np.float32)
     if rows.ndim != 2 or len(rows) == 0:
         raise ValueError(f"need a non-empty (sentences, dims) array, got shape {rows.shape}")
-    mixed = _unit(rows.mean(axis=0))
+    if words is None:
+        mixed = _unit(rows.mean(axis=0))
+    else:
+        counts = np.asarray(words, dtype=np.float32)
+        if counts.shape != (len(rows),) or (counts <= 0).any():
+            raise ValueError(f"need one positive word count per sentence, got {list(words)} for {len(rows)}")
+        mixed = _unit((rows * counts[:, None]).sum(axis=0))
     if header_vector is not None and weight > 0.0:
         mixed = _unit(mixed + np.float32(weight) * _unit(np.asarray(header_vector, dtype=np.float32)))
     return mixed
+
+
+def word_count(text: str) -> int:
+    """Whitespace words, at least 1 (the ``length`` pooling's weight)."""
+    return max(1, len(text.split()))
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:

@@ -216,6 +216,9 @@ def shaping_of(settings: Settings) -> str:
         shaping += "|scales=" + ",".join(str(s) for s in settings.chunking.scales)
     if settings.chunking.vectors != "reembed":
         shaping += f"|vectors={settings.chunking.vectors}:{settings.chunking.header_weight:g}"
+        # mean pooling came first: its fingerprints stay as they were
+        if settings.chunking.mix_pooling != "mean":
+            shaping += f":{settings.chunking.mix_pooling}"
     # Likewise the document context, only when some is asked for. The chat
     # model's name is not in it: switching models does not redo the stored
     # documents (a document re-ingested for another reason asks the new one).

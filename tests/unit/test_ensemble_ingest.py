@@ -65,7 +65,7 @@ def test_scales_enter_the_fingerprint_only_when_set():
     base = Settings()
     scaled = dataclasses.replace(base, chunking=dataclasses.replace(base.chunking, scales=(128,)))
     assert "scales" not in shaping_of(base)
-    assert shaping_of(scaled) == shaping_of(base) + "|scales=128"
+    assert "|scales=128" in shaping_of(scaled) and shaping_of(scaled).replace("|scales=128", "") == shaping_of(base)
 
 
 def test_chunker_adds_each_scale_with_exact_text_offsets_and_leads():

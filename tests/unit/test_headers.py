@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from chunkrag_core.settings import ChunkingSettings, Settings, SettingsError
 from ingest_pipeline.chunker import chunk_documents, document_fingerprint
-from ingest_pipeline.headers import chunk_header, embedded_text, mixed_vector
+from ingest_pipeline.headers import chunk_header, embedded_text, mixed_vector, word_count
 from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.sources import markdown_document, plain_document
 
@@ -57,7 +59,9 @@ TEXT = "# Bees\n\nBees make honey.\n\n## Winter\n\nThey shiver to keep warm. The
 def test_chunks_carry_their_header_and_are_embedded_with_it_while_text_stays_exact():
     embedder = RecordingEmbedder()
     (chunked,) = chunk_documents(
-        [markdown_document("bees.md", TEXT, "test", fallback_title="bees")], embedder, ChunkingSettings()
+        [markdown_document("bees.md", TEXT, "test", fallback_title="bees")],
+        embedder,
+        ChunkingSettings(vectors="reembed"),
     )
     assert [c.header for c in chunked.chunks] == ["Bees", "Bees > Winter", "Bees > Winter"]
     for chunk in chunked.chunks:
@@ -140,7 +144,8 @@ class TableEmbedder:
 def test_mix_averages_the_sentences_of_a_longer_chunk():
     embedder = TableEmbedder({"Bees make honey.": [1.0, 0.0], "Bees make wax.": [0.8, 0.6], "Hive": [0.0, 1.0]})
     doc = plain_document("d", "Bees make honey. Bees make wax.", "test", title="Hive")
-    (chunked,) = chunk_documents([doc], embedder, ChunkingSettings(headers="title", vectors="mix"))
+    mean_half = ChunkingSettings(headers="title", vectors="mix", header_weight=0.5, mix_pooling="mean")
+    (chunked,) = chunk_documents([doc], embedder, mean_half)
     # cosine 0.8 = θ keeps the two sentences together in one chunk
     (chunk,) = chunked.chunks
     assert chunk.sentence_count == 2 and chunk.header == "Hive"
@@ -148,9 +153,34 @@ def test_mix_averages_the_sentences_of_a_longer_chunk():
     assert embedder.texts == ["Bees make honey.", "Bees make wax.", "Hive"]
     # weight 0: the header is stored but not embedded at all
     embedder = TableEmbedder(embedder.table)
-    (chunked,) = chunk_documents([doc], embedder, ChunkingSettings(headers="title", vectors="mix", header_weight=0))
+    (chunked,) = chunk_documents([doc], embedder, dataclasses.replace(mean_half, header_weight=0))
     np.testing.assert_allclose(chunked.chunks[0].vector, [0.9486833, 0.31622777], atol=1e-6)
     assert embedder.texts == ["Bees make honey.", "Bees make wax."] and chunked.chunks[0].header == "Hive"
+
+
+def test_mix_by_default_weights_sentences_by_their_words_and_the_header_by_a_quarter():
+    embedder = TableEmbedder(
+        {"Bees make honey.": [1.0, 0.0], "Bees make a lot of wax.": [0.8, 0.6], "Hive": [0.0, 1.0]}
+    )
+    doc = plain_document("d", "Bees make honey. Bees make a lot of wax.", "test", title="Hive")
+    (chunked,) = chunk_documents([doc], embedder, ChunkingSettings(headers="title"))
+    # 3 and 6 words: (3 [1, 0] + 6 [0.8, 0.6]) / 9 = [0.8667, 0.4] -> [0.907959, 0.419058];
+    # + 0.25 [0, 1] -> [0.907959, 0.669058] / 1.127843
+    (chunk,) = chunked.chunks
+    np.testing.assert_allclose(chunk.vector, [0.80504, 0.59322], atol=1e-5)
+    assert embedder.texts == ["Bees make honey.", "Bees make a lot of wax.", "Hive"]
+
+
+def test_mixed_vector_weights_the_mean_by_word_counts():
+    two = np.array([[1.0, 0.0], [0.0, 1.0]])
+    np.testing.assert_allclose(mixed_vector(two, None, 0.5, [3, 1]), [0.9486833, 0.31622777], atol=1e-6)
+    np.testing.assert_allclose(mixed_vector(two, None, 0.5, [2, 2]), mixed_vector(two, None, 0.5), atol=1e-6)
+    np.testing.assert_allclose(mixed_vector(two, np.array([0.0, 2.0]), 1.0, [3, 1]), [0.58471, 0.81124], atol=1e-5)
+    with pytest.raises(ValueError, match="one positive word count per sentence"):
+        mixed_vector(two, None, 0.5, [1])
+    with pytest.raises(ValueError, match="one positive word count per sentence"):
+        mixed_vector(two, None, 0.5, [1, 0])
+    assert (word_count("Bees  make\nhoney."), word_count(" ")) == (3, 1)
 
 
 def test_reembed_embeds_the_header_and_the_chunk_again():
@@ -171,13 +201,21 @@ def test_vector_settings_are_validated_read_from_the_environment_and_fingerprint
     assert (chunking.vectors, chunking.header_weight) == ("reembed", 0.75)
     with pytest.raises(SettingsError, match="CHUNKRAG_CHUNK_HEADER_WEIGHT"):
         Settings.from_env({"CHUNKRAG_CHUNK_HEADER_WEIGHT": "heavy"})
+    with pytest.raises(SettingsError, match="mix_pooling must be one of"):
+        ChunkingSettings(mix_pooling="max")
+    assert Settings.from_env({"CHUNKRAG_CHUNK_MIX_POOLING": "mean"}).chunking.mix_pooling == "mean"
+    default = Settings().chunking
+    assert (default.vectors, default.header_weight, default.mix_pooling) == ("mix", 0.25, "length")
     doc = plain_document("d", "One. Two.", "test", title="T")
 
-    def shaping(vectors, weight):
-        return shaping_of(Settings(chunking=ChunkingSettings(vectors=vectors, header_weight=weight)))
+    def shaping(vectors, weight, pooling="mean"):
+        chunking = ChunkingSettings(vectors=vectors, header_weight=weight, mix_pooling=pooling)
+        return shaping_of(Settings(chunking=chunking))
 
-    prints = {document_fingerprint(doc, shaping(v, w)) for v, w in (("mix", 0.5), ("mix", 0.25), ("reembed", 0.5))}
-    assert len(prints) == 3
-    # reembed (the default) leaves fingerprints made before the setting existed as they were
-    assert shaping("reembed", 0.75) == shaping_of(Settings()) and "vectors" not in shaping_of(Settings())
+    variants = (("mix", 0.5, "mean"), ("mix", 0.25, "mean"), ("mix", 0.25, "length"), ("reembed", 0.5, "mean"))
+    assert len({document_fingerprint(doc, shaping(*v)) for v in variants}) == 4
+    # reembed leaves fingerprints made before the setting existed as they were, and so
+    # does mean pooling those made before pooling was a setting
+    assert "vectors" not in shaping("reembed", 0.75) and shaping("reembed", 0.75) == shaping("reembed", 0.5, "length")
     assert shaping("mix", 0.25).endswith("|vectors=mix:0.25")
+    assert shaping_of(Settings()).endswith("|vectors=mix:0.25:length")
