@@ -197,7 +197,7 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merg
     backend.refresh(index)
     if layout is not None and layout.replicas > 0:
         # Replicas are written with each bulk; green says every copy is assigned and caught up.
-        backend.client.cluster.health(index=index, wait_for_status="green", timeout=f"{int(merge_wait_s)}s")
+        wait_for_green(backend, index, merge_wait_s)
     refreshed = time.perf_counter() - began
     if outcome.errors:
         raise RuntimeError(f"{len(outcome.errors)} bulk errors, first: {outcome.errors[:3]}")
@@ -214,6 +214,16 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merg
         "seconds_to_merges_settled": round(time.perf_counter() - began, 1),
         "chunks_per_s": round(outcome.indexed / refreshed, 1),
     }
+
+
+def wait_for_green(backend, index: str, wait_s: float) -> None:
+    """Polled rather than ``wait_for_status``: opensearch-py takes a ``timeout``
+    argument for its own connection, not the cluster's wait."""
+    deadline = time.monotonic() + wait_s
+    while backend.client.cluster.health(index=index)["status"] != "green":
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"{index} not green after {wait_s:.0f} s")
+        time.sleep(1)
 
 
 # Merges still running after the bulk are part of the cost; waited for (up
@@ -601,8 +611,10 @@ HOW = (
     "warm-up of 50 queries per mode, then each mode `runs` times; p50/p95/p99 of the engine part of one "
     "search (HybridRetriever.took_ms, query embedding excluded), median over runs. filter: run_filter with "
     "the default FilterOptions (no judge) on the minmax candidates fetched with their vectors "
-    "(minmax_with_vectors), per query. Node of its own (bench.scale_bench node); the machine was shared "
-    "with other jobs: see load_average_* per row."
+    "(minmax_with_vectors), per query. Node of its own (bench.scale_bench node); rows keyed ENGINE-3nodes ran on "
+    "three local nodes on the same 2 cores (bench.scale_bench cluster, shards/replicas in ingest; heap summed over "
+    "the nodes, heap_per_node; disk store_mb primaries, store_mb_total with replicas, shards_per_node): they measure "
+    "fan-out and replication, not added capacity. The machine was shared with other jobs: see load_average_* per row."
 )
 
 
