@@ -195,3 +195,33 @@ def test_series_keeps_one_node_and_cluster_rows_apart():
     assert lines["es 3 nodes hnsw"][0][:2] == (10, 5.0)
     assert series_kind("es 3 nodes hnsw") == "es hnsw"
     assert series_kind("es hnsw") == "es hnsw"
+
+
+def test_wait_for_green_polls_until_the_index_is_green(monkeypatch):
+    from types import SimpleNamespace
+
+    import bench.scale_bench as scale_bench
+
+    answers = iter(["yellow", "yellow", "green"])
+    asked = []
+
+    def health(index):
+        asked.append(index)
+        return {"status": next(answers)}
+
+    monkeypatch.setattr(scale_bench.time, "sleep", lambda _s: None)
+    backend = SimpleNamespace(client=SimpleNamespace(cluster=SimpleNamespace(health=health)))
+    scale_bench.wait_for_green(backend, "idx", 60)
+    assert asked == ["idx", "idx", "idx"]
+
+
+def test_wait_for_green_gives_up_after_the_wait():
+    from types import SimpleNamespace
+
+    import bench.scale_bench as scale_bench
+
+    backend = SimpleNamespace(
+        client=SimpleNamespace(cluster=SimpleNamespace(health=lambda index: {"status": "yellow"}))
+    )
+    with pytest.raises(RuntimeError, match="not green"):
+        scale_bench.wait_for_green(backend, "idx", 0)
