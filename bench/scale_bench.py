@@ -1,10 +1,12 @@
 """The cost curve: ingest time, disk, heap and query latency at about 10k,
-100k and 1M chunks, per vector type, on a node of its own.
+100k and 1M chunks, per vector type, on a node of its own or on a local
+cluster of three.
 
     python -m bench.scale_bench pool                       # embed the sentence pool once (cached)
     python -m bench.scale_bench node --engine elasticsearch --port 19400 --heap 3g   # start a node
+    python -m bench.scale_bench cluster --engine elasticsearch --first-port 19700 --heap 1g  # or 3 nodes
     python -m bench.scale_bench run --url http://127.0.0.1:19400 --engine elasticsearch \\
-        --size 10000 --vector-type int8_hnsw [--runs 3] [--keep]
+        --size 10000 --vector-type int8_hnsw [--runs 3] [--keep] [--shards 3 --replicas 1]
     python -m bench.scale_bench plot
 
 Corpora (bench/scale_corpus.py): real documents from ../shared/eval cut into
@@ -21,7 +23,10 @@ one search (HybridRetriever.took_ms), median over runs. The filter row is
 what ``ask`` does with the default filter (no judge): minmax retrieval of
 the candidates with their vectors, then ``run_filter`` on them, timed per
 query. Every row lands in bench/results/scale.json under its engine, vector
-type and size, beside the rows already there.
+type and size, beside the rows already there; a row measured on more than
+one node has the node count in its engine part (``elasticsearch-3nodes/
+int8_hnsw/100000``), its heap summed over the nodes (and per node) and its
+disk both as primaries and with the replicas.
 """
 
 from __future__ import annotations
@@ -149,11 +154,12 @@ def chunked_documents(plan, sentences: list[str], vectors: np.ndarray):
 PROGRESS_EVERY = 50_000
 
 
-def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merge_wait_s: float) -> dict:
+def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merge_wait_s: float, layout=None) -> dict:
     """The corpus written as the ingest pipeline writes it: the project's
-    index body, refreshes paused, bulk requests of the writer's size; the
-    seconds to a refreshed index, then to merges settled."""
-    from chunkrag_core.settings import VectorIndexSettings
+    index body (with ``layout``'s shards and replicas), refreshes paused,
+    bulk requests of the writer's size; the seconds to a refreshed index
+    (and every replica assigned), then to merges settled."""
+    from chunkrag_core.settings import IndexLayoutSettings, VectorIndexSettings
     from ingest_pipeline.writer import bulk_write, document_actions, ensure_index
 
     backend.delete_index(index)
@@ -163,6 +169,7 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merg
         dims=vectors.shape[1],
         vectors=VectorIndexSettings(type=vector_type),
         capabilities=backend.capabilities(),
+        layout=layout or IndexLayoutSettings(),
     )
     began = time.perf_counter()
     previous = backend.refresh_interval(index)
@@ -188,11 +195,16 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merg
     outcome = bulk_write(backend, actions())
     backend.set_refresh_interval(index, previous)
     backend.refresh(index)
+    if layout is not None and layout.replicas > 0:
+        # Replicas are written with each bulk; green says every copy is assigned and caught up.
+        wait_for_green(backend, index, merge_wait_s)
     refreshed = time.perf_counter() - began
     if outcome.errors:
         raise RuntimeError(f"{len(outcome.errors)} bulk errors, first: {outcome.errors[:3]}")
     settled = settle_merges(backend, index, merge_wait_s)
+    extra = {} if layout is None else {"shards": layout.shards, "replicas": layout.replicas}
     return {
+        **extra,
         "merges_settled": settled,
         "documents": documents,
         "chunks_indexed": outcome.indexed,
@@ -204,17 +216,28 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merg
     }
 
 
+def wait_for_green(backend, index: str, wait_s: float) -> None:
+    """Polled rather than ``wait_for_status``: opensearch-py takes a ``timeout``
+    argument for its own connection, not the cluster's wait."""
+    deadline = time.monotonic() + wait_s
+    while backend.client.cluster.health(index=index)["status"] != "green":
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"{index} not green after {wait_s:.0f} s")
+        time.sleep(1)
+
+
 # Merges still running after the bulk are part of the cost; waited for (up
 # to --merge-wait seconds) so latency is measured on the index as it stays.
 MERGE_WAIT_S = 600
 
 
 def settle_merges(backend, index: str, wait_s: float) -> bool:
-    """True once no merge runs; False if some still did after ``wait_s``."""
+    """True once no merge runs (on any copy: primaries and replicas); False
+    if some still did after ``wait_s``."""
     deadline = time.monotonic() + wait_s
     while True:
         stats = backend.client.indices.stats(index=index, metric="merge")
-        if stats["_all"]["primaries"]["merges"]["current"] == 0:
+        if stats["_all"]["total"]["merges"]["current"] == 0:
             return True
         if time.monotonic() >= deadline:
             return False
@@ -231,8 +254,8 @@ def index_figures(backend, index: str) -> dict:
     stats = client.indices.stats(index=index, metric="store,segments,docs", include_segment_file_sizes=True)
     primaries = stats["_all"]["primaries"]
     files = primaries["segments"].get("file_sizes") or {}
-    heap = heap_samples(client)
-    return {
+    samples = heap_samples(client)
+    figures = {
         "docs": primaries["docs"]["count"],
         "store_bytes": primaries["store"]["size_in_bytes"],
         "store_mb": round(primaries["store"]["size_in_bytes"] / 2**20, 1),
@@ -242,10 +265,15 @@ def index_figures(backend, index: str) -> dict:
             for kind, value in sorted(files.items())
             if value["size_in_bytes"] >= 2**20
         },
-        "heap_used_mb_min": round(min(used for used, _ in heap) / 2**20, 1),
-        "heap_used_mb_max": round(max(used for used, _ in heap) / 2**20, 1),
-        "heap_max_mb": round(heap[0][1] / 2**20, 1),
+        **heap_summary(samples),
     }
+    if len(samples[0]) > 1:
+        total = stats["_all"]["total"]
+        figures["store_bytes_total"] = total["store"]["size_in_bytes"]
+        figures["store_mb_total"] = round(total["store"]["size_in_bytes"] / 2**20, 1)
+        figures["segments_total"] = total["segments"]["count"]
+        figures["shards_per_node"] = shards_per_node(client.cat.shards(index=index, format="json", bytes="b"))
+    return figures
 
 
 # Heap in use swings with garbage not yet collected: the least of a few
@@ -253,15 +281,68 @@ def index_figures(backend, index: str) -> dict:
 HEAP_SAMPLES = 5
 
 
-def heap_samples(client) -> list[tuple[int, int]]:
+def heap_samples(client) -> list[dict[str, tuple[int, int]]]:
+    """Per sample, each node's name -> (heap used, heap max) in bytes."""
     samples = []
     for i in range(HEAP_SAMPLES):
         nodes = client.nodes.stats(metric="jvm")["nodes"]
-        mem = next(iter(nodes.values()))["jvm"]["mem"]
-        samples.append((mem["heap_used_in_bytes"], mem["heap_max_in_bytes"]))
+        samples.append(
+            {
+                node.get("name", node_id): (
+                    node["jvm"]["mem"]["heap_used_in_bytes"],
+                    node["jvm"]["mem"]["heap_max_in_bytes"],
+                )
+                for node_id, node in nodes.items()
+            }
+        )
         if i < HEAP_SAMPLES - 1:
             time.sleep(1)
     return samples
+
+
+def _mb(size: float) -> float:
+    return round(size / 2**20, 1)
+
+
+def heap_summary(samples: list[dict[str, tuple[int, int]]]) -> dict:
+    """Heap in use summed over the nodes, least and most of the samples, and
+    the heap the nodes were given, summed; with more than one node, the same
+    per node as well (each node's least and most over the samples)."""
+    used = [sum(u for u, _ in sample.values()) for sample in samples]
+    figures = {
+        "heap_used_mb_min": _mb(min(used)),
+        "heap_used_mb_max": _mb(max(used)),
+        "heap_max_mb": _mb(sum(m for _, m in samples[0].values())),
+    }
+    if len(samples[0]) > 1:
+        figures["nodes"] = len(samples[0])
+        figures["heap_per_node"] = {
+            name: {
+                "heap_used_mb_min": _mb(min(sample[name][0] for sample in samples)),
+                "heap_used_mb_max": _mb(max(sample[name][0] for sample in samples)),
+                "heap_max_mb": _mb(samples[0][name][1]),
+            }
+            for name in sorted(samples[0])
+        }
+    return figures
+
+
+def shards_per_node(cat_shards: list[dict]) -> dict:
+    """From ``_cat/shards?format=json&bytes=b``: per node, the primary and
+    replica copies it holds and their size on disk."""
+    nodes: dict[str, dict] = {}
+    for row in cat_shards:
+        node = row.get("node") or "unassigned"
+        kind = "primaries" if row["prirep"] == "p" else "replicas"
+        held = nodes.get(node, {"primaries": 0, "replicas": 0, "store_bytes": 0})
+        nodes[node] = {**held, kind: held[kind] + 1, "store_bytes": held["store_bytes"] + int(row.get("store") or 0)}
+    return {name: {**held, "store_mb": _mb(held["store_bytes"])} for name, held in sorted(nodes.items())}
+
+
+def row_key(engine: str, vector_type: str, chunks: int, nodes: int = 1) -> str:
+    """A row's key in scale.json: one node keeps the plain engine name."""
+    topology = engine if nodes <= 1 else f"{engine}-{nodes}nodes"
+    return f"{topology}/{vector_type}/{chunks}"
 
 
 # --- latency ----------------------------------------------------------------------------
@@ -415,7 +496,7 @@ def make_backend_for(settings):
 def run_main(args) -> int:
     from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
-    from chunkrag_core.settings import Settings
+    from chunkrag_core.settings import IndexLayoutSettings, Settings
     from search_extension.ask import DEFAULT_CANDIDATES
     from search_extension.retriever import HybridRetriever
 
@@ -426,6 +507,11 @@ def run_main(args) -> int:
     else:
         settings = dataclasses.replace(base, search_backend="elasticsearch", es_url=args.url)
     backend = make_backend(settings)
+    nodes = int(backend.client.cluster.health()["number_of_nodes"])
+    # One node keeps the earlier rows' index body; a cluster says its layout.
+    layout = None
+    if args.shards is not None or args.replicas is not None:
+        layout = IndexLayoutSettings(shards=args.shards or 1, replicas=args.replicas or 0)
     index = f"scale-{args.vector_type}-{args.size}"
     load_before = os.getloadavg()
     plan = plan_corpus(docs, len(sentences), args.size)
@@ -435,7 +521,7 @@ def run_main(args) -> int:
         # only measured here.
         written = {"reused_index": True}
     else:
-        written = ingest(backend, index, args.vector_type, plan, sentences, vectors, args.merge_wait)
+        written = ingest(backend, index, args.vector_type, plan, sentences, vectors, args.merge_wait, layout)
     figures = index_figures(backend, index)
     print(f"{index}: {written} {figures}", file=sys.stderr)
     queries = scifact_queries()
@@ -447,8 +533,10 @@ def run_main(args) -> int:
         recall = knn_recall(retriever, queries, plan_corpus(docs, len(sentences), args.size), sentences, vectors, 10)
         print(f"{index}: kNN recall@10 against exact {recall['recall']}", file=sys.stderr)
     figures_after = index_figures(backend, index)
+    topology = {} if nodes <= 1 else {"nodes": nodes, "heap_per_node": args.heap_per_node, "client_url": args.url}
     row = {
         "engine": args.engine,
+        **topology,
         "vector_type": args.vector_type,
         "chunks": args.size,
         "sentence_pool": {"embedded": len(sentences), "real_sentences": available, "real_documents": len(docs)},
@@ -468,7 +556,7 @@ def run_main(args) -> int:
     print(json.dumps({k: v for k, v in row.items() if k != "latency_ms"}), file=sys.stderr)
     for mode, values in latency.items():
         print(f"  {mode:>20}: p50 {values['p50']} p95 {values['p95']} p99 {values['p99']} ms", file=sys.stderr)
-    print(store_row(f"{args.engine}/{args.vector_type}/{args.size}", row))
+    print(store_row(row_key(args.engine, args.vector_type, args.size, nodes), row))
     if not args.keep:
         backend.delete_index(index)
     return 0
@@ -523,8 +611,10 @@ HOW = (
     "warm-up of 50 queries per mode, then each mode `runs` times; p50/p95/p99 of the engine part of one "
     "search (HybridRetriever.took_ms, query embedding excluded), median over runs. filter: run_filter with "
     "the default FilterOptions (no judge) on the minmax candidates fetched with their vectors "
-    "(minmax_with_vectors), per query. Node of its own (bench.scale_bench node); the machine was shared "
-    "with other jobs: see load_average_* per row."
+    "(minmax_with_vectors), per query. Node of its own (bench.scale_bench node); rows keyed ENGINE-3nodes ran on "
+    "three local nodes on the same 2 cores (bench.scale_bench cluster, shards/replicas in ingest; heap summed over "
+    "the nodes, heap_per_node; disk store_mb primaries, store_mb_total with replicas, shards_per_node): they measure "
+    "fan-out and replication, not added capacity. The machine was shared with other jobs: see load_average_* per row."
 )
 
 
@@ -532,14 +622,17 @@ HOW = (
 
 
 def series(rows: dict, mode: str, stat: str) -> dict[str, list[tuple[int, float, float]]]:
-    """Per engine/vector type, (chunks, latency, 1-minute load average before
-    the row) points of one mode and statistic, by size."""
+    """Per engine (with its node count when more than one)/vector type,
+    (chunks, latency, 1-minute load average before the row) points of one
+    mode and statistic, by size."""
     lines: dict[str, list[tuple[int, float, float]]] = {}
     for row in rows.values():
         value = row.get("latency_ms", {}).get(mode, {}).get(stat)
         if value is not None:
             load = (row.get("load_average_before") or [float("nan")])[0]
-            lines.setdefault(f"{row['engine']} {row['vector_type']}", []).append((row["chunks"], value, load))
+            nodes = row.get("nodes", 1)
+            engine = row["engine"] if nodes <= 1 else f"{row['engine']} {nodes} nodes"
+            lines.setdefault(f"{engine} {row['vector_type']}", []).append((row["chunks"], value, load))
     return {name: sorted(points) for name, points in sorted(lines.items())}
 
 
@@ -551,10 +644,21 @@ def plot_main(args) -> int:
 
     rows = json.loads((RESULTS / f"{RESULT_NAME}.json").read_text(encoding="utf-8"))["rows"]
     panels = [("bm25", "p95"), ("knn", "p95"), ("minmax", "p95"), ("minmax", "p50"), ("filter", "p95")]
-    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), sharex=True)
+    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4.6), sharex=True)
+    kinds = sorted({series_kind(name) for mode, stat in panels for name in series(rows, mode, stat)})
+    colours = {kind: f"C{i}" for i, kind in enumerate(kinds)}
     for axis, (mode, stat) in zip(axes, panels):
         for name, points in series(rows, mode, stat).items():
-            axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+            # Same colour per engine and vector type; one node solid with circles, a cluster dashed with squares.
+            cluster = series_kind(name) != name
+            axis.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                marker="s" if cluster else "o",
+                linestyle="--" if cluster else "-",
+                color=colours[series_kind(name)],
+                label=name,
+            )
             for x, y, load in points:
                 # The machine's load explains more of the spread than size does: shown per point.
                 axis.annotate(f"{load:.0f}", (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
@@ -565,8 +669,8 @@ def plot_main(args) -> int:
     axes[0].set_ylabel("ms per query (median of runs)")
     axes[0].legend(fontsize=8)
     figure.suptitle(
-        "Query latency against corpus size, one node, 300 SciFact queries, shared 2-core machine "
-        "(numbers by the points: 1-minute load average when the row started)"
+        "Query latency against corpus size, one node (solid) and three nodes on the same 2 cores (dashed), "
+        "300 SciFact queries\n(numbers by the points: 1-minute load average when the row started)"
     )
     figure.tight_layout()
     out = RESULTS / "plots" / "scale_latency.png"
@@ -574,6 +678,14 @@ def plot_main(args) -> int:
     figure.savefig(out, dpi=110)
     print(out)
     return 0
+
+
+def series_kind(name: str) -> str:
+    """A series' engine and vector type without its node count."""
+    parts = name.split(" ")
+    if len(parts) == 4 and parts[2] == "nodes":
+        return f"{parts[0]} {parts[3]}"
+    return name
 
 
 # --- nodes of its own ------------------------------------------------------------------
@@ -590,12 +702,7 @@ def node_main(args) -> int:
     else:
         from local_services.opensearch_node import OpenSearchSettings as base
         from local_services.opensearch_node import down, up
-    home = Path(args.home)
-    home.mkdir(parents=True, exist_ok=True)
-    cache = home / "cache"
-    if not cache.exists():
-        # The distributions the shared services run from: nothing is fetched again.
-        cache.symlink_to(state_home() / "cache")
+    home = scale_home(Path(args.home))
     # Transport on port+1 keeps both ports inside one small range.
     settings_class = type(f"Scale{base.__name__}", (base,), {"TRANSPORT_PORT_OFFSET": 1})
     settings = settings_class(home=home, port=args.port, heap=args.heap)
@@ -604,6 +711,37 @@ def node_main(args) -> int:
         return 0
     up(settings, timeout=300)
     print(json.dumps({"engine": args.engine, "url": settings.url, "heap": args.heap, "run_dir": str(settings.run_dir)}))
+    return 0
+
+
+def scale_home(home: Path) -> Path:
+    """A state home of the benchmark's own, its distributions linked from the
+    shared services' cache (nothing is fetched again)."""
+    home.mkdir(parents=True, exist_ok=True)
+    cache = home / "cache"
+    if not cache.exists():
+        cache.symlink_to(state_home() / "cache")
+    return home
+
+
+def cluster_main(args) -> int:
+    """Start (idempotently) a local cluster of ``--nodes`` nodes of
+    ``--engine`` through local_services/cluster.py, in a state home of its
+    own: node i on HTTP ``first_port + 2i``, transport the port after."""
+    from local_services.cluster import LocalCluster, down, up
+
+    cluster = LocalCluster(
+        engine=args.engine,
+        home=scale_home(Path(args.home)),
+        first_port=args.first_port,
+        nodes=args.nodes,
+        heap=args.heap,
+    )
+    if args.stop:
+        down(cluster)
+        return 0
+    up(cluster, timeout=600)
+    print(json.dumps({"engine": args.engine, "urls": cluster.urls, "heap_per_node": args.heap, "home": args.home}))
     return 0
 
 
@@ -625,6 +763,13 @@ def main(argv=None) -> int:
     node.add_argument("--heap", default="3g")
     node.add_argument("--stop", action="store_true", help="stop the node started on --port instead")
     node.add_argument("--home", default=str(state_home() / "bench-cache" / "scale-home"))
+    cluster = commands.add_parser("cluster", help="start a local cluster of its own for the benchmark")
+    cluster.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    cluster.add_argument("--first-port", type=int, required=True, help="node i: HTTP first+2i, transport first+2i+1")
+    cluster.add_argument("--nodes", type=int, default=3)
+    cluster.add_argument("--heap", default="1g", help="heap of each node")
+    cluster.add_argument("--stop", action="store_true", help="stop the cluster on --first-port instead")
+    cluster.add_argument("--home", default=str(state_home() / "bench-cache" / "scale-cluster-home"))
     run = commands.add_parser("run", help="write one corpus and measure it")
     run.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
     run.add_argument("--url", required=True)
@@ -635,6 +780,9 @@ def main(argv=None) -> int:
     run.add_argument("--keep", action="store_true", help="keep the index afterwards")
     run.add_argument("--reuse", action="store_true", help="measure the index as it is when it holds --size chunks")
     run.add_argument("--merge-wait", type=float, default=MERGE_WAIT_S, help="seconds to wait for merges to settle")
+    run.add_argument("--shards", type=int, help="primary shards of the chunk index (default: the index body's 1)")
+    run.add_argument("--replicas", type=int, help="replicas of each shard (default: the index body's 0)")
+    run.add_argument("--heap-per-node", help="the heap each node was started with, recorded in a cluster's row")
     recall = commands.add_parser("recall", help="kNN recall@10 of a kept index against exact search, into its row")
     recall.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
     recall.add_argument("--url", required=True)
@@ -661,6 +809,8 @@ def main(argv=None) -> int:
         return pool_main(args)
     if args.command == "node":
         return node_main(args)
+    if args.command == "cluster":
+        return cluster_main(args)
     return 2
 
 

@@ -126,3 +126,102 @@ def test_knn_recall_counts_the_exact_neighbours_the_index_returned(monkeypatch):
     for block in (1, 3, 50):
         monkeypatch.setattr(scale_bench, "RECALL_BLOCK", block)
         assert scale_bench.knn_recall(retriever, ["q", "r"], plan, sentences, vectors, 2)["recall"] == 0.75
+
+
+def test_heap_summary_of_one_node_keeps_the_single_node_figures():
+    from bench.scale_bench import heap_summary
+
+    mb = 2**20
+    samples = [{"n1": (300 * mb, 3072 * mb)}, {"n1": (200 * mb, 3072 * mb)}, {"n1": (250 * mb, 3072 * mb)}]
+    assert heap_summary(samples) == {"heap_used_mb_min": 200.0, "heap_used_mb_max": 300.0, "heap_max_mb": 3072.0}
+
+
+def test_heap_summary_sums_the_nodes_per_sample_and_keeps_each_node():
+    from bench.scale_bench import heap_summary
+
+    mb = 2**20
+    samples = [
+        {"a": (100 * mb, 1024 * mb), "b": (400 * mb, 1024 * mb), "c": (50 * mb, 1024 * mb)},
+        {"a": (300 * mb, 1024 * mb), "b": (150 * mb, 1024 * mb), "c": (60 * mb, 1024 * mb)},
+    ]
+    summary = heap_summary(samples)
+    # Sums per sample: 550 and 510; the least sum is not the sum of the least per node (310).
+    assert summary["heap_used_mb_min"] == 510.0
+    assert summary["heap_used_mb_max"] == 550.0
+    assert summary["heap_max_mb"] == 3072.0
+    assert summary["nodes"] == 3
+    assert summary["heap_per_node"]["a"] == {
+        "heap_used_mb_min": 100.0,
+        "heap_used_mb_max": 300.0,
+        "heap_max_mb": 1024.0,
+    }
+    assert summary["heap_per_node"]["c"]["heap_used_mb_min"] == 50.0
+
+
+def test_shards_per_node_counts_copies_and_their_bytes():
+    from bench.scale_bench import shards_per_node
+
+    rows = [
+        {"shard": "0", "prirep": "p", "node": "n1", "store": "1048576"},
+        {"shard": "0", "prirep": "r", "node": "n2", "store": "2097152"},
+        {"shard": "1", "prirep": "p", "node": "n2", "store": "1048576"},
+        {"shard": "1", "prirep": "r", "node": "n1", "store": None},
+        {"shard": "2", "prirep": "r", "node": None, "store": None},
+    ]
+    assert shards_per_node(rows) == {
+        "n1": {"primaries": 1, "replicas": 1, "store_bytes": 1048576, "store_mb": 1.0},
+        "n2": {"primaries": 1, "replicas": 1, "store_bytes": 3145728, "store_mb": 3.0},
+        "unassigned": {"primaries": 0, "replicas": 1, "store_bytes": 0, "store_mb": 0.0},
+    }
+
+
+def test_row_key_names_a_cluster_and_leaves_one_node_rows_as_they_were():
+    from bench.scale_bench import row_key
+
+    assert row_key("elasticsearch", "int8_hnsw", 100000) == "elasticsearch/int8_hnsw/100000"
+    assert row_key("elasticsearch", "int8_hnsw", 100000, 1) == "elasticsearch/int8_hnsw/100000"
+    assert row_key("opensearch", "hnsw", 10000, 3) == "opensearch-3nodes/hnsw/10000"
+
+
+def test_series_keeps_one_node_and_cluster_rows_apart():
+    from bench.scale_bench import series, series_kind
+
+    rows = {
+        "a": {"engine": "es", "vector_type": "hnsw", "chunks": 10, "latency_ms": {"knn": {"p95": 3.0}}},
+        "b": {"engine": "es", "nodes": 3, "vector_type": "hnsw", "chunks": 10, "latency_ms": {"knn": {"p95": 5.0}}},
+    }
+    lines = series(rows, "knn", "p95")
+    assert set(lines) == {"es hnsw", "es 3 nodes hnsw"}
+    assert lines["es 3 nodes hnsw"][0][:2] == (10, 5.0)
+    assert series_kind("es 3 nodes hnsw") == "es hnsw"
+    assert series_kind("es hnsw") == "es hnsw"
+
+
+def test_wait_for_green_polls_until_the_index_is_green(monkeypatch):
+    from types import SimpleNamespace
+
+    import bench.scale_bench as scale_bench
+
+    answers = iter(["yellow", "yellow", "green"])
+    asked = []
+
+    def health(index):
+        asked.append(index)
+        return {"status": next(answers)}
+
+    monkeypatch.setattr(scale_bench.time, "sleep", lambda _s: None)
+    backend = SimpleNamespace(client=SimpleNamespace(cluster=SimpleNamespace(health=health)))
+    scale_bench.wait_for_green(backend, "idx", 60)
+    assert asked == ["idx", "idx", "idx"]
+
+
+def test_wait_for_green_gives_up_after_the_wait():
+    from types import SimpleNamespace
+
+    import bench.scale_bench as scale_bench
+
+    backend = SimpleNamespace(
+        client=SimpleNamespace(cluster=SimpleNamespace(health=lambda index: {"status": "yellow"}))
+    )
+    with pytest.raises(RuntimeError, match="not green"):
+        scale_bench.wait_for_green(backend, "idx", 0)
