@@ -1,6 +1,7 @@
-"""A node lost mid-flight on a three-node Elasticsearch cluster, counted.
+"""A node lost mid-flight on a three-node Elasticsearch (or OpenSearch) cluster, counted.
 
     python -m bench.node_kill --documents 1200 --runs 3
+    python -m bench.node_kill --engine opensearch   # writes node_kill_opensearch.json
 
 Starts (through local_services) a three-node cluster on ports 19300-19305, a
 Redis of its own on 16410, two real Celery workers and a scripted
@@ -19,8 +20,10 @@ HTTP, words hashed into 384 dimensions, 20-50 ms a request), then:
    ``ext.chunkrag``) through the gateway while a node is killed and started
    again: every answer's status, ``_shards.failed`` and error reason.
 
-Writes bench/results/node_kill.json. The integration tests
-(tests/integration/test_cluster_node_loss.py) run the same scenarios, smaller.
+Writes bench/results/node_kill.json (node_kill_opensearch.json for
+OpenSearch). The integration tests (tests/integration/test_cluster_node_loss.py,
+and test_cluster_node_loss_opensearch.py on OpenSearch) run the same
+scenarios, smaller.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 CLUSTER_PORT = 19300
+OPENSEARCH_CLUSTER_PORT = 19340
 REDIS_PORT = 16410
 EMBED_LATENCY_S = (0.02, 0.05)
 DIMS = 384
@@ -65,9 +69,11 @@ def rig(
     embed_latency_s: tuple[float, float] = EMBED_LATENCY_S,
     stop_cluster: bool = True,
     extra_env: dict[str, str] | None = None,
+    engine: str = "elasticsearch",
 ) -> Iterator[Rig]:
-    """The cluster, a Redis, the embedding server and the workers, all real
-    processes (the model's answers alone are scripted); stopped after."""
+    """The cluster of ``engine``, a Redis, the embedding server and the
+    workers, all real processes (the model's answers alone are scripted);
+    stopped after."""
     from chunkrag_core.settings import Settings, state_home
     from local_services import cluster as local_cluster
     from local_services import redis_server
@@ -75,7 +81,7 @@ def rig(
     from tests.support.scripted_openai import ScriptedOpenAI, embeddings
 
     home = state_home(os.environ)
-    local = local_cluster.LocalCluster("elasticsearch", home, first_port=first_port, nodes=3, heap="512m")
+    local = local_cluster.LocalCluster(engine, home, first_port=first_port, nodes=3, heap="512m")
     local_cluster.up(local, timeout=600)
     redis = redis_server.RedisSettings(home=home, port=redis_port)
     redis_server.process(redis).up()
@@ -85,11 +91,13 @@ def rig(
             inherited = {
                 k: v
                 for k, v in os.environ.items()
-                if not k.startswith(("CHUNKRAG_WORKER_", "CHUNKRAG_EMBED_", "CHUNKRAG_INDEX_", "ES_", "SEARCH_"))
+                if not k.startswith(
+                    ("CHUNKRAG_WORKER_", "CHUNKRAG_EMBED_", "CHUNKRAG_INDEX_", "ES_", "OPENSEARCH_", "SEARCH_")
+                )
             }
             env = {
                 **inherited,
-                "ES_URL": local.url,
+                **engine_env(engine, local.url),
                 "REDIS_URL": redis.url,
                 "CHUNKRAG_EMBED_PROVIDER": "openai",
                 "CHUNKRAG_EMBED_MODEL": "scripted-hashing",
@@ -115,6 +123,13 @@ def rig(
         redis_server.process(redis).down()
         if stop_cluster:
             local_cluster.down(local)
+
+
+def engine_env(engine: str, url: str) -> dict[str, str]:
+    """The variables that point the project's clients at ``url`` as ``engine``."""
+    if engine == "opensearch":
+        return {"SEARCH_BACKEND": "opensearch", "OPENSEARCH_URL": url}
+    return {"SEARCH_BACKEND": "elasticsearch", "ES_URL": url}
 
 
 def _redis(url: str):
@@ -154,13 +169,13 @@ def expected_chunk_ids(corpus: Path, settings) -> set[str]:
 
 def count_against_source(client, index: str, expected: set[str]) -> dict[str, Any]:
     """The index's chunks against the source's: missing and extra ids, and
-    chunks stored twice (the same doc_id, position and scale under two ids)."""
-    from elasticsearch import helpers
-
+    chunks stored twice (the same doc_id, position and scale under two ids).
+    ``client`` is the engine's own (elasticsearch-py or opensearch-py)."""
     client.indices.refresh(index=index)
     stored: list[str] = []
     places: collections.Counter = collections.Counter()
-    for hit in helpers.scan(client, index=index, query={"_source": ["doc_id", "position", "scale"]}, size=2000):
+    scan = _helpers(client).scan
+    for hit in scan(client, index=index, query={"_source": ["doc_id", "position", "scale"]}, size=2000):
         stored.append(hit["_id"])
         source = hit["_source"]
         places[(source["doc_id"], source["position"], source.get("scale", 0))] += 1
@@ -381,7 +396,7 @@ def searches_with_node_kill(
         thread = threading.Thread(target=stream, args=(url,), name="searches")
         thread.start()
         time.sleep(before_s)
-        victim = node_with_a_primary(the_rig.cluster, _es(settings), index)
+        victim = node_with_a_primary(the_rig.cluster, engine_client(settings), index)
         phase["now"] = "node down"
         pid = local_cluster.kill_node(the_rig.cluster, victim)
         time.sleep(down_s)
@@ -417,10 +432,24 @@ def local_cluster_health(the_rig: Rig) -> dict:
     return local_cluster.health(the_rig.cluster)
 
 
-def _es(settings):
+def engine_client(settings):
+    """The raw client of the engine ``settings`` choose, at its URL."""
+    if settings.search_backend == "opensearch":
+        from opensearchpy import OpenSearch
+
+        return OpenSearch([settings.opensearch_url])
     from elasticsearch import Elasticsearch
 
     return Elasticsearch(settings.es_url)
+
+
+def _helpers(client):
+    """The bulk helpers module of ``client``'s library."""
+    if type(client).__module__.startswith("opensearchpy"):
+        from opensearchpy import helpers
+    else:
+        from elasticsearch import helpers
+    return helpers
 
 
 def _reason(data: dict) -> str | None:
@@ -434,27 +463,30 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--documents", type=int, default=1200)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
     args = parser.parse_args(argv)
 
     from bench.common import write_result
 
+    # Each engine's cluster on a port block of its own.
+    first_port = CLUSTER_PORT if args.engine == "elasticsearch" else OPENSEARCH_CLUSTER_PORT
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         corpus, documents = scifact_corpus(Path(tmp) / "scifact.jsonl", args.documents)
         for run in range(args.runs):
             log_dir = Path(tmp) / f"workers-{run}"
             log_dir.mkdir()
-            with rig(log_dir, stop_cluster=run == args.runs - 1) as the_rig:
+            with rig(log_dir, stop_cluster=run == args.runs - 1, engine=args.engine, first_port=first_port) as the_rig:
                 index = f"bench-node-kill-{run}-{int(time.time())}"
                 ingest = ingest_with_node_kill(the_rig, corpus, documents, index)
                 searches = searches_with_node_kill(the_rig, index)
-                _es(the_rig.settings).indices.delete(index=index)
+                engine_client(the_rig.settings).indices.delete(index=index)
             runs.append({"ingest": ingest, "searches": searches})
             print(json.dumps(runs[-1], default=str)[:2000], flush=True)
     greens = sorted(r["ingest"]["node_restart_to_green_s"] for r in runs)
     write_result(
-        "node_kill",
-        "bench.node_kill",
+        "node_kill" if args.engine == "elasticsearch" else f"node_kill_{args.engine}",
+        "bench.node_kill" if args.engine == "elasticsearch" else f"bench.node_kill --engine {args.engine}",
         {
             "runs": runs,
             "medians": {
