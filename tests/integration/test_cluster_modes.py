@@ -206,7 +206,7 @@ def test_every_retrieval_mode_finds_the_gold_abstracts(deployment, retriever, co
         assert (result.mode, result.fusion) == (mode, expected_fusion)
         # BM25 returns only the chunks sharing a term with the claim.
         assert 0 < len(result.chunks) <= SIZE if mode == "bm25" else len(result.chunks) == SIZE
-        assert len({c.chunk_id for c in result.chunks}) == SIZE  # no chunk twice across shards
+        assert len({c.chunk_id for c in result.chunks}) == len(result.chunks)  # no chunk twice across shards
         assert all(c.scale == 0 for c in result.chunks)  # the larger scales stay out of base searches
         scores = [c.score for c in result.chunks]
         assert scores == sorted(scores, reverse=True)
