@@ -207,12 +207,18 @@ def worker_retries(log_dir: Path) -> list[str]:
     return [re.sub(r"^.*?retry: ", "", line)[:300] for line in lines]
 
 
-def ingest_with_node_kill(the_rig: Rig, corpus: Path, documents: int, index: str, kill_at: float = 0.25) -> dict:
+def ingest_with_node_kill(
+    the_rig: Rig, corpus: Path, documents: int, index: str, kill_at: float = 0.25, green_timeout_s: float = 600
+) -> dict:
     """Ingest ``corpus`` on the workers, killing a node once ``kill_at`` of
-    the batches are done; then count, restart the node, time to green, run again."""
+    the batches are done; then count, restart the node, time to green, run
+    again. A cluster not green within ``green_timeout_s`` of the node's
+    return is recorded (``not_green``, with the engine's shard states), not
+    raised: the counts and the second run still tell whether anything was lost."""
     from chunkrag_core.engines import make_backend
     from ingest_pipeline.sources import read_sources
     from local_services import cluster as local_cluster
+    from local_services.process import LocalServiceError
     from workers.ingest_dispatch import ingest_documents_on_workers
 
     settings = dataclasses.replace(the_rig.settings, index=index)
@@ -250,7 +256,13 @@ def ingest_with_node_kill(the_rig: Rig, corpus: Path, documents: int, index: str
     with_node_down = count_against_source(backend.client, index, expected)
     restarted = time.monotonic()
     local_cluster.start_node(the_rig.cluster, victim, timeout=600, log=lambda _m: None)
-    green_s = local_cluster.seconds_to_status(the_rig.cluster, "green", timeout=600)
+    green_s, not_green = None, None
+    try:
+        green_s = local_cluster.seconds_to_status(the_rig.cluster, "green", timeout=green_timeout_s)
+    except LocalServiceError as exc:
+        shards = backend.client.cat.shards(index=index, format="json")
+        states = sorted(f"{s['shard']}{s['prirep']} {s['state']} on {s.get('node')}" for s in shards)
+        not_green = f"{exc}; shards: {', '.join(states)}"
     after_restart = count_against_source(backend.client, index, expected)
     again = ingest_documents_on_workers(read_sources([corpus]), client=backend, settings=settings, progress=False)
     result = {
@@ -269,7 +281,8 @@ def ingest_with_node_kill(the_rig: Rig, corpus: Path, documents: int, index: str
         "retries_seen_by_workers": worker_retries(the_rig.log_dir),
         "count_with_node_down": with_node_down,
         "node_restart_to_green_s": round(time.monotonic() - restarted, 2),
-        "green_after_rejoin_s": round(green_s, 2),
+        "green_after_rejoin_s": round(green_s, 2) if green_s is not None else None,
+        "not_green": not_green,
         "count_after_restart": after_restart,
         "second_run": {"documents": again.documents, "unchanged": again.unchanged, "errors": list(again.errors)},
         "count_after_second_run": count_against_source(backend.client, index, expected),

@@ -33,6 +33,9 @@ from bench import node_kill
 pytestmark = pytest.mark.integration
 
 DOCUMENTS = 240
+# Seconds for the cluster to turn green once the killed node has rejoined
+# (Elasticsearch takes a few; bench/results/node_kill.json).
+GREEN_TIMEOUT_S = 180
 ROOT = Path(__file__).resolve().parents[2]
 # Each engine's cluster and Redis on ports of its own: (first HTTP port, Redis port).
 PORTS = {"elasticsearch": (node_kill.CLUSTER_PORT, node_kill.REDIS_PORT), "opensearch": (19570, 16421)}
@@ -82,7 +85,7 @@ def test_the_cluster_has_three_nodes_and_ingest_workers_shards_with_a_replica(ri
 
 def test_a_node_killed_during_a_distributed_ingest_loses_and_duplicates_nothing(rig, corpus, index):
     path, documents = corpus
-    result = node_kill.ingest_with_node_kill(rig, path, documents, index)
+    result = node_kill.ingest_with_node_kill(rig, path, documents, index, green_timeout_s=GREEN_TIMEOUT_S)
     report = result["report"]
     assert report["errors"] == []
     assert report["documents"] == documents
@@ -92,6 +95,12 @@ def test_a_node_killed_during_a_distributed_ingest_loses_and_duplicates_nothing(
         assert counted["missing"] == counted["extra"] == counted["duplicates"] == 0, (count, counted)
         assert counted["stored"] == counted["count"] == counted["expected"] == report["chunks"], (count, counted)
     assert result["second_run"] == {"documents": documents, "unchanged": documents, "errors": []}
+    if result["not_green"] and rig.cluster.engine == "opensearch":
+        # Nothing was lost, but OpenSearch 3.5 leaves the replicas it puts
+        # back on the returning node INITIALIZING with no recovery running
+        # (none in _cat/recovery): opensearch-project/OpenSearch#20177.
+        pytest.xfail(f"OpenSearch did not recover the rejoined node's replicas: {result['not_green']}")
+    assert result["not_green"] is None, result["not_green"]
 
 
 def test_filtered_searches_through_the_gateway_keep_answering_while_a_node_is_lost(rig, corpus, index):
