@@ -1,6 +1,7 @@
-"""A node lost mid-flight on a three-node Elasticsearch cluster, counted.
+"""A node lost mid-flight on a three-node Elasticsearch (or OpenSearch) cluster, counted.
 
     python -m bench.node_kill --documents 1200 --runs 3
+    python -m bench.node_kill --engine opensearch   # writes node_kill_opensearch.json
 
 Starts (through local_services) a three-node cluster on ports 19300-19305, a
 Redis of its own on 16410, two real Celery workers and a scripted
@@ -26,8 +27,9 @@ HTTP, words hashed into 384 dimensions, 20-50 ms a request). Every client
    status, ``_shards.failed`` and error reason.
 
 Writes bench/results/node_kill_node0.json (node_kill.json with ``--victim
-primary``). The integration tests
-(tests/integration/test_cluster_node_loss.py) run the same scenarios, smaller.
+primary``; ``--engine opensearch`` adds ``_opensearch`` to the name). The
+integration tests (tests/integration/test_cluster_node_loss.py) run the same
+scenarios, smaller, on both engines.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 CLUSTER_PORT = 19300
+OPENSEARCH_CLUSTER_PORT = 19340
 REDIS_PORT = 16410
 EMBED_LATENCY_S = (0.02, 0.05)
 DIMS = 384
@@ -72,9 +75,11 @@ def rig(
     embed_latency_s: tuple[float, float] = EMBED_LATENCY_S,
     stop_cluster: bool = True,
     extra_env: dict[str, str] | None = None,
+    engine: str = "elasticsearch",
 ) -> Iterator[Rig]:
-    """The cluster, a Redis, the embedding server and the workers, all real
-    processes (the model's answers alone are scripted); stopped after."""
+    """The cluster of ``engine``, a Redis, the embedding server and the
+    workers, all real processes (the model's answers alone are scripted);
+    stopped after."""
     from chunkrag_core.settings import Settings, state_home
     from local_services import cluster as local_cluster
     from local_services import redis_server
@@ -82,7 +87,7 @@ def rig(
     from tests.support.scripted_openai import ScriptedOpenAI, embeddings
 
     home = state_home(os.environ)
-    local = local_cluster.LocalCluster("elasticsearch", home, first_port=first_port, nodes=3, heap="512m")
+    local = local_cluster.LocalCluster(engine, home, first_port=first_port, nodes=3, heap="512m")
     local_cluster.up(local, timeout=600)
     redis = redis_server.RedisSettings(home=home, port=redis_port)
     redis_server.process(redis).up()
@@ -92,11 +97,13 @@ def rig(
             inherited = {
                 k: v
                 for k, v in os.environ.items()
-                if not k.startswith(("CHUNKRAG_WORKER_", "CHUNKRAG_EMBED_", "CHUNKRAG_INDEX_", "ES_", "SEARCH_"))
+                if not k.startswith(
+                    ("CHUNKRAG_WORKER_", "CHUNKRAG_EMBED_", "CHUNKRAG_INDEX_", "ES_", "OPENSEARCH_", "SEARCH_")
+                )
             }
             env = {
                 **inherited,
-                "ES_URL": local.url,
+                **engine_env(engine, local.url),
                 "REDIS_URL": redis.url,
                 "CHUNKRAG_EMBED_PROVIDER": "openai",
                 "CHUNKRAG_EMBED_MODEL": "scripted-hashing",
@@ -122,6 +129,13 @@ def rig(
         redis_server.process(redis).down()
         if stop_cluster:
             local_cluster.down(local)
+
+
+def engine_env(engine: str, url: str) -> dict[str, str]:
+    """The variables that point the project's clients at ``url`` as ``engine``."""
+    if engine == "opensearch":
+        return {"SEARCH_BACKEND": "opensearch", "OPENSEARCH_URL": url}
+    return {"SEARCH_BACKEND": "elasticsearch", "ES_URL": url}
 
 
 def _redis(url: str):
@@ -161,13 +175,13 @@ def expected_chunk_ids(corpus: Path, settings) -> set[str]:
 
 def count_against_source(client, index: str, expected: set[str]) -> dict[str, Any]:
     """The index's chunks against the source's: missing and extra ids, and
-    chunks stored twice (the same doc_id, position and scale under two ids)."""
-    from elasticsearch import helpers
-
+    chunks stored twice (the same doc_id, position and scale under two ids).
+    ``client`` is the engine's own (elasticsearch-py or opensearch-py)."""
     client.indices.refresh(index=index)
     stored: list[str] = []
     places: collections.Counter = collections.Counter()
-    for hit in helpers.scan(client, index=index, query={"_source": ["doc_id", "position", "scale"]}, size=2000):
+    scan = _helpers(client).scan
+    for hit in scan(client, index=index, query={"_source": ["doc_id", "position", "scale"]}, size=2000):
         stored.append(hit["_id"])
         source = hit["_source"]
         places[(source["doc_id"], source["position"], source.get("scale", 0))] += 1
@@ -215,14 +229,24 @@ def worker_retries(log_dir: Path) -> list[str]:
 
 
 def ingest_with_node_kill(
-    the_rig: Rig, corpus: Path, documents: int, index: str, kill_at: float = 0.25, victim: str = "primary"
+    the_rig: Rig,
+    corpus: Path,
+    documents: int,
+    index: str,
+    kill_at: float = 0.25,
+    victim: str = "primary",
+    green_timeout_s: float = 600,
 ) -> dict:
     """Ingest ``corpus`` on the workers, killing a node (``victim``: one of
     VICTIMS) once ``kill_at`` of the batches are done; then count, restart
-    the node, time to green, run again."""
+    the node, time to green, run again. A cluster not green within
+    ``green_timeout_s`` of the node's return is recorded (``not_green``, with
+    the engine's shard states), not raised: the counts and the second run
+    still tell whether anything was lost."""
     from chunkrag_core.engines import make_backend
     from ingest_pipeline.sources import read_sources
     from local_services import cluster as local_cluster
+    from local_services.process import LocalServiceError
     from workers.ingest_dispatch import ingest_documents_on_workers
 
     settings = dataclasses.replace(the_rig.settings, index=index)
@@ -262,7 +286,13 @@ def ingest_with_node_kill(
     with_node_down = count_against_source(backend.client, index, expected)
     restarted = time.monotonic()
     local_cluster.start_node(the_rig.cluster, victim, timeout=600, log=lambda _m: None)
-    green_s = local_cluster.seconds_to_status(the_rig.cluster, "green", timeout=600)
+    green_s, not_green = None, None
+    try:
+        green_s = local_cluster.seconds_to_status(the_rig.cluster, "green", timeout=green_timeout_s)
+    except LocalServiceError as exc:
+        shards = backend.client.cat.shards(index=index, format="json")
+        states = sorted(f"{s['shard']}{s['prirep']} {s['state']} on {s.get('node')}" for s in shards)
+        not_green = f"{exc}; shards: {', '.join(states)}"
     after_restart = count_against_source(backend.client, index, expected)
     again = ingest_documents_on_workers(read_sources([corpus]), client=backend, settings=settings, progress=False)
     result = {
@@ -283,7 +313,8 @@ def ingest_with_node_kill(
         "retries_seen_by_workers": worker_retries(the_rig.log_dir),
         "count_with_node_down": with_node_down,
         "node_restart_to_green_s": round(time.monotonic() - restarted, 2),
-        "green_after_rejoin_s": round(green_s, 2),
+        "green_after_rejoin_s": round(green_s, 2) if green_s is not None else None,
+        "not_green": not_green,
         "count_after_restart": after_restart,
         "second_run": {"documents": again.documents, "unchanged": again.unchanged, "errors": list(again.errors)},
         "count_after_second_run": count_against_source(backend.client, index, expected),
@@ -424,7 +455,7 @@ def searches_with_node_kill(
         thread.start()
         time.sleep(before_s)
         chosen = victim
-        victim = pick_victim(chosen, the_rig.cluster, _es(settings), index)
+        victim = pick_victim(chosen, the_rig.cluster, engine_client(settings), index)
         phase["now"] = "node down"
         pid = local_cluster.kill_node(the_rig.cluster, victim)
         time.sleep(down_s)
@@ -465,10 +496,24 @@ def local_cluster_health(the_rig: Rig) -> dict:
     return local_cluster.health(the_rig.cluster)
 
 
-def _es(settings):
+def engine_client(settings):
+    """The raw client of the engine ``settings`` choose, at its URL."""
+    if settings.search_backend == "opensearch":
+        from opensearchpy import OpenSearch
+
+        return OpenSearch(list(settings.opensearch_nodes))
     from elasticsearch import Elasticsearch
 
     return Elasticsearch(list(settings.es_nodes))
+
+
+def _helpers(client):
+    """The bulk helpers module of ``client``'s library."""
+    if type(client).__module__.startswith("opensearchpy"):
+        from opensearchpy import helpers
+    else:
+        from elasticsearch import helpers
+    return helpers
 
 
 def _reason(data: dict) -> str | None:
@@ -483,27 +528,31 @@ def main(argv=None) -> int:
     parser.add_argument("--documents", type=int, default=1200)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--victim", choices=VICTIMS, default="node0", help="the node killed (default: node 0)")
+    parser.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
     args = parser.parse_args(argv)
 
     from bench.common import write_result
 
+    # Each engine's cluster on a port block of its own.
+    first_port = CLUSTER_PORT if args.engine == "elasticsearch" else OPENSEARCH_CLUSTER_PORT
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         corpus, documents = scifact_corpus(Path(tmp) / "scifact.jsonl", args.documents)
         for run in range(args.runs):
             log_dir = Path(tmp) / f"workers-{run}"
             log_dir.mkdir()
-            with rig(log_dir, stop_cluster=run == args.runs - 1) as the_rig:
+            with rig(log_dir, stop_cluster=run == args.runs - 1, engine=args.engine, first_port=first_port) as the_rig:
                 index = f"bench-node-kill-{run}-{int(time.time())}"
                 ingest = ingest_with_node_kill(the_rig, corpus, documents, index, victim=args.victim)
                 searches = searches_with_node_kill(the_rig, index, victim=args.victim, passthrough=True)
-                _es(the_rig.settings).indices.delete(index=index)
+                engine_client(the_rig.settings).indices.delete(index=index)
             runs.append({"ingest": ingest, "searches": searches})
             print(json.dumps(runs[-1], default=str)[:2000], flush=True)
     greens = sorted(r["ingest"]["node_restart_to_green_s"] for r in runs)
     write_result(
         # node 0 killed: its own file, beside the earlier runs that killed another node.
-        "node_kill" if args.victim == "primary" else "node_kill_node0",
+        ("node_kill" if args.victim == "primary" else "node_kill_node0")
+        + ("" if args.engine == "elasticsearch" else f"_{args.engine}"),
         "bench.node_kill",
         {
             "runs": runs,
