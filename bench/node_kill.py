@@ -228,6 +228,37 @@ def worker_retries(log_dir: Path) -> list[str]:
     return [re.sub(r"^.*?retry: ", "", line)[:300] for line in lines]
 
 
+def ingest_in_background(backend, settings, corpus: Path, batches: int, kill_at: float):
+    """Start ``chunkrag ingest --workers``'s library call on a thread and
+    return once ``kill_at`` of its ``batches`` are done (or it ended): the
+    thread, its outcome (``report`` or ``failure``) and when it began."""
+    from ingest_pipeline.sources import read_sources
+    from workers.ingest_dispatch import ingest_documents_on_workers
+
+    reached = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def on_batch(done: int) -> None:
+        if done >= max(1, int(batches * kill_at)):
+            reached.set()
+
+    def run() -> None:
+        try:
+            outcome["report"] = ingest_documents_on_workers(
+                read_sources([corpus]), client=backend, settings=settings, progress=False, on_batch=on_batch
+            )
+        except BaseException as exc:  # reported by the caller
+            outcome["failure"] = exc
+        finally:
+            reached.set()
+
+    began = time.monotonic()
+    thread = threading.Thread(target=run, name="ingest")
+    thread.start()
+    reached.wait(600)
+    return thread, outcome, began
+
+
 def ingest_with_node_kill(
     the_rig: Rig,
     corpus: Path,
@@ -253,27 +284,7 @@ def ingest_with_node_kill(
     backend = make_backend(settings)
     expected = expected_chunk_ids(corpus, settings)
     batches = math.ceil(documents / settings.workers.ingest_batch_docs)
-    reached = threading.Event()
-    outcome: dict[str, Any] = {}
-
-    def on_batch(done: int) -> None:
-        if done >= max(1, int(batches * kill_at)):
-            reached.set()
-
-    def run() -> None:
-        try:
-            outcome["report"] = ingest_documents_on_workers(
-                read_sources([corpus]), client=backend, settings=settings, progress=False, on_batch=on_batch
-            )
-        except BaseException as exc:  # reported by the caller
-            outcome["failure"] = exc
-        finally:
-            reached.set()
-
-    began = time.monotonic()
-    thread = threading.Thread(target=run, name="ingest")
-    thread.start()
-    reached.wait(600)
+    thread, outcome, began = ingest_in_background(backend, settings, corpus, batches, kill_at)
     chosen = victim
     victim = pick_victim(chosen, the_rig.cluster, backend.client, index) if "failure" not in outcome else 2
     primaries = primaries_on(the_rig.cluster, backend.client, index, victim) if "failure" not in outcome else None
@@ -329,34 +340,12 @@ def ingest_with_worker_kill(the_rig: Rig, corpus: Path, documents: int, index: s
     back from the broker to the others after the visibility timeout. A
     worker is started again after, so the pool keeps its size."""
     from chunkrag_core.engines import make_backend
-    from ingest_pipeline.sources import read_sources
-    from workers.ingest_dispatch import ingest_documents_on_workers
 
     settings = dataclasses.replace(the_rig.settings, index=index)
     backend = make_backend(settings)
     expected = expected_chunk_ids(corpus, settings)
     batches = math.ceil(documents / settings.workers.ingest_batch_docs)
-    reached = threading.Event()
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["report"] = ingest_documents_on_workers(
-                read_sources([corpus]),
-                client=backend,
-                settings=settings,
-                progress=False,
-                on_batch=lambda done: reached.set() if done >= max(1, int(batches * kill_at)) else None,
-            )
-        except BaseException as exc:  # reported by the caller
-            outcome["failure"] = exc
-        finally:
-            reached.set()
-
-    began = time.monotonic()
-    thread = threading.Thread(target=run, name="ingest")
-    thread.start()
-    reached.wait(600)
+    thread, outcome, began = ingest_in_background(backend, settings, corpus, batches, kill_at)
     victim = the_rig.workers.running[0]
     the_rig.workers.kill(victim)
     killed_at = time.monotonic() - began

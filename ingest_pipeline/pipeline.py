@@ -32,7 +32,7 @@ from ingest_pipeline.writer import (
     StoredDocument,
     bulk_write,
     document_actions,
-    ensure_index,
+    ensure_index_for,
     stored_documents,
 )
 
@@ -143,14 +143,7 @@ def ingest_documents(
     on first need, and a cache under CHUNKRAG_HOME)."""
     index = index or settings.index
     began = time.perf_counter()
-    ensure_index(
-        client,
-        index,
-        dims=settings.embedder.dims,
-        vectors=settings.vector_index,
-        capabilities=client.capabilities(),
-        layout=settings.index_layout,
-    )
+    ensure_index_for(client, index, settings)
     shaping = shaping_of(settings)
 
     skipped: list[Skipped] = []

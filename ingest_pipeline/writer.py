@@ -12,7 +12,7 @@ from chunkrag_core.chunk import BASE_SCALE, chunk_id_for
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import ClusterCapabilities, SearchBackend
 from chunkrag_core.engines.opensearch_dialect import vector_dims
-from chunkrag_core.settings import IndexLayoutSettings, VectorIndexSettings
+from chunkrag_core.settings import IndexLayoutSettings, Settings, VectorIndexSettings
 from ingest_pipeline.chunker import ChunkedDocument
 
 # Scales a document may be stored at (the base one included): far more than
@@ -22,6 +22,20 @@ MAX_SCALES_PER_DOCUMENT = 32
 
 class IndexMismatch(RuntimeError):
     """The index exists with a mapping these chunks cannot go into."""
+
+
+def ensure_index_for(backend: SearchBackend, index: str, settings: Settings) -> bool:
+    """:func:`ensure_index` with what ``settings`` say of the index (the
+    embedder's dims, the vector type, shards and replicas) and the cluster's
+    own capabilities: the call every ingest, in process or on workers, makes."""
+    return ensure_index(
+        backend,
+        index,
+        dims=settings.embedder.dims,
+        vectors=settings.vector_index,
+        capabilities=backend.capabilities(),
+        layout=settings.index_layout,
+    )
 
 
 def ensure_index(

@@ -179,7 +179,7 @@ class HybridRetriever:
             response = self.client.hybrid_search(self.index, queries.native_sum_body(spec, None, None), [w_text, w_knn])
             return (
                 [self._chunk(hit) for hit in response["hits"]["hits"]],
-                shards.worst([shards.of_response(response)]),
+                shards.of_response(response) or shards.ONE,
                 "native",
             )
         # Fuse on the collapse key when collapsing (BM25 and kNN may pick
@@ -300,7 +300,7 @@ class HybridRetriever:
 
     def _hits(self, body: dict[str, Any]) -> tuple[list[Chunk], Shards]:
         response = self.client.search(self.index, body)
-        return [self._chunk(hit) for hit in response["hits"]["hits"]], shards.worst([shards.of_response(response)])
+        return [self._chunk(hit) for hit in response["hits"]["hits"]], shards.of_response(response) or shards.ONE
 
     def _chunk(self, hit: Mapping[str, Any]) -> Chunk:
         """A hit as a chunk; a hit that is not one (an index not made by

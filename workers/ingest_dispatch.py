@@ -43,7 +43,7 @@ from ingest_pipeline.pipeline import (
     restore_refresh,
 )
 from ingest_pipeline.sources import Document, Skipped, read_sources
-from ingest_pipeline.writer import ensure_index
+from ingest_pipeline.writer import ensure_index_for
 from workers.app import INGEST_TASK, make_app
 from workers.codec import CodecError, decode_outcome, encode_chunking, encode_document
 from workers.dispatch import check_workers
@@ -103,14 +103,7 @@ def ingest_documents_on_workers(
     # One answer is enough to start: without a limit the ping listens for
     # the whole timeout, a fixed two seconds on every ingest.
     check_workers(app, timeout=2.0, limit=1)
-    ensure_index(
-        client,
-        index,
-        dims=settings.embedder.dims,
-        vectors=settings.vector_index,
-        capabilities=client.capabilities(),
-        layout=settings.index_layout,
-    )
+    ensure_index_for(client, index, settings)
     workers = settings.workers
     chunking = encode_chunking(settings.chunking)
     task = app.signature(INGEST_TASK)

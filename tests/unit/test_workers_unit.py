@@ -308,7 +308,7 @@ def test_ingest_on_workers_raises_queue_unavailable_when_the_broker_goes(monkeyp
 
     restored = []
     monkeypatch.setattr(ingest_dispatch, "check_workers", lambda app, timeout, limit=None: 1)
-    monkeypatch.setattr(ingest_dispatch, "ensure_index", lambda *args, **kwargs: None)
+    monkeypatch.setattr(ingest_dispatch, "ensure_index_for", lambda *args, **kwargs: None)
     monkeypatch.setattr(ingest_dispatch, "pause_refresh", lambda client, index: "1s")
     monkeypatch.setattr(ingest_dispatch, "restore_refresh", lambda client, index, previous: restored.append(previous))
     documents = [plain_document("d1", "Some text.", "test")]
