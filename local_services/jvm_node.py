@@ -40,6 +40,7 @@ from local_services.process import (
     ServiceUser,
     chown_tree,
     env_port,
+    exclusive_lock,
     make_public_dir,
     redact_url,
     require_reachable,
@@ -377,6 +378,16 @@ def _node_user(settings: JvmRunFiles, log: Log) -> ServiceUser:
     return user
 
 
+def fetch_once(node: JvmNode, settings: JvmRunFiles, java: JavaHome, log: Log) -> Path:
+    """``node.fetch``, one caller at a time per state home.
+
+    The nodes of a local cluster start side by side, each from the one
+    distribution in the cache: the first fetches and unpacks it, the others
+    wait here and then find it (two unpacks at once fail on the final rename)."""
+    with exclusive_lock(settings.home / "run" / f"{node.name}-{node.version}.fetch.lock"):
+        return node.fetch(settings, java, log)
+
+
 def _prepare(node: JvmNode, settings: JvmRunFiles, log: Log) -> Command:
     """Fetch and configure the node; the command is `bin/<name> -d -p <pidfile>` as the node's user."""
     user = _node_user(settings, log)
@@ -386,7 +397,7 @@ def _prepare(node: JvmNode, settings: JvmRunFiles, log: Log) -> Command:
         user,
         hint="Set ES_JAVA_HOME to a JDK in a world-readable location such as /usr/lib/jvm.",
     )
-    distribution = node.fetch(settings, java, log)
+    distribution = fetch_once(node, settings, java, log)
     require_reachable(
         [(f"{node.title} distribution", distribution / "lib" / f"{node.name}-{node.version}.jar")],
         user,

@@ -70,3 +70,53 @@ def test_services_with_nodes_swap_engines_for_clusters(monkeypatch) -> None:
     assert names == ["redis", "elasticsearch"]
     assert isinstance(chosen[1][1], cli._ClusterService) and chosen[1][1].local.nodes == 3
     assert not isinstance(chosen[0][1], cli._ClusterService)
+
+
+def test_nodes_started_side_by_side_unpack_the_distribution_once(tmp_path: Path) -> None:
+    """Three nodes of a fresh state home fetch at once: one unpacks, the
+    others wait and find the tree (unguarded, the second rename fails with
+    'Directory not empty')."""
+    import threading
+    import zipfile
+
+    from local_services import jvm_node
+
+    archive = tmp_path / "engine-1.0.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr("engine-1.0/bin/engine", "#!/bin/sh\n")
+        zipped.writestr("engine-1.0/lib/engine-1.0.jar", "")
+    destination = tmp_path / "cache" / "engine-1.0"
+    destination.parent.mkdir()
+    unpacks: list[int] = []
+
+    def fetch(_settings, _java, log) -> Path:
+        if (destination / "bin" / "engine").is_file():
+            return destination
+        unpacks.append(1)
+        return jvm_node.unpack(node, archive, destination, log, finish=lambda _tree: threading.Event().wait(0.2))
+
+    node = jvm_node.JvmNode(
+        name="engine",
+        title="Engine",
+        version="1.0",
+        env_prefix="ENGINE",
+        cmdline_marker="engine.Main",
+        fetch=fetch,
+        configure=lambda *_: None,
+    )
+    settings = ElasticsearchSettings(home=tmp_path / "home", port=19999)
+    results: list[object] = []
+
+    def start() -> None:
+        try:
+            results.append(jvm_node.fetch_once(node, settings, None, lambda _message: None))
+        except Exception as exc:  # the assertion below shows it
+            results.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [destination] * 3
+    assert unpacks == [1]
