@@ -119,6 +119,13 @@ def read_pidfile(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def _holds_text(path: Path) -> bool:
+    try:
+        return bool(path.read_text().strip())
+    except (FileNotFoundError, PermissionError):
+        return False
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -151,7 +158,11 @@ def live_pid_from_pidfile(pidfile: Path, cmdline_marker: str, log: Log) -> int |
     """
     pid = read_pidfile(pidfile)
     if pid is None:
-        if pidfile.exists():
+        # An empty pidfile is one being written: a JVM node creates the file,
+        # then writes its pid. Removing it in between would lose the pid for
+        # good (the node writes into the unlinked file) and the start would be
+        # reported failed with the node running. The next start overwrites it.
+        if _holds_text(pidfile):
             log(f"removing unreadable pidfile {pidfile}")
             pidfile.unlink(missing_ok=True)
         return None

@@ -279,3 +279,17 @@ def test_the_cli_shows_each_services_log(tmp_path: Path, monkeypatch: pytest.Mon
         "=== redis ===",
         "=== llm ===",
     ]
+
+
+def test_an_empty_pidfile_is_one_being_written_and_is_left_alone(tmp_path) -> None:
+    """A JVM node creates its pidfile, then writes the pid: a poll that
+    lands in between must not delete it (the pid would be lost for good)."""
+    from local_services.process import live_pid_from_pidfile
+
+    pidfile = tmp_path / "node.pid"
+    pidfile.write_text("")
+    assert live_pid_from_pidfile(pidfile, "marker", lambda _message: None) is None
+    assert pidfile.exists()
+    pidfile.write_text("not a pid\n")
+    assert live_pid_from_pidfile(pidfile, "marker", lambda _message: None) is None
+    assert not pidfile.exists()
