@@ -323,7 +323,7 @@ def ingest_with_node_kill(
         },
         "retries_seen_by_workers": worker_retries(the_rig.log_dir),
         "count_with_node_down": with_node_down,
-        "node_restart_to_green_s": round(time.monotonic() - restarted, 2),
+        "node_restart_to_green_s": round(time.monotonic() - restarted, 2) if not_green is None else None,
         "green_after_rejoin_s": round(green_s, 2) if green_s is not None else None,
         "not_green": not_green,
         "count_after_restart": after_restart,
@@ -518,6 +518,9 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--victim", choices=VICTIMS, default="node0", help="the node killed (default: node 0)")
     parser.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    parser.add_argument(
+        "--green-timeout", type=float, default=600, help="seconds to wait for green once the killed node is back"
+    )
     args = parser.parse_args(argv)
 
     from bench.common import write_result
@@ -532,12 +535,15 @@ def main(argv=None) -> int:
             log_dir.mkdir()
             with rig(log_dir, stop_cluster=run == args.runs - 1, engine=args.engine, first_port=first_port) as the_rig:
                 index = f"bench-node-kill-{run}-{int(time.time())}"
-                ingest = ingest_with_node_kill(the_rig, corpus, documents, index, victim=args.victim)
+                ingest = ingest_with_node_kill(
+                    the_rig, corpus, documents, index, victim=args.victim, green_timeout_s=args.green_timeout
+                )
                 searches = searches_with_node_kill(the_rig, index, victim=args.victim, passthrough=True)
                 engine_client(the_rig.settings).indices.delete(index=index)
             runs.append({"ingest": ingest, "searches": searches})
             print(json.dumps(runs[-1], default=str)[:2000], flush=True)
-    greens = sorted(r["ingest"]["node_restart_to_green_s"] for r in runs)
+    # A run that never turned green again records None: left out of the medians.
+    greens = sorted(g for r in runs if (g := r["ingest"]["node_restart_to_green_s"]) is not None) or [None]
     write_result(
         # node 0 killed: its own file, beside the earlier runs that killed another node.
         ("node_kill" if args.victim == "primary" else "node_kill_node0")
@@ -554,7 +560,9 @@ def main(argv=None) -> int:
             "duplicates": sum(r["ingest"]["count_after_restart"]["duplicates"] for r in runs),
             "search_errors": sum(len(r["searches"]["errors"]) for r in runs),
             "victim": args.victim,
-            "clients_given": "every node's URL (ES_URL=<node 0>,<node 1>,<node 2>)",
+            "clients_given": "every node's URL ({}=<node 0>,<node 1>,<node 2>)".format(
+                "ES_URL" if args.engine == "elasticsearch" else "OPENSEARCH_URL"
+            ),
         },
     )
     return 0
