@@ -42,6 +42,7 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 import threading
 import time
@@ -383,12 +384,17 @@ def searches_with_node_kill(
     after_s: float = 5.0,
     victim: str = "primary",
     passthrough: bool = False,
+    signal: str = "kill",
+    streams: int = 1,
 ) -> dict:
-    """Searches through the gateway, one after another, while a node
-    (``victim``: one of VICTIMS) is killed, stays down ``down_s`` and comes
-    back: every answer. Filtered searches (``ext.chunkrag``: the gateway's
-    Elasticsearch client) only, or with ``passthrough`` every other one a
-    plain search (the gateway's own pools)."""
+    """Searches through the gateway, one after another on each of
+    ``streams`` threads, while a node (``victim``: one of VICTIMS) is lost
+    for ``down_s`` and comes back: every answer, and its latency. Filtered
+    searches (``ext.chunkrag``: the gateway's Elasticsearch client) only, or
+    with ``passthrough`` every other one a plain search (the gateway's own
+    pools). ``signal``: one of SIGNALS; "kill" SIGKILLs the node and starts
+    it again, "stop" SIGSTOPs it (alive, sockets open, nothing answers) and
+    SIGCONTs it after ``down_s``."""
     import httpx
 
     from chunkrag_core.providers import make_embedder
@@ -431,8 +437,8 @@ def searches_with_node_kill(
         record["seconds"] = round(time.monotonic() - began, 3)
         answers.append(record)
 
-    def stream(url: str) -> None:
-        n = 0
+    def stream(url: str, first: int) -> None:
+        n = first
         while not stop.is_set():
             search(url, n)
             n += 1
@@ -440,23 +446,35 @@ def searches_with_node_kill(
 
     embedder = make_embedder(settings.embedder)
     with serve_in_thread(create_app(settings, embedder=embedder)) as url:
-        thread = threading.Thread(target=stream, args=(url,), name="searches")
-        thread.start()
+        threads = [threading.Thread(target=stream, args=(url, i), name=f"searches-{i}") for i in range(streams)]
+        for thread in threads:
+            thread.start()
         time.sleep(before_s)
         chosen = victim
         victim = pick_victim(chosen, the_rig.cluster, engine_client(settings), index)
         phase["now"] = "node down"
-        pid = local_cluster.kill_node(the_rig.cluster, victim)
-        time.sleep(down_s)
-        phase["now"] = "node restarting"
-        restarted = time.monotonic()
-        local_cluster.start_node(the_rig.cluster, victim, timeout=600, log=lambda _m: None)
+        if signal == "stop":
+            pid = local_cluster.hang_node(the_rig.cluster, victim)
+            try:
+                time.sleep(down_s)
+            finally:
+                phase["now"] = "node resuming"
+                restarted = time.monotonic()
+                local_cluster.resume_node(the_rig.cluster, victim, pid)
+            local_cluster.wait_for_nodes(the_rig.cluster, the_rig.cluster.nodes, timeout=600)
+        else:
+            pid = local_cluster.kill_node(the_rig.cluster, victim)
+            time.sleep(down_s)
+            phase["now"] = "node restarting"
+            restarted = time.monotonic()
+            local_cluster.start_node(the_rig.cluster, victim, timeout=600, log=lambda _m: None)
         local_cluster.seconds_to_status(the_rig.cluster, "green", timeout=600)
         to_green = time.monotonic() - restarted
         phase["now"] = "after"
         time.sleep(after_s)
         stop.set()
-        thread.join(120)
+        for thread in threads:
+            thread.join(120)
     by_phase: dict[str, dict[str, int]] = {}
     by_kind: dict[str, dict[str, dict[str, int]]] = {}
     for answer in answers:
@@ -467,6 +485,9 @@ def searches_with_node_kill(
         kinds[key] = kinds.get(key, 0) + 1
     return {
         "victim": chosen,
+        "signal": signal,
+        "streams": streams,
+        "down_s": down_s,
         "killed_node": the_rig.cluster.node_name(victim),
         "killed_pid": pid,
         "restart_to_green_s": round(to_green, 2),
@@ -476,7 +497,26 @@ def searches_with_node_kill(
         "shards_failed_seen": sorted({a.get("shards_failed") for a in answers if a.get("shards_failed")}),
         "errors": [a for a in answers if a["status"] != 200],
         "latency_s_median": sorted(a["seconds"] for a in answers)[len(answers) // 2] if answers else None,
+        "latency_s_by_phase_and_kind": {
+            phase: {
+                kind: latencies([a["seconds"] for a in answers if a["phase"] == phase and a["kind"] == kind])
+                for kind in by_kind[phase]
+            }
+            for phase in by_phase
+        },
     }
+
+
+def latencies(seconds: list[float]) -> dict[str, float | int | None]:
+    """How many, p50, p95 and max of ``seconds`` (nearest-rank percentiles)."""
+    ordered = sorted(seconds)
+    if not ordered:
+        return {"n": 0, "p50": None, "p95": None, "max": None}
+
+    def rank(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+    return {"n": len(ordered), "p50": rank(0.5), "p95": rank(0.95), "max": ordered[-1]}
 
 
 def local_cluster_health(the_rig: Rig) -> dict:
@@ -512,6 +552,17 @@ def _reason(data: dict) -> str | None:
     return str(error)[:300] if error else None
 
 
+# How a node is lost: "kill" (SIGKILL, then started again) or "stop"
+# (SIGSTOP, then SIGCONT: a node that hangs).
+SIGNALS = ("kill", "stop")
+# Seconds a hung node stays stopped: longer than every client's timeout
+# (30 s before 2026-11-25), so a request that waits for it shows the whole wait.
+HANG_S = 45.0
+# Concurrent search streams during a hang: a request held by the hung node
+# does not stop the others from being counted.
+HANG_STREAMS = 3
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--documents", type=int, default=1200)
@@ -521,19 +572,38 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--green-timeout", type=float, default=600, help="seconds to wait for green once the killed node is back"
     )
+    parser.add_argument(
+        "--signal",
+        choices=SIGNALS,
+        default="kill",
+        help="stop: the searches scenario only, node 0 and then a node holding a primary hung (SIGSTOP) "
+        "for --hang-s, then resumed; writes node_hang.json under --label",
+    )
+    parser.add_argument("--hang-s", type=float, default=HANG_S)
+    parser.add_argument("--label", default="before", help="with --signal stop: the section of node_hang.json")
+    parser.add_argument("--first-port", type=int, default=None, help="the cluster's first HTTP port")
+    parser.add_argument("--redis-port", type=int, default=REDIS_PORT)
     args = parser.parse_args(argv)
+    if args.signal == "stop":
+        return hang_main(args)
 
     from bench.common import write_result
 
     # Each engine's cluster on a port block of its own.
-    first_port = CLUSTER_PORT if args.engine == "elasticsearch" else OPENSEARCH_CLUSTER_PORT
+    first_port = args.first_port or (CLUSTER_PORT if args.engine == "elasticsearch" else OPENSEARCH_CLUSTER_PORT)
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         corpus, documents = scifact_corpus(Path(tmp) / "scifact.jsonl", args.documents)
         for run in range(args.runs):
             log_dir = Path(tmp) / f"workers-{run}"
             log_dir.mkdir()
-            with rig(log_dir, stop_cluster=run == args.runs - 1, engine=args.engine, first_port=first_port) as the_rig:
+            with rig(
+                log_dir,
+                stop_cluster=run == args.runs - 1,
+                engine=args.engine,
+                first_port=first_port,
+                redis_port=args.redis_port,
+            ) as the_rig:
                 index = f"bench-node-kill-{run}-{int(time.time())}"
                 ingest = ingest_with_node_kill(
                     the_rig, corpus, documents, index, victim=args.victim, green_timeout_s=args.green_timeout
@@ -566,6 +636,90 @@ def main(argv=None) -> int:
         },
     )
     return 0
+
+
+def hang_main(args) -> int:
+    """``--signal stop``: per run, a rig, an ingest with every node up, then
+    the searches while node 0 hangs and while a node holding a primary
+    hangs; every run's figures under ``args.label`` in node_hang.json."""
+    from chunkrag_core.engines import make_backend
+    from ingest_pipeline.sources import read_sources
+    from workers.ingest_dispatch import ingest_documents_on_workers
+
+    first_port = args.first_port or (CLUSTER_PORT if args.engine == "elasticsearch" else OPENSEARCH_CLUSTER_PORT)
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus, documents = scifact_corpus(Path(tmp) / "scifact.jsonl", args.documents)
+        for run in range(args.runs):
+            log_dir = Path(tmp) / f"workers-{run}"
+            log_dir.mkdir()
+            with rig(
+                log_dir,
+                stop_cluster=run == args.runs - 1,
+                engine=args.engine,
+                first_port=first_port,
+                redis_port=args.redis_port,
+            ) as the_rig:
+                index = f"bench-node-hang-{run}-{int(time.time())}"
+                settings = dataclasses.replace(the_rig.settings, index=index)
+                backend = make_backend(settings)
+                report = ingest_documents_on_workers(read_sources([corpus]), client=backend, settings=settings)
+                backend.close()
+                scenario = {}
+                for victim in VICTIMS:
+                    scenario[victim] = searches_with_node_kill(
+                        the_rig,
+                        index,
+                        before_s=10,
+                        down_s=args.hang_s,
+                        after_s=10,
+                        victim=victim,
+                        passthrough=True,
+                        signal="stop",
+                        streams=HANG_STREAMS,
+                    )
+                    print(json.dumps(summary_of(scenario[victim]), default=str), flush=True)
+                engine_client(the_rig.settings).indices.delete(index=index)
+            runs.append({"chunks": report.chunks, "ingest_errors": list(report.errors), "searches": scenario})
+            write_hang_runs(args, runs)  # after every run: a run cut short keeps the ones before
+    return 0
+
+
+def write_hang_runs(args, runs: list[dict]) -> None:
+    from bench.common import RESULTS, machine
+
+    path = RESULTS / "node_hang.json"
+    existing = json.loads(path.read_text()) if path.exists() else {}
+    existing[args.label] = {
+        "command": " ".join(["python", "-m", "bench.node_kill", *sys.argv[1:]]),
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load": f"{HANG_STREAMS} search streams through the gateway (filtered and plain alternate), "
+        f"0.1 s apart each; node hung {args.hang_s:g} s",
+        "summary": {victim: [summary_of(r["searches"][victim]) for r in runs] for victim in VICTIMS},
+        "runs": runs,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(existing, indent=2, default=str) + "\n")
+
+
+def summary_of(searches: dict) -> dict:
+    """The figures of one hang: statuses and latencies while the node hung,
+    and the errors' reasons counted."""
+    down = searches["statuses_by_phase_and_kind"].get("node down", {})
+    reasons = collections.Counter(
+        f"{e['phase']}: {e['kind']} {e['status']} {(e.get('reason') or '')[:120]}" for e in searches["errors"]
+    )
+    return {
+        "victim": searches["killed_node"],
+        "searches": searches["searches"],
+        "statuses_by_phase": searches["statuses_by_phase"],
+        "while_hung": down,
+        "latency_while_hung": searches["latency_s_by_phase_and_kind"].get("node down", {}),
+        "latency_before": searches["latency_s_by_phase_and_kind"].get("before", {}),
+        "errors": dict(reasons),
+        "resume_to_green_s": searches["restart_to_green_s"],
+    }
 
 
 if __name__ == "__main__":

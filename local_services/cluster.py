@@ -8,6 +8,8 @@ others through their transport ports.
     cluster.url                      # every node: http://127.0.0.1:9250,http://127.0.0.1:9252,...
     cluster.url_of(0)                # http://127.0.0.1:9250
     kill_node(cluster, 2)            # SIGKILL, by pid: a machine lost
+    hang_node(cluster, 0)            # SIGSTOP: alive, sockets open, nothing answers
+    resume_node(cluster, 0)          # SIGCONT
     start_node(cluster, 2)           # it comes back and rejoins
     seconds_to_status(cluster, "green")
     down(cluster)
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -193,6 +196,25 @@ def kill_node(cluster: LocalCluster, node: int) -> int:
         raise LocalServiceError(f"node {cluster.node_name(node)} is not running")
     node_process(cluster, node).kill()
     return pid
+
+
+def hang_node(cluster: LocalCluster, node: int) -> int:
+    """SIGSTOP one node's JVM by its pid (a node that hangs: the process is
+    alive, its sockets open and the kernel still accepts connections, but
+    nothing answers); returns the pid. `resume_node` undoes it."""
+    pid = node_pid(cluster, node)
+    if pid is None:
+        raise LocalServiceError(f"node {cluster.node_name(node)} is not running")
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+def resume_node(cluster: LocalCluster, node: int, pid: int) -> None:
+    """SIGCONT the node `hang_node` stopped (by the pid it returned)."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        raise LocalServiceError(f"node {cluster.node_name(node)} (pid {pid}) is gone") from None
 
 
 def start_node(cluster: LocalCluster, node: int, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line) -> None:
