@@ -22,6 +22,12 @@ from collections import Counter
 import httpx
 import pytest
 import schemathesis
+
+# Loaded here, at collection, rather than lazily by `openapi.from_url` deep in
+# the test's stack: pytest rewrites schemathesis (a pytest plugin) as it is
+# imported, and CPython 3.11's parser once failed there with "AST constructor
+# recursion depth mismatch".
+import schemathesis.specs.openapi.schemas  # noqa: F401
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
