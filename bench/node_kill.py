@@ -589,29 +589,15 @@ def main(argv=None) -> int:
 
     from bench.common import write_result
 
-    # Each engine's cluster on a port block of its own.
-    first_port = args.first_port or (CLUSTER_PORT if args.engine == "elasticsearch" else OPENSEARCH_CLUSTER_PORT)
     runs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        corpus, documents = scifact_corpus(Path(tmp) / "scifact.jsonl", args.documents)
-        for run in range(args.runs):
-            log_dir = Path(tmp) / f"workers-{run}"
-            log_dir.mkdir()
-            with rig(
-                log_dir,
-                stop_cluster=run == args.runs - 1,
-                engine=args.engine,
-                first_port=first_port,
-                redis_port=args.redis_port,
-            ) as the_rig:
-                index = f"bench-node-kill-{run}-{int(time.time())}"
-                ingest = ingest_with_node_kill(
-                    the_rig, corpus, documents, index, victim=args.victim, green_timeout_s=args.green_timeout
-                )
-                searches = searches_with_node_kill(the_rig, index, victim=args.victim, passthrough=True)
-                engine_client(the_rig.settings).indices.delete(index=index)
-            runs.append({"ingest": ingest, "searches": searches})
-            print(json.dumps(runs[-1], default=str)[:2000], flush=True)
+    for the_rig, corpus, documents, index in rigs_per_run(args, "node-kill"):
+        ingest = ingest_with_node_kill(
+            the_rig, corpus, documents, index, victim=args.victim, green_timeout_s=args.green_timeout
+        )
+        searches = searches_with_node_kill(the_rig, index, victim=args.victim, passthrough=True)
+        engine_client(the_rig.settings).indices.delete(index=index)
+        runs.append({"ingest": ingest, "searches": searches})
+        print(json.dumps(runs[-1], default=str)[:2000], flush=True)
     # A run that never turned green again records None: left out of the medians.
     greens = sorted(g for r in runs if (g := r["ingest"]["node_restart_to_green_s"]) is not None) or [None]
     write_result(
@@ -646,8 +632,38 @@ def hang_main(args) -> int:
     from ingest_pipeline.sources import read_sources
     from workers.ingest_dispatch import ingest_documents_on_workers
 
-    first_port = args.first_port or (CLUSTER_PORT if args.engine == "elasticsearch" else OPENSEARCH_CLUSTER_PORT)
     runs = []
+    for the_rig, corpus, _documents, index in rigs_per_run(args, "node-hang"):
+        settings = dataclasses.replace(the_rig.settings, index=index)
+        backend = make_backend(settings)
+        report = ingest_documents_on_workers(read_sources([corpus]), client=backend, settings=settings)
+        backend.close()
+        scenario = {}
+        for victim in VICTIMS:
+            scenario[victim] = searches_with_node_kill(
+                the_rig,
+                index,
+                before_s=10,
+                down_s=args.hang_s,
+                after_s=10,
+                victim=victim,
+                passthrough=True,
+                signal="stop",
+                streams=HANG_STREAMS,
+            )
+            print(json.dumps(summary_of(scenario[victim]), default=str), flush=True)
+        engine_client(the_rig.settings).indices.delete(index=index)
+        runs.append({"chunks": report.chunks, "ingest_errors": list(report.errors), "searches": scenario})
+        write_hang_runs(args, runs)  # after every run: a run cut short keeps the ones before
+    return 0
+
+
+def rigs_per_run(args, name: str) -> Iterator[tuple[Rig, Path, int, str]]:
+    """For each of ``args.runs``: the rig (its cluster kept up between runs,
+    stopped after the last), the SciFact corpus, its document count and a
+    fresh index name."""
+    # Each engine's cluster on a port block of its own.
+    first_port = args.first_port or (CLUSTER_PORT if args.engine == "elasticsearch" else OPENSEARCH_CLUSTER_PORT)
     with tempfile.TemporaryDirectory() as tmp:
         corpus, documents = scifact_corpus(Path(tmp) / "scifact.jsonl", args.documents)
         for run in range(args.runs):
@@ -660,29 +676,7 @@ def hang_main(args) -> int:
                 first_port=first_port,
                 redis_port=args.redis_port,
             ) as the_rig:
-                index = f"bench-node-hang-{run}-{int(time.time())}"
-                settings = dataclasses.replace(the_rig.settings, index=index)
-                backend = make_backend(settings)
-                report = ingest_documents_on_workers(read_sources([corpus]), client=backend, settings=settings)
-                backend.close()
-                scenario = {}
-                for victim in VICTIMS:
-                    scenario[victim] = searches_with_node_kill(
-                        the_rig,
-                        index,
-                        before_s=10,
-                        down_s=args.hang_s,
-                        after_s=10,
-                        victim=victim,
-                        passthrough=True,
-                        signal="stop",
-                        streams=HANG_STREAMS,
-                    )
-                    print(json.dumps(summary_of(scenario[victim]), default=str), flush=True)
-                engine_client(the_rig.settings).indices.delete(index=index)
-            runs.append({"chunks": report.chunks, "ingest_errors": list(report.errors), "searches": scenario})
-            write_hang_runs(args, runs)  # after every run: a run cut short keeps the ones before
-    return 0
+                yield the_rig, corpus, documents, f"bench-{name}-{run}-{int(time.time())}"
 
 
 def write_hang_runs(args, runs: list[dict]) -> None:
