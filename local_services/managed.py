@@ -30,6 +30,7 @@ from local_services.process import (
     error_lines,
     exclusive_lock,
     live_pid_from_pidfile,
+    our_pid_in_pidfile,
     pid_alive,
     port_in_use,
     print_line,
@@ -170,10 +171,9 @@ class ManagedProcess:
             raise LocalServiceError(f"{self.title} failed to start (exit {result.returncode}).\n{self.logs()}")
         deadline = time.monotonic() + self.pidfile_wait_s
 
-        def quiet(_message: str) -> None:
-            return None
-
-        while (pid := self.running_pid(quiet)) is None and time.monotonic() < deadline:
+        # Read-only polling: whatever stale pidfile there was, `start` removed
+        # before the launch, and the new one may name a pid not yet retitled.
+        while (pid := our_pid_in_pidfile(self.pidfile, self.cmdline_marker)) is None and time.monotonic() < deadline:
             time.sleep(0.1)
         if pid is None:
             raise LocalServiceError(

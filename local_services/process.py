@@ -150,6 +150,20 @@ def process_cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
+def our_pid_in_pidfile(pidfile: Path, cmdline_marker: str) -> int | None:
+    """The pid in the pidfile if that process runs with the marker in its
+    command line; never removes anything.
+
+    What a start-up poll uses: a daemon may write its pidfile before it has
+    retitled itself to the marker (Redis does), and a pidfile removed in that
+    moment loses a running server's pid for good.
+    """
+    pid = read_pidfile(pidfile)
+    if pid is None or not pid_alive(pid):
+        return None
+    return pid if cmdline_marker in process_cmdline(pid) else None
+
+
 def live_pid_from_pidfile(pidfile: Path, cmdline_marker: str, log: Log) -> int | None:
     """Pid of our running process, removing the pidfile if it is stale.
 

@@ -293,3 +293,40 @@ def test_an_empty_pidfile_is_one_being_written_and_is_left_alone(tmp_path) -> No
     pidfile.write_text("not a pid\n")
     assert live_pid_from_pidfile(pidfile, "marker", lambda _message: None) is None
     assert not pidfile.exists()
+
+
+def test_a_daemon_that_retitles_itself_after_writing_its_pidfile_is_found(tmp_path) -> None:
+    """Redis writes its pidfile, then retitles itself to the marker
+    ("redis-server 127.0.0.1:<port>"): a start-up poll that lands in between
+    sees a live pid without the marker and must not delete the pidfile, or
+    the pid is lost and a running server is reported failed."""
+    marker = "retitled-daemon 127.0.0.1:1"
+    pidfile = tmp_path / "run" / "svc" / "svc.pid"
+    # The launcher forks and returns at once; the child writes the pidfile,
+    # waits past several polls, then execs (same pid) a program whose command
+    # line carries the marker (spelt in two halves: the launch's own command
+    # line must not carry it).
+    daemon = (
+        "import os, sys, time\n"
+        "if os.fork():\n"
+        "    sys.exit(0)\n"
+        "os.setsid()\n"
+        f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(0.6)\n"
+        f"title = {marker[:8]!r} + {marker[8:]!r}\n"
+        "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(30)', title])\n"
+    )
+    server = described(
+        tmp_path,
+        [sys.executable, "-c", daemon],
+        marker=marker,
+        check=lambda: (True, "up"),
+        daemonizes=True,
+        pidfile_wait_s=5.0,
+    )
+    pid = server.start(quiet)
+    try:
+        assert marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        assert server.pidfile.read_text().strip() == str(pid)
+    finally:
+        server.down(quiet)
