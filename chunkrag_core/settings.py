@@ -7,6 +7,7 @@ entry points (CLI, gateway, workers), never at import time.
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from dataclasses import dataclass, field, fields, replace
@@ -319,6 +320,8 @@ class Settings:
     es_url: str = "http://127.0.0.1:9200"
     es_api_key: str | None = field(default=None, repr=False)
     es_ca_certs: str | None = None
+    # One request to the engine (either engine, ES_REQUEST_TIMEOUT_S): a
+    # client's wait, and the gateway's before it answers 504.
     es_request_timeout_s: float = 30.0
     # "elasticsearch" or "opensearch": which engine the project talks to
     # (SEARCH_BACKEND; with only OPENSEARCH_URL set, "opensearch").
@@ -371,6 +374,7 @@ class Settings:
             es_url=env.get("ES_URL") or base.es_url,
             es_api_key=env.get("ES_API_KEY") or None,
             es_ca_certs=env.get("ES_CA_CERTS") or None,
+            es_request_timeout_s=_seconds(env, "ES_REQUEST_TIMEOUT_S", base.es_request_timeout_s),
             search_backend=_search_backend_from_env(env),
             opensearch_url=env.get("OPENSEARCH_URL") or base.opensearch_url,
             opensearch_ca_certs=env.get("OPENSEARCH_CA_CERTS") or None,
@@ -560,6 +564,19 @@ def _overlay(value, env: Mapping[str, str], prefix: str, skip: tuple[str, ...] =
         except ValueError as exc:
             raise SettingsError(f"{prefix + f.name.upper()}={raw!r} is not a valid {kind.__name__}") from exc
     return replace(value, **changes)
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise SettingsError(f"{name}={raw!r} is not a number of seconds above 0")
+    return value
 
 
 def _deprecated(env: Mapping[str, str], old: str, new: str) -> str | None:

@@ -47,6 +47,14 @@ def test_settings_from_env_overrides_and_validates():
     assert redact_url("http://es:9200") == "http://es:9200"
 
 
+def test_the_engine_request_timeout_is_read_and_must_be_positive_seconds():
+    assert Settings.from_env({}).es_request_timeout_s == 30.0
+    assert Settings.from_env({"ES_REQUEST_TIMEOUT_S": "7.5"}).es_request_timeout_s == 7.5
+    for bad in ("soon", "0", "-3", "nan", "inf"):
+        with pytest.raises(SettingsError, match=rf"ES_REQUEST_TIMEOUT_S='{bad}' is not a number of seconds above 0"):
+            Settings.from_env({"ES_REQUEST_TIMEOUT_S": bad})
+
+
 def test_the_app_knows_services_by_url_only():
     # Defaults: the local services on their default ports. The ports
     # local_services starts them on are its own settings, not the app's.
