@@ -605,4 +605,13 @@ def state_home(environ: Mapping[str, str] | None = None) -> Path:
     configured = env.get("CHUNKRAG_HOME", "").strip()
     if configured:
         return Path(configured).expanduser().resolve()
-    return (Path.home() / ".cache" / "chunkrag").resolve()
+    return default_state_home(Path(__file__).resolve().parents[1], Path.home())
+
+
+def default_state_home(package_root: Path, user_home: Path) -> Path:
+    """``.chunkrag`` in a source checkout, where `make` starts the services,
+    so a CLI run from the checkout without CHUNKRAG_HOME finds them;
+    ``~/.cache/chunkrag`` for an installed package."""
+    if (package_root / "pyproject.toml").is_file() and (package_root / "local_services").is_dir():
+        return (package_root / ".chunkrag").resolve()
+    return (user_home / ".cache" / "chunkrag").resolve()

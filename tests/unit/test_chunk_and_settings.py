@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from chunkrag_core.chunk import Chunk
-from chunkrag_core.settings import Settings, SettingsError, redact_url
+from chunkrag_core.settings import Settings, SettingsError, default_state_home, redact_url, state_home
 
 
 def test_chunk_is_frozen_and_ids_are_deterministic():
@@ -85,3 +85,17 @@ def test_each_knob_has_one_name():
     # The former name still works for one release, with a warning.
     with pytest.warns(FutureWarning, match="OPENSEARCH_AWS_REGION is deprecated.*set AWS_REGION"):
         assert Settings.from_env({**sigv4, "OPENSEARCH_AWS_REGION": "us-east-2"}).opensearch_aws_region == "us-east-2"
+
+
+def test_the_state_home_is_the_checkouts_unless_installed(tmp_path):
+    """Without CHUNKRAG_HOME, a CLI run from a checkout must find the services
+    `make` started in its .chunkrag; an installed package keeps its state
+    under the user's cache."""
+    checkout, user = tmp_path / "checkout", tmp_path / "user"
+    (checkout / "local_services").mkdir(parents=True)
+    site_packages = tmp_path / "site-packages"
+    site_packages.mkdir()
+    assert default_state_home(site_packages, user) == user / ".cache" / "chunkrag"
+    (checkout / "pyproject.toml").write_text("[project]\n")
+    assert default_state_home(checkout, user) == checkout / ".chunkrag"
+    assert state_home({"CHUNKRAG_HOME": str(tmp_path / "mine")}) == tmp_path / "mine"
