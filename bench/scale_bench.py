@@ -698,18 +698,19 @@ def node_main(args) -> int:
     disk are the benchmark's alone)."""
     if args.engine == "elasticsearch":
         from local_services.elasticsearch_node import ElasticsearchSettings as base
-        from local_services.elasticsearch_node import down, up
+        from local_services.elasticsearch_node import process
     else:
         from local_services.opensearch_node import OpenSearchSettings as base
-        from local_services.opensearch_node import down, up
+        from local_services.opensearch_node import process
     home = scale_home(Path(args.home))
     # Transport on port+1 keeps both ports inside one small range.
     settings_class = type(f"Scale{base.__name__}", (base,), {"TRANSPORT_PORT_OFFSET": 1})
     settings = settings_class(home=home, port=args.port, heap=args.heap)
+    node = process(settings)
     if args.stop:
-        down(settings)
+        node.down()
         return 0
-    up(settings, timeout=300)
+    node.up(timeout=300)
     print(json.dumps({"engine": args.engine, "url": settings.url, "heap": args.heap, "run_dir": str(settings.run_dir)}))
     return 0
 

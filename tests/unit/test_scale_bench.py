@@ -225,3 +225,14 @@ def test_wait_for_green_gives_up_after_the_wait():
     )
     with pytest.raises(RuntimeError, match="not green"):
         scale_bench.wait_for_green(backend, "idx", 0)
+
+
+@pytest.mark.parametrize("engine", ["elasticsearch", "opensearch"])
+def test_node_stop_on_a_node_never_started_says_so(engine, tmp_path, capsys):
+    """`scale_bench node --stop` goes through the services' managed process
+    (a node of the benchmark's own, in its own state home): nothing runs
+    there, so it says so and starts nothing."""
+    from bench.scale_bench import main
+
+    assert main(["node", "--engine", engine, "--port", "19990", "--stop", "--home", str(tmp_path / "home")]) == 0
+    assert "is not running" in capsys.readouterr().out
