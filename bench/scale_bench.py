@@ -478,6 +478,88 @@ def recall_main(args) -> int:
     return 0
 
 
+# Closed-loop load for `throughput`: seconds of untimed searches first at
+# each concurrency (connections opened, caches warm), then the timed window.
+THROUGHPUT_WARMUP_S = 5.0
+THROUGHPUT_WINDOW_S = 30.0
+
+
+def throughput_summary(latencies_ms: list[float], window_s: float) -> dict:
+    """Searches answered per second in the window, and each one's wall-clock
+    latency (what a caller waits, queueing included)."""
+    return {
+        "searches": len(latencies_ms),
+        "per_s": round(len(latencies_ms) / window_s, 2),
+        **(percentiles(latencies_ms) if latencies_ms else {}),
+    }
+
+
+def closed_loop(search, queries: list[str], concurrency: int, warmup_s: float, window_s: float) -> dict:
+    """``concurrency`` callers, each sending its next query as soon as the
+    last was answered; only searches that start and end inside the window count."""
+    import threading
+
+    start = time.perf_counter() + warmup_s
+    end = start + window_s
+    latencies: list[list[float]] = [[] for _ in range(concurrency)]
+
+    def caller(slot: int) -> None:
+        turn = slot
+        while (began := time.perf_counter()) < end:
+            search(queries[turn % len(queries)])
+            finished = time.perf_counter()
+            if began >= start and finished <= end:
+                latencies[slot].append((finished - began) * 1000)
+            turn += concurrency
+
+    threads = [threading.Thread(target=caller, args=(slot,)) for slot in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return throughput_summary([value for slot in latencies for value in slot], window_s)
+
+
+def throughput_main(args) -> int:
+    """Filtered searches a kept index answers per second, by concurrency:
+    each search is what `ask` does before the model (minmax retrieval of the
+    candidates with their vectors, then the default filter)."""
+    from chunkrag_core.providers import make_chat, make_embedder
+    from chunkrag_filter.pipeline import FilterOptions, run_filter
+    from search_extension.ask import DEFAULT_CANDIDATES
+    from search_extension.retriever import HybridRetriever
+
+    settings = engine_settings(args.engine, args.url)
+    queries = scifact_queries()
+    retriever = HybridRetriever(
+        make_backend_for(settings), CachedEmbedder(make_embedder(settings.embedder), queries), args.index
+    )
+    model, options = make_chat(settings.chat), FilterOptions()
+
+    def filtered_search(text: str) -> None:
+        found = retriever.search(text, mode="minmax", size=DEFAULT_CANDIDATES, include_vectors=True)
+        run_filter(text, found.chunks, model=model, options=options)
+
+    load_before = os.getloadavg()
+    levels = {}
+    for concurrency in args.concurrency:
+        levels[str(concurrency)] = closed_loop(filtered_search, queries, concurrency, THROUGHPUT_WARMUP_S, args.seconds)
+        print(f"{args.index}: {concurrency} callers: {levels[str(concurrency)]}", file=sys.stderr)
+    figures = {
+        "what": "filtered searches (minmax with vectors, default filter, no model call), closed loop",
+        "window_s": args.seconds,
+        "warmup_s": THROUGHPUT_WARMUP_S,
+        "by_concurrency": levels,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "command": " ".join(["python -m bench.scale_bench", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    existing = json.loads((RESULTS / f"{RESULT_NAME}.json").read_text(encoding="utf-8"))
+    print(store_row(args.row, {**existing["rows"][args.row], "throughput": figures}))
+    return 0
+
+
 def engine_settings(engine: str, url: str):
     from chunkrag_core.settings import Settings
 
@@ -796,8 +878,20 @@ def main(argv=None) -> int:
     stats.add_argument("--index", required=True)
     stats.add_argument("--row", required=True, help="the row's key in scale.json, e.g. elasticsearch/int8_hnsw/1000000")
     stats.add_argument("--delete", action="store_true", help="delete the index afterwards")
+    load = commands.add_parser("throughput", help="filtered searches per second of a kept index, by concurrency")
+    load.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    load.add_argument("--url", required=True)
+    load.add_argument("--index", required=True)
+    load.add_argument("--row", required=True, help="the row's key in scale.json")
+    load.add_argument(
+        "--concurrency", type=lambda raw: [int(n) for n in raw.split(",")], default=[1, 2, 4, 8],
+        help="callers at once, comma-separated (default 1,2,4,8)",
+    )  # fmt: skip
+    load.add_argument("--seconds", type=float, default=THROUGHPUT_WINDOW_S, help="timed window per level")
     commands.add_parser("plot", help="plot latency against corpus size from bench/results/scale.json")
     args = parser.parse_args(argv)
+    if args.command == "throughput":
+        return throughput_main(args)
     if args.command == "recall":
         return recall_main(args)
     if args.command == "stats":

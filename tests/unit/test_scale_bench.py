@@ -236,3 +236,32 @@ def test_node_stop_on_a_node_never_started_says_so(engine, tmp_path, capsys):
 
     assert main(["node", "--engine", engine, "--port", "19990", "--stop", "--home", str(tmp_path / "home")]) == 0
     assert "is not running" in capsys.readouterr().out
+
+
+def test_throughput_summary_counts_per_second_of_the_window():
+    from bench.scale_bench import throughput_summary
+
+    summary = throughput_summary([10.0, 20.0, 30.0, 40.0], window_s=2.0)
+    assert (summary["searches"], summary["per_s"], summary["p50"]) == (4, 2.0, 25.0)
+    assert throughput_summary([], window_s=30.0) == {"searches": 0, "per_s": 0.0}
+
+
+def test_closed_loop_callers_take_the_queries_in_turn_and_stop_at_the_window():
+    import threading
+
+    from bench.scale_bench import closed_loop
+
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def search(text: str) -> None:
+        with lock:
+            seen.append(text)
+
+    queries = [f"q{i}" for i in range(5)]
+    summary = closed_loop(search, queries, concurrency=3, warmup_s=0.0, window_s=0.05)
+    # Callers start at their own slot and step by the concurrency: together
+    # they go round every query.
+    assert set(seen) == set(queries)
+    # Each counted search ran inside the window; the calls past it are not counted.
+    assert 0 < summary["searches"] <= len(seen)
