@@ -316,13 +316,49 @@ class RerankSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """How long the project's clients wait for one node of the cluster
+    (CHUNKRAG_ENGINE_*): the Elasticsearch and OpenSearch clients and the
+    gateway's pass-through. A node that hangs (alive, its sockets open,
+    nothing answering) is told from a slow one only by these."""
+
+    # Seconds to open a connection to one node (the gateway's pass-through):
+    # past it nothing of the request was sent, so the next node is tried
+    # whatever the method. Short, because a node that answers makes a
+    # connection in about a millisecond; a machine that is gone, or one too
+    # stuck to accept, never does.
+    connect_timeout_s: float = 2.0
+    # With several node URLs: seconds one attempt of a read (a search,
+    # msearch, mget, count, an index or cluster read: nothing that changes the
+    # cluster) waits on one node. Past it the node is passed over
+    # (elasticsearch-py: 1 s, doubling to 30 s while it stays silent;
+    # opensearch-py: 60 s; the gateway: 2 s, doubling to 30 s) and the read is
+    # sent to the next node. Writes (bulk, index creation, mappings, settings,
+    # refresh, deletion) never get it: they wait the whole
+    # ES_REQUEST_TIMEOUT_S on their one node and are not sent again after a
+    # timeout (on a red index a bulk cut at 10 s timed out on every node in
+    # turn). A single URL keeps the whole timeout for everything: there is no
+    # other node to go to. The Elasticsearch client's own default is 10 s too.
+    attempt_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout_s", "attempt_timeout_s"):
+            if not 0 < getattr(self, name) < float("inf"):
+                raise SettingsError(
+                    f"CHUNKRAG_ENGINE_{name.upper()} must be a number of seconds above 0, got {getattr(self, name)}"
+                )
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     es_url: str = "http://127.0.0.1:9200"
     es_api_key: str | None = field(default=None, repr=False)
     es_ca_certs: str | None = None
     # One request to the engine (either engine, ES_REQUEST_TIMEOUT_S): a
-    # client's wait, and the gateway's before it answers 504.
+    # client's wait for one attempt, and the gateway's before it answers 504.
+    # With several nodes a read's attempt is shorter (`EngineSettings`).
     es_request_timeout_s: float = 30.0
+    engine: EngineSettings = EngineSettings()
     # "elasticsearch" or "opensearch": which engine the project talks to
     # (SEARCH_BACKEND; with only OPENSEARCH_URL set, "opensearch").
     search_backend: str = "elasticsearch"
@@ -379,6 +415,7 @@ class Settings:
             opensearch_url=env.get("OPENSEARCH_URL") or base.opensearch_url,
             opensearch_ca_certs=env.get("OPENSEARCH_CA_CERTS") or None,
             **_opensearch_auth_from_env(env),
+            engine=_overlay(base.engine, env, "CHUNKRAG_ENGINE_"),
             redis_url=env.get("REDIS_URL") or base.redis_url,
             index=env.get("CHUNKRAG_INDEX", base.index),
             chunking=_chunking_from_env(base.chunking, env),
@@ -413,6 +450,15 @@ class Settings:
     def search_nodes(self) -> tuple[str, ...]:
         """Every node URL of the engine ``search_backend`` names (`node_urls`)."""
         return self.opensearch_nodes if self.search_backend == "opensearch" else self.es_nodes
+
+    def attempt_timeout_s(self, nodes: tuple[str, ...]) -> float:
+        """Seconds one attempt of a read on one of ``nodes`` waits for its
+        answer: the whole request's with a single node,
+        `EngineSettings.attempt_timeout_s` (never more than the whole) with
+        several. Writes always have the whole `es_request_timeout_s`."""
+        if len(nodes) < 2:
+            return self.es_request_timeout_s
+        return min(self.engine.attempt_timeout_s, self.es_request_timeout_s)
 
     @property
     def search_ca_certs(self) -> str | None:

@@ -25,7 +25,8 @@ def make_client(settings: Settings):
     is sent again to the next node, whatever the method. Bulk requests are
     retried too: every chunk is written under its deterministic id, so a bulk
     sent twice writes nothing twice. A timeout is not retried (the next node
-    would get the same request after a full timeout already spent)."""
+    would get the same request after a full timeout already spent): this is
+    what every write gets. Reads get `read_options` on top."""
     from elasticsearch import Elasticsearch
 
     options: dict[str, Any] = {
@@ -45,6 +46,26 @@ def make_client(settings: Settings):
     if settings.es_ca_certs:
         options["ca_certs"] = settings.es_ca_certs
     return Elasticsearch(list(settings.es_nodes), **options)
+
+
+def read_options(settings: Settings) -> dict[str, Any]:
+    """What a read (a search, msearch, mget, count, an index or cluster
+    read: nothing it sends changes the cluster) adds to `make_client`'s
+    options, through ``client.options(...)``, which shares the node pool.
+
+    With several nodes one attempt waits `Settings.attempt_timeout_s` (10 s)
+    and a node silent that long (one that hangs: alive, its sockets open,
+    nothing answering) is marked dead and the read sent to the next node
+    (``retry_on_timeout``): a read sent twice changes nothing. Writes (bulk,
+    index creation, mappings, settings, refresh, deletion) never get this:
+    on a cluster that is slow rather than hung (an index red after a node
+    lost, shards recovering) a write given 10 s per node timed out on every
+    node in turn and the client marked them all dead, again and again, where
+    the whole timeout lets it finish. With one node nothing is added: there
+    is no other node to go to."""
+    if len(settings.es_nodes) < 2:
+        return {}
+    return {"request_timeout": settings.attempt_timeout_s(settings.es_nodes), "retry_on_timeout": True}
 
 
 def engine_error(exc: BaseException, where: str) -> BaseException:
@@ -100,20 +121,36 @@ class ElasticsearchBackend:
     engine = "elasticsearch"
     engine_error = staticmethod(engine_error)
 
-    def __init__(self, client, display_url: str = NAME, *, _probed: probe.Probed | None = None, _owner: bool = True):
+    def __init__(
+        self,
+        client,
+        display_url: str = NAME,
+        *,
+        reads: Mapping[str, Any] | None = None,
+        _probed: probe.Probed | None = None,
+        _owner: bool = True,
+    ):
+        """``client`` sends the writes as it is; reads go through
+        ``client.options(**reads)`` (`read_options`; the same node pool)."""
         self.client = client
+        self._reads = dict(reads or {})
+        self.reader = client.options(**self._reads) if self._reads else client
         self.display_url = display_url
         self._probed = _probed or probe.Probed()
         self._owner = _owner
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ElasticsearchBackend:
-        return cls(make_client(settings), settings.es_url_for_display)
+        return cls(make_client(settings), settings.es_url_for_display, reads=read_options(settings))
 
     def with_headers(self, headers: Mapping[str, str]) -> ElasticsearchBackend:
         """A view that sends ``headers`` (e.g. the caller's Authorization) on every request."""
         return ElasticsearchBackend(
-            self.client.options(headers=dict(headers)), self.display_url, _probed=self._probed, _owner=False
+            self.client.options(headers=dict(headers)),
+            self.display_url,
+            reads=self._reads,
+            _probed=self._probed,
+            _owner=False,
         )
 
     def health(self) -> str:
@@ -124,7 +161,7 @@ class ElasticsearchBackend:
 
     def cluster_health(self) -> ClusterHealth:
         try:
-            health = self.client.cluster.health(timeout="5s")
+            health = self.reader.cluster.health(timeout="5s")
         except Exception as exc:
             raise EngineUnavailable(
                 f"{NAME} at {self.display_url} is not reachable ({type(exc).__name__}: {exc}); "
@@ -140,7 +177,7 @@ class ElasticsearchBackend:
         """Asked with this view's credentials; what the cluster settled is
         shared by every view, what a caller's rights left open is not
         (`engines.probe`)."""
-        return probe_capabilities(self.client, self._probed, self.display_url)
+        return probe_capabilities(self.reader, self._probed, self.display_url)
 
     def offers_hybrid_query(self) -> bool:
         # Elasticsearch has no neural-search `hybrid` query: nothing to probe.
@@ -148,11 +185,11 @@ class ElasticsearchBackend:
 
     @base.translating
     def index_exists(self, index: str) -> bool:
-        return bool(self.client.indices.exists(index=index))
+        return bool(self.reader.indices.exists(index=index))
 
     @base.translating
     def mapping_properties(self, index: str) -> dict[str, Any]:
-        mapping = self.client.indices.get_mapping(index=index)
+        mapping = self.reader.indices.get_mapping(index=index)
         return dict(next(iter(mapping.values()))["mappings"].get("properties", {}))
 
     @base.translating
@@ -174,7 +211,7 @@ class ElasticsearchBackend:
     @base.translating
     def refresh_interval(self, index: str) -> str | None:
         return base.refresh_interval_of(
-            self.client.indices.get_settings(index=index, name="index.refresh_interval"), index
+            self.reader.indices.get_settings(index=index, name="index.refresh_interval"), index
         )
 
     @base.translating
@@ -198,11 +235,11 @@ class ElasticsearchBackend:
 
     @base.translating
     def search(self, index: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self.client.search(index=index, body=dict(body))
+        return self.reader.search(index=index, body=dict(body))
 
     @base.translating
     def msearch(self, searches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return self.client.msearch(searches=list(searches))
+        return self.reader.msearch(searches=list(searches))
 
     def hybrid_search(self, index: str, body: Mapping[str, Any], weights: Sequence[float]) -> dict[str, Any]:
         raise NotImplementedError("Elasticsearch has no neural-search `hybrid` query; fuse client-side (mode `minmax`)")
@@ -211,7 +248,7 @@ class ElasticsearchBackend:
     def fetch(self, index: str, ids: Sequence[str]) -> list[dict[str, Any]]:
         if not ids:
             return []
-        docs = self.client.mget(index=index, ids=list(ids))["docs"]
+        docs = self.reader.mget(index=index, ids=list(ids))["docs"]
         return [doc for doc in docs if doc.get("found")]
 
     def delete_ids(self, index: str, ids: Sequence[str]) -> int:
@@ -219,7 +256,7 @@ class ElasticsearchBackend:
 
     @base.translating
     def count(self, index: str) -> int:
-        return int(self.client.count(index=index)["count"])
+        return int(self.reader.count(index=index)["count"])
 
     def close(self) -> None:
         if self._owner:

@@ -21,6 +21,7 @@ def make_opensearch_client(
     urls: str | Sequence[str],
     *,
     request_timeout_s: float = 30.0,
+    retry_on_timeout: bool = False,
     ca_certs: str | None = None,
     sigv4: tuple[str, str] | None = None,
 ):
@@ -32,14 +33,21 @@ def make_opensearch_client(
     Failover is opensearch-py's own connection pool: a connection refused,
     reset or cut marks the node dead (60 s, longer while it stays dead) and
     the request goes again to the next node, bulk requests included (chunk
-    ids are deterministic, so a bulk sent twice writes nothing twice)."""
+    ids are deterministic, so a bulk sent twice writes nothing twice). Each
+    attempt waits ``request_timeout_s``; a timeout is sent again to the next
+    node only with ``retry_on_timeout`` (the reads' client: `read_client`).
+    """
     from urllib.parse import unquote, urlsplit, urlunsplit
 
     from opensearchpy import OpenSearch
 
     urls = [urls] if isinstance(urls, str) else list(urls)
     parts = urlsplit(urls[0])
-    options: dict[str, Any] = {"timeout": request_timeout_s, "max_retries": base.node_retries(urls)}
+    options: dict[str, Any] = {
+        "timeout": request_timeout_s,
+        "max_retries": base.node_retries(urls),
+        "retry_on_timeout": retry_on_timeout,
+    }
     if sigv4 is not None:
         from chunkrag_core.engines import aws_signing
 
@@ -53,6 +61,41 @@ def make_opensearch_client(
             options["ca_certs"] = ca_certs
     hosts = [urlunsplit(urlsplit(url)._replace(netloc=_without_userinfo(urlsplit(url)))) for url in urls]
     return OpenSearch(hosts, **options)
+
+
+def read_client(settings: Settings, writes):
+    """The client for reads (search, msearch, mget, count, index and cluster
+    reads: nothing they send changes the cluster); ``writes`` (the client
+    with the whole `es_request_timeout_s` and no retry on timeout) sends
+    everything else, as it is with one node.
+
+    With several nodes a read waits `Settings.attempt_timeout_s` (10 s) on one
+    node, and a node silent that long (one that hangs) is marked dead and the
+    read sent to the next node: a read sent twice changes nothing. Writes
+    never get this: on a cluster slow rather than hung (an index red after a
+    node lost) a bulk given 10 s per node timed out on every node and the
+    client marked them all dead and back, again and again, for minutes.
+
+    Why a second client: opensearch-py's ``Transport.perform_request`` takes
+    the timeout per request (``request_timeout``, popped from the params by
+    ``_resolve_request_args``) but reads ``self.retry_on_timeout``, set once in
+    the Transport's constructor, when it catches a ``ConnectionTimeout``:
+    there is no per-request retry on timeout, and flipping the attribute
+    around a call would race with the other threads sharing the client (the
+    gateway's, the workers'). So reads get a Transport of their own from the
+    same factory (same URLs, credentials, TLS): its own connections and its
+    own dead-node marks, so a node the reads passed over is still tried by a
+    write, which then waits its whole timeout there as on one node."""
+    nodes = settings.opensearch_nodes
+    if len(nodes) < 2:
+        return writes
+    return make_opensearch_client(
+        nodes,
+        request_timeout_s=settings.attempt_timeout_s(nodes),
+        retry_on_timeout=True,
+        ca_certs=settings.opensearch_ca_certs,
+        sigv4=opensearch_sigv4(settings),
+    )
 
 
 def _without_userinfo(parts) -> str:
@@ -84,11 +127,15 @@ class OpenSearchBackend:
         client,
         display_url: str = NAME,
         *,
+        reader=None,
         headers: Mapping[str, str] | None = None,
         _probed: probe.Probed | None = None,
         _owner: bool = True,
     ):
+        """``client`` sends the writes; ``reader`` (default: ``client``) the
+        reads (`read_client`)."""
         self.client = client
+        self.reader = client if reader is None else reader
         self.display_url = display_url
         self._headers = dict(headers or {})
         self._probed = _probed or probe.Probed()
@@ -103,7 +150,7 @@ class OpenSearchBackend:
             ca_certs=settings.opensearch_ca_certs,
             sigv4=opensearch_sigv4(settings),
         )
-        return cls(client, settings.opensearch_url_for_display)
+        return cls(client, settings.opensearch_url_for_display, reader=read_client(settings, client))
 
     def _h(self) -> dict[str, Any]:
         # opensearch-py takes per-request headers on every API call.
@@ -112,7 +159,12 @@ class OpenSearchBackend:
     def with_headers(self, headers: Mapping[str, str]) -> OpenSearchBackend:
         """A view that sends ``headers`` (e.g. the caller's Authorization) on every request."""
         return OpenSearchBackend(
-            self.client, self.display_url, headers={**self._headers, **headers}, _probed=self._probed, _owner=False
+            self.client,
+            self.display_url,
+            reader=self.reader,
+            headers={**self._headers, **headers},
+            _probed=self._probed,
+            _owner=False,
         )
 
     def health(self) -> str:
@@ -120,7 +172,7 @@ class OpenSearchBackend:
 
     def cluster_health(self) -> ClusterHealth:
         try:
-            health = self.client.cluster.health(**self._h())
+            health = self.reader.cluster.health(**self._h())
         except Exception as exc:
             raise EngineUnavailable(
                 f"{NAME} at {self.display_url} is not reachable ({type(exc).__name__}: {exc}); "
@@ -144,7 +196,7 @@ class OpenSearchBackend:
         """Asked of the cluster, like Elasticsearch's probe: a query type the
         cluster lacks fails to parse (400) even when no index exists; a
         refusal of this view's credentials settles nothing (`engines.probe`)."""
-        client, headers = self.client, self._h()
+        client, headers = self.reader, self._h()
         hybrid = {"size": 0, "query": {"hybrid": {"queries": [{"match_none": {}}]}}}
         english = {"analyzer": "english", "text": "probe"}
         return {
@@ -167,11 +219,11 @@ class OpenSearchBackend:
 
     @base.translating
     def index_exists(self, index: str) -> bool:
-        return bool(self.client.indices.exists(index=index, **self._h()))
+        return bool(self.reader.indices.exists(index=index, **self._h()))
 
     @base.translating
     def mapping_properties(self, index: str) -> dict[str, Any]:
-        mapping = self.client.indices.get_mapping(index=index, **self._h())
+        mapping = self.reader.indices.get_mapping(index=index, **self._h())
         return dict(next(iter(mapping.values()))["mappings"].get("properties", {}))
 
     @base.translating
@@ -193,7 +245,7 @@ class OpenSearchBackend:
     @base.translating
     def refresh_interval(self, index: str) -> str | None:
         return base.refresh_interval_of(
-            self.client.indices.get_settings(index=index, name="index.refresh_interval", **self._h()), index
+            self.reader.indices.get_settings(index=index, name="index.refresh_interval", **self._h()), index
         )
 
     @base.translating
@@ -218,11 +270,11 @@ class OpenSearchBackend:
 
     @base.translating
     def search(self, index: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self.client.search(index=index, body=osd.search_body(body), **self._h())
+        return self.reader.search(index=index, body=osd.search_body(body), **self._h())
 
     @base.translating
     def msearch(self, searches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return self.client.msearch(body=osd.msearch_body(searches), **self._h())
+        return self.reader.msearch(body=osd.msearch_body(searches), **self._h())
 
     @base.translating
     def hybrid_search(self, index: str, body: Mapping[str, Any], weights: Sequence[float]) -> dict[str, Any]:
@@ -234,7 +286,7 @@ class OpenSearchBackend:
                 "PUT", f"/_search/pipeline/{name}", body=osd.hybrid_pipeline(weights), **self._h()
             )
             self._pipelines.add(name)
-        return self.client.search(
+        return self.reader.search(
             index=index, body=osd.hybrid_body(body), params={"search_pipeline": name}, **self._h()
         )
 
@@ -242,7 +294,7 @@ class OpenSearchBackend:
     def fetch(self, index: str, ids: Sequence[str]) -> list[dict[str, Any]]:
         if not ids:
             return []
-        docs = self.client.mget(index=index, body={"ids": list(ids)}, **self._h())["docs"]
+        docs = self.reader.mget(index=index, body={"ids": list(ids)}, **self._h())["docs"]
         return [doc for doc in docs if doc.get("found")]
 
     def delete_ids(self, index: str, ids: Sequence[str]) -> int:
@@ -250,8 +302,10 @@ class OpenSearchBackend:
 
     @base.translating
     def count(self, index: str) -> int:
-        return int(self.client.count(index=index, **self._h())["count"])
+        return int(self.reader.count(index=index, **self._h())["count"])
 
     def close(self) -> None:
         if self._owner:
             self.client.close()
+            if self.reader is not self.client:
+                self.reader.close()

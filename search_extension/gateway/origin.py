@@ -22,14 +22,23 @@ Bodies are passed on as they are (compressed ones too), never decoded.
 
 A cluster given as several node URLs gets one pool per node (``NodePools``):
 requests go round the nodes; a request whose connection could not be
-established (nothing was sent) goes to the next node, whatever its method,
-and the node is skipped for ``DEAD_NODE_BACKOFF_S``. A request already sent
-is replayed on another node only when its method is GET or HEAD: a POST or
-PUT may have been carried out before the node died (``_bulk`` without ids,
-``_update_by_query``, a document created), and the gateway cannot tell a
-read-only POST ``_search`` from those without parsing every endpoint, so the
-caller gets the 502/503 and decides (every Elasticsearch client retries).
-A timeout is not retried either: the whole budget is already spent.
+established within the connect timeout (nothing was sent) goes to the next
+node, whatever its method, and the node is skipped for
+``DEAD_NODE_BACKOFF_S``. A node that took a request that may be repeated
+(below) and gave no answer within the attempt timeout (a node that hangs:
+alive, its sockets open and the kernel still accepting connections, nothing
+answering) is skipped for ``DEAD_NODE_BACKOFF_S``, doubling up to
+``MAX_DEAD_NODE_BACKOFF_S`` while it stays silent: each new try costs a
+caller a whole attempt. A request that may not be repeated is never cut at
+the attempt timeout: it waits the whole request timeout, as with one node.
+
+A request already sent (broken off, or unanswered in time) is replayed on
+another node only when repeating it is safe (``repeatable``): GET and HEAD,
+and the POSTs of endpoints that only read (``READ_ONLY_POST_ENDPOINTS``:
+``_search``, ``_msearch``, ``_count``...). Any other POST or PUT may have been
+carried out before the node failed (``_bulk`` whose actions have no ids,
+``_update_by_query``, a document created), so the caller gets the 502/503/504
+and decides. All attempts together stay within the request's timeout.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ import ssl as ssl_module
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import httpcore
 
@@ -69,9 +79,21 @@ KEEPALIVE_S = 15.0
 # machine that is gone), short enough that a restarted node (tens of
 # seconds to rejoin) takes its share again within a second or two of it.
 DEAD_NODE_BACKOFF_S = 2.0
+# The longest a node that stays silent (an attempt timed out on it again and
+# again) is passed over between tries; as elasticsearch-py's node pool.
+MAX_DEAD_NODE_BACKOFF_S = 30.0
 # Methods replayed on another node after the exchange broke off once sent:
 # they change nothing on the cluster (see the module's docstring).
 REPLAYABLE_METHODS = frozenset({"GET", "HEAD"})
+# Endpoints (the first path segment that starts with "_") whose POST only
+# reads, so it is replayed like a GET: a search or count sent twice answers
+# twice and changes nothing. Not among them: `_search/scroll` (each call
+# moves the cursor: a page read twice is a page lost), a `_search` that opens
+# a scroll or PIT context (`scroll=` in its query: a repeat leaves a context
+# held for nothing), `_pit`, `_async_search`, and every write.
+READ_ONLY_POST_ENDPOINTS = frozenset(
+    {"_search", "_msearch", "_count", "_mget", "_field_caps", "_validate", "_explain", "_terms_enum"}
+)
 
 
 class HttpFailure(ConnectionError):
@@ -95,6 +117,28 @@ class HttpResponse:
     body: bytes
 
 
+def repeatable(method: str, target: str) -> bool:
+    """Whether ``method`` on ``target`` may be sent again to another node
+    after the first was sent and not answered (see the module's docstring)."""
+    if method in REPLAYABLE_METHODS:
+        return True
+    if method != "POST":
+        return False
+    path, _, query = target.partition("?")
+    if any(name in ("scroll", "scroll_id") for name, _, _ in (p.partition("=") for p in query.split("&"))):
+        return False
+    segments = [unquote(segment) for segment in path.split("/") if segment]
+    # The endpoint is the first "_" segment ("/i/_doc/_search" indexes a
+    # document whose id is "_search"); "_all" names every index.
+    at = next((n for n, segment in enumerate(segments) if segment.startswith("_") and segment != "_all"), None)
+    if at is None or segments[at] not in READ_ONLY_POST_ENDPOINTS:
+        return False
+    rest = segments[at + 1 :]
+    if segments[at] in ("_search", "_msearch"):
+        return rest in ([], ["template"])
+    return True
+
+
 def reusable(status: int) -> bool:
     """Whether a connection that answered ``status`` may carry another request."""
     return status < 500 and status not in UNTRUSTED_STATUSES
@@ -111,10 +155,17 @@ class OriginPool:
         *,
         ssl: ssl_module.SSLContext | None = None,
         timeout_s: float = 30.0,
+        connect_timeout_s: float | None = None,
         max_connections: int = 64,
         keepalive_s: float = KEEPALIVE_S,
     ):
+        """``timeout_s`` bounds a whole exchange (connecting included);
+        ``connect_timeout_s``, when shorter, bounds opening a connection
+        (TCP and TLS) on its own: past it nothing was sent
+        (`HttpConnectFailure`)."""
         self.host, self.port, self.ssl, self.timeout_s = host, port, ssl, timeout_s
+        # httpcore's per-request timeout extension; the network backend below honours "connect".
+        self._extensions = {"timeout": {"connect": connect_timeout_s}} if connect_timeout_s else {}
         self._origin = httpcore.Origin(b"https" if ssl is not None else b"http", host.encode("idna"), port)
         self.host_header = (f"[{host}]" if ":" in host else host).encode("idna") + b":%d" % port
         self._keepalive_s = keepalive_s
@@ -125,7 +176,17 @@ class OriginPool:
         # Connections opened so far (tests read it).
         self.opened = 0
 
-    async def request(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse:
+    async def request(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        *,
+        timeout_s: float | None = None,
+    ) -> HttpResponse:
+        """``timeout_s``: this exchange's bound instead of the pool's."""
+        timeout_s = timeout_s or self.timeout_s
         if any(c in target for c in "\r\n ") or not target.startswith("/"):
             raise ValueError(f"not a request target: {target!r}")
         for name, value in headers:
@@ -137,15 +198,15 @@ class OriginPool:
         url = httpcore.URL(
             scheme=self._origin.scheme, host=self._origin.host, port=self.port, target=target.encode("latin-1")
         )
-        request = httpcore.Request(method.encode("ascii"), url, headers=sent, content=body)
+        request = httpcore.Request(method.encode("ascii"), url, headers=sent, content=body, extensions=self._extensions)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._max_connections)
         async with self._slots:
             try:
-                async with asyncio.timeout(self.timeout_s):
+                async with asyncio.timeout(timeout_s):
                     return await self._exchange(request)
             except TimeoutError:
-                raise HttpTimeout(f"no answer within {self.timeout_s:g} s") from None
+                raise HttpTimeout(f"no answer within {timeout_s:g} s") from None
 
     async def _exchange(self, request: httpcore.Request) -> HttpResponse:
         while self._idle:
@@ -176,6 +237,10 @@ class OriginPool:
                 raise _StaleConnection() from exc
             if isinstance(exc, httpcore.ConnectError):
                 raise HttpConnectFailure(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+            if isinstance(exc, httpcore.ConnectTimeout):
+                raise HttpConnectFailure(
+                    f"cannot connect to {self.host}:{self.port} within {exc or 'the connect timeout'}"
+                ) from exc
             if isinstance(exc, (httpcore.NetworkError, httpcore.ProtocolError)):
                 raise HttpFailure(
                     f"{self.host}:{self.port} broke off the exchange: {exc or type(exc).__name__}"
@@ -215,13 +280,20 @@ class NodePools:
         pools: Sequence[OriginPool],
         *,
         backoff_s: float = DEAD_NODE_BACKOFF_S,
+        max_backoff_s: float = MAX_DEAD_NODE_BACKOFF_S,
+        timeout_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
+        """``timeout_s``: every attempt of one request together (each pool
+        bounds its own attempt); None: only the pools' bounds."""
         if not pools:
             raise ValueError("NodePools needs at least one pool")
         self.pools = tuple(pools)
-        self._backoff_s, self._clock = backoff_s, clock
+        self._backoff_s, self._max_backoff_s, self._clock = backoff_s, max_backoff_s, clock
+        self.timeout_s = timeout_s
         self._down_until = [0.0] * len(self.pools)
+        # Attempts in a row each node left unanswered within its timeout.
+        self._silences = [0] * len(self.pools)
         self._turn = 0
 
     def _order(self) -> list[int]:
@@ -232,19 +304,42 @@ class NodePools:
         return [i for i in turn if self._down_until[i] <= now] + [i for i in turn if self._down_until[i] > now]
 
     async def request(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse:
-        failure = HttpFailure("no node was tried")
+        if self.timeout_s is None:
+            return await self._round(method, target, headers, body)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._round(method, target, headers, body)
+        except HttpTimeout:  # the last node's own (a TimeoutError too): said as it is
+            raise
+        except TimeoutError:
+            raise HttpTimeout(f"no node answered within {self.timeout_s:g} s") from None
+
+    async def _round(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse:
+        failure: HttpFailure | HttpTimeout = HttpFailure("no node was tried")
+        # A request that may not be sent again waits for its node the whole
+        # request timeout, as with one node: cut short, it would be lost.
+        # Only a repeatable one is cut at the pool's attempt timeout.
+        timeout_s = None if repeatable(method, target) else self.timeout_s
         for node in self._order():
             try:
-                response = await self.pools[node].request(method, target, headers, body)
+                response = await self.pools[node].request(method, target, headers, body, timeout_s=timeout_s)
             except HttpConnectFailure as exc:
                 self._down_until[node] = self._clock() + self._backoff_s
                 failure = exc
             except HttpFailure as exc:
-                if method not in REPLAYABLE_METHODS:
+                if not repeatable(method, target):
+                    raise
+                failure = exc
+            except HttpTimeout as exc:
+                # Silent: pass it over, longer each time it stays so.
+                self._silences[node] += 1
+                backoff = min(self._backoff_s * 2 ** (self._silences[node] - 1), self._max_backoff_s)
+                self._down_until[node] = self._clock() + backoff
+                if not repeatable(method, target):
                     raise
                 failure = exc
             else:
-                self._down_until[node] = 0.0
+                self._down_until[node], self._silences[node] = 0.0, 0
                 return response
         raise failure
 
@@ -287,7 +382,11 @@ class _AsyncioStream(httpcore.AsyncNetworkStream):
         self, ssl_context: ssl_module.SSLContext, server_hostname: str | None = None, timeout: float | None = None
     ) -> _AsyncioStream:
         try:
-            await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
+            async with asyncio.timeout(timeout):
+                await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
+        except TimeoutError:
+            self._writer.close()
+            raise httpcore.ConnectTimeout(f"{timeout:g} s (TLS handshake)") from None
         except (OSError, ssl_module.SSLError) as exc:
             self._writer.close()
             raise httpcore.ConnectError(str(exc)) from exc
@@ -305,10 +404,14 @@ class _AsyncioBackend(httpcore.AsyncNetworkBackend):
     async def connect_tcp(
         self, host: str, port: int, timeout: float | None = None, local_address: str | None = None, socket_options=None
     ) -> _AsyncioStream:
+        # ``timeout``: the request's "connect" timeout (httpcore passes it on).
         try:
-            reader, writer = await asyncio.open_connection(
-                host, port, local_addr=(local_address, 0) if local_address else None
-            )
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(
+                    host, port, local_addr=(local_address, 0) if local_address else None
+                )
+        except TimeoutError:
+            raise httpcore.ConnectTimeout(f"{timeout:g} s") from None
         except OSError as exc:
             raise httpcore.ConnectError(exc.strerror or str(exc)) from exc
         return _AsyncioStream(reader, writer)

@@ -266,9 +266,16 @@ def _make_pool(settings: Settings) -> OriginPool | NodePools:
     if any(parts.scheme == "https" for parts in nodes):
         # Verified against ES_CA_CERTS or OPENSEARCH_CA_CERTS (a PEM bundle), else the system's CAs.
         context = ssl.create_default_context(cafile=settings.search_ca_certs)
-    timeout_s = settings.es_request_timeout_s
+    # One node: its one attempt has the whole request timeout. Several: each
+    # attempt `Settings.attempt_timeout_s`, all of them the whole timeout.
+    attempt_s = settings.attempt_timeout_s(settings.search_nodes)
     pools = [
-        OriginPool(*_pool_address(parts), ssl=context if parts.scheme == "https" else None, timeout_s=timeout_s)
+        OriginPool(
+            *_pool_address(parts),
+            ssl=context if parts.scheme == "https" else None,
+            timeout_s=attempt_s,
+            connect_timeout_s=settings.engine.connect_timeout_s,
+        )
         for parts in nodes
     ]
-    return pools[0] if len(pools) == 1 else NodePools(pools)
+    return pools[0] if len(pools) == 1 else NodePools(pools, timeout_s=settings.es_request_timeout_s)
