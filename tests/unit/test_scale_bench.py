@@ -122,10 +122,31 @@ def test_knn_recall_counts_the_exact_neighbours_the_index_returned(monkeypatch):
         ids = {"q": [0, 1], "r": [3, 0]}[text]
         return SimpleNamespace(chunks=[SimpleNamespace(chunk_id=f"d:{i}") for i in ids])
 
-    retriever = SimpleNamespace(embedder=Embedder(), search=search)
+    retriever = SimpleNamespace(embedder=Embedder(), search=search, settings=SimpleNamespace(num_candidates=100))
     for block in (1, 3, 50):
         monkeypatch.setattr(scale_bench, "RECALL_BLOCK", block)
         assert scale_bench.knn_recall(retriever, ["q", "r"], plan, sentences, vectors, 2)["recall"] == 0.75
+
+
+def test_knn_recall_computes_the_exact_neighbours_once_per_corpus(tmp_path):
+    from types import SimpleNamespace
+
+    import bench.scale_bench as scale_bench
+
+    cache = tmp_path / "exact.json"
+    cache.write_text('[["d:0", "d:1"], ["d:3", "d:2"]]')
+
+    class NoEmbedder:
+        def embed(self, texts):
+            raise AssertionError("the cached neighbours need no embedding")
+
+    def search(text, mode, size):
+        ids = {"q": [0, 1], "r": [3, 0]}[text]
+        return SimpleNamespace(chunks=[SimpleNamespace(chunk_id=f"d:{i}") for i in ids])
+
+    retriever = SimpleNamespace(embedder=NoEmbedder(), search=search, settings=SimpleNamespace(num_candidates=500))
+    recall = scale_bench.knn_recall(retriever, ["q", "r"], [], [], None, 2, exact_cache=cache)
+    assert (recall["recall"], recall["num_candidates"]) == (0.75, 500)
 
 
 def test_heap_summary_of_one_node_keeps_the_single_node_figures():
