@@ -104,6 +104,18 @@ def test_series_groups_rows_by_engine_and_vector_type_sorted_by_size():
     assert series(rows, "knn", "p95") == {"es hnsw": [(10, 3.0, 2.0), (100, 9.0, 4.0)]}
 
 
+def _fake_index(ids_by_query: dict[str, list[int]], vectors: np.ndarray):
+    from types import SimpleNamespace
+
+    def search(text, mode, size, include_vectors=False):
+        assert (mode, include_vectors) == ("knn", True)
+        return SimpleNamespace(
+            chunks=[SimpleNamespace(chunk_id=f"d:{i}", vector=vectors[i]) for i in ids_by_query[text]]
+        )
+
+    return search
+
+
 def test_knn_recall_counts_the_exact_neighbours_the_index_returned(monkeypatch):
     from types import SimpleNamespace
 
@@ -117,36 +129,36 @@ def test_knn_recall_counts_the_exact_neighbours_the_index_returned(monkeypatch):
         def embed(self, texts):
             return np.asarray([[1.0, 0.2, 0.1, 0.0] if t == "q" else [0.0, 0.0, 0.1, 1.0] for t in texts])
 
-    def search(text, mode, size):
-        # Exact top-2 for "q" is d:0, d:1; for "r" d:3, d:2; the fake index misses d:2.
-        ids = {"q": [0, 1], "r": [3, 0]}[text]
-        return SimpleNamespace(chunks=[SimpleNamespace(chunk_id=f"d:{i}") for i in ids])
-
+    # Exact top-2 for "q" is d:0, d:1; for "r" d:3, d:2; the fake index misses d:2.
+    search = _fake_index({"q": [0, 1], "r": [3, 0]}, vectors)
     retriever = SimpleNamespace(embedder=Embedder(), search=search, settings=SimpleNamespace(num_candidates=100))
     for block in (1, 3, 50):
         monkeypatch.setattr(scale_bench, "RECALL_BLOCK", block)
-        assert scale_bench.knn_recall(retriever, ["q", "r"], plan, sentences, vectors, 2)["recall"] == 0.75
+        recall = scale_bench.knn_recall(retriever, ["q", "r"], plan, sentences, vectors, 2)
+        # d:0 (cosine 0) is farther than r's 2nd exact neighbour d:2 (0.1).
+        assert (recall["recall"], recall["recall_by_distance"]) == (0.75, 0.75)
 
 
-def test_knn_recall_computes_the_exact_neighbours_once_per_corpus(tmp_path):
+def test_knn_recall_by_distance_counts_a_tied_neighbour_the_ids_miss(tmp_path):
+    """Two chunks with the same vector: the exact top 1 holds one of them,
+    the index returned the other; by id a miss, by distance a hit."""
     from types import SimpleNamespace
 
     import bench.scale_bench as scale_bench
 
+    vectors = np.asarray([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
     cache = tmp_path / "exact.json"
-    cache.write_text('[["d:0", "d:1"], ["d:3", "d:2"]]')
+    cache.write_text('{"ids": [["d:0"]], "kth": [1.0]}')
 
-    class NoEmbedder:
+    class Embedder:
         def embed(self, texts):
-            raise AssertionError("the cached neighbours need no embedding")
+            return np.asarray([[1.0, 0.0]], dtype=np.float32)
 
-    def search(text, mode, size):
-        ids = {"q": [0, 1], "r": [3, 0]}[text]
-        return SimpleNamespace(chunks=[SimpleNamespace(chunk_id=f"d:{i}") for i in ids])
-
-    retriever = SimpleNamespace(embedder=NoEmbedder(), search=search, settings=SimpleNamespace(num_candidates=500))
-    recall = scale_bench.knn_recall(retriever, ["q", "r"], [], [], None, 2, exact_cache=cache)
-    assert (recall["recall"], recall["num_candidates"]) == (0.75, 500)
+    retriever = SimpleNamespace(
+        embedder=Embedder(), search=_fake_index({"q": [1]}, vectors), settings=SimpleNamespace(num_candidates=500)
+    )
+    recall = scale_bench.knn_recall(retriever, ["q"], [], [], None, 1, exact_cache=cache)
+    assert (recall["recall"], recall["recall_by_distance"], recall["num_candidates"]) == (0.0, 1.0, 500)
 
 
 def test_heap_summary_of_one_node_keeps_the_single_node_figures():
