@@ -7,6 +7,9 @@ cluster of three.
     python -m bench.scale_bench cluster --engine elasticsearch --first-port 19700 --heap 1g  # or 3 nodes
     python -m bench.scale_bench run --url http://127.0.0.1:19400 --engine elasticsearch \\
         --size 10000 --vector-type int8_hnsw [--runs 3] [--keep] [--shards 3 --replicas 1]
+    python -m bench.scale_bench recall --url ... --index scale-bbq_hnsw-1000000 --size 1000000 \
+        --row elasticsearch/bbq_hnsw/1000000 [--num-candidates 500]   # kNN recall of a kept index
+    python -m bench.scale_bench throughput --url ... --index ... --row ...  # searches/s at 1,2,4,8 callers
     python -m bench.scale_bench plot
 
 Corpora (bench/scale_corpus.py): real documents from ../shared/eval cut into
