@@ -8,6 +8,7 @@ import socket
 import pytest
 
 from search_extension.gateway.origin import HttpConnectFailure, HttpFailure, HttpTimeout, NodePools, OriginPool
+from tests.support.raw_http import read_request
 
 # Script steps besides a raw response: stop reading and answering but keep
 # the socket open (Elasticsearch after a too-long header), close it right
@@ -32,16 +33,8 @@ class Server:
         script = self.scripts.pop(0) if self.scripts else []
         try:
             while script:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":")[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length")
-                    ),
-                    0,
-                )
-                self.requests.append((number, head + await reader.readexactly(length)))
+                head, body = await read_request(reader)
+                self.requests.append((number, head + body))
                 step = script.pop(0)
                 if step == DROP:
                     break

@@ -40,6 +40,7 @@ from search_extension.gateway.origin import (
     OriginPool,
     repeatable,
 )
+from tests.support.raw_http import read_request
 
 # --- nodes on loopback ---------------------------------------------------------
 
@@ -96,16 +97,7 @@ class LiveNode:
     async def handle(self, reader, writer):
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":")[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length")
-                    ),
-                    0,
-                )
-                await reader.readexactly(length)
+                head, _body = await read_request(reader)
                 self.requests.append(head.split(b"\r\n")[0])
                 await asyncio.sleep(self.delay_s)
                 body = json.dumps(SEARCH_ANSWER).encode()
