@@ -319,7 +319,8 @@ class NodePools:
         # A request that may not be sent again waits for its node the whole
         # request timeout, as with one node: cut short, it would be lost.
         # Only a repeatable one is cut at the pool's attempt timeout.
-        timeout_s = None if repeatable(method, target) else self.timeout_s
+        may_repeat = repeatable(method, target)
+        timeout_s = None if may_repeat else self.timeout_s
         for node in self._order():
             try:
                 response = await self.pools[node].request(method, target, headers, body, timeout_s=timeout_s)
@@ -327,7 +328,7 @@ class NodePools:
                 self._down_until[node] = self._clock() + self._backoff_s
                 failure = exc
             except HttpFailure as exc:
-                if not repeatable(method, target):
+                if not may_repeat:
                     raise
                 failure = exc
             except HttpTimeout as exc:
@@ -335,7 +336,7 @@ class NodePools:
                 self._silences[node] += 1
                 backoff = min(self._backoff_s * 2 ** (self._silences[node] - 1), self._max_backoff_s)
                 self._down_until[node] = self._clock() + backoff
-                if not repeatable(method, target):
+                if not may_repeat:
                     raise
                 failure = exc
             else:
