@@ -219,6 +219,38 @@ class Edges:
             return None
         return (es if es is not None else self.es).capabilities()
 
+    # --- what the metrics read at scrape time --------------------------------
+
+    def live_probes(self, timeout_s: float = 0.5) -> dict[str, Callable[[], Any]]:
+        """With Celery judging: the depth of the judging queue in Redis and
+        whether a worker answers a ping, each within ``timeout_s``; called
+        from the metrics endpoint's thread, never on a request's path."""
+        if self.settings.workers.judge != "celery":
+            return {}
+
+        def celery_depth() -> int:
+            import redis
+
+            from workers.app import QUEUE
+
+            client = redis.Redis.from_url(
+                self.settings.redis_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
+            )
+            try:
+                return int(client.llen(QUEUE))
+            finally:
+                client.close()
+
+        def workers_up() -> bool:
+            from workers.dispatch import WorkersUnavailable, check_workers
+
+            try:
+                return check_workers(self.celery, timeout_s, limit=1) > 0
+            except WorkersUnavailable:
+                return False
+
+        return {"celery_depth": celery_depth, "workers_up": workers_up}
+
     # --- health ------------------------------------------------------------
 
     async def health(self) -> dict[str, Any]:

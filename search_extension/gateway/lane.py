@@ -20,7 +20,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from search_extension.gateway import errors, playground
+from search_extension.gateway import errors, playground, telemetry
 from search_extension.gateway.body_reads import (
     JSON_MEDIA_TYPES,
     body_parameters,
@@ -96,6 +96,7 @@ class PassthroughLane:
                 self.contexts.check(caller.key.name, presented_ids(scope["method"], parts, query, body))
             if is_index_search(scope["method"], raw_path_of(scope)) and carries_chunkrag(body):
                 return await self.app(scope, replay(body, receive), send)
+            telemetry.note(scope, mode="passthrough")
             response = await self.passthrough.forward(
                 scope["method"], request_target(scope), scope["headers"], body, caller
             )

@@ -28,6 +28,7 @@ class FilteredQueue:
         self.running, self.queued, self.retry_after_s = running, queued, retry_after_s
         self._slots: asyncio.Semaphore | None = None  # made on the serving loop
         self.waiting = 0
+        self.in_use = 0  # running now (read by the metrics)
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -45,9 +46,11 @@ class FilteredQueue:
             await self._slots.acquire()
         finally:
             self.waiting -= 1
+        self.in_use += 1
         try:
             yield
         finally:
+            self.in_use -= 1
             self._slots.release()
 
 
