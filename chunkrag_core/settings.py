@@ -310,6 +310,9 @@ class GatewaySettings:
     # One JSON line per request on the logger chunkrag.gateway.access
     # (`chunkrag serve` writes it to stdout).
     access_log: bool = False
+    # Where scroll/PIT bindings and rate-limit buckets live: "local" (this
+    # process) or "redis" (REDIS_URL, shared by every gateway instance).
+    shared_state: str = "local"
 
 
 @dataclass(frozen=True, slots=True)

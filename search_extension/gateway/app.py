@@ -63,6 +63,7 @@ from search_extension.gateway.models import (
 from search_extension.gateway.passthrough import HttpTransport
 from search_extension.gateway.policy import parse_classes
 from search_extension.gateway.responses import error_response, es_json
+from search_extension.gateway.shared_state import make_stores
 from search_extension.options import first_error
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ def create_app(
     check_engine_auth(settings)
     classes = parse_classes(limits.passthrough)
     queue = FilteredQueue(limits.max_filtered, limits.max_queued, limits.retry_after_s)
+    # Scroll/PIT bindings and rate buckets: this process's, or every instance's (Redis).
+    contexts, rate_limiter, shared = make_stores(settings, RateLimiter(limits.rate_per_s, limits.rate_burst))
     edges = Edges(
         settings,
         es=es,
@@ -96,6 +99,7 @@ def create_app(
         embedder=embedder,
         judge_many_factory=judge_many_factory,
         http_transport=http_transport,
+        shared_redis=shared,
     )
     metrics = telemetry.GatewayMetrics()
     metrics.watch(telemetry.LiveState(queue, **edges.live_probes()))
@@ -117,6 +121,8 @@ def create_app(
             if served is not None:
                 served.shutdown()
                 served.server_close()
+            if shared is not None:
+                await shared.aclose()
             await edges.aclose()
 
     # /docs would shadow an index named "docs": Swagger UI lives under /v1.
@@ -139,11 +145,11 @@ def create_app(
     # guard (who, how often, which endpoint), then the lane, then the depth
     # check of the bodies FastAPI decodes itself.
     app.add_middleware(BodyDepth)
-    app.add_middleware(PassthroughLane, passthrough=edges.passthrough)
+    app.add_middleware(PassthroughLane, passthrough=edges.passthrough, contexts=contexts)
     app.add_middleware(
         Guard,
         authenticator=authenticator,
-        rate_limiter=RateLimiter(limits.rate_per_s, limits.rate_burst),
+        rate_limiter=rate_limiter,
         passthrough_classes=classes,
         users=ClusterUsers(edges.passthrough.ask_as, settings.search_backend) if limits.auth == "forward" else None,
     )

@@ -37,9 +37,11 @@ class Edges:
         embedder=None,
         judge_many_factory: JudgeManyFactory | None = None,
         http_transport: HttpTransport | None = None,
+        shared_redis=None,
     ):
         self.settings = settings
-        self.passthrough = Passthrough(settings, http_transport)
+        # shared_redis: the instances' shared state (shared_state.py), for the derived keys.
+        self.passthrough = Passthrough(settings, http_transport, shared_redis)
         self._es, self._model, self._embedder = es, model, embedder
         self._owns_es = es is None  # an injected client belongs to the caller
         self._judge_many_factory = judge_many_factory

@@ -50,7 +50,7 @@ class Guard:
                 caller = await self.users.identify(caller)
             telemetry.note(scope, identity=caller.identity)
             try:
-                self.rate_limiter.take(caller.identity)
+                await self.rate_limiter.acquire(caller.identity)
             except errors.GatewayError:
                 telemetry.note(scope, shed="rate")
                 raise

@@ -74,12 +74,20 @@ class RateLimiter:
         tokens = min(float(self.burst), tokens + (now - seen) * self.rate)
         if tokens < 1.0:
             self._buckets[caller] = (tokens, now)
-            wait = (1.0 - tokens) / self.rate
-            raise errors.too_many(
-                f"rate limit of {self.rate:g} requests/s (bursts of {self.burst}) reached for this caller "
-                "(CHUNKRAG_GATEWAY_RATE_PER_S)",
-                wait,
-            )
+            raise rate_limited(self.rate, self.burst, (1.0 - tokens) / self.rate)
         self._buckets[caller] = (tokens - 1.0, now)
         while len(self._buckets) > MAX_TRACKED_CALLERS:
             self._buckets.popitem(last=False)
+
+    async def acquire(self, caller: str) -> None:
+        """``take``, behind the awaitable call the shared buckets need
+        (``shared_state.SharedRateLimiter``)."""
+        self.take(caller)
+
+
+def rate_limited(rate: float, burst: int, wait_s: float) -> errors.GatewayError:
+    """The 429 of a caller's empty bucket, saying when a token is back."""
+    return errors.too_many(
+        f"rate limit of {rate:g} requests/s (bursts of {burst}) reached for this caller (CHUNKRAG_GATEWAY_RATE_PER_S)",
+        wait_s,
+    )

@@ -79,7 +79,7 @@ def _without_challenge(response: HttpResponse) -> HttpResponse:
 
 
 class Passthrough:
-    def __init__(self, settings: Settings, transport: HttpTransport | None = None):
+    def __init__(self, settings: Settings, transport: HttpTransport | None = None, shared_redis=None):
         self.settings = settings
         self._transport = transport
         # A cluster behind a reverse proxy may live under a path.
@@ -104,6 +104,7 @@ class Passthrough:
                 self._own_headers,
                 ttl_s=settings.gateway.derived_key_ttl_s,
                 gateway_only_accepted=settings.gateway.enforce_in_gateway_only,
+                shared=_shared_keys(shared_redis, self._own_headers, settings.gateway.derived_key_ttl_s),
             )
 
     @property
@@ -235,6 +236,17 @@ def _without_cluster_identity(response: HttpResponse, caller: Caller) -> HttpRes
 
 def _authorization_of(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return next((value for name, value in headers if name == b"authorization"), None)
+
+
+def _shared_keys(shared_redis, own_headers: list[tuple[bytes, bytes]], ttl_s: float):
+    """With state shared by several instances (``shared_redis``, a
+    ``shared_state.SharedRedis``), the derived keys they share, sealed with
+    the gateway's own credentials; None otherwise."""
+    if shared_redis is None or not own_headers:
+        return None
+    from search_extension.gateway.shared_state import SharedDerivedKeys
+
+    return SharedDerivedKeys(shared_redis, b"\n".join(value for _, value in own_headers), ttl_s)
 
 
 def service_credentials(settings: Settings) -> list[tuple[bytes, bytes]]:
