@@ -400,6 +400,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     gateway = dataclasses.replace(
         settings.gateway, host=args.host or settings.gateway.host, port=args.port or settings.gateway.port
     )
+    from chunkrag_core import tracing
+
+    # Traces only when CHUNKRAG_OTEL_EXPORTER names an exporter.
+    tracing.configure_from_env(service_name="chunkrag-gateway")
     if args.access_log or gateway.access_log:
         from search_extension.gateway.telemetry import configure_access_log
 

@@ -10,6 +10,7 @@ import threading
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+from chunkrag_core import tracing
 from chunkrag_core.settings import Settings, redact_url
 from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany, Place, judge_in_threads
 from search_extension.ask import AskResult, ask
@@ -188,6 +189,8 @@ class Edges:
         from search_extension.retriever import HybridRetriever
 
         es = es_for(self.es, caller)
+        if traced := tracing.headers():
+            es = es.with_headers(traced)  # the cluster's own trace, if it keeps one, joins ours
         # The probe reads cluster stats: a derived key (service mode) has no
         # cluster privilege, so there it runs with the gateway's own client.
         probe = None if caller.key is not None else es

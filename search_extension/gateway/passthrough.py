@@ -13,6 +13,7 @@ from urllib.parse import unquote, urlsplit
 import orjson
 from starlette.responses import Response
 
+from chunkrag_core import tracing
 from chunkrag_core.engines.aws_signing import opensearch_sigv4
 from chunkrag_core.settings import Settings
 from search_extension.gateway import errors
@@ -129,7 +130,15 @@ class Passthrough:
             if name.lower() not in dropped and forwardable_header(name, trusted_proxy=trusted)
         ]
         outgoing += forwarded_headers(await self.bind(caller))
-        response = await self._send(method, target, outgoing, body)
+        if not tracing.active():
+            response = await self._send(method, target, outgoing, body)
+        else:
+            with tracing.span(f"forward {method}", "client", {"http.request.method": method}) as current:
+                # The cluster's trace continues this span, not the caller's.
+                outgoing = [(n, v) for n, v in outgoing if n.lower() not in (b"traceparent", b"tracestate")]
+                outgoing += [(name.encode(), value.encode()) for name, value in tracing.headers().items()]
+                response = await self._send(method, target, outgoing, body)
+                tracing.set_attributes(current, {"http.response.status_code": response.status})
         if caller.key is not None and (response.status in (401, 403) or may_name_cluster_identity(response.body)):
             if response.status == 401:
                 self.forget(caller)  # an invalidated derived key: make a new one next time

@@ -38,6 +38,8 @@ from typing import Any, Callable, Iterable
 
 import orjson
 
+from chunkrag_core import tracing
+
 ACCESS_LOGGER = "chunkrag.gateway.access"
 access_log = logging.getLogger(ACCESS_LOGGER)
 log = logging.getLogger("chunkrag.gateway")
@@ -371,9 +373,29 @@ class Telemetry:
             await send(message)
 
         try:
-            await self.app(scope, receive, sent)
+            if not tracing.active():
+                await self.app(scope, receive, sent)
+            else:
+                await self._traced(scope, receive, sent, record, lambda: status)
         finally:
             self._finish(scope, record, request_id, status, time.perf_counter() - started)
+
+    async def _traced(self, scope, receive, send, record: RequestRecord, status: Callable[[], int]) -> None:
+        """The request as the server span of a trace: the caller's traceparent's child when it sent one."""
+        incoming = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope["headers"]
+            if name.lower() in (b"traceparent", b"tracestate")
+        }
+        route = route_of(scope["path"], self.own_routes)
+        attributes = {"http.request.method": scope["method"], "http.route": route}
+        name = f"{scope['method']} {route}"
+        with tracing.span(name, "server", attributes, parent=tracing.extract(incoming)) as current:
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                mode = record.mode or ("gateway" if scope["path"] in self.own_routes else "refused")
+                tracing.set_attributes(current, {"http.response.status_code": status(), "chunkrag.mode": mode})
 
     def _finish(self, scope, record: RequestRecord, request_id: str, status: int, seconds: float) -> None:
         route = route_of(scope["path"], self.own_routes)
