@@ -228,7 +228,7 @@ def test_connection_counts_are_read_from_the_servers_protocol():
     ],
 )
 def test_routes_are_templates_of_bounded_variety(path, route):
-    assert route_of(path, {"/v1/ask"}) == route
+    assert route_of(path, frozenset({"/v1/ask"})) == route
 
 
 def test_identity_classes_never_carry_the_identity():
