@@ -111,3 +111,16 @@ def test_an_unknown_exporter_is_named():
     with pytest.raises(tracing.TracingError, match="CHUNKRAG_OTEL_EXPORTER must be one of none, console, otlp"):
         tracing.configure_from_env({"CHUNKRAG_OTEL_EXPORTER": "jaeger"})
     assert not tracing.active()
+
+
+def test_otlp_without_its_exporter_package_names_the_package():
+    pytest.importorskip("opentelemetry.sdk")
+    try:
+        import opentelemetry.exporter.otlp.proto.http  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("the OTLP exporter is installed here")
+    with pytest.raises(tracing.TracingError, match="pip install opentelemetry-exporter-otlp-proto-http"):
+        tracing.configure("otlp")
+    assert not tracing.active()
