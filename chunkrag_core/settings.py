@@ -303,6 +303,16 @@ class GatewaySettings:
     # is static files with no data; everything it shows comes from the
     # gateway's search API, called with the caller's own credentials.
     playground: bool = True
+    # The Prometheus metrics on a port of their own (0: no endpoint), on
+    # metrics_host: not under the callers' paths nor behind their auth.
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    # One JSON line per request on the logger chunkrag.gateway.access
+    # (`chunkrag serve` writes it to stdout).
+    access_log: bool = False
+    # Where scroll/PIT bindings and rate-limit buckets live: "local" (this
+    # process) or "redis" (REDIS_URL, shared by every gateway instance).
+    shared_state: str = "local"
 
 
 @dataclass(frozen=True, slots=True)

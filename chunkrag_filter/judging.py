@@ -12,6 +12,7 @@ and the other filter-library modules, never the workers or the gateway.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -142,9 +143,17 @@ def judge_in_threads(
         batches = plan_batches(len(chunks), options)
         pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="judge")
         try:
+            # Each batch runs in a copy of the caller's context (a trace's current span among it).
             futures = [
                 pool.submit(
-                    judge_batch, query, passages(chunks, batch), model, options, cache=cache, model_name=model_name
+                    contextvars.copy_context().run,
+                    judge_batch,
+                    query,
+                    passages(chunks, batch),
+                    model,
+                    options,
+                    cache=cache,
+                    model_name=model_name,
                 )
                 for batch in batches
             ]

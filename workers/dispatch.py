@@ -38,6 +38,7 @@ from typing import Callable, Collection, Sequence
 from celery import Celery, group, states
 from celery.exceptions import TimeoutError as CeleryTimeout
 
+from chunkrag_core import tracing
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.settings import Settings, redact_url
 from chunkrag_filter.judging import (
@@ -300,7 +301,8 @@ class CeleryJudgeMany:
             for part in plan_batches(len(chunks), options, self.batch_size)
         ]
         deadline = time.monotonic() + self.budget_s
-        self._send(sent)
+        with tracing.span("judge dispatch", "producer", {"chunkrag.batches": len(sent)}):
+            self._send(sent)
         try:
             self._wait(sent, deadline)
         except WorkersUnavailable:
@@ -321,8 +323,9 @@ class CeleryJudgeMany:
 
     def _signature(self, args: tuple, expires: float):
         # expires: a task still queued when the budget is spent is dropped by
-        # the worker instead of judged for nobody.
-        return self.app.signature(JUDGE_TASK, args=args, expires=expires)
+        # the worker instead of judged for nobody. headers: the trace's
+        # traceparent when tracing is on (the worker continues it).
+        return self.app.signature(JUDGE_TASK, args=args, expires=expires, headers=tracing.headers())
 
     def _send(self, sent: list[_Sent]) -> None:
         try:

@@ -25,6 +25,7 @@ from typing import Callable
 
 from celery import Celery
 
+from chunkrag_core import tracing
 from chunkrag_core.engines import make_backend
 from chunkrag_core.engines.errors import EngineTimeout, EngineUnavailable
 from chunkrag_core.providers import make_chat, make_embedder
@@ -100,6 +101,13 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         time_limit=task_time_limit_s(workers),
     )
     def judge_chunks(self, query: str, texts: list[str], options: dict, model_name: str = "") -> list[dict]:
+        # The dispatcher's trace, continued here when tracing is on.
+        tracing.ensure_from_env("chunkrag-worker")
+        parent = tracing.extract(trace_headers(self.request))
+        with tracing.span("judge_chunks", "consumer", {"chunkrag.chunks": len(texts)}, parent=parent):
+            return judge(self, query, texts, options, model_name)
+
+    def judge(self, query: str, texts: list[str], options: dict, model_name: str) -> list[dict]:
         if model_name and model_name != settings.chat.model:
             # Scores (and cached scores) from another model than the caller
             # reports would be silently wrong; a mismatch is a setup error.
@@ -132,6 +140,17 @@ def register_tasks(app: Celery, settings: Settings) -> None:
             )
             raise self.retry(exc=exc, countdown=countdown) from exc
         return [encode_judgement(j) for j in judgements]
+
+
+def trace_headers(request) -> dict[str, str]:
+    """The trace headers a task's message carried (Celery lays custom
+    message headers out on the request, or under ``headers``)."""
+    carried = {}
+    for name in ("traceparent", "tracestate"):
+        value = getattr(request, name, None) or (getattr(request, "headers", None) or {}).get(name)
+        if isinstance(value, str):
+            carried[name] = value
+    return carried
 
 
 def register_ingest_task(app: Celery, settings: Settings) -> None:

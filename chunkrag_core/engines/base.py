@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
+from chunkrag_core import tracing
+
 BulkItem = tuple[bool, dict[str, Any]]
 
 # A backend's translation of its client's exception (and the address it
@@ -141,7 +143,11 @@ def translating(method):
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
-        with translated(self.engine_error, self.display_url):
+        # One span per engine call when tracing is on (its URL without credentials).
+        with (
+            tracing.span(f"engine {method.__name__}", "client", {"server.address": self.display_url}),
+            translated(self.engine_error, self.display_url),
+        ):
             return method(self, *args, **kwargs)
 
     return call

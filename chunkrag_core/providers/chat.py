@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
+from chunkrag_core import tracing
+
 
 class ChatError(RuntimeError):
     """The chat provider failed; ``retryable`` says whether trying again may
@@ -102,21 +104,32 @@ class OpenAICompatibleChat:
         options = {}
         if request.top_logprobs:
             options = {"logprobs": True, "top_logprobs": request.top_logprobs}
-        try:
-            response = self._client_or_new().chat.completions.create(
-                model=self.model,
-                messages=[{"role": m.role, "content": m.content} for m in request.messages],
-                max_tokens=request.max_tokens,
-                temperature=request.temperature,
-                stop=list(request.stop) or None,
-                **options,
+        with tracing.span(f"chat {self.model}", "client", {"gen_ai.request.model": self.model}) as current:
+            # The model server's own trace, if it keeps one, joins ours.
+            if traced := tracing.headers():
+                options["extra_headers"] = traced
+            try:
+                response = self._client_or_new().chat.completions.create(
+                    model=self.model,
+                    messages=[{"role": m.role, "content": m.content} for m in request.messages],
+                    max_tokens=request.max_tokens,
+                    temperature=request.temperature,
+                    stop=list(request.stop) or None,
+                    **options,
+                )
+            except (openai.APIStatusError, openai.APIConnectionError) as exc:
+                raise chat_error(exc, self._where()) from exc
+            usage = response.usage
+            tracing.set_attributes(
+                current,
+                {
+                    "gen_ai.usage.input_tokens": getattr(usage, "prompt_tokens", None),
+                    "gen_ai.usage.output_tokens": getattr(usage, "completion_tokens", None),
+                },
             )
-        except (openai.APIStatusError, openai.APIConnectionError) as exc:
-            raise chat_error(exc, self._where()) from exc
         if not response.choices:
             raise ChatError(f"{self._where()} returned no choices", retryable=True)
         choice = response.choices[0]
-        usage = response.usage
         return ChatResponse(
             text=choice.message.content or "",
             model=response.model or self.model,

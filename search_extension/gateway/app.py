@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from chunkrag_core.settings import Settings
-from search_extension.gateway import errors, playground
+from search_extension.gateway import errors, playground, telemetry
 from search_extension.gateway.body_depth import BodyDepth
 from search_extension.gateway.body_limit import BodyLimit
 from search_extension.gateway.body_reads import MAX_BODY_DEPTH
@@ -49,7 +49,7 @@ from search_extension.gateway.identity import (
     scrub_security_errors,
     service_refusal,
 )
-from search_extension.gateway.lane import PassthroughLane, request_target
+from search_extension.gateway.lane import GATEWAY_ROUTES, PassthroughLane, request_target
 from search_extension.gateway.limits import FilteredQueue, RateLimiter
 from search_extension.gateway.models import (
     FILTERED_STATUSES,
@@ -63,6 +63,7 @@ from search_extension.gateway.models import (
 from search_extension.gateway.passthrough import HttpTransport
 from search_extension.gateway.policy import parse_classes
 from search_extension.gateway.responses import error_response, es_json
+from search_extension.gateway.shared_state import make_stores
 from search_extension.options import first_error
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ def create_app(
     check_engine_auth(settings)
     classes = parse_classes(limits.passthrough)
     queue = FilteredQueue(limits.max_filtered, limits.max_queued, limits.retry_after_s)
+    # Scroll/PIT bindings and rate buckets: this process's, or every instance's (Redis).
+    contexts, rate_limiter, shared = make_stores(settings, RateLimiter(limits.rate_per_s, limits.rate_burst))
     edges = Edges(
         settings,
         es=es,
@@ -96,7 +99,10 @@ def create_app(
         embedder=embedder,
         judge_many_factory=judge_many_factory,
         http_transport=http_transport,
+        shared_redis=shared,
     )
+    metrics = telemetry.GatewayMetrics()
+    metrics.watch(telemetry.LiveState(queue, **edges.live_probes()))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -105,8 +111,19 @@ def create_app(
                 "service mode on OpenSearch: gateway API keys are limited by the gateway's own checks only "
                 "(the cluster cannot be given a per-key limit); see docs/security.md"
             )
-        yield
-        await edges.aclose()
+        served = None
+        if limits.metrics_port:
+            served = telemetry.serve_metrics(metrics, limits.metrics_host, limits.metrics_port)
+            log.info("metrics on http://%s:%s/metrics", limits.metrics_host, served.server_address[1])
+        try:
+            yield
+        finally:
+            if served is not None:
+                served.shutdown()
+                served.server_close()
+            if shared is not None:
+                await shared.aclose()
+            await edges.aclose()
 
     # /docs would shadow an index named "docs": Swagger UI lives under /v1.
     app = FastAPI(
@@ -122,20 +139,23 @@ def create_app(
         ),
     )
     app.state.edges = edges
+    app.state.metrics = metrics
     app.openapi = functools.partial(gateway_openapi, app)
     # The last added runs first: the size limit guards everything, then the
     # guard (who, how often, which endpoint), then the lane, then the depth
     # check of the bodies FastAPI decodes itself.
     app.add_middleware(BodyDepth)
-    app.add_middleware(PassthroughLane, passthrough=edges.passthrough)
+    app.add_middleware(PassthroughLane, passthrough=edges.passthrough, contexts=contexts)
     app.add_middleware(
         Guard,
         authenticator=authenticator,
-        rate_limiter=RateLimiter(limits.rate_per_s, limits.rate_burst),
+        rate_limiter=rate_limiter,
         passthrough_classes=classes,
         users=ClusterUsers(edges.passthrough.ask_as, settings.search_backend) if limits.auth == "forward" else None,
     )
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
+    # Outermost: every request is counted and logged, refusals included.
+    app.add_middleware(telemetry.Telemetry, metrics=metrics, own_routes=GATEWAY_ROUTES)
     _add_error_handlers(app)
     if limits.playground:  # static page + index list; its data comes from the routes below
         playground.mount(app, edges.passthrough)
@@ -157,6 +177,7 @@ def create_app(
     )
     async def ask(request: AskRequest, http: Request) -> Any:
         caller = _caller(http)
+        telemetry.note(http.scope, mode="ask")
         _refuse_non_finite(request.model_dump(exclude_unset=True), "body")
         check_indices(caller, tuple(request.index.split(",")), what="/v1/ask")
         decoded = parse_ask(
@@ -166,6 +187,7 @@ def create_app(
             max_query_chars=limits.max_query_chars,
         )
         result = await _call(edges, queue, request.index, decoded, caller)
+        telemetry.note(http.scope, result=result)
         payload = ask_response(result, index=request.index)
         return {**payload, "shards": _shards_shown(payload["shards"], caller)}
 
@@ -183,6 +205,7 @@ def create_app(
         decoded = _json_body(body)
         caller = _caller(request)
         if chunkrag_block(decoded) is None:  # "chunkrag" was only a word in the query
+            telemetry.note(request.scope, mode="passthrough")
             return await edges.passthrough.forward(
                 request.method, request_target(request.scope), request.scope["headers"], body, caller
             )
@@ -191,10 +214,12 @@ def create_app(
                 f"query-string parameters are not supported with ext.chunkrag, got [{request.url.query}]; "
                 "put options in ext.chunkrag"
             )
+        telemetry.note(request.scope, mode="filtered")
         _refuse_non_finite(decoded, "body")
         started = time.perf_counter()
         parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
         result = await _call(edges, queue, index, parsed, caller)
+        telemetry.note(request.scope, result=result)
         took_ms = (time.perf_counter() - started) * 1000
         payload = search_response(
             result, index=index, size=parsed.size, include_dropped=parsed.options.include_dropped, took_ms=took_ms

@@ -74,16 +74,22 @@ class _Counts:
     def __init__(self):
         self.total = 0
         self.by_address: Counter[str] = Counter()
+        # Since the server started, for the metrics: refused by which cap,
+        # closed by the gateway for which reason.
+        self.refused: Counter[str] = Counter()
+        self.shed: Counter[str] = Counter()
 
     def admit(self, address: str | None, limits: ConnectionLimits) -> str | None:
         """Count a new connection in, or say why it is refused."""
         if self.total >= limits.max_connections:
+            self.refused["total"] += 1
             return (
                 f"the gateway holds its maximum of {limits.max_connections} connections "
                 "(CHUNKRAG_GATEWAY_MAX_CONNECTIONS)"
             )
         per_address = limits.max_connections_per_address
         if per_address > 0 and address is not None and self.by_address[address] >= per_address:
+            self.refused["per_address"] += 1
             return (
                 f"{per_address} connections from this address are open already "
                 "(CHUNKRAG_GATEWAY_MAX_CONNECTIONS_PER_ADDRESS)"
@@ -209,7 +215,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._message_done:
             self._start_timer(self.limits.header_timeout_s, self._head_timed_out)
         elif self._timer is None:
-            self._start_timer(self.limits.body_timeout_s, self._close)
+            self._start_timer(self.limits.body_timeout_s, self._body_timed_out)
 
     def _start_timer(self, delay_s: float, handler) -> None:
         self._stop_timer()
@@ -222,6 +228,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._timer = None
+        self.counts.shed["header_timeout"] += 1
         if self._head_received and not self.transport.is_closing():
             self._refuse(
                 errors.GatewayError(
@@ -234,6 +241,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         else:
             self._close()
 
+    def _body_timed_out(self) -> None:
+        self.counts.shed["body_timeout"] += 1
+        self._close()
+
     def _close(self) -> None:
         self._timer = None
         self._refused = True
@@ -244,6 +255,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         not read."""
         self._refused = True
         self._stop_timer()
+        if error.status == 431:
+            self.counts.shed["headers_too_large"] += 1
         if self.transport.is_closing():
             return
         if self.cycle is not None and not self.cycle.response_complete:

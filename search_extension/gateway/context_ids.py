@@ -11,10 +11,12 @@ security) read them. The gateway therefore remembers which key each scroll
 and PIT id it handed out belongs to, and refuses any other key that
 presents it, as Elasticsearch answers a missing context (404).
 
-The memory is this process's: behind several gateway instances a caller's
-scroll and PIT requests must reach the instance that opened them (sticky
-sessions), and after a restart open scrolls and PITs are refused and must be
-opened again. At most ``capacity`` ids are kept per key, its oldest dropped first.
+``ContextOwners`` keeps the memory in this process: behind several gateway
+instances a caller's scroll and PIT requests must then reach the instance
+that opened them, and after a restart open scrolls and PITs are refused and
+must be opened again. With CHUNKRAG_GATEWAY_SHARED_STATE=redis the same
+bindings live in Redis (``shared_state.RedisContexts``), shared by every
+instance. At most ``capacity`` ids are kept per key, its oldest dropped first.
 """
 
 from __future__ import annotations
@@ -104,9 +106,14 @@ class ContextOwners:
         """A 404 unless every id was handed out to ``owner``."""
         for context_id in ids:
             if self._owner_of.get(context_id) != owner:
-                raise errors.GatewayError(
-                    404,
-                    "search_context_missing_exception",
-                    f"no search context found for this id under gateway API key [{owner}]: "
-                    "scroll and PIT ids answer only the key that opened them, on the gateway that opened them",
-                )
+                raise context_missing(owner)
+
+
+def context_missing(owner: str) -> errors.GatewayError:
+    """Elasticsearch's answer to an id it does not know, for an id ``owner`` was not given."""
+    return errors.GatewayError(
+        404,
+        "search_context_missing_exception",
+        f"no search context found for this id under gateway API key [{owner}]: "
+        "scroll and PIT ids answer only the key that opened them",
+    )

@@ -86,6 +86,7 @@ class DerivedKeys:
         ttl_s: float,
         gateway_only_accepted: bool,
         clock: Callable[[], float] = time.monotonic,
+        shared=None,
     ):
         if ttl_s < 120:
             raise ValueError(f"CHUNKRAG_GATEWAY_DERIVED_KEY_TTL_S must be at least 120 s, got {ttl_s:g}")
@@ -95,6 +96,11 @@ class DerivedKeys:
         self._made: list[str] = []  # ids of every key made, invalidated at shutdown
         self._locks: dict[str, asyncio.Lock] = {}
         self.security_off = False
+        # Several instances: one key per gateway key for all of them
+        # (shared_state.SharedDerivedKeys), and the ids the cluster refused,
+        # never taken from there again.
+        self.shared = shared
+        self._refused: set[str] = set()
 
     async def authorization(self, key: ApiKey) -> bytes | None:
         """The Authorization for ``key``'s requests; None only when the
@@ -111,11 +117,24 @@ class DerivedKeys:
                 return current.authorization
             if self.security_off:
                 return None
-            made = await self._create(key)
+            made = await self._obtain(key)
             if made is None:
                 return None
             self._keys[key.name] = made
             return made.authorization
+
+    async def _obtain(self, key: ApiKey) -> Derived | None:
+        """A key for ``key``: made here, or with several instances the one
+        they share (made here and shared when there is none, or it is due)."""
+        if self.shared is None:
+            return await self._create(key)
+        known = await self.shared.load(key.name, self.clock)
+        if known is not None and known.id not in self._refused and self.clock() < known.renew_at:
+            return known
+        made = await self._create(key)
+        if made is None:
+            return None
+        return await self.shared.store(key.name, made, known.id if known is not None else None, self.clock)
 
     async def _create(self, key: ApiKey) -> Derived | None:
         headers = [(b"content-type", b"application/json"), (b"accept", b"application/json"), *self._own]
@@ -163,12 +182,18 @@ class DerivedKeys:
     def forget(self, key: ApiKey) -> None:
         """Drop ``key``'s derived key (the cluster refused it: invalidated or
         expired early); the next request makes a new one."""
-        self._keys.pop(key.name, None)
+        dropped = self._keys.pop(key.name, None)
+        if dropped is not None and self.shared is not None:
+            self._refused.add(dropped.id)
 
     async def invalidate_all(self) -> None:
         """Invalidate every key made (at shutdown); failures are logged, not
         raised. ``owner``: manage_own_api_key may invalidate only its own."""
         if not self._made:
+            return
+        if self.shared is not None:
+            # Other instances may use them: they expire on their own.
+            self._made, self._keys = [], {}
             return
         ids, self._made, self._keys = self._made, [], {}
         headers = [(b"content-type", b"application/json"), (b"accept", b"application/json"), *self._own]

@@ -10,6 +10,7 @@ import threading
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+from chunkrag_core import tracing
 from chunkrag_core.settings import Settings, redact_url
 from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany, Place, judge_in_threads
 from search_extension.ask import AskResult, ask
@@ -37,9 +38,11 @@ class Edges:
         embedder=None,
         judge_many_factory: JudgeManyFactory | None = None,
         http_transport: HttpTransport | None = None,
+        shared_redis=None,
     ):
         self.settings = settings
-        self.passthrough = Passthrough(settings, http_transport)
+        # shared_redis: the instances' shared state (shared_state.py), for the derived keys.
+        self.passthrough = Passthrough(settings, http_transport, shared_redis)
         self._es, self._model, self._embedder = es, model, embedder
         self._owns_es = es is None  # an injected client belongs to the caller
         self._judge_many_factory = judge_many_factory
@@ -186,6 +189,8 @@ class Edges:
         from search_extension.retriever import HybridRetriever
 
         es = es_for(self.es, caller)
+        if traced := tracing.headers():
+            es = es.with_headers(traced)  # the cluster's own trace, if it keeps one, joins ours
         # The probe reads cluster stats: a derived key (service mode) has no
         # cluster privilege, so there it runs with the gateway's own client.
         probe = None if caller.key is not None else es
@@ -218,6 +223,38 @@ class Edges:
         if (mode or self.settings.retrieval.mode) not in ("rrf", "linear"):
             return None
         return (es if es is not None else self.es).capabilities()
+
+    # --- what the metrics read at scrape time --------------------------------
+
+    def live_probes(self, timeout_s: float = 0.5) -> dict[str, Callable[[], Any]]:
+        """With Celery judging: the depth of the judging queue in Redis and
+        whether a worker answers a ping, each within ``timeout_s``; called
+        from the metrics endpoint's thread, never on a request's path."""
+        if self.settings.workers.judge != "celery":
+            return {}
+
+        def celery_depth() -> int:
+            import redis
+
+            from workers.app import QUEUE
+
+            client = redis.Redis.from_url(
+                self.settings.redis_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
+            )
+            try:
+                return int(client.llen(QUEUE))
+            finally:
+                client.close()
+
+        def workers_up() -> bool:
+            from workers.dispatch import WorkersUnavailable, check_workers
+
+            try:
+                return check_workers(self.celery, timeout_s, limit=1) > 0
+            except WorkersUnavailable:
+                return False
+
+        return {"celery_depth": celery_depth, "workers_up": workers_up}
 
     # --- health ------------------------------------------------------------
 

@@ -11,7 +11,7 @@ an index search (of an index named "v1") like any other."""
 
 from __future__ import annotations
 
-from search_extension.gateway import errors, playground
+from search_extension.gateway import errors, playground, telemetry
 from search_extension.gateway.cluster_users import ClusterUsers
 from search_extension.gateway.identity import Authenticator, check_indices
 from search_extension.gateway.limits import RateLimiter
@@ -48,7 +48,12 @@ class Guard:
             caller = self.authenticator.caller(scope["headers"], scope.get("client"))
             if self.users is not None:
                 caller = await self.users.identify(caller)
-            self.rate_limiter.take(caller.identity)
+            telemetry.note(scope, identity=caller.identity)
+            try:
+                await self.rate_limiter.acquire(caller.identity)
+            except errors.GatewayError:
+                telemetry.note(scope, shed="rate")
+                raise
             endpoint = None
             if scope["path"] not in GATEWAY_ROUTES:
                 raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")

@@ -20,7 +20,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from search_extension.gateway import errors, playground
+from search_extension.gateway import errors, playground, telemetry
 from search_extension.gateway.body_reads import (
     JSON_MEDIA_TYPES,
     body_parameters,
@@ -32,7 +32,7 @@ from search_extension.gateway.body_reads import (
     parse_msearch,
     strict_json,
 )
-from search_extension.gateway.context_ids import ContextOwners, opened_id, presented_ids
+from search_extension.gateway.context_ids import opened_id, presented_ids
 from search_extension.gateway.identity import Caller, check_indices
 from search_extension.gateway.passthrough import Passthrough
 from search_extension.gateway.policy import (
@@ -43,6 +43,7 @@ from search_extension.gateway.policy import (
     segments,
 )
 from search_extension.gateway.responses import accept_of, error_response
+from search_extension.gateway.shared_state import LocalContexts
 
 # The gateway's own routes, exactly: any other path (/v1/_search included)
 # is classified by the guard and forwarded like every other.
@@ -64,10 +65,11 @@ CHUNKRAG_MARK = b'"chunkrag"'
 
 
 class PassthroughLane:
-    def __init__(self, app, passthrough: Passthrough, contexts: ContextOwners | None = None):
+    def __init__(self, app, passthrough: Passthrough, contexts=None):
         self.app, self.passthrough = app, passthrough
-        # Service mode: which gateway key each scroll and PIT id belongs to.
-        self.contexts = contexts if contexts is not None else ContextOwners()
+        # Service mode: which gateway key each scroll and PIT id belongs to
+        # (in this process, or shared by the instances: shared_state.py).
+        self.contexts = contexts if contexts is not None else LocalContexts()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] in GATEWAY_ROUTES:
@@ -93,14 +95,15 @@ class PassthroughLane:
             if bound:
                 query = scope.get("query_string", b"").decode("latin-1")
                 parts = segments(raw_path_of(scope))
-                self.contexts.check(caller.key.name, presented_ids(scope["method"], parts, query, body))
+                await self.contexts.verify(caller.key.name, presented_ids(scope["method"], parts, query, body))
             if is_index_search(scope["method"], raw_path_of(scope)) and carries_chunkrag(body):
                 return await self.app(scope, replay(body, receive), send)
+            telemetry.note(scope, mode="passthrough")
             response = await self.passthrough.forward(
                 scope["method"], request_target(scope), scope["headers"], body, caller
             )
             if bound and response.status_code == 200 and (opened := opened_id(response.body)) is not None:
-                self.contexts.remember(caller.key.name, opened)
+                await self.contexts.bind(caller.key.name, opened)
         except errors.GatewayError as exc:
             response = error_response(exc, accept_of(scope))
         await response(scope, receive, send)

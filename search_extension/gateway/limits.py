@@ -28,6 +28,7 @@ class FilteredQueue:
         self.running, self.queued, self.retry_after_s = running, queued, retry_after_s
         self._slots: asyncio.Semaphore | None = None  # made on the serving loop
         self.waiting = 0
+        self.in_use = 0  # running now (read by the metrics)
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -45,9 +46,11 @@ class FilteredQueue:
             await self._slots.acquire()
         finally:
             self.waiting -= 1
+        self.in_use += 1
         try:
             yield
         finally:
+            self.in_use -= 1
             self._slots.release()
 
 
@@ -71,12 +74,20 @@ class RateLimiter:
         tokens = min(float(self.burst), tokens + (now - seen) * self.rate)
         if tokens < 1.0:
             self._buckets[caller] = (tokens, now)
-            wait = (1.0 - tokens) / self.rate
-            raise errors.too_many(
-                f"rate limit of {self.rate:g} requests/s (bursts of {self.burst}) reached for this caller "
-                "(CHUNKRAG_GATEWAY_RATE_PER_S)",
-                wait,
-            )
+            raise rate_limited(self.rate, self.burst, (1.0 - tokens) / self.rate)
         self._buckets[caller] = (tokens - 1.0, now)
         while len(self._buckets) > MAX_TRACKED_CALLERS:
             self._buckets.popitem(last=False)
+
+    async def acquire(self, caller: str) -> None:
+        """``take``, behind the awaitable call the shared buckets need
+        (``shared_state.SharedRateLimiter``)."""
+        self.take(caller)
+
+
+def rate_limited(rate: float, burst: int, wait_s: float) -> errors.GatewayError:
+    """The 429 of a caller's empty bucket, saying when a token is back."""
+    return errors.too_many(
+        f"rate limit of {rate:g} requests/s (bursts of {burst}) reached for this caller (CHUNKRAG_GATEWAY_RATE_PER_S)",
+        wait_s,
+    )

@@ -13,6 +13,7 @@ from urllib.parse import unquote, urlsplit
 import orjson
 from starlette.responses import Response
 
+from chunkrag_core import tracing
 from chunkrag_core.engines.aws_signing import opensearch_sigv4
 from chunkrag_core.settings import Settings
 from search_extension.gateway import errors
@@ -79,7 +80,7 @@ def _without_challenge(response: HttpResponse) -> HttpResponse:
 
 
 class Passthrough:
-    def __init__(self, settings: Settings, transport: HttpTransport | None = None):
+    def __init__(self, settings: Settings, transport: HttpTransport | None = None, shared_redis=None):
         self.settings = settings
         self._transport = transport
         # A cluster behind a reverse proxy may live under a path.
@@ -104,6 +105,7 @@ class Passthrough:
                 self._own_headers,
                 ttl_s=settings.gateway.derived_key_ttl_s,
                 gateway_only_accepted=settings.gateway.enforce_in_gateway_only,
+                shared=_shared_keys(shared_redis, self._own_headers, settings.gateway.derived_key_ttl_s),
             )
 
     @property
@@ -128,7 +130,15 @@ class Passthrough:
             if name.lower() not in dropped and forwardable_header(name, trusted_proxy=trusted)
         ]
         outgoing += forwarded_headers(await self.bind(caller))
-        response = await self._send(method, target, outgoing, body)
+        if not tracing.active():
+            response = await self._send(method, target, outgoing, body)
+        else:
+            with tracing.span(f"forward {method}", "client", {"http.request.method": method}) as current:
+                # The cluster's trace continues this span, not the caller's.
+                outgoing = [(n, v) for n, v in outgoing if n.lower() not in (b"traceparent", b"tracestate")]
+                outgoing += [(name.encode(), value.encode()) for name, value in tracing.headers().items()]
+                response = await self._send(method, target, outgoing, body)
+                tracing.set_attributes(current, {"http.response.status_code": response.status})
         if caller.key is not None and (response.status in (401, 403) or may_name_cluster_identity(response.body)):
             if response.status == 401:
                 self.forget(caller)  # an invalidated derived key: make a new one next time
@@ -235,6 +245,17 @@ def _without_cluster_identity(response: HttpResponse, caller: Caller) -> HttpRes
 
 def _authorization_of(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return next((value for name, value in headers if name == b"authorization"), None)
+
+
+def _shared_keys(shared_redis, own_headers: list[tuple[bytes, bytes]], ttl_s: float):
+    """With state shared by several instances (``shared_redis``, a
+    ``shared_state.SharedRedis``), the derived keys they share, sealed with
+    the gateway's own credentials; None otherwise."""
+    if shared_redis is None or not own_headers:
+        return None
+    from search_extension.gateway.shared_state import SharedDerivedKeys
+
+    return SharedDerivedKeys(shared_redis, b"\n".join(value for _, value in own_headers), ttl_s)
 
 
 def service_credentials(settings: Settings) -> list[tuple[bytes, bytes]]:

@@ -13,12 +13,13 @@ from typing import Any, Iterator
 from chunkrag_core.settings import GatewaySettings
 
 
-def uvicorn_options(gateway: GatewaySettings) -> dict[str, Any]:
+def uvicorn_options(gateway: GatewaySettings, metrics=None) -> dict[str, Any]:
     """What ``uvicorn.run`` / ``uvicorn.Config`` get besides the app: HTTPS
     when a certificate and key are given, the keep-alive timeout, and the
     protocol that bounds what a client connection may hold (header timeout,
     connection caps, header sizes: ``connections.py``). Each call makes a
-    protocol class with its own connection counts: one call per server."""
+    protocol class with its own connection counts: one call per server.
+    ``metrics`` (the app's ``GatewayMetrics``) reads those counts at scrape time."""
     from search_extension.gateway.connections import ConnectionLimits, protocol_class
 
     if bool(gateway.ssl_certfile) != bool(gateway.ssl_keyfile):
@@ -27,6 +28,10 @@ def uvicorn_options(gateway: GatewaySettings) -> dict[str, Any]:
         if getattr(gateway, name) <= 0:
             raise ValueError(f"CHUNKRAG_GATEWAY_{name.upper()} must be positive, got {getattr(gateway, name)}")
     protocol = protocol_class(ConnectionLimits.from_settings(gateway))
+    if metrics is not None:
+        from search_extension.gateway.telemetry import ConnectionCollector
+
+        metrics.watch(ConnectionCollector(protocol.counts))
     # uvicorn takes the client address from X-Forwarded-For when the peer is
     # 127.0.0.1 unless told not to; the address keys the rate limit of callers
     # without credentials, so it is read from a header only behind a trusted proxy.
@@ -51,8 +56,12 @@ def serve_in_thread(
     import uvicorn
 
     # The app's own gateway settings unless others are given.
-    edges = getattr(getattr(app, "state", None), "edges", None)
-    options = uvicorn_options(gateway or (edges.settings.gateway if edges is not None else GatewaySettings()))
+    state = getattr(app, "state", None)
+    edges = getattr(state, "edges", None)
+    options = uvicorn_options(
+        gateway or (edges.settings.gateway if edges is not None else GatewaySettings()),
+        getattr(state, "metrics", None),
+    )
     scheme = "https" if "ssl_certfile" in options else "http"
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -84,6 +84,7 @@ class ScriptedOpenAI:
         self.replies = list(replies or [])
         self.default = default
         self.requests: list[dict] = []
+        self.headers: list[dict[str, str]] = []  # of each request, names lower-cased
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -108,6 +109,8 @@ class ScriptedOpenAI:
             def do_POST(self):  # noqa: N802 (http.server's naming)
                 length = int(self.headers.get("Content-Length", 0))
                 request = json.loads(self.rfile.read(length) or b"{}")
+                with outer._lock:
+                    outer.headers.append({name.lower(): value for name, value in self.headers.items()})
                 status, body = outer._next(request)
                 payload = json.dumps(body).encode()
                 self.send_response(status)
