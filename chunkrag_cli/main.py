@@ -147,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also write an answer (PopQA) or verdict (PubHealth) from the kept chunks and grade it",
     )
+    evaluation.add_argument(
+        "--generate-baselines",
+        action="store_true",
+        help="with --generate: also answer from all retrieved chunks (one more model call per question) "
+        "and pair the filter's accuracy against it",
+    )
     _scales_argument(evaluation, ingest=True)
     evaluation.add_argument(
         "--judge", choices=["threads", "celery"], help="where judging runs (default $CHUNKRAG_WORKER_JUDGE or threads)"
@@ -433,7 +439,7 @@ def _judge_many(settings: Settings, judge: str, model):
 def cmd_eval(args: argparse.Namespace) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
     from chunkrag_eval.datasets import read_items
-    from chunkrag_eval.report import print_outcome, write_report
+    from chunkrag_eval.report import format_baselines, print_outcome, write_report
     from chunkrag_eval.runner import evaluate
     from chunkrag_filter.pipeline import resolve_calibration
 
@@ -448,6 +454,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     fmt, items, bad = read_items(args.file, args.format, args.pool, args.limit)
     for record in bad:
         print(f"skipped line {record.line}: {record.reason}", file=sys.stderr)
+    if args.generate_baselines and not args.generate:
+        print("--generate-baselines needs --generate", file=sys.stderr)
+        return 2
     options = resolved.filter
     model = make_chat(settings.chat)
     report = evaluate(
@@ -461,24 +470,34 @@ def cmd_eval(args: argparse.Namespace) -> int:
         judge_many=_judge_many(settings, args.judge or settings.workers.judge, model),
         index=args.index or f"chunkrag-eval-{fmt}",
         generate=args.generate,
+        generate_baselines=args.generate_baselines,
         on_question=lambda outcome: print_outcome(outcome, sys.stderr),
         segments=resolved.segments,
         ensemble=ensemble,
     )
+    # Only what ran is named: no judging method, place or model when no
+    # judge ran, and the chat model only when it was called (to judge, to
+    # choose the threshold, or to write the answers).
+    judged = options.judge_top != 0
+    model_called = judged or options.threshold == "llm" or args.generate
     summary = {
         **report.summary(),
         "skipped_records": len(bad),
         "options": {
-            "method": options.scoring.method,
-            "orders": options.scoring.orders,
+            "judged": judged,
+            "method": options.scoring.method if judged else None,
+            "orders": options.scoring.orders if judged else None,
             "judge_top": options.judge_top,
             "calibrated": options.calibration is not None,
             "prior_weight": options.prior_weight,
             "threshold": options.threshold,
-            "fixed_threshold": resolve_calibration(options)[1],
+            "fixed_threshold": resolve_calibration(options)[1] if options.threshold in ("fixed", "relative") else None,
+            "fallback": options.fallback,
+            "fallback_k": options.fallback_k,
             "redundancy": options.redundancy_threshold is not None,
-            "judge": args.judge or settings.workers.judge,
-            "model": settings.chat.model,
+            "judge": (args.judge or settings.workers.judge) if judged else None,
+            "model": settings.chat.model if model_called else None,
+            "generated": args.generate,
             "ensemble_scales": list(ensemble) if ensemble is not None else None,
         },
     }
@@ -487,8 +506,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.plots:
         from chunkrag_eval.plots import write_plots
 
-        for path in write_plots(report, args.plots, options=summary["options"]):
+        for path in write_plots(
+            report, args.plots, options=summary["options"], on_note=lambda note: print(note, file=sys.stderr)
+        ):
             print(f"wrote {path}", file=sys.stderr)
+    baselines = format_baselines(summary)
+    if baselines:
+        print(baselines, file=sys.stderr)
     print(json.dumps(summary, indent=2))
     return 0
 
