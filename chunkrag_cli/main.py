@@ -11,7 +11,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TextIO
 
 from chunkrag_core.settings import Settings, SettingsError, parse_scales
 
@@ -187,7 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also fit the model with the configured chat model's share (one listwise call per question)",
     )
-    calibrate.add_argument("--target", type=float, default=0.92, help="answers in the pool the cut keeps (mean)")
+    calibrate.add_argument(
+        "--target",
+        default="0.92",
+        help="the share of the answers in the pool the cut keeps (mean over the sets), or 'accuracy': the configured "
+        "chat model answers from what each cut keeps and the highest cut within one point of answering from every "
+        "candidate is chosen (needs labelled answers; one call per question and distinct kept set)",
+    )
     calibrate.add_argument("--index", default="chunkrag-calibrate", help="index the labelled documents go to")
     calibrate.add_argument("--out", help="the file to write (default: $CHUNKRAG_CALIBRATION_FILE)")
     calibrate.set_defaults(handler=cmd_calibrate)
@@ -530,7 +536,7 @@ def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
         model=make_chat(settings.chat),
         options=options,
         judge_sample=args.judge_sample,
-        progress=lambda line: print(line, file=sys.stderr, end="\r"),
+        progress=progress_printer(sys.stderr, "items judged"),
     )
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
@@ -541,7 +547,14 @@ def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
-    from chunkrag_eval.calibrate import LabelledDataError, calibrate, read_labelled_jsonl
+    from chunkrag_eval.calibrate import (
+        TARGET,
+        LabelledDataError,
+        answer_grader,
+        calibrate,
+        few_questions_warning,
+        read_labelled_jsonl,
+    )
     from chunkrag_eval.labelled import read_labelled
 
     settings = _settings(args)
@@ -552,8 +565,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.labelled and not args.eval_set:
         print("give labelled questions: --labelled FILE and/or --eval-set NAME", file=sys.stderr)
         return 2
-    if not 0 < args.target <= 1:
-        print(f"--target must be in (0, 1], got {args.target}", file=sys.stderr)
+    target = _calibration_target(args.target)
+    if target is None:
+        print(f"--target must be a number in (0, 1] or 'accuracy', got {args.target}", file=sys.stderr)
         return 2
     queries = []
     try:
@@ -567,6 +581,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     except (LabelledDataError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if target == "accuracy" and not any(query.answers for query in queries):
+        print("--target accuracy needs labelled questions with answers (not only relevant sentences)", file=sys.stderr)
+        return 2
+    warning = few_questions_warning(len(queries))
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     judge_many = None
     if args.judge:
         judge_many = _judge_many(settings, "threads", make_chat(settings.chat))
@@ -578,18 +598,45 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         settings=settings,
         index=args.index,
         judge_many=judge_many,
-        target=args.target,
+        target=target if isinstance(target, float) else TARGET,
+        grade=answer_grader(make_chat(settings.chat)) if target == "accuracy" else None,
         about={
             "command": "chunkrag calibrate " + " ".join(sys.argv[2:]),
             "date": time.strftime("%Y-%m-%d"),
-            "chat_model": settings.chat.model if args.judge else None,
+            "chat_model": settings.chat.model if args.judge or target == "accuracy" else None,
         },
-        progress=lambda n, total: print(f"{n}/{total}", file=sys.stderr, end="\r"),
+        progress=progress_printer(sys.stderr, "questions collected"),
     )
     print(json.dumps(result, indent=2))
     if os.path.abspath(out) != os.path.abspath(settings.calibration_file or "/"):
         print(f"the filter reads it with CHUNKRAG_CALIBRATION_FILE={result['file']}", file=sys.stderr)
     return 0
+
+
+def _calibration_target(text: str) -> float | str | None:
+    """``--target``: "accuracy", or a share of the answers in (0, 1]; None
+    for anything else."""
+    if text.strip().lower() == "accuracy":
+        return "accuracy"
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 < value <= 1 else None
+
+
+def progress_printer(stream: TextIO, what: str) -> Callable[[int, int], None]:
+    """Progress as "<what> n/total": on a terminal one line rewritten in
+    place and ended when the count is done; elsewhere (a pipe, a log file)
+    one line each, so counts never run together."""
+
+    def show(n: int, total: int) -> None:
+        if stream.isatty():
+            print(f"\r{what} {n}/{total}", end="\n" if n >= total else "", file=stream, flush=True)
+        else:
+            print(f"{what} {n}/{total}", file=stream, flush=True)
+
+    return show
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
