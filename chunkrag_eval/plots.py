@@ -159,7 +159,10 @@ def write_plots(
     else:
         questions = [q for q in report.questions if q.threshold is not None and q.candidates]
         fallback_ids = {q.item_id for q in questions if q.fallback}
-        for used, marker, name in ((False, "o", "chunks passed"), (True, "x", "top-k fallback")):
+        for used, marker, name in (
+            (False, "o", "a question: chunks passed"),
+            (True, "x", "a question: none passed, the top-k fallback kept chunks"),
+        ):
             chosen = [q for q in questions if (q.item_id in fallback_ids) == used]
             if chosen:
                 ax.scatter(

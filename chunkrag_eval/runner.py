@@ -345,7 +345,7 @@ def cosine_similarities(
     if not candidates:
         return ()
     query = np.asarray(query_vector if query_vector is not None else embedder.embed([question])[0], dtype=np.float32)
-    return tuple(round(float(np.dot(c.vector, query)), 6) if c.vector is not None else -1.0 for c in candidates)
+    return tuple(float(np.dot(c.vector, query)) if c.vector is not None else -1.0 for c in candidates)
 
 
 def cosine_baseline(
