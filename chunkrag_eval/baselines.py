@@ -64,10 +64,10 @@ def filter_share(questions: Sequence[Any]) -> float:
 
 def baselines(questions: Sequence[Any]) -> list[Baseline]:
     """Each baseline's per-question flags and kept characters over the
-    questions with gold answers ([] when there are none, or when the run's
-    file predates the per-candidate signals)."""
+    questions with gold answers ([] when there are none; only the first
+    three when the run's file predates the per-candidate signals)."""
     qs = answer_questions(questions)
-    if not qs or any(len(q.cosine) != q.candidates or len(q.chars) != q.candidates for q in qs):
+    if not qs:
         return []
     share = filter_share(qs)
 
@@ -94,6 +94,8 @@ def baselines(questions: Sequence[Any]) -> list[Baseline]:
             {},
         ),
     ]
+    if any(len(q.cosine) != q.candidates or len(q.chars) != q.candidates or len(q.gold) != q.candidates for q in qs):
+        return out
     cut, kept = one_cut_for_set([q.cosine for q in qs], [q.chars for q in qs], sum(q.chars_after for q in qs))
     out.append(
         Baseline(

@@ -16,7 +16,7 @@ def print_outcome(outcome: QuestionOutcome, out: TextIO) -> None:
     if outcome.answer_in_context_before is not None:
         flags = (
             f" answer in context {_mark(outcome.answer_in_context_before)}->{_mark(outcome.answer_in_context_after)}"
-            f" (cosine {_mark(outcome.baseline_answer_in_context_after)})"
+            f" (cosine at the same chars {_mark(outcome.baseline_answer_in_context_after)})"
         )
     if outcome.correct is not None:
         flags += f" generated {'right' if outcome.correct else 'wrong'}"

@@ -192,3 +192,32 @@ def test_curves_and_points_share_their_axes():
         "bm25_same_chars_per_question": (0.2, 0.5),
         "all_retrieved": (1.0, 1.0),
     }
+
+
+def test_a_file_without_per_candidate_signals_keeps_the_baselines_it_can():
+    import dataclasses
+
+    old = tuple(dataclasses.replace(q, cosine=(), bm25=(), chars=()) for q in QUESTIONS)
+    assert [b.name for b in baselines(old)] == [
+        "all_retrieved",
+        "cosine_same_chars_per_question",
+        "bm25_same_chars_per_question",
+    ]
+    assert curves(old) == {}
+
+
+def test_the_printed_table_names_each_baseline():
+    from chunkrag_eval.report import format_baselines
+
+    text = format_baselines(EvalReport("popqa", QUESTIONS, "", 0.0, 0).summary())
+    lines = text.splitlines()
+    assert lines[0] == "answer in context, filter: 0.500 at 20% of the characters"
+    assert lines[2] == (
+        "  cosine, same characters per question [cosine_same_chars_per_question]: 0.000 at 20%; "
+        "filter only 1, baseline only 0, p = 1"
+    )
+    assert "[cosine_one_cut_for_set, cut 0.7]" in lines[4]
+    assert "[bm25_fixed_share, 20% of each pool]" in lines[6]
+    assert format_baselines({"answer_strings": False, "baselines": {}}) == (
+        "no gold answer strings in this set: no answer-in-context baselines"
+    )
