@@ -599,7 +599,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         index=args.index,
         judge_many=judge_many,
         target=target if isinstance(target, float) else TARGET,
-        grade=answer_grader(make_chat(settings.chat)) if target == "accuracy" else None,
+        grade=_counted(answer_grader(make_chat(settings.chat)), sys.stderr) if target == "accuracy" else None,
         about={
             "command": "chunkrag calibrate " + " ".join(sys.argv[2:]),
             "date": time.strftime("%Y-%m-%d"),
@@ -611,6 +611,21 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if os.path.abspath(out) != os.path.abspath(settings.calibration_file or "/"):
         print(f"the filter reads it with CHUNKRAG_CALIBRATION_FILE={result['file']}", file=sys.stderr)
     return 0
+
+
+def _counted(grade, stream: TextIO):
+    """The accuracy target's grader, saying on ``stream`` how many answers
+    it has had written (one line each: the count is not known ahead)."""
+    written = 0
+
+    def counted(question, passages, answers) -> bool:
+        nonlocal written
+        right = grade(question, passages, answers)
+        written += 1
+        print(f"answers written {written} ({'right' if right else 'wrong'})", file=stream, flush=True)
+        return right
+
+    return counted
 
 
 def _calibration_target(text: str) -> float | str | None:

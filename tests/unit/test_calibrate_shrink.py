@@ -127,3 +127,12 @@ def test_the_target_flag_reads_a_share_or_accuracy():
 
     assert _calibration_target("0.92") == 0.92 and _calibration_target("accuracy") == "accuracy"
     assert _calibration_target("1.5") is None and _calibration_target("most") is None
+
+
+def test_the_accuracy_targets_answers_are_counted_line_by_line():
+    from chunkrag_cli.main import _counted
+
+    out = io.StringIO()
+    grade = _counted(lambda question, passages, answers: question == "a", out)
+    assert grade("a", [], ()) is True and grade("b", [], ()) is False
+    assert out.getvalue() == "answers written 1 (right)\nanswers written 2 (wrong)\n"
