@@ -37,7 +37,7 @@ def format_baselines(summary: dict[str, Any]) -> str:
     """The baselines block of a summary as lines a reader can scan: each
     baseline named, its answer-in-context rate and characters against the
     filter's, the discordant questions and the exact McNemar p."""
-    lines = []
+    lines, accuracy = [], []
     if summary.get("answer_in_context_after") is not None:
         lines.append(
             f"answer in context, filter: {summary['answer_in_context_after']:.3f} at "
@@ -58,14 +58,14 @@ def format_baselines(summary: dict[str, Any]) -> str:
             )
         if entry.get("accuracy") is not None:
             b, c = entry["accuracy_discordant"]
-            lines.append(
+            accuracy.append(
                 f"accuracy, filter {entry['filter_accuracy']:.3f} against {entry['what']} {entry['accuracy']:.3f}"
                 f" ({entry['accuracy_graded']} graded); filter only {b}, baseline only {c},"
                 f" p = {entry['accuracy_p_vs_filter']:.3g}"
             )
     if not lines and summary.get("answer_strings") is False:
         lines.append("no gold answer strings in this set: no answer-in-context baselines")
-    return "\n".join(lines)
+    return "\n".join(lines + accuracy)
 
 
 def write_report(path: str | Path, summary: dict[str, Any], report: EvalReport) -> Path:
