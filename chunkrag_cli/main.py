@@ -11,7 +11,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TextIO
 
 from chunkrag_core.settings import Settings, SettingsError, parse_scales
 
@@ -151,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also write an answer (PopQA) or verdict (PubHealth) from the kept chunks and grade it",
     )
+    evaluation.add_argument(
+        "--generate-baselines",
+        action="store_true",
+        help="with --generate: also answer from all retrieved chunks (one more model call per question) "
+        "and pair the filter's accuracy against it",
+    )
     _scales_argument(evaluation, ingest=True)
     evaluation.add_argument(
         "--judge", choices=["threads", "celery"], help="where judging runs (default $CHUNKRAG_WORKER_JUDGE or threads)"
@@ -185,7 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also fit the model with the configured chat model's share (one listwise call per question)",
     )
-    calibrate.add_argument("--target", type=float, default=0.92, help="answers in the pool the cut keeps (mean)")
+    calibrate.add_argument(
+        "--target",
+        default="0.92",
+        help="the share of the answers in the pool the cut keeps (mean over the sets), or 'accuracy': the configured "
+        "chat model answers from what each cut keeps and the highest cut within one point of answering from every "
+        "candidate is chosen (needs labelled answers; one call per question and distinct kept set)",
+    )
     calibrate.add_argument("--index", default="chunkrag-calibrate", help="index the labelled documents go to")
     calibrate.add_argument("--out", help="the file to write (default: $CHUNKRAG_CALIBRATION_FILE)")
     calibrate.set_defaults(handler=cmd_calibrate)
@@ -447,7 +459,7 @@ def _judge_many(settings: Settings, judge: str, model):
 def cmd_eval(args: argparse.Namespace) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
     from chunkrag_eval.datasets import read_items
-    from chunkrag_eval.report import print_outcome, write_report
+    from chunkrag_eval.report import format_baselines, print_outcome, write_report
     from chunkrag_eval.runner import evaluate
     from chunkrag_filter.pipeline import resolve_calibration
 
@@ -462,6 +474,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     fmt, items, bad = read_items(args.file, args.format, args.pool, args.limit)
     for record in bad:
         print(f"skipped line {record.line}: {record.reason}", file=sys.stderr)
+    if args.generate_baselines and not args.generate:
+        print("--generate-baselines needs --generate", file=sys.stderr)
+        return 2
     options = resolved.filter
     model = make_chat(settings.chat)
     report = evaluate(
@@ -475,24 +490,34 @@ def cmd_eval(args: argparse.Namespace) -> int:
         judge_many=_judge_many(settings, args.judge or settings.workers.judge, model),
         index=args.index or f"chunkrag-eval-{fmt}",
         generate=args.generate,
+        generate_baselines=args.generate_baselines,
         on_question=lambda outcome: print_outcome(outcome, sys.stderr),
         segments=resolved.segments,
         ensemble=ensemble,
     )
+    # Only what ran is named: no judging method, place or model when no
+    # judge ran, and the chat model only when it was called (to judge, to
+    # choose the threshold, or to write the answers).
+    judged = options.judge_top != 0
+    model_called = judged or options.threshold == "llm" or args.generate
     summary = {
         **report.summary(),
         "skipped_records": len(bad),
         "options": {
-            "method": options.scoring.method,
-            "orders": options.scoring.orders,
+            "judged": judged,
+            "method": options.scoring.method if judged else None,
+            "orders": options.scoring.orders if judged else None,
             "judge_top": options.judge_top,
             "calibrated": options.calibration is not None,
             "prior_weight": options.prior_weight,
             "threshold": options.threshold,
-            "fixed_threshold": resolve_calibration(options)[1],
+            "fixed_threshold": resolve_calibration(options)[1] if options.threshold in ("fixed", "relative") else None,
+            "fallback": options.fallback,
+            "fallback_k": options.fallback_k,
             "redundancy": options.redundancy_threshold is not None,
-            "judge": args.judge or settings.workers.judge,
-            "model": settings.chat.model,
+            "judge": (args.judge or settings.workers.judge) if judged else None,
+            "model": settings.chat.model if model_called else None,
+            "generated": args.generate,
             "ensemble_scales": list(ensemble) if ensemble is not None else None,
         },
     }
@@ -501,8 +526,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.plots:
         from chunkrag_eval.plots import write_plots
 
-        for path in write_plots(report, args.plots, options=summary["options"]):
+        for path in write_plots(
+            report, args.plots, options=summary["options"], on_note=lambda note: print(note, file=sys.stderr)
+        ):
             print(f"wrote {path}", file=sys.stderr)
+    baselines = format_baselines(summary)
+    if baselines:
+        print(baselines, file=sys.stderr)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -520,7 +550,7 @@ def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
         model=make_chat(settings.chat),
         options=options,
         judge_sample=args.judge_sample,
-        progress=lambda line: print(line, file=sys.stderr, end="\r"),
+        progress=progress_printer(sys.stderr, "items judged"),
     )
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
@@ -531,7 +561,14 @@ def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
-    from chunkrag_eval.calibrate import LabelledDataError, calibrate, read_labelled_jsonl
+    from chunkrag_eval.calibrate import (
+        TARGET,
+        LabelledDataError,
+        answer_grader,
+        calibrate,
+        few_questions_warning,
+        read_labelled_jsonl,
+    )
     from chunkrag_eval.labelled import read_labelled
 
     settings = _settings(args)
@@ -542,8 +579,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.labelled and not args.eval_set:
         print("give labelled questions: --labelled FILE and/or --eval-set NAME", file=sys.stderr)
         return 2
-    if not 0 < args.target <= 1:
-        print(f"--target must be in (0, 1], got {args.target}", file=sys.stderr)
+    target = _calibration_target(args.target)
+    if target is None:
+        print(f"--target must be a number in (0, 1] or 'accuracy', got {args.target}", file=sys.stderr)
         return 2
     queries = []
     try:
@@ -557,6 +595,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     except (LabelledDataError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if target == "accuracy" and not any(query.answers for query in queries):
+        print("--target accuracy needs labelled questions with answers (not only relevant sentences)", file=sys.stderr)
+        return 2
+    warning = few_questions_warning(len(queries))
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     judge_many = None
     if args.judge:
         judge_many = _judge_many(settings, "threads", make_chat(settings.chat))
@@ -568,18 +612,60 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         settings=settings,
         index=args.index,
         judge_many=judge_many,
-        target=args.target,
+        target=target if isinstance(target, float) else TARGET,
+        grade=_counted(answer_grader(make_chat(settings.chat)), sys.stderr) if target == "accuracy" else None,
         about={
             "command": "chunkrag calibrate " + " ".join(sys.argv[2:]),
             "date": time.strftime("%Y-%m-%d"),
-            "chat_model": settings.chat.model if args.judge else None,
+            "chat_model": settings.chat.model if args.judge or target == "accuracy" else None,
         },
-        progress=lambda n, total: print(f"{n}/{total}", file=sys.stderr, end="\r"),
+        progress=progress_printer(sys.stderr, "questions collected"),
     )
     print(json.dumps(result, indent=2))
     if os.path.abspath(out) != os.path.abspath(settings.calibration_file or "/"):
         print(f"the filter reads it with CHUNKRAG_CALIBRATION_FILE={result['file']}", file=sys.stderr)
     return 0
+
+
+def _counted(grade, stream: TextIO):
+    """The accuracy target's grader, saying on ``stream`` how many answers
+    it has had written (one line each: the count is not known ahead)."""
+    written = 0
+
+    def counted(question, passages, answers) -> bool:
+        nonlocal written
+        right = grade(question, passages, answers)
+        written += 1
+        print(f"answers written {written} ({'right' if right else 'wrong'})", file=stream, flush=True)
+        return right
+
+    return counted
+
+
+def _calibration_target(text: str) -> float | str | None:
+    """``--target``: "accuracy", or a share of the answers in (0, 1]; None
+    for anything else."""
+    if text.strip().lower() == "accuracy":
+        return "accuracy"
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 < value <= 1 else None
+
+
+def progress_printer(stream: TextIO, what: str) -> Callable[[int, int], None]:
+    """Progress as "<what> n/total": on a terminal one line rewritten in
+    place and ended when the count is done; elsewhere (a pipe, a log file)
+    one line each, so counts never run together."""
+
+    def show(n: int, total: int) -> None:
+        if stream.isatty():
+            print(f"\r{what} {n}/{total}", end="\n" if n >= total else "", file=stream, flush=True)
+        else:
+            print(f"{what} {n}/{total}", file=stream, flush=True)
+
+    return show
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:

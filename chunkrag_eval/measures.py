@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Sequence
 
@@ -24,6 +25,51 @@ def kept_within_budget(texts: Sequence[str], ranking: Sequence[float], budget_ch
             taken.append(i)
             used += len(texts[i])
     return taken
+
+
+def share_kept(chars: Sequence[int], ranking: Sequence[float], share: float) -> list[int]:
+    """The fixed-share baseline for one question: the best-ranked chunks
+    within ``share`` of the pool's characters (rounded down)."""
+    return kept_within_budget(["x" * n for n in chars], ranking, math.floor(share * sum(chars)))
+
+
+def one_cut_for_set(
+    scores: Sequence[Sequence[float]], chars: Sequence[Sequence[int]], budget_chars: int
+) -> tuple[float, list[list[int]]]:
+    """One score cut for a whole set of questions: every chunk of every
+    question at or above it is kept, and the cut is the one whose total kept
+    characters come closest to ``budget_chars`` (on a tie, the one keeping
+    fewer). Returns the cut (``inf``: nothing kept) and, per question, the
+    indices kept."""
+    by_score: dict[float, int] = {}
+    for per_scores, per_chars in zip(scores, chars):
+        for score, n in zip(per_scores, per_chars):
+            by_score[score] = by_score.get(score, 0) + n
+    best_cut, best_gap, used = math.inf, budget_chars, 0
+    for score in sorted(by_score, reverse=True):
+        used += by_score[score]
+        if abs(used - budget_chars) < best_gap:
+            best_cut, best_gap = score, abs(used - budget_chars)
+    kept = [[i for i, s in enumerate(per) if s >= best_cut] for per in scores]
+    return best_cut, kept
+
+
+def discordant(first: Sequence[bool], second: Sequence[bool]) -> tuple[int, int]:
+    """Paired outcomes: (right with ``first`` only, right with ``second`` only)."""
+    pairs = list(zip(first, second))
+    return sum(a and not b for a, b in pairs), sum(b and not a for a, b in pairs)
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar test on the discordant pairs ``b`` and ``c``:
+    under "no difference" each discordant pair goes either way with
+    probability 1/2, so p is twice the binomial tail of the smaller count
+    (capped at 1; 1 when there is no discordant pair)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(b, c) + 1))
+    return min(1.0, 2 * tail / 2**n)
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:

@@ -5,7 +5,9 @@ index (re-runs skip what is already there). The question is then searched
 with the hybrid query restricted to its own pool, every chunk of the pool
 becomes a candidate, and :func:`run_filter` decides what is kept. Beside it,
 a cosine baseline keeps the pool's chunks in order of embedding similarity
-to the question until it holds as many characters as the filter kept.
+to the question until it holds as many characters as the filter kept; each
+candidate's cosine, BM25 and length are recorded so the set-level baselines
+(baselines.py) are drawn from the same pools after the run.
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ from chunkrag_core.chunk import Chunk
 from chunkrag_core.engines.schema import DOC_ID
 from chunkrag_core.providers.chat import ChatModel
 from chunkrag_core.settings import Settings
+from chunkrag_eval.baselines import baselines_summary
 from chunkrag_eval.datasets import EvalItem
 from chunkrag_eval.measures import answer_in_context, kept_within_budget, rate, summary
 from chunkrag_filter.judging import JudgeMany
 from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
-from chunkrag_filter.processors.answer import verdict_from_chunks
+from chunkrag_filter.processors.answer import answer_from_chunks, verdict_from_chunks
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
-from search_extension.ask import answer_for
 from search_extension.retriever import HybridRetriever
 from search_extension.segments import SegmentSettings
 
@@ -36,6 +38,11 @@ from search_extension.segments import SegmentSettings
 MAX_CANDIDATES = 64
 # The paper's cost: a score, a self-reflection and a critic call per chunk.
 NAIVE_CALLS_PER_CHUNK = 3
+# The "all retrieved" answer with --generate-baselines: candidates in
+# retrieval order up to this many characters (about 2,500 tokens at ~4
+# characters a token), so the prompt fits the local model's 4,096-token
+# context with the instructions and the answer.
+ALL_RETRIEVED_MAX_CHARS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +79,20 @@ class QuestionOutcome:
     # With segments: is a gold answer in the RSE segments of the judged
     # candidates, within the characters the filter kept?
     segments_answer_in_context_after: bool | None = None
+    # Per candidate, in retrieval order: embedding cosine to the question,
+    # BM25 and length (for the set-level baselines and the curves).
+    cosine: tuple[float, ...] = ()
+    bm25: tuple[float, ...] = ()
+    chars: tuple[int, ...] = ()
+    # With --generate-baselines: the answer/verdict from all retrieved
+    # chunks (up to ALL_RETRIEVED_MAX_CHARS) and whether it was right.
+    all_retrieved_generated: str | None = None
+    all_retrieved_correct: bool | None = None
+
+    @property
+    def fallback(self) -> bool:
+        """Whether no chunk passed and the top-k fallback kept chunks."""
+        return any(row.get("reason") == "fallback" for row in self.rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +116,7 @@ class EvalReport:
             [q.baseline_bm25_answer_in_context_after for q in qs if q.baseline_bm25_answer_in_context_after is not None]
         )
         graded = [q.correct for q in qs if q.correct is not None]
+        answer_strings = before is not None
         return {
             "dataset": self.dataset,
             "questions": len(qs),
@@ -102,8 +124,11 @@ class EvalReport:
             "answer_in_context_before": before,
             "answer_in_context_after": after,
             "answer_in_context_kept_share": round(after / before, 4) if before and after is not None else None,
+            # The same-characters-per-question baselines (also in `baselines`).
             "baseline_cosine_answer_in_context_after": baseline,
             "baseline_bm25_answer_in_context_after": bm25_baseline,
+            "baselines": baselines_summary(qs),
+            "answer_strings": answer_strings,
             "segments_answer_in_context_after": rate(
                 [q.segments_answer_in_context_after for q in qs if q.segments_answer_in_context_after is not None]
             ),
@@ -113,6 +138,7 @@ class EvalReport:
             "candidates_per_question": summary([q.candidates for q in qs]),
             "kept_per_question": summary([q.kept for q in qs]),
             "nothing_relevant_rate": rate([q.nothing_relevant for q in qs]),
+            "fallback_rate": rate([q.fallback for q in qs]),
             "model_calls_per_question": round(sum(q.model_calls for q in qs) / len(qs), 3) if qs else None,
             "naive_model_calls_per_question": round(sum(NAIVE_CALLS_PER_CHUNK * q.candidates for q in qs) / len(qs), 3)
             if qs
@@ -153,12 +179,16 @@ def evaluate(
     judge_many: JudgeMany | None = None,
     index: str,
     generate: bool = False,
+    generate_baselines: bool = False,
     on_question: Callable[[QuestionOutcome], None] | None = None,
     segments: SegmentSettings | None = None,
     ensemble: Sequence[int] | None = None,
 ) -> EvalReport:
     """With ``ensemble`` (scales the pools are indexed at: ``settings.chunking.scales``),
-    candidates come from multi-scale ensembling instead of the base chunks."""
+    candidates come from multi-scale ensembling instead of the base chunks.
+    With ``generate`` and ``generate_baselines``, an answer is written from
+    all retrieved chunks too (one more model call per question), so the
+    filter's accuracy is paired against it."""
     ingest_seconds = index_pools(items, dataset, client=client, embedder=embedder, settings=settings, index=index)
     retriever = HybridRetriever(client, embedder, index, settings.retrieval)
     # The filter writes no answer; with --generate one (or a verdict) is
@@ -176,6 +206,7 @@ def evaluate(
             options=filter_options,
             judge_many=judge_many,
             generate=generate,
+            generate_baselines=generate_baselines,
             segments=segments,
             ensemble=ensemble,
         )
@@ -195,6 +226,7 @@ def evaluate_one(
     options: FilterOptions,
     judge_many: JudgeMany | None,
     generate: bool,
+    generate_baselines: bool = False,
     segments: SegmentSettings | None = None,
     ensemble: Sequence[int] | None = None,
 ) -> QuestionOutcome:
@@ -215,6 +247,8 @@ def evaluate_one(
     chars_after = sum(len(c.text) for c in result.kept)
     by_id = {d.chunk.chunk_id: d.chunk for d in result.decisions}
     scores = tuple(by_id[c.chunk_id].stage_scores.get("combined") if c.chunk_id in by_id else None for c in candidates)
+    cosine = cosine_similarities(item.question, candidates, embedder, retrieval.query_vector)
+    bm25 = tuple(float(c.stage_scores.get("bm25", 0.0)) for c in candidates)
 
     aic_before = aic_after = baseline_after = bm25_after = segments_after = None
     gold: tuple[bool, ...] = ()
@@ -222,18 +256,21 @@ def evaluate_one(
         gold = tuple(answer_in_context(c.text, item.answers) for c in candidates)
         aic_before = answer_in_context(" ".join(c.text for c in candidates), item.answers)
         aic_after = answer_in_context(kept_text, item.answers)
-        baseline = cosine_baseline(item.question, candidates, chars_after, embedder, retrieval.query_vector)
-        baseline_after = answer_in_context(" ".join(c.text for c in baseline), item.answers)
-        bm25_kept = kept_within_budget(
-            [c.text for c in candidates], [c.stage_scores.get("bm25", 0.0) for c in candidates], chars_after
-        )
+        texts = [c.text for c in candidates]
+        baseline = kept_within_budget(texts, cosine, chars_after)
+        baseline_after = answer_in_context(" ".join(candidates[i].text for i in baseline), item.answers)
+        bm25_kept = kept_within_budget(texts, bm25, chars_after)
         bm25_after = answer_in_context(" ".join(candidates[i].text for i in bm25_kept), item.answers)
         if segments is not None:
             segments_after = _segments_hook(candidates, result, item.answers, retriever, segments, chars_after)
 
-    generated = correct = None
+    generated = correct = all_generated = all_correct = None
     if generate:
-        generated, correct = _generate(item, result, model)
+        generated, correct = _generate(item, result.kept, model)
+        if generate_baselines:
+            texts = [c.text for c in candidates]
+            head = kept_within_budget(texts, [-float(i) for i in range(len(texts))], ALL_RETRIEVED_MAX_CHARS)
+            all_generated, all_correct = _generate(item, [candidates[i] for i in sorted(head)], model)
 
     return QuestionOutcome(
         item_id=item.item_id,
@@ -259,6 +296,11 @@ def evaluate_one(
         gold=gold,
         rows=candidate_rows(candidates, result, gold),
         segments_answer_in_context_after=segments_after,
+        cosine=cosine,
+        bm25=bm25,
+        chars=tuple(len(c.text) for c in candidates),
+        all_retrieved_generated=all_generated,
+        all_retrieved_correct=all_correct,
     )
 
 
@@ -295,22 +337,30 @@ def candidate_rows(
     return tuple(rows)
 
 
+def cosine_similarities(
+    question: str, candidates: Sequence[Chunk], embedder, query_vector: Sequence[float] | None = None
+) -> tuple[float, ...]:
+    """Each candidate's embedding cosine to the question (-1 for a chunk
+    without a vector, so it ranks last)."""
+    if not candidates:
+        return ()
+    query = np.asarray(query_vector if query_vector is not None else embedder.embed([question])[0], dtype=np.float32)
+    return tuple(float(np.dot(c.vector, query)) if c.vector is not None else -1.0 for c in candidates)
+
+
 def cosine_baseline(
     question: str, candidates: Sequence[Chunk], budget_chars: int, embedder, query_vector: Sequence[float] | None = None
 ) -> list[Chunk]:
     """The pool's chunks by embedding cosine to the question, taken until
     ``budget_chars`` (the characters the filter kept)."""
-    if not candidates:
-        return []
-    query = np.asarray(query_vector if query_vector is not None else embedder.embed([question])[0], dtype=np.float32)
-    similarity = [float(np.dot(c.vector, query)) if c.vector is not None else -1.0 for c in candidates]
+    similarity = cosine_similarities(question, candidates, embedder, query_vector)
     return [candidates[i] for i in kept_within_budget([c.text for c in candidates], similarity, budget_chars)]
 
 
-def _generate(item: EvalItem, result: FilterResult, model: ChatModel) -> tuple[str, bool | None]:
+def _generate(item: EvalItem, passages: Sequence[Chunk], model: ChatModel) -> tuple[str, bool | None]:
     if item.label is not None:
-        verdict = verdict_from_chunks(item.question, result.kept, model)
+        verdict = verdict_from_chunks(item.question, passages, model)
         return verdict.text, (verdict.label == item.label) if verdict.label else False
     # One sentence is asked for; the cap stops a small model that rambles.
-    answer = answer_for(item.question, result, None, model, max_tokens=48)
+    answer = answer_from_chunks(item.question, passages, model, max_tokens=48)
     return answer.text, answer_in_context(answer.text, item.answers) if item.answers else None

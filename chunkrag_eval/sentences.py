@@ -174,7 +174,7 @@ def evaluate_sentences(
     options: ScoringOptions,
     judge_sample: int | None = None,
     seed: int = 7,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Judge, cosine and BM25 on a labelled set. Cosine and BM25 are scored
     on every pair; the judge on every item, or on a seeded random sample of
@@ -202,7 +202,7 @@ def evaluate_sentences(
     positions = {item.query_id: i for i, item in enumerate(items)}
     picked = [positions[item.query_id] for item in judged_items]
     judge, calls, seconds = judge_scores(
-        judged_items, model, options, (lambda n: progress(f"{n + 1}/{len(judged_items)}")) if progress else None
+        judged_items, model, options, (lambda n: progress(n + 1, len(judged_items))) if progress else None
     )
     same = lambda scores: [scores[i] for i in picked]  # noqa: E731 (a one-line selector)
     return {

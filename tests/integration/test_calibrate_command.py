@@ -66,6 +66,11 @@ def test_calibrate_writes_a_file_the_filter_loads_by_setting(tmp_path, calibrate
     assert "skipped line 13" in done.stderr  # the line without documents, and nothing else lost
     assert summary["questions"] == 24 and summary["sets"] == ["mine", "nq"]
     assert summary["relevant_candidates"] > 0 and summary["candidates"] > summary["relevant_candidates"]
+    # 24 questions, below the 30 a fit stands on alone: warned, and blended with the shipped file.
+    assert "warning: only 24 labelled questions" in done.stderr and summary["fit_weight"] == 0.8
+    assert summary["judged"] is None and "no judge ran" in summary["judged_note"]
+    # Progress on a pipe: one line per question, never run together.
+    assert "questions collected 24/24\n" in done.stderr and "1/242/24" not in done.stderr
 
     written = load_calibration(str(out))
     shipped = load_calibration(None)

@@ -42,6 +42,7 @@ def run(
     index,
     generate=False,
     options=FilterOptions(answer=False, judge_top=9),
+    generate_baselines=False,
 ):
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
     return evaluate(
@@ -55,6 +56,7 @@ def run(
         judge_many=judge_in_threads(model, threads=2),
         index=index,
         generate=generate,
+        generate_baselines=generate_baselines,
     )
 
 
@@ -81,7 +83,17 @@ def test_popqa_answer_in_context_follows_the_kept_chunks(engine, embedder, setti
         return completion(f"The answer is {gold[question][0]} [1].")(request)
 
     with ScriptedOpenAI(default=oracle) as server:
-        report = run(items, "popqa", server, engine, embedder, settings, engine_eval_index, generate=True)
+        report = run(
+            items,
+            "popqa",
+            server,
+            engine,
+            embedder,
+            settings,
+            engine_eval_index,
+            generate=True,
+            generate_baselines=True,
+        )
         again = run(items, "popqa", server, engine, embedder, settings, engine_eval_index)
 
     summary = report.summary()
@@ -96,6 +108,10 @@ def test_popqa_answer_in_context_follows_the_kept_chunks(engine, embedder, setti
     assert summary["context_chars_after"] < summary["context_chars_before"]
     assert summary["model_calls_per_question"] < summary["naive_model_calls_per_question"]
     assert summary["accuracy"] == 1.0
+    # The answer from all retrieved chunks is graded and paired with the filter's.
+    assert all(q.all_retrieved_correct is True for q in report.questions)
+    assert summary["baselines"]["all_retrieved"]["accuracy"] == 1.0
+    assert summary["baselines"]["all_retrieved"]["accuracy_discordant"] == [0, 0]
     assert (
         report.ingest_seconds >= 0 and again.questions[0].chars_before == report.questions[0].chars_before
     )  # re-run: pools not duplicated
@@ -149,11 +165,24 @@ def test_the_eval_command_writes_its_report_and_plots(
         )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["questions"] == 2 and summary["options"]["method"] == "listwise"
+    assert summary["questions"] == 2
+    # The default filter runs no judge: no judging method, place or model is named.
+    assert summary["options"]["judged"] is False
+    assert summary["options"]["method"] is None and summary["options"]["model"] is None
+    assert set(summary["baselines"]) == {
+        "all_retrieved",
+        "cosine_same_chars_per_question",
+        "bm25_same_chars_per_question",
+        "cosine_one_cut_for_set",
+        "cosine_fixed_share",
+        "bm25_fixed_share",
+    }
+    assert all(0 <= entry["p_vs_filter"] <= 1 for entry in summary["baselines"].values())
     written = json.loads((tmp_path / "report.json").read_text())
     assert written["summary"]["questions"] == 2 and len(written["questions"]) == 2
     assert {p.name for p in (tmp_path / "plots").iterdir()} >= {
         "kept_vs_threshold.png",
         "scores_by_gold.png",
         "context_budget.png",
+        "answers_vs_chars.png",
     }

@@ -3,6 +3,8 @@ have used had its judge been on."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from chunkrag_eval.plots import method_title, plot_title, write_plots
@@ -87,7 +89,61 @@ def test_write_plots_titles_the_figures(tmp_path, monkeypatch):
     assert [path.name for path in written] == ["kept_vs_threshold.png"]
     assert titles == [
         (
-            "Chunks kept against the threshold\npopqa (0 questions) - run\nretrieval signals (no judge), calibrated, "
-            "cut at 0.4"
+            "Chunk scores against the cut\npopqa (0 questions) - run\nretrieval signals (no judge), calibrated, "
+            "cut at 0.4\nthe top-3 fallback never ran"
         )
+    ]
+
+
+def test_a_no_judge_options_block_names_no_method():
+    """`chunkrag eval` records no method, place or model when no judge ran."""
+    recorded = {**EVAL_DEFAULT, "judged": False, "method": None, "orders": None, "judge": None, "model": None}
+    assert method_title(recorded) == "retrieval signals (no judge), calibrated, cut at 0.4"
+
+
+def _outcomes(fallback_rows=False):
+    from tests.unit.test_baselines import QUESTIONS
+
+    if not fallback_rows:
+        return QUESTIONS
+    rows = ({"reason": "fallback"}, {"reason": "below_threshold"})
+    return (dataclasses.replace(QUESTIONS[0], rows=rows), QUESTIONS[1])
+
+
+def test_the_fallback_is_counted_in_the_figures():
+    from chunkrag_eval.plots import fallback_note
+
+    report = EvalReport("popqa", _outcomes(fallback_rows=True), "", 0.0, 0)
+    assert fallback_note(report, {"fallback_k": 3}) == (
+        "top-3 fallback kept chunks in 1 of 2 questions (none passed the cut)"
+    )
+    assert fallback_note(EvalReport("popqa", _outcomes(), "", 0.0, 0), None) == "the top-3 fallback never ran"
+
+
+def test_a_set_with_answer_strings_gets_every_figure(tmp_path):
+    pytest.importorskip("matplotlib")
+    report = EvalReport("popqa", _outcomes(), "", 0.0, 0)
+    notes = []
+    written = write_plots(report, tmp_path, "", EVAL_DEFAULT, on_note=notes.append)
+    assert [path.name for path in written] == [
+        "kept_vs_threshold.png",
+        "scores_by_gold.png",
+        "context_budget.png",
+        "answers_vs_chars.png",
+    ]
+    assert notes == []
+
+
+def test_a_set_without_answer_strings_says_what_is_not_drawn(tmp_path):
+    pytest.importorskip("matplotlib")
+    claims = tuple(
+        dataclasses.replace(q, answer_in_context_before=None, answer_in_context_after=None, gold=(), correct=True)
+        for q in _outcomes()
+    )
+    notes = []
+    written = write_plots(EvalReport("pubhealth", claims, "", 0.0, 0), tmp_path, "", EVAL_DEFAULT, notes.append)
+    assert [path.name for path in written] == ["kept_vs_threshold.png", "accuracy.png"]
+    assert notes == [
+        "pubhealth has no gold answer strings: scores_by_gold.png, context_budget.png and answers_vs_chars.png "
+        "are not drawn"
     ]
