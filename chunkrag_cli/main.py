@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
+from chunkrag_core import config_file
 from chunkrag_core.settings import Settings, SettingsError, parse_scales
 
 
@@ -221,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     from local_services.cli import register
 
     register(commands)
+    from chunkrag_cli.config_command import register as register_config
+
+    register_config(commands)
     return parser
 
 
@@ -252,6 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from search_extension.options import OptionError
 
     try:
+        if args.command != "config":  # `config` reads the file itself, to tell its values from the environment's
+            # The configuration file's variables, for those the environment does not set: every reader
+            # (and every process a command starts) finds them there.
+            config_file.export_to_environment()
         return args.handler(args)
     except SettingsError as exc:
         print(f"chunkrag: configuration error: {exc}", file=sys.stderr)
