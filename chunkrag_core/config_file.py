@@ -133,6 +133,9 @@ def parse_config(text: str, path: Path = Path("<text>")) -> ConfigFile:
         except ValueError as exc:
             problems.append(f"{key}: {exc}")
             continue
+        if name == CONFIG_VARIABLE:
+            problems.append(f"{key}: {CONFIG_VARIABLE} names the file; it has no effect inside one")
+            continue
         if name in entries:
             problems.append(f"{key} and {entries[name].key} both set {name}")
             continue

@@ -107,7 +107,7 @@ def test_values_that_cannot_be_an_environment_string_and_clashing_keys_are_named
     config = parse_config(
         "[gateway]\nport = [[1]]\nwhen = 2024-01-01\n"
         "[es]\ncluster_port = 1\n[es.cluster]\nport = 2\n"
-        "[env]\n'not a name' = 'x'\n"
+        "[env]\n'not a name' = 'x'\nCHUNKRAG_CONFIG = 'other.toml'\n"
         '["bad-key"]\nx = 1\n'
     )
     problems = "\n".join(config.problems)
@@ -116,6 +116,7 @@ def test_values_that_cannot_be_an_environment_string_and_clashing_keys_are_named
     assert "both set CHUNKRAG_ES_CLUSTER_PORT" in problems
     assert "env.not a name: not an environment variable name" in problems
     assert "bad-key: a key is letters, digits and underscores" in problems
+    assert "env.CHUNKRAG_CONFIG: CHUNKRAG_CONFIG names the file; it has no effect inside one" in problems
     with pytest.raises(ConfigFileError, match="gateway.port"):
         config.raise_problems()
     assert parse_config("[gateway\n").problems[0].startswith("not valid TOML")
