@@ -5,6 +5,7 @@ values, and `chunkrag config show|check`."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -190,10 +191,10 @@ def test_show_rows_give_each_value_its_source_and_the_default_from_the_settings_
 
 def _run(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys, environ: dict[str, str], cwd: Path):
     monkeypatch.chdir(cwd)
-    for name in [n for n in config_names.known_variables() if n != "CHUNKRAG_HOME"] + ["CHUNKRAG_CONFIG"]:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in environ.items():
-        monkeypatch.setenv(name, value)
+    # A copy of the process environment, without the project's variables: what
+    # the command exports from the file stays in the copy.
+    keep = {n: v for n, v in os.environ.items() if not config_names.is_known(n) or n == "CHUNKRAG_HOME"}
+    monkeypatch.setattr(os, "environ", {**keep, **environ})
     code = main(argv)
     return code, capsys.readouterr()
 
@@ -241,6 +242,7 @@ def test_a_command_runs_with_the_file_and_stops_on_a_file_that_does_not_map(tmp_
     code, out = _run(["cluster"], monkeypatch, capsys, {}, tmp_path)
     assert code == 2
     assert "configuration error: max_chars must be at least 20" in out.err
+    assert os.environ["CHUNKRAG_CHUNK_MAX_CHARS"] == "10"  # exported (into the test's copy)
     (tmp_path / "chunkrag.toml").write_text("[gateway]\nport = [[1]]\n")
     code, out = _run(["cluster"], monkeypatch, capsys, {}, tmp_path)
     assert code == 2
