@@ -13,11 +13,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Sequence, TextIO
 
-from chunkrag_core.settings import Settings, SettingsError, parse_scales
+from chunkrag_core import config_file
+from chunkrag_core.settings import Settings, SettingsError
 
 
 def build_parser() -> argparse.ArgumentParser:
     # The filter's flags are made from its options' one declaration.
+    from ingest_pipeline.options import add_arguments as add_ingest_arguments
     from search_extension.options import add_arguments as add_filter_arguments
 
     parser = argparse.ArgumentParser(
@@ -28,56 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = commands.add_parser("ingest", help="chunk, embed and index .txt/.md/.jsonl files or folders")
     ingest.add_argument("paths", nargs="+")
     ingest.add_argument("--index", help="index name (default: $CHUNKRAG_INDEX or 'chunkrag')")
-    ingest.add_argument(
-        "--similarity-threshold", type=float, help="new chunk where consecutive-sentence cosine drops below this (0.8)"
-    )
-    ingest.add_argument("--max-chars", type=int, help="longest chunk in characters (500)")
-    ingest.add_argument(
-        "--percentile",
-        type=float,
-        help=(
-            "break where the distance between consecutive sentences is above this percentile of the document's own "
-            "(e.g. 95) instead of below --similarity-threshold"
-        ),
-    )
-    ingest.add_argument(
-        "--min-chars", type=int, help="a chunk shorter than this is not closed at a similarity drop (0)"
-    )
-    ingest.add_argument(
-        "--headers",
-        choices=["title+section", "title", "section", "none"],
-        help="contextual chunk headers (title+section)",
-    )
-    ingest.add_argument("--scales", help=SCALES_HELP + " (default $CHUNKRAG_SCALES, or none)")
-    ingest.add_argument(
-        "--llm-titles",
-        action="store_true",
-        help="the chat model writes a title for each document that has none (one call per such document; cached)",
-    )
-    ingest.add_argument(
-        "--summaries",
-        action="store_true",
-        help=(
-            "the chat model writes a short summary of each document into its chunks' headers "
-            "(one call per document; cached)"
-        ),
-    )
-    ingest.add_argument(
-        "--semantic-sections",
-        action="store_true",
-        help=(
-            "the chat model names the sections of each document without headings "
-            "(one call per ~8,000 characters; cached)"
-        ),
-    )
-    ingest.add_argument(
-        "--workers",
-        action="store_true",
-        help=(
-            "send batches of documents to the Celery workers (`chunkrag workers`, broker $REDIS_URL), which chunk, "
-            "embed and write them (default $CHUNKRAG_WORKER_INGEST, or in this process)"
-        ),
-    )
+    # The ingest flags are made from their one declaration.
+    add_ingest_arguments(ingest)
     ingest.add_argument("--json", action="store_true", help="print the report as JSON")
     ingest.add_argument("--no-progress", action="store_true")
     ingest.set_defaults(handler=cmd_ingest)
@@ -233,13 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     from local_services.cli import register
 
     register(commands)
+    from chunkrag_cli.config_command import register as register_config
+
+    register_config(commands)
     return parser
-
-
-SCALES_HELP = (
-    "multi-scale ensembling: also index each document at these chunk sizes in tokens, e.g. 128,512,2000 "
-    "('default' for those, 'off' for none)"
-)
 
 
 def _scales_argument(parser: argparse.ArgumentParser, *, ingest: bool = False) -> None:
@@ -264,6 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from search_extension.options import OptionError
 
     try:
+        if args.command != "config":  # `config` reads the file itself, to tell its values from the environment's
+            # The configuration file's variables, for those the environment does not set: every reader
+            # (and every process a command starts) finds them there.
+            config_file.export_to_environment()
         return args.handler(args)
     except SettingsError as exc:
         print(f"chunkrag: configuration error: {exc}", file=sys.stderr)
@@ -281,27 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings.from_env()
-    chunking = settings.chunking
-    if getattr(args, "similarity_threshold", None) is not None:
-        chunking = dataclasses.replace(chunking, similarity_threshold=args.similarity_threshold)
-    if getattr(args, "max_chars", None) is not None:
-        chunking = dataclasses.replace(chunking, max_chars=args.max_chars)
-    if getattr(args, "percentile", None) is not None:
-        chunking = dataclasses.replace(chunking, breakpoint="percentile", breakpoint_percentile=args.percentile)
-    if getattr(args, "min_chars", None) is not None:
-        chunking = dataclasses.replace(chunking, min_chars=args.min_chars)
-    if getattr(args, "headers", None) is not None:
-        chunking = dataclasses.replace(chunking, headers=args.headers)
-    if getattr(args, "scales", None) is not None:
-        chunking = dataclasses.replace(chunking, scales=parse_scales(args.scales))
-    if getattr(args, "llm_titles", False):
-        chunking = dataclasses.replace(chunking, llm_titles=True)
-    if getattr(args, "summaries", False):
-        chunking = dataclasses.replace(chunking, summaries=True)
-    if getattr(args, "semantic_sections", False):
-        chunking = dataclasses.replace(chunking, sectioning="llm")
-    return dataclasses.replace(settings, index=getattr(args, "index", None) or settings.index, chunking=chunking)
+    from ingest_pipeline.options import apply
+
+    settings = apply(args, Settings.from_env())
+    return dataclasses.replace(settings, index=getattr(args, "index", None) or settings.index)
 
 
 def _backend(settings: Settings):

@@ -1,8 +1,10 @@
 """Settings, read once from the environment into frozen values.
 
 Every knob has a default that works on a fresh machine with the project's own
-services; the environment only overrides. ``Settings.from_env()`` is called by
-entry points (CLI, gateway, workers), never at import time.
+services; a configuration file (`config_file`) and the environment override
+it, the environment winning. ``Settings.from_env()`` is called by entry points
+(CLI, gateway, workers), never at import time; ``Settings.load()`` reads the
+file too.
 """
 
 from __future__ import annotations
@@ -442,6 +444,18 @@ class Settings:
             ),
             calibration_file=calibration_file_from_env(env),
         )
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The environment over the configuration file (``$CHUNKRAG_CONFIG`` or
+        ``./chunkrag.toml``, `chunkrag_core.config_file`): what a program that
+        builds its own settings calls. ``from_env`` reads only the mapping it
+        is given (``os.environ`` by default), which the ``chunkrag`` command
+        has already given the file's values."""
+        from chunkrag_core import config_file
+
+        env = os.environ if environ is None else environ
+        return cls.from_env(config_file.layered(env, config_file.load(env)))
 
     @property
     def es_url_for_display(self) -> str:

@@ -1,8 +1,9 @@
 """`services up|down|status|wait|logs` for the local Elasticsearch, OpenSearch, Redis and llm server.
 
 Without `--only`, commands act on DEFAULT_SERVICES (Elasticsearch, OpenSearch and Redis);
-the llm server is started only with `--only llm`, but `down` also stops it (and
-`logs` shows its log). Every service is a ManagedProcess (managed.py), built by its
+the llm server is started only with `--only llm`, but `down` also stops it, `status`
+shows it (its health counts towards the exit code only with `--only llm`) and `logs`
+shows its log. Every service is a ManagedProcess (managed.py), built by its
 module's `process(settings)`: up, down, status, wait and logs come from there.
 
 `register(subparsers)` plugs the group into the project's CLI;
@@ -115,8 +116,10 @@ def services_down(only: str | None = None, log: Log = print_line, nodes: int = 1
 
 
 def services_status(only: str | None = None, log: Log = print_line, nodes: int = 1) -> list[ServiceStatus]:
+    """Each selected service's status; without ``only``, every service,
+    the model server too (`required` tells which must be healthy)."""
     statuses: list[ServiceStatus] = []
-    for _name, service in _services(_selected(only), ALL_SERVICES, nodes):
+    for _name, service in _services(_selected(only, default=ALL_SERVICES), ALL_SERVICES, nodes):
         found = service.status(log)
         statuses.extend(found if isinstance(found, list) else [found])
     return statuses
@@ -179,11 +182,19 @@ def _run_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def required(only: str | None, status: ServiceStatus) -> bool:
+    """Whether ``status`` counts towards `status`'s exit code: the service
+    `--only` names, or one `up` starts without it (the model server is shown
+    but optional: `up` leaves it alone, and a remote model may be in use)."""
+    return only is not None or status.name != "llm"
+
+
 def _run_status(args: argparse.Namespace) -> int:
     statuses = services_status(args.only, nodes=args.nodes)
     for status in statuses:
-        print_line(status.line())
-    return 0 if all(status.healthy for status in statuses) else 1
+        optional = "" if status.healthy or required(args.only, status) else "  [optional: services up --only llm]"
+        print_line(status.line() + optional)
+    return 0 if all(status.healthy for status in statuses if required(args.only, status)) else 1
 
 
 def _run_wait(args: argparse.Namespace) -> int:
@@ -219,7 +230,13 @@ def _add_commands(parent: argparse.ArgumentParser, dest: str) -> None:
     specs = (
         ("up", "fetch if needed, start, and wait until healthy (idempotent)", _run_up, True),
         ("down", "stop services started from CHUNKRAG_HOME (idempotent)", _run_down, False),
-        ("status", "one line per service; exit 0 only if all are healthy", _run_status, False),
+        (
+            "status",
+            "one line per service, the model server too; exit 0 only if all are healthy (the model server only "
+            "with --only llm)",
+            _run_status,
+            False,
+        ),
         ("wait", "wait until services are healthy", _run_wait, True),
         ("logs", "each service's log: likely causes of a failure, then the last lines", _run_logs, False),
     )
@@ -229,7 +246,7 @@ def _add_commands(parent: argparse.ArgumentParser, dest: str) -> None:
             "--only",
             choices=ALL_SERVICES,
             help=f"act on this service only (default: {' and '.join(DEFAULT_SERVICES)}"
-            + ("; down and logs also cover llm" if name in ("down", "logs") else "")
+            + ("; down, status and logs also cover llm" if name in ("down", "status", "logs") else "")
             + ")",
         )
         command.add_argument(

@@ -20,11 +20,11 @@ pytestmark = pytest.mark.integration
 HINT = "start them first: CHUNKRAG_HOME=<repo>/.chunkrag python -m local_services up"
 
 
-def test_status_reports_every_default_service_healthy():
+def test_status_reports_every_default_service_healthy_and_the_model_server():
     statuses = {status.name: status for status in services_status()}
-    assert set(statuses) == {"elasticsearch", "opensearch", "redis"}
-    for status in statuses.values():
-        assert status.healthy, f"{status.line()} -- {HINT}"
+    assert set(statuses) == {"elasticsearch", "opensearch", "redis", "llm"}
+    for name in ("elasticsearch", "opensearch", "redis"):
+        assert statuses[name].healthy, f"{statuses[name].line()} -- {HINT}"
     assert statuses["elasticsearch"].health in ("green", "yellow")
     assert statuses["opensearch"].health in ("green", "yellow")
     assert statuses["redis"].health == "PONG"

