@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from search_extension.gateway import errors, playground
 from search_extension.gateway.cluster_users import ClusterUsers
-from search_extension.gateway.identity import Authenticator, check_indices
+from search_extension.gateway.identity import Authenticator, address_identity, check_indices
 from search_extension.gateway.limits import RateLimiter
 from search_extension.gateway.policy import classify, refuse_odd_paths, refuse_unless_allowed
 from search_extension.gateway.responses import accept_of, error_response
@@ -45,7 +45,14 @@ class Guard:
         if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
             return await self.app(scope, receive, send)
         try:
-            caller = self.authenticator.caller(scope["headers"], scope.get("client"))
+            try:
+                caller = self.authenticator.caller(scope["headers"], scope.get("client"))
+            except errors.GatewayError:
+                # Service mode without a valid key: such requests count against
+                # their client address (each credential tried would be a new
+                # bucket), so guessing keys or flooding with 401s is limited too.
+                self.rate_limiter.take(address_identity(scope.get("client")))
+                raise
             if self.users is not None:
                 caller = await self.users.identify(caller)
             self.rate_limiter.take(caller.identity)

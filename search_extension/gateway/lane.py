@@ -18,14 +18,17 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
+import anyio
 import orjson
 
 from search_extension.gateway import errors, playground
 from search_extension.gateway.body_reads import (
     JSON_MEDIA_TYPES,
     body_parameters,
+    check_content_coding,
     check_search_body,
     clears_all_scrolls,
+    content_coding,
     index_expressions,
     media_type,
     non_json_format,
@@ -88,6 +91,9 @@ class PassthroughLane:
                     f"the gateway does not forward {scope['method']} {scope['path']} for a gateway API key: "
                     "where the cluster cannot limit the key itself, only read APIs pass"
                 )
+            if (coding := content_coding(scope["headers"])) is not None:
+                # Decoding costs CPU in proportion to what comes out: off the loop.
+                await anyio.to_thread.run_sync(check_content_coding, coding, body)
             check_request(endpoint, caller, scope, body)
             bound = caller.key is not None and endpoint.kind == "read"
             if bound:

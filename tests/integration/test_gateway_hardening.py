@@ -1,0 +1,246 @@
+"""The gateway against the real secured Elasticsearch (tests/support/
+secured_elasticsearch.py) on what a second attack still found: headers a
+caller should not set reaching the cluster, stack traces (error_trace),
+refusals quoted inside _validate and _explain answers, a body whose
+Content-Encoding lies, legitimate requests refused (an index exclusion, a
+deep body the cluster itself takes), and callers without a key never rate
+limited. Each case is compared with what the cluster does straight where
+that tells something."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from search_extension.gateway import create_app
+from search_extension.gateway.identity import key_hash
+from search_extension.gateway.server import serve_in_thread as serving
+
+# The secured node, its indices and the gateways, shared with the other secured-node tests.
+from tests.integration.test_gateway_attacks import ACCOUNT_WORDS, ADMIN, ALICE, assert_no_secret, lookup
+from tests.integration.test_gateway_secured import (  # noqa: F401
+    admin,
+    gateway_settings,
+    indices,
+    model_server,
+    secured_node,
+)
+from tests.integration.test_gateway_service_mode import (  # noqa: F401
+    SECRET_TEXT,
+    TEAM_KEY,
+    forwarding,
+    raw,
+    secret_document,
+    service_gateway,
+    service_settings,
+)
+from tests.support import secured_elasticsearch as secured
+from tests.support.recording_relay import recording_relay
+
+pytestmark = pytest.mark.integration
+
+# Headers only the cluster's own components, a proxy in front of it or a CDN should set.
+CALLER_ONLY_HEADERS = (
+    "x-elastic-product-origin",
+    "x-elastic-internal-origin",
+    "x-found-handling-cluster",
+    "x-elastic-app-auth",
+    "x-http-method-override",
+    "x-rewrite-url",
+    "cf-connecting-ip",
+    "x-cluster-client-ip",
+    "run-as",
+)
+
+
+def _spellings(name: str) -> list[str]:
+    return [name, name.upper(), name.title(), name.replace("-", "_")]
+
+
+def _header_names(sent: bytes) -> set[str]:
+    """Every header name in the requests a relay recorded, lower case."""
+    names = set()
+    for line in sent.split(b"\r\n"):
+        if b":" in line and not line.startswith((b"GET ", b"POST ", b"{")):
+            names.add(line.split(b":", 1)[0].strip().lower().decode("latin-1"))
+    return names
+
+
+def test_headers_a_caller_should_not_set_never_reach_the_cluster(settings, embedder, indices):  # noqa: F811
+    allowed, _ = indices
+    node = urlsplit(secured.url_for())
+    with recording_relay(node.hostname, node.port) as relay:
+        es_url = f"http://{secured.SERVICE.name}:{secured.SERVICE.password}@127.0.0.1:{relay.port}"
+        forward = create_app(gateway_settings(settings, es_url), embedder=embedder)
+        team = f"team:{key_hash(TEAM_KEY)}:{secured.ALLOWED_PREFIX}*"
+        service = create_app(gateway_settings(settings, es_url, auth="service", api_keys=team), embedder=embedder)
+        sent_headers = [(spelling, "1") for name in CALLER_ONLY_HEADERS for spelling in _spellings(name)]
+        sent_headers += [("x-opaque-id", "trace-me"), ("traceparent", "00-" + "1" * 32 + "-" + "2" * 16 + "-01")]
+        with serving(forward) as forward_url, serving(service) as service_url:
+            for url, auth in ((forward_url, ALICE), (service_url, {"authorization": f"ApiKey {TEAM_KEY}"})):
+                answer = httpx.post(
+                    f"{url}/{allowed}/_search",
+                    headers=[*auth.items(), *sent_headers],
+                    json={"query": {"match_all": {}}},
+                    timeout=30,
+                )
+                assert answer.status_code == 200, answer.text[:300]
+        reached = _header_names(relay.sent_bytes())
+    assert {"x-opaque-id", "traceparent"} <= reached, reached
+    leaked = {spelling.lower() for name in CALLER_ONLY_HEADERS for spelling in _spellings(name)} & reached
+    assert not leaked, leaked
+
+
+BAD_RANGE = {"query": {"range": {"position": {"gte": "not a number"}}}}
+
+
+def test_error_trace_never_brings_the_clusters_stack_traces(service_gateway, forwarding, indices):  # noqa: F811
+    url, _ = service_gateway
+    allowed, _ = indices
+    straight = httpx.post(f"{secured.url_for()}/{allowed}/_search?error_trace=true", headers=ADMIN, json=BAD_RANGE)
+    assert straight.status_code == 400 and "stack_trace" in straight.text  # what the cluster would hand out
+    for query in ("?error_trace=true", "?error_trace", "?%65rror_trace=true", "?pretty&error_trace=true"):
+        for answer in (
+            raw(url, "POST", f"/{allowed}/_search{query}", TEAM_KEY, json=BAD_RANGE),
+            httpx.post(f"{forwarding}/{allowed}/_search{query}", headers=ALICE, json=BAD_RANGE, timeout=30),
+        ):
+            assert answer.status_code == 400, (query, answer.status_code, answer.text[:300])
+            assert "stack_trace" not in answer.text and "org.elasticsearch" not in answer.text, (
+                query,
+                len(answer.text),
+            )
+            assert "query_shard_exception" in answer.text or "search_phase_execution_exception" in answer.text
+
+
+def test_refusals_inside_validate_and_explain_answers_are_reworded(settings, embedder, indices, secret_document):  # noqa: F811
+    """Every endpoint class passes: _validate/query and _explain run a
+    terms lookup of the secret index with the team's derived key, and the
+    cluster's refusal comes back inside a 200 (the validation's error text)."""
+    allowed, other = indices
+    with serving(create_app(service_settings(settings, passthrough="all"), embedder=embedder)) as url:
+        body = {"query": lookup(other, secret_document)}
+        for method, path in (
+            ("POST", f"/{allowed}/_validate/query?explain=true"),
+            ("GET", f"/{allowed}/_validate/query?explain=true&all_shards=true"),
+            ("POST", f"/{allowed}/_validate/query?explain=true&rewrite=true"),
+            ("POST", f"/{allowed}/_validate/query?explain=true&filter_path=explanations.error"),
+            ("POST", f"/{allowed}/_explain/tokyo:0"),
+            ("POST", f"/{allowed}/_explain/tokyo:0?filter_path=**.reason"),
+        ):
+            answer = raw(url, method, path, TEAM_KEY, json=body)
+            assert_no_secret(answer, path)
+            assert not any(word in answer.text for word in ACCOUNT_WORDS), (path, answer.text[:300])
+
+
+def test_a_body_whose_content_encoding_lies_is_a_400_naming_it(service_gateway, forwarding, indices):  # noqa: F811
+    url, _ = service_gateway
+    allowed, _ = indices
+    body = json.dumps({"size": 1, "query": {"match_all": {}}}).encode()
+    lying = [("deflate", gzip.compress(body)), ("gzip", zlib.compress(body)), ("x-gzip", body), ("snappy", body)]
+    for coding, content in lying:
+        headers = {"content-encoding": coding, "content-type": "application/json"}
+        for answer in (
+            httpx.post(f"{forwarding}/{allowed}/_search", headers={**ALICE, **headers}, content=content, timeout=30),
+            raw(url, "POST", f"/{allowed}/_search", TEAM_KEY, content=content, headers=headers),
+        ):
+            assert answer.status_code == 400, (coding, answer.status_code, answer.text[:300])
+            assert f"[{coding}]" in answer.text or "not strict JSON" in answer.text, (coding, answer.text[:300])
+    # Honest codings still work where the gateway forwards bodies it does not read (forward mode).
+    for coding, content in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        answer = httpx.post(
+            f"{forwarding}/{allowed}/_search",
+            headers={**ALICE, "content-encoding": coding, "content-type": "application/json"},
+            content=content,
+            timeout=30,
+        )
+        assert answer.status_code == 200 and len(answer.json()["hits"]["hits"]) == 1, (coding, answer.text[:300])
+
+
+def test_an_exclusion_after_an_allowed_pattern_is_accepted(service_gateway, indices):  # noqa: F811
+    url, _ = service_gateway
+    allowed, other = indices
+    for path in (
+        f"/{secured.ALLOWED_PREFIX}*,-nothing/_count",
+        f"/{allowed},-nothing/_count",
+        f"/{secured.ALLOWED_PREFIX}*,-{secured.ALLOWED_PREFIX}none*/_count",
+    ):
+        answer = raw(url, "GET", path, TEAM_KEY)
+        assert answer.status_code == 200 and answer.json()["count"] >= 6, (path, answer.text[:300])
+    answer = raw(url, "GET", f"/{allowed},-{allowed}/_count", TEAM_KEY)
+    assert answer.status_code == 200 and answer.json()["count"] == 0
+    # An exclusion widens nothing: a secret index beside it, or an exclusion alone, is still refused.
+    for path in (f"/{allowed},-nothing,{other}/_count", f"/-{allowed}/_count", "/-nothing/_count"):
+        answer = raw(url, "GET", path, TEAM_KEY)
+        assert answer.status_code == 403, (path, answer.status_code)
+        assert_no_secret(answer, path)
+
+
+def _bool_chain(depth: int) -> dict:
+    query = {"match_all": {}}
+    for _ in range(depth):
+        query = {"bool": {"must": [query]}}
+    return {"query": query}
+
+
+def _aggregation_chain(depth: int) -> dict:
+    aggregations = {"f0": {"filter": {"match_all": {}}}}
+    for level in range(1, depth):
+        aggregations = {f"f{level}": {"filter": {"match_all": {}}, "aggs": aggregations}}
+    return {"size": 0, "aggs": aggregations}
+
+
+def _post_json(url: str, body: dict, headers: dict) -> httpx.Response:
+    # json.dumps: orjson (httpx's json= is json too) writes at most 255 levels, these go deeper.
+    content = json.dumps(body).encode()
+    return httpx.post(url, content=content, headers={**headers, "content-type": "application/json"}, timeout=60)
+
+
+def test_the_gateway_takes_the_deep_bodies_the_cluster_takes(service_gateway, forwarding, indices):  # noqa: F811
+    """A 100-deep bool chain (302 levels of JSON) is the cluster's to
+    answer (its indices.query.bool.max_nested_depth); a 150-deep chain of
+    aggregations (300 levels) the cluster answers with a 200. Through the
+    gateway, in both modes, each gets what it gets from the cluster straight."""
+    url, _ = service_gateway
+    allowed, _ = indices
+    key = {"authorization": f"ApiKey {TEAM_KEY}"}
+    for body in (_bool_chain(100), _bool_chain(20), _aggregation_chain(150)):
+        straight = _post_json(f"{secured.url_for()}/{allowed}/_search", body, ADMIN)
+        for answer in (
+            _post_json(f"{url}/{allowed}/_search", body, key),
+            _post_json(f"{forwarding}/{allowed}/_search", body, ALICE),
+        ):
+            assert answer.status_code == straight.status_code, (answer.status_code, answer.text[:300])
+            if straight.status_code != 200:
+                assert answer.json()["error"]["type"] == straight.json()["error"]["type"]
+                assert "max_nested_depth" in answer.text, answer.text[:300]
+    # Past the cluster's own parser limit (1,000 levels) both refuse.
+    too_deep = b'{"query":' + b"[" * 1001 + b"]" * 1001 + b"}"
+    for target, headers in ((f"{secured.url_for()}/{allowed}/_search", ADMIN), (f"{url}/{allowed}/_search", key)):
+        answer = httpx.post(target, content=too_deep, headers={**headers, "content-type": "application/json"})
+        assert answer.status_code == 400, (target, answer.text[:300])
+
+
+def test_callers_without_a_key_are_rate_limited_by_address(settings, embedder, indices):  # noqa: F811
+    allowed, _ = indices
+    limited = service_settings(settings, rate_per_s=0.001, rate_burst=2)
+    with serving(create_app(limited, embedder=embedder)) as url:
+        statuses = [
+            httpx.get(f"{url}/{allowed}/_count", headers=headers, timeout=30).status_code
+            for headers in (
+                {},
+                {"authorization": "ApiKey not-a-key"},
+                {"authorization": "ApiKey another-guess"},
+                {"x-forwarded-for": "10.9.9.9"},
+            )
+        ]
+        assert statuses == [401, 401, 429, 429]
+        refused = httpx.get(f"{url}/{allowed}/_count", timeout=30)
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+        # A caller with a key has a bucket of its own.
+        answer = raw(url, "GET", f"/{allowed}/_count", TEAM_KEY)
+        assert answer.status_code == 200 and answer.json()["count"] == 6
