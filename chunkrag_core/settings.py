@@ -275,6 +275,12 @@ class GatewaySettings:
     # and beyond that get 429 with Retry-After (each holds model calls).
     max_filtered: int = 4
     max_queued: int = 16
+    # Filtered searches (ext.chunkrag, /v1/ask) of one caller running in the
+    # gateway at once; one more waits up to retry_after_s for one of them,
+    # then gets 429 (0: no cap). Two lets a client overlap its requests;
+    # sixteen from one key in the shared queue raised everyone else's
+    # latency sevenfold.
+    max_filtered_per_caller: int = 2
     retry_after_s: int = 5
     # Requests per second per caller (API key, or Authorization, or client
     # address), with bursts of rate_burst; 0 turns the limit off.

@@ -50,7 +50,7 @@ from search_extension.gateway.identity import (
     service_refusal,
 )
 from search_extension.gateway.lane import PassthroughLane, request_target
-from search_extension.gateway.limits import FilteredQueue, RateLimiter
+from search_extension.gateway.limits import CallerSlots, FilteredQueue, RateLimiter
 from search_extension.gateway.models import (
     FILTERED_STATUSES,
     PUBLIC_STATUSES,
@@ -89,6 +89,7 @@ def create_app(
     check_engine_auth(settings)
     classes = parse_classes(limits.passthrough)
     queue = FilteredQueue(limits.max_filtered, limits.max_queued, limits.retry_after_s)
+    per_caller = CallerSlots(limits.max_filtered_per_caller, limits.retry_after_s)
     edges = Edges(
         settings,
         es=es,
@@ -165,7 +166,8 @@ def create_app(
             max_candidates=limits.max_candidates,
             max_query_chars=limits.max_query_chars,
         )
-        result = await _call(edges, queue, request.index, decoded, caller)
+        async with per_caller.slot(caller.identity):
+            result = await _call(edges, queue, request.index, decoded, caller)
         payload = ask_response(result, index=request.index)
         return {**payload, "shards": _shards_shown(payload["shards"], caller)}
 
@@ -194,7 +196,8 @@ def create_app(
         _refuse_non_finite(decoded, "body")
         started = time.perf_counter()
         parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
-        result = await _call(edges, queue, index, parsed, caller)
+        async with per_caller.slot(caller.identity):
+            result = await _call(edges, queue, index, parsed, caller)
         took_ms = (time.perf_counter() - started) * 1000
         payload = search_response(
             result, index=index, size=parsed.size, include_dropped=parsed.options.include_dropped, took_ms=took_ms

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
+import time
 import zlib
 from urllib.parse import urlsplit
 
@@ -31,8 +33,10 @@ from tests.integration.test_gateway_secured import (  # noqa: F401
     secured_node,
 )
 from tests.integration.test_gateway_service_mode import (  # noqa: F401
+    QUERY,
     SECRET_TEXT,
     TEAM_KEY,
+    TRUSTED_KEY,
     forwarding,
     raw,
     secret_document,
@@ -244,3 +248,73 @@ def test_callers_without_a_key_are_rate_limited_by_address(settings, embedder, i
         # A caller with a key has a bucket of its own.
         answer = raw(url, "GET", f"/{allowed}/_count", TEAM_KEY)
         assert answer.status_code == 200 and answer.json()["count"] == 6
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def _plain_latencies(url: str, index: str, key: str, count: int) -> list[float]:
+    with httpx.Client(headers={"authorization": f"ApiKey {key}"}, timeout=60) as client:
+        latencies = []
+        for _ in range(count):
+            started = time.perf_counter()
+            answer = client.post(f"{url}/{index}/_search", json={"query": QUERY, "size": 3})
+            latencies.append(time.perf_counter() - started)
+            assert answer.status_code == 200, answer.text[:300]
+    return latencies
+
+
+def test_one_keys_filtered_searches_do_not_starve_a_normal_caller(settings, embedder, indices):  # noqa: F811
+    """16 threads of one key send filtered searches (50 candidates,
+    ensembling) without pause while another key's plain searches are timed,
+    and timed before, quiet, in the same test. Two of the key's searches run
+    at once; the others wait for one of those, and past Retry-After get a
+    429 with it. The figures are printed (a ratio on a shared machine is a
+    report, not an assertion)."""
+    allowed, _ = indices
+    flood_body = {"query": QUERY, "size": 5, "ext": {"chunkrag": {"candidates": 50, "ensemble": True}}}
+    # A refused search first waits Retry-After (here 1 s) for a place of its caller's own.
+    gateway = create_app(service_settings(settings, retry_after_s=1), embedder=embedder)
+    with serving(gateway) as url:
+        first = raw(url, "POST", f"/{allowed}/_search", TEAM_KEY, json=flood_body)
+        if first.status_code == 400 and "scale" in first.text:  # an index made without the other scales
+            flood_body["ext"]["chunkrag"].pop("ensemble")
+            first = raw(url, "POST", f"/{allowed}/_search", TEAM_KEY, json=flood_body)
+        assert first.status_code == 200, first.text[:300]
+        _plain_latencies(url, allowed, TRUSTED_KEY, 20)  # warm
+        quiet = _plain_latencies(url, allowed, TRUSTED_KEY, 150)
+        stop = threading.Event()
+        outcomes: list[tuple[int, str | None]] = []
+
+        def flood():
+            with httpx.Client(headers={"authorization": f"ApiKey {TEAM_KEY}"}, timeout=120) as client:
+                while not stop.is_set():
+                    answer = client.post(f"{url}/{allowed}/_search", json=flood_body)
+                    outcomes.append((answer.status_code, answer.headers.get("retry-after")))
+
+        flooders = [threading.Thread(target=flood, daemon=True) for _ in range(16)]
+        for thread in flooders:
+            thread.start()
+        try:
+            time.sleep(1.0)
+            loaded = _plain_latencies(url, allowed, TRUSTED_KEY, 150)
+        finally:
+            stop.set()
+            for thread in flooders:
+                thread.join(120)
+    statuses = [status for status, _ in outcomes]
+    figures = {
+        "quiet_p50_ms": round(_percentile(quiet, 0.5) * 1000, 2),
+        "quiet_p95_ms": round(_percentile(quiet, 0.95) * 1000, 2),
+        "flooded_p50_ms": round(_percentile(loaded, 0.5) * 1000, 2),
+        "flooded_p95_ms": round(_percentile(loaded, 0.95) * 1000, 2),
+        "flood_200": statuses.count(200),
+        "flood_429": statuses.count(429),
+    }
+    figures["p95_ratio"] = round(figures["flooded_p95_ms"] / figures["quiet_p95_ms"], 2)
+    print("filtered flood against plain searches:", figures)
+    assert statuses.count(200) >= 1 and set(statuses) <= {200, 429}, figures
+    assert statuses.count(429) >= 1, figures
+    assert all(retry is not None and int(retry) >= 1 for status, retry in outcomes if status == 429)
