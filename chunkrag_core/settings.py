@@ -265,6 +265,10 @@ class GatewaySettings:
     # Forward X-Forwarded-*, X-Real-IP and Forwarded to the cluster (only
     # when a proxy the operator trusts sets them in front of the gateway).
     trusted_proxy: bool = False
+    # Service mode: refuse an alias whose name a key's patterns cover but
+    # which points to indices they do not (resolved with the gateway's own
+    # credentials, kept 10 s). Off by default: the cluster allows it too.
+    refuse_foreign_aliases: bool = False
     # Pass-through endpoint classes forwarded: "read" (search, count, msearch,
     # mapping, field caps, scroll, PIT, index existence), "write" (other
     # index APIs, _bulk), "cluster" (every other _ API); comma-separated.

@@ -25,6 +25,7 @@ from starlette.responses import Response
 
 from chunkrag_core.settings import Settings
 from search_extension.gateway import errors, playground
+from search_extension.gateway.aliases import ForeignAliases
 from search_extension.gateway.body_depth import BodyDepth
 from search_extension.gateway.body_limit import BodyLimit
 from search_extension.gateway.body_reads import MAX_BODY_DEPTH
@@ -128,7 +129,12 @@ def create_app(
     # guard (who, how often, which endpoint), then the lane, then the depth
     # check of the bodies FastAPI decodes itself.
     app.add_middleware(BodyDepth)
-    app.add_middleware(PassthroughLane, passthrough=edges.passthrough)
+    aliases = (
+        ForeignAliases(edges.passthrough.get_json)
+        if limits.refuse_foreign_aliases and limits.auth == "service"
+        else None
+    )
+    app.add_middleware(PassthroughLane, passthrough=edges.passthrough, aliases=aliases)
     app.add_middleware(
         Guard,
         authenticator=authenticator,
@@ -160,6 +166,8 @@ def create_app(
         caller = _caller(http)
         _refuse_non_finite(request.model_dump(exclude_unset=True), "body")
         check_indices(caller, tuple(request.index.split(",")), what="/v1/ask")
+        if aliases is not None:
+            await aliases.check(caller, tuple(request.index.split(",")))
         decoded = parse_ask(
             request.question,
             request.options,

@@ -22,6 +22,7 @@ import anyio
 import orjson
 
 from search_extension.gateway import errors, playground
+from search_extension.gateway.aliases import ForeignAliases
 from search_extension.gateway.body_reads import (
     JSON_MEDIA_TYPES,
     body_parameters,
@@ -67,8 +68,16 @@ CHUNKRAG_MARK = b'"chunkrag"'
 
 
 class PassthroughLane:
-    def __init__(self, app, passthrough: Passthrough, contexts: ContextOwners | None = None):
+    def __init__(
+        self,
+        app,
+        passthrough: Passthrough,
+        contexts: ContextOwners | None = None,
+        aliases: ForeignAliases | None = None,
+    ):
         self.app, self.passthrough = app, passthrough
+        # Service mode with CHUNKRAG_GATEWAY_REFUSE_FOREIGN_ALIASES: aliases pointing outside a key's patterns.
+        self.aliases = aliases
         # Service mode: which gateway key each scroll and PIT id belongs to.
         self.contexts = contexts if contexts is not None else ContextOwners()
 
@@ -95,6 +104,11 @@ class PassthroughLane:
                 # Decoding costs CPU in proportion to what comes out: off the loop.
                 await anyio.to_thread.run_sync(check_content_coding, coding, body)
             check_request(endpoint, caller, scope, body)
+            if self.aliases is not None and caller.key is not None:
+                await self.aliases.check(caller, endpoint.indices)
+                if endpoint.msearch:
+                    for named in msearch_indices(body, endpoint.indices):
+                        await self.aliases.check(caller, named)
             bound = caller.key is not None and endpoint.kind == "read"
             if bound:
                 query = scope.get("query_string", b"").decode("latin-1")

@@ -318,3 +318,46 @@ def test_one_keys_filtered_searches_do_not_starve_a_normal_caller(settings, embe
     assert statuses.count(200) >= 1 and set(statuses) <= {200, 429}, figures
     assert statuses.count(429) >= 1, figures
     assert all(retry is not None and int(retry) >= 1 for status, retry in outcomes if status == 429)
+
+
+def test_an_alias_matching_a_keys_pattern_exposes_its_target_unless_refused(
+    settings,
+    embedder,
+    indices,  # noqa: F811
+    admin,  # noqa: F811
+    secret_document,  # noqa: F811
+):
+    """The cluster lets a key for sec-docs-* read an alias sec-docs-… that
+    points to a secret index (its privileges match names too): documented,
+    and refused with CHUNKRAG_GATEWAY_REFUSE_FOREIGN_ALIASES, by name, by a
+    wildcard that reaches it, in an _msearch header and in /v1/ask."""
+    allowed, other = indices
+    alias = f"{secured.ALLOWED_PREFIX}alias-{other.rsplit('-', 1)[-1]}"
+    admin.indices.put_alias(index=other, name=alias)
+    try:
+        with serving(create_app(service_settings(settings), embedder=embedder)) as url:
+            exposed = raw(url, "POST", f"/{alias}/_search", TEAM_KEY, json={"query": {"match_all": {}}, "size": 50})
+            assert exposed.status_code == 200 and SECRET_TEXT in exposed.text  # what the docs warn of
+        refusing = service_settings(settings, refuse_foreign_aliases=True)
+        with serving(create_app(refusing, embedder=embedder)) as url:
+            for path in (f"/{alias}/_search", f"/{secured.ALLOWED_PREFIX}*/_search", f"/{allowed},{alias}/_count"):
+                answer = raw(url, "POST", path, TEAM_KEY, json={"query": {"match_all": {}}})
+                assert answer.status_code == 403 and f"alias [{alias}]" in answer.text, (path, answer.text[:300])
+                assert_no_secret(answer, path)
+            msearch = f'{{"index":"{alias}"}}\n{{"query":{{"match_all":{{}}}}}}\n'.encode()
+            answer = raw(
+                url,
+                "POST",
+                f"/{allowed}/_msearch",
+                TEAM_KEY,
+                content=msearch,
+                headers={"content-type": "application/x-ndjson"},
+            )
+            assert answer.status_code == 403 and SECRET_TEXT not in answer.text
+            answer = raw(url, "POST", "/v1/ask", TEAM_KEY, json={"index": alias, "question": "secret?"})
+            assert answer.status_code == 403 and SECRET_TEXT not in answer.text
+            # The key's own indices, and an exclusion of the alias, are answered as before.
+            answer = raw(url, "GET", f"/{allowed}/_count", TEAM_KEY)
+            assert answer.status_code == 200 and answer.json()["count"] == 6
+    finally:
+        admin.indices.delete_alias(index=other, name=alias)
