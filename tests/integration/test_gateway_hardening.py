@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import selectors
+import socket
 import threading
 import time
 import zlib
@@ -361,3 +363,129 @@ def test_an_alias_matching_a_keys_pattern_exposes_its_target_unless_refused(
             assert answer.status_code == 200 and answer.json()["count"] == 6
     finally:
         admin.indices.delete_alias(index=other, name=alias)
+
+
+class ConnectionHolder:
+    """Connections from many loopback addresses that never finish their
+    request: each sends a request line and then a header line every
+    ``line_every_s`` (``slow="head"``), or its whole head and then its body a
+    byte at a time (``slow="body"``). Closed ones are opened again, at most
+    ``opens_per_s`` new ones a second in all, so each address keeps up to
+    ``per_address`` open as long as the gateway lets it. Stops by itself
+    after ``max_s``."""
+
+    def __init__(self, target, sources, per_address, *, slow, opens_per_s, line_every_s, max_s, path: bytes):
+        self.target, self.sources, self.per_address, self.slow = target, sources, per_address, slow
+        self.opens_per_s, self.line_every_s = opens_per_s, line_every_s
+        self.deadline, self.path = time.monotonic() + max_s, path
+        self.stop = threading.Event()
+        self.opened = 0
+        self.answers: dict[bytes, int] = {}
+
+    def _first_bytes(self) -> bytes:
+        if self.slow == "head":
+            return b"GET " + self.path + b" HTTP/1.1\r\nhost: x\r\n"
+        return (
+            b"POST "
+            + self.path
+            + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+        )
+
+    def _trickle(self) -> bytes:
+        return b"x-slow: 1\r\n" if self.slow == "head" else b" "
+
+    def run(self):
+        selector = selectors.DefaultSelector()
+        open_by_source = dict.fromkeys(self.sources, 0)
+        started = time.monotonic()
+        next_line = started + self.line_every_s
+        while not self.stop.is_set() and time.monotonic() < self.deadline:
+            allowance = int((time.monotonic() - started) * self.opens_per_s) - self.opened
+            for source in self.sources:
+                while allowance > 0 and open_by_source[source] < self.per_address:
+                    allowance -= 1
+                    try:
+                        sock = socket.socket()
+                        sock.bind((source, 0))
+                        sock.settimeout(2)
+                        sock.connect(self.target)
+                        sock.sendall(self._first_bytes())
+                        sock.setblocking(False)
+                    except OSError:
+                        sock.close()
+                        break
+                    selector.register(sock, selectors.EVENT_READ, source)
+                    open_by_source[source] += 1
+                    self.opened += 1
+            for key, _ in selector.select(timeout=0.01):
+                try:
+                    data = key.fileobj.recv(65536)
+                except (BlockingIOError, ConnectionResetError):
+                    data = b""
+                if not data:
+                    selector.unregister(key.fileobj)
+                    key.fileobj.close()
+                    open_by_source[key.data] -= 1
+                else:
+                    status = data[:12].decode("latin-1")
+                    self.answers[status] = self.answers.get(status, 0) + 1
+            if time.monotonic() >= next_line:
+                next_line += self.line_every_s
+                for key in list(selector.get_map().values()):
+                    try:
+                        key.fileobj.send(self._trickle())
+                    except OSError:
+                        pass
+        for key in list(selector.get_map().values()):
+            key.fileobj.close()
+        selector.close()
+
+
+@pytest.mark.parametrize("slow", ["head", "body"])
+def test_many_addresses_holding_connections_do_not_lock_a_normal_caller_out(settings, embedder, indices, slow):  # noqa: F811
+    """20 loopback addresses (127.0.0.2 to 127.0.0.21) each keep up to 15
+    connections open that never finish their request (a header line, or a
+    body byte, a second), about 100 new ones a second in all, against an
+    overall cap of 200; meanwhile a caller on 127.0.0.1 sends 100 requests,
+    each on a new connection, and gets at least 95 answers. Bounded: about
+    15 s, loopback only, the holders stop by themselves."""
+    allowed, _ = indices
+    cap = 200
+    app = create_app(
+        gateway_settings(settings, secured.url_for(secured.SERVICE), max_connections=cap), embedder=embedder
+    )
+    with serving(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        holder = ConnectionHolder(
+            (host, int(port)),
+            [f"127.0.0.{n}" for n in range(2, 22)],
+            15,
+            slow=slow,
+            opens_per_s=100,
+            line_every_s=1.0,
+            max_s=40,
+            path=f"/{allowed}/_count".encode(),
+        )
+        thread = threading.Thread(target=holder.run, daemon=True)
+        thread.start()
+        try:
+            time.sleep(3.0)  # the holders fill the cap
+            statuses = []
+            for _ in range(100):
+                try:
+                    statuses.append(httpx.get(f"{url}/{allowed}/_count", headers=ALICE, timeout=10).status_code)
+                except httpx.TransportError as exc:
+                    statuses.append(type(exc).__name__)
+        finally:
+            holder.stop.set()
+            thread.join(30)
+    answered = statuses.count(200)
+    figures = {
+        "answered": answered,
+        "of": len(statuses),
+        "holders_opened": holder.opened,
+        "holders_got": holder.answers,
+    }
+    print(f"normal caller while 20 addresses hold slow-{slow} connections:", figures)
+    assert holder.opened > cap, figures  # the holders wanted more than the cap
+    assert answered >= 95, (figures, statuses)
