@@ -34,6 +34,7 @@ from search_extension.gateway.body_reads import (
     media_type,
     non_json_format,
     parse_msearch,
+    referenced_indices,
     strict_json,
 )
 from search_extension.gateway.context_ids import ContextOwners, opened_id, presented_ids
@@ -105,10 +106,8 @@ class PassthroughLane:
                 await anyio.to_thread.run_sync(check_content_coding, coding, body)
             check_request(endpoint, caller, scope, body)
             if self.aliases is not None and caller.key is not None:
-                await self.aliases.check(caller, endpoint.indices)
-                if endpoint.msearch:
-                    for named in msearch_indices(body, endpoint.indices):
-                        await self.aliases.check(caller, named)
+                for named in indices_named(endpoint, body):
+                    await self.aliases.check(caller, named)
             bound = caller.key is not None and endpoint.kind == "read"
             if bound:
                 query = scope.get("query_string", b"").decode("latin-1")
@@ -171,6 +170,23 @@ def check_service_body(endpoint: Endpoint, caller: Caller, scope, body: bytes) -
             check_search_body(search, allowed)
         return
     check_search_body(strict_json(body, "the request body"), allowed)
+
+
+def indices_named(endpoint: Endpoint, body: bytes) -> list[tuple[str, ...] | None]:
+    """Every list of index expressions a request names: its path's, and for
+    a read with a body (already passed by ``check_service_body``) its
+    _msearch headers' and those of the clauses that read by reference."""
+    named = [endpoint.indices]
+    if endpoint.kind != "read" or not body.strip():
+        return named
+    if endpoint.msearch:
+        for header, search in parse_msearch(body):
+            if "index" in header:
+                named.append(index_expressions(header["index"], "an _msearch header"))
+            named.extend(indices for _, indices in referenced_indices(search))
+    else:
+        named.extend(indices for _, indices in referenced_indices(strict_json(body, "the request body")))
+    return named
 
 
 def check_body(endpoint: Endpoint, caller: Caller, body: bytes) -> None:

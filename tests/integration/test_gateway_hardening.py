@@ -342,6 +342,9 @@ def test_an_alias_matching_a_keys_pattern_exposes_its_target_unless_refused(
                 headers={"content-type": "application/x-ndjson"},
             )
             assert answer.status_code == 403 and SECRET_TEXT not in answer.text
+            by_reference = {"query": {"terms": {"doc_id": {"index": alias, "id": secret_document, "path": "text"}}}}
+            answer = raw(url, "POST", f"/{allowed}/_search", TEAM_KEY, json=by_reference)
+            assert answer.status_code == 403 and f"alias [{alias}]" in answer.text and SECRET_TEXT not in answer.text
             answer = raw(url, "POST", "/v1/ask", TEAM_KEY, json={"index": alias, "question": "secret?"})
             assert answer.status_code == 403 and SECRET_TEXT not in answer.text
             # The key's own indices, and an exclusion of the alias, are answered as before.
