@@ -513,6 +513,15 @@ def test_query_length_and_rate_limits():
     assert last.json()["error"]["type"] == "es_rejected_execution_exception" and int(last.headers["retry-after"]) >= 1
 
 
+def test_service_mode_limits_requests_without_a_valid_key_by_address():
+    limited = app_client(KeyMakingTransport(), auth="service", api_keys=KEYS, rate_per_s=0.001, rate_burst=2)
+    attempts = [{}, {"authorization": "ApiKey guess-1"}, {"authorization": "Bearer guess-2"}, {}]
+    statuses = [limited.post("/docs-1/_count", headers=headers).status_code for headers in attempts]
+    assert statuses == [401, 401, 429, 429]
+    # A valid key has a bucket of its own.
+    assert limited.post("/docs-1/_count", headers={"authorization": f"ApiKey {KEY_A}"}).status_code == 200
+
+
 def test_misconfiguration_fails_at_creation():
     with pytest.raises(ConfigError):
         create_app(Settings(gateway=GatewaySettings(auth="service")))
