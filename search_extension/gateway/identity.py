@@ -17,8 +17,9 @@ Two modes (``CHUNKRAG_GATEWAY_AUTH``):
 Only an allow-list of caller headers reaches the cluster
 (``forwardable_header``): none that would change who the cluster takes the
 caller to be (run-as, secondary authorization, proxy authentication) or
-where the request came from (forwarding, unless from a trusted proxy), and the rate-limit identity does
-not depend on how a credential is spelled (``credentials_identity``).
+where the request came from (forwarding, unless from a trusted proxy). The
+rate-limit identity does not depend on how a credential is spelled
+(``credentials_identity``).
 
 Everything that turns a caller into cluster credentials lives here, so it can
 move behind a backend seam (Elasticsearch or OpenSearch) as one piece.
