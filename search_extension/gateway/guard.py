@@ -5,7 +5,8 @@ reached at all (403). The caller is left in ``scope["state"]["caller"]`` for
 the pass-through lane and the routes.
 
 The OpenAPI document, the Swagger UI and /v1/health answer anyone: they
-carry no data, and a load balancer's probe has no key. Only those exact
+carry no data, and a load balancer's probe has no key; with a rate limit
+set they count against the client's address. Only those exact
 paths and /v1/ask skip the endpoint classes: a path such as /v1/_search is
 an index search (of an index named "v1") like any other."""
 
@@ -42,7 +43,16 @@ class Guard:
         self.users = users if rate_limiter.enabled else None
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if scope["path"] in PUBLIC_PATHS:
+            # Anyone may call these (a load balancer's probe has no key), so
+            # they count against the client address: /v1/health asks the
+            # cluster and Redis each time.
+            try:
+                self.rate_limiter.take(address_identity(scope.get("client")))
+            except errors.GatewayError as exc:
+                return await error_response(exc, accept_of(scope))(scope, receive, send)
             return await self.app(scope, receive, send)
         try:
             try:

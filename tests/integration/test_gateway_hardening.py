@@ -248,6 +248,8 @@ def test_callers_without_a_key_are_rate_limited_by_address(settings, embedder, i
         assert statuses == [401, 401, 429, 429]
         refused = httpx.get(f"{url}/{allowed}/_count", timeout=30)
         assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+        # The routes anyone may call count against the address too (/v1/health asks the cluster).
+        assert httpx.get(f"{url}/v1/health", timeout=30).status_code == 429
         # A caller with a key has a bucket of its own.
         answer = raw(url, "GET", f"/{allowed}/_count", TEAM_KEY)
         assert answer.status_code == 200 and answer.json()["count"] == 6

@@ -520,6 +520,10 @@ def test_service_mode_limits_requests_without_a_valid_key_by_address():
     assert statuses == [401, 401, 429, 429]
     # A valid key has a bucket of its own.
     assert limited.post("/docs-1/_count", headers={"authorization": f"ApiKey {KEY_A}"}).status_code == 200
+    # The routes anyone may call share the address's bucket (/v1/health asks the cluster each time).
+    assert limited.get("/v1/health").status_code == 429 and limited.get("/openapi.json").status_code == 429
+    open_health = app_client(KeyMakingTransport(), auth="service", api_keys=KEYS)  # no rate limit: never refused
+    assert all(open_health.get("/openapi.json").status_code == 200 for _ in range(30))
 
 
 def test_misconfiguration_fails_at_creation():
