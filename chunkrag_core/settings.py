@@ -267,6 +267,10 @@ class GatewaySettings:
     # Forward X-Forwarded-*, X-Real-IP and Forwarded to the cluster (only
     # when a proxy the operator trusts sets them in front of the gateway).
     trusted_proxy: bool = False
+    # Service mode: refuse an alias whose name a key's patterns cover but
+    # which points to indices they do not (resolved with the gateway's own
+    # credentials, kept 10 s). Off by default: the cluster allows it too.
+    refuse_foreign_aliases: bool = False
     # Pass-through endpoint classes forwarded: "read" (search, count, msearch,
     # mapping, field caps, scroll, PIT, index existence), "write" (other
     # index APIs, _bulk), "cluster" (every other _ API); comma-separated.
@@ -277,6 +281,12 @@ class GatewaySettings:
     # and beyond that get 429 with Retry-After (each holds model calls).
     max_filtered: int = 4
     max_queued: int = 16
+    # Filtered searches (ext.chunkrag, /v1/ask) of one caller running in the
+    # gateway at once; one more waits up to retry_after_s for one of them,
+    # then gets 429 (0: no cap). Two lets a client overlap its requests;
+    # sixteen from one key in the shared queue raised everyone else's
+    # latency sevenfold.
+    max_filtered_per_caller: int = 2
     retry_after_s: int = 5
     # Requests per second per caller (API key, or Authorization, or client
     # address), with bursts of rate_burst; 0 turns the limit off.

@@ -25,6 +25,7 @@ from starlette.responses import Response
 
 from chunkrag_core.settings import Settings
 from search_extension.gateway import errors, playground, telemetry
+from search_extension.gateway.aliases import ForeignAliases
 from search_extension.gateway.body_depth import BodyDepth
 from search_extension.gateway.body_limit import BodyLimit
 from search_extension.gateway.body_reads import MAX_BODY_DEPTH
@@ -50,7 +51,7 @@ from search_extension.gateway.identity import (
     service_refusal,
 )
 from search_extension.gateway.lane import GATEWAY_ROUTES, PassthroughLane, request_target
-from search_extension.gateway.limits import FilteredQueue, RateLimiter
+from search_extension.gateway.limits import CallerSlots, FilteredQueue, RateLimiter
 from search_extension.gateway.models import (
     FILTERED_STATUSES,
     PUBLIC_STATUSES,
@@ -92,6 +93,8 @@ def create_app(
     queue = FilteredQueue(limits.max_filtered, limits.max_queued, limits.retry_after_s)
     # Scroll/PIT bindings and rate buckets: this process's, or every instance's (Redis).
     contexts, rate_limiter, shared = make_stores(settings, RateLimiter(limits.rate_per_s, limits.rate_burst))
+    # Filtered searches running at once per caller (this instance's).
+    per_caller = CallerSlots(limits.max_filtered_per_caller, limits.retry_after_s)
     edges = Edges(
         settings,
         es=es,
@@ -145,7 +148,12 @@ def create_app(
     # guard (who, how often, which endpoint), then the lane, then the depth
     # check of the bodies FastAPI decodes itself.
     app.add_middleware(BodyDepth)
-    app.add_middleware(PassthroughLane, passthrough=edges.passthrough, contexts=contexts)
+    aliases = (
+        ForeignAliases(edges.passthrough.get_json)
+        if limits.refuse_foreign_aliases and limits.auth == "service"
+        else None
+    )
+    app.add_middleware(PassthroughLane, passthrough=edges.passthrough, contexts=contexts, aliases=aliases)
     app.add_middleware(
         Guard,
         authenticator=authenticator,
@@ -180,13 +188,16 @@ def create_app(
         telemetry.note(http.scope, mode="ask")
         _refuse_non_finite(request.model_dump(exclude_unset=True), "body")
         check_indices(caller, tuple(request.index.split(",")), what="/v1/ask")
+        if aliases is not None:
+            await aliases.check(caller, tuple(request.index.split(",")))
         decoded = parse_ask(
             request.question,
             request.options,
             max_candidates=limits.max_candidates,
             max_query_chars=limits.max_query_chars,
         )
-        result = await _call(edges, queue, request.index, decoded, caller)
+        async with per_caller.slot(caller.identity):
+            result = await _call(edges, queue, request.index, decoded, caller)
         telemetry.note(http.scope, result=result)
         payload = ask_response(result, index=request.index)
         return {**payload, "shards": _shards_shown(payload["shards"], caller)}
@@ -218,7 +229,8 @@ def create_app(
         _refuse_non_finite(decoded, "body")
         started = time.perf_counter()
         parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
-        result = await _call(edges, queue, index, parsed, caller)
+        async with per_caller.slot(caller.identity):
+            result = await _call(edges, queue, index, parsed, caller)
         telemetry.note(request.scope, result=result)
         took_ms = (time.perf_counter() - started) * 1000
         payload = search_response(

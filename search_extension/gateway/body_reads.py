@@ -15,8 +15,8 @@ base64) are refused outright.
 
 from __future__ import annotations
 
-import json
 import re
+import zlib
 from typing import Any, Callable
 from urllib.parse import parse_qsl
 
@@ -60,36 +60,126 @@ OTHER_FORMATS = ("yaml", "cbor", "smile")
 DEFAULT_SHAPE_INDEX = "shapes"
 
 
-# Deepest nesting (objects and lists) of a body the gateway decodes itself (ext.chunkrag, /v1/ask,
-# and in service mode every body it reads for the second line). No query needs more; it keeps every
-# later walk (option and query parsers, error messages' repr, the Elasticsearch client's serializer:
-# orjson, 255 levels) far from Python's recursion limit. Python's own JSON parser recurses, and a
-# RecursionError caught mid-parse can leave CPython 3.11's recursion bookkeeping off (later ``ast``
-# calls fail with SystemError), so depth is measured first, without recursion, on orjson's decoding
-# (which itself stops at 1,024 levels with a clean error).
+# Deepest nesting (objects and lists) of a body the gateway decodes for its own use (ext.chunkrag,
+# /v1/ask). No filtered query needs more; it keeps every later walk (option and query parsers, error
+# messages' repr, the Elasticsearch client's serializer: orjson, 255 levels) far from Python's
+# recursion limit. Python's own JSON parser recurses, and a RecursionError caught mid-parse can leave
+# CPython 3.11's recursion bookkeeping off (later ``ast`` calls fail with SystemError), so depth is
+# measured first, without recursion.
 MAX_BODY_DEPTH = 200
+# Deepest nesting of a body the gateway only reads (service mode's second line) and forwards:
+# Elasticsearch's own parser limit (Jackson's StreamReadConstraints, 1,000 levels), so the gateway
+# refuses no body the cluster would take (a 100-deep bool chain is the cluster's to refuse, by
+# indices.query.bool.max_nested_depth; a 450-deep chain of aggregations it answers). Such bodies are
+# decoded by orjson (which stops at 1,024 levels itself) and walked with stacks of the gateway's own.
+MAX_FORWARDED_DEPTH = 1000
+
+
+# Content codings Elasticsearch decodes (Netty's, matched case-insensitively on
+# the whole header value). A body labelled with one that does not decode as
+# it says makes the cluster drop the connection unanswered, so the gateway
+# decodes it first and answers 400 itself. Other codings reach the cluster
+# undecoded, which refuses the body as it is.
+GZIP_CODINGS = ("gzip", "x-gzip")
+DEFLATE_CODINGS = ("deflate", "x-deflate")
+# Netty decodes snappy too; no client sends it, and the gateway cannot check it.
+REFUSED_CODINGS = ("snappy",)
+# Decoding stops here (Elasticsearch's http.max_content_length): what is past
+# it is the cluster's to refuse (413), and it bounds the work a small,
+# highly compressed body can cost.
+MAX_DECODED_BYTES = 100 * 1024 * 1024
+# Decoded per step: the output is counted and dropped, never held whole.
+_DECODE_STEP = 1 << 20
+
+
+def content_coding(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The request's Content-Encoding (lower case), None without one; two
+    headers are a 400 (which one the cluster would read is not the gateway's guess)."""
+    values = [value for name, value in headers if name.lower() == b"content-encoding"]
+    if len(values) > 1:
+        raise errors.bad_request("a request may carry one Content-Encoding header, got several")
+    return values[0].decode("latin-1").strip().lower() if values else None
+
+
+def check_content_coding(coding: str | None, body: bytes) -> None:
+    """A 400 naming the coding when ``body`` does not decode as ``coding``
+    says (a gzip body labelled deflate, a corrupt stream)."""
+    if coding is None or not body:
+        return
+    if coding in REFUSED_CODINGS:
+        raise errors.bad_request(f"request bodies encoded with [{coding}] are refused by this gateway: use gzip")
+    if coding in GZIP_CODINGS:
+        wbits = 16 + zlib.MAX_WBITS
+    elif coding in DEFLATE_CODINGS:
+        # zlib-wrapped, or raw deflate without the wrapper (Netty takes both).
+        wbits = zlib.MAX_WBITS if _zlib_header(body) else -zlib.MAX_WBITS
+    else:
+        return
+    decoder = zlib.decompressobj(wbits)
+    produced, pending = 0, body
+    try:
+        while pending and produced < MAX_DECODED_BYTES and not decoder.eof:
+            produced += len(decoder.decompress(pending, _DECODE_STEP))
+            pending = decoder.unconsumed_tail
+    except zlib.error as exc:
+        raise errors.bad_request(
+            f"the request body does not decode as its Content-Encoding [{coding}] says ({exc}); "
+            "send it with the coding it was compressed with"
+        ) from None
+
+
+def _zlib_header(body: bytes) -> bool:
+    return len(body) >= 2 and body[0] & 0x0F == 8 and (body[0] << 8 | body[1]) % 31 == 0
 
 
 def strict_json(data: bytes, what: str) -> Any:
     """``data`` decoded as UTF-8 JSON with no duplicate key (Elasticsearch
-    refuses them; a reader that kept the last would see another body)."""
+    refuses them; a reader that kept the last would see another body), no
+    NaN, comments, BOM or trailing content, nested at most
+    ``MAX_FORWARDED_DEPTH``. Nothing here recurses."""
     try:
-        text = data.decode("utf-8")
-        loose = orjson.loads(data)
+        data.decode("utf-8")
+        document = orjson.loads(data)
     except UnicodeDecodeError:
         raise errors.parse_error(f"{what} is not UTF-8") from None
     except orjson.JSONDecodeError as exc:
         raise errors.parse_error(
             f"{what} is not strict JSON the gateway can read as Elasticsearch does: {exc}"
         ) from None
-    if nesting_depth(loose) > MAX_BODY_DEPTH:
-        raise errors.bad_request(f"{what} nests deeper than the gateway's limit of {MAX_BODY_DEPTH} levels")
-    try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except ValueError as exc:
+    if nesting_depth(document) > MAX_FORWARDED_DEPTH:
+        raise errors.bad_request(f"{what} nests deeper than the gateway's limit of {MAX_FORWARDED_DEPTH} levels")
+    duplicate = _duplicate_key(data)
+    if duplicate is not None:
         raise errors.parse_error(
-            f"{what} is not strict JSON the gateway can read as Elasticsearch does: {exc}"
-        ) from None
+            f"{what} is not strict JSON the gateway can read as Elasticsearch does: duplicate key [{duplicate}]"
+        )
+    return document
+
+
+# Every JSON string (a key when a colon follows), and every bracket outside strings.
+_KEYS_AND_BRACKETS = re.compile(rb'"(?:[^"\\]|\\.)*"[ \t\r\n]*:?|[\[\]{}]', re.S)
+
+
+def _duplicate_key(data: bytes) -> str | None:
+    """The first key an object of ``data`` (valid JSON) holds twice, keys
+    compared decoded (``"a"`` and ``"\\u0061"`` are one key); a scan with a
+    stack of its own, no parser."""
+    objects: list[set[str] | None] = []
+    for match in _KEYS_AND_BRACKETS.finditer(data):
+        token = match.group()
+        if token == b"{":
+            objects.append(set())
+        elif token == b"[":
+            objects.append(None)
+        elif token in (b"]", b"}"):
+            objects.pop()
+        elif token.endswith(b":"):
+            key = orjson.loads(token[: token.rindex(b'"') + 1])
+            keys = objects[-1]
+            if key in keys:
+                return key
+            keys.add(key)
+    return None
 
 
 # A JSON string (escapes included): its brackets are text, not nesting.
@@ -125,19 +215,6 @@ def nesting_depth(value: Any) -> int:
         deepest = max(deepest, depth)
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return deepest
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    document = dict(pairs)
-    if len(document) != len(pairs):
-        seen = set()
-        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise ValueError(f"duplicate key [{duplicate}]")
-    return document
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def parse_msearch(body: bytes) -> list[tuple[dict[str, Any], dict[str, Any]]]:

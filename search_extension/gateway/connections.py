@@ -14,6 +14,14 @@ Here:
 - at most ``max_connections`` connections are open, and at most
   ``max_connections_per_address`` from one client address: one more is
   answered 503 and closed at once;
+- fairness once the overall cap is near: above ``PRESSURE_SHARE`` of it, a
+  new head gets ``PRESSED_HEADER_TIMEOUT_S`` (not ``header_timeout_s``), and
+  at the cap a new connection from an address holding few is not refused
+  but takes the place of the oldest connection still sending its request
+  (its head or its body, or idle between requests) of the address holding
+  the most. Many addresses each trickling headers (20 addresses, ~100 new
+  connections a second) kept the cap full and locked every other caller
+  out; now they only crowd each other;
 - a request whose line and headers exceed ``max_header_bytes``, or with a
   header line over ``max_header_line_bytes``, is answered 431 and the
   connection closed, before the app sees it. Elasticsearch answers headers
@@ -70,6 +78,19 @@ class ConnectionLimits:
         )
 
 
+# Above this share of the overall cap, the gateway is under pressure: new
+# heads get PRESSED_HEADER_TIMEOUT_S.
+PRESSURE_SHARE = 0.5
+# The header deadline under pressure. A client sends its request line and
+# headers in one packet (milliseconds, even over a slow mobile link); only a
+# client holding connections open on purpose needs longer.
+PRESSED_HEADER_TIMEOUT_S = 2.0
+# At the cap, a new connection takes a place only from an address holding at
+# least this many more than the new one's: between equals (two callers with
+# a connection each) nothing is taken.
+EVICTION_MARGIN = 2
+
+
 class _Counts:
     def __init__(self):
         self.total = 0
@@ -78,15 +99,27 @@ class _Counts:
         # closed by the gateway for which reason.
         self.refused: Counter[str] = Counter()
         self.shed: Counter[str] = Counter()
+        # Per address, its connections whose request has not fully arrived
+        # (head or body still coming, or idle between requests), oldest first:
+        # those a newcomer may take the place of.
+        self.pending: dict[str | None, dict[LimitedHttpToolsProtocol, None]] = {}
+
+    def pressed(self, limits: ConnectionLimits) -> bool:
+        return self.total >= PRESSURE_SHARE * limits.max_connections
 
     def admit(self, address: str | None, limits: ConnectionLimits) -> str | None:
-        """Count a new connection in, or say why it is refused."""
+        """Count a new connection in (at the cap, in the place of another
+        address's oldest pending connection), or say why it is refused."""
         if self.total >= limits.max_connections:
-            self.refused["total"] += 1
-            return (
-                f"the gateway holds its maximum of {limits.max_connections} connections "
-                "(CHUNKRAG_GATEWAY_MAX_CONNECTIONS)"
-            )
+            victim = self._victim(address)
+            if victim is None:
+                self.refused["total"] += 1
+                return (
+                    f"the gateway holds its maximum of {limits.max_connections} connections "
+                    "(CHUNKRAG_GATEWAY_MAX_CONNECTIONS)"
+                )
+            self.shed["evicted_at_cap"] += 1
+            victim.evict()
         per_address = limits.max_connections_per_address
         if per_address > 0 and address is not None and self.by_address[address] >= per_address:
             self.refused["per_address"] += 1
@@ -105,6 +138,34 @@ class _Counts:
             self.by_address[address] -= 1
             if self.by_address[address] <= 0:
                 del self.by_address[address]
+
+    def _victim(self, address: str | None) -> LimitedHttpToolsProtocol | None:
+        """The oldest pending connection of the address holding the most,
+        when that address holds at least EVICTION_MARGIN more than ``address``."""
+        held = self.by_address[address] if address is not None else 0
+        candidates = [
+            (self.by_address[other], other)
+            for other, waiting in self.pending.items()
+            if other is not None and waiting and other != address
+        ]
+        if not candidates:
+            return None
+        most, heaviest = max(candidates)
+        if most < held + EVICTION_MARGIN:
+            return None
+        return next(iter(self.pending[heaviest]))
+
+    def waiting(self, connection: LimitedHttpToolsProtocol, address: str | None, pending: bool) -> None:
+        """Mark ``connection`` as one whose request has not fully arrived, or not."""
+        waiting = self.pending.get(address)
+        if pending:
+            if waiting is None:
+                waiting = self.pending[address] = {}
+            waiting[connection] = None
+        elif waiting is not None:
+            waiting.pop(connection, None)
+            if not waiting:
+                del self.pending[address]
 
 
 def protocol_class(limits: ConnectionLimits) -> type[LimitedHttpToolsProtocol]:
@@ -129,14 +190,44 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(errors.GatewayError(503, "unavailable_exception", refusal, headers={"retry-after": "1"}))
             return
         self._counted = True
-        self._start_timer(self.limits.header_timeout_s, self._head_timed_out)
+        self._wait_for_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._counted:
-            self._counted = False
-            self.counts.release(self._address)
+        self._uncount()
         self._stop_timer()
         super().connection_lost(exc)
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.counts.waiting(self, self._address, False)
+            self.counts.release(self._address)
+
+    def evict(self) -> None:
+        """Give this connection's place to a newcomer (at the cap): a 503
+        if part of a request came, else a silent close; its count is freed now."""
+        self._uncount()
+        if self._head_received or not self._in_head:
+            self._refuse(
+                errors.GatewayError(
+                    503,
+                    "unavailable_exception",
+                    "the gateway is at its connection cap and this address holds the most connections "
+                    "still sending their requests (CHUNKRAG_GATEWAY_MAX_CONNECTIONS)",
+                    headers={"retry-after": "1"},
+                )
+            )
+        else:
+            self._close()
+
+    def _wait_for_head(self) -> None:
+        """The next head's deadline (shorter under pressure); until it has
+        come, this connection may give its place to a newcomer."""
+        self._head_timeout_s = self.limits.header_timeout_s
+        if self.counts.pressed(self.limits):
+            self._head_timeout_s = min(self._head_timeout_s, PRESSED_HEADER_TIMEOUT_S)
+        self.counts.waiting(self, self._address, True)
+        self._start_timer(self._head_timeout_s, self._head_timed_out)
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -197,6 +288,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._in_head, self._head_received, self._message_done = True, 0, True
+        self.counts.waiting(self, self._address, False)  # being answered: not taken from now on
         if not self._refused:
             super().on_message_complete()
             self._between_requests()
@@ -213,7 +305,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused or self.transport.is_closing() or self.cycle is None or not self.cycle.response_complete:
             return  # a request is being answered (a pipelined one too)
         if self._message_done:
-            self._start_timer(self.limits.header_timeout_s, self._head_timed_out)
+            self._wait_for_head()
         elif self._timer is None:
             self._start_timer(self.limits.body_timeout_s, self._body_timed_out)
 
@@ -234,8 +326,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 errors.GatewayError(
                     408,
                     "timeout_exception",
-                    f"the request line and headers did not arrive within {self.limits.header_timeout_s:g} s "
-                    "(CHUNKRAG_GATEWAY_HEADER_TIMEOUT_S)",
+                    f"the request line and headers did not arrive within {self._head_timeout_s:g} s "
+                    "(CHUNKRAG_GATEWAY_HEADER_TIMEOUT_S; shorter while the gateway is near its connection cap)",
                 )
             )
         else:

@@ -5,7 +5,8 @@ reached at all (403). The caller is left in ``scope["state"]["caller"]`` for
 the pass-through lane and the routes.
 
 The OpenAPI document, the Swagger UI and /v1/health answer anyone: they
-carry no data, and a load balancer's probe has no key. Only those exact
+carry no data, and a load balancer's probe has no key; with a rate limit
+set they count against the client's address. Only those exact
 paths and /v1/ask skip the endpoint classes: a path such as /v1/_search is
 an index search (of an index named "v1") like any other."""
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from search_extension.gateway import errors, playground, telemetry
 from search_extension.gateway.cluster_users import ClusterUsers
-from search_extension.gateway.identity import Authenticator, check_indices
+from search_extension.gateway.identity import Authenticator, address_identity, check_indices
 from search_extension.gateway.limits import RateLimiter
 from search_extension.gateway.policy import classify, refuse_odd_paths, refuse_unless_allowed
 from search_extension.gateway.responses import accept_of, error_response
@@ -42,18 +43,30 @@ class Guard:
         self.users = users if rate_limiter.enabled else None
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if scope["path"] in PUBLIC_PATHS:
+            # Anyone may call these (a load balancer's probe has no key), so
+            # they count against the client address: /v1/health asks the
+            # cluster and Redis each time.
+            try:
+                await self._limit(scope, address_identity(scope.get("client")))
+            except errors.GatewayError as exc:
+                return await error_response(exc, accept_of(scope))(scope, receive, send)
             return await self.app(scope, receive, send)
         try:
-            caller = self.authenticator.caller(scope["headers"], scope.get("client"))
+            try:
+                caller = self.authenticator.caller(scope["headers"], scope.get("client"))
+            except errors.GatewayError:
+                # Service mode without a valid key: such requests count against
+                # their client address (each credential tried would be a new
+                # bucket), so guessing keys or flooding with 401s is limited too.
+                await self._limit(scope, address_identity(scope.get("client")))
+                raise
             if self.users is not None:
                 caller = await self.users.identify(caller)
             telemetry.note(scope, identity=caller.identity)
-            try:
-                await self.rate_limiter.acquire(caller.identity)
-            except errors.GatewayError:
-                telemetry.note(scope, shed="rate")
-                raise
+            await self._limit(scope, caller.identity)
             endpoint = None
             if scope["path"] not in GATEWAY_ROUTES:
                 raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
@@ -73,3 +86,12 @@ class Guard:
         state["caller"] = caller
         state["endpoint"] = endpoint
         await self.app(scope, receive, send)
+
+    async def _limit(self, scope, identity: str) -> None:
+        """Take one token of ``identity``'s bucket (every instance's, with
+        shared state), counting a refusal in the metrics."""
+        try:
+            await self.rate_limiter.acquire(identity)
+        except errors.GatewayError:
+            telemetry.note(scope, identity=identity, shed="rate")
+            raise

@@ -14,10 +14,12 @@ Two modes (``CHUNKRAG_GATEWAY_AUTH``):
   its own credentials, limited by the cluster to the key's patterns
   (``derived_keys.py``); see docs/security.md.
 
-Caller headers that would change who the cluster takes the caller to be
-(run-as, secondary authorization, proxy authentication, forwarding) are
-never passed on (``forwardable_header``), and the rate-limit identity does
-not depend on how a credential is spelled (``credentials_identity``).
+Only an allow-list of caller headers reaches the cluster
+(``forwardable_header``): none that would change who the cluster takes the
+caller to be (run-as, secondary authorization, proxy authentication) or
+where the request came from (forwarding, unless from a trusted proxy). The
+rate-limit identity does not depend on how a credential is spelled
+(``credentials_identity``).
 
 Everything that turns a caller into cluster credentials lives here, so it can
 move behind a backend seam (Elasticsearch or OpenSearch) as one piece.
@@ -127,7 +129,7 @@ class Authenticator:
         authorization = _header(headers, b"authorization")
         if self.mode == "forward":
             if authorization is None:
-                return Caller(identity=f"address:{client[0]}" if client else "anonymous")
+                return Caller(identity=address_identity(client))
             return Caller(authorization, identity=credentials_identity(authorization))
         presented = _presented_key(authorization)
         if presented is None:
@@ -140,6 +142,13 @@ class Authenticator:
         if found is None:
             raise unauthenticated("the gateway API key is not valid")
         return Caller(key=found, identity=f"key:{found.name}")
+
+
+def address_identity(client: Any) -> str:
+    """The rate-limit identity of a caller without credentials: its address
+    (the connection's peer, or what a trusted proxy's forwarding header
+    says: uvicorn reads those only with CHUNKRAG_GATEWAY_TRUSTED_PROXY)."""
+    return f"address:{client[0]}" if client else "anonymous"
 
 
 def check_engine_auth(settings) -> None:
@@ -172,7 +181,9 @@ def check_indices(caller: Caller, indices: tuple[str, ...] | None, *, what: str)
     """Refuse unless every index expression is inside the caller's allow-list.
     ``indices`` None means "all indices" (no index named). A requested
     wildcard passes only when an allowed pattern covers it literally
-    (``docs-*`` allowed covers ``docs-*`` and ``docs-1``, not ``*``)."""
+    (``docs-*`` allowed covers ``docs-*`` and ``docs-1``, not ``*``). An
+    exclusion (``-name``) after an included expression passes: removing
+    indices never reaches more."""
     allowed = caller.indices
     if allowed is None or "*" in allowed:
         return
@@ -181,7 +192,13 @@ def check_indices(caller: Caller, indices: tuple[str, ...] | None, *, what: str)
             f"gateway API key [{caller.key.name}] may read only [{', '.join(allowed)}]; "
             f"{what} names no index, name one in the path"
         )
-    for index in indices:
+    for position, index in enumerate(indices):
+        if index.startswith("-") and position > 0:
+            # An exclusion after an included expression (``docs-*,-docs-old``)
+            # only narrows what the checked expressions before it reach. First
+            # in the list it is not taken as one (older versions read a leading
+            # ``-x`` as "everything but x"), so it is checked as a name below.
+            continue
         if ":" in index:  # cluster:index reaches a remote cluster, whatever the pattern says
             raise forbidden(f"gateway API key [{caller.key.name}] may not use the cross-cluster expression [{index}]")
         if not any(fnmatch.fnmatchcase(index, pattern) for pattern in allowed):
@@ -217,23 +234,39 @@ def scrub_security_errors(document: Any, reason: str) -> bool:
     """Replace, in place, the reason of every refusal in a response (an
     _msearch item, a shard failure), whichever of its fields a filter_path
     kept, and drop its stack trace (``error_trace``): they name the service
-    account, its roles and the derived key. True when something was replaced."""
+    account, its roles and the derived key. A refusal quoted as plain text
+    elsewhere (the ``error`` of ``_validate/query``, an explanation) is
+    replaced by ``reason`` too. True when something was replaced."""
     replaced = False
     stack = [document]
     while stack:
         node = stack.pop()
         if isinstance(node, list):
-            stack.extend(node)
+            for position, item in enumerate(node):
+                if _names_refusal(item):
+                    node[position] = reason
+                    replaced = True
+            stack.extend(item for item in node if isinstance(item, (dict, list)))
         elif isinstance(node, dict):
             if _is_refusal(node):
                 if "reason" in node:
                     node["reason"] = reason
                 node.pop("stack_trace", None)
                 replaced = True
-            stack.extend(
-                value for key, value in node.items() if key not in _DOCUMENT_KEYS and isinstance(value, (dict, list))
-            )
+            for key, value in node.items():
+                if key in _DOCUMENT_KEYS:
+                    continue
+                if _names_refusal(value):
+                    node[key] = reason
+                    replaced = True
+                elif isinstance(value, (dict, list)):
+                    stack.append(value)
     return replaced
+
+
+def _names_refusal(value: Any) -> bool:
+    """A text quoting a refusal (a bare ``security_exception`` is a type: kept)."""
+    return isinstance(value, str) and value != "security_exception" and any(word in value for word in REFUSAL_WORDS)
 
 
 def _is_refusal(node: dict) -> bool:
@@ -297,45 +330,52 @@ def credentials_identity(authorization: bytes) -> str:
     return "credentials:" + hashlib.sha256(canonical).hexdigest()[:24]
 
 
-# Headers that change who the cluster takes the caller to be, or add a
-# second identity: never forwarded, in either mode. Compared with "_" read
-# as "-" (servers that take one often take the other).
-IDENTITY_HEADERS = frozenset(
+# The caller headers the cluster is sent, and no other: what a request's body
+# and answer need (type, coding, accepted formats), the official clients'
+# own (user agent, client meta, API version), the tracing ones (X-Opaque-Id,
+# W3C trace context) and CORS's. An allow-list, because a cluster, its proxy
+# and its plugins read more headers than anyone lists: product origin and
+# internal-origin markers that lift deprecation and system-index checks,
+# method overrides, URL rewrites, client-address headers of CDNs, run-as.
+FORWARDED_HEADERS = frozenset(
     {
-        b"es-security-runas-user",
-        b"es-secondary-authorization",
-        b"es-client-authentication",
-        b"opendistro-security-impersonate-as",
-        b"securitytenant",
-        b"security-tenant",
-        b"x-forwarded-user",
-        b"proxy-authorization",
-        b"proxy-authenticate",
+        b"accept",
+        b"accept-encoding",
+        b"content-type",
+        b"content-encoding",
+        b"user-agent",
+        b"x-elastic-client-meta",
+        b"elastic-api-version",
+        b"x-opaque-id",
+        b"traceparent",
+        b"tracestate",
+        b"origin",
+        b"access-control-request-method",
+        b"access-control-request-headers",
     }
-)
-IDENTITY_PREFIXES = (
-    b"es-security-",
-    b"es-secondary-",
-    b"opendistro-security-",
-    b"plugins-security-",
-    b"x-proxy-",
-    b"x-amz-",
 )
 # Headers that say where a request came from: a cluster (or its proxy-auth
 # realm, or its audit log) may trust them, so they pass only from a proxy the
 # operator trusts (CHUNKRAG_GATEWAY_TRUSTED_PROXY).
 FORWARDING_HEADERS = frozenset({b"x-real-ip", b"forwarded", b"true-client-ip", b"x-client-ip", b"client-ip", b"via"})
 FORWARDING_PREFIXES = (b"x-forwarded-", b"x-original-")
+# Forwarding-like names that stay out even from a trusted proxy: the
+# caller's name (proxy authentication) rather than its address.
+IDENTITY_FORWARDING = frozenset({b"x-forwarded-user"})
 
 
 def forwardable_header(name: bytes, *, trusted_proxy: bool = False) -> bool:
-    """Whether a caller's header may reach the cluster."""
-    normal = name.strip().lower().replace(b"_", b"-")
-    if normal in IDENTITY_HEADERS or normal.startswith(IDENTITY_PREFIXES):
+    """Whether a caller's header may reach the cluster: one of
+    ``FORWARDED_HEADERS`` (exactly, case aside: ``x_opaque_id`` is another
+    header), or a forwarding header from a trusted proxy."""
+    normal = name.strip().lower()
+    if normal in FORWARDED_HEADERS:
+        return True
+    if normal in IDENTITY_FORWARDING or b"_" in normal:
         return False
     if normal in FORWARDING_HEADERS or normal.startswith(FORWARDING_PREFIXES):
         return trusted_proxy
-    return True
+    return False
 
 
 def basic(user: str, password: str) -> bytes:

@@ -18,18 +18,23 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
+import anyio
 import orjson
 
 from search_extension.gateway import errors, playground, telemetry
+from search_extension.gateway.aliases import ForeignAliases
 from search_extension.gateway.body_reads import (
     JSON_MEDIA_TYPES,
     body_parameters,
+    check_content_coding,
     check_search_body,
     clears_all_scrolls,
+    content_coding,
     index_expressions,
     media_type,
     non_json_format,
     parse_msearch,
+    referenced_indices,
     strict_json,
 )
 from search_extension.gateway.context_ids import opened_id, presented_ids
@@ -65,8 +70,10 @@ CHUNKRAG_MARK = b'"chunkrag"'
 
 
 class PassthroughLane:
-    def __init__(self, app, passthrough: Passthrough, contexts=None):
+    def __init__(self, app, passthrough: Passthrough, contexts=None, aliases: ForeignAliases | None = None):
         self.app, self.passthrough = app, passthrough
+        # Service mode with CHUNKRAG_GATEWAY_REFUSE_FOREIGN_ALIASES: aliases pointing outside a key's patterns.
+        self.aliases = aliases
         # Service mode: which gateway key each scroll and PIT id belongs to
         # (in this process, or shared by the instances: shared_state.py).
         self.contexts = contexts if contexts is not None else LocalContexts()
@@ -90,7 +97,13 @@ class PassthroughLane:
                     f"the gateway does not forward {scope['method']} {scope['path']} for a gateway API key: "
                     "where the cluster cannot limit the key itself, only read APIs pass"
                 )
+            if (coding := content_coding(scope["headers"])) is not None:
+                # Decoding costs CPU in proportion to what comes out: off the loop.
+                await anyio.to_thread.run_sync(check_content_coding, coding, body)
             check_request(endpoint, caller, scope, body)
+            if self.aliases is not None and caller.key is not None:
+                for named in indices_named(endpoint, body):
+                    await self.aliases.check(caller, named)
             bound = caller.key is not None and endpoint.kind == "read"
             if bound:
                 query = scope.get("query_string", b"").decode("latin-1")
@@ -154,6 +167,23 @@ def check_service_body(endpoint: Endpoint, caller: Caller, scope, body: bytes) -
             check_search_body(search, allowed)
         return
     check_search_body(strict_json(body, "the request body"), allowed)
+
+
+def indices_named(endpoint: Endpoint, body: bytes) -> list[tuple[str, ...] | None]:
+    """Every list of index expressions a request names: its path's, and for
+    a read with a body (already passed by ``check_service_body``) its
+    _msearch headers' and those of the clauses that read by reference."""
+    named = [endpoint.indices]
+    if endpoint.kind != "read" or not body.strip():
+        return named
+    if endpoint.msearch:
+        for header, search in parse_msearch(body):
+            if "index" in header:
+                named.append(index_expressions(header["index"], "an _msearch header"))
+            named.extend(indices for _, indices in referenced_indices(search))
+    else:
+        named.extend(indices for _, indices in referenced_indices(strict_json(body, "the request body")))
+    return named
 
 
 def check_body(endpoint: Endpoint, caller: Caller, body: bytes) -> None:

@@ -1,13 +1,14 @@
 """Limits that keep one caller, or a crowd, from exhausting the gateway: a
-bounded queue in front of the model-stage queries, and a per-caller token
-bucket. Both answer 429 with Retry-After, which the official clients honour.
+bounded queue in front of the model-stage queries, a cap on each caller's
+filtered searches at once, and a per-caller token bucket. All answer 429
+with Retry-After, which the official clients honour.
 They live on the event loop (no locks needed) and the clock is injected."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable
 
@@ -52,6 +53,59 @@ class FilteredQueue:
         finally:
             self.in_use -= 1
             self._slots.release()
+
+
+# Filtered searches of one caller that may wait for one of its own places at
+# once; more are refused at once (each waiting one holds a connection).
+MAX_WAITING_PER_CALLER = 32
+
+
+class CallerSlots:
+    """At most ``per_caller`` filtered searches (``ext.chunkrag``, ``/v1/ask``)
+    of one caller running in the gateway at once. The shared queue alone let
+    one key fill every place (and the threads and CPU behind them) while
+    everyone else waited. One more waits up to ``retry_after_s`` for one of
+    the caller's own to end, then gets 429 with Retry-After: waiting, rather
+    than refusing at once, keeps a client that ignores Retry-After from
+    turning its refusals into a flood of requests."""
+
+    def __init__(self, per_caller: int, retry_after_s: float):
+        if per_caller < 0:
+            raise ValueError(f"max_filtered_per_caller must be at least 0 (0: no cap), got {per_caller}")
+        self.per_caller, self.retry_after_s = per_caller, retry_after_s
+        # Per caller with a search in the gateway: its places, and how many hold or wait for one.
+        self._places: dict[str, asyncio.Semaphore] = {}
+        self._users: Counter[str] = Counter()
+
+    @asynccontextmanager
+    async def slot(self, caller: str) -> AsyncIterator[None]:
+        if not self.per_caller:
+            yield
+            return
+        if self._users[caller] >= self.per_caller + MAX_WAITING_PER_CALLER:
+            raise self._refusal()
+        places = self._places.setdefault(caller, asyncio.Semaphore(self.per_caller))
+        self._users[caller] += 1
+        try:
+            try:
+                await asyncio.wait_for(places.acquire(), self.retry_after_s)
+            except TimeoutError:
+                raise self._refusal() from None
+            try:
+                yield
+            finally:
+                places.release()
+        finally:
+            self._users[caller] -= 1
+            if not self._users[caller]:
+                del self._users[caller], self._places[caller]
+
+    def _refusal(self) -> errors.GatewayError:
+        return errors.too_many(
+            f"this caller already has {self.per_caller} filtered searches running in the gateway "
+            "(CHUNKRAG_GATEWAY_MAX_FILTERED_PER_CALLER); retry later",
+            self.retry_after_s,
+        )
 
 
 class RateLimiter:

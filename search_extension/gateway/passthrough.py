@@ -31,9 +31,8 @@ from search_extension.gateway.origin import HOP_BY_HOP, HttpFailure, HttpRespons
 # Besides the hop-by-hop ones: Host and Content-Length are set for the new
 # message; Authorization is set by identity.py (the caller's in forward mode,
 # a derived key in service mode, never both); cookies are the gateway's
-# business with its caller, not the cluster's. Headers that change who the
-# cluster thinks is asking (run-as, secondary auth, proxy auth, forwarding)
-# are dropped by ``identity.forwardable_header``.
+# business with its caller, not the cluster's. Every other header passes only
+# if ``identity.forwardable_header`` allows it (an allow-list).
 _NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"cookie", b"expect"}
 
 
@@ -131,13 +130,13 @@ class Passthrough:
         ]
         outgoing += forwarded_headers(await self.bind(caller))
         if not tracing.active():
-            response = await self._send(method, target, outgoing, body)
+            response = await self._send(method, without_error_trace(target), outgoing, body)
         else:
             with tracing.span(f"forward {method}", "client", {"http.request.method": method}) as current:
                 # The cluster's trace continues this span, not the caller's.
                 outgoing = [(n, v) for n, v in outgoing if n.lower() not in (b"traceparent", b"tracestate")]
                 outgoing += [(name.encode(), value.encode()) for name, value in tracing.headers().items()]
-                response = await self._send(method, target, outgoing, body)
+                response = await self._send(method, without_error_trace(target), outgoing, body)
                 tracing.set_attributes(current, {"http.response.status_code": response.status})
         if caller.key is not None and (response.status in (401, 403) or may_name_cluster_identity(response.body)):
             if response.status == 401:
@@ -241,6 +240,22 @@ def _without_cluster_identity(response: HttpResponse, caller: Caller) -> HttpRes
     body = orjson.dumps(document)
     headers = [(name, value) for name, value in response.headers if name.lower() != b"content-length"]
     return dataclasses.replace(response, headers=tuple(headers), body=body)
+
+
+# Query parameters the cluster is never sent: ``error_trace`` adds Java stack
+# traces to its errors, naming nodes, transport addresses and classes.
+_DROPPED_PARAMETERS = frozenset({"error_trace"})
+
+
+def without_error_trace(target: str) -> str:
+    """``target`` without the parameters the cluster is never sent, their
+    names read percent-decoded as Elasticsearch reads them (``%65rror_trace``
+    too); the rest of the target is kept byte for byte."""
+    path, mark, query = target.partition("?")
+    if not mark or "trace" not in unquote(query):
+        return target
+    kept = [part for part in query.split("&") if unquote(part.partition("=")[0]) not in _DROPPED_PARAMETERS]
+    return path + ("?" + "&".join(kept) if kept else "")
 
 
 def _authorization_of(headers: list[tuple[bytes, bytes]]) -> bytes | None:

@@ -336,10 +336,10 @@ class ConnectionCollector:
         yield refused
         shed = CounterMetricFamily(
             "chunkrag_gateway_connections_shed",
-            "Client connections closed by the gateway: header_timeout, body_timeout, headers_too_large",
+            "Client connections closed by the gateway: header_timeout, body_timeout, headers_too_large, evicted_at_cap",
             labels=["reason"],
         )
-        for reason in ("header_timeout", "body_timeout", "headers_too_large"):
+        for reason in ("header_timeout", "body_timeout", "headers_too_large", "evicted_at_cap"):
             shed.add_metric([reason], counts.shed[reason])
         yield shed
 

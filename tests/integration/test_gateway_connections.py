@@ -26,7 +26,7 @@ from tests.integration.test_gateway import DOCS
 
 pytestmark = pytest.mark.integration
 
-BIG_HEADER = {"x-padding": "a" * 17_000}  # over Elasticsearch's 16 KB http.max_header_size
+BIG_HEADER = {"x-opaque-id": "a" * 17_000}  # over Elasticsearch's 16 KB http.max_header_size, and forwarded
 
 
 @pytest.fixture(scope="module")

@@ -164,6 +164,49 @@ def test_overall_cap_refuses_with_503():
                 sock.close()
 
 
+def test_at_the_cap_a_newcomer_takes_the_place_of_the_heaviest_addresss_oldest_pending_connection():
+    with serve(max_connections=4, max_connections_per_address=0, header_timeout_s=30, keep_alive_s=30) as url:
+        heavy = [connect(url, source="127.0.0.2") for _ in range(3)]
+        heavy[0].sendall(b"GET / HTTP/1.1\r\n")  # part of a head: told why with a 503
+        light = connect(url, source="127.0.0.3")
+        time.sleep(0.2)
+        newcomer = connect(url, source="127.0.0.4")
+        try:
+            newcomer.sendall(request())
+            assert newcomer.recv(65536).startswith(b"HTTP/1.1 200 ")
+            evicted = read_all(heavy[0])
+            assert evicted.startswith(b"HTTP/1.1 503 ") and b"holds the most connections" in evicted
+            # Another newcomer takes the next oldest of the heaviest (now 2 against its 0), silently.
+            second = connect(url, source="127.0.0.5")
+            second.sendall(request())
+            assert second.recv(65536).startswith(b"HTTP/1.1 200 ")
+            assert read_all(heavy[1]) == b""
+            # Between near-equals nothing is taken: the cap refuses as before.
+            third = connect(url, source="127.0.0.6")
+            assert read_all(third).startswith(b"HTTP/1.1 503 ")
+            light.sendall(request())  # the light address kept its connection
+            assert light.recv(65536).startswith(b"HTTP/1.1 200 ")
+        finally:
+            for sock in (*heavy, light, newcomer):
+                sock.close()
+
+
+def test_near_the_cap_new_heads_get_the_shorter_header_deadline():
+    from search_extension.gateway.connections import PRESSED_HEADER_TIMEOUT_S
+
+    with serve(max_connections=4, header_timeout_s=30, keep_alive_s=30) as url:
+        held = [connect(url) for _ in range(2)]  # half the cap: under pressure from here
+        late = connect(url)
+        late.settimeout(PRESSED_HEADER_TIMEOUT_S + 8)
+        try:
+            late.sendall(b"GET / HTTP/1.1\r\n")
+            answer = read_all(late)  # well before its 30 s deadline
+            assert answer.startswith(b"HTTP/1.1 408 ") and b"within 2 s" in answer
+        finally:
+            for sock in (*held, late):
+                sock.close()
+
+
 def test_limits_come_from_the_settings_and_stay_below_the_descriptor_limit():
     import resource
 

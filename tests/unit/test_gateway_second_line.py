@@ -4,6 +4,7 @@ read another index by reference, the headers never forwarded, rate-limit
 identities, and the paths the guard exempts."""
 
 import base64
+import json
 
 import pytest
 from starlette.testclient import TestClient
@@ -153,16 +154,36 @@ def test_the_walk_is_iterative_and_wrapper_queries_are_refused():
     assert too_deep.value.status == 400
 
 
-def test_the_strict_reader_measures_depth_before_parsing():
-    from search_extension.gateway.body_reads import MAX_BODY_DEPTH, nesting_depth
+def test_the_strict_reader_takes_what_elasticsearchs_parser_takes_and_never_recurses():
+    from search_extension.gateway.body_reads import MAX_FORWARDED_DEPTH, nesting_depth
 
     assert nesting_depth(1) == 0 and nesting_depth({"a": [1, {"b": []}]}) == 4
-    at_limit = b"[" * MAX_BODY_DEPTH + b"]" * MAX_BODY_DEPTH
-    assert nesting_depth(strict_json(at_limit, "the body")) == MAX_BODY_DEPTH
-    # One level deeper is refused before Python's recursive parser could run out of stack.
+    # Elasticsearch parses 1,000 levels (Jackson's limit): so does the second line, without recursion.
+    at_limit = b"[" * MAX_FORWARDED_DEPTH + b"]" * MAX_FORWARDED_DEPTH
+    assert MAX_FORWARDED_DEPTH == 1000 and nesting_depth(strict_json(at_limit, "the body")) == MAX_FORWARDED_DEPTH
+    chain = {"match_all": {}}
+    for _ in range(100):  # a 100-deep bool chain: 302 levels, the cluster's own to refuse
+        chain = {"bool": {"must": [chain]}}
+    assert strict_json(json.dumps({"query": chain}).encode(), "the body") == {"query": chain}
     with pytest.raises(errors.GatewayError, match="nests deeper") as refused:
         strict_json(b"[" + at_limit + b"]", "the body")
     assert refused.value.status == 400
+
+
+def test_the_strict_reader_finds_duplicate_keys_however_they_are_spelled_or_nested():
+    for body in (
+        b'{"a": 1, "a": 2}',
+        b'{"q": {"x": [{"b": 1, "c": "\\"b\\": 2", "b": 3}]}}',
+        b'{"index": "x", "\\u0069ndex": "y"}',
+        b'{"a" : 1, "a"\n:2}',
+    ):
+        with pytest.raises(errors.GatewayError, match="duplicate key") as refused:
+            strict_json(body, "the body")
+        assert refused.value.status == 400, body
+    # The same key in sibling objects, and brackets and colons inside strings, are no duplicates.
+    assert strict_json(b'{"a": {"b": 1}, "c": {"b": 2}, "d": "{\\"a\\": [", "e": ["a", "a:"]}', "the body")["c"] == {
+        "b": 2
+    }
 
 
 def test_raw_depth_counts_brackets_outside_strings_whatever_the_body_holds():
@@ -211,8 +232,110 @@ def test_identity_headers_are_never_forwarded(name):
 def test_forwarding_headers_pass_only_from_a_trusted_proxy():
     for name in (b"x-forwarded-for", b"X-Real-IP", b"forwarded", b"x-forwarded-host"):
         assert not forwardable_header(name) and forwardable_header(name, trusted_proxy=True)
-    for name in (b"content-type", b"accept", b"x-opaque-id", b"traceparent"):
+    for name in (b"content-type", b"accept", b"x-opaque-id", b"traceparent", b"X-Opaque-Id", b"TraceParent"):
         assert forwardable_header(name)
+
+
+CALLER_ONLY_HEADERS = (
+    "x-elastic-product-origin",
+    "x-elastic-internal-origin",
+    "x-found-handling-cluster",
+    "x-elastic-app-auth",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-rewrite-url",
+    "cf-connecting-ip",
+    "x-cluster-client-ip",
+    "run-as",
+    "x-made-up-header",
+)
+
+
+@pytest.mark.parametrize("name", CALLER_ONLY_HEADERS)
+def test_only_the_allow_listed_headers_reach_the_cluster_in_any_spelling(name):
+    for spelling in (name, name.upper(), name.title(), name.replace("-", "_"), f" {name}"):
+        raw = spelling.encode()
+        assert not forwardable_header(raw) and not forwardable_header(raw, trusted_proxy=True), spelling
+    # The tracing headers pass, exactly as spelled; an underscore spelling is another header.
+    assert forwardable_header(b"x-opaque-id") and not forwardable_header(b"x_opaque_id")
+
+
+def test_error_trace_is_never_sent_to_the_cluster():
+    from search_extension.gateway.passthrough import without_error_trace
+
+    assert without_error_trace("/a/_search?error_trace=true") == "/a/_search"
+    assert without_error_trace("/a/_search?size=1&error_trace=true&q=x") == "/a/_search?size=1&q=x"
+    assert without_error_trace("/a/_search?%65rror_trace=true&pretty") == "/a/_search?pretty"
+    assert without_error_trace("/a/_search?error_trace&error_trace=1") == "/a/_search"
+    assert without_error_trace("/a/_search?q=error_trace%3Dtrue") == "/a/_search?q=error_trace%3Dtrue"
+    assert without_error_trace("/a%2Cb/_search") == "/a%2Cb/_search"
+
+
+def test_a_body_that_does_not_decode_as_its_coding_says_is_a_400_naming_it():
+    import gzip
+    import zlib
+
+    from search_extension.gateway.body_reads import check_content_coding, content_coding
+
+    body = b'{"size": 0}'
+    raw_deflate = zlib.compressobj(wbits=-15)
+    for coding, encoded in (
+        ("gzip", gzip.compress(body)),
+        ("x-gzip", gzip.compress(body)),
+        ("deflate", zlib.compress(body)),
+        ("deflate", raw_deflate.compress(body) + raw_deflate.flush()),
+        ("br", body),  # not decoded by the cluster either: its own answer
+        (None, body),
+    ):
+        check_content_coding(coding, encoded)
+    for coding, encoded in (
+        ("deflate", gzip.compress(body)),
+        ("gzip", zlib.compress(body)),
+        ("gzip", body),
+        ("x-deflate", b"\x1f\x8b garbage"),
+        ("snappy", body),
+    ):
+        with pytest.raises(errors.GatewayError) as refused:
+            check_content_coding(coding, encoded)
+        assert refused.value.status == 400 and f"[{coding}]" in refused.value.reason, (coding, refused.value.reason)
+    assert content_coding([(b"Content-Encoding", b" DEFLATE ")]) == "deflate"
+    with pytest.raises(errors.GatewayError, match="one Content-Encoding"):
+        content_coding([(b"content-encoding", b"gzip"), (b"content-encoding", b"deflate")])
+
+
+def test_exclusions_after_an_allowed_expression_pass_and_nothing_else_does():
+    from search_extension.gateway.identity import ApiKey, Caller, check_indices
+
+    caller = Caller(key=ApiKey("team", b"x" * 32, ("public-*",)), identity="key:team")
+    for indices in (("public-*", "-nothing"), ("public-1", "-public-2", "-secret"), ("public-*", "-*")):
+        check_indices(caller, indices, what="a search")
+    for indices in (("-nothing",), ("-public-1",), ("public-*", "-nothing", "secret"), ("secret", "-x")):
+        with pytest.raises(errors.GatewayError) as refused:
+            check_indices(caller, indices, what="a search")
+        assert refused.value.status == 403, indices
+
+
+def test_refusals_quoted_as_text_are_reworded():
+    from search_extension.gateway.identity import scrub_security_errors
+
+    quoted = (
+        "[sec-other-1/abc] QueryShardException[...]; nested: ElasticsearchSecurityException[action "
+        "[indices:admin/validate/query] is unauthorized for API key id [k1] of user [gateway-service]]"
+    )
+    answer = {
+        "valid": False,
+        "error": quoted,
+        "explanations": [{"index": "x", "valid": False, "error": quoted}],
+        "notes": [quoted, "fine"],
+        "hits": {"hits": [{"_source": {"text": quoted}}]},
+        "failure": {"type": "security_exception", "reason": quoted},
+    }
+    assert scrub_security_errors(answer, "REWORDED")
+    assert answer["error"] == "REWORDED" and answer["explanations"][0]["error"] == "REWORDED"
+    assert answer["notes"] == ["REWORDED", "fine"]
+    assert answer["failure"] == {"type": "security_exception", "reason": "REWORDED"}
+    assert answer["hits"]["hits"][0]["_source"]["text"] == quoted  # documents are never rewritten
 
 
 def test_rate_limit_identities_ignore_the_headers_spelling():

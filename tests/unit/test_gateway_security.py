@@ -22,7 +22,7 @@ from search_extension.gateway.identity import (
     key_hash,
     parse_api_keys,
 )
-from search_extension.gateway.limits import FilteredQueue, RateLimiter
+from search_extension.gateway.limits import CallerSlots, FilteredQueue, RateLimiter
 from search_extension.gateway.origin import HttpResponse
 from search_extension.gateway.policy import classify, msearch_indices, parse_classes
 from tests.unit.test_gateway_app import (
@@ -228,6 +228,39 @@ def test_rate_limiter_refills_over_time():
     with pytest.raises(errors.GatewayError):
         limiter.take("a")
     RateLimiter(0, 1).take("a")  # off
+
+
+def test_each_caller_has_at_most_its_filtered_searches_running_and_waits_briefly_for_more():
+    async def scenario():
+        slots = CallerSlots(2, retry_after_s=0.05)
+        release = asyncio.Event()
+        outcomes = []
+
+        async def search(caller, name):
+            try:
+                async with slots.slot(caller):
+                    outcomes.append(f"{name} runs")
+                    await release.wait()
+            except errors.GatewayError as exc:
+                outcomes.append(f"{name} {exc.status} retry-after {exc.headers['retry-after']}")
+
+        held = [asyncio.create_task(search("key:a", n)) for n in ("a1", "a2")]
+        await asyncio.sleep(0.01)
+        await search("key:a", "a3")  # waited for a place of its own, then refused
+        other = asyncio.create_task(search("key:b", "b1"))  # another caller is not held up
+        await asyncio.sleep(0.01)
+        waiting = asyncio.create_task(search("key:a", "a4"))  # a place frees in time: it runs
+        await asyncio.sleep(0.01)
+        release.set()
+        await asyncio.gather(*held, other, waiting)
+        assert not slots._places and not slots._users  # nothing kept for callers gone
+        return outcomes
+
+    outcomes = asyncio.run(scenario())
+    assert outcomes[:4] == ["a1 runs", "a2 runs", "a3 429 retry-after 1", "b1 runs"]
+    assert outcomes[-1] == "a4 runs"
+    with pytest.raises(ValueError):
+        CallerSlots(-1, 1)
 
 
 def test_filtered_queue_answers_429_when_full():
@@ -478,6 +511,19 @@ def test_query_length_and_rate_limits():
     assert statuses[:2] == [200, 200] and statuses[2] == 429
     last = limited.post("/docs/_count")
     assert last.json()["error"]["type"] == "es_rejected_execution_exception" and int(last.headers["retry-after"]) >= 1
+
+
+def test_service_mode_limits_requests_without_a_valid_key_by_address():
+    limited = app_client(KeyMakingTransport(), auth="service", api_keys=KEYS, rate_per_s=0.001, rate_burst=2)
+    attempts = [{}, {"authorization": "ApiKey guess-1"}, {"authorization": "Bearer guess-2"}, {}]
+    statuses = [limited.post("/docs-1/_count", headers=headers).status_code for headers in attempts]
+    assert statuses == [401, 401, 429, 429]
+    # A valid key has a bucket of its own.
+    assert limited.post("/docs-1/_count", headers={"authorization": f"ApiKey {KEY_A}"}).status_code == 200
+    # The routes anyone may call share the address's bucket (/v1/health asks the cluster each time).
+    assert limited.get("/v1/health").status_code == 429 and limited.get("/openapi.json").status_code == 429
+    open_health = app_client(KeyMakingTransport(), auth="service", api_keys=KEYS)  # no rate limit: never refused
+    assert all(open_health.get("/openapi.json").status_code == 200 for _ in range(30))
 
 
 def test_misconfiguration_fails_at_creation():
