@@ -231,8 +231,8 @@ def resolve_fields(
         unknown = [f for f in fields if f not in declared]
         if unknown:
             raise SyncError(
-                f"{', '.join(map(repr, unknown))} of {source!r} not a text field "
-                f"(text fields: {', '.join(declared) or 'none'})"
+                f"{', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} not a text field "
+                f"of {source!r} (its text fields: {', '.join(declared) or 'none'})"
             )
         chosen = tuple(fields)
     else:
@@ -466,9 +466,20 @@ def sweep(client: SearchBackend, companion: str, fields: Sequence[str], title: s
             if hit is None or name not in synced or not _has_text(hit, name):
                 gone.append(companion_id)
         if gone:
-            client.delete_by_query(companion, {"terms": {schema.DOC_ID: gone}})
+            delete_documents(client, companion, gone)
             removed += len(gone)
     return removed
+
+
+def delete_documents(client: SearchBackend, index: str, doc_ids: Sequence[str]) -> int:
+    """Delete every chunk of ``doc_ids``, by id (a delete by query needs a
+    module not every distribution has); the chunks deleted."""
+    deleted = 0
+    body = {"size": SWEEP_PAGE, "query": {"terms": {schema.DOC_ID: list(doc_ids)}}, "_source": False}
+    while hits := client.search(index, body)["hits"]["hits"]:
+        deleted += client.delete_ids(index, [hit["_id"] for hit in hits])
+        client.refresh(index)
+    return deleted
 
 
 def _has_text(hit: Mapping[str, Any], name: str) -> bool:

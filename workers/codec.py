@@ -14,6 +14,7 @@ from chunkrag_core.settings import ChunkingSettings, SettingsError
 from chunkrag_filter.judging import Judgement, ScoringOptions
 from ingest_pipeline.pipeline import BatchOutcome
 from ingest_pipeline.sources import Document, Section, Skipped
+from ingest_pipeline.sync import SyncReport
 
 
 class CodecError(ValueError):
@@ -94,6 +95,14 @@ def decode_outcome(data: Mapping[str, Any]) -> BatchOutcome:
         raise CodecError(f"expected a batch outcome as a JSON object, got {type(data).__name__}")
     skipped = [Skipped(origin, reason) for origin, reason in data["skipped"]]
     return _from_dict(BatchOutcome, {**data, "skipped": skipped})
+
+
+def encode_sync_report(report: SyncReport) -> dict[str, Any]:
+    return _to_dict(report)
+
+
+def decode_sync_report(data: Mapping[str, Any]) -> SyncReport:
+    return _from_dict(SyncReport, data)
 
 
 def _to_dict(value) -> dict[str, Any]:

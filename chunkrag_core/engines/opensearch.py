@@ -305,14 +305,6 @@ class OpenSearchBackend:
         return int(self.reader.count(index=index, **self._h())["count"])
 
     @base.translating
-    def delete_by_query(self, index: str, query: Mapping[str, Any]) -> int:
-        # Refreshed so the next read (a sync's check, a search) sees the deletions.
-        answer = self.client.delete_by_query(
-            index=index, body={"query": dict(query)}, refresh=True, conflicts="proceed", **self._h()
-        )
-        return int(answer.get("deleted", 0))
-
-    @base.translating
     def index_meta(self, index: str) -> dict[str, Any]:
         mapping = self.reader.indices.get_mapping(index=index, **self._h())
         return dict(next(iter(mapping.values()))["mappings"].get("_meta") or {})
