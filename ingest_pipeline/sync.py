@@ -29,7 +29,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
-from chunkrag_core.chunk import BASE_SCALE
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import SearchBackend
 from chunkrag_core.engines.errors import EngineRefused
@@ -544,8 +543,9 @@ def companion_drift(
 
 
 def _held_fingerprints(client: SearchBackend, companion: str) -> dict[str, tuple[str, ...]]:
-    """Each companion document's stored fingerprints (one, unless a write
-    was cut short), over its base chunks."""
+    """Each companion document's stored fingerprints: one, unless a write
+    was cut short; none when it holds another number of chunks than it
+    declares (some lost, or some twice)."""
     held: dict[str, tuple[str, ...]] = {}
     after: dict[str, Any] | None = None
     while True:
@@ -554,17 +554,20 @@ def _held_fingerprints(client: SearchBackend, companion: str) -> dict[str, tuple
             composite["after"] = after
         body = {
             "size": 0,
-            "query": schema.scale_filter(BASE_SCALE),
             "aggs": {
                 "docs": {
                     "composite": composite,
-                    "aggs": {"fp": {"terms": {"field": schema.DOC_FINGERPRINT, "size": 4}}},
+                    "aggs": {
+                        "fp": {"terms": {"field": schema.DOC_FINGERPRINT, "size": 4}},
+                        "declared": {"max": {"field": schema.DOC_CHUNK_COUNT}},
+                    },
                 }
             },
         }
         answer = client.search(companion, body)["aggregations"]["docs"]
         for bucket in answer["buckets"]:
-            held[bucket["key"]["doc"]] = tuple(sorted(b["key"] for b in bucket["fp"]["buckets"]))
+            whole = bucket["doc_count"] == int(bucket["declared"]["value"] or 0)
+            held[bucket["key"]["doc"]] = tuple(sorted(b["key"] for b in bucket["fp"]["buckets"])) if whole else ()
         after = answer.get("after_key")
         if not answer["buckets"] or after is None:
             return held
