@@ -38,7 +38,7 @@ from ingest_pipeline.chunker import document_fingerprint
 from ingest_pipeline.pipeline import IngestReport, ingest_documents, shaping_of
 from ingest_pipeline.source_fields import SourceField
 from ingest_pipeline.sources import Document, Skipped
-from ingest_pipeline.writer import ensure_index_for
+from ingest_pipeline.writer import ensure_index_for, stored_documents
 
 # The companion of index X is X + this, unless named.
 COMPANION_SUFFIX = "-chunkrag"
@@ -273,6 +273,7 @@ def sync_index(
                 items, client=client, embedder=embedder, settings=settings, index=companion, progress=False
             )
 
+    shaping = shaping_of(settings)
     pass_ = _Pass(client, source, companion, chosen, title, state, batch)
     totals = _Totals()
     for hits in pass_.pages():
@@ -283,8 +284,10 @@ def sync_index(
             totals.errors.extend(errors)
         totals.read += len(hits)
         totals.fields += len(documents)
-        if documents:
-            report = ingest(documents)
+        todo = changed_documents(client, companion, documents, shaping)
+        totals.unchanged += len(documents) - len(todo)
+        if todo:
+            report = ingest(todo)
             not_chunked = len(report.skipped)
             totals.unchanged += report.unchanged
             totals.rechunked += report.documents - report.unchanged - not_chunked
@@ -296,6 +299,22 @@ def sync_index(
     totals.deleted = sweep(client, companion, chosen, title)
     pass_.finish()
     return totals.report(pass_, began, complete=True)
+
+
+def changed_documents(
+    client: SearchBackend, companion: str, documents: Sequence[Document], shaping: str
+) -> list[Document]:
+    """The documents whose chunks the companion does not hold whole for
+    their text, asked in one request: a page with nothing new costs no
+    ingest at all (no refresh paused, nothing written)."""
+    if not documents:
+        return []
+    stored = stored_documents(client, companion, [d.doc_id for d in documents])
+    return [
+        d
+        for d in documents
+        if d.doc_id not in stored or not stored[d.doc_id].is_complete(document_fingerprint(d, shaping))
+    ]
 
 
 @dataclass
