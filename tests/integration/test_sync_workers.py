@@ -141,6 +141,9 @@ def test_a_worker_killed_mid_sync_still_leaves_an_exact_companion(rig, source):
     assert (report.read, report.fields, report.rechunked) == (DOCUMENTS, DOCUMENTS, DOCUMENTS)
     drift = companion_drift(client, name, worker_settings, fields=["body"])
     assert (drift.expected, drift.missing, drift.extra, drift.stale) == (DOCUMENTS, 0, 0, 0)
+    body = {"size": 500, "_source": ["metadata"], "query": {"match_all": {}}}
+    stamps = [hit["_source"]["metadata"] for hit in client.search(companion_name(name), body)["hits"]["hits"]]
+    assert stamps and all(isinstance(s["source_seq_no"], int) and s["source_field"] == "body" for s in stamps)
 
     again = sync_on_workers(name, client=client, settings=worker_settings, fields=["body"], batch=PAGE)
     assert (again.unchanged, again.rechunked, again.deleted) == (DOCUMENTS, 0, 0)
@@ -154,3 +157,5 @@ def test_a_whole_pass_runs_as_one_worker_task(rig, source):
     report = decode_sync_report(result.get(timeout=300))
     assert report.complete and report.rechunked == DOCUMENTS and report.companion == companion_name(name)
     assert companion_drift(client, name, worker_settings, fields=["body"]).exact
+    [hit] = client.search(companion_name(name), {"size": 1, "_source": ["metadata"]})["hits"]["hits"]
+    assert isinstance(hit["_source"]["metadata"]["source_seq_no"], int)
