@@ -362,8 +362,16 @@ def cmd_sync(args: argparse.Namespace) -> int:
         "fields": [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None,
         "title_field": args.title_field,
     }
+    # A pass that fails for a reason that may pass (the cluster, Redis or
+    # the workers away) is reported; with --every the next one is tried.
+    from chunkrag_core.engines.errors import EngineError
+
+    passing: tuple[type[BaseException], ...] = (EngineError,)
     if args.workers:
+        from workers.errors import QueueUnavailable, WorkersUnavailable
         from workers.sync_dispatch import sync_on_workers
+
+        passing += (WorkersUnavailable, QueueUnavailable)
 
         def one_pass():
             return sync_on_workers(args.source, client=client, settings=settings, **options)
@@ -382,6 +390,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
         except SyncError as exc:
             print(f"chunkrag: {exc}", file=sys.stderr)
             return 2
+        except passing as exc:
+            if args.every is None:
+                raise
+            print(f"chunkrag: this pass failed: {exc}; next one in {args.every:g} s", file=sys.stderr, flush=True)
+            time.sleep(args.every)
+            continue
         if args.json:
             print(sync_report_json(report), flush=True)
         else:
