@@ -133,3 +133,29 @@ def test_page_bodies_read_in_index_order_with_versions_and_pages_end_short():
 
 def test_the_default_companion_name():
     assert companion_name("kb-existing") == "kb-existing-chunkrag"
+
+
+def test_sync_every_reports_a_failed_pass_and_tries_the_next(monkeypatch, capsys):
+    import chunkrag_cli.main as cli
+    import chunkrag_core.providers
+    import ingest_pipeline.sync as sync
+    from chunkrag_core.engines.errors import EngineUnavailable
+    from ingest_pipeline.sync import SyncReport
+
+    passes = iter([EngineUnavailable("node away", engine="Elasticsearch"), "report", KeyboardInterrupt()])
+    report = SyncReport("kb", "kb-chunkrag", 2, 2, 1, 1, 0, (), 0.1, True, text_fields=("body",))
+
+    def one_pass(*args, **kwargs):
+        outcome = next(passes)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return report
+
+    monkeypatch.setattr(cli, "_backend", lambda settings: object())
+    monkeypatch.setattr(chunkrag_core.providers, "make_embedder", lambda settings: object())
+    monkeypatch.setattr(sync, "sync_index", one_pass)
+    monkeypatch.setattr(cli.time, "sleep", lambda seconds: None)
+    assert cli.main(["sync", "kb", "--every", "5"]) == 130
+    out, err = capsys.readouterr()
+    assert "this pass failed: node away; next one in 5 s" in err
+    assert "2 documents read, 2 text fields: 1 unchanged, 1 chunked again" in out
