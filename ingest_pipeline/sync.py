@@ -112,12 +112,17 @@ class IndexMetaState:
 
     def __init__(self, client: SearchBackend, companion: str):
         self._client, self._companion = client, companion
+        self._others: dict[str, Any] = {}  # the rest of `_meta`, written back as it was
 
     def load(self) -> Mapping[str, Any] | None:
-        return self._client.index_meta(self._companion).get(STATE_KEY)
+        meta = self._client.index_meta(self._companion)
+        self._others = {key: value for key, value in meta.items() if key != STATE_KEY}
+        return meta.get(STATE_KEY)
 
     def save(self, state: Mapping[str, Any] | None) -> None:
-        self._client.set_index_meta(self._companion, {STATE_KEY: dict(state) if state else None})
+        # `_meta` is replaced whole by a mapping update: keep what others put there.
+        meta = {**self._others, STATE_KEY: dict(state) if state else None}
+        self._client.set_index_meta(self._companion, meta)
 
 
 # What ingests the field documents of one page: the in-process pipeline or

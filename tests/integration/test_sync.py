@@ -161,12 +161,15 @@ def test_an_interrupted_pass_resumes_where_it_stopped(engine, embedder, settings
         sync_index(source, client=engine, embedder=embedder, settings=settings, batch=2, on_page=stop_after_two_pages)
     saved = engine.index_meta(companion_name(source))["chunkrag_sync"]
     assert saved["pit_id"] and saved["search_after"]
+    # Whatever else the companion's `_meta` holds is kept.
+    engine.set_index_meta(companion_name(source), {"chunkrag_sync": saved, "owner": "search team"})
 
     resumed = sync_index(source, client=engine, embedder=embedder, settings=settings, batch=2)
     assert resumed.resumed and resumed.complete and not resumed.restarted
     assert (resumed.read, resumed.rechunked, resumed.unchanged) == (3, 6, 0)
     assert companion_drift(engine, source, settings).exact
-    assert "pit_id" not in engine.index_meta(companion_name(source))["chunkrag_sync"]
+    meta = engine.index_meta(companion_name(source))
+    assert "pit_id" not in meta["chunkrag_sync"] and meta["owner"] == "search team"
 
 
 def test_a_pass_whose_point_in_time_expired_starts_over_and_rewrites_nothing(engine, embedder, settings, source):
