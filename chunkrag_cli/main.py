@@ -36,6 +36,29 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--no-progress", action="store_true")
     ingest.set_defaults(handler=cmd_ingest)
 
+    sync = commands.add_parser(
+        "sync",
+        help="build, or bring up to date, the companion chunk index of an index you already have (docs/sync.md)",
+    )
+    sync.add_argument("source", help="the index (or alias) whose text fields to keep chunked")
+    sync.add_argument("--companion", help="the companion chunk index (default: SOURCE-chunkrag)")
+    sync.add_argument(
+        "--fields", help="text fields to sync, comma-separated (default: every text field of the mapping)"
+    )
+    sync.add_argument(
+        "--title-field", help="the field used as each passage's title (default: title, name, subject or headline)"
+    )
+    sync.add_argument(
+        "--workers",
+        action="store_true",
+        help="chunk, embed and write on the Celery workers (`chunkrag workers`); reading and deletions stay here",
+    )
+    sync.add_argument(
+        "--every", type=float, metavar="SECONDS", help="run again this many seconds after each pass, until stopped"
+    )
+    sync.add_argument("--json", action="store_true", help="print each pass's report as JSON")
+    sync.set_defaults(handler=cmd_sync)
+
     search = commands.add_parser("search", help="hybrid search over a chunk index")
     search.add_argument("query")
     search.add_argument("--index")
@@ -280,6 +303,60 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     else:
         print_ingest_report(report, sys.stdout)
     return 0 if report.ok else 1
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    from chunkrag_cli.output import print_sync_report, sync_report_json
+    from ingest_pipeline.sync import SyncError
+
+    settings = _settings(args)
+    client = _backend(settings)
+    options = {
+        "companion": args.companion,
+        "fields": [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None,
+        "title_field": args.title_field,
+    }
+    # A pass that fails for a reason that may pass (the cluster, Redis or
+    # the workers away) is reported; with --every the next one is tried.
+    from chunkrag_core.engines.errors import EngineError
+
+    passing: tuple[type[BaseException], ...] = (EngineError,)
+    if args.workers:
+        from workers.errors import QueueUnavailable, WorkersUnavailable
+        from workers.sync_dispatch import sync_on_workers
+
+        passing += (WorkersUnavailable, QueueUnavailable)
+
+        def one_pass():
+            return sync_on_workers(args.source, client=client, settings=settings, **options)
+    else:
+        from chunkrag_core.providers import make_embedder
+        from ingest_pipeline.sync import sync_index
+
+        embedder = make_embedder(settings.embedder)
+
+        def one_pass():
+            return sync_index(args.source, client=client, embedder=embedder, settings=settings, **options)
+
+    while True:
+        try:
+            report = one_pass()
+        except SyncError as exc:
+            print(f"chunkrag: {exc}", file=sys.stderr)
+            return 2
+        except passing as exc:
+            if args.every is None:
+                raise
+            print(f"chunkrag: this pass failed: {exc}; next one in {args.every:g} s", file=sys.stderr, flush=True)
+            time.sleep(args.every)
+            continue
+        if args.json:
+            print(sync_report_json(report), flush=True)
+        else:
+            print_sync_report(report, sys.stdout)
+        if args.every is None:
+            return 0 if report.ok else 1
+        time.sleep(args.every)
 
 
 def cmd_search(args: argparse.Namespace) -> int:

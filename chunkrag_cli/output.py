@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import TextIO
 
 from ingest_pipeline.pipeline import IngestReport
+from ingest_pipeline.sync import SyncReport
 from search_extension.retriever import RetrievalResult
 
 _STAGES = ("base", "reflection", "critic", "combined")
@@ -52,6 +53,32 @@ def ingest_report_json(report: IngestReport) -> str:
     data = asdict(report)
     data["skipped"] = [str(s) for s in report.skipped]
     return json.dumps(data, indent=2)
+
+
+def print_sync_report(report: SyncReport, out: TextIO) -> None:
+    how = "resumed pass" if report.resumed else "pass"
+    print(
+        f"synced {report.source!r} into {report.companion!r} ({how}, {report.seconds:.1f} s): "
+        f"{report.read} documents read, {report.fields} text fields: {report.unchanged} unchanged, "
+        f"{report.rechunked} chunked again; {report.deleted} removed; {len(report.errors)} errors",
+        file=out,
+        flush=True,
+    )
+    print(
+        f"fields: {', '.join(report.text_fields)}; title: {report.title_field or '(none)'}",
+        file=out,
+        flush=True,
+    )
+    if report.restarted:
+        print(f"note: {report.restarted}", file=out)
+    for error in report.errors[:20]:
+        print(f"error {error}", file=out)
+    if len(report.errors) > 20:
+        print(f"… and {len(report.errors) - 20} more errors", file=out)
+
+
+def sync_report_json(report: SyncReport) -> str:
+    return json.dumps(asdict(report))
 
 
 def print_hits(query: str, result: RetrievalResult, out: TextIO, width: int = 100) -> None:

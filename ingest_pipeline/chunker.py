@@ -141,6 +141,7 @@ def chunk_documents(
 
     # Positions and leads count within one scale of one document.
     per_track: dict[tuple[int, int], list[Chunk]] = {}
+    metadata = [{**d.metadata, **d.stamp} if d.stamp else d.metadata for d in documents]
     for i, (doc_index, scale, path, (start, end), n_sentences, single, header) in enumerate(drafts):
         document = documents[doc_index]
         track = per_track.setdefault((doc_index, scale), [])
@@ -155,7 +156,7 @@ def chunk_documents(
                 title=document.title,
                 section=path,
                 sentence_count=n_sentences,
-                metadata=document.metadata,
+                metadata=metadata[doc_index],
                 vector=single if single is not None else vector_of[i],
                 lead=document.text[previous_end:start],
                 header=header,

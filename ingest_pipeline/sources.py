@@ -40,9 +40,15 @@ class Document:
     # it goes into every chunk's header. Not part of the fingerprint, which
     # is taken of the document as read.
     summary: str = ""
+    # Metadata written with every chunk but, unlike ``metadata``, not part
+    # of the fingerprint: where the text was read (a source document's
+    # version), which may change while the text does not, and must not
+    # make an unchanged text be written again.
+    stamp: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+        object.__setattr__(self, "stamp", MappingProxyType(dict(self.stamp)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,8 @@ QUEUE = "chunkrag"
 INGEST_QUEUE = "chunkrag-ingest"
 JUDGE_TASK = "chunkrag.judge_chunks"
 INGEST_TASK = "chunkrag.ingest_batch"
+# A whole pass of `chunkrag sync`, for a schedule (`celery beat`) to send.
+SYNC_TASK = "chunkrag.sync_index"
 
 # Seconds a task may outlive the query budget before its process is killed:
 # room to finish the model call in flight and store the result.
@@ -98,7 +100,7 @@ def celery_config(settings: Settings) -> dict:
         # Redis neither takes our tasks nor answers our pings.
         "task_default_queue": QUEUE,
         "task_queues": (Queue(QUEUE, routing_key=QUEUE), Queue(INGEST_QUEUE, routing_key=INGEST_QUEUE)),
-        "task_routes": {INGEST_TASK: {"queue": INGEST_QUEUE}},
+        "task_routes": {INGEST_TASK: {"queue": INGEST_QUEUE}, SYNC_TASK: {"queue": INGEST_QUEUE}},
         "control_exchange": QUEUE,
     }
 

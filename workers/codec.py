@@ -14,6 +14,7 @@ from chunkrag_core.settings import ChunkingSettings, SettingsError
 from chunkrag_filter.judging import Judgement, ScoringOptions
 from ingest_pipeline.pipeline import BatchOutcome
 from ingest_pipeline.sources import Document, Section, Skipped
+from ingest_pipeline.sync import SyncReport
 
 
 class CodecError(ValueError):
@@ -45,6 +46,7 @@ def encode_document(document: Document) -> dict[str, Any]:
         "metadata": dict(document.metadata),
         "origin": document.origin,
         "summary": document.summary,
+        "stamp": dict(document.stamp),
     }
 
 
@@ -57,16 +59,17 @@ def decode_document(data: Any) -> Document:
         texts = {name: data[name] for name in ("doc_id", "title", "text")}
         sections = tuple(Section(tuple(path), int(start), int(end)) for path, start, end in data["sections"])
         metadata, origin, summary = data.get("metadata", {}), data.get("origin", ""), data.get("summary", "")
+        stamp = data.get("stamp", {})
     except (KeyError, TypeError, ValueError) as exc:
         raise CodecError(f"not a valid document: {type(exc).__name__}: {exc}") from exc
     if not all(isinstance(value, str) for value in (*texts.values(), origin, summary)) or not texts["doc_id"]:
         raise CodecError("not a valid document: doc_id, title, text, origin and summary must be strings, doc_id set")
-    if not isinstance(metadata, Mapping):
-        raise CodecError("not a valid document: metadata must be a JSON object")
+    if not isinstance(metadata, Mapping) or not isinstance(stamp, Mapping):
+        raise CodecError("not a valid document: metadata and stamp must be JSON objects")
     length = len(texts["text"])
     if any(not 0 <= s.start <= s.end <= length for s in sections):
         raise CodecError(f"not a valid document: a section lies outside its {length} characters of text")
-    return Document(**texts, sections=sections, metadata=metadata, origin=origin, summary=summary)
+    return Document(**texts, sections=sections, metadata=metadata, origin=origin, summary=summary, stamp=stamp)
 
 
 def encode_chunking(settings: ChunkingSettings) -> dict[str, Any]:
@@ -92,6 +95,14 @@ def decode_outcome(data: Mapping[str, Any]) -> BatchOutcome:
         raise CodecError(f"expected a batch outcome as a JSON object, got {type(data).__name__}")
     skipped = [Skipped(origin, reason) for origin, reason in data["skipped"]]
     return _from_dict(BatchOutcome, {**data, "skipped": skipped})
+
+
+def encode_sync_report(report: SyncReport) -> dict[str, Any]:
+    return _to_dict(report)
+
+
+def decode_sync_report(data: Mapping[str, Any]) -> SyncReport:
+    return _from_dict(SyncReport, data)
 
 
 def _to_dict(value) -> dict[str, Any]:

@@ -35,8 +35,17 @@ from chunkrag_core.settings import Settings
 from chunkrag_filter.judging import judge_batch
 from ingest_pipeline.pipeline import BatchNotWritten, ingest_batch
 from ingest_pipeline.sources import Skipped
-from workers.app import INGEST_TASK, JUDGE_TASK, task_time_limit_s
-from workers.codec import CodecError, decode_chunking, decode_document, decode_options, encode_judgement, encode_outcome
+from ingest_pipeline.sync import sync_index
+from workers.app import INGEST_TASK, JUDGE_TASK, SYNC_TASK, task_time_limit_s
+from workers.codec import (
+    CodecError,
+    decode_chunking,
+    decode_document,
+    decode_options,
+    encode_judgement,
+    encode_outcome,
+    encode_sync_report,
+)
 from workers.score_cache import RedisScoreCache
 
 log = logging.getLogger(__name__)
@@ -88,6 +97,7 @@ def _decoded(documents: list) -> tuple[list, list[Skipped]]:
 
 def register_tasks(app: Celery, settings: Settings) -> None:
     register_ingest_task(app, settings)
+    register_sync_task(app, settings)
     workers = settings.workers
 
     @app.task(
@@ -180,3 +190,40 @@ def register_ingest_task(app: Celery, settings: Settings) -> None:
             rejected=rejected,
         )
         return encode_outcome(outcome)
+
+
+def register_sync_task(app: Celery, settings: Settings) -> None:
+    workers = settings.workers
+
+    @app.task(
+        name=SYNC_TASK,
+        shared=False,
+        autoretry_for=INGEST_RETRIED,
+        max_retries=workers.ingest_max_retries,
+        retry_backoff=max(1, int(workers.retry_backoff_s)),
+        retry_backoff_max=int(workers.retry_backoff_max_s),
+        retry_jitter=True,
+        # A pass on a worker that dies is delivered again and resumes where
+        # its saved position says.
+        acks_late=True,
+        reject_on_worker_lost=True,
+    )
+    def sync_source(
+        source: str,
+        companion: str | None = None,
+        fields: list | None = None,
+        title_field: str | None = None,
+        chunking: dict | None = None,
+    ) -> dict:
+        client, embedder = _ingest_edges(settings)
+        chosen = settings if chunking is None else dataclasses.replace(settings, chunking=decode_chunking(chunking))
+        report = sync_index(
+            source,
+            client=client,
+            embedder=embedder,
+            settings=chosen,
+            companion=companion,
+            fields=fields or None,
+            title_field=title_field,
+        )
+        return encode_sync_report(report)

@@ -88,7 +88,52 @@ class SearchBackend(Protocol):
     def fetch(self, index: str, ids: Sequence[str]) -> list[dict[str, Any]]: ...
     def delete_ids(self, index: str, ids: Sequence[str]) -> int: ...
     def count(self, index: str) -> int: ...
+    def index_meta(self, index: str) -> dict[str, Any]: ...
+    def set_index_meta(self, index: str, meta: Mapping[str, Any]) -> None: ...
+    def open_point_in_time(self, index: str, keep_alive: str) -> str: ...
+    def read_page(
+        self, pit_id: str, *, keep_alive: str, size: int, search_after: Sequence[Any] | None, source: Any = True
+    ) -> Page: ...
+    def close_point_in_time(self, pit_id: str) -> None: ...
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a whole-index read through a point in time: the hits
+    (each with ``_seq_no`` and ``_primary_term``), the point in time's id to
+    send next (engines may change it between pages), and where the next page
+    starts (None: this page was the last)."""
+
+    hits: tuple[dict[str, Any], ...]
+    pit_id: str
+    search_after: tuple[Any, ...] | None
+
+
+def page_body(
+    pit_id: str, *, keep_alive: str, size: int, search_after: Sequence[Any] | None, source: Any
+) -> dict[str, Any]:
+    """The search body of one page of a point-in-time read, the same on
+    both engines: index order (``_shard_doc``, the cheapest sort there is),
+    each hit's sequence number and primary term, no total counted."""
+    body: dict[str, Any] = {
+        "size": size,
+        "pit": {"id": pit_id, "keep_alive": keep_alive},
+        "sort": [{"_shard_doc": "asc"}],
+        "seq_no_primary_term": True,
+        "track_total_hits": False,
+        "_source": source,
+    }
+    if search_after is not None:
+        body["search_after"] = list(search_after)
+    return body
+
+
+def page_of(response: Mapping[str, Any], pit_id: str, size: int) -> Page:
+    """A :class:`Page` from a point-in-time search answer."""
+    hits = tuple(response.get("hits", {}).get("hits", []))
+    after = tuple(hits[-1]["sort"]) if len(hits) == size and hits else None
+    return Page(hits, response.get("pit_id") or pit_id, after)
 
 
 def refresh_interval_of(response: Mapping[str, Any], index: str) -> str | None:

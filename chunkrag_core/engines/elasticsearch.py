@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from chunkrag_core.engines import base, probe
-from chunkrag_core.engines.base import BulkItem, ClusterCapabilities, ClusterHealth, node_retries
+from chunkrag_core.engines.base import BulkItem, ClusterCapabilities, ClusterHealth, Page, node_retries
 from chunkrag_core.engines.errors import EngineTimeout, EngineUnavailable, refused
 from chunkrag_core.settings import Settings
 
@@ -257,6 +257,30 @@ class ElasticsearchBackend:
     @base.translating
     def count(self, index: str) -> int:
         return int(self.reader.count(index=index)["count"])
+
+    @base.translating
+    def index_meta(self, index: str) -> dict[str, Any]:
+        mapping = self.reader.indices.get_mapping(index=index)
+        return dict(next(iter(mapping.values()))["mappings"].get("_meta") or {})
+
+    @base.translating
+    def set_index_meta(self, index: str, meta: Mapping[str, Any]) -> None:
+        self.client.indices.put_mapping(index=index, meta=dict(meta))
+
+    @base.translating
+    def open_point_in_time(self, index: str, keep_alive: str) -> str:
+        return str(self.reader.open_point_in_time(index=index, keep_alive=keep_alive)["id"])
+
+    @base.translating
+    def read_page(
+        self, pit_id: str, *, keep_alive: str, size: int, search_after: Sequence[Any] | None, source: Any = True
+    ) -> Page:
+        body = base.page_body(pit_id, keep_alive=keep_alive, size=size, search_after=search_after, source=source)
+        return base.page_of(self.reader.search(body=body), pit_id, size)
+
+    @base.translating
+    def close_point_in_time(self, pit_id: str) -> None:
+        self.reader.close_point_in_time(id=pit_id)
 
     def close(self) -> None:
         if self._owner:

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from chunkrag_core.engines import base, probe
 from chunkrag_core.engines import opensearch_dialect as osd
 from chunkrag_core.engines.aws_signing import opensearch_sigv4
-from chunkrag_core.engines.base import BulkItem, ClusterCapabilities, ClusterHealth
+from chunkrag_core.engines.base import BulkItem, ClusterCapabilities, ClusterHealth, Page
 from chunkrag_core.engines.errors import EngineTimeout, EngineUnavailable, refused
 from chunkrag_core.settings import Settings
 
@@ -303,6 +303,36 @@ class OpenSearchBackend:
     @base.translating
     def count(self, index: str) -> int:
         return int(self.reader.count(index=index, **self._h())["count"])
+
+    @base.translating
+    def index_meta(self, index: str) -> dict[str, Any]:
+        mapping = self.reader.indices.get_mapping(index=index, **self._h())
+        return dict(next(iter(mapping.values()))["mappings"].get("_meta") or {})
+
+    @base.translating
+    def set_index_meta(self, index: str, meta: Mapping[str, Any]) -> None:
+        self.client.indices.put_mapping(index=index, body={"_meta": dict(meta)}, **self._h())
+
+    @base.translating
+    def open_point_in_time(self, index: str, keep_alive: str) -> str:
+        # OpenSearch's own endpoint (Elasticsearch's is `_pit`).
+        answer = self.reader.transport.perform_request(
+            "POST", f"/{index}/_search/point_in_time", params={"keep_alive": keep_alive}, **self._h()
+        )
+        return str(answer["pit_id"])
+
+    @base.translating
+    def read_page(
+        self, pit_id: str, *, keep_alive: str, size: int, search_after: Sequence[Any] | None, source: Any = True
+    ) -> Page:
+        body = base.page_body(pit_id, keep_alive=keep_alive, size=size, search_after=search_after, source=source)
+        return base.page_of(self.reader.search(body=body, **self._h()), pit_id, size)
+
+    @base.translating
+    def close_point_in_time(self, pit_id: str) -> None:
+        self.reader.transport.perform_request(
+            "DELETE", "/_search/point_in_time", body={"pit_id": [pit_id]}, **self._h()
+        )
 
     def close(self) -> None:
         if self._owner:

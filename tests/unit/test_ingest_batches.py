@@ -117,7 +117,9 @@ def test_refusals_for_good_are_reported_as_errors():
 
 def test_documents_chunking_and_outcomes_survive_the_message():
     [document] = docs("Hello there. General Kenobi.")
-    document = dataclasses.replace(document, metadata={"k": [1, 2]}, origin="a.md", summary="S")
+    document = dataclasses.replace(
+        document, metadata={"k": [1, 2]}, origin="a.md", summary="S", stamp={"source_seq_no": 3}
+    )
     assert decode_document(encode_document(document)) == document
     chunking = ChunkingSettings(scales=(128, 512), headers="none", summaries=True)
     assert decode_chunking(encode_chunking(chunking)) == chunking

@@ -1,0 +1,100 @@
+"""The passages of hit fields read from a companion chunk index
+(``chunkrag sync``) instead of chunked and embedded at query time.
+
+A companion's chunks of a field are used only when they are complete and
+their stored ``doc_fingerprint`` is the fingerprint of the very text the
+caller's own hit shows: a document changed since the sync, another version,
+a field the caller cannot read (it is not in the hit, so never asked for)
+never match, and go to the fallback. So a companion never widens what a
+caller can read: it only saves the chunking and embedding of text the
+caller's search already returned.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Protocol, Sequence
+
+from chunkrag_core.chunk import BASE_SCALE, Chunk
+from chunkrag_core.engines import schema
+from chunkrag_core.engines.base import SearchBackend
+from chunkrag_core.settings import Settings
+from ingest_pipeline.chunker import document_fingerprint
+from ingest_pipeline.pipeline import shaping_of
+from ingest_pipeline.source_fields import SourceField
+
+# Most chunks one request brings back (the engine's default result window);
+# fields whose chunks did not all fit go to the fallback.
+MAX_CHUNKS = 10_000
+
+
+class PassageSource(Protocol):
+    """Passages of hit fields, keyed by ``SourceField.companion_id``."""
+
+    def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]: ...
+
+
+class CompanionPassages:
+    """:class:`PassageSource` reading ``companion_index``; what it cannot
+    serve (no companion chunks, other text, the index missing) is asked of
+    ``fallback``. ``settings``: the chunking and embedder the companion was
+    synced with (their fingerprint must match)."""
+
+    def __init__(
+        self,
+        client: SearchBackend,
+        companion_index: str,
+        fallback: PassageSource,
+        *,
+        settings: Settings,
+        max_chunks: int = MAX_CHUNKS,
+    ):
+        self._client, self._index, self._fallback = client, companion_index, fallback
+        self._shaping = shaping_of(settings)
+        self._max_chunks = max_chunks
+
+    def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]:
+        if not fields:
+            return {}
+        wanted = {f.companion_id: document_fingerprint(f.document(), self._shaping) for f in fields}
+        stored = self._stored(sorted(wanted))
+        found: dict[str, Sequence[Chunk]] = {
+            doc_id: [chunk for _, chunk in rows] for doc_id, rows in stored.items() if _usable(rows, wanted[doc_id])
+        }
+        rest = [f for f in fields if f.companion_id not in found]
+        if rest:
+            found.update(self._fallback.passages(rest))
+        return found
+
+    def _stored(self, doc_ids: Sequence[str]) -> dict[str, list[tuple[str, Chunk]]]:
+        """(stored fingerprint, chunk) of the base chunks of
+        ``doc_ids``, in one search; nothing when the companion is missing."""
+        body = {
+            "size": self._max_chunks,
+            "query": {"bool": {"filter": [{"terms": {schema.DOC_ID: list(doc_ids)}}, schema.base_scale_filter()]}},
+            "sort": [{schema.DOC_ID: "asc"}, {schema.POSITION: "asc"}],
+            "_source": {"excludes": [], "exclude_vectors": False},
+            "track_total_hits": False,
+        }
+        if not self._client.index_exists(self._index):
+            return {}
+        response = self._client.search(self._index, body)
+        hits = response["hits"]["hits"]
+        stored: dict[str, list[tuple[str, Chunk]]] = {}
+        for hit in hits:
+            chunk = schema.chunk_from_hit(hit)
+            fingerprint = str((hit.get("_source") or {}).get(schema.DOC_FINGERPRINT, ""))
+            stored.setdefault(chunk.doc_id, []).append((fingerprint, chunk))
+        if len(hits) >= self._max_chunks and hits:
+            # The last document may be cut short: never serve it partly.
+            stored.pop(schema.chunk_from_hit(hits[-1]).doc_id, None)
+        return stored
+
+
+def _usable(stored: Sequence[tuple[str, Chunk]], fingerprint: str) -> bool:
+    """All chunks made from this very text, positions 0..n-1 without a gap."""
+    return (
+        bool(stored)
+        and all(fp == fingerprint for fp, _ in stored)
+        and [chunk.position for _, chunk in stored] == list(range(len(stored)))
+        and all(chunk.vector is not None and chunk.scale == BASE_SCALE for _, chunk in stored)
+    )

@@ -1,0 +1,161 @@
+"""The pure parts of a companion index's sync: which fields are text, the
+text of a field in a `_source`, the companion documents of a hit, and the
+point-in-time page bodies both engines are sent."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from chunkrag_core.engines.base import page_body, page_of
+from chunkrag_core.settings import ChunkingSettings
+from ingest_pipeline.chunker import chunk_documents, document_fingerprint
+from ingest_pipeline.source_fields import SourceField
+from ingest_pipeline.sync import (
+    MAX_FIELD_CHARS,
+    MalformedField,
+    companion_name,
+    field_documents,
+    field_text,
+    source_version,
+    text_fields,
+    title_field_of,
+)
+
+MAPPING = {
+    "title": {"type": "text", "fields": {"raw": {"type": "keyword"}}},
+    "body": {"type": "text", "fields": {"english": {"type": "text"}}},
+    "summary": {"type": "match_only_text"},
+    "url": {"type": "keyword"},
+    "views": {"type": "integer"},
+    "author": {"properties": {"bio": {"type": "text"}, "name": {"type": "keyword"}}},
+    "comments": {"type": "nested", "properties": {"text": {"type": "text"}}},
+}
+
+
+def test_text_fields_are_the_text_and_match_only_text_paths_not_multi_fields():
+    assert text_fields(MAPPING) == ["title", "body", "summary", "author.bio", "comments.text"]
+
+
+def test_the_title_field_is_the_first_title_like_top_level_field():
+    assert title_field_of(MAPPING) == "title"
+    assert title_field_of({"headline": {}, "name": {}}) == "name"
+    assert title_field_of({"body": {}}) == ""
+
+
+def test_field_text_reads_strings_arrays_objects_and_dotted_keys():
+    source = {
+        "body": "One.",
+        "tags": ["a", "", "b"],
+        "comments": [{"text": "First."}, {"text": None}, {"text": "Second."}],
+        "author": {"bio": "Writes."},
+        "meta.note": "Flat.",
+    }
+    assert field_text(source, "body") == "One."
+    assert field_text(source, "tags") == "a\n\nb"
+    assert field_text(source, "comments.text") == "First.\n\nSecond."
+    assert field_text(source, "author.bio") == "Writes."
+    assert field_text(source, "meta.note") == "Flat."
+    assert field_text(source, "missing") == ""
+
+
+@pytest.mark.parametrize("value", [3, {"a": "b"}, [True]])
+def test_a_field_that_is_not_text_is_malformed(value):
+    with pytest.raises(MalformedField, match="'body'"):
+        field_text({"body": value}, "body")
+
+
+def hit(source, **extra):
+    return {"_index": "kb", "_id": "7", "_source": source, "_seq_no": 12, "_primary_term": 2, **extra}
+
+
+def test_each_non_empty_text_field_of_a_hit_is_one_companion_document_stamped_with_its_version():
+    documents, errors = field_documents(
+        hit({"title": "T", "body": "Text.", "summary": "  "}), ["body", "summary"], "title"
+    )
+    assert errors == []
+    [document] = documents
+    assert document.doc_id == SourceField("kb", "7", "body", "Text.", "T").companion_id
+    assert document.title == "T" and document.text == "Text."
+    assert dict(document.stamp) == {"source_seq_no": 12, "source_primary_term": 2}
+    # The stamp is not in the fingerprint: post-search's own document matches.
+    plain = SourceField("kb", "7", "body", "Text.", "T").document()
+    assert document_fingerprint(document, "s") == document_fingerprint(plain, "s")
+
+
+def test_without_a_version_the_stamp_is_the_texts_hash():
+    stamp = source_version({"_id": "1"}, "Text.")
+    assert list(stamp) == ["source_hash"] and len(stamp["source_hash"]) == 32
+
+
+def test_malformed_and_huge_fields_are_reported_and_the_others_synced():
+    source = {"body": 5, "summary": "x" * (MAX_FIELD_CHARS + 1), "notes": "Fine."}
+    documents, errors = field_documents(hit(source), ["body", "summary", "notes"], "")
+    assert [d.text for d in documents] == ["Fine."]
+    assert [e.split(":")[0] for e in errors] == ["kb/7#body", "kb/7#summary"]
+    assert "int, not text" in errors[0] and "more than" in errors[1]
+
+
+def test_a_malformed_title_skips_the_document_with_its_reason():
+    documents, errors = field_documents(hit({"title": {"x": 1}, "body": "A."}), ["body"], "title")
+    assert documents == [] and "title" in errors[0]
+
+
+class Embedder:
+    def embed(self, texts):
+        return np.eye(len(texts), 8, dtype=np.float32) + 0.01
+
+
+def test_the_stamp_reaches_every_chunks_metadata():
+    [document], _ = field_documents(hit({"body": "One. Two."}), ["body"], "")
+    [chunked] = chunk_documents([document], Embedder(), ChunkingSettings(headers="none"))
+    assert all(c.metadata["source_seq_no"] == 12 and c.metadata["source_id"] == "7" for c in chunked.chunks)
+    assert chunked.fingerprint == document_fingerprint(dataclasses.replace(document, stamp={}), "")
+
+
+def test_page_bodies_read_in_index_order_with_versions_and_pages_end_short():
+    body = page_body("P", keep_alive="1m", size=2, search_after=(4,), source=["body"])
+    assert body == {
+        "size": 2,
+        "pit": {"id": "P", "keep_alive": "1m"},
+        "sort": [{"_shard_doc": "asc"}],
+        "seq_no_primary_term": True,
+        "track_total_hits": False,
+        "_source": ["body"],
+        "search_after": [4],
+    }
+    assert "search_after" not in page_body("P", keep_alive="1m", size=2, search_after=None, source=True)
+    full = page_of({"pit_id": "Q", "hits": {"hits": [{"sort": [1]}, {"sort": [2]}]}}, "P", 2)
+    assert (full.pit_id, full.search_after) == ("Q", (2,))
+    last = page_of({"hits": {"hits": [{"sort": [3]}]}}, "P", 2)
+    assert (last.pit_id, last.search_after, len(last.hits)) == ("P", None, 1)
+
+
+def test_the_default_companion_name():
+    assert companion_name("kb-existing") == "kb-existing-chunkrag"
+
+
+def test_sync_every_reports_a_failed_pass_and_tries_the_next(monkeypatch, capsys):
+    import chunkrag_cli.main as cli
+    import chunkrag_core.providers
+    import ingest_pipeline.sync as sync
+    from chunkrag_core.engines.errors import EngineUnavailable
+    from ingest_pipeline.sync import SyncReport
+
+    passes = iter([EngineUnavailable("node away", engine="Elasticsearch"), "report", KeyboardInterrupt()])
+    report = SyncReport("kb", "kb-chunkrag", 2, 2, 1, 1, 0, (), 0.1, True, text_fields=("body",))
+
+    def one_pass(*args, **kwargs):
+        outcome = next(passes)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return report
+
+    monkeypatch.setattr(cli, "_backend", lambda settings: object())
+    monkeypatch.setattr(chunkrag_core.providers, "make_embedder", lambda settings: object())
+    monkeypatch.setattr(sync, "sync_index", one_pass)
+    monkeypatch.setattr(cli.time, "sleep", lambda seconds: None)
+    assert cli.main(["sync", "kb", "--every", "5"]) == 130
+    out, err = capsys.readouterr()
+    assert "this pass failed: node away; next one in 5 s" in err
+    assert "2 documents read, 2 text fields: 1 unchanged, 1 chunked again" in out
