@@ -29,6 +29,10 @@ from search_extension.segments import Segment
 CHUNKRAG_BODY_KEYS = ("query", "size", "ext")
 TEXT_QUERIES = ("match", "match_phrase", "multi_match", "query_string", "simple_query_string")
 DEFAULT_SIZE = 10  # Elasticsearch's own default
+# Hits one post-search splits and scores at most: its cost grows with the
+# hits (every text field chunked and embedded unless cached), so a body
+# asking for more is refused rather than left to run for minutes.
+MAX_POST_SEARCH_HITS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,57 @@ def parse_search(body: Mapping[str, Any], *, max_candidates: int, max_query_char
         )
     _check_length(text, max_query_chars)
     return ChunkragSearch(text, query_filters(query), size, _candidates(options, size, max_candidates), options)
+
+
+@dataclass(frozen=True, slots=True)
+class PostSearch:
+    """One ``_search`` with ``ext.chunkrag`` in post-search mode, decoded:
+    the caller's body without ``ext`` (sent to the cluster as written), the
+    text the filter judges with, and the options."""
+
+    text: str
+    body: Mapping[str, Any]
+    options: ChunkragOptions
+
+
+def search_options(body: Mapping[str, Any], *, max_candidates: int) -> ChunkragOptions:
+    """``ext.chunkrag`` of a search body, validated and resolved."""
+    return parse_options(body["ext"]["chunkrag"], max_candidates=max_candidates, surface="search")
+
+
+def parse_post_search(
+    body: Mapping[str, Any], options: ChunkragOptions, *, max_query_chars: int | None = None
+) -> PostSearch:
+    """Any search body: every key the cluster reads (aggs, highlight, sort,
+    from, search_after, collapse, post_filter, _source...) goes to it; only
+    ``ext`` is taken off, and it may hold only ``chunkrag``."""
+    other_ext = [key for key in body["ext"] if key != "chunkrag"]
+    if other_ext:
+        raise OptionError(f"ext may hold only [chunkrag] when it is present, got [{other_ext[0]}]")
+    size = body.get("size", DEFAULT_SIZE)
+    if _is_int(size) and size > MAX_POST_SEARCH_HITS:
+        raise OptionError(
+            f"post-search splits at most {MAX_POST_SEARCH_HITS} hits into passages, got [size] {size}; "
+            "page with from/search_after instead"
+        )
+    text = options.query or query_text(body.get("query"))
+    if not text or not text.strip():
+        raise OptionError(
+            "no query text for the filter: set ext.chunkrag.query, or search with a "
+            + ", ".join(TEXT_QUERIES)
+            + " query (alone or in bool.must/should)"
+        )
+    _check_length(text, max_query_chars)
+    return PostSearch(text, {key: value for key, value in body.items() if key != "ext"}, options)
+
+
+def refuse_post_search_options(options: ChunkragOptions) -> None:
+    """On a chunk index the post-search options mean nothing: refused, not ignored."""
+    if options.post_search_given:
+        raise OptionError(
+            f"ext.chunkrag.{options.post_search_given[0]} applies to post-search only "
+            '(an index that is not a chunk index, or "mode": "post_search")'
+        )
 
 
 def parse_ask(
