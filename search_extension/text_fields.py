@@ -60,9 +60,11 @@ class TextFields:
 
 
 def is_chunk_index(types: FieldTypes) -> bool:
-    """Whether an index (or every index of an expression) holds chunks as
-    `chunkrag ingest` writes them."""
-    return all(set(types.get(name, ())) and set(types[name]) <= wanted for name, wanted in CHUNK_INDEX_FIELDS.items())
+    """Whether an index holds chunks as `chunkrag ingest` writes them; for an
+    expression of several indices, whether one of them does (its chunk
+    retrieval then reads that one, and reports the others' failures in
+    ``_shards``, as it always has)."""
+    return all(set(types.get(name, ())) & wanted for name, wanted in CHUNK_INDEX_FIELDS.items())
 
 
 def _is_text(types: Sequence[str]) -> bool:

@@ -95,7 +95,9 @@ def test_a_chunk_index_is_told_from_any_other():
     chunks = {"doc_id": ("keyword",), "position": ("integer",), "text": ("text",), "vector": ("dense_vector",)}
     assert is_chunk_index(chunks) and is_chunk_index({**chunks, "vector": ("knn_vector",)})
     assert not is_chunk_index(LISTING)
-    assert not is_chunk_index({**chunks, "position": ("integer", "keyword")})
+    # An expression over a chunk index and another: the chunk retrieval, as before.
+    assert is_chunk_index({**chunks, "vector": ("dense_vector", "keyword")})
+    assert not is_chunk_index({**chunks, "vector": ("keyword",)})
 
 
 def test_field_listings_are_cached_per_index_and_caller_and_expire():
