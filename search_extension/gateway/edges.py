@@ -18,18 +18,8 @@ from search_extension.gateway import errors
 from search_extension.gateway.dialect import ChunkragOptions, ensemble_scales
 from search_extension.gateway.identity import Caller, es_for
 from search_extension.gateway.passthrough import HttpTransport, Passthrough
-from search_extension.options import OptionError
 from search_extension.passages import PassageSource
-from search_extension.text_fields import (
-    FieldCatalog,
-    FieldError,
-    TextFields,
-    configured_fields,
-    detect_fields,
-    fields_for_index,
-    is_chunk_index,
-    parse_field_patterns,
-)
+from search_extension.post_searcher import PostSearcher
 
 # budget in seconds -> the JudgeMany that judges one query within it.
 JudgeManyFactory = Callable[[float], JudgeMany]
@@ -64,14 +54,9 @@ class Edges:
         self._lock = threading.Lock()  # the blocking edges are made from worker threads
         # Post-search: where a hit's passages come from (default: chunked and
         # embedded at query time, cached), the field listings per index and
-        # caller, the configured fields per index pattern, and the declared
-        # whole-document vector field (checked here: a mismatch fails at start).
-        from search_extension.post_search import declared_vector_field
-
-        self._passage_source = passage_source
-        self._field_catalog = FieldCatalog()
-        self._field_patterns = parse_field_patterns(settings.post_search.fields)
-        self.doc_vector_field = declared_vector_field(settings)
+        # caller, the configured fields, the declared whole-document vector
+        # field (checked here: a model mismatch fails at start).
+        self.post_searcher = PostSearcher(settings, lambda: self.embedder, passage_source)
 
     # --- made on first use -------------------------------------------------
 
@@ -189,88 +174,36 @@ class Edges:
                 self._score_cache = RedisScoreCache.from_url(self.settings.redis_url, self.settings.workers.cache_ttl_s)
             return self._score_cache
 
-    @property
-    def passage_source(self) -> PassageSource:
-        with self._lock:
-            if self._passage_source is None:
-                from search_extension.passages import QueryTimePassages
-
-                self._passage_source = QueryTimePassages(self._embedder_unlocked(), self.settings)
-            return self._passage_source
-
-    def _embedder_unlocked(self):
-        if self._embedder is None:
-            from chunkrag_core.providers import make_embedder
-
-            self._embedder = make_embedder(self.settings.embedder)
-        return self._embedder
-
     def budget_s(self, options: ChunkragOptions) -> float:
         return options.budget_s if options.budget_s is not None else self.settings.workers.query_budget_s
 
     # --- post-search ---------------------------------------------------------
 
-    def field_types(self, index: str, caller: Caller) -> Mapping[str, tuple[str, ...]]:
-        """The fields of ``index`` (an expression or a concrete index) as
-        ``caller`` may see them (field-level security applies), cached."""
-        identity = hashlib.sha256(caller.authorization or b"").hexdigest()
-        return self._field_catalog.types(index, identity, es_for(self.es, caller).field_types)
+    def _identity(self, caller: Caller) -> str:
+        # Field listings differ per caller (field-level security): cached per credentials.
+        return hashlib.sha256(caller.authorization or b"").hexdigest()
 
-    def holds_chunks(self, index: str, caller: Caller) -> bool:
-        """Whether ``index`` is a chunk index (`chunkrag ingest` wrote it)."""
-        return is_chunk_index(self.field_types(index, caller))
+    def holds_chunks(self, index: str, *, caller: Caller) -> bool:
+        """Whether ``index`` is (or covers) a chunk index `chunkrag ingest` wrote."""
+        return self.post_searcher.holds_chunks(es_for(self.es, caller), index, self._identity(caller))
 
-    def check_post_search_fields(self, index: str, options: ChunkragOptions, caller: Caller) -> None:
-        """The fields a caller named must be text fields of ``index``: a
-        400 naming the field, before the search is sent."""
-        wanted = options.post_search
-        if not (wanted.fields or wanted.title_field):
-            return
-        try:
-            detect_fields(self.field_types(index, caller), named=wanted.fields, title=wanted.title_field)
-        except FieldError as exc:
-            raise OptionError(str(exc)) from None
+    def check_post_search_fields(self, index: str, options: ChunkragOptions, *, caller: Caller) -> None:
+        self.post_searcher.check_fields(es_for(self.es, caller), index, options, self._identity(caller))
 
-    def text_fields(self, concrete: str, options: ChunkragOptions, caller: Caller) -> TextFields:
-        wanted = options.post_search
-        try:
-            return fields_for_index(
-                self.field_types(concrete, caller),
-                named=wanted.fields,
-                title=wanted.title_field,
-                configured=configured_fields(self._field_patterns, concrete),
-            )
-        except FieldError as exc:
-            raise OptionError(str(exc)) from None
-
-    def post_search(self, text: str, options: ChunkragOptions, response: Mapping[str, Any], caller: Caller):
+    def post_search(self, text: str, options: ChunkragOptions, response: Mapping[str, Any], *, caller: Caller):
         """Blocking: the filter over the passages of the hits the caller's
-        own search returned (``response``); the cluster is asked only for
-        the field listings of the hits' indices (cached)."""
-        from search_extension.post_search import post_search
-
+        own search returned (``response``), with the caller's credentials
+        for the field listings of the hits' indices."""
         stages = options.stages
-        listings: dict[str, TextFields] = {}
-
-        def fields_of(concrete: str) -> TextFields:
-            if concrete not in listings:
-                listings[concrete] = self.text_fields(concrete, options, caller)
-            return listings[concrete]
-
-        retrieval = self.settings.retrieval
-        return post_search(
+        return self.post_searcher.filter(
+            es_for(self.es, caller),
             response,
-            query=text,
-            options=options.post_search,
-            filter_options=options.filter,
-            fields_of=fields_of,
-            passage_source=self.passage_source,
-            embedder=self.embedder,
+            text,
+            options,
+            identity=self._identity(caller),
             model=self.model if stages else None,
             judge_many=self.judge_many(self.budget_s(options)) if stages else None,
             reranker=self.reranker(options.filter.rerank) if stages else None,
-            weights=(retrieval.bm25_weight, retrieval.knn_weight),
-            doc_vector_field=self.doc_vector_field,
         )
 
     # --- the one library call ----------------------------------------------
