@@ -11,8 +11,11 @@ import uuid
 
 import pytest
 
+from chunkrag_cli.main import main as chunkrag
+from chunkrag_core.providers.chat import OpenAICompatibleChat
 from search_extension.gateway import create_app
 from search_extension.gateway.server import serve_in_thread as serving
+from tests.support.scripted_openai import ScriptedOpenAI, completion
 
 pytestmark = pytest.mark.integration
 
@@ -77,9 +80,19 @@ def kb(engine):
 
 
 @pytest.fixture(scope="module")
-def gateway(settings, embedder, engine, kb):
+def model_server():
+    # The answer prompt: an answer citing the first passage.
+    with ScriptedOpenAI(
+        default=completion("Open the console, choose Security, then Keys, press Rotate [1].")
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateway(settings, embedder, engine, kb, model_server):
     chosen = dataclasses.replace(settings, search_backend=engine.engine)
-    with serving(create_app(chosen, embedder=embedder)) as url:
+    model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
+    with serving(create_app(chosen, embedder=embedder, model=model)) as url:
         yield url
 
 
@@ -228,3 +241,32 @@ def test_named_fields_and_title_field(client, kb):
     top = response["hits"]["hits"][0]
     assert top["_chunkrag"]["fields"] == ["body", "title"]
     assert all(p["kept"] is False and p["reason"] for p in top["_chunkrag"]["dropped"])
+
+
+def test_the_answer_is_written_from_kept_passages_and_cites_index_id_and_offsets(client, kb):
+    response = search(client, kb, {"query": {"match": {"body": QUESTION}}, "ext": {"chunkrag": {"answer": True}}})
+    answer = response["chunkrag"]["answer"]
+    assert answer["found"] and "press Rotate" in answer["text"]
+    (cited,) = answer["passages"]
+    assert answer["citations"] == [f"{cited['_index']}/{cited['_id']}"]
+    kept = {(p["field"], p["start"], p["end"]) for h in response["hits"]["hits"] for p in passages(h)}
+    assert (cited["field"], cited["start"], cited["end"]) in kept and cited["_index"] == kb
+
+
+def test_chunkrag_search_takes_the_same_path_as_the_gateway(client, kb, engine, monkeypatch, capsys, tmp_path):
+    import json
+
+    monkeypatch.setenv("SEARCH_BACKEND", engine.engine)
+    assert chunkrag(["search", QUESTION, "--index", kb, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    fields = ["body", "title"]  # the multi_match the command builds: the text fields, then the title
+    direct = search(client, kb, {"query": {"multi_match": {"query": QUESTION, "fields": fields}}, "ext": NO_ANSWER})
+    assert [h["_id"] for h in printed["hits"]["hits"]] == [h["_id"] for h in direct["hits"]["hits"]]
+    assert [passages(h) for h in printed["hits"]["hits"]] == [passages(h) for h in direct["hits"]["hits"]]
+    body = {"query": {"term": {"category": "billing"}}}
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(body))
+    assert chunkrag(["search", "when are invoices sent", "--index", kb, "--body", str(path), "--json"]) == 0
+    own = json.loads(capsys.readouterr().out)
+    assert [h["_id"] for h in own["hits"]["hits"]] == ["billing"]
+    assert any("first day" in p["text"] for p in passages(own["hits"]["hits"][0]))
