@@ -170,7 +170,9 @@ def _candidates(options: ChunkragOptions, size: int, max_candidates: int) -> int
 def query_text(query: Any) -> str | None:
     """The text of a full-text query on any field: match, match_phrase,
     multi_match, query_string, simple_query_string, alone or as the first
-    such clause of bool.must / bool.should."""
+    such clause of bool.must / bool.should, and inside the wrappers that
+    keep a query's relevance (function_score's query, boosting's positive,
+    dis_max's queries), as existing search bodies write them."""
     if not isinstance(query, Mapping) or len(query) != 1:
         return None
     ((kind, clause),) = query.items()
@@ -183,6 +185,12 @@ def query_text(query: Any) -> str | None:
             return None
         ((_field, value),) = clause.items()
         return _text(value.get("query") if isinstance(value, Mapping) else value)
+    if kind == "function_score":
+        return query_text(clause.get("query"))
+    if kind == "boosting":
+        return query_text(clause.get("positive"))
+    if kind == "dis_max":
+        return next((text for sub in _as_list(clause.get("queries")) if (text := query_text(sub)) is not None), None)
     if kind == "bool":
         for occur in ("must", "should"):
             for sub in _as_list(clause.get(occur)):

@@ -270,3 +270,25 @@ def test_chunkrag_search_takes_the_same_path_as_the_gateway(client, kb, engine, 
     own = json.loads(capsys.readouterr().out)
     assert [h["_id"] for h in own["hits"]["hits"]] == ["billing"]
     assert any("first day" in p["text"] for p in passages(own["hits"]["hits"][0]))
+
+
+def test_collapse_post_filter_function_score_and_fields_without_source(client, kb):
+    body = {
+        "query": {
+            "function_score": {
+                "query": {"match": {"body": "rotate an API key or get invoices"}},
+                "functions": [{"weight": 2}],
+            }
+        },
+        "collapse": {"field": "category"},
+        "post_filter": {"range": {"year": {"gte": 2023}}},
+        "_source": False,
+        "fields": ["body"],
+        "ext": NO_ANSWER,
+    }
+    response = search(client, kb, body)
+    hits = response["hits"]["hits"]
+    # One hit per category, as the cluster collapsed them; the text read from `fields`.
+    assert [h["fields"]["category"] for h in hits] == [["security"], ["billing"]]
+    assert "_source" not in hits[0] and hits[0]["_id"] == "rotate"
+    assert any("press Rotate" in p["text"] for p in passages(hits[0]))

@@ -319,6 +319,18 @@ def test_the_body_goes_to_the_cluster_without_ext_and_the_query_text_is_found():
     assert options.target == "post_search" and options.post_search.fields == ("body",)
 
 
+def test_the_query_text_is_found_inside_relevance_wrappers():
+    from search_extension.gateway.dialect import query_text
+
+    match = {"match": {"body": "rotate keys"}}
+    assert query_text({"function_score": {"query": match, "functions": [{"weight": 2}]}}) == "rotate keys"
+    assert query_text({"boosting": {"positive": match, "negative": {"term": {"x": 1}}, "negative_boost": 0.5}}) == (
+        "rotate keys"
+    )
+    assert query_text({"dis_max": {"queries": [{"term": {"x": 1}}, match]}}) == "rotate keys"
+    assert query_text({"function_score": {"functions": []}}) is None
+
+
 def test_a_body_without_text_needs_ext_query_and_too_many_hits_are_refused():
     body = {"query": {"term": {"year": 2024}}, "ext": {"chunkrag": {}}}
     with pytest.raises(OptionError, match="set ext.chunkrag.query"):
@@ -345,3 +357,40 @@ def test_a_declared_document_vector_must_come_from_the_configured_model():
         declared_vector_field(Settings(post_search=PostSearchSettings(vector_field="v", vector_model="e5-large")))
     with pytest.raises(VectorFieldError, match="without CHUNKRAG_POST_SEARCH_VECTOR_MODEL"):
         declared_vector_field(Settings(post_search=PostSearchSettings(vector_field="v")))
+
+
+# --- the query-time passage source ------------------------------------------------------
+
+
+class CountingEmbedder:
+    """Unit vectors from a text's hash; counts the texts it is asked for."""
+
+    def __init__(self):
+        self.texts = 0
+
+    def embed(self, texts):
+        self.texts += len(texts)
+        if not texts:
+            return np.zeros((0, 8), dtype=np.float32)
+        rows = [np.random.default_rng(abs(hash(t)) % 2**32).normal(size=8) for t in texts]
+        return np.stack([r / np.linalg.norm(r) for r in rows]).astype(np.float32)
+
+
+def test_query_time_passages_are_the_ingest_chunks_cached_by_fingerprint_and_bounded():
+    from search_extension.passages import QueryTimePassages, fingerprint_of
+
+    embedder, settings = CountingEmbedder(), Settings()
+    source = QueryTimePassages(embedder, settings, entries=1)
+    one = SourceField("kb", "1", "body", "Keys rotate daily. Lunch is at noon. Invoices go out monthly.", "Keys")
+    first = source.passages([one])[one.companion_id]
+    assert first and all(one.text[c.start : c.end] == c.text and c.vector is not None for c in first)
+    assert all(c.doc_id == one.companion_id and c.metadata["source_field"] == "body" for c in first)
+    asked = embedder.texts
+    assert source.passages([one])[one.companion_id] == first and embedder.texts == asked  # from the cache
+    changed = SourceField("kb", "1", "body", one.text + " A new sentence.", "Keys")
+    assert fingerprint_of(changed, settings) != fingerprint_of(one, settings)
+    source.passages([changed])  # a changed text is chunked again, and evicts the other (one entry)
+    assert embedder.texts > asked
+    asked = embedder.texts
+    source.passages([one])
+    assert embedder.texts > asked
