@@ -235,8 +235,7 @@ def _doc_cosine(hit: Mapping[str, Any], vector_field: str | None, query_vector: 
 
 def terms(text: str) -> list[str]:
     """Lower-cased words of two characters or more, stopwords left out."""
-    words = (m.group().lower() for m in _WORD.finditer(text))
-    return [w for w in words if len(w) > 1 and w not in STOPWORDS]
+    return [w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS]
 
 
 def bm25_scores(query: str, texts: Sequence[str], k1: float = BM25_K1, b: float = BM25_B) -> list[float]:
