@@ -140,6 +140,12 @@ def parse_ask(
     """A ``/v1/ask`` request: the question (or ``options.query``), every kept
     chunk. ``raw_options``: a JSON object, or the validated OptionsModel."""
     options = parse_options(raw_options, max_candidates=max_candidates, where="options", surface="ask")
+    if options.target == "post_search" or options.post_search_given:
+        given = "mode post_search" if options.target == "post_search" else options.post_search_given[0]
+        raise OptionError(
+            f"options.{given}: /v1/ask searches a chunk index; post-search runs on a _search body "
+            "(POST /<index>/_search with ext.chunkrag)"
+        )
     text = options.query or question
     if not text.strip():
         raise OptionError("the question is empty")

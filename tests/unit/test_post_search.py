@@ -394,3 +394,13 @@ def test_query_time_passages_are_the_ingest_chunks_cached_by_fingerprint_and_bou
     asked = embedder.texts
     source.passages([one])
     assert embedder.texts > asked
+
+
+def test_v1_ask_refuses_post_search_options_by_name():
+    from search_extension.gateway.dialect import parse_ask
+
+    with pytest.raises(OptionError, match="options.mode post_search: /v1/ask searches a chunk index"):
+        parse_ask("q", {"mode": "post_search"}, max_candidates=8)
+    with pytest.raises(OptionError, match="options.fields"):
+        parse_ask("q", {"fields": ["body"]}, max_candidates=8)
+    assert parse_ask("q", {"mode": "auto"}, max_candidates=8).options.mode is None
