@@ -450,6 +450,9 @@ def _post_search(
         text = options.query or query_text(body.get("query")) or text
     else:
         body = searcher.default_body(backend, index, options.query or text, options, args.size or 10)
+        filters = [json.loads(raw) for raw in getattr(args, "filter", None) or ()]
+        if filters:  # `search --filter`: the clauses restrict the hits, as on a chunk index
+            body = {**body, "query": {"bool": {"must": body["query"], "filter": filters}}}
     response = backend.search(index, body)
     result = searcher.filter(backend, response, options.query or text, options, model=model, judge_many=judge_many)
     payload = post_search_response(response, result, options.post_search)
