@@ -85,7 +85,9 @@ def kept_of(result, gold: dict, hits: list[dict], answers: list[str]) -> dict:
     }
 
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
     ordered = sorted(values)
     k = (len(ordered) - 1) * q
     low, high = int(k), min(int(k) + 1, len(ordered) - 1)
