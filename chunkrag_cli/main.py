@@ -59,10 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("--json", action="store_true", help="print each pass's report as JSON")
     sync.set_defaults(handler=cmd_sync)
 
-    search = commands.add_parser("search", help="hybrid search over a chunk index")
+    search = commands.add_parser(
+        "search", help="hybrid search over a chunk index; on any other index, your search and the kept passages"
+    )
     search.add_argument("query")
     search.add_argument("--index")
     add_filter_arguments(search, "search")
+    _post_search_arguments(search)
     search.add_argument("--size", type=int, default=None)
     search.add_argument(
         "--filter",
@@ -80,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("question")
     ask.add_argument("--index")
     add_filter_arguments(ask, "ask")
+    _post_search_arguments(ask)
+    ask.add_argument("--size", type=int, default=None, help="post-search: the hits asked for (default 10)")
+    ask.add_argument("--json", action="store_true", help="post-search: print the response as JSON")
     _scales_argument(ask)
     ask.set_defaults(handler=cmd_ask)
 
@@ -232,6 +238,20 @@ def ensemble_scales(resolved, settings: Settings) -> tuple[int, ...] | None:
     return scales_for(resolved.ensemble, settings.chunking.scales)
 
 
+def _post_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """Post-search on an index this project did not write (docs/existing-indices.md)."""
+    parser.add_argument(
+        "--fields",
+        metavar="FIELD,FIELD",
+        help="post-search: the text fields split into passages (default: the index's text fields)",
+    )
+    parser.add_argument(
+        "--body",
+        metavar="FILE",
+        help="post-search: your own _search body (JSON) instead of a multi_match of the query over the text fields",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -370,10 +390,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         print(f"chunkrag: --filter is not JSON: {exc}", file=sys.stderr)
         return 2
-    retriever = HybridRetriever(
-        _backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval
-    )
+    backend = _backend(settings)
     resolved = filter_options_from_args(args, "search")
+    if _post_searches(args, settings, backend, resolved):
+        return _post_search(args, settings, backend, resolved, args.query)
+    retriever = HybridRetriever(backend, make_embedder(settings.embedder), settings.index, settings.retrieval)
     scales, mode = ensemble_scales(resolved, settings), resolved.mode
     if scales is not None:
         result = retriever.search_ensemble(
@@ -391,14 +412,18 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_ask(args: argparse.Namespace) -> int:
     from chunkrag_cli.output import print_ask
     from chunkrag_core.providers import make_chat, make_embedder
+    from chunkrag_filter.judging import judge_in_threads
     from search_extension.ask import DEFAULT_CANDIDATES, ask
     from search_extension.retriever import HybridRetriever
 
     settings = _settings(args)
     resolved = filter_options_from_args(args, "ask")
-    retriever = HybridRetriever(
-        _backend(settings), make_embedder(settings.embedder), settings.index, settings.retrieval
-    )
+    backend = _backend(settings)
+    if _post_searches(args, settings, backend, resolved):
+        model = make_chat(settings.chat)
+        judge_many = judge_in_threads(model, threads=settings.chat.parallel, model_name=settings.chat.model)
+        return _post_search(args, settings, backend, resolved, args.question, model=model, judge_many=judge_many)
+    retriever = HybridRetriever(backend, make_embedder(settings.embedder), settings.index, settings.retrieval)
     result = ask(
         args.question,
         retriever=retriever,
@@ -407,10 +432,65 @@ def cmd_ask(args: argparse.Namespace) -> int:
         candidates=resolved.candidates or DEFAULT_CANDIDATES,
         parallel=settings.chat.parallel,
         model_name=settings.chat.model,
+        mode=resolved.mode,
         segments=resolved.segments,
         ensemble=ensemble_scales(resolved, settings),
     )
     print_ask(result, sys.stdout)
+    return 0
+
+
+def _post_searches(args: argparse.Namespace, settings: Settings, backend, options) -> bool:
+    """Whether ``search`` / ``ask`` post-search, as the gateway decides:
+    ``--mode post_search``, a body of one's own, or (``auto``) an index
+    that is not a chunk index."""
+    if options.target == "post_search" or args.body or args.fields:
+        return True
+    if options.target != "auto":
+        return False
+    from search_extension.post_searcher import PostSearcher
+
+    return not PostSearcher(settings, lambda: None).holds_chunks(backend, settings.index)
+
+
+def _post_search(
+    args: argparse.Namespace, settings: Settings, backend, options, text: str, *, model=None, judge_many=None
+) -> int:
+    """Search ``settings.index`` with ``--body`` (or a ``multi_match`` of
+    ``text`` over its text fields), then the filter over the passages of
+    its hits: the gateway's post-search, through the backend."""
+    from chunkrag_cli.output import print_post_search
+    from chunkrag_core.providers import make_embedder
+    from search_extension.gateway.dialect import query_text
+    from search_extension.post_search_response import post_search_response
+    from search_extension.post_searcher import PostSearcher
+
+    if args.fields:
+        fields = tuple(name.strip() for name in args.fields.split(",") if name.strip())
+        options = dataclasses.replace(
+            options,
+            post_search=dataclasses.replace(options.post_search, fields=fields),
+            post_search_given=(*options.post_search_given, "fields"),
+        )
+    searcher = PostSearcher(settings, lambda: make_embedder(settings.embedder))
+    index = settings.index
+    searcher.check_fields(backend, index, options)
+    if args.body:
+        body = json.loads(Path(args.body).read_text(encoding="utf-8"))
+        body = {key: value for key, value in body.items() if key != "ext"}
+        text = options.query or query_text(body.get("query")) or text
+    else:
+        body = searcher.default_body(backend, index, options.query or text, options, args.size or 10)
+        filters = [json.loads(raw) for raw in getattr(args, "filter", None) or ()]
+        if filters:  # `search --filter`: the clauses restrict the hits, as on a chunk index
+            body = {**body, "query": {"bool": {"must": body["query"], "filter": filters}}}
+    response = backend.search(index, body)
+    result = searcher.filter(backend, response, options.query or text, options, model=model, judge_many=judge_many)
+    payload = post_search_response(response, result, options.post_search)
+    if args.json:
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+    else:
+        print_post_search(payload, sys.stdout)
     return 0
 
 

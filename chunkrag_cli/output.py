@@ -95,6 +95,35 @@ def print_hits(query: str, result: RetrievalResult, out: TextIO, width: int = 10
         print(f"      {preview}", file=out)
 
 
+def print_post_search(payload: dict, out: TextIO, width: int = 100) -> None:
+    """A post-search response: each hit of the search with its kept
+    passages (field, offsets, score), then the answer when one was written."""
+    section = payload["chunkrag"]
+    counts, passages = section["hits"], section["passages"]
+    print(
+        f"\n> {section['query']['original']}   [post_search: {counts['returned']} hits, "
+        f"{passages['kept']} of {passages['candidates']} passages kept, {passages['capped']} capped]",
+        file=out,
+    )
+    for rank, hit in enumerate(payload["hits"]["hits"], start=1):
+        marker = hit["_chunkrag"]
+        score = hit.get("_score")
+        shown = f"{score:8.4f}" if isinstance(score, (int, float)) else " " * 8
+        note = "" if marker["kept"] else f"  ({marker.get('reason', '').replace('_', ' ')})"
+        print(f"  {rank:>2}. {shown}  {hit['_index']}/{hit['_id']}{note}", file=out)
+        for passage in marker["passages"]:
+            preview = textwrap.shorten(" ".join(passage["text"].split()), width=width - 10, placeholder=" …")
+            print(
+                f"      [{passage['field']} {passage['start']}-{passage['end']}  {passage['score']:.3f}] {preview}",
+                file=out,
+            )
+    answer = section.get("answer")
+    if answer is not None:
+        print(f"\n{answer['text']}", file=out)
+        if answer["citations"]:
+            print("  cited: " + ", ".join(answer["citations"]), file=out)
+
+
 def shards_said(result: RetrievalResult) -> str:
     """A failed shard named in words: its hits are missing from the results."""
     tally = result.shards

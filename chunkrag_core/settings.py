@@ -338,6 +338,22 @@ class RerankSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PostSearchSettings:
+    """Post-search on an index this project did not write (CHUNKRAG_POST_SEARCH_*)."""
+
+    # Which fields hold the text, per index pattern, where the mapping's own
+    # text fields are not what is wanted: "pattern:field,field;pattern2:field"
+    # (fnmatch patterns against the hit's concrete index, the first that
+    # matches wins). Empty: every text field of the mapping.
+    fields: str = ""
+    # A dense_vector field of whole documents already in the source index,
+    # and the embedding model that made it. Used only when the model is the
+    # configured embedder's, as a hit-level prior (never as a passage's vector).
+    vector_field: str = ""
+    vector_model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class EngineSettings:
     """How long the project's clients wait for one node of the cluster
     (CHUNKRAG_ENGINE_*): the Elasticsearch and OpenSearch clients and the
@@ -403,6 +419,7 @@ class Settings:
     workers: WorkerSettings = WorkerSettings()
     gateway: GatewaySettings = GatewaySettings()
     rerank: RerankSettings = RerankSettings()
+    post_search: PostSearchSettings = PostSearchSettings()
     # The chunk filter's calibration (models and cuts, a JSON file written by
     # `chunkrag calibrate`); "" for the file shipped with the package.
     calibration_file: str = ""
@@ -453,6 +470,7 @@ class Settings:
                 api_key=env.get("CHUNKRAG_RERANK_API_KEY") or env.get("CO_API_KEY") or None,
             ),
             calibration_file=calibration_file_from_env(env),
+            post_search=_overlay(base.post_search, env, "CHUNKRAG_POST_SEARCH_"),
         )
 
     @classmethod

@@ -75,6 +75,10 @@ class ElasticsearchSettings(PortRunFiles, JvmRunFiles):
     security: bool = False
     users: tuple[FileUser, ...] = ()
     roles_yml: str = ""
+    # The self-generated licence of a secured node ("" leaves the default,
+    # basic); "trial" gives document- and field-level security, which the
+    # post-search security tests need.
+    license: str = ""
     # "user:password" for the health probes of a secured node.
     probe_credentials: str | None = field(default=None, repr=False)
 
@@ -136,12 +140,13 @@ def render_elasticsearch_yml(settings: ElasticsearchSettings, include_geoip_sett
     Elasticsearch refuses to start on settings no module declares.
     """
     geoip = ["ingest.geoip.downloader.enabled: false"] if include_geoip_setting else []
-    return jvm_node.render_node_yml(settings, NODE_NAME, _security_lines(settings.security), geoip)
+    return jvm_node.render_node_yml(settings, NODE_NAME, _security_lines(settings.security, settings.license), geoip)
 
 
-def _security_lines(enabled: bool) -> list[str]:
+def _security_lines(enabled: bool, license: str = "") -> list[str]:
     if not enabled:
         return ["xpack.security.enabled: false"]
+    licensed = [f"xpack.license.self_generated.type: {license}"] if license else []
     # Security without TLS: loopback only, so the bootstrap checks that
     # demand transport TLS do not apply to a single node; callers reach it
     # over plain HTTP with Basic credentials of the file realm.
@@ -150,6 +155,7 @@ def _security_lines(enabled: bool) -> list[str]:
         "xpack.security.http.ssl.enabled: false",
         "xpack.security.transport.ssl.enabled: false",
         "xpack.security.enrollment.enabled: false",
+        *licensed,
     ]
 
 

@@ -30,6 +30,7 @@ from chunkrag_filter.pipeline import FALLBACKS, JUDGE_TOP_WHEN_ASKED, RERANKERS,
 from chunkrag_filter.processors.calibration import CONFIGURED
 from chunkrag_filter.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS, PASSAGE_FORMATS, ScoringOptions
 from search_extension.ask import DEFAULT_CANDIDATES
+from search_extension.post_search import DEFAULT_MAX_PASSAGES, EMPTY_HITS, PostSearchOptions
 from search_extension.queries import MODES
 from search_extension.segments import SegmentError, SegmentSettings
 
@@ -46,6 +47,15 @@ ANSWER_BY_DEFAULT = {"search": False, "ask": True, "eval": False}
 
 _FILTER = FilterOptions()
 _SEGMENTS = SegmentSettings()
+# Where the passages come from: "auto" (a chunk index is searched for its
+# chunks, any other index post-searched), "chunks" (a chunk index's own
+# retrieval, with the configured retrieval mode), "post_search" (the
+# caller's body as written, its hits' text fields split), or a retrieval
+# mode of a chunk index (which implies "chunks").
+TARGETS = ("auto", "chunks", "post_search")
+# Most passages per hit a caller may ask for: beyond it a hit is a corpus.
+MAX_PASSAGES_LIMIT = 1000
+_FIELD_NAME = Annotated[str, Field(min_length=1, max_length=512)]
 
 
 class OptionError(ValueError):
@@ -210,10 +220,36 @@ class OptionsModel(_Options):
         description=f"chunks retrieved and judged (default {DEFAULT_CANDIDATES} with the model stages, else the hits "
         "asked for; at most the gateway's max_candidates, CHUNKRAG_GATEWAY_MAX_CANDIDATES)",
     )
-    mode: Annotated[Literal[MODES], Cli(("search",))] = Field(
+    mode: Annotated[Literal[TARGETS + MODES], Cli(("search", "ask"))] = Field(
         None,
-        description="retrieval mode (default: CHUNKRAG_RETRIEVAL_MODE, else minmax: BM25 and kNN each normalised, "
-        "0.5/0.5)",
+        description="auto (default): a chunk index's own retrieval, post_search on any other index; post_search: "
+        "the body as written, then the filter over its hits' passages; chunks, or a retrieval mode of a chunk "
+        "index (default: CHUNKRAG_RETRIEVAL_MODE, else minmax: BM25 and kNN each normalised, 0.5/0.5)",
+    )
+    fields: list[_FIELD_NAME] = Field(
+        None,
+        min_length=1,
+        description="post_search: the text fields split into passages (default: CHUNKRAG_POST_SEARCH_FIELDS for "
+        "the index, else every text and match_only_text field of its mapping)",
+    )
+    title_field: Annotated[str, Cli(("search", "ask"))] = Field(
+        None,
+        min_length=1,
+        max_length=512,
+        description="post_search: the field whose value heads every passage (default: the first of title, name, "
+        "subject, headline in the mapping)",
+    )
+    empty_hits: Annotated[Literal[EMPTY_HITS], Unknown("empty_hits"), Cli(("search",))] = Field(
+        "keep",
+        description="post_search: a hit without a kept passage is kept and marked (keep) or left out of "
+        "hits.hits, hits.total unchanged (drop); a hit without text is always kept, marked",
+    )
+    max_passages: Annotated[int, Cli(("search", "ask"))] = Field(
+        DEFAULT_MAX_PASSAGES,
+        ge=1,
+        le=MAX_PASSAGES_LIMIT,
+        description="post_search: passages of one hit that go to the filter, the best by BM25 and cosine "
+        "(the rest are counted as capped)",
     )
     stages: bool = Field(True, description="false: hybrid retrieval only, no model call")
     redundancy_threshold: Annotated[
@@ -363,7 +399,17 @@ class OptionsModel(_Options):
             query=self.query,
             rewrite=self.rewrite,
             candidates=self.candidates,
-            mode=self.mode,
+            mode=None if self.mode in TARGETS else self.mode,
+            target=self.mode if self.mode in TARGETS else "auto" if self.mode is None else "chunks",
+            post_search=PostSearchOptions(
+                fields=tuple(self.fields or ()),
+                title_field=self.title_field,
+                empty_hits=self.empty_hits,
+                max_passages=self.max_passages,
+                include_dropped=self.include_dropped,
+                stages=self.stages,
+            ),
+            post_search_given=tuple(k for k in POST_SEARCH_KEYS if k in given),
             stages=self.stages,
             include_dropped=self.include_dropped,
             budget_s=self.budget_s,
@@ -413,9 +459,16 @@ class ChunkragOptions:
     # Multi-scale ensembling: None off; () the gateway's scales
     # (CHUNKRAG_SCALES, else the defaults); else the scales asked for.
     ensemble: tuple[int, ...] | None = None
+    # Where the passages come from (TARGETS): "chunks" when a retrieval mode was given.
+    target: str = "auto"
+    post_search: PostSearchOptions = PostSearchOptions()
+    # The post-search options the caller gave (refused on a chunk index).
+    post_search_given: tuple[str, ...] = ()
 
 
 OPTION_KEYS = tuple(OptionsModel.model_fields)
+# Options that only post-search reads.
+POST_SEARCH_KEYS = ("fields", "title_field", "empty_hits", "max_passages")
 SCORING_KEYS = tuple(ScoringModel.model_fields)
 SEGMENT_KEYS = tuple(SegmentsModel.model_fields)
 
@@ -520,7 +573,7 @@ def _words(annotation: Any, bounds: Mapping[str, float], metadata: Sequence[Any]
     if origin is list:
         (item,) = get_args(annotation)
         items = _words(_bare(item), _bounds(_annotated_metadata(item)), ())
-        items = items.replace("an integer", "integers").replace("a number", "numbers")
+        items = items.replace("an integer", "integers").replace("a number", "numbers").replace("a string", "strings")
         length = _bounds(metadata)
         if length.get("min_length") == length.get("max_length") is not None:
             return f"a list of {length['min_length']} {items}"

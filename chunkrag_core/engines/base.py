@@ -73,6 +73,7 @@ class SearchBackend(Protocol):
     def offers_hybrid_query(self) -> bool: ...
     def index_exists(self, index: str) -> bool: ...
     def mapping_properties(self, index: str) -> dict[str, Any]: ...
+    def field_types(self, index: str) -> dict[str, tuple[str, ...]]: ...
     def create_index(self, index: str, body: Mapping[str, Any]) -> None: ...
     def add_mapping_properties(self, index: str, properties: Mapping[str, Any]) -> None: ...
     def delete_index(self, index: str) -> None: ...
@@ -138,6 +139,19 @@ def page_of(response: Mapping[str, Any], pit_id: str, size: int) -> Page:
 
 def refresh_interval_of(response: Mapping[str, Any], index: str) -> str | None:
     return response.get(index, {}).get("settings", {}).get("index", {}).get("refresh_interval")
+
+
+def field_types_of(response: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Each field's types (dotted path -> sorted types) from a ``_field_caps``
+    answer, the metadata fields (``_id``, ``_source``...) left out. Both
+    engines answer in the same shape; a field mapped differently in the
+    indices of an expression lists every type."""
+    fields = response.get("fields") or {}
+    return {
+        path: tuple(sorted(types))
+        for path, types in fields.items()
+        if isinstance(types, Mapping) and not path.startswith("_")
+    }
 
 
 def streaming_bulk(

@@ -193,6 +193,12 @@ class ElasticsearchBackend:
         return dict(next(iter(mapping.values()))["mappings"].get("properties", {}))
 
     @base.translating
+    def field_types(self, index: str) -> dict[str, tuple[str, ...]]:
+        # _field_caps needs only the read privilege (a mapping read needs
+        # view_index_metadata) and applies field-level security.
+        return base.field_types_of(self.reader.field_caps(index=index, fields="*"))
+
+    @base.translating
     def create_index(self, index: str, body: Mapping[str, Any]) -> None:
         self.client.indices.create(index=index, settings=body["settings"], mappings=body["mappings"])
 

@@ -30,22 +30,27 @@ def drop_redundant(
 
     A chunk without a vector is kept (it cannot be compared)."""
     kept: list[Chunk] = []
-    kept_vectors: list[np.ndarray] = []
     dropped: list[Redundant] = []
+    # The kept chunks' unit vectors, row by row, in one array filled as they
+    # are kept (stacking a list again for every chunk is quadratic in copies:
+    # post-search filters hundreds of passages at once).
+    width = next((c.vector.shape[-1] for c in chunks if c.vector is not None), 0)
+    kept_vectors = np.empty((sum(c.vector is not None for c in chunks), width), dtype=np.float32)
+    kept_ids: list[str] = []  # the chunk id of each row
     for chunk in chunks:
-        if chunk.vector is None or not kept_vectors:
+        if chunk.vector is None:
             kept.append(chunk)
-            if chunk.vector is not None:
-                kept_vectors.append(_unit(chunk.vector))
             continue
-        similarities = np.stack(kept_vectors) @ _unit(chunk.vector)
-        best = int(np.argmax(similarities))
-        if similarities[best] > threshold:
-            vectored = [c for c in kept if c.vector is not None]
-            dropped.append(Redundant(chunk, vectored[best].chunk_id, float(similarities[best])))
-        else:
-            kept.append(chunk)
-            kept_vectors.append(_unit(chunk.vector))
+        unit = _unit(np.asarray(chunk.vector, dtype=np.float32))
+        if kept_ids:
+            similarities = kept_vectors[: len(kept_ids)] @ unit
+            best = int(np.argmax(similarities))
+            if similarities[best] > threshold:
+                dropped.append(Redundant(chunk, kept_ids[best], float(similarities[best])))
+                continue
+        kept.append(chunk)
+        kept_vectors[len(kept_ids)] = unit
+        kept_ids.append(chunk.chunk_id)
     return kept, dropped
 
 

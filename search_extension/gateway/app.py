@@ -36,7 +36,10 @@ from search_extension.gateway.dialect import (
     ask_response,
     chunkrag_block,
     parse_ask,
+    parse_post_search,
     parse_search,
+    refuse_post_search_options,
+    search_options,
     search_response,
 )
 from search_extension.gateway.edges import Edges, JudgeManyFactory
@@ -50,7 +53,7 @@ from search_extension.gateway.identity import (
     scrub_security_errors,
     service_refusal,
 )
-from search_extension.gateway.lane import GATEWAY_ROUTES, PassthroughLane, request_target
+from search_extension.gateway.lane import GATEWAY_ROUTES, PassthroughLane, raw_path_of, request_target
 from search_extension.gateway.limits import CallerSlots, FilteredQueue, RateLimiter
 from search_extension.gateway.models import (
     FILTERED_STATUSES,
@@ -66,8 +69,12 @@ from search_extension.gateway.policy import parse_classes
 from search_extension.gateway.responses import error_response, es_json
 from search_extension.gateway.shared_state import make_stores
 from search_extension.options import first_error
+from search_extension.post_search_response import post_search_response
 
 log = logging.getLogger(__name__)
+
+# What a post-search sends the cluster with the caller's body: JSON in, JSON out.
+SEARCH_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json")]
 
 
 def create_app(
@@ -78,12 +85,14 @@ def create_app(
     embedder=None,
     judge_many_factory: JudgeManyFactory | None = None,
     http_transport: HttpTransport | None = None,
+    passage_source=None,
 ) -> FastAPI:
     """The gateway app. ``es`` (a search backend), ``model`` (a
     ChatModel), ``embedder``, ``judge_many_factory`` (budget_s -> JudgeMany)
     and ``http_transport`` (what the pass-through sends through, see
-    ``passthrough.HttpTransport``) replace what would otherwise be made from
-    ``settings`` on first use."""
+    ``passthrough.HttpTransport``) and ``passage_source`` (where post-search
+    finds a hit's passages, ``passages.PassageSource``) replace what would
+    otherwise be made from ``settings`` on first use."""
     settings = settings or Settings.from_env()
     limits = settings.gateway
     # Misconfigured security fails here, at start, not on the first request.
@@ -103,6 +112,7 @@ def create_app(
         judge_many_factory=judge_many_factory,
         http_transport=http_transport,
         shared_redis=shared,
+        passage_source=passage_source,
     )
     metrics = telemetry.GatewayMetrics()
     metrics.watch(telemetry.LiveState(queue, **edges.live_probes()))
@@ -227,6 +237,14 @@ def create_app(
             )
         telemetry.note(request.scope, mode="filtered")
         _refuse_non_finite(decoded, "body")
+        options = search_options(decoded, max_candidates=limits.max_candidates)
+        if options.target == "post_search" or (
+            options.target == "auto"
+            and not await _run(edges, queue, options, caller, edges.holds_chunks, index, queued=False)
+        ):
+            async with per_caller.slot(caller.identity):
+                return await post_searched(edges, queue, request, index, decoded, options, caller)
+        refuse_post_search_options(options)
         started = time.perf_counter()
         parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
         async with per_caller.slot(caller.identity):
@@ -258,24 +276,36 @@ def _caller(request: Request) -> Caller:
 
 
 async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: ChunkragSearch, caller: Caller):
-    """The library call, on a worker thread, within a hard deadline: the
-    judging budget plus the model calls around it (rewrite, answer) and the
-    search. Past it the caller gets 504; the thread is abandoned, and its
-    calls end on their own timeouts. Model-stage queries first take a place
-    in the bounded queue (429 when it is full); the deadline counts the wait."""
+    """The library call (``Edges.ask``), see :func:`_run`."""
+    return await _run(
+        edges,
+        queue,
+        decoded.options,
+        caller,
+        functools.partial(
+            edges.ask, index, decoded.text, decoded.options, filters=decoded.filters, candidates=decoded.candidates
+        ),
+    )
+
+
+async def _run(edges: Edges, queue: FilteredQueue, options, caller: Caller, blocking, *args, queued: bool = True):
+    """``blocking(*args, caller=bound caller)`` on a worker thread, within a
+    hard deadline: the judging budget plus the model calls around it
+    (rewrite, answer) and the search. Past it the caller gets 504; the
+    thread is abandoned, and its calls end on their own timeouts. Model-stage
+    queries first take a place in the bounded queue (429 when it is full);
+    the deadline counts the wait. Failures leave as the gateway's errors
+    (service mode: a refusal names the gateway key, not the cluster's user)."""
     settings = edges.settings
-    options = decoded.options
     deadline = settings.es_request_timeout_s
     if options.stages:
         deadline += edges.budget_s(options) + settings.chat.timeout_s * (2 if options.rewrite else 1)
     # Service mode: the library searches with the key's derived key too.
     caller = await edges.passthrough.bind(caller)
-    call = functools.partial(
-        edges.ask, index, decoded.text, options, filters=decoded.filters, candidates=decoded.candidates, caller=caller
-    )
+    call = functools.partial(blocking, *args, caller=caller)
     try:
         with anyio.fail_after(deadline) as scope:
-            if not options.stages:
+            if not (options.stages and queued):
                 return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
             async with queue.slot():
                 return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
@@ -294,6 +324,31 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
                 edges.passthrough.forget(caller)  # an invalidated derived key: make a new one next time
             raise service_refusal(caller, error.status) from exc
         raise error from exc
+
+
+async def post_searched(
+    edges: Edges, queue: FilteredQueue, request: Request, index: str, body: dict, options, caller: Caller
+) -> Response:
+    """Post-search: the caller's body without ``ext`` goes to the cluster as
+    a pass-through search does (the caller's credentials, or in service
+    mode the key's derived ones; the lane has already applied the strict
+    second line to this very body), then the filter runs over the passages
+    of the hits it returned. A failed search is the cluster's answer as is."""
+    limits = edges.settings.gateway
+    wanted = parse_post_search(body, options, max_query_chars=limits.max_query_chars)
+    await _run(edges, queue, options, caller, edges.check_post_search_fields, index, options, queued=False)
+    answer = await edges.passthrough.forward(
+        "POST", raw_path_of(request.scope), SEARCH_HEADERS, orjson.dumps(wanted.body), caller
+    )
+    if answer.status_code != 200:
+        return answer
+    try:
+        response = orjson.loads(answer.body)
+    except orjson.JSONDecodeError:
+        raise errors.unavailable("the cluster's search response could not be read") from None
+    result = await _run(edges, queue, options, caller, edges.post_search, wanted.text, options, response)
+    payload = post_search_response(response, result, options.post_search)
+    return es_json(payload, 200, request.headers.get("accept", ""))
 
 
 def _refuse_non_finite(value: Any, where: str) -> None:

@@ -29,6 +29,10 @@ from search_extension.segments import Segment
 CHUNKRAG_BODY_KEYS = ("query", "size", "ext")
 TEXT_QUERIES = ("match", "match_phrase", "multi_match", "query_string", "simple_query_string")
 DEFAULT_SIZE = 10  # Elasticsearch's own default
+# Hits one post-search splits and scores at most: its cost grows with the
+# hits (every text field chunked and embedded unless cached), so a body
+# asking for more is refused rather than left to run for minutes.
+MAX_POST_SEARCH_HITS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +83,69 @@ def parse_search(body: Mapping[str, Any], *, max_candidates: int, max_query_char
     return ChunkragSearch(text, query_filters(query), size, _candidates(options, size, max_candidates), options)
 
 
+@dataclass(frozen=True, slots=True)
+class PostSearch:
+    """One ``_search`` with ``ext.chunkrag`` in post-search mode, decoded:
+    the caller's body without ``ext`` (sent to the cluster as written), the
+    text the filter judges with, and the options."""
+
+    text: str
+    body: Mapping[str, Any]
+    options: ChunkragOptions
+
+
+def search_options(body: Mapping[str, Any], *, max_candidates: int) -> ChunkragOptions:
+    """``ext.chunkrag`` of a search body, validated and resolved."""
+    return parse_options(body["ext"]["chunkrag"], max_candidates=max_candidates, surface="search")
+
+
+def parse_post_search(
+    body: Mapping[str, Any], options: ChunkragOptions, *, max_query_chars: int | None = None
+) -> PostSearch:
+    """Any search body: every key the cluster reads (aggs, highlight, sort,
+    from, search_after, collapse, post_filter, _source...) goes to it; only
+    ``ext`` is taken off, and it may hold only ``chunkrag``."""
+    other_ext = [key for key in body["ext"] if key != "chunkrag"]
+    if other_ext:
+        raise OptionError(f"ext may hold only [chunkrag] when it is present, got [{other_ext[0]}]")
+    size = body.get("size", DEFAULT_SIZE)
+    if _is_int(size) and size > MAX_POST_SEARCH_HITS:
+        raise OptionError(
+            f"post-search splits at most {MAX_POST_SEARCH_HITS} hits into passages, got [size] {size}; "
+            "page with from/search_after instead"
+        )
+    text = options.query or query_text(body.get("query"))
+    if not text or not text.strip():
+        raise OptionError(
+            "no query text for the filter: set ext.chunkrag.query, or search with a "
+            + ", ".join(TEXT_QUERIES)
+            + " query (alone or in bool.must/should)"
+        )
+    _check_length(text, max_query_chars)
+    return PostSearch(text, {key: value for key, value in body.items() if key != "ext"}, options)
+
+
+def refuse_post_search_options(options: ChunkragOptions) -> None:
+    """On a chunk index the post-search options mean nothing: refused, not ignored."""
+    if options.post_search_given:
+        raise OptionError(
+            f"ext.chunkrag.{options.post_search_given[0]} applies to post-search only "
+            '(an index that is not a chunk index, or "mode": "post_search")'
+        )
+
+
 def parse_ask(
     question: str, raw_options: Any, *, max_candidates: int, max_query_chars: int | None = None
 ) -> ChunkragSearch:
     """A ``/v1/ask`` request: the question (or ``options.query``), every kept
     chunk. ``raw_options``: a JSON object, or the validated OptionsModel."""
     options = parse_options(raw_options, max_candidates=max_candidates, where="options", surface="ask")
+    if options.target == "post_search" or options.post_search_given:
+        given = "mode post_search" if options.target == "post_search" else options.post_search_given[0]
+        raise OptionError(
+            f"options.{given}: /v1/ask searches a chunk index; post-search runs on a _search body "
+            "(POST /<index>/_search with ext.chunkrag)"
+        )
     text = options.query or question
     if not text.strip():
         raise OptionError("the question is empty")
@@ -115,7 +176,9 @@ def _candidates(options: ChunkragOptions, size: int, max_candidates: int) -> int
 def query_text(query: Any) -> str | None:
     """The text of a full-text query on any field: match, match_phrase,
     multi_match, query_string, simple_query_string, alone or as the first
-    such clause of bool.must / bool.should."""
+    such clause of bool.must / bool.should, and inside the wrappers that
+    keep a query's relevance (function_score's query, boosting's positive,
+    dis_max's queries), as existing search bodies write them."""
     if not isinstance(query, Mapping) or len(query) != 1:
         return None
     ((kind, clause),) = query.items()
@@ -128,6 +191,12 @@ def query_text(query: Any) -> str | None:
             return None
         ((_field, value),) = clause.items()
         return _text(value.get("query") if isinstance(value, Mapping) else value)
+    if kind == "function_score":
+        return query_text(clause.get("query"))
+    if kind == "boosting":
+        return query_text(clause.get("positive"))
+    if kind == "dis_max":
+        return next((text for sub in _as_list(clause.get("queries")) if (text := query_text(sub)) is not None), None)
     if kind == "bool":
         for occur in ("must", "should"):
             for sub in _as_list(clause.get(occur)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import threading
 from typing import Any, Callable, Mapping, Sequence
@@ -18,6 +19,8 @@ from search_extension.gateway import errors
 from search_extension.gateway.dialect import ChunkragOptions, ensemble_scales
 from search_extension.gateway.identity import Caller, es_for
 from search_extension.gateway.passthrough import HttpTransport, Passthrough
+from search_extension.passages import PassageSource
+from search_extension.post_searcher import PostSearcher
 
 # budget in seconds -> the JudgeMany that judges one query within it.
 JudgeManyFactory = Callable[[float], JudgeMany]
@@ -39,6 +42,7 @@ class Edges:
         judge_many_factory: JudgeManyFactory | None = None,
         http_transport: HttpTransport | None = None,
         shared_redis=None,
+        passage_source: PassageSource | None = None,
     ):
         self.settings = settings
         # shared_redis: the instances' shared state (shared_state.py), for the derived keys.
@@ -51,6 +55,11 @@ class Edges:
         self._reranker = None
         self._score_cache = None
         self._lock = threading.Lock()  # the blocking edges are made from worker threads
+        # Post-search: where a hit's passages come from (default: chunked and
+        # embedded at query time, cached), the field listings per index and
+        # caller, the configured fields, the declared whole-document vector
+        # field (checked here: a model mismatch fails at start).
+        self.post_searcher = PostSearcher(settings, lambda: self.embedder, passage_source)
 
     # --- made on first use -------------------------------------------------
 
@@ -170,6 +179,35 @@ class Edges:
 
     def budget_s(self, options: ChunkragOptions) -> float:
         return options.budget_s if options.budget_s is not None else self.settings.workers.query_budget_s
+
+    # --- post-search ---------------------------------------------------------
+
+    def _identity(self, caller: Caller) -> str:
+        # Field listings differ per caller (field-level security): cached per credentials.
+        return hashlib.sha256(caller.authorization or b"").hexdigest()
+
+    def holds_chunks(self, index: str, *, caller: Caller) -> bool:
+        """Whether ``index`` is (or covers) a chunk index `chunkrag ingest` wrote."""
+        return self.post_searcher.holds_chunks(es_for(self.es, caller), index, self._identity(caller))
+
+    def check_post_search_fields(self, index: str, options: ChunkragOptions, *, caller: Caller) -> None:
+        self.post_searcher.check_fields(es_for(self.es, caller), index, options, self._identity(caller))
+
+    def post_search(self, text: str, options: ChunkragOptions, response: Mapping[str, Any], *, caller: Caller):
+        """Blocking: the filter over the passages of the hits the caller's
+        own search returned (``response``), with the caller's credentials
+        for the field listings of the hits' indices."""
+        stages = options.stages
+        return self.post_searcher.filter(
+            es_for(self.es, caller),
+            response,
+            text,
+            options,
+            identity=self._identity(caller),
+            model=self.model if stages else None,
+            judge_many=self.judge_many(self.budget_s(options)) if stages else None,
+            reranker=self.reranker(options.filter.rerank) if stages else None,
+        )
 
     # --- the one library call ----------------------------------------------
 

@@ -98,6 +98,8 @@ def node_settings(home: Path | None = None) -> SecuredElasticsearchSettings:
         security=True,
         users=(ADMIN, READER, SERVICE, NO_KEYS_SERVICE),
         roles_yml=ROLES_YML,
+        # Document- and field-level security (the post-search tests) need it.
+        license="trial",
         probe_credentials=f"{ADMIN.name}:{ADMIN.password}",
     )
 

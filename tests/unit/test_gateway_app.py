@@ -35,6 +35,10 @@ class FakeElasticsearch:
     def offers_hybrid_query(self):
         return False
 
+    def field_types(self, index):
+        """A chunk index's listing: ext.chunkrag searches it for its chunks."""
+        return {"doc_id": ("keyword",), "position": ("integer",), "text": ("text",), "vector": ("dense_vector",)}
+
     def msearch(self, searches):
         self.calls.append(searches)
         side = {"hits": {"hits": [hit("a", 0, 3.0), hit("b", 0, 2.0), hit("c", 0, 1.0)]}}

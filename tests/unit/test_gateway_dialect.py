@@ -26,6 +26,7 @@ from search_extension.gateway.dialect import (
     search_response,
 )
 from search_extension.gateway.models import AskResponse, OptionsModel, ScoringModel
+from search_extension.post_search import PostSearchOptions
 from search_extension.retriever import RetrievalResult
 from search_extension.segments import SegmentSettings
 
@@ -85,6 +86,10 @@ def test_every_option_is_read_into_typed_values():
         "judge_top": 9,
         "calibrated": False,
         "ensemble": [512, 128],
+        "fields": ["body", "summary"],
+        "title_field": "headline",
+        "empty_hits": "drop",
+        "max_passages": 5,
     }
     parsed = options(raw)
     assert parsed == ChunkragOptions(
@@ -121,6 +126,18 @@ def test_every_option_is_read_into_typed_values():
             judge_top=9,
             calibration=None,
         ),
+        # A retrieval mode searches a chunk index; the post-search options
+        # given are kept (the gateway refuses them there, by name).
+        target="chunks",
+        post_search=PostSearchOptions(
+            fields=("body", "summary"),
+            title_field="headline",
+            empty_hits="drop",
+            max_passages=5,
+            include_dropped=True,
+            stages=True,
+        ),
+        post_search_given=("fields", "title_field", "empty_hits", "max_passages"),
     )
     assert set(raw) == set(OPTION_KEYS) and set(raw["scoring"]) == set(SCORING_KEYS)
 
@@ -147,7 +164,8 @@ def test_unknown_option_is_named_with_the_allowed_ones():
         ({"rewrite": "yes"}, "ext.chunkrag.rewrite must be true or false, got 'yes'"),
         (
             {"mode": "hybrid"},
-            "ext.chunkrag.mode must be one of [native_sum, minmax, rrf, linear, bm25, knn], got 'hybrid'",
+            "ext.chunkrag.mode must be one of [auto, chunks, post_search, native_sum, minmax, rrf, linear, bm25, knn], "
+            "got 'hybrid'",
         ),
         ({"threshold": "median"}, "ext.chunkrag: unknown threshold 'median'; choose one of dynamic, llm, fixed"),
         ({"fixed_threshold": 1.5}, "ext.chunkrag.fixed_threshold must be a number from 0 to 1, got 1.5"),

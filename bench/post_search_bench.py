@@ -1,0 +1,225 @@
+"""What post-search adds to a caller's own search, and what it keeps.
+
+    python -m bench.post_search_bench [--queries 100] [--cold 5] [--hits 10] [--seed 7]
+    python -m bench.post_search_bench --cold 0 --out post_search_cuts --variants '{"cut_0.1": {"fixed_threshold": 0.1}}'
+
+SQuAD 2 dev articles cut into whole documents of 1,000-3,000 words (runs of
+consecutive paragraphs). For each of ``--queries`` answerable questions the
+"cluster's response" is ``--hits`` such documents as hits with a plain
+``title``/``body`` source: the one holding the question's paragraph and
+others drawn at random, in a random order. Post-search then runs as the
+gateway runs it after the search (the library call; the cluster's own
+search and the field listing, cached per index, are not in the figures):
+
+- cold (the first ``--cold`` queries): a new query-time passage source
+  (every body chunked and embedded with the local MiniLM);
+- warm (every query): the passages from a source shared by all queries
+  (each document chunked once, then from the cache).
+
+With the default filter (calibrated, no model call) it records the added
+milliseconds (p50 / p95), the share of questions whose answer (any gold
+answer, case-insensitive) is in the kept passages of the gold hit, and the
+characters kept against the hits' whole text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+
+from bench.common import SHARED, write_result
+
+SQUAD = SHARED / "eval" / "squad" / "squad2_cs224n_dev-v2.0.json"
+MIN_WORDS, MAX_WORDS = 1000, 3000
+
+
+def documents(seed: int) -> list[dict]:
+    """Whole documents of MIN..MAX words: consecutive paragraphs of one
+    article; each with its paragraphs' answerable questions."""
+    rng = random.Random(seed)
+    articles = json.loads(SQUAD.read_text(encoding="utf-8"))["data"]
+    out = []
+    for article in articles:
+        paragraphs = article["paragraphs"]
+        i = 0
+        while i < len(paragraphs):
+            target = rng.randint(MIN_WORDS, MAX_WORDS)
+            taken, words = [], 0
+            while i < len(paragraphs) and words < target:
+                taken.append(paragraphs[i])
+                words += len(paragraphs[i]["context"].split())
+                i += 1
+            if words < MIN_WORDS:
+                break
+            questions = [
+                (qa["question"], [a["text"] for a in qa["answers"]])
+                for p in taken
+                for qa in p["qas"]
+                if not qa.get("is_impossible") and qa["answers"]
+            ]
+            title = article["title"].replace("_", " ")
+            out.append(
+                {
+                    "id": f"{article['title']}-{len(out)}",
+                    "title": title,
+                    "body": "\n\n".join(p["context"] for p in taken),
+                    "questions": questions,
+                }
+            )
+    return out
+
+
+def kept_of(result, gold: dict, hits: list[dict], answers: list[str]) -> dict:
+    """Whether an answer is in the gold hit's kept passages, and the share
+    of all the hits' characters kept."""
+    gold_hit = next(h for h in result.hits if h.doc_id == gold["id"])
+    kept_gold = " ".join(c.text for c in gold_hit.kept).lower()
+    kept_chars = sum(len(c.text) for h in result.hits for c in h.kept)
+    return {
+        "answer_kept": any(a.lower() in kept_gold for a in answers),
+        "kept_share_of_chars": round(kept_chars / sum(len(d["body"]) for d in hits), 4),
+        "kept_passages": sum(len(h.kept) for h in result.hits),
+    }
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    low, high = int(k), min(int(k) + 1, len(ordered) - 1)
+    return round(ordered[low] + (ordered[high] - ordered[low]) * (k - low), 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--cold", type=int, default=5, help="queries also measured cold (each costs seconds)")
+    parser.add_argument("--hits", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", default="post_search", help="the result's name under bench/results/")
+    parser.add_argument(
+        "--variants",
+        default="{}",
+        metavar="JSON",
+        help='other ext.chunkrag options measured warm beside the default, e.g. {"rel": {"threshold": "relative"}}',
+    )
+    args = parser.parse_args()
+
+    from chunkrag_core.providers import make_embedder
+    from chunkrag_core.settings import Settings
+    from search_extension.options import parse_options
+    from search_extension.passages import QueryTimePassages
+    from search_extension.post_search import post_search
+    from search_extension.text_fields import TextFields
+
+    settings = Settings.from_env()
+    embedder = make_embedder(settings.embedder)
+    embedder.embed(["warm the model up"])
+    # The gateway's default for a search client, and the variants asked for.
+    variants = {"default": {}, **json.loads(args.variants)}
+    assert all(isinstance(v, dict) for v in variants.values()), "--variants: a JSON object of option objects"
+    resolved = {name: parse_options(raw, surface="search") for name, raw in variants.items()}
+    docs = documents(args.seed)
+    rng = random.Random(args.seed)
+    asked = [(d, q) for d in docs for q in d["questions"]]
+    rng.shuffle(asked)
+    load_before = os.getloadavg()[0]
+    rows = []
+    shared = QueryTimePassages(embedder, settings)
+    for n, (gold, (question, answers)) in enumerate(asked[: args.queries]):
+        others = rng.sample([d for d in docs if d is not gold], args.hits - 1)
+        hits = [gold, *others]
+        rng.shuffle(hits)
+        response = {
+            "hits": {
+                "hits": [
+                    {
+                        "_index": "bench",
+                        "_id": d["id"],
+                        "_score": 1.0,
+                        "_source": {"title": d["title"], "body": d["body"]},
+                    }
+                    for d in hits
+                ]
+            }
+        }
+
+        def run(source, options=resolved["default"]):
+            started = time.perf_counter()
+            result = post_search(
+                response,
+                query=question,
+                options=options.post_search,
+                filter_options=options.filter,
+                fields_of=lambda index: TextFields(("body",), "title"),
+                passage_source=source,
+                embedder=embedder,
+            )
+            return result, (time.perf_counter() - started) * 1000
+
+        cold_ms = run(QueryTimePassages(embedder, settings))[1] if n < args.cold else None
+        run(shared)  # the hits' documents into the shared cache
+        result, warm_ms = run(shared)
+        kept = {name: kept_of(run(shared, chosen)[0], gold, hits, answers) for name, chosen in resolved.items()}
+        rows.append(
+            {
+                "question": question,
+                "cold_ms": None if cold_ms is None else round(cold_ms, 1),
+                "warm_ms": round(warm_ms, 1),
+                "answer_in_gold_hit": any(a.lower() in gold["body"].lower() for a in answers),
+                **kept["default"],
+                "candidates": result.candidates,
+                "capped": result.capped,
+                "words": sum(len(d["body"].split()) for d in hits),
+                "variants": {name: found for name, found in kept.items() if name != "default"},
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    present = [r for r in rows if r["answer_in_gold_hit"]]
+    cold = [r["cold_ms"] for r in rows if r["cold_ms"] is not None]
+    summary = {
+        "queries": len(rows),
+        "hits_per_query": args.hits,
+        "words_per_hit_mean": round(sum(r["words"] for r in rows) / len(rows) / args.hits),
+        "cold_ms": {"queries": len(cold), "p50": percentile(cold, 0.5), "p95": percentile(cold, 0.95)},
+        "warm_ms": {
+            "p50": percentile([r["warm_ms"] for r in rows], 0.5),
+            "p95": percentile([r["warm_ms"] for r in rows], 0.95),
+        },
+        "answer_kept_share": round(sum(r["answer_kept"] for r in present) / len(present), 4),
+        "kept_share_of_chars_mean": round(sum(r["kept_share_of_chars"] for r in rows) / len(rows), 4),
+        "kept_passages_mean": round(sum(r["kept_passages"] for r in rows) / len(rows), 1),
+        "capped_mean": round(sum(r["capped"] for r in rows) / len(rows), 1),
+        "variants": {
+            name: {
+                "options": variants[name],
+                "answer_kept_share": round(sum(r["variants"][name]["answer_kept"] for r in present) / len(present), 4),
+                "kept_share_of_chars_mean": round(
+                    sum(r["variants"][name]["kept_share_of_chars"] for r in rows) / len(rows), 4
+                ),
+                "kept_passages_mean": round(sum(r["variants"][name]["kept_passages"] for r in rows) / len(rows), 1),
+            }
+            for name in variants
+            if name != "default"
+        },
+        "load_1m_before": round(load_before, 2),
+        "load_1m_after": round(os.getloadavg()[0], 2),
+    }
+    print(json.dumps(summary))
+    write_result(
+        args.out,
+        "bench.post_search_bench",
+        {
+            "filter": "default (calibrated, no model call)",
+            "summary": summary,
+            "rows": rows,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Where the passages of a hit's text fields come from.
+
+A passage of a hit field is a chunk the ingest chunker makes of
+``SourceField.document()``: the same sentence / semantic chunking and
+vectors as `chunkrag ingest`, offsets counting within the field's text.
+:class:`QueryTimePassages` chunks and embeds at query time, with an
+in-process cache keyed by the field's fingerprint; a companion chunk index
+(`search_extension.companion`) serves the same protocol from stored chunks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+from typing import Mapping, Protocol, Sequence
+
+from chunkrag_core.chunk import BASE_SCALE, Chunk
+from chunkrag_core.providers import Embedder
+from chunkrag_core.settings import Settings
+from ingest_pipeline.chunker import chunk_documents, document_fingerprint
+from ingest_pipeline.pipeline import shaping_of
+from ingest_pipeline.source_fields import SourceField
+
+# Fields whose passages the query-time cache keeps (least recently used go
+# first). An entry is the chunks of one field with their 384-dimension
+# vectors: about 1.5 kB per passage, so a 3,000-word field (~40 passages)
+# costs ~60 kB and a full cache of long fields stays under ~60 MB.
+PASSAGE_CACHE_ENTRIES = 1024
+
+
+class PassageSource(Protocol):
+    """The passages of each field, keyed by ``SourceField.companion_id``;
+    the chunks carry vectors and offsets within the field's text. A field
+    that yields no passage (blank text) may be left out."""
+
+    def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]: ...
+
+
+def fingerprint_of(field: SourceField, settings: Settings) -> str:
+    """The fingerprint a companion chunk index stores for this field's
+    chunks: it matches only the very text (and chunking) they were made from."""
+    return document_fingerprint(field.document(), shaping_of(settings))
+
+
+class QueryTimePassages:
+    """Chunk and embed at query time (all cache misses of one request in one
+    embedder call), caching each field's chunks by fingerprint."""
+
+    def __init__(self, embedder: Embedder, settings: Settings, *, entries: int = PASSAGE_CACHE_ENTRIES):
+        self._embedder, self._settings, self._entries = embedder, settings, entries
+        # Base chunks only: the larger ensembling scales are retrieval's,
+        # and the base chunks do not depend on them.
+        self._chunking = dataclasses.replace(settings.chunking, scales=())
+        self._shaping = shaping_of(settings)
+        self._cache: OrderedDict[str, tuple[Chunk, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0  # cache use, for the response's report
+
+    def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]:
+        found: dict[str, tuple[Chunk, ...]] = {}
+        missing: dict[str, tuple[SourceField, str]] = {}
+        for field in fields:
+            key = document_fingerprint(field.document(), self._shaping)
+            with self._lock:
+                cached = self._cache.get(key)
+                if cached is not None:
+                    self._cache.move_to_end(key)
+            if cached is not None:
+                found[field.companion_id] = _renamed(cached, field)
+                self.hits += 1
+            else:
+                missing.setdefault(field.companion_id, (field, key))
+        if missing:
+            self.misses += len(missing)
+            chunked = chunk_documents(
+                [field.document() for field, _ in missing.values()], self._embedder, self._chunking, self._shaping
+            )
+            with self._lock:
+                for (field, key), item in zip(missing.values(), chunked):
+                    chunks = tuple(c for c in item.chunks if c.scale == BASE_SCALE)
+                    found[field.companion_id] = chunks
+                    self._cache[key] = chunks
+                    self._cache.move_to_end(key)
+                while len(self._cache) > self._entries:
+                    self._cache.popitem(last=False)
+        return found
+
+
+def _renamed(chunks: tuple[Chunk, ...], field: SourceField) -> tuple[Chunk, ...]:
+    """Cached chunks of the same text under another hit's name (the same
+    fingerprint means the same text, title and metadata, hence the same
+    field of the same hit; kept for safety should that ever differ)."""
+    if not chunks or chunks[0].doc_id == field.companion_id:
+        return chunks
+    return tuple(dataclasses.replace(c, doc_id=field.companion_id) for c in chunks)

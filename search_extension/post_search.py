@@ -1,0 +1,330 @@
+"""Post-search: the chunk filter over the hits of a caller's own search.
+
+The cluster's scoring, filters, aggregations, sort, paging and security
+decide *which documents*; this module decides *which passages of those
+documents*. Each hit's text fields, as the caller's search returned them,
+are split into passages (a :class:`PassageSource`), every passage of every
+hit is scored together by the same filter as ``ext.chunkrag`` on a chunk
+index (redundancy, the calibrated default, the judge when asked, threshold,
+rerank), and the response keeps the cluster's shape with the kept passages
+added to each hit. Nothing here reads anything but the response it is given
+(and the passages of its hits): the cost is O(hits), whatever the index holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.providers import Embedder
+from chunkrag_core.providers.chat import ChatModel
+from chunkrag_filter.judging import JudgeMany
+from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
+from chunkrag_filter.processors.answer import Answer, answer_from_chunks
+from chunkrag_filter.processors.features import STOPWORDS
+from ingest_pipeline.source_fields import SourceField
+from search_extension.passages import PassageSource
+from search_extension.text_fields import TextFields, field_text
+
+# Passages of one hit that go to the filter: the best by the cheap passage
+# score (BM25 and cosine over this response's passages). A very long
+# document yields hundreds of passages; past this many the rest are left
+# out (counted per hit and in total as "capped"), so one document cannot
+# crowd out the others nor make judging cost grow with its length.
+DEFAULT_MAX_PASSAGES = 32
+EMPTY_HITS = ("keep", "drop")
+# BM25's parameters (Lucene's defaults) for scoring passages among themselves.
+BM25_K1 = 1.2
+BM25_B = 0.75
+# Share of a passage's pre-filter score taken from its hit's whole-document
+# vector similarity, when the source index holds one (a declared
+# dense_vector field): it orders the candidates (and so which reach the
+# judge first) but is never a passage's own vector or cosine.
+DOC_PRIOR_WEIGHT = 0.2
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+@dataclass(frozen=True, slots=True)
+class PostSearchOptions:
+    """What the caller's ``ext.chunkrag`` says about post-search itself."""
+
+    fields: tuple[str, ...] = ()
+    title_field: str | None = None
+    empty_hits: str = "keep"  # keep: kept and marked; drop: left out of hits.hits
+    max_passages: int = DEFAULT_MAX_PASSAGES
+    include_dropped: bool = False
+    # False: no filter; every passage (within the cap) is kept, scored by
+    # the cheap signals alone.
+    stages: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class HitPassages:
+    """What post-search made of one hit of the cluster's response."""
+
+    index: str
+    doc_id: str
+    fields: tuple[str, ...]  # the text fields read for this hit
+    has_text: bool  # False: the hit showed none of them ("no text")
+    kept: tuple[Chunk, ...] = ()  # best first
+    dropped: tuple[tuple[Chunk, str], ...] = ()  # with the filter's reason
+    capped: int = 0  # passages over the per-hit cap, never judged
+    doc_cosine: float | None = None  # the whole-document vector's, when one is declared
+
+    @property
+    def ref(self) -> str:
+        return f"{self.index}/{self.doc_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class PostSearchResult:
+    query: str
+    hits: tuple[HitPassages, ...]  # in the cluster's order
+    filtered: FilterResult | None  # None without the model stages
+    answer: Answer | None
+    candidates: int  # passages that went to the filter
+    timings_ms: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def capped(self) -> int:
+        return sum(h.capped for h in self.hits)
+
+
+# --- the library call ------------------------------------------------------------
+
+
+def post_search(
+    response: Mapping[str, Any],
+    *,
+    query: str,
+    options: PostSearchOptions,
+    filter_options: FilterOptions,
+    fields_of: Callable[[str], TextFields],
+    passage_source: PassageSource,
+    embedder: Embedder,
+    model: ChatModel | None = None,
+    judge_many: JudgeMany | None = None,
+    reranker=None,
+    weights: tuple[float, float] = (0.5, 0.5),
+    doc_vector_field: str | None = None,
+) -> PostSearchResult:
+    """The filter over the passages of ``response``'s hits (the cluster's
+    answer to the caller's own search). ``fields_of(index)`` names the text
+    fields of a hit's concrete index; ``weights`` are BM25's and the
+    cosine's shares of the passage score (the retrieval settings')."""
+    timings: dict[str, float] = {}
+    started = clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = round((now - clock) * 1000, 1)
+        clock = now
+
+    raw_hits = hits_of(response)
+    read: list[tuple[Mapping[str, Any], TextFields, list[SourceField]]] = []
+    for hit in raw_hits:
+        index, doc_id = str(hit.get("_index", "")), str(hit.get("_id", ""))
+        text_fields = fields_of(index)
+        title = (field_text(hit, text_fields.title) or "") if text_fields.title else ""
+        sources = [
+            SourceField(index, doc_id, name, text, title=_first_line(title))
+            for name in text_fields.fields
+            if (text := field_text(hit, name)) is not None
+        ]
+        read.append((hit, text_fields, sources))
+    all_fields = [source for _, _, sources in read for source in sources]
+    by_field = passage_source.passages(all_fields) if all_fields else {}
+    lap("passages")
+
+    query_vector = np.asarray(embedder.embed([query])[0], dtype=np.float32)
+    per_hit_chunks = [[c for s in sources for c in by_field.get(s.companion_id, ())] for _, _, sources in read]
+    doc_cosines = [_doc_cosine(hit, doc_vector_field, query_vector) for hit, _, _ in read]
+    scored = score_passages(query, query_vector, per_hit_chunks, doc_cosines, weights)
+    lap("scoring")
+
+    candidates: list[Chunk] = []
+    capped: list[int] = []
+    for chunks in scored:
+        best = sorted(chunks, key=lambda c: -(c.score or 0.0))
+        candidates.extend(best[: options.max_passages])
+        capped.append(max(0, len(best) - options.max_passages))
+    candidates.sort(key=lambda c: -(c.score or 0.0))
+
+    filtered = None
+    if options.stages and candidates:
+        filtered = run_filter(
+            query, candidates, model=model, options=filter_options, judge_many=judge_many, reranker=reranker
+        )
+        timings.update({f"filter_{k}": v for k, v in filtered.timings_ms.items()})
+        kept_all = list(filtered.kept)
+        dropped_all = [(d.chunk, d.reason) for d in filtered.decisions if not d.kept]
+    else:
+        kept_all, dropped_all = list(candidates), []
+    clock = time.perf_counter()
+
+    answer = None
+    if filtered is not None and filter_options.answer and model is not None:
+        answer = answer_from_chunks(query, kept_all, model)
+        lap("answer")
+
+    hits = []
+    for i, (hit, text_fields, sources) in enumerate(read):
+        owner = {s.companion_id for s in sources}
+        kept = sorted(
+            (c for c in kept_all if c.doc_id in owner),
+            key=lambda c: -c.stage_scores.get("combined", c.score or 0.0),
+        )
+        hits.append(
+            HitPassages(
+                index=str(hit.get("_index", "")),
+                doc_id=str(hit.get("_id", "")),
+                fields=tuple(s.field for s in sources) or text_fields.fields,
+                has_text=bool(sources),
+                kept=tuple(kept),
+                dropped=tuple((c, r) for c, r in dropped_all if c.doc_id in owner),
+                capped=capped[i],
+                doc_cosine=doc_cosines[i],
+            )
+        )
+    timings["total"] = round((time.perf_counter() - started) * 1000, 1)
+    return PostSearchResult(query, tuple(hits), filtered, answer, len(candidates), timings)
+
+
+def hits_of(response: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    hits = response.get("hits")
+    found = hits.get("hits") if isinstance(hits, Mapping) else None
+    return [h for h in found if isinstance(h, Mapping)] if isinstance(found, list) else []
+
+
+def _first_line(title: str) -> str:
+    # A title field with several values reads as its first one.
+    return title.split("\n\n", 1)[0]
+
+
+def _doc_cosine(hit: Mapping[str, Any], vector_field: str | None, query_vector: np.ndarray) -> float | None:
+    """The cosine of the hit's whole-document vector (as the caller's hit
+    shows it) with the query's; None when there is none of the right size."""
+    if not vector_field:
+        return None
+    source = hit.get("_source")
+    value = source.get(vector_field) if isinstance(source, Mapping) else None
+    if value is None and isinstance(hit.get("fields"), Mapping):
+        value = hit["fields"].get(vector_field)
+    try:
+        vector = np.asarray(value, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError):
+        return None
+    if vector.shape != query_vector.shape or not np.all(np.isfinite(vector)):
+        return None
+    norm = float(np.linalg.norm(vector)) * float(np.linalg.norm(query_vector))
+    return round(float(vector @ query_vector) / norm, 6) if norm > 0 else None
+
+
+# --- the passage score (pure) ---------------------------------------------------------
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased words of two characters or more, stopwords left out."""
+    return [w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS]
+
+
+def bm25_scores(query: str, texts: Sequence[str], k1: float = BM25_K1, b: float = BM25_B) -> list[float]:
+    """Okapi BM25 of ``query`` against each text, the texts being the whole
+    collection (idf counted over them)."""
+    wanted = set(terms(query))
+    if not texts or not wanted:
+        return [0.0] * len(texts)
+    docs = [Counter(terms(t)) for t in texts]
+    lengths = [sum(d.values()) for d in docs]
+    average = (sum(lengths) / len(lengths)) or 1.0
+    n = len(docs)
+    idf = {t: math.log(1 + (n - df + 0.5) / (df + 0.5)) for t in wanted for df in [sum(1 for d in docs if t in d)]}
+    out = []
+    for doc, length in zip(docs, lengths):
+        score = 0.0
+        for t in wanted:
+            tf = doc.get(t, 0)
+            if tf:
+                score += idf[t] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average))
+        out.append(score)
+    return out
+
+
+def minmax(values: Sequence[float]) -> list[float]:
+    """Min-max normalised; all 0.5 when they are equal (nothing tells them apart)."""
+    if not values:
+        return []
+    low, high = min(values), max(values)
+    return [0.5 if high == low else (v - low) / (high - low) for v in values]
+
+
+def score_passages(
+    query: str,
+    query_vector: np.ndarray,
+    per_hit: Sequence[Sequence[Chunk]],
+    doc_cosines: Sequence[float | None],
+    weights: tuple[float, float] = (0.5, 0.5),
+) -> list[list[Chunk]]:
+    """Every passage with the signals the filter's calibration reads, as the
+    hybrid search gives a chunk: ``bm25`` and ``knn`` min-max normalised
+    over all passages of the response, ``cosine`` raw; its score is their
+    weighted sum (with a hit's whole-document cosine as a prior, when known)."""
+    flat = [(h, c) for h, chunks in enumerate(per_hit) for c in chunks]
+    if not flat:
+        return [[] for _ in per_hit]
+    cosines = [
+        float(np.asarray(c.vector, dtype=np.float32) @ query_vector) if c.vector is not None else 0.0 for _, c in flat
+    ]
+    bm25 = minmax(bm25_scores(query, [c.text for _, c in flat]))
+    knn = minmax([(1.0 + x) / 2.0 for x in cosines])
+    known = [x for x in doc_cosines if x is not None]
+    priors = dict(zip([i for i, x in enumerate(doc_cosines) if x is not None], minmax(known)))
+    w_bm25, w_knn = weights
+    total = (w_bm25 + w_knn) or 1.0
+    out: list[list[Chunk]] = [[] for _ in per_hit]
+    for (h, chunk), cosine, b, k in zip(flat, cosines, bm25, knn):
+        score = (w_bm25 * b + w_knn * k) / total
+        if h in priors:
+            score = (1 - DOC_PRIOR_WEIGHT) * score + DOC_PRIOR_WEIGHT * priors[h]
+        signals = {"bm25": round(b, 6), "knn": round(k, 6), "cosine": round(cosine, 6)}
+        out[h].append(dataclasses.replace(chunk, score=round(score, 6), stage_scores={**chunk.stage_scores, **signals}))
+    return out
+
+
+# --- vectors already in the source index -------------------------------------------
+
+
+class VectorFieldError(ValueError):
+    """A declared document vector field that cannot be used; says why."""
+
+
+def declared_vector_field(settings) -> str | None:
+    """CHUNKRAG_POST_SEARCH_VECTOR_FIELD when it may be used: its declared
+    model (CHUNKRAG_POST_SEARCH_VECTOR_MODEL) must be the configured
+    embedder's (CHUNKRAG_EMBED_MODEL), else the vectors of two models would
+    be compared, which is refused here rather than mixed silently."""
+    declared = settings.post_search
+    if not declared.vector_field:
+        return None
+    if not declared.vector_model:
+        raise VectorFieldError(
+            "CHUNKRAG_POST_SEARCH_VECTOR_FIELD is set without CHUNKRAG_POST_SEARCH_VECTOR_MODEL: "
+            "name the model that made the vectors"
+        )
+    if declared.vector_model != settings.embedder.model:
+        raise VectorFieldError(
+            f"CHUNKRAG_POST_SEARCH_VECTOR_MODEL is [{declared.vector_model}] but the configured embedder is "
+            f"[{settings.embedder.model}] (CHUNKRAG_EMBED_MODEL): vectors of different models are not comparable; "
+            "unset CHUNKRAG_POST_SEARCH_VECTOR_FIELD or configure the same model"
+        )
+    return declared.vector_field

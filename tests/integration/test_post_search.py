@@ -1,0 +1,294 @@
+"""Post-search over real HTTP on both engines: an index this project did not
+write (``title``/``body``/``url``), searched through the gateway by the
+official ``elasticsearch`` and ``opensearch-py`` clients unchanged, with the
+bodies people write (aggregations, highlight, sort, paging, search_after,
+bool filters, _source filtering). The default filter needs no model."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+import pytest
+
+from chunkrag_cli.main import main as chunkrag
+from chunkrag_core.providers.chat import OpenAICompatibleChat
+from search_extension.gateway import create_app
+from search_extension.gateway.server import serve_in_thread as serving
+from tests.support.scripted_openai import ScriptedOpenAI, completion
+
+pytestmark = pytest.mark.integration
+
+DOCS = {
+    "rotate": {
+        "title": "Rotating API keys",
+        "body": "Our office moved to a new building last spring. "
+        "To rotate an API key, open the console, choose Security, then Keys, and press Rotate. "
+        "The old key keeps working for 24 hours so that clients can switch. "
+        "The cafeteria serves lunch from noon.",
+        "url": "https://example.test/rotate",
+        "category": "security",
+        "year": 2024,
+    },
+    "revoke": {
+        "title": "Revoking access",
+        "body": "Revoking an API key takes effect at once. "
+        "Every request signed with a revoked key is refused with status 401. "
+        "Holidays are listed on the intranet.",
+        "url": "https://example.test/revoke",
+        "category": "security",
+        "year": 2023,
+    },
+    "billing": {
+        "title": "Invoices",
+        "body": "Invoices are sent on the first day of each month. "
+        "You can download past invoices from the billing page.",
+        "url": "https://example.test/billing",
+        "category": "billing",
+        "year": 2024,
+    },
+    "untitled-key": {
+        # No body: a hit whose text fields are all absent passes through marked.
+        "title": "API key checklist",
+        "url": "https://example.test/checklist",
+        "category": "security",
+        "year": 2022,
+    },
+}
+MAPPING = {
+    "properties": {
+        "title": {"type": "text", "fields": {"keyword": {"type": "keyword"}}},
+        "body": {"type": "text"},
+        "url": {"type": "keyword"},
+        "category": {"type": "keyword"},
+        "year": {"type": "integer"},
+    }
+}
+QUESTION = "how do I rotate an API key"
+NO_ANSWER = {"chunkrag": {"answer": False}}
+
+
+@pytest.fixture(scope="module")
+def kb(engine):
+    name = f"test-kb-existing-{uuid.uuid4().hex[:10]}"
+    engine.create_index(name, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": MAPPING})
+    actions = ({"_op_type": "index", "_index": name, "_id": doc_id, "_source": doc} for doc_id, doc in DOCS.items())
+    assert all(ok for ok, _ in engine.bulk(actions, chunk_size=100, max_retries=0, initial_backoff=1))
+    engine.refresh(name)
+    yield name
+    engine.delete_index(name)
+
+
+@pytest.fixture(scope="module")
+def model_server():
+    # The answer prompt: an answer citing the first passage.
+    with ScriptedOpenAI(
+        default=completion("Open the console, choose Security, then Keys, press Rotate [1].")
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateway(settings, embedder, engine, kb, model_server):
+    chosen = dataclasses.replace(settings, search_backend=engine.engine)
+    model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
+    with serving(create_app(chosen, embedder=embedder, model=model)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(gateway, engine):
+    """The engine's own official client, pointed at the gateway."""
+    if engine.engine == "opensearch":
+        from opensearchpy import OpenSearch
+
+        made = OpenSearch([gateway], max_retries=0, timeout=60)
+    else:
+        from elasticsearch import Elasticsearch
+
+        made = Elasticsearch(gateway, max_retries=0, request_timeout=60)
+    yield made
+    made.close()
+
+
+def search(client, index: str, body: dict) -> dict:
+    return dict(client.search(index=index, body=body))
+
+
+def bad_request(engine):
+    if engine.engine == "opensearch":
+        from opensearchpy.exceptions import RequestError
+
+        return RequestError
+    from elasticsearch import BadRequestError
+
+    return BadRequestError
+
+
+def passages(hit) -> list[dict]:
+    return hit["_chunkrag"]["passages"]
+
+
+def test_a_plain_match_on_an_existing_index_keeps_the_passages_that_answer(client, kb):
+    response = search(client, kb, {"query": {"match": {"body": QUESTION}}, "ext": NO_ANSWER})
+    hits = response["hits"]["hits"]
+    assert hits and hits[0]["_id"] == "rotate"
+    assert response["chunkrag"]["mode"] == "post_search"
+    kept = passages(hits[0])
+    assert kept and all(p["field"] == "body" for p in kept)
+    body = DOCS["rotate"]["body"]
+    for p in kept:
+        assert body[p["start"] : p["end"]] == p["text"]
+    assert any("press Rotate" in p["text"] for p in kept)
+    assert not any("cafeteria" in p["text"] for p in kept)
+    # The kept passages as a highlight a UI already renders.
+    assert hits[0]["highlight"]["body"] == [p["text"] for p in kept]
+    # The source is the caller's, whole.
+    assert hits[0]["_source"] == DOCS["rotate"]
+
+
+def test_the_clusters_aggregations_sort_paging_and_filters_stay_the_clusters(client, kb):
+    body = {
+        "query": {
+            "bool": {
+                "must": [{"multi_match": {"query": QUESTION, "fields": ["title", "body"]}}],
+                "filter": [{"term": {"category": "security"}}],
+            }
+        },
+        "aggs": {"per_year": {"terms": {"field": "year"}}},
+        "sort": [{"year": "desc"}, {"url": "asc"}],
+        "size": 2,
+        "from": 0,
+        "highlight": {"fields": {"title": {}}},
+        "ext": NO_ANSWER,
+    }
+    first = search(client, kb, body)
+    direct_ids = ["rotate", "revoke"]  # security documents, newest first
+    assert [h["_id"] for h in first["hits"]["hits"]] == direct_ids
+    assert first["hits"]["total"]["value"] == 3
+    buckets = {b["key"]: b["doc_count"] for b in first["aggregations"]["per_year"]["buckets"]}
+    assert buckets == {2024: 1, 2023: 1, 2022: 1}
+    assert first["hits"]["hits"][0]["sort"] == [2024, "https://example.test/rotate"]
+    # The cluster's own title highlight stays beside the kept body passages.
+    top = first["hits"]["hits"][0]
+    assert "<em>" in top["highlight"]["title"][0] and top["highlight"]["body"]
+    assert "_shards" in first and "took" in first and first["timed_out"] is False
+    # Paging: from and search_after go to the cluster as written.
+    second = search(client, kb, {**body, "from": 2})
+    assert [h["_id"] for h in second["hits"]["hits"]] == ["untitled-key"]
+    after = search(client, kb, {**{k: v for k, v in body.items() if k != "from"}, "search_after": top["sort"]})
+    assert [h["_id"] for h in after["hits"]["hits"]] == ["revoke", "untitled-key"]
+
+
+def test_a_hit_without_text_passes_marked_and_source_filtering_is_the_callers(client, kb):
+    response = search(
+        client,
+        kb,
+        {"query": {"match": {"title": "API key"}}, "_source": ["title", "url"], "ext": NO_ANSWER},
+    )
+    hits = {h["_id"]: h for h in response["hits"]["hits"]}
+    assert set(hits) >= {"rotate", "untitled-key"}
+    for hit in hits.values():
+        # The caller's _source filtering hid the body: no passage is made of it.
+        assert set(hit["_source"]) <= {"title", "url"}
+        assert hit["_chunkrag"]["text"] is False and hit["_chunkrag"]["reason"] == "no_text"
+        assert passages(hit) == []
+    assert response["chunkrag"]["hits"]["without_text"] == len(hits)
+
+
+def test_empty_hits_drop_leaves_out_hits_without_a_kept_passage(client, kb):
+    body = {
+        "query": {"match": {"body": "API key invoices"}},
+        "ext": {"chunkrag": {"answer": False, "empty_hits": "drop", "fixed_threshold": 0.99, "fallback": "not_found"}},
+    }
+    response = search(client, kb, body)
+    section = response["chunkrag"]["hits"]
+    assert section["dropped"] == section["returned"] - len(response["hits"]["hits"]) > 0
+    assert response["hits"]["total"]["value"] == section["returned"]
+
+
+def test_a_named_field_that_is_not_text_is_refused_by_name(client, kb, engine):
+    with pytest.raises(bad_request(engine)) as refused:
+        search(client, kb, {"query": {"match": {"body": QUESTION}}, "ext": {"chunkrag": {"fields": ["missing"]}}})
+    assert "[missing]" in str(refused.value)
+    with pytest.raises(bad_request(engine)) as refused:
+        search(client, kb, {"query": {"match": {"body": QUESTION}}, "ext": {"chunkrag": {"fields": ["url"]}}})
+    assert "[url]" in str(refused.value) and "keyword" in str(refused.value)
+
+
+def test_a_body_without_query_text_needs_ext_query(client, kb, engine):
+    with pytest.raises(bad_request(engine)) as refused:
+        search(client, kb, {"query": {"term": {"category": "security"}}, "ext": NO_ANSWER})
+    assert "ext.chunkrag.query" in str(refused.value)
+    given = search(
+        client,
+        kb,
+        {"query": {"term": {"category": "security"}}, "ext": {"chunkrag": {"query": QUESTION, "answer": False}}},
+    )
+    top = max(given["hits"]["hits"], key=lambda h: max((p["score"] for p in passages(h)), default=0))
+    assert top["_id"] == "rotate"
+
+
+def test_named_fields_and_title_field(client, kb):
+    response = search(
+        client,
+        kb,
+        {
+            "query": {"match": {"body": QUESTION}},
+            "ext": {"chunkrag": {"answer": False, "fields": ["body", "title"], "include_dropped": True}},
+        },
+    )
+    top = response["hits"]["hits"][0]
+    assert top["_chunkrag"]["fields"] == ["body", "title"]
+    assert all(p["kept"] is False and p["reason"] for p in top["_chunkrag"]["dropped"])
+
+
+def test_the_answer_is_written_from_kept_passages_and_cites_index_id_and_offsets(client, kb):
+    response = search(client, kb, {"query": {"match": {"body": QUESTION}}, "ext": {"chunkrag": {"answer": True}}})
+    answer = response["chunkrag"]["answer"]
+    assert answer["found"] and "press Rotate" in answer["text"]
+    (cited,) = answer["passages"]
+    assert answer["citations"] == [f"{cited['_index']}/{cited['_id']}"]
+    kept = {(p["field"], p["start"], p["end"]) for h in response["hits"]["hits"] for p in passages(h)}
+    assert (cited["field"], cited["start"], cited["end"]) in kept and cited["_index"] == kb
+
+
+def test_chunkrag_search_takes_the_same_path_as_the_gateway(client, kb, engine, monkeypatch, capsys, tmp_path):
+    import json
+
+    monkeypatch.setenv("SEARCH_BACKEND", engine.engine)
+    assert chunkrag(["search", QUESTION, "--index", kb, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    fields = ["body", "title"]  # the multi_match the command builds: the text fields, then the title
+    direct = search(client, kb, {"query": {"multi_match": {"query": QUESTION, "fields": fields}}, "ext": NO_ANSWER})
+    assert [h["_id"] for h in printed["hits"]["hits"]] == [h["_id"] for h in direct["hits"]["hits"]]
+    assert [passages(h) for h in printed["hits"]["hits"]] == [passages(h) for h in direct["hits"]["hits"]]
+    body = {"query": {"term": {"category": "billing"}}}
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(body))
+    assert chunkrag(["search", "when are invoices sent", "--index", kb, "--body", str(path), "--json"]) == 0
+    own = json.loads(capsys.readouterr().out)
+    assert [h["_id"] for h in own["hits"]["hits"]] == ["billing"]
+    assert any("first day" in p["text"] for p in passages(own["hits"]["hits"][0]))
+
+
+def test_collapse_post_filter_function_score_and_fields_without_source(client, kb):
+    body = {
+        "query": {
+            "function_score": {
+                "query": {"match": {"body": "rotate an API key or get invoices"}},
+                "functions": [{"weight": 2}],
+            }
+        },
+        "collapse": {"field": "category"},
+        "post_filter": {"range": {"year": {"gte": 2023}}},
+        "_source": False,
+        "fields": ["body"],
+        "ext": NO_ANSWER,
+    }
+    response = search(client, kb, body)
+    hits = response["hits"]["hits"]
+    # One hit per category, as the cluster collapsed them; the text read from `fields`.
+    assert [h["fields"]["category"] for h in hits] == [["security"], ["billing"]]
+    assert "_source" not in hits[0] and hits[0]["_id"] == "rotate"
+    assert any("press Rotate" in p["text"] for p in passages(hits[0]))
