@@ -282,6 +282,8 @@ def test_sign_in_lists_only_what_the_user_may_read_and_keeps_no_credentials(page
     names = listed_indices(page)
     assert allowed in names and other not in names
     assert all(name.startswith(secured.ALLOWED_PREFIX) for name in names)
+    # Described with the user's own credentials (_field_caps): a chunk index.
+    assert page.get_attribute(f"#index option[value='{allowed}']", "data-kind") == "chunks"
     stored = page.evaluate(
         "({local: localStorage.length, session: sessionStorage.length, cookie: document.cookie, url: location.href})"
     )
@@ -726,6 +728,15 @@ def test_an_index_of_your_own_shows_each_hits_kept_passages(
         assert any(INJECTED in text for text in texts)
         assert page.evaluate("window.__pwned === undefined")
         assert page.locator("#hits-list script").count() == 0
+        # The copied Python snippet, run as a user would, gets the same hits and passages.
+        snippet = copied(page, "python-os" if engine.engine == "opensearch" else "python-es")
+        assert "body=" in snippet and '"mode": "post_search"' in snippet
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(snippet, "copied snippet", "exec"), {})  # noqa: S102 - the page's own output
+        assert printed.getvalue() == "".join(
+            f"{hit['_index']} {hit['_id']} {len(hit['_chunkrag']['passages'])}\n" for hit in expected["hits"]["hits"]
+        )
         shot(page.locator("#query"), f"post_search_body_{engine.engine}")
         shot(page.locator("#hits-result"), f"post_search_{engine.engine}")
 
