@@ -156,6 +156,18 @@ def test_configured_fields_describe_an_index_and_a_field_that_is_not_text_is_nam
     assert "[url]" in described["problem"] and "keyword" in described["problem"]
 
 
+def test_past_the_cap_indices_are_listed_undescribed(monkeypatch):
+    from search_extension.gateway import playground
+
+    monkeypatch.setattr(playground, "DESCRIBED_INDICES", 1)
+    transport = RecordingTransport(resolve_reply)
+    listed = client_for(transport).get(INDICES).json()
+    assert listed["indices"] == ["docs", "docs-1", "logs-1"]
+    assert listed["described"]["docs"] == {"kind": "chunks"}
+    assert [listed["described"][name]["kind"] for name in ("docs-1", "logs-1")] == ["unknown", "unknown"]
+    assert [t for _, t, _, _ in transport.requests if "_field_caps" in t] == ["/docs/_field_caps?fields=*"]
+
+
 def test_an_index_whose_fields_the_cluster_will_not_list_is_unknown():
     def refusing(method, target):
         if target.startswith("/logs-1/"):
