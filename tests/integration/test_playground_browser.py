@@ -618,10 +618,9 @@ EXISTING_DOCS = {
         "body": "Osaka is a large port city in Japan. It is known for its food. Osaka Castle is a famous landmark.",
         "url": "https://example.test/osaka",
     },
-    "violin": {
-        "title": "The violin",
-        "body": "The violin has four strings tuned in fifths. It is played with a bow.",
-        "url": "https://example.test/violin",
+    "checklist": {  # no body: the hit passes through marked "no text"
+        "title": "Japan travel checklist",
+        "url": "https://example.test/checklist",
     },
 }
 
@@ -716,6 +715,13 @@ def test_an_index_of_your_own_shows_each_hits_kept_passages(
         )
         assert any("Tokyo is the capital of Japan" in text for text in kept_texts)
         assert page.text_content("#hits-list article[data-id='tokyo-guide'] .title") == "Tokyo guide"
+        # Hits without a kept passage are marked, the one without text as such.
+        marks = dict(page.eval_on_selector_all("#hits-list article", "cs => cs.map(c => [c.dataset.id, c.className])"))
+        assert marks["checklist"] == "hit no-text"
+        assert page.text_content("#hits-list article[data-id='checklist'] .badge") == "no text"
+        for hit in expected["hits"]["hits"]:
+            if hit["_chunkrag"].get("reason") == "no_kept_passage":
+                assert marks[hit["_id"]] == "hit empty"
         # The answer cites <index>/<_id>, each citation finding its hit.
         answer = expected["chunkrag"]["answer"]
         assert page.text_content("#hits-answer-text") == answer["text"]
