@@ -9,21 +9,38 @@ neighbours), called from the browser with the credentials typed into it, so
 what it shows is exactly what any client gets. Its files carry no data and
 are public (the login form is on the page); the one route here that reads
 anything, the index list, goes through the guard like any other.
+
+The index list says of each index whether it is a chunk index (``chunkrag
+ingest`` wrote it: chunk mode) or an index of the caller's own (post-search
+mode), and for the latter its text fields and title field, read from the
+cluster's ``_field_caps`` with the caller's credentials (field-level security
+applies) by the same rules post-search uses (``text_fields.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from functools import cache
 from importlib import resources
+from typing import Any, Sequence
+from urllib.parse import quote
 
 import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
+from chunkrag_core.engines.base import field_types_of
 from search_extension.gateway import errors
 from search_extension.gateway.identity import Caller, check_indices
 from search_extension.gateway.passthrough import Passthrough
 from search_extension.gateway.responses import es_json
+from search_extension.text_fields import (
+    FieldError,
+    configured_fields,
+    fields_for_index,
+    is_chunk_index,
+    parse_field_patterns,
+)
 
 PAGE = "/v1/playground"
 # path -> (file in playground/, media type)
@@ -55,6 +72,12 @@ DEFAULTS_MARK = b"{/* the gateway writes the filter's defaults here */}"
 # What the index list asks the cluster: open indices and aliases, which the
 # cluster filters by the credentials' privileges (view_index_metadata).
 RESOLVE = "/_resolve/index/*?expand_wildcards=open"
+# Indices of one list described (chunk index or not, text fields): a
+# _field_caps request each. Past this many the rest are listed undescribed
+# ("unknown": the gateway decides at search time, as for any client).
+DESCRIBED_INDICES = 100
+# _field_caps requests of one index list in flight at once.
+DESCRIBE_CONCURRENCY = 4
 
 
 def mount(app: FastAPI, passthrough: Passthrough) -> None:
@@ -66,18 +89,21 @@ def mount(app: FastAPI, passthrough: Passthrough) -> None:
             path, _asset_route(name, media_type, max_candidates), methods=["GET"], include_in_schema=False
         )
 
+    patterns = parse_field_patterns(passthrough.settings.post_search.fields)
+
     async def indices(request: Request) -> Response:
         caller = getattr(request.state, "caller", None) or Caller()
-        return await readable_indices(passthrough, caller)
+        return await readable_indices(passthrough, caller, patterns)
 
     app.add_api_route(INDICES, indices, methods=["GET"], include_in_schema=False)
 
 
-async def readable_indices(passthrough: Passthrough, caller: Caller) -> Response:
-    """The indices and aliases ``caller`` may read. Forward mode: the cluster
-    answers with the caller's credentials and lists only what they may see (a
-    401 or 403 comes back as it is, which is how the page's login learns the
-    credentials are wrong). Service mode: the gateway's credentials, then only
+async def readable_indices(passthrough: Passthrough, caller: Caller, patterns: Sequence = ()) -> Response:
+    """The indices and aliases ``caller`` may read, each described (see
+    :func:`describe`). Forward mode: the cluster answers with the caller's
+    credentials and lists only what they may see (a 401 or 403 comes back as
+    it is, which is how the page's login learns the credentials are wrong).
+    Service mode: the key's derived credentials (or the gateway's), then only
     names inside the gateway key's patterns."""
     response = await passthrough.forward("GET", RESOLVE, [(b"accept", b"application/json")], b"", caller)
     if response.status_code != 200:
@@ -93,7 +119,45 @@ async def readable_indices(passthrough: Passthrough, caller: Caller) -> Response
     listed = sorted(
         name for name in names if isinstance(name, str) and not name.startswith(".") and _may_read(caller, name)
     )
-    return es_json({"indices": listed}, 200)
+    gate = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
+
+    async def described(name: str) -> dict[str, Any]:
+        async with gate:
+            return await describe(passthrough, caller, name, patterns)
+
+    shown = await asyncio.gather(*(described(name) for name in listed[:DESCRIBED_INDICES]))
+    unknown = {"kind": "unknown", "reason": f"not described: the list describes its first {DESCRIBED_INDICES}"}
+    kinds = dict(zip(listed, shown)) | {name: unknown for name in listed[DESCRIBED_INDICES:]}
+    return es_json({"indices": listed, "described": kinds}, 200)
+
+
+async def describe(passthrough: Passthrough, caller: Caller, name: str, patterns: Sequence = ()) -> dict[str, Any]:
+    """What a search with ``ext.chunkrag`` on ``name`` does, as the gateway
+    decides it: ``{"kind": "chunks"}`` for a chunk index; for any other
+    ``{"kind": "existing", "fields": [...], "title": ...}`` (post-search, the
+    text fields it splits, the passages' header), with ``problem`` when the
+    configured fields do not fit; ``{"kind": "unknown", "reason": ...}`` when
+    the cluster would not list its fields for these credentials."""
+    target = f"/{quote(name, safe='')}/_field_caps?fields=*"
+    response = await passthrough.forward("GET", target, [(b"accept", b"application/json")], b"", caller)
+    try:
+        answer = orjson.loads(response.body)
+    except orjson.JSONDecodeError:
+        answer = None
+    if response.status_code != 200 or not isinstance(answer, dict):
+        return {"kind": "unknown", "reason": f"_field_caps answered {response.status_code}"}
+    return kind_of(field_types_of(answer), configured_fields(patterns, name))
+
+
+def kind_of(types, configured: Sequence[str] = ()) -> dict[str, Any]:
+    """A field listing's kind and text fields (pure: see :func:`describe`)."""
+    if is_chunk_index(types):
+        return {"kind": "chunks"}
+    try:
+        found = fields_for_index(types, configured=configured)
+    except FieldError as exc:
+        return {"kind": "existing", "fields": [], "title": "", "problem": str(exc)}
+    return {"kind": "existing", "fields": list(found.fields), "title": found.title}
 
 
 def _may_read(caller: Caller, name: str) -> bool:
@@ -119,15 +183,23 @@ def page_defaults(max_candidates: int) -> dict:
     declaration and the library's constants, never written in the script."""
     from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED
     from search_extension.ask import DEFAULT_CANDIDATES
-    from search_extension.options import OptionsModel
+    from search_extension.options import MAX_PASSAGES_LIMIT, OptionsModel
+    from search_extension.post_search import EMPTY_HITS
     from search_extension.queries import MODES
 
+    declared = OptionsModel.model_fields
     return {
         "modes": list(MODES),
         "candidates": min(DEFAULT_CANDIDATES, max_candidates),
         "max_candidates": max_candidates,
-        "fixed_threshold": OptionsModel.model_fields["fixed_threshold"].default,
+        "fixed_threshold": declared["fixed_threshold"].default,
         "judge_top": JUDGE_TOP_WHEN_ASKED,
+        # Post-search (an index of the caller's own): what a hit without a kept passage becomes, and
+        # the passages per hit that go to the filter.
+        "empty_hits": list(EMPTY_HITS),
+        "empty_hits_default": declared["empty_hits"].default,
+        "max_passages": declared["max_passages"].default,
+        "max_passages_limit": MAX_PASSAGES_LIMIT,
     }
 
 

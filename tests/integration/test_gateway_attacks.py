@@ -407,6 +407,8 @@ def test_playground_routes_in_both_modes(service_gateway, forwarding, indices): 
         assert page.status_code == 200 and "frame-ancestors 'none'" in page.headers["content-security-policy"]
     listed = httpx.get(f"{url}/v1/playground/indices", headers={"authorization": f"ApiKey {TEAM_KEY}"}, timeout=30)
     assert listed.status_code == 200 and allowed in listed.json()["indices"] and other not in listed.json()["indices"]
+    # Each listed index described with the key's derived credentials; nothing about the others.
+    assert listed.json()["described"][allowed]["kind"] != "unknown" and other not in listed.json()["described"]
     assert httpx.get(f"{url}/v1/playground/indices", timeout=30).status_code == 401
     listed = httpx.get(f"{forwarding}/v1/playground/indices", headers=ALICE, timeout=30)
     assert listed.status_code == 200 and allowed in listed.json()["indices"] and other not in listed.json()["indices"]

@@ -282,6 +282,8 @@ def test_sign_in_lists_only_what_the_user_may_read_and_keeps_no_credentials(page
     names = listed_indices(page)
     assert allowed in names and other not in names
     assert all(name.startswith(secured.ALLOWED_PREFIX) for name in names)
+    # Described with the user's own credentials (_field_caps): a chunk index.
+    assert page.get_attribute(f"#index option[value='{allowed}']", "data-kind") == "chunks"
     stored = page.evaluate(
         "({local: localStorage.length, session: sessionStorage.length, cookie: document.cookie, url: location.href})"
     )
@@ -581,3 +583,186 @@ def test_the_page_works_in_front_of_opensearch(page, settings, embedder, chat):
     finally:
         backend.delete_index(name)
         backend.close()
+
+
+# --- an index of the caller's own: post-search, both engines ----------------------------------------
+
+EXISTING_MAPPING = {
+    "properties": {
+        "title": {"type": "text", "fields": {"keyword": {"type": "keyword"}}},
+        "body": {"type": "text"},
+        "url": {"type": "keyword"},
+    }
+}
+EXISTING_DOCS = {
+    "tokyo-guide": {
+        "title": "Tokyo guide",
+        "body": "Tokyo is the capital of Japan. Its metropolitan area is home to about 37 million people. "
+        "Trains run from early morning until after midnight. Many visitors buy a rail pass at the airport.",
+        "url": "https://example.test/tokyo",
+    },
+    "kyoto-notes": {
+        "title": "Kyoto notes",
+        "body": "Kyoto was the imperial capital of Japan for over a thousand years. It has many Buddhist temples. "
+        "The autumn leaves draw crowds every November.",
+        "url": "https://example.test/kyoto",
+    },
+    "office-notice": {
+        "title": "Office notice",
+        "body": f"The Tokyo office notice for visitors to Japan reads {INJECTED} and nothing else. "
+        "Visitors sign in at the front desk.",
+        "url": "https://example.test/notice",
+    },
+    "osaka": {
+        "title": "Osaka",
+        "body": "Osaka is a large port city in Japan. It is known for its food. Osaka Castle is a famous landmark.",
+        "url": "https://example.test/osaka",
+    },
+    "checklist": {  # no body: the hit passes through marked "no text"
+        "title": "Japan travel checklist",
+        "url": "https://example.test/checklist",
+    },
+}
+
+
+@pytest.fixture
+def existing_and_chunk_index(engine, embedder, settings):
+    """An index this project did not write (title/body/url) and a chunk index, on ``engine``."""
+    suffix = uuid.uuid4().hex[:8]
+    existing, chunks = f"test-playground-kb-{suffix}", f"test-playground-chunks-{suffix}"
+    engine.create_index(
+        existing, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": EXISTING_MAPPING}
+    )
+    actions = ({"_op_type": "index", "_index": existing, "_id": i, "_source": doc} for i, doc in EXISTING_DOCS.items())
+    assert all(ok for ok, _ in engine.bulk(actions, chunk_size=100, max_retries=0, initial_backoff=1))
+    engine.refresh(existing)
+    chosen = dataclasses.replace(settings, search_backend=engine.engine)
+    report = ingest_documents(
+        documents(), client=engine, embedder=embedder, settings=chosen, index=chunks, progress=False
+    )
+    assert report.ok, report.errors
+    yield existing, chunks
+    for name in (existing, chunks):
+        engine.delete_index(name)
+
+
+def shown_hits(page) -> list[dict]:
+    """Each hit the page shows: its ref and its passages (field, offsets, kept, reason) in order."""
+    return page.eval_on_selector_all(
+        "#hits-list article.hit",
+        """cards => cards.map(card => ({ref: card.dataset.ref, kept: card.dataset.kept,
+            passages: [...card.querySelectorAll('li.passage')].map(p => ({...p.dataset}))}))""",
+    )
+
+
+def api_hits(response: dict) -> list[dict]:
+    """The same from the API's JSON: kept passages first, then the dropped ones."""
+
+    def entry(passage):
+        return {
+            "field": passage["field"],
+            "start": str(passage["start"]),
+            "end": str(passage["end"]),
+            "kept": str(passage["kept"]).lower(),
+            "reason": passage.get("reason", ""),
+        }
+
+    return [
+        {
+            "ref": f"{hit['_index']}/{hit['_id']}",
+            "kept": str(hit["_chunkrag"]["kept"]).lower(),
+            "passages": [entry(p) for p in hit["_chunkrag"]["passages"] + hit["_chunkrag"].get("dropped", [])],
+        }
+        for hit in response["hits"]["hits"]
+    ]
+
+
+def test_an_index_of_your_own_shows_each_hits_kept_passages(
+    page, engine, settings, embedder, chat, existing_and_chunk_index
+):
+    existing, chunks = existing_and_chunk_index
+    chosen = dataclasses.replace(settings, search_backend=engine.engine, redis_url=own_cache(settings))
+    with serving(create_app(chosen, model=chat, embedder=embedder)) as url:
+        open_page(page, url)
+        sign_in(page)
+        names = listed_indices(page)
+        assert existing in names and chunks in names and not [n for n in names if n.startswith(".")]
+        # The picker marks each index: a chunk index, or one of yours (post-search).
+        kinds = dict(page.eval_on_selector_all("#index option", "os => os.map(o => [o.value, o.dataset.kind])"))
+        assert (kinds[existing], kinds[chunks]) == ("existing", "chunks")
+        page.select_option("#index", chunks)
+        assert page.is_hidden("#post-search")
+        page.select_option("#index", existing)
+        assert page.get_attribute("#index-kind", "data-kind") == "existing"
+        assert page.is_disabled("#compare") and page.is_disabled("#setting-a-candidates")
+
+        # The body editor starts as a multi_match of the question over the detected text fields and title.
+        page.fill("#question", QUESTION)
+        assert json.loads(page.input_value("#body-editor")) == {
+            "query": {"multi_match": {"query": QUESTION, "fields": ["body", "title"]}},
+            "size": 10,
+        }
+        run(page, "#ask")
+        body = json.loads(copied(page, "body"))
+        assert body["ext"]["chunkrag"]["mode"] == "post_search" and body["ext"]["chunkrag"]["include_dropped"]
+        expected = api_search(url, existing, body)
+        # Each hit as the API returned it, in its order, with its kept passages within it and the dropped
+        # ones (greyed) after them.
+        assert shown_hits(page) == api_hits(expected)
+        assert any(hit["_chunkrag"]["kept"] for hit in expected["hits"]["hits"])
+        kept_texts = page.eval_on_selector_all(
+            "#hits-list article[data-id='tokyo-guide'] li.passage.kept .text", "ps => ps.map(p => p.textContent)"
+        )
+        assert any("Tokyo is the capital of Japan" in text for text in kept_texts)
+        assert page.text_content("#hits-list article[data-id='tokyo-guide'] .title") == "Tokyo guide"
+        # Hits without a kept passage are marked, the one without text as such.
+        marks = dict(page.eval_on_selector_all("#hits-list article", "cs => cs.map(c => [c.dataset.id, c.className])"))
+        assert marks["checklist"] == "hit no-text"
+        assert page.text_content("#hits-list article[data-id='checklist'] .badge") == "no text"
+        for hit in expected["hits"]["hits"]:
+            if hit["_chunkrag"].get("reason") == "no_kept_passage":
+                assert marks[hit["_id"]] == "hit empty"
+        # The answer cites <index>/<_id>, each citation finding its hit.
+        answer = expected["chunkrag"]["answer"]
+        assert page.text_content("#hits-answer-text") == answer["text"]
+        cited = page.eval_on_selector_all("#hits-answer .citation", "links => links.map(l => l.dataset.ref)")
+        assert cited == answer["citations"] and cited
+        page.click("#hits-answer .citation")
+        assert page.get_attribute("#hits-list article.focus", "data-ref") == cited[0]
+        # A document holding <script>: its passage is text, and nothing ran.
+        texts = page.eval_on_selector_all("#hits-list .passage .text", "ps => ps.map(p => p.textContent)")
+        assert any(INJECTED in text for text in texts)
+        assert page.evaluate("window.__pwned === undefined")
+        assert page.locator("#hits-list script").count() == 0
+        # The copied Python snippet, run as a user would, gets the same hits and passages.
+        snippet = copied(page, "python-os" if engine.engine == "opensearch" else "python-es")
+        assert "body=" in snippet and '"mode": "post_search"' in snippet
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(snippet, "copied snippet", "exec"), {})  # noqa: S102 - the page's own output
+        assert printed.getvalue() == "".join(
+            f"{hit['_index']} {hit['_id']} {len(hit['_chunkrag']['passages'])}\n" for hit in expected["hits"]["hits"]
+        )
+        shot(page.locator("#query"), f"post_search_body_{engine.engine}")
+        shot(page.locator("#hits-result"), f"post_search_{engine.engine}")
+
+        # Your own body, with aggregations and hits without a kept passage left out (counted).
+        own = {
+            "query": {"match": {"body": "capital of Japan"}},
+            "aggs": {"sites": {"terms": {"field": "url"}}},
+            "size": 5,
+        }
+        page.fill("#body-editor", json.dumps(own))
+        page.select_option("#ps-empty-hits", "drop")
+        page.uncheck("#ps-include-dropped")
+        page.fill("#question", "What is the capital of Japan? (not in the body)")  # the edited body stays
+        run(page, "#ask")
+        body = json.loads(copied(page, "body"))
+        assert {k: v for k, v in body.items() if k != "ext"} == own
+        assert body["ext"]["chunkrag"]["empty_hits"] == "drop"
+        expected = api_search(url, existing, body)
+        assert shown_hits(page) == api_hits(expected)
+        assert page.is_visible("#aggregations")
+        assert json.loads(page.text_content("#aggregations-text")) == expected["aggregations"]
+        left_out = expected["chunkrag"]["hits"]["dropped"]
+        assert f"({left_out} left out)" in page.text_content("#fact-empty")

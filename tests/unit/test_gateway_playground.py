@@ -10,7 +10,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from chunkrag_core.settings import GatewaySettings, Settings
+from chunkrag_core.settings import GatewaySettings, PostSearchSettings, Settings
 from search_extension.gateway import create_app
 from search_extension.gateway.identity import basic, key_hash
 from search_extension.gateway.origin import HttpResponse
@@ -29,8 +29,38 @@ RESOLVED = {
 }
 
 
+CHUNK_CAPS = {
+    "doc_id": {"keyword": {"type": "keyword"}},
+    "position": {"integer": {"type": "integer"}},
+    "text": {"text": {"type": "text"}},
+    "vector": {"dense_vector": {"type": "dense_vector"}},
+}
+# _field_caps of each index: docs-1 (and its alias) a chunk index, logs-1 an index of the caller's own.
+FIELD_CAPS = {
+    "docs": CHUNK_CAPS,
+    "docs-1": CHUNK_CAPS,
+    "logs-1": {
+        "_id": {"_id": {"type": "_id"}},
+        "title": {"text": {"type": "text"}},
+        "title.raw": {"keyword": {"type": "keyword"}},
+        "body": {"text": {"type": "text"}},
+        "url": {"keyword": {"type": "keyword"}},
+        "views": {"long": {"type": "long"}},
+    },
+}
+
+
+def json_reply(value, status=200):
+    return HttpResponse(status, ((b"content-type", b"application/json"),), orjson.dumps(value))
+
+
 def resolve_reply(method, target):
-    return HttpResponse(200, ((b"content-type", b"application/json"),), orjson.dumps(RESOLVED))
+    if target.endswith("/_field_caps?fields=*"):
+        name = target.split("/")[1]
+        if name not in FIELD_CAPS:
+            return json_reply({"error": {"type": "security_exception", "reason": "no"}, "status": 403}, 403)
+        return json_reply({"indices": [name], "fields": FIELD_CAPS[name]})
+    return json_reply(RESOLVED)
 
 
 def refusal(method, target):
@@ -87,21 +117,66 @@ def test_service_mode_lists_only_the_indices_of_the_gateway_key():
     transport = RecordingTransport(derived_key_then_resolve)
     response = client_for(transport, **SERVICE).get(INDICES, headers={"authorization": f"ApiKey {KEY}"})
     assert response.status_code == 200
-    assert response.json() == {"indices": ["docs", "docs-1"]}
+    assert response.json()["indices"] == ["docs", "docs-1"]
     # The cluster is asked with the key the gateway derived for this gateway key (limited by the
-    # cluster to its patterns), never with the caller's gateway key or the gateway's own credentials.
-    [create, (method, target, headers, _)] = transport.requests
+    # cluster to its patterns), never with the caller's gateway key or the gateway's own credentials;
+    # the fields of only the indices listed.
+    [create, (method, target, headers, _), *described] = transport.requests
     assert create[:2] == ("POST", "/_security/api_key")
     assert (method, target) == ("GET", "/_resolve/index/*?expand_wildcards=open")
     assert headers[b"authorization"] == b"ApiKey ZDE6c2VjcmV0"
+    assert sorted(t for _, t, _, _ in described) == ["/docs-1/_field_caps?fields=*", "/docs/_field_caps?fields=*"]
+    assert all(h[b"authorization"] == b"ApiKey ZDE6c2VjcmV0" for _, _, h, _ in described)
 
 
 def test_forward_mode_asks_the_cluster_with_the_callers_credentials():
     transport = RecordingTransport(resolve_reply)
     alice = basic("alice", "pw")
     response = client_for(transport).get(INDICES, headers={"authorization": alice.decode()})
-    assert response.json() == {"indices": ["docs", "docs-1", "logs-1"]}  # the cluster filtered them already
-    assert transport.requests[0][2][b"authorization"] == alice
+    assert response.json()["indices"] == ["docs", "docs-1", "logs-1"]  # the cluster filtered them already
+    assert all(headers[b"authorization"] == alice for _, _, headers, _ in transport.requests)
+
+
+def test_each_index_is_described_as_a_chunk_index_or_one_for_post_search():
+    response = client_for(RecordingTransport(resolve_reply)).get(INDICES)
+    assert response.json()["described"] == {
+        "docs": {"kind": "chunks"},
+        "docs-1": {"kind": "chunks"},
+        # Post-search splits body; title heads the passages; multi-fields and keywords are not text.
+        "logs-1": {"kind": "existing", "fields": ["body"], "title": "title"},
+    }
+
+
+def test_configured_fields_describe_an_index_and_a_field_that_is_not_text_is_named():
+    transport = RecordingTransport(resolve_reply)
+    settings = Settings(post_search=PostSearchSettings(fields="logs-*:url"))
+    app = create_app(settings, es=FakeElasticsearch(), embedder=FakeEmbedder(), http_transport=transport)
+    described = TestClient(app).get(INDICES).json()["described"]["logs-1"]
+    assert described["kind"] == "existing" and described["fields"] == []
+    assert "[url]" in described["problem"] and "keyword" in described["problem"]
+
+
+def test_past_the_cap_indices_are_listed_undescribed(monkeypatch):
+    from search_extension.gateway import playground
+
+    monkeypatch.setattr(playground, "DESCRIBED_INDICES", 1)
+    transport = RecordingTransport(resolve_reply)
+    listed = client_for(transport).get(INDICES).json()
+    assert listed["indices"] == ["docs", "docs-1", "logs-1"]
+    assert listed["described"]["docs"] == {"kind": "chunks"}
+    assert [listed["described"][name]["kind"] for name in ("docs-1", "logs-1")] == ["unknown", "unknown"]
+    assert [t for _, t, _, _ in transport.requests if "_field_caps" in t] == ["/docs/_field_caps?fields=*"]
+
+
+def test_an_index_whose_fields_the_cluster_will_not_list_is_unknown():
+    def refusing(method, target):
+        if target.startswith("/logs-1/"):
+            return json_reply({"error": {"type": "security_exception", "reason": "no"}, "status": 403}, 403)
+        return resolve_reply(method, target)
+
+    described = client_for(RecordingTransport(refusing)).get(INDICES).json()["described"]
+    assert described["logs-1"] == {"kind": "unknown", "reason": "_field_caps answered 403"}
+    assert described["docs"] == {"kind": "chunks"}
 
 
 def test_a_refusal_comes_back_without_a_browser_challenge():
@@ -162,7 +237,8 @@ def test_the_script_is_served_with_the_filters_defaults_from_the_declaration():
     from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, THRESHOLDS
     from search_extension.ask import DEFAULT_CANDIDATES
     from search_extension.gateway.playground import DEFAULTS_MARK, page_defaults
-    from search_extension.options import OptionsModel
+    from search_extension.options import MAX_PASSAGES_LIMIT, OptionsModel
+    from search_extension.post_search import EMPTY_HITS
     from search_extension.queries import MODES
 
     assert asset("app.js").count(DEFAULTS_MARK.decode()) == 1
@@ -178,6 +254,10 @@ def test_the_script_is_served_with_the_filters_defaults_from_the_declaration():
             "max_candidates": 6,
             "fixed_threshold": OptionsModel.model_fields["fixed_threshold"].default,
             "judge_top": JUDGE_TOP_WHEN_ASKED,
+            "empty_hits": list(EMPTY_HITS),
+            "empty_hits_default": OptionsModel.model_fields["empty_hits"].default,
+            "max_passages": OptionsModel.model_fields["max_passages"].default,
+            "max_passages_limit": MAX_PASSAGES_LIMIT,
         }
     )
     # The thresholds the page offers are the filter's.

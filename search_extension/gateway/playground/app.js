@@ -1,6 +1,8 @@
 // The chunkrag playground. Everything shown comes from the gateway's public API
 // (POST /{index}/_search with ext.chunkrag and include_dropped, a plain _search for
 // neighbours, GET /v1/playground/indices), so it is exactly what any client gets.
+// A chunk index (chunkrag ingest wrote it) shows its candidate chunks; any other index
+// runs in post-search mode: the caller's own _search body, each hit with its kept passages.
 // Rules kept throughout: credentials live in `state.auth` only (never storage, cookies
 // or the URL; fetch sends no cookies and never lets the browser prompt); text from
 // the index or the model is set with textContent, never parsed as HTML.
@@ -25,7 +27,16 @@
   const DEFAULT_THRESHOLD = DEFAULTS.fixed_threshold;
   const SVG = "http://www.w3.org/2000/svg";
 
-  const state = { auth: null, scheme: "none", results: {}, requests: {}, copyFormat: "body" };
+  // Looked for in a hit's _source to head it when the index list names no title field (text_fields.py).
+  const TITLE_NAMES = ["title", "name", "subject", "headline"];
+
+  const state = {
+    auth: null, scheme: "none", results: {}, requests: {}, copyFormat: "body",
+    // index -> {kind: "chunks" | "existing" | "unknown", fields, title}, from the index list.
+    described: {},
+    // Whether the post-search body was written by hand (then the page no longer rewrites it).
+    bodyEdited: false,
+  };
 
   // --- small DOM helpers: strings always become text nodes --------------------------
 
@@ -130,7 +141,7 @@
     $("login-error").textContent = "";
     try {
       const listed = await api("GET", "/v1/playground/indices");
-      fillIndices(listed.indices || []);
+      fillIndices(listed.indices || [], listed.described || {});
     } catch (exc) {
       state.auth = null;
       $("login-error").textContent = "Sign-in failed: " + exc.message;
@@ -151,13 +162,60 @@
     $("sign-out").hidden = true;
     $("workspace").hidden = true;
     $("login").hidden = false;
-    for (const id of ["result", "comparison", "copy", "queryset-result"]) $(id).hidden = true;
+    for (const id of ["result", "hits-result", "comparison", "copy", "queryset-result"]) $(id).hidden = true;
   }
 
-  function fillIndices(names) {
+  const KINDS = {
+    chunks: ["Chunk indices (chunkrag ingest)", "chunk index"],
+    existing: ["Your indices (post-search)", "post-search"],
+    unknown: ["Not described (decided at search time)", "not described"],
+  };
+
+  function fillIndices(names, described) {
+    state.described = described;
     const select = clear($("index"));
-    for (const name of names) select.append(el("option", { value: name, text: name }));
+    for (const [kind, [group, label]] of Object.entries(KINDS)) {
+      const members = names.filter((name) => kindOf(name) === kind);
+      if (!members.length) continue;
+      select.append(el("optgroup", { label: group }, members.map((name) =>
+        el("option", { value: name, dataset: { kind }, text: name + " · " + label }))));
+    }
     if (!names.length) select.append(el("option", { value: "", text: "(no index you may read)" }));
+    indexChanged();
+  }
+
+  function kindOf(index) { return (state.described[index] || {}).kind || "unknown"; }
+
+  // The picked index decides the view: a chunk index's candidates, or post-search over your own body.
+  function indexChanged() {
+    const index = $("index").value, about = state.described[index] || {}, kind = kindOf(index);
+    const badge = $("index-kind");
+    badge.className = "kind " + kind;
+    badge.dataset.kind = kind;
+    badge.textContent = kind === "chunks" ? "chunk index: its chunks are retrieved and filtered"
+      : kind === "existing" ? "your index: post-search over the hits of your own body"
+        : index ? "not described" + (about.reason ? " (" + about.reason + ")" : "") + ": the gateway decides" : "";
+    const existing = kind === "existing";
+    $("post-search").hidden = !existing;
+    $("post-search-fields").textContent = existing
+      ? (about.fields.length ? "text fields: " + about.fields.join(", ") : "no text field found") +
+        (about.title ? "; title: " + about.title : "") + (about.problem ? "; " + about.problem : "")
+      : "";
+    // Candidates and the retrieval mode are a chunk index's; so are side by side and query sets here.
+    for (const name of ["candidates", "mode"]) $("setting-a-" + name).disabled = existing;
+    $("settings-b").disabled = existing;
+    chunkIndexOnly(existing);
+    $("ask").textContent = existing ? "Search with A" : "Ask with A";
+    state.bodyEdited = false;
+    fillBody();
+  }
+
+  // Side by side and query sets compare chunk retrievals: off for an index of your own.
+  function chunkIndexOnly(existing) {
+    for (const id of ["compare", "queryset-run"]) {
+      if (existing) $(id).disabled = true;
+      $(id).title = existing ? "chunk indices only" : "";
+    }
   }
 
   // --- settings panels ----------------------------------------------------------------
@@ -218,6 +276,183 @@
     return { query: { match: { text: question } }, size: options.candidates, ext: { chunkrag: options } };
   }
 
+  // --- post-search: your own body on your own index ----------------------------------
+
+  // A multi_match of the question over the index's text fields and title (what `chunkrag search`
+  // sends for an index of your own); the size is the cluster's default page.
+  function defaultBody(index, question) {
+    const about = state.described[index] || {};
+    const fields = (about.fields || []).concat(about.title && !(about.fields || []).includes(about.title)
+      ? [about.title] : []);
+    const match = { query: question };
+    if (fields.length) match.fields = fields;
+    return { query: { multi_match: match }, size: 10 };
+  }
+
+  function fillBody() {
+    if (state.bodyEdited || kindOf($("index").value) !== "existing") return;
+    $("body-editor").value = JSON.stringify(defaultBody($("index").value, $("question").value.trim()), null, 2);
+  }
+
+  // ext.chunkrag for post-search: setting A's filter, and only what differs from the defaults.
+  function postSearchOptions() {
+    const get = (name) => $("setting-a-" + name);
+    const options = { mode: "post_search" };
+    if (get("preset").value === "topk") {
+      options.stages = false;
+    } else {
+      if (get("preset").value === "judge") options.judge_top = DEFAULTS.judge_top;
+      if (get("threshold").value !== "fixed") options.threshold = get("threshold").value;
+      const cut = parseFloat(get("cut").value);
+      if (isFinite(cut) && cut !== DEFAULT_THRESHOLD) options.fixed_threshold = cut;
+      options.answer = get("answer").checked;
+    }
+    if ($("ps-include-dropped").checked) options.include_dropped = true;
+    if ($("ps-empty-hits").value !== DEFAULTS.empty_hits_default) options.empty_hits = $("ps-empty-hits").value;
+    const cap = parseInt($("ps-max-passages").value, 10);
+    if (isFinite(cap) && cap !== DEFAULTS.max_passages) options.max_passages = cap;
+    return options;
+  }
+
+  // The body in the editor with ext.chunkrag added: the page's settings over the body's own options.
+  function postSearchBody() {
+    fillBody();
+    let body;
+    try { body = JSON.parse($("body-editor").value); } catch (exc) {
+      throw new ApiError(0, "the search body is not JSON: " + exc.message);
+    }
+    if (!body || typeof body !== "object" || Array.isArray(body)) throw new ApiError(0, "the search body must be an object");
+    const ext = body.ext && typeof body.ext === "object" ? body.ext : {};
+    const own = ext.chunkrag && typeof ext.chunkrag === "object" ? ext.chunkrag : {};
+    return { ...body, ext: { ...ext, chunkrag: { ...own, ...postSearchOptions() } } };
+  }
+
+  function postSearch() {
+    return busy("searching", async () => {
+      const index = $("index").value;
+      if (!index) throw new ApiError(0, "pick an index first");
+      if (!state.bodyEdited && !$("question").value.trim()) throw new ApiError(0, "type a question first");
+      const body = postSearchBody();
+      const response = await api("POST", indexPath(index, "_search"), body);
+      const result = { index, body, response, candidates: [] };
+      state.results = { A: result };
+      state.requests = { A: result };
+      showHits(result);
+      showCopy();
+    });
+  }
+
+  function sourceValue(source, path) {
+    let node = source;
+    for (const part of path.split(".")) node = node && typeof node === "object" ? node[part] : undefined;
+    if (node === undefined && source && path in source) node = source[path];
+    const first = Array.isArray(node) ? node[0] : node;
+    return typeof first === "string" ? first : "";
+  }
+
+  function hitTitle(hit, index) {
+    const source = hit._source || {}, named = (state.described[index] || {}).title;
+    for (const path of named ? [named] : TITLE_NAMES) {
+      const value = sourceValue(source, path);
+      if (value) return value;
+    }
+    return "";
+  }
+
+  function passageItem(passage) {
+    const kept = passage.kept !== false;
+    const scores = Object.entries(passage.scores || {}).map(([k, v]) => (SCORE_LABELS[k] || k) + " " + fmt(v));
+    return el("li", { class: "passage " + (kept ? "kept" : "dropped"),
+      dataset: { field: passage.field, start: passage.start, end: passage.end, kept: String(kept),
+        reason: passage.reason || "" } },
+    el("div", { class: "where muted" },
+      el("b", { text: kept ? "kept" : "dropped: " + String(passage.reason || "").replace(/_/g, " ") }),
+      " · " + passage.field + " · characters " + passage.start + "–" + passage.end + " · score " +
+      fmt(passage.score) + (scores.length ? " (" + scores.join(", ") + ")" : "")),
+    el("div", { class: "text", text: passage.text }));
+  }
+
+  function showHits(result) {
+    const { response, index } = result;
+    const section = response.chunkrag || {}, counts = section.hits || {}, passages = section.passages || {};
+    const hits = (response.hits && response.hits.hits) || [];
+    const total = response.hits && response.hits.total;
+    $("result").hidden = true;
+    $("comparison").hidden = true;
+    $("hits-result").hidden = false;
+    $("hits-title").textContent = "post-search · " + index;
+    const threshold = section.threshold;
+    const fact = (label, value, id) => el("span", { class: "fact", id }, el("b", { text: label }), " ", value);
+    const summary = clear($("hits-summary"));
+    summary.append(...[
+      fact("hits", hits.length + (total && typeof total === "object"
+        ? " shown of " + total.value + (total.relation === "gte" ? "+" : "") : ""), "fact-hits"),
+      fact("passages kept", (passages.kept ?? 0) + " of " + (passages.candidates ?? 0), "fact-passages"),
+      fact("without a kept passage", String(counts.without_kept_passage ?? 0) +
+        (counts.empty_hits === "drop" ? " (" + (counts.dropped ?? 0) + " left out)" : " (kept, marked)"),
+      "fact-empty"),
+      counts.without_text ? fact("without text", String(counts.without_text), "fact-no-text") : null,
+      passages.capped ? fact("capped", passages.capped + " over " + passages.max_per_hit + " per hit") : null,
+      fact("threshold", threshold ? fmt(threshold.value) + " (" + threshold.method + ")" : "none (no filter)",
+        "fact-threshold"),
+      fact("cluster took", String(response.took ?? "–") + " ms"),
+    ].filter(Boolean));
+    const usage = section.usage || {};
+    summary.append(el("div", { class: "timings" },
+      "timings (ms): ", Object.entries(section.timings_ms || {}).map(([k, v]) => k + " " + fmt(v, 1)).join(" · "),
+      " — model calls ", String(usage.model_calls ?? 0), " (cached ", String(usage.cached_calls ?? 0), ")"));
+    showHitsAnswer(section.answer);
+    const list = clear($("hits-list"));
+    hits.forEach((hit, i) => {
+      const marker = hit._chunkrag || {};
+      const kept = marker.passages || [], dropped = marker.dropped || [];
+      const kind = marker.reason === "no_text" ? "no-text" : marker.kept ? "kept" : "empty";
+      const title = hitTitle(hit, index);
+      list.append(el("article", { class: "hit " + kind,
+        dataset: { index: hit._index, id: hit._id, ref: hit._index + "/" + hit._id, kept: String(!!marker.kept) } },
+      el("div", { class: "hit-head" },
+        el("span", { class: "muted", text: "#" + (i + 1) }),
+        el("span", { class: "title", text: title || "(no title)" }),
+        el("span", { class: "where muted", text: hit._index + "/" + hit._id }),
+        el("span", { class: "where muted", text: "score " + fmt(hit._score) }),
+        el("span", { class: "badge " + (marker.kept ? "kept" : ""), text: marker.kept
+          ? kept.length + " kept passage" + (kept.length === 1 ? "" : "s")
+          : marker.reason === "no_text" ? "no text" : "no kept passage" }),
+        marker.capped ? el("span", { class: "badge", text: marker.capped + " over the cap, not judged" }) : null),
+      kept.length || dropped.length
+        ? el("ol", { class: "passages" }, kept.map(passageItem), dropped.map(passageItem)) : null));
+    });
+    if (!hits.length) list.append(el("p", { class: "muted", text: "no hit" }));
+    const aggregations = response.aggregations;
+    $("aggregations").hidden = !aggregations;
+    $("aggregations-text").textContent = aggregations ? JSON.stringify(aggregations, null, 2) : "";
+  }
+
+  function showHitsAnswer(answer) {
+    const box = clear($("hits-answer"));
+    box.hidden = !answer;
+    if (!answer) return;
+    box.append(el("h3", { text: answer.found ? "Answer" : "Answer (not found in the kept passages)" }),
+      el("p", { id: "hits-answer-text", text: answer.text }));
+    if ((answer.citations || []).length) {
+      box.append(el("p", {}, "Cites: ", answer.citations.map((ref) =>
+        el("button", { type: "button", class: "link citation", dataset: { ref }, onclick: () => focusHit(ref),
+          text: ref }))));
+    }
+    if ((answer.passages || []).length) {
+      box.append(el("ul", { class: "muted where cited-passages" }, answer.passages.map((p) =>
+        el("li", { text: p._index + "/" + p._id + " · " + p.field + " · characters " + p.start + "–" + p.end }))));
+    }
+  }
+
+  function focusHit(ref) {
+    for (const card of $("hits-list").querySelectorAll("article.hit")) {
+      const match = card.dataset.ref === ref;
+      card.classList.toggle("focus", match);
+      if (match) card.scrollIntoView({ block: "center" });
+    }
+  }
+
   // --- one search, as candidates in retrieval order -----------------------------------
 
   function candidatesOf(response) {
@@ -245,7 +480,8 @@
     if (!index) throw new ApiError(0, "pick an index first");
     const body = searchBody(question, options);
     const response = await api("POST", indexPath(index, "_search"), body);
-    return { index, body, response, candidates: candidatesOf(response) };
+    const postSearched = (response.chunkrag || {}).mode === "post_search";
+    return { index, body, response, candidates: postSearched ? [] : candidatesOf(response) };
   }
 
   function header(source) {
@@ -459,6 +695,7 @@
       $("error").textContent = exc.message;
     } finally {
       for (const id of ["ask", "compare", "queryset-run"]) $(id).disabled = false;
+      chunkIndexOnly(kindOf($("index").value) === "existing");
       // What a test (or a script) waits on: one more request round finished.
       document.body.dataset.runs = String(Number(document.body.dataset.runs || 0) + 1);
       document.body.dataset.busy = "false";
@@ -472,12 +709,18 @@
   }
 
   function ask() {
+    if (kindOf($("index").value) === "existing") return postSearch();
     return busy("asking", async () => {
       const result = await runSearch("A", question(), optionsOf("A"));
       state.results = { A: result };
       state.requests = { A: result };
-      showResult("A", result);
-      $("comparison").hidden = true;
+      if ((result.response.chunkrag || {}).mode === "post_search") {  // an index the list did not describe
+        showHits(result);
+      } else {
+        $("hits-result").hidden = true;
+        showResult("A", result);
+        $("comparison").hidden = true;
+      }
       showCopy();
     });
   }
@@ -489,6 +732,7 @@
       const b = await runSearch("B", text, optionsOf("B"));
       state.results = { A: a, B: b };
       state.requests = { A: a, B: b };
+      $("hits-result").hidden = true;
       showResult("A", a);
       showComparison(a, b);
       showCopy();
@@ -766,6 +1010,11 @@
     const url = location.origin + ROOT;
     const json = JSON.stringify(body, null, 2);
     if (format === "body") return json;
+    const postSearched = body.ext.chunkrag.mode === "post_search";
+    // Post-search: the body as a whole (it may hold aggs, sort, from...); each hit with its kept passages.
+    const printed = postSearched
+      ? 'for hit in response["hits"]["hits"]:\n    print(hit["_index"], hit["_id"], len(hit["_chunkrag"]["passages"]))\n'
+      : 'for hit in response["hits"]["hits"]:\n    print(hit["_id"], hit["_chunkrag"]["reason"])\n';
     if (format === "curl") {
       const auth = { basic: ' -u "$ES_USER:$ES_PASSWORD"', apikey: ' -H "Authorization: ApiKey $ES_API_KEY"',
         none: "" }[state.scheme];
@@ -776,18 +1025,21 @@
     if (format === "python-es") {
       const auth = { basic: ', basic_auth=(os.environ["ES_USER"], os.environ["ES_PASSWORD"])',
         apikey: ', api_key=os.environ["ES_API_KEY"]', none: "" }[state.scheme];
+      if (postSearched) {
+        return "import os\n\nfrom elasticsearch import Elasticsearch\n\n" +
+          "es = Elasticsearch(" + JSON.stringify(url) + auth + ")\n" +
+          "response = es.search(index=" + JSON.stringify(index) + ", body=" + py(body) + ")\n" + printed;
+      }
       return "import os\n\nfrom elasticsearch import Elasticsearch\n\n" +
         "es = Elasticsearch(" + JSON.stringify(url) + auth + ")\n" +
         "response = es.search(\n    index=" + JSON.stringify(index) + ",\n    query=" + py(body.query, "    ") +
-        ",\n    size=" + body.size + ",\n    ext=" + py(body.ext, "    ") + ",\n)\n" +
-        'for hit in response["hits"]["hits"]:\n    print(hit["_id"], hit["_chunkrag"]["reason"])\n';
+        ",\n    size=" + body.size + ",\n    ext=" + py(body.ext, "    ") + ",\n)\n" + printed;
     }
     const auth = { basic: ', http_auth=(os.environ["ES_USER"], os.environ["ES_PASSWORD"])',
       apikey: ', headers={"Authorization": "ApiKey " + os.environ["ES_API_KEY"]}', none: "" }[state.scheme];
     return "import os\n\nfrom opensearchpy import OpenSearch\n\n" +
       "client = OpenSearch([" + JSON.stringify(url) + "]" + auth + ")\n" +
-      "response = client.search(index=" + JSON.stringify(index) + ", body=" + py(body) + ")\n" +
-      'for hit in response["hits"]["hits"]:\n    print(hit["_id"], hit["_chunkrag"]["reason"])\n';
+      "response = client.search(index=" + JSON.stringify(index) + ", body=" + py(body) + ")\n" + printed;
   }
 
   async function copyToClipboard() {
@@ -817,6 +1069,16 @@
     $("ask").addEventListener("click", ask);
     $("compare").addEventListener("click", compare);
     $("question").addEventListener("keydown", (event) => { if (event.key === "Enter") ask(); });
+    $("question").addEventListener("input", fillBody);
+    $("index").addEventListener("change", indexChanged);
+    $("body-editor").addEventListener("input", () => { state.bodyEdited = true; });
+    $("body-reset").addEventListener("click", () => { state.bodyEdited = false; fillBody(); });
+    for (const choice of DEFAULTS.empty_hits) {
+      $("ps-empty-hits").append(el("option", { value: choice, text: choice === "drop"
+        ? "drop (left out, counted)" : choice === "keep" ? "keep (marked)" : choice }));
+    }
+    $("ps-empty-hits").value = DEFAULTS.empty_hits_default;
+    Object.assign($("ps-max-passages"), { value: DEFAULTS.max_passages, max: DEFAULTS.max_passages_limit });
     $("queryset-file").addEventListener("change", loadFile);
     $("queryset-run").addEventListener("click", runQuerySet);
     for (const tab of document.querySelectorAll(".tab")) {
