@@ -50,6 +50,14 @@ class SourceField:
         )
 
 
+def title_value(text: str) -> str:
+    """A title field's text as the passages' header: a field with several
+    values (joined by a blank line) reads as its first one. Post-search and
+    ``chunkrag sync`` both take the header this way, so their fingerprints
+    of the same hit agree."""
+    return text.split("\n\n", 1)[0]
+
+
 def source_doc_id(index: str, doc_id: str, field: str) -> str:
     """The deterministic doc_id of one source field in a chunk index; a
     name too long for a chunk id (or holding the separator) is replaced by

@@ -36,7 +36,7 @@ from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import document_fingerprint
 from ingest_pipeline.pipeline import IngestReport, ingest_documents, shaping_of
-from ingest_pipeline.source_fields import SourceField
+from ingest_pipeline.source_fields import SourceField, title_value
 from ingest_pipeline.sources import Document, Skipped
 from ingest_pipeline.writer import ensure_index_for, stored_documents
 
@@ -197,7 +197,7 @@ def field_documents(
     index, doc_id, source = hit["_index"], hit["_id"], hit.get("_source") or {}
     where = f"{index}/{doc_id}"
     try:
-        title = field_text(source, title_field) if title_field else ""
+        title = title_value(field_text(source, title_field)) if title_field else ""
     except MalformedField as exc:
         return [], [f"{where}: title {exc}; document not synced"]
     documents, errors = [], []

@@ -12,25 +12,22 @@ caller's search already returned.
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence
+from typing import Mapping, Sequence
 
 from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import SearchBackend
+from chunkrag_core.engines.errors import EngineRefused
 from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import document_fingerprint
 from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.source_fields import SourceField
+from ingest_pipeline.sync import companion_name
+from search_extension.passages import PassageSource
 
 # Most chunks one request brings back (the engine's default result window);
 # fields whose chunks did not all fit go to the fallback.
 MAX_CHUNKS = 10_000
-
-
-class PassageSource(Protocol):
-    """Passages of hit fields, keyed by ``SourceField.companion_id``."""
-
-    def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]: ...
 
 
 class CompanionPassages:
@@ -98,3 +95,28 @@ def _usable(stored: Sequence[tuple[str, Chunk]], fingerprint: str) -> bool:
         and [chunk.position for _, chunk in stored] == list(range(len(stored)))
         and all(chunk.vector is not None and chunk.scale == BASE_SCALE for _, chunk in stored)
     )
+
+
+class CompanionsFirst:
+    """:class:`PassageSource` of post-search: the fields of each hit's index
+    from that index's companion (``<index>-chunkrag``, the name ``chunkrag
+    sync`` gives it) where there is one, read with ``client`` (the caller's
+    own credentials, or in service mode the key's derived ones: a companion
+    the caller may not read is passed over); everything else from
+    ``fallback`` (chunked and embedded at query time)."""
+
+    def __init__(self, client: SearchBackend, fallback: PassageSource, *, settings: Settings):
+        self._client, self._fallback, self._settings = client, fallback, settings
+
+    def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]:
+        by_index: dict[str, list[SourceField]] = {}
+        for field in fields:
+            by_index.setdefault(field.index, []).append(field)
+        found: dict[str, Sequence[Chunk]] = {}
+        for index, group in by_index.items():
+            companion = CompanionPassages(self._client, companion_name(index), self._fallback, settings=self._settings)
+            try:
+                found.update(companion.passages(group))
+            except EngineRefused:
+                found.update(self._fallback.passages(group))
+        return found

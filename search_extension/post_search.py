@@ -30,7 +30,7 @@ from chunkrag_filter.judging import JudgeMany
 from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
 from chunkrag_filter.processors.answer import Answer, answer_from_chunks
 from chunkrag_filter.processors.features import STOPWORDS
-from ingest_pipeline.source_fields import SourceField
+from ingest_pipeline.source_fields import SourceField, title_value
 from search_extension.passages import PassageSource
 from search_extension.text_fields import TextFields, field_text
 
@@ -137,7 +137,7 @@ def post_search(
         text_fields = fields_of(index)
         title = (field_text(hit, text_fields.title) or "") if text_fields.title else ""
         sources = [
-            SourceField(index, doc_id, name, text, title=_first_line(title))
+            SourceField(index, doc_id, name, text, title=title_value(title))
             for name in text_fields.fields
             if (text := field_text(hit, name)) is not None
         ]
@@ -204,11 +204,6 @@ def hits_of(response: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     hits = response.get("hits")
     found = hits.get("hits") if isinstance(hits, Mapping) else None
     return [h for h in found if isinstance(h, Mapping)] if isinstance(found, list) else []
-
-
-def _first_line(title: str) -> str:
-    # A title field with several values reads as its first one.
-    return title.split("\n\n", 1)[0]
 
 
 def _doc_cosine(hit: Mapping[str, Any], vector_field: str | None, query_vector: np.ndarray) -> float | None:

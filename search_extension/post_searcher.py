@@ -34,11 +34,20 @@ class PostSearcher:
     when the searcher is made (VectorFieldError), not on some later query."""
 
     def __init__(
-        self, settings: Settings, make_embedder: Callable[[], Embedder], passage_source: PassageSource | None = None
+        self,
+        settings: Settings,
+        make_embedder: Callable[[], Embedder],
+        passage_source: PassageSource | None = None,
+        *,
+        query_time: PassageSource | None = None,
     ):
+        """``passage_source`` replaces where passages come from; without it,
+        each hit index's companion (``chunkrag sync``) comes first and
+        ``query_time`` (default: chunked and embedded now, cached) serves the rest."""
         self.settings = settings
         self._make_embedder = make_embedder
-        self._passage_source = passage_source
+        self._injected = passage_source is not None
+        self._passage_source = passage_source if passage_source is not None else query_time
         self._catalog = FieldCatalog()
         self._patterns = parse_field_patterns(settings.post_search.fields)
         self.doc_vector_field = declared_vector_field(settings)
@@ -52,6 +61,16 @@ class PostSearcher:
 
                 self._passage_source = QueryTimePassages(self._make_embedder(), self.settings)
             return self._passage_source
+
+    def _passages_for(self, client: SearchBackend) -> PassageSource:
+        """The passage source given, else each hit index's companion chunk
+        index (``chunkrag sync``) read with ``client``, falling back to
+        query-time chunking for what it does not hold."""
+        if self._injected:
+            return self.passage_source
+        from search_extension.companion import CompanionsFirst
+
+        return CompanionsFirst(client, self.passage_source, settings=self.settings)
 
     def field_types(self, client: SearchBackend, index: str, identity: str = "") -> Mapping[str, tuple[str, ...]]:
         """The fields of ``index`` (an expression or a concrete index) as
@@ -126,7 +145,7 @@ class PostSearcher:
             options=options.post_search,
             filter_options=options.filter,
             fields_of=fields_of,
-            passage_source=self.passage_source,
+            passage_source=self._passages_for(client),
             embedder=self._make_embedder(),
             model=model,
             judge_many=judge_many,
