@@ -36,6 +36,7 @@ import argparse
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from bench.common import SHARED, write_result
 
@@ -68,13 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     client, embedder, model = make_backend(settings), make_embedder(settings.embedder), make_chat(settings.chat)
     cache = GenerationCache(args.cache)
     rows = (REFERENCE, *(cut_row(c) for c in sorted(CANDIDATE_CUTS, reverse=True)))
-    runs = {}
-    for name, limit in (("popqa", args.popqa), ("pubhealth", args.pubhealth)):
-        if not limit:
-            continue
+
+    def run(name: str, limit: int):
         fmt, items, _ = read_items(SHARED / "eval" / name / "dev.jsonl", "auto", "ambiguous", limit)
         started = time.perf_counter()
-        runs[name] = run_table(
+        out = run_table(
             items,
             fmt,
             fmt,
@@ -88,9 +87,16 @@ def main(argv: list[str] | None = None) -> int:
             rows=rows,
             cuts=CANDIDATE_CUTS,
             context_tokens=DEFAULT_CTX,
-            parallel=settings.chat.parallel,
+            parallel=1,
+            on_outcome=lambda o: print(f"{name} [{o.item_id}] {o.row}: {o.correct} {o.prompt_tokens}", file=sys.stderr),
         )
         print(f"{name}: {len(items)} questions, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        return name, out
+
+    # The sets side by side, one answer in flight each: the server's two slots.
+    wanted = [(name, n) for name, n in (("popqa", args.popqa), ("pubhealth", args.pubhealth)) if n]
+    with ThreadPoolExecutor(max_workers=len(wanted)) as pool:
+        runs = dict(pool.map(lambda job: run(*job), wanted))
 
     sets = {
         name: {row: [bool(o.correct) for o in run.outcomes if o.row == row] for row in rows}

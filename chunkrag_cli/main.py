@@ -160,8 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the answer table: answers from no retrieval, all retrieved, top-k and the filter, graded and paired",
     )
     table.add_argument("file", nargs="+", help="JSON-lines files in the popqa, pubhealth or bio format of shared/eval")
-    table.add_argument("--limit", type=int, help="only the first N usable records of each file")
-    table.add_argument("--judge-limit", type=int, help="the row with the LLM judge on the first N questions only")
+    table.add_argument("--limit", help="the first N usable records of each file, or per format: popqa=200,bio=10")
+    table.add_argument(
+        "--judge-limit", help="the row with the LLM judge on the first N questions only (N, or per format)"
+    )
     table.add_argument("--judge-top", type=int, default=9, help="candidates the judge sees in that row")
     table.add_argument(
         "--rows", default="no_retrieval,rag,topk,filter,filter_judge", help="comma-separated rows, in table order"
@@ -535,7 +537,7 @@ def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_table(args: argparse.Namespace) -> int:
     from chunkrag_core.providers import make_chat, make_embedder
-    from chunkrag_eval.answer_table import GenerationCache, run_table, table_markdown
+    from chunkrag_eval.answer_table import GenerationCache, limit_for, parse_limits, run_table, table_markdown
     from chunkrag_eval.datasets import read_items
     from local_services.llm_server import DEFAULT_CTX
 
@@ -543,9 +545,11 @@ def cmd_table(args: argparse.Namespace) -> int:
     rows = tuple(r.strip() for r in args.rows.split(",") if r.strip())
     client, embedder, model = _backend(settings), make_embedder(settings.embedder), make_chat(settings.chat)
     cache = GenerationCache(args.cache) if args.cache else None
+    limits, judge_limits = parse_limits(args.limit), parse_limits(args.judge_limit)
     runs = {}
     for path in args.file:
-        fmt, items, bad = read_items(path, "auto", "ambiguous", args.limit)
+        fmt, items, bad = read_items(path, "auto", "ambiguous")
+        items = items[: limit_for(limits, fmt)]
         for record in bad:
             print(f"{path}: skipped line {record.line}: {record.reason}", file=sys.stderr)
         started = time.perf_counter()
@@ -562,7 +566,7 @@ def cmd_table(args: argparse.Namespace) -> int:
             index=f"{args.index_prefix}-{fmt}",
             rows=rows,
             judge_top=args.judge_top,
-            row_limits={"filter_judge": args.judge_limit} if args.judge_limit else None,
+            row_limits={"filter_judge": limit_for(judge_limits, fmt) or len(items)},
             # The local llama-server's context per slot; a cloud model has more.
             context_tokens=DEFAULT_CTX,
             parallel=settings.chat.parallel,

@@ -49,7 +49,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.engines.schema import DOC_ID
-from chunkrag_core.providers.chat import ChatModel, ChatRequest, ChatResponse, Message
+from chunkrag_core.providers.chat import ChatError, ChatModel, ChatRequest, ChatResponse, Message
 from chunkrag_core.settings import Settings
 from chunkrag_eval.datasets import EvalItem
 from chunkrag_eval.measures import answer_in_context, kept_within_budget
@@ -86,6 +86,9 @@ MAX_FACTS = 8
 # The local llama-server's context per slot (local_services/llm_server.py
 # DEFAULT_CTX); the CLI passes it in.
 DEFAULT_CONTEXT_TOKENS = 4096
+# Attempts more of a call that failed retryably (a timeout, a 5xx), and the pause between.
+RETRIES = 2
+RETRY_PAUSE_S = 5.0
 # Tokens kept free for the prompt's own words and the answer.
 PROMPT_RESERVE_TOKENS = 400
 # Characters per token assumed when cutting a context to fit: English runs
@@ -212,6 +215,28 @@ def leave_one_out(
 
 def cut_row(c: float) -> str:
     return f"cut={c:g}"
+
+
+def parse_limits(text: str | None) -> dict[str, int]:
+    """``"200"`` (every set) or ``"popqa=200,bio=10"`` (per set; ``"*"``
+    for the rest) as {set or "*": n}."""
+    if not text:
+        return {}
+    out = {}
+    for part in text.split(","):
+        name, _, value = part.strip().rpartition("=")
+        try:
+            n = int(value)
+        except ValueError:
+            raise ValueError(f"a limit is N or SET=N, not {part.strip()!r}") from None
+        if n < 1:
+            raise ValueError(f"a limit must be at least 1, not {n}")
+        out[name.strip() or "*"] = n
+    return out
+
+
+def limit_for(limits: Mapping[str, int], name: str) -> int | None:
+    return limits.get(name, limits.get("*"))
 
 
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s*")
@@ -351,8 +376,9 @@ KIND_METRIC = {
 
 def table_markdown(tables: Mapping[str, Mapping[str, Mapping[str, Any]]], rows: Sequence[str] = ROWS) -> str:
     """The paper's Table 1 layout: a row per method, per dataset its score,
-    prompt tokens per answer, model calls and seconds per question, n and the
-    paired p against RAG."""
+    prompt tokens per question (the answer's and the judge's; not the
+    grading's), model calls and seconds per question, n and the paired p
+    against RAG."""
     datasets = list(tables)
     head = ["method"]
     for name in datasets:
@@ -368,7 +394,7 @@ def table_markdown(tables: Mapping[str, Mapping[str, Mapping[str, Any]]], rows: 
             p = s.get("p_vs_rag")
             cells += [
                 f"{100 * s['accuracy']:.1f}",
-                f"{s['prompt_tokens_per_answer']:.0f}",
+                f"{s['prompt_tokens_per_answer'] + s['judge_prompt_tokens_per_question']:.0f}",
                 f"{s['model_calls_per_question']:.2f}",
                 f"{s['seconds_per_question']:.1f}",
                 str(s["n"]),
@@ -455,7 +481,7 @@ class MeteredChat:
             response, seconds = hit
         else:
             started = time.perf_counter()
-            response = self.model.complete(request)
+            response = self._complete(request)
             seconds = time.perf_counter() - started
             if self.cache is not None:
                 self.cache.put(key, response, seconds)
@@ -466,6 +492,18 @@ class MeteredChat:
             self.completion_tokens += response.completion_tokens
             self.seconds += seconds
         return response
+
+    def _complete(self, request: ChatRequest) -> ChatResponse:
+        # A busy shared server times out now and then: tried again before
+        # the run fails, since a whole table hangs on every answer.
+        for attempt in range(RETRIES + 1):
+            try:
+                return self.model.complete(request)
+            except ChatError as exc:
+                if not exc.retryable or attempt == RETRIES:
+                    raise
+                time.sleep(RETRY_PAUSE_S)
+        raise AssertionError("unreachable")
 
     def fresh(self) -> MeteredChat:
         return MeteredChat(self.model, self.cache, self.model_name)
@@ -697,9 +735,9 @@ def run_table(
     retriever = HybridRetriever(client, embedder, index, settings.retrieval)
     prepared = [prepare(item, dataset, retriever, model, options, cuts) for item in items]
     limits = dict(row_limits or {})
-    jobs = [
-        (i, row) for row in rows for i in range(len(prepared)) if i < limits.get(row, len(prepared))
-    ]  # row by row: a run cut short still has whole rows
+    # Question by question, every row: a run stopped early leaves whole
+    # questions in the cache, and a re-run on that many answers from it.
+    jobs = [(i, row) for i in range(len(prepared)) for row in rows if i < limits.get(row, len(prepared))]
     chat = MeteredChat(model, cache, model_name)
 
     def work(job: tuple[int, str]) -> tuple[int, int, RowOutcome]:

@@ -213,3 +213,16 @@ def test_a_biography_is_graded_fact_by_fact_against_the_pool():
     assert "[1]" not in model.requests[0].messages[0].content
     assert "Ada, born 1815" in model.requests[1].messages[0].content
     assert grade_biography("NOT FOUND", [], Scripted([]), 1000) == ()
+
+
+def test_limits_are_one_number_or_one_per_set():
+    from chunkrag_eval.answer_table import limit_for, parse_limits
+
+    assert parse_limits("200") == {"*": 200} and parse_limits(None) == {}
+    limits = parse_limits("popqa=200, bio=10")
+    assert limit_for(limits, "bio") == 10 and limit_for(limits, "pubhealth") is None
+    assert limit_for(parse_limits("bio=10,50"), "popqa") == 50
+    with pytest.raises(ValueError, match="SET=N"):
+        parse_limits("popqa=many")
+    with pytest.raises(ValueError, match="at least 1"):
+        parse_limits("0")
