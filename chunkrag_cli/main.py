@@ -148,6 +148,26 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--plots", metavar="DIR", help="write PNG figures to DIR")
     evaluation.set_defaults(handler=cmd_eval)
 
+    table = commands.add_parser(
+        "table",
+        help="the answer table: answers from no retrieval, all retrieved, top-k and the filter, graded and paired",
+    )
+    table.add_argument("file", nargs="+", help="JSON-lines files in the popqa, pubhealth or bio format of shared/eval")
+    table.add_argument("--limit", help="the first N usable records of each file, or per format: popqa=200,bio=10")
+    table.add_argument(
+        "--judge-limit", help="the row with the LLM judge on the first N questions only (N, or per format)"
+    )
+    table.add_argument("--judge-top", type=int, default=9, help="candidates the judge sees in that row")
+    table.add_argument(
+        "--rows", default="no_retrieval,rag,topk,filter,filter_judge", help="comma-separated rows, in table order"
+    )
+    table.add_argument("--index-prefix", default="chunkrag-table", help="pools are indexed in <prefix>-<format>")
+    table.add_argument(
+        "--cache", default=".cache/generations.sqlite", help="answers already generated for the same prompt (sqlite)"
+    )
+    table.add_argument("--out", help="write the table (markdown) here and the outcomes beside it (.json)")
+    table.set_defaults(handler=cmd_table)
+
     calibrate = commands.add_parser(
         "calibrate",
         help="fit the chunk filter's calibration (models and cut) on labelled questions and write the file "
@@ -651,6 +671,62 @@ def _eval_sentences(args: argparse.Namespace, settings: Settings) -> int:
         with open(args.out, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)
     print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    from chunkrag_core.providers import make_chat, make_embedder
+    from chunkrag_eval.answer_table import GenerationCache, limit_for, parse_limits, run_table, table_markdown
+    from chunkrag_eval.datasets import read_items
+    from local_services.llm_server import DEFAULT_CTX
+
+    settings = _settings(args)
+    rows = tuple(r.strip() for r in args.rows.split(",") if r.strip())
+    client, embedder, model = _backend(settings), make_embedder(settings.embedder), make_chat(settings.chat)
+    cache = GenerationCache(args.cache) if args.cache else None
+    limits, judge_limits = parse_limits(args.limit), parse_limits(args.judge_limit)
+    runs = {}
+    for path in args.file:
+        fmt, items, bad = read_items(path, "auto", "ambiguous")
+        items = items[: limit_for(limits, fmt)]
+        for record in bad:
+            print(f"{path}: skipped line {record.line}: {record.reason}", file=sys.stderr)
+        started = time.perf_counter()
+        run = run_table(
+            items,
+            fmt,
+            fmt,
+            client=client,
+            embedder=embedder,
+            settings=settings,
+            model=model,
+            model_name=settings.chat.model,
+            cache=cache,
+            index=f"{args.index_prefix}-{fmt}",
+            rows=rows,
+            judge_top=args.judge_top,
+            row_limits={"filter_judge": limit_for(judge_limits, fmt) or len(items)},
+            # The local llama-server's context per slot; a cloud model has more.
+            context_tokens=DEFAULT_CTX,
+            parallel=settings.chat.parallel,
+            on_outcome=lambda o: print(
+                f"[{o.item_id}] {o.row}: {o.calls} calls, {o.prompt_tokens} tokens, "
+                f"{'right' if o.correct else 'wrong' if o.correct is not None else o.score}",
+                file=sys.stderr,
+                flush=True,
+            ),
+        )
+        print(f"{fmt}: {len(items)} questions in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        runs[fmt] = run
+    markdown = table_markdown({name: run.summary() for name, run in runs.items()}, rows)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(markdown, encoding="utf-8")
+        payload = {"model": settings.chat.model, "sets": {name: run.to_json() for name, run in runs.items()}}
+        out.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {out} and {out.with_suffix('.json')}", file=sys.stderr)
+    print(markdown)
     return 0
 
 
