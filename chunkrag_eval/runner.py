@@ -88,6 +88,11 @@ class QuestionOutcome:
     # chunks (up to ALL_RETRIEVED_MAX_CHARS) and whether it was right.
     all_retrieved_generated: str | None = None
     all_retrieved_correct: bool | None = None
+    # The answers' own model calls and tokens (--generate, both answers),
+    # apart from the filter's (model_calls, prompt_tokens).
+    generation_calls: int = 0
+    generation_prompt_tokens: int = 0
+    generation_completion_tokens: int = 0
 
     @property
     def fallback(self) -> bool:
@@ -145,6 +150,13 @@ class EvalReport:
             else None,
             "cached_calls_per_question": round(sum(q.cached_calls for q in qs) / len(qs), 3) if qs else None,
             "prompt_tokens_per_question": round(sum(q.prompt_tokens for q in qs) / len(qs), 1) if qs else None,
+            "generation_calls_per_question": round(sum(q.generation_calls for q in qs) / len(qs), 3) if qs else None,
+            "generation_prompt_tokens_per_question": (
+                round(sum(q.generation_prompt_tokens for q in qs) / len(qs), 1) if qs else None
+            ),
+            "generation_completion_tokens_per_question": (
+                round(sum(q.generation_completion_tokens for q in qs) / len(qs), 1) if qs else None
+            ),
             "seconds_per_question": summary([q.seconds for q in qs]),
             "accuracy": rate(graded),
             "graded": len(graded),
@@ -265,12 +277,14 @@ def evaluate_one(
             segments_after = _segments_hook(candidates, result, item.answers, retriever, segments, chars_after)
 
     generated = correct = all_generated = all_correct = None
+    usage = (0, 0, 0)
     if generate:
-        generated, correct = _generate(item, result.kept, model)
+        generated, correct, usage = _generate(item, result.kept, model)
         if generate_baselines:
             texts = [c.text for c in candidates]
             head = kept_within_budget(texts, [-float(i) for i in range(len(texts))], ALL_RETRIEVED_MAX_CHARS)
-            all_generated, all_correct = _generate(item, [candidates[i] for i in sorted(head)], model)
+            all_generated, all_correct, more = _generate(item, [candidates[i] for i in sorted(head)], model)
+            usage = tuple(a + b for a, b in zip(usage, more))
 
     return QuestionOutcome(
         item_id=item.item_id,
@@ -301,6 +315,9 @@ def evaluate_one(
         chars=tuple(len(c.text) for c in candidates),
         all_retrieved_generated=all_generated,
         all_retrieved_correct=all_correct,
+        generation_calls=usage[0],
+        generation_prompt_tokens=usage[1],
+        generation_completion_tokens=usage[2],
     )
 
 
@@ -357,10 +374,16 @@ def cosine_baseline(
     return [candidates[i] for i in kept_within_budget([c.text for c in candidates], similarity, budget_chars)]
 
 
-def _generate(item: EvalItem, passages: Sequence[Chunk], model: ChatModel) -> tuple[str, bool | None]:
+def _generate(
+    item: EvalItem, passages: Sequence[Chunk], model: ChatModel
+) -> tuple[str, bool | None, tuple[int, int, int]]:
+    """The answer (or verdict), whether it is right, and its (calls, prompt
+    tokens, completion tokens)."""
     if item.label is not None:
         verdict = verdict_from_chunks(item.question, passages, model)
-        return verdict.text, (verdict.label == item.label) if verdict.label else False
+        usage = (verdict.calls, verdict.prompt_tokens, verdict.completion_tokens)
+        return verdict.text, (verdict.label == item.label) if verdict.label else False, usage
     # One sentence is asked for; the cap stops a small model that rambles.
     answer = answer_from_chunks(item.question, passages, model, max_tokens=48)
-    return answer.text, answer_in_context(answer.text, item.answers) if item.answers else None
+    usage = (answer.calls, answer.prompt_tokens, answer.completion_tokens)
+    return answer.text, answer_in_context(answer.text, item.answers) if item.answers else None, usage

@@ -112,6 +112,9 @@ def test_popqa_answer_in_context_follows_the_kept_chunks(engine, embedder, setti
     assert all(q.all_retrieved_correct is True for q in report.questions)
     assert summary["baselines"]["all_retrieved"]["accuracy"] == 1.0
     assert summary["baselines"]["all_retrieved"]["accuracy_discordant"] == [0, 0]
+    # The answers' own calls and tokens are counted: two answers per question.
+    assert all(q.generation_calls == 2 and q.generation_prompt_tokens > 0 for q in report.questions)
+    assert summary["generation_calls_per_question"] == 2
     assert (
         report.ingest_seconds >= 0 and again.questions[0].chars_before == report.questions[0].chars_before
     )  # re-run: pools not duplicated
