@@ -34,7 +34,7 @@ from chunkrag_core.settings import Settings
 from chunkrag_filter.judging import judge_batch
 from ingest_pipeline.pipeline import BatchNotWritten, ingest_batch
 from ingest_pipeline.sources import Skipped
-from workers.app import INGEST_TASK, JUDGE_TASK, task_time_limit_s
+from workers.app import INGEST_TASK, JUDGE_TASK, ingest_time_limit_s, task_time_limit_s
 from workers.codec import CodecError, decode_chunking, decode_document, decode_options, encode_judgement, encode_outcome
 from workers.score_cache import RedisScoreCache
 
@@ -148,6 +148,10 @@ def register_ingest_task(app: Celery, settings: Settings) -> None:
         # Acknowledged once written: a batch on a worker that dies goes to another.
         acks_late=True,
         reject_on_worker_lost=True,
+        # Within the broker's visibility timeout, so a healthy batch is never
+        # handed to a second worker while it runs; a run killed at the limit
+        # fails (acknowledged) and the client reports its documents.
+        time_limit=ingest_time_limit_s(workers),
     )
     def ingest_documents(index: str, documents: list, chunking: dict) -> dict:
         client, embedder = _ingest_edges(settings)
