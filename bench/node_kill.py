@@ -381,6 +381,7 @@ def ingest_with_worker_kill(the_rig: Rig, corpus: Path, documents: int, index: s
     finally:
         the_rig.workers.start(1, timeout=120)
     result = {
+        "batches": batches,
         "killed_worker": victim.name,
         "killed_after_s": round(killed_at, 2),
         "ingest_s": report.seconds,
