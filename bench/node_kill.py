@@ -116,9 +116,13 @@ def rig(
                 "CHUNKRAG_WORKER_RETRY_BACKOFF_S": "1",
                 "CHUNKRAG_WORKER_RETRY_BACKOFF_MAX_S": "8",
                 "CHUNKRAG_WORKER_INGEST_MAX_RETRIES": "10",
-                # A batch held by a worker that died comes back after
-                # budget + 5 + backoff max + 5 s = 38 s.
                 "CHUNKRAG_WORKER_QUERY_BUDGET_S": "20",
+                # One batch's run is stopped after this; a batch held by a
+                # worker that died comes back from the broker after
+                # 180 + backoff max + 5 s = 193 s, but the dispatcher sends
+                # it again within seconds, as soon as the worker stops
+                # answering pings.
+                "CHUNKRAG_WORKER_INGEST_BATCH_BUDGET_S": "180",
                 **(extra_env or {}),
             }
             redis_client = _redis(redis.url)
@@ -254,10 +258,35 @@ def ingest_in_background(backend, settings, corpus: Path, batches: int, kill_at:
             reached.set()
 
     began = time.monotonic()
-    thread = threading.Thread(target=run, name="ingest")
+    thread = threading.Thread(target=run, name="ingest", daemon=True)
     thread.start()
     reached.wait(600)
     return thread, outcome, began
+
+
+# Longest wait for the ingest after the kill; the dispatcher bounds its own
+# waits well within this, so reaching it is a finding, reported as such.
+INGEST_WAIT_S = 900
+
+
+def ingest_report(thread: threading.Thread, outcome: dict[str, Any], log_dir: Path, what: str):
+    """The ingest's report once its thread ends; its exception, or an error
+    saying it did not finish (with the workers' logs' tails), otherwise."""
+    thread.join(INGEST_WAIT_S)
+    if "failure" in outcome:
+        raise outcome["failure"]
+    if "report" not in outcome:
+        logs = "\n".join(f"--- {log.name} ---\n{_tail(log)}" for log in sorted(log_dir.glob("*.log")))
+        raise RuntimeError(
+            f"the distributed ingest did not return within {INGEST_WAIT_S} s of {what} "
+            f"(thread {'still running' if thread.is_alive() else 'ended without a report'}); "
+            f"the workers' logs end:\n{logs}"
+        )
+    return outcome["report"]
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def ingest_with_node_kill(
@@ -291,10 +320,7 @@ def ingest_with_node_kill(
     primaries = primaries_on(the_rig.cluster, backend.client, index, victim) if "failure" not in outcome else None
     pid = local_cluster.kill_node(the_rig.cluster, victim)
     killed_at = time.monotonic() - began
-    thread.join(900)
-    if "failure" in outcome:
-        raise outcome["failure"]
-    report = outcome["report"]
+    report = ingest_report(thread, outcome, the_rig.log_dir, f"node {victim} was killed")
     with_node_down = count_against_source(backend.client, index, expected)
     restarted = time.monotonic()
     local_cluster.start_node(the_rig.cluster, victim, timeout=600, log=lambda _m: None)
@@ -350,16 +376,21 @@ def ingest_with_worker_kill(the_rig: Rig, corpus: Path, documents: int, index: s
     victim = the_rig.workers.running[0]
     the_rig.workers.kill(victim)
     killed_at = time.monotonic() - began
-    thread.join(900)
-    the_rig.workers.start(1, timeout=120)
-    if "failure" in outcome:
-        raise outcome["failure"]
-    report = outcome["report"]
+    try:
+        report = ingest_report(thread, outcome, the_rig.log_dir, f"worker {victim.name} was killed")
+    finally:
+        the_rig.workers.start(1, timeout=120)
     result = {
+        "batches": batches,
         "killed_worker": victim.name,
         "killed_after_s": round(killed_at, 2),
         "ingest_s": report.seconds,
-        "report": {"documents": report.documents, "chunks": report.chunks, "errors": list(report.errors)},
+        "report": {
+            "documents": report.documents,
+            "chunks": report.chunks,
+            "errors": list(report.errors),
+            "resent": report.resent,
+        },
         "count": count_against_source(backend.client, index, expected),
     }
     backend.close()

@@ -2,6 +2,7 @@
 
     python -m bench.post_search_bench [--queries 100] [--cold 5] [--hits 10] [--seed 7]
     python -m bench.post_search_bench --cold 0 --out post_search_cuts --variants '{"cut_0.1": {"fixed_threshold": 0.1}}'
+    python -m bench.post_search_bench --companion --cold 0 --out post_search_companion
 
 SQuAD 2 dev articles cut into whole documents of 1,000-3,000 words (runs of
 consecutive paragraphs). For each of ``--queries`` answerable questions the
@@ -15,6 +16,12 @@ search and the field listing, cached per index, are not in the figures):
   (every body chunked and embedded with the local MiniLM);
 - warm (every query): the passages from a source shared by all queries
   (each document chunked once, then from the cache).
+
+- companion (``--companion``): the documents are written to a real index
+  of the configured engine and ``chunkrag sync`` builds its companion
+  chunk index; each query's passages then come from the companion (one
+  request for the hits' fields, as the gateway does; the fields the
+  companion could not serve are counted and must be none).
 
 With the default filter (calibrated, no model call) it records the added
 milliseconds (p50 / p95), the share of questions whose answer (any gold
@@ -85,6 +92,58 @@ def kept_of(result, gold: dict, hits: list[dict], answers: list[str]) -> dict:
     }
 
 
+class _Companion:
+    """Passage sources reading the synced companion first; counts the fields
+    it left to query-time chunking."""
+
+    def __init__(self, client, settings, embedder):
+        from search_extension.passages import QueryTimePassages
+
+        self.client, self.settings, self.missed = client, settings, 0
+        self.fallback = QueryTimePassages(embedder, settings)
+
+    def source(self):
+        from search_extension.companion import CompanionsFirst
+
+        bench = self
+
+        class Counting:
+            def passages(self, fields):
+                bench.missed += len(fields)
+                return bench.fallback.passages(fields)
+
+        return CompanionsFirst(self.client, Counting(), settings=self.settings)
+
+
+def companion_setup(docs: list[dict], settings, embedder, seed: int):
+    """The documents as a real index of the configured engine, synced into
+    its companion; returns (index, companion reader, the sync's figures)."""
+    from chunkrag_core.engines import make_backend
+    from ingest_pipeline.sync import sync_index
+
+    client = make_backend(settings)
+    index = f"bench-post-search-{seed}"
+    if not client.index_exists(index):
+        mapping = {"properties": {"title": {"type": "text"}, "body": {"type": "text"}}}
+        client.create_index(index, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": mapping})
+        actions = (
+            {"_op_type": "index", "_index": index, "_id": d["id"], "_source": {"title": d["title"], "body": d["body"]}}
+            for d in docs
+        )
+        assert all(ok for ok, _ in client.bulk(actions, chunk_size=50, max_retries=0, initial_backoff=1))
+        client.refresh(index)
+    started = time.perf_counter()
+    report = sync_index(index, client=client, embedder=embedder, settings=settings)
+    figures = {
+        "documents": len(docs),
+        "seconds": round(time.perf_counter() - started, 1),
+        "rechunked": report.rechunked,
+        "unchanged": report.unchanged,
+        "errors": len(report.errors),
+    }
+    return index, _Companion(client, settings, embedder), figures
+
+
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -106,6 +165,9 @@ def main() -> None:
         default="{}",
         metavar="JSON",
         help='other ext.chunkrag options measured warm beside the default, e.g. {"rel": {"threshold": "relative"}}',
+    )
+    parser.add_argument(
+        "--companion", action="store_true", help="also measure passages read from a synced companion index"
     )
     args = parser.parse_args()
 
@@ -130,6 +192,10 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     rows = []
     shared = QueryTimePassages(embedder, settings)
+    index = "bench"
+    companion = sync_report = None
+    if args.companion:
+        index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed)
     for n, (gold, (question, answers)) in enumerate(asked[: args.queries]):
         others = rng.sample([d for d in docs if d is not gold], args.hits - 1)
         hits = [gold, *others]
@@ -138,7 +204,7 @@ def main() -> None:
             "hits": {
                 "hits": [
                     {
-                        "_index": "bench",
+                        "_index": index,
                         "_id": d["id"],
                         "_score": 1.0,
                         "_source": {"title": d["title"], "body": d["body"]},
@@ -162,6 +228,10 @@ def main() -> None:
             return result, (time.perf_counter() - started) * 1000
 
         cold_ms = run(QueryTimePassages(embedder, settings))[1] if n < args.cold else None
+        companion_ms = companion_missed = None
+        if companion is not None:
+            companion_ms = run(companion.source())[1]
+            companion_missed = companion.missed
         run(shared)  # the hits' documents into the shared cache
         result, warm_ms = run(shared)
         kept = {name: kept_of(run(shared, chosen)[0], gold, hits, answers) for name, chosen in resolved.items()}
@@ -170,6 +240,8 @@ def main() -> None:
                 "question": question,
                 "cold_ms": None if cold_ms is None else round(cold_ms, 1),
                 "warm_ms": round(warm_ms, 1),
+                "companion_ms": None if companion_ms is None else round(companion_ms, 1),
+                "companion_missed_fields": companion_missed,
                 "answer_in_gold_hit": any(a.lower() in gold["body"].lower() for a in answers),
                 **kept["default"],
                 "candidates": result.candidates,
@@ -189,6 +261,12 @@ def main() -> None:
         "warm_ms": {
             "p50": percentile([r["warm_ms"] for r in rows], 0.5),
             "p95": percentile([r["warm_ms"] for r in rows], 0.95),
+        },
+        "companion_ms": {
+            "p50": percentile([r["companion_ms"] for r in rows if r["companion_ms"] is not None], 0.5),
+            "p95": percentile([r["companion_ms"] for r in rows if r["companion_ms"] is not None], 0.95),
+            "fields_not_served": None if companion is None else companion.missed,
+            "sync": sync_report,
         },
         "answer_kept_share": round(sum(r["answer_kept"] for r in present) / len(present), 4),
         "kept_share_of_chars_mean": round(sum(r["kept_share_of_chars"] for r in rows) / len(rows), 4),

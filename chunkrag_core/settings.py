@@ -240,6 +240,11 @@ class WorkerSettings:
     # (a node lost, a shard without its primary, a timeout), with Celery's
     # exponential backoff from retry_backoff_s up to retry_backoff_max_s.
     ingest_max_retries: int = 8
+    # Longest one ingest batch may hold a worker, its retries included: the
+    # hard time limit of one run of the task, and what the client waits for
+    # each batch (times the batches sent before it and still unfinished)
+    # before it reports the batch not ingested instead of waiting on.
+    ingest_batch_budget_s: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,6 +97,9 @@ class IngestReport:
     context_cache_hits: int = 0
     context_fallbacks: tuple[str, ...] = ()
     context_seconds: float = 0.0
+    # On the workers: batches sent again because the worker holding them
+    # died or the broker lost their message (each counted once all the same).
+    resent: int = 0
 
     @property
     def ok(self) -> bool:
@@ -404,12 +407,18 @@ def ingest_batch(
 
 
 def report_of_batches(
-    index: str, outcomes: Sequence[BatchOutcome], skipped: Sequence[Skipped], errors: Sequence[str], seconds: float
+    index: str,
+    outcomes: Sequence[BatchOutcome],
+    skipped: Sequence[Skipped],
+    errors: Sequence[str],
+    seconds: float,
+    *,
+    resent: int = 0,
 ) -> IngestReport:
     """The report of a run whose batches went to workers: the same figures
     as :func:`ingest_documents` gives, added up over ``outcomes``;
     ``skipped`` and ``errors``: what the caller met itself (unreadable
-    sources, batches that failed for good)."""
+    sources, batches that failed for good); ``resent``: batches sent again."""
     lengths = [n for o in outcomes for n in o.lengths]
     sentence_counts = [n for o in outcomes for n in o.sentence_counts]
     contexts = [o.context for o in outcomes if o.context]
@@ -430,6 +439,7 @@ def report_of_batches(
         context_cache_hits=sum(c.get("context_cache_hits", 0) for c in contexts),
         context_fallbacks=tuple(f for c in contexts for f in c.get("context_fallbacks", ())),
         context_seconds=round(sum(c.get("context_seconds", 0.0) for c in contexts), 3),
+        resent=resent,
     )
 
 

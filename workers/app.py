@@ -39,18 +39,26 @@ def task_time_limit_s(workers: WorkerSettings) -> float:
     return workers.query_budget_s + TIME_LIMIT_GRACE_S
 
 
+def ingest_time_limit_s(workers: WorkerSettings) -> float:
+    """Hard limit on one run of an ingest batch: past its budget the client
+    has stopped waiting for it and reported it not ingested."""
+    return workers.ingest_batch_budget_s
+
+
 def visibility_timeout_s(workers: WorkerSettings) -> float:
     """Seconds after which Redis hands an unacknowledged message to another
     worker: how a task held by a worker that died is not lost.
 
     A message stays unacknowledged while its task runs (acks_late), at most
     the hard time limit, or while it waits out a retry countdown, at most
-    retry_backoff_max_s. A shorter timeout would run healthy tasks twice; a
-    much longer one would redeliver after the caller has given up. Even this
-    one outlasts the query budget, so a waiting query does not rely on it:
-    the dispatcher re-sends a task whose worker stops answering pings.
+    retry_backoff_max_s. A shorter timeout would run healthy tasks twice (a
+    message restored while its task still runs); a much longer one would
+    redeliver after the caller has given up. Even this one outlasts the
+    query budget, so a waiting query does not rely on it: the dispatchers
+    re-send a task whose worker stops answering pings.
     """
-    return task_time_limit_s(workers) + workers.retry_backoff_max_s + 5.0
+    longest = max(task_time_limit_s(workers), ingest_time_limit_s(workers))
+    return longest + workers.retry_backoff_max_s + 5.0
 
 
 def restore_interval_s(workers: WorkerSettings) -> int:

@@ -158,6 +158,25 @@ def to_resend(views: Sequence[TaskView], live: Collection[str], max_resends: int
     ]
 
 
+def unclaimed(
+    views: Sequence[TaskView], held: Collection[int], queued: int, max_resends: int = MAX_RESENDS
+) -> list[int]:
+    """Indexes of the tasks no worker will run: waiting (PENDING, or RETRY:
+    a countdown) while ``queued`` (the messages in their queue) is 0 and no
+    live worker holds them (``held``: indexes a live worker reports running,
+    reserved or counting down). Such a message was taken off the queue by a
+    worker that died before recording it, or is held unacknowledged by a dead
+    one until the broker's visibility timeout. While the queue holds
+    messages, a waiting task may be among them: none is sent again."""
+    if queued:
+        return []
+    return [
+        i
+        for i, v in enumerate(views)
+        if v.state in (states.PENDING, states.RETRY) and i not in held and v.resends < max_resends
+    ]
+
+
 def taken(views: Sequence[TaskView]) -> bool | None:
     """Whether a worker has taken any of a query's tasks (started, retried or
     finished one); None when the result backend could not say for some and
@@ -396,28 +415,19 @@ class CeleryJudgeMany:
         """Send again the batches whose newest task started on a worker that
         no longer answers a ping."""
         views = [_view(batch) for batch in waiting]
-        holders = started_on(views)
-        if not holders:
-            return
-        live = _answering(self.app, holders, self.ping_timeout_s)
-        if live is None:
-            return
-        for index in to_resend(views, live):
+        for index in stranded(self.app, views, self.ping_timeout_s):
             self._resend(waiting[index], views[index].hostname, deadline)
 
     def _resend(self, batch: _Sent, hostname: str, deadline: float) -> None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return
-        try:
-            # A new task id: the old one may still come back from the broker
-            # after the visibility timeout; whichever finishes first is used
-            # and the other is revoked with the query's leftovers.
-            result = self._signature(batch.args, remaining).apply_async()
-        except Exception as exc:  # noqa: BLE001 - the batch keeps waiting on the task it has
-            log.warning("could not re-send a batch stranded on %s: %s: %s", hostname, type(exc).__name__, exc)
+        # The old task may still come back from the broker after the
+        # visibility timeout; whichever finishes first is used and the other
+        # is revoked with the query's leftovers.
+        result = send_again(self._signature(batch.args, remaining), resend_note(hostname))
+        if result is None:
             return
-        log.warning("worker %s stopped answering mid-task; batch re-sent as task %s", hostname, result.id)
         batch.attempts.append(result)
         batch.notes.append(resend_note(hostname))
         with self._lock:
@@ -432,16 +442,71 @@ def _ready(result) -> bool:
 
 
 def _view(batch: _Sent) -> TaskView:
-    """The state of a batch's newest task, from one read of its result."""
+    return task_view(batch.latest, resends=len(batch.attempts) - 1)
+
+
+def task_view(result, resends: int = 0) -> TaskView:
+    """The state of a task (an ``AsyncResult``), from one read of its result."""
     try:
-        meta = batch.latest.backend.get_task_meta(batch.latest.id)
+        meta = result.backend.get_task_meta(result.id)
     except Exception:  # noqa: BLE001 - unknown is not stranded
-        return TaskView("UNKNOWN", resends=len(batch.attempts) - 1)
+        return TaskView("UNKNOWN", resends=resends)
     state = meta.get("status", states.PENDING)
     info = meta.get("result")
     # A STARTED result holds {"pid": ..., "hostname": ...} (task_track_started).
     hostname = info.get("hostname") if state == states.STARTED and isinstance(info, dict) else None
-    return TaskView(state, hostname, resends=len(batch.attempts) - 1)
+    return TaskView(state, hostname, resends=resends)
+
+
+def stranded(
+    app: Celery, views: Sequence[TaskView], ping_timeout_s: float, max_resends: int = MAX_RESENDS
+) -> list[int]:
+    """Indexes of the tasks started on a worker that no longer answers a
+    ping within ``ping_timeout_s`` (see :func:`to_resend`); none when no
+    task has started or the ping itself failed."""
+    holders = started_on(views)
+    if not holders:
+        return []
+    live = _answering(app, holders, ping_timeout_s)
+    if live is None:
+        return []
+    return to_resend(views, live, max_resends)
+
+
+def send_again(signature, why: str):
+    """Send ``signature`` as a new task (a new id, so the old one, should the
+    broker hand it back, is told apart) and log ``why``; None, logged, when
+    the broker refused it: the batch keeps waiting on the task it has."""
+    try:
+        result = signature.apply_async()
+    except Exception as exc:  # noqa: BLE001 - whatever the transport raised
+        log.warning("could not send a batch again (%s): %s: %s", why, type(exc).__name__, exc)
+        return None
+    log.warning("batch sent again as task %s: %s", result.id, why)
+    return result
+
+
+def holding(app: Celery, task_ids: Sequence[str], timeout: float) -> set[str] | None:
+    """Which of ``task_ids`` a live worker holds (running, reserved, or
+    waiting out a retry's countdown), from every worker that answers within
+    ``timeout``; None when the inspection itself failed."""
+    try:
+        with _PING_LOCK:
+            replies = app.control.inspect(timeout=timeout).query_task(*task_ids)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("asking the workers for their tasks failed: %s: %s", type(exc).__name__, exc)
+        return None
+    return {task_id for reply in (replies or {}).values() for task_id in reply or {}}
+
+
+def queued(app: Celery, queue: str) -> int | None:
+    """Messages waiting in ``queue`` on the broker; None when it could not say."""
+    try:
+        with app.connection_for_read() as connection, connection.channel() as channel:
+            return channel.queue_declare(queue=queue, passive=False).message_count
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not count the messages in %s: %s: %s", queue, type(exc).__name__, exc)
+        return None
 
 
 def _answering(app: Celery, hostnames: Collection[str], timeout: float) -> set[str] | None:

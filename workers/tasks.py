@@ -36,7 +36,7 @@ from chunkrag_filter.judging import judge_batch
 from ingest_pipeline.pipeline import BatchNotWritten, ingest_batch
 from ingest_pipeline.sources import Skipped
 from ingest_pipeline.sync import sync_index
-from workers.app import INGEST_TASK, JUDGE_TASK, SYNC_TASK, task_time_limit_s
+from workers.app import INGEST_TASK, JUDGE_TASK, SYNC_TASK, ingest_time_limit_s, task_time_limit_s
 from workers.codec import (
     CodecError,
     decode_chunking,
@@ -177,6 +177,10 @@ def register_ingest_task(app: Celery, settings: Settings) -> None:
         # Acknowledged once written: a batch on a worker that dies goes to another.
         acks_late=True,
         reject_on_worker_lost=True,
+        # Within the broker's visibility timeout, so a healthy batch is never
+        # handed to a second worker while it runs; a run killed at the limit
+        # fails (acknowledged) and the client reports its documents.
+        time_limit=ingest_time_limit_s(workers),
     )
     def ingest_documents(index: str, documents: list, chunking: dict) -> dict:
         client, embedder = _ingest_edges(settings)
@@ -203,10 +207,12 @@ def register_sync_task(app: Celery, settings: Settings) -> None:
         retry_backoff=max(1, int(workers.retry_backoff_s)),
         retry_backoff_max=int(workers.retry_backoff_max_s),
         retry_jitter=True,
-        # A pass on a worker that dies is delivered again and resumes where
-        # its saved position says.
-        acks_late=True,
-        reject_on_worker_lost=True,
+        # Acknowledged when it starts: a pass may run longer than the broker's
+        # visibility timeout, and a late acknowledgement would then hand it to
+        # a second worker while it runs (two passes writing one companion).
+        # A pass lost with its worker is taken up by the next scheduled one,
+        # from the position it saved.
+        acks_late=False,
     )
     def sync_source(
         source: str,

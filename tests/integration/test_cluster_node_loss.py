@@ -7,9 +7,10 @@ here through local_services, with a node SIGKILLed by its pid:
   by (doc_id, position, scale) against chunks made from the source here; a
   malformed line is reported skipped; the cluster is green again once the
   node is back; a second run finds every document unchanged;
-- during the same ingest, a worker SIGKILLed instead: its batch comes back
-  from the broker and nothing is lost or doubled (on Elasticsearch only:
-  the broker, not the engine, is under test);
+- during the same ingest, a worker SIGKILLed instead: the dispatcher sends
+  its batch again (found by pings, or as held by no queue and no live
+  worker) and nothing is lost or doubled; the ingest returns, whatever the
+  machine's load;
 - during a stream of filtered searches through the gateway: every answer is
   a 200, or an error that says why (never a bare 5xx);
 - node 0, the first of the three node URLs every client is given (ES_URL),
@@ -24,9 +25,11 @@ model's answers alone are scripted), so the two cores go to the cluster.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -126,14 +129,68 @@ def test_filtered_searches_through_the_gateway_keep_answering_while_a_node_is_lo
     assert result["statuses_by_phase"].get("before", {}).keys() == {"200"}, result
 
 
-@pytest.mark.parametrize("rig", ["elasticsearch"], indirect=True)
 def test_a_worker_killed_during_a_distributed_ingest_loses_and_duplicates_nothing(rig, corpus, index):
     path, documents = corpus
     result = node_kill.ingest_with_worker_kill(rig, path, documents, index)
     assert result["report"]["errors"] == [] and result["report"]["documents"] == documents
+    # The killed worker held a batch, or had just taken one off the queue,
+    # unless it was idle between two: sent again at most twice each.
+    assert result["report"]["resent"] <= 2 * result["batches"]
     counted = result["count"]
     assert counted["missing"] == counted["extra"] == counted["duplicates"] == 0, counted
     assert counted["stored"] == counted["expected"] == result["report"]["chunks"], counted
+
+
+# Elasticsearch only: the broker, not the engine, is under test.
+@pytest.mark.parametrize("rig", ["elasticsearch"], indirect=True)
+def test_a_batch_the_broker_lost_between_queue_and_worker_is_sent_again(rig, corpus, index):
+    """A worker SIGKILLed just after it took a message off the queue, before
+    it recorded it as unacknowledged, loses the message outright: no ping
+    finds it (it never started) and the broker never hands it back. Here the
+    message is taken off the queue by hand while the workers do not consume
+    it: the dispatcher must find the batch held by no queue and no worker,
+    and send it again."""
+    import threading
+
+    import redis
+
+    from chunkrag_core.engines import make_backend
+    from ingest_pipeline.sources import read_sources
+    from workers.app import INGEST_QUEUE
+    from workers.ingest_dispatch import ingest_documents_on_workers
+
+    path, _documents = corpus
+    one_batch = path.with_name("one-batch.jsonl")
+    one_batch.write_text("\n".join(path.read_text().splitlines()[: rig.settings.workers.ingest_batch_docs]) + "\n")
+    backend = make_backend(rig.settings)
+    broker = redis.Redis.from_url(rig.settings.redis_url)
+    control = rig.workers.app.control
+    outcome: dict = {}
+
+    def run() -> None:
+        outcome["report"] = ingest_documents_on_workers(
+            read_sources([one_batch]), client=backend, settings=rig.settings, index=index, progress=False
+        )
+
+    workers = len(rig.workers.running)
+    control.cancel_consumer(INGEST_QUEUE, reply=True, timeout=10, limit=workers)
+    try:
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while broker.llen(INGEST_QUEUE) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert broker.delete(INGEST_QUEUE) == 1, "the batch never reached the queue"
+    finally:
+        control.add_consumer(INGEST_QUEUE, reply=True, timeout=10, limit=workers)
+    thread.join(300)
+    report = outcome["report"]
+    assert report.errors == () and report.documents == rig.settings.workers.ingest_batch_docs
+    assert report.resent == 1
+    expected = node_kill.expected_chunk_ids(one_batch, dataclasses.replace(rig.settings, index=index))
+    counted = node_kill.count_against_source(node_kill.engine_client(rig.settings), index, expected)
+    assert counted["missing"] == counted["extra"] == counted["duplicates"] == 0, counted
+    backend.close()
 
 
 # Elasticsearch only: OpenSearch's multi-URL failover is covered by unit tests

@@ -126,8 +126,11 @@ def worker_env(settings, model_server) -> dict[str, str]:
         "CHUNKRAG_WORKER_RETRY_BACKOFF_S": "0.2",
         "CHUNKRAG_WORKER_RETRY_BACKOFF_MAX_S": "0.5",
         # Small, so a message held by a worker that died is redelivered
-        # within a test (visibility timeout = budget + 5 + 0.5 + 5 s).
+        # within a test (visibility timeout = budget + 5 + 0.5 + 5 s; the
+        # ingest batch budget is below the judging task's limit, so it does
+        # not lengthen it).
         "CHUNKRAG_WORKER_QUERY_BUDGET_S": "6",
+        "CHUNKRAG_WORKER_INGEST_BATCH_BUDGET_S": "6",
         "CHUNKRAG_WORKER_BATCH_SIZE": "2",
     }
 

@@ -15,6 +15,7 @@ from workers.app import (
     JUDGE_TASK,
     QUEUE,
     celery_config,
+    ingest_time_limit_s,
     make_app,
     restore_interval_s,
     task_time_limit_s,
@@ -177,8 +178,16 @@ def test_redelivery_waits_longer_than_any_healthy_task_holds_its_message():
     workers = WorkerSettings(query_budget_s=300, retry_backoff_max_s=60)
     assert task_time_limit_s(workers) > workers.query_budget_s
     assert visibility_timeout_s(workers) > task_time_limit_s(workers) + workers.retry_backoff_max_s
+    # An ingest batch's run is stopped at its budget, before Redis would
+    # hand its message to a second worker.
+    assert ingest_time_limit_s(workers) == workers.ingest_batch_budget_s == 600
+    assert visibility_timeout_s(workers) == 600 + 60 + 5
+    assert (
+        visibility_timeout_s(WorkerSettings(query_budget_s=20, retry_backoff_max_s=8, ingest_batch_budget_s=10)) == 38
+    )
     assert 1 <= restore_interval_s(workers) <= 10
-    assert restore_interval_s(WorkerSettings(query_budget_s=5, retry_backoff_max_s=0.5)) == 1
+    short = WorkerSettings(query_budget_s=5, retry_backoff_max_s=0.5, ingest_batch_budget_s=5)
+    assert restore_interval_s(short) == 1
 
 
 def test_celery_config_is_derived_from_settings():
@@ -205,6 +214,8 @@ def test_make_app_registers_the_task_with_its_limits_and_opens_nothing():
     assert (
         task.rate_limit == "30/m" and task.max_retries == 3 and task.time_limit == task_time_limit_s(settings.workers)
     )
+    ingest = app.tasks[INGEST_TASK]
+    assert ingest.time_limit == 600 and ingest.acks_late and ingest.reject_on_worker_lost
     assert make_app(Settings(redis_url="redis://127.0.0.1:9/0")).tasks[JUDGE_TASK].rate_limit is None
 
 
