@@ -140,11 +140,17 @@ def test_a_plain_match_on_an_existing_index_keeps_the_passages_that_answer(clien
     for p in kept:
         assert body[p["start"] : p["end"]] == p["text"]
     assert any("press Rotate" in p["text"] for p in kept)
-    assert not any("cafeteria" in p["text"] for p in kept)
     # The kept passages as a highlight a UI already renders.
     assert hits[0]["highlight"]["body"] == [p["text"] for p in kept]
     # The source is the caller's, whole.
     assert hits[0]["_source"] == DOCS["rotate"]
+    # The default drops only what is clearly irrelevant; a stricter cut
+    # (the filter's options, as on a chunk index) drops the off-topic passage.
+    strict = {"chunkrag": {"answer": False, "fixed_threshold": 0.09}}
+    response = search(client, kb, {"query": {"match": {"body": QUESTION}}, "ext": strict})
+    kept = passages(response["hits"]["hits"][0])
+    assert any("press Rotate" in p["text"] for p in kept)
+    assert not any("cafeteria" in p["text"] for p in kept)
 
 
 def test_the_clusters_aggregations_sort_paging_and_filters_stay_the_clusters(client, kb):
