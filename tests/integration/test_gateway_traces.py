@@ -6,6 +6,7 @@ the in-memory exporter sees its spans too) and a scripted model server."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 
 import httpx
@@ -41,6 +42,18 @@ def index(es, embedder, settings):
 
 
 @pytest.fixture
+def root_logging():
+    """Celery's in-process worker sets up logging for the whole process (the
+    root logger's level and handlers); put them back so later tests' log
+    captures see what they expect."""
+    root = logging.getLogger()
+    level, handlers = root.level, root.handlers[:]
+    yield
+    root.setLevel(level)
+    root.handlers[:] = handlers
+
+
+@pytest.fixture
 def spans():
     exporter = InMemorySpanExporter()
     tracing.configure(span_processor=SimpleSpanProcessor(exporter))
@@ -48,7 +61,14 @@ def spans():
     tracing.shutdown()
 
 
-def test_a_filtered_search_is_one_trace_from_the_caller_to_the_model(settings, embedder, index, own_redis, spans):  # noqa: F811
+def test_a_filtered_search_is_one_trace_from_the_caller_to_the_model(
+    settings,
+    embedder,
+    index,
+    own_redis,  # noqa: F811
+    spans,
+    root_logging,
+):
     redis_url = f"redis://127.0.0.1:{REDIS_PORT}/0"
     redis.Redis.from_url(redis_url).flushdb()
     with ScriptedOpenAI(default=by_content) as model_server:
@@ -61,7 +81,7 @@ def test_a_filtered_search_is_one_trace_from_the_caller_to_the_model(settings, e
         )
         body = {"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"candidates": 3, "judge_top": 9}}}
         with (
-            start_worker(make_app(configured), pool="solo", perform_ping_check=False),
+            start_worker(make_app(configured), pool="solo", perform_ping_check=False, loglevel="WARNING"),
             serve_in_thread(create_app(configured, embedder=embedder)) as url,
         ):
             answer = httpx.post(
