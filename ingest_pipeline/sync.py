@@ -433,26 +433,34 @@ class _Pass:
                 pass  # expired already: nothing held
 
 
-def _companion_documents(client: SearchBackend, companion: str) -> Iterator[list[tuple[str, str, str, str]]]:
-    """Pages of (companion doc_id, source index, source _id, field) of every
-    document the companion holds, in doc_id order."""
+def _document_buckets(
+    client: SearchBackend, companion: str, sub_aggs: dict[str, Any]
+) -> Iterator[list[dict[str, Any]]]:
+    """Pages of the companion's per-document buckets (a composite
+    aggregation on doc_id, SWEEP_PAGE at a time, each with ``sub_aggs``),
+    in doc_id order; non-empty pages only."""
     after: dict[str, Any] | None = None
     while True:
         composite: dict[str, Any] = {"size": SWEEP_PAGE, "sources": [{"doc": {"terms": {"field": schema.DOC_ID}}}]}
         if after is not None:
             composite["after"] = after
-        body = {
-            "size": 0,
-            "aggs": {
-                "docs": {
-                    "composite": composite,
-                    "aggs": {"one": {"top_hits": {"size": 1, "_source": {"includes": [schema.METADATA]}}}},
-                }
-            },
-        }
+        body = {"size": 0, "aggs": {"docs": {"composite": composite, "aggs": sub_aggs}}}
         answer = client.search(companion, body)["aggregations"]["docs"]
+        if answer["buckets"]:
+            yield answer["buckets"]
+        after = answer.get("after_key")
+        if not answer["buckets"] or after is None:
+            return
+
+
+def _companion_documents(client: SearchBackend, companion: str) -> Iterator[list[tuple[str, str, str, str]]]:
+    """Pages of (companion doc_id, source index, source _id, field) of every
+    document the companion holds, in doc_id order."""
+    for buckets in _document_buckets(
+        client, companion, {"one": {"top_hits": {"size": 1, "_source": {"includes": [schema.METADATA]}}}}
+    ):
         rows = []
-        for bucket in answer["buckets"]:
+        for bucket in buckets:
             metadata = bucket["one"]["hits"]["hits"][0]["_source"].get(schema.METADATA) or {}
             rows.append(
                 (
@@ -462,11 +470,7 @@ def _companion_documents(client: SearchBackend, companion: str) -> Iterator[list
                     str(metadata.get("source_field", "")),
                 )
             )
-        if rows:
-            yield rows
-        after = answer.get("after_key")
-        if not answer["buckets"] or after is None:
-            return
+        yield rows
 
 
 def sweep(client: SearchBackend, companion: str, fields: Sequence[str], title: str) -> int:
@@ -571,27 +575,12 @@ def _held_fingerprints(client: SearchBackend, companion: str) -> dict[str, tuple
     was cut short; none when it holds another number of chunks than it
     declares (some lost, or some twice)."""
     held: dict[str, tuple[str, ...]] = {}
-    after: dict[str, Any] | None = None
-    while True:
-        composite: dict[str, Any] = {"size": SWEEP_PAGE, "sources": [{"doc": {"terms": {"field": schema.DOC_ID}}}]}
-        if after is not None:
-            composite["after"] = after
-        body = {
-            "size": 0,
-            "aggs": {
-                "docs": {
-                    "composite": composite,
-                    "aggs": {
-                        "fp": {"terms": {"field": schema.DOC_FINGERPRINT, "size": 4}},
-                        "declared": {"max": {"field": schema.DOC_CHUNK_COUNT}},
-                    },
-                }
-            },
-        }
-        answer = client.search(companion, body)["aggregations"]["docs"]
-        for bucket in answer["buckets"]:
+    sub_aggs = {
+        "fp": {"terms": {"field": schema.DOC_FINGERPRINT, "size": 4}},
+        "declared": {"max": {"field": schema.DOC_CHUNK_COUNT}},
+    }
+    for buckets in _document_buckets(client, companion, sub_aggs):
+        for bucket in buckets:
             whole = bucket["doc_count"] == int(bucket["declared"]["value"] or 0)
             held[bucket["key"]["doc"]] = tuple(sorted(b["key"] for b in bucket["fp"]["buckets"])) if whole else ()
-        after = answer.get("after_key")
-        if not answer["buckets"] or after is None:
-            return held
+    return held

@@ -1,4 +1,4 @@
-"""Attacks on the gateway beyond the ones issue 15 listed, each against the
+"""Attacks on the gateway beyond the ones the security review listed, each against the
 real secured Elasticsearch (the node tests/support/secured_elasticsearch.py
 starts) with the gateway in service mode (a team key limited to sec-docs-*,
 a trusted key that may also read sec-other-*, the "secret" indices) or in
