@@ -159,7 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     table.add_argument("--judge-top", type=int, default=9, help="candidates the judge sees in that row")
     table.add_argument(
-        "--rows", default="no_retrieval,rag,topk,filter,filter_judge", help="comma-separated rows, in table order"
+        "--rows",
+        default="no_retrieval,rag,topk,filter,filter_judge",
+        help="comma-separated rows, in table order; also filter_retrieval_order, filter_no_redundancy, "
+        "filter_cut_only (the default filter with one step changed) and cut=<c>",
     )
     table.add_argument("--index-prefix", default="chunkrag-table", help="pools are indexed in <prefix>-<format>")
     table.add_argument(

@@ -14,7 +14,10 @@ local model writes an answer from it with the prompt and the token cap of
   filter kept for that question;
 - ``filter``: the default filter (no model call);
 - ``filter_judge``: the filter with the LLM judge on the best ``judge_top``;
-- ``cut=<c>``: the default filter's model cut at ``c`` (the cut selection).
+- ``cut=<c>``: the default filter's model cut at ``c`` (the cut selection);
+- the variants in ``VARIANTS``: the default filter with one of its steps
+  changed (the order of the kept chunks, redundancy removal), to find which
+  step costs answers.
 
 Answers go through :class:`MeteredChat` over a :class:`GenerationCache`
 (sqlite, keyed by the model, the prompt and the token cap), so a context
@@ -66,8 +69,21 @@ ROW_LABELS = {
     "topk": "top-k by hybrid score, the filter's characters",
     "filter": "filter (default, no model call)",
     "filter_judge": "filter with the LLM judge",
+    "filter_retrieval_order": "filter, kept chunks in retrieval order",
+    "filter_no_redundancy": "filter without redundancy removal",
+    "filter_cut_only": "filter, cut only, retrieval order",
 }
 REFERENCE = "rag"
+# The default filter with one step changed: which step costs answers.
+VARIANTS: Mapping[str, Mapping[str, Any]] = {
+    # The kept chunks in retrieval order (no reordering by score, no
+    # best-first-and-last): the order "all retrieved" and top-k answer from.
+    "filter_retrieval_order": {"rerank": "off", "lost_in_the_middle": False},
+    # No near-duplicate removal: only the cut drops chunks.
+    "filter_no_redundancy": {"redundancy_threshold": None},
+    # Both: only the cut drops, the rest stay in retrieval order.
+    "filter_cut_only": {"rerank": "off", "lost_in_the_middle": False, "redundancy_threshold": None},
+}
 # The cuts the default is chosen among (written before the run, bench/REPORT.md).
 CANDIDATE_CUTS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.09)
 # The selection rule: within this much accuracy of "all retrieved" on every
@@ -530,6 +546,7 @@ def prepare(
     model: ChatModel,
     options: FilterOptions,
     cuts: Sequence[float],
+    variants: Sequence[str] = (),
 ) -> Prepared:
     started = time.perf_counter()
     retrieval = retriever.search(
@@ -543,6 +560,8 @@ def prepare(
     started = time.perf_counter()
     filtered = {"filter": run_filter(item.question, candidates, model=model, options=options)}
     filter_seconds = time.perf_counter() - started
+    for name in variants:
+        filtered[name] = run_filter(item.question, candidates, model=model, options=replace(options, **VARIANTS[name]))
     for c in cuts:
         filtered[cut_row(c)] = run_filter(
             item.question, candidates, model=model, options=replace(options, fixed_threshold=c)
@@ -592,7 +611,7 @@ def answer_row(
         context = list(prepared.filtered[row].kept)
         seconds += prepared.filter_seconds
     else:
-        raise ValueError(f"unknown row {row!r}; choose among {', '.join(ROWS)} or cut=<c>")
+        raise ValueError(f"unknown row {row!r}; choose among {', '.join([*ROWS, *VARIANTS])} or cut=<c>")
     context, was_cut = fit_context(context, budget)
     answer_chat = chat.fresh()
     text, correct = _answer(item, context, kind, answer_chat, max_tokens, no_retrieval=row == "no_retrieval")
@@ -733,7 +752,8 @@ def run_table(
     (``row_limits``: a row answered on the first n questions only)."""
     ingest_seconds = index_pools(items, dataset, client=client, embedder=embedder, settings=settings, index=index)
     retriever = HybridRetriever(client, embedder, index, settings.retrieval)
-    prepared = [prepare(item, dataset, retriever, model, options, cuts) for item in items]
+    variants = [row for row in rows if row in VARIANTS]
+    prepared = [prepare(item, dataset, retriever, model, options, cuts, variants) for item in items]
     limits = dict(row_limits or {})
     # Question by question, every row: a run stopped early leaves whole
     # questions in the cache, and a re-run on that many answers from it.
