@@ -297,14 +297,8 @@ def sync_index(
     shaping = shaping_of(settings)
     pass_ = _Pass(client, source, companion, chosen, title, state, batch)
     totals = _Totals()
-    # Paused once for the whole pass, not once per page (each pause and
-    # restore is a settings update of the cluster); each page's ingest still
-    # refreshes, so what is written shows page by page. A pass killed here
-    # leaves "-1", which the next one finds and restores to the default.
-    previous_refresh = pause_refresh(client, companion)
+    refresh = _RefreshHold(client, companion)
     try:
-        # What a killed pass wrote without a refresh is found unchanged.
-        client.refresh(companion)
         for hits in pass_.pages():
             documents: list[Document] = []
             for hit in hits:
@@ -317,6 +311,7 @@ def sync_index(
             todo = changed_documents(documents, stored, shaping)
             totals.unchanged += len(documents) - len(todo)
             if todo:
+                refresh.hold()
                 report = ingest(todo, stored)
                 not_chunked = len(report.skipped)
                 totals.unchanged += report.unchanged
@@ -327,7 +322,7 @@ def sync_index(
             if on_page is not None:
                 on_page(totals.report(pass_, began, complete=False))
     finally:
-        restore_refresh(client, companion, previous_refresh)
+        refresh.release()
     totals.deleted = sweep(client, companion, chosen, title)
     pass_.finish()
     return totals.report(pass_, began, complete=True)
@@ -344,6 +339,30 @@ def changed_documents(
         for d in documents
         if d.doc_id not in stored or not stored[d.doc_id].is_complete(document_fingerprint(d, shaping))
     ]
+
+
+class _RefreshHold:
+    """The companion's periodic refresh, paused at the first page that has
+    something to write and restored once the pass ends: once per pass, not
+    once per page (each pause and restore is a settings update of the
+    cluster), and not at all by a pass with nothing to write. Each page's
+    ingest still refreshes, so what is written shows page by page. A pass
+    killed meanwhile leaves "-1", which the next one restores to the default."""
+
+    def __init__(self, client: SearchBackend, index: str):
+        self._client, self._index = client, index
+        self._held = False
+        self._previous: str | None = None
+
+    def hold(self) -> None:
+        if not self._held:
+            self._previous = pause_refresh(self._client, self._index)
+            self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            restore_refresh(self._client, self._index, self._previous)
+            self._held = False
 
 
 @dataclass
