@@ -140,13 +140,21 @@ def ingest_documents(
     progress: bool | None = None,
     chat: ChatModel | None = None,
     context_cache: Path | None = None,
+    stored: Mapping[str, StoredDocument] | None = None,
+    index_ready: bool = False,
 ) -> IngestReport:
     """``chat`` and ``context_cache`` serve the document context the
     chunking settings may ask for (default: the settings' chat model, made
-    on first need, and a cache under CHUNKRAG_HOME)."""
+    on first need, and a cache under CHUNKRAG_HOME). ``stored``: what the
+    index holds of every document of ``items``, read by the caller just
+    before (one absent holds nothing), so it is not read again.
+    ``index_ready``: the caller made the index and holds its periodic
+    refresh paused over a longer run (a sync pass), so neither is done
+    here; the refresh that shows what was written still is."""
     index = index or settings.index
     began = time.perf_counter()
-    ensure_index_for(client, index, settings)
+    if not index_ready:
+        ensure_index_for(client, index, settings)
     shaping = shaping_of(settings)
 
     skipped: list[Skipped] = []
@@ -156,11 +164,11 @@ def ingest_documents(
     context = _ContextStage(settings, chat, context_cache)
     writer = _BackgroundWriter(client)
     bar = progress_bar(progress)
-    previous_refresh = pause_refresh(client, index)
+    previous_refresh = None if index_ready else pause_refresh(client, index)
     try:
         for batch in document_batches(items, skipped):
-            stored, chunked, unchanged, rejected = _chunk_batch(
-                batch, client, index, embedder, settings, context, shaping
+            held, chunked, unchanged, rejected = _chunk_batch(
+                batch, client, index, embedder, settings, context, shaping, stored
             )
             skipped.extend(rejected)
             totals["documents"] += len(batch)
@@ -172,11 +180,7 @@ def ingest_documents(
                 lengths.extend(len(c.text) for c in base)
                 sentence_counts.extend(c.sentence_count for c in base)
             writer.submit(
-                [
-                    action
-                    for item in chunked
-                    for action in document_actions(index, item, stored.get(item.document.doc_id))
-                ]
+                [action for item in chunked for action in document_actions(index, item, held.get(item.document.doc_id))]
             )
             bar.update(len(batch))
     finally:
@@ -184,7 +188,8 @@ def ingest_documents(
             outcome = writer.close()
         finally:
             bar.close()
-            restore_refresh(client, index, previous_refresh)
+            if not index_ready:
+                restore_refresh(client, index, previous_refresh)
     client.refresh(index)
     return IngestReport(
         index=index,
@@ -291,11 +296,16 @@ def _chunk_batch(
     settings: Settings,
     context: _ContextStage,
     shaping: str,
-) -> tuple[dict[str, StoredDocument], list[ChunkedDocument], int, list[Skipped]]:
+    known: Mapping[str, StoredDocument] | None = None,
+) -> tuple[Mapping[str, StoredDocument], list[ChunkedDocument], int, list[Skipped]]:
     """One batch through the stored-state check, the document context and
     chunking: (stored state, chunked documents, how many were unchanged,
-    documents that could not be chunked, each with its reason)."""
-    stored = stored_documents(client, index, [d.doc_id for d in batch])
+    documents that could not be chunked, each with its reason). ``known``:
+    the stored state the caller already read (else it is read here)."""
+    if known is None:
+        stored: Mapping[str, StoredDocument] = stored_documents(client, index, [d.doc_id for d in batch])
+    else:
+        stored = {d.doc_id: known[d.doc_id] for d in batch if d.doc_id in known}
     todo = [d for d in batch if not _unchanged(d, stored, shaping)]
     unchanged = len(batch) - len(todo)
     chunked, rejected = _chunk_isolating(context.apply(todo, shaping), embedder, settings, shaping)

@@ -66,3 +66,12 @@ def source_doc_id(index: str, doc_id: str, field: str) -> str:
     if plain.count(SEPARATOR) == 2 and len(plain.encode("utf-8")) <= MAX_DOC_ID_BYTES:
         return plain
     return "sha256" + SEPARATOR + cache_key(index, doc_id, field)
+
+
+def source_of_doc_id(doc_id: str) -> tuple[str, str, str] | None:
+    """(index, _id, field) that :func:`source_doc_id` made ``doc_id`` of;
+    None for a hashed one, or one it did not make."""
+    parts = tuple(doc_id.split(SEPARATOR))
+    if len(parts) != 3 or source_doc_id(*parts) != doc_id:
+        return None
+    return parts

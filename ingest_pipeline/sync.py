@@ -9,11 +9,12 @@ a new or changed one is chunked, embedded and written. Once the read is
 complete, a sweep of the companion removes what the source no longer has
 (a deleted document, a field removed or emptied).
 
-Each pass is resumable: after every page the point in time and the last
-sort values are kept in the companion's ``_meta`` (:class:`IndexMetaState`),
-so a pass that was interrupted goes on where it stopped while its point in
-time lives (``PIT_KEEP_ALIVE``); after that it starts again, and what it
-had already written is found unchanged.
+Each pass is resumable: after every page that wrote something (and every
+``UNCHANGED_SAVE_EVERY_S`` through pages that did not) the point in time and
+the last sort values are kept in the companion's ``_meta``
+(:class:`IndexMetaState`), so a pass that was interrupted goes on where it
+stopped while its point in time lives (``PIT_KEEP_ALIVE``); after that it
+starts again, and what it had already written is found unchanged.
 
 Each chunk carries, in its metadata, the source index, ``_id`` and field
 (part of the fingerprint) and the source document's ``_seq_no`` and
@@ -27,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import SearchBackend
@@ -35,10 +36,10 @@ from chunkrag_core.engines.errors import EngineRefused
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import document_fingerprint
-from ingest_pipeline.pipeline import IngestReport, ingest_documents, shaping_of
-from ingest_pipeline.source_fields import SourceField, title_value
-from ingest_pipeline.sources import Document, Skipped
-from ingest_pipeline.writer import ensure_index_for, stored_documents
+from ingest_pipeline.pipeline import IngestReport, ingest_documents, pause_refresh, restore_refresh, shaping_of
+from ingest_pipeline.source_fields import SourceField, source_of_doc_id, title_value
+from ingest_pipeline.sources import Document
+from ingest_pipeline.writer import StoredDocument, ensure_index_for, stored_documents
 
 # The companion of index X is X + this, unless named.
 COMPANION_SUFFIX = "-chunkrag"
@@ -55,6 +56,12 @@ PIT_KEEP_ALIVE = "10m"
 # Source documents per page: each page's fields are ingested, and the pass's
 # position saved, before the next page is read.
 DOCS_PER_PAGE = 500
+# A page that wrote nothing saves the pass's position only when the last save
+# is older than this: saving is a mapping update of the cluster, dearer than
+# reading and checking a page again (a pass with nothing to do paid more for
+# its saves than for its reads), so a resumed pass re-reads at most this
+# long's worth of pages that were found unchanged.
+UNCHANGED_SAVE_EVERY_S = 30.0
 # A field longer than this is reported and not synced: one such text would
 # hold a whole batch's memory (a million characters is ~200k words).
 MAX_FIELD_CHARS = 1_000_000
@@ -125,10 +132,12 @@ class IndexMetaState:
         self._client.set_index_meta(self._companion, meta)
 
 
-# What ingests the field documents of one page: the in-process pipeline or
-# the workers' (`workers.ingest_dispatch`); the report's documents, unchanged
-# and skipped are counted.
-Ingest = Callable[[Iterable[Document | Skipped]], IngestReport]
+# What ingests the new and changed field documents of one page, given what
+# the companion holds of them: the in-process pipeline or the workers'
+# (`workers.ingest_dispatch`), into the companion the pass made and whose
+# periodic refresh it holds paused; the report's documents, unchanged and
+# skipped are counted.
+Ingest = Callable[[Sequence[Document], Mapping[str, StoredDocument]], IngestReport]
 
 
 def text_fields(properties: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -273,53 +282,87 @@ def sync_index(
         if embedder is None:
             raise ValueError("sync_index needs an embedder, or an ingest to hand the documents to")
 
-        def ingest(items: Iterable[Document | Skipped]) -> IngestReport:
+        def ingest(items: Sequence[Document], stored: Mapping[str, StoredDocument]) -> IngestReport:
             return ingest_documents(
-                items, client=client, embedder=embedder, settings=settings, index=companion, progress=False
+                items,
+                client=client,
+                embedder=embedder,
+                settings=settings,
+                index=companion,
+                progress=False,
+                stored=stored,
+                index_ready=True,
             )
 
     shaping = shaping_of(settings)
     pass_ = _Pass(client, source, companion, chosen, title, state, batch)
     totals = _Totals()
-    for hits in pass_.pages():
-        documents: list[Document] = []
-        for hit in hits:
-            made, errors = field_documents(hit, chosen, title)
-            documents.extend(made)
-            totals.errors.extend(errors)
-        totals.read += len(hits)
-        totals.fields += len(documents)
-        todo = changed_documents(client, companion, documents, shaping)
-        totals.unchanged += len(documents) - len(todo)
-        if todo:
-            report = ingest(todo)
-            not_chunked = len(report.skipped)
-            totals.unchanged += report.unchanged
-            totals.rechunked += report.documents - report.unchanged - not_chunked
-            totals.errors.extend(str(s) for s in report.skipped)
-            totals.errors.extend(report.errors)
-        pass_.checkpoint()
-        if on_page is not None:
-            on_page(totals.report(pass_, began, complete=False))
+    refresh = _RefreshHold(client, companion)
+    try:
+        for hits in pass_.pages():
+            documents: list[Document] = []
+            for hit in hits:
+                made, errors = field_documents(hit, chosen, title)
+                documents.extend(made)
+                totals.errors.extend(errors)
+            totals.read += len(hits)
+            totals.fields += len(documents)
+            stored = stored_documents(client, companion, [d.doc_id for d in documents])
+            todo = changed_documents(documents, stored, shaping)
+            totals.unchanged += len(documents) - len(todo)
+            if todo:
+                refresh.hold()
+                report = ingest(todo, stored)
+                not_chunked = len(report.skipped)
+                totals.unchanged += report.unchanged
+                totals.rechunked += report.documents - report.unchanged - not_chunked
+                totals.errors.extend(str(s) for s in report.skipped)
+                totals.errors.extend(report.errors)
+            pass_.checkpoint(wrote=bool(todo))
+            if on_page is not None:
+                on_page(totals.report(pass_, began, complete=False))
+    finally:
+        refresh.release()
     totals.deleted = sweep(client, companion, chosen, title)
     pass_.finish()
     return totals.report(pass_, began, complete=True)
 
 
 def changed_documents(
-    client: SearchBackend, companion: str, documents: Sequence[Document], shaping: str
+    documents: Sequence[Document], stored: Mapping[str, StoredDocument], shaping: str
 ) -> list[Document]:
     """The documents whose chunks the companion does not hold whole for
-    their text, asked in one request: a page with nothing new costs no
-    ingest at all (no refresh paused, nothing written)."""
-    if not documents:
-        return []
-    stored = stored_documents(client, companion, [d.doc_id for d in documents])
+    their text (``stored``: what it holds of a page's documents, asked in
+    one request): a page with nothing new costs no ingest at all."""
     return [
         d
         for d in documents
         if d.doc_id not in stored or not stored[d.doc_id].is_complete(document_fingerprint(d, shaping))
     ]
+
+
+class _RefreshHold:
+    """The companion's periodic refresh, paused at the first page that has
+    something to write and restored once the pass ends: once per pass, not
+    once per page (each pause and restore is a settings update of the
+    cluster), and not at all by a pass with nothing to write. Each page's
+    ingest still refreshes, so what is written shows page by page. A pass
+    killed meanwhile leaves "-1", which the next one restores to the default."""
+
+    def __init__(self, client: SearchBackend, index: str):
+        self._client, self._index = client, index
+        self._held = False
+        self._previous: str | None = None
+
+    def hold(self) -> None:
+        if not self._held:
+            self._previous = pause_refresh(self._client, self._index)
+            self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            restore_refresh(self._client, self._index, self._previous)
+            self._held = False
 
 
 @dataclass
@@ -370,6 +413,7 @@ class _Pass:
         self._pit: str | None = None
         self._after: tuple[Any, ...] | None = None
         self._last: tuple[Any, ...] = ()  # sort values of the last hit yielded
+        self._saved_at = time.monotonic()
         saved = state.load()
         if saved and saved.get("pit_id"):
             if saved.get("source") == source and tuple(saved.get("fields") or ()) == fields:
@@ -412,8 +456,12 @@ class _Pass:
                 return
             self._after = page.search_after
 
-    def checkpoint(self) -> None:
-        """The page just yielded is written: a resumed pass starts after it."""
+    def checkpoint(self, *, wrote: bool = True) -> None:
+        """The page just yielded is written: a resumed pass starts after it
+        (after a page that wrote nothing, only every UNCHANGED_SAVE_EVERY_S)."""
+        if not wrote and time.monotonic() - self._saved_at < UNCHANGED_SAVE_EVERY_S:
+            return
+        self._saved_at = time.monotonic()
         self._state.save(
             {
                 "source": self.source,
@@ -455,22 +503,38 @@ def _document_buckets(
 
 def _companion_documents(client: SearchBackend, companion: str) -> Iterator[list[tuple[str, str, str, str]]]:
     """Pages of (companion doc_id, source index, source _id, field) of every
-    document the companion holds, in doc_id order."""
-    for buckets in _document_buckets(
-        client, companion, {"one": {"top_hits": {"size": 1, "_source": {"includes": [schema.METADATA]}}}}
-    ):
-        rows = []
-        for bucket in buckets:
-            metadata = bucket["one"]["hits"]["hits"][0]["_source"].get(schema.METADATA) or {}
-            rows.append(
-                (
-                    bucket["key"]["doc"],
-                    str(metadata.get("source_index", "")),
-                    str(metadata.get("source_id", "")),
-                    str(metadata.get("source_field", "")),
-                )
-            )
-        yield rows
+    document the companion holds, in doc_id order. A doc_id names its
+    source field (`source_fields.source_doc_id`); only those that do not
+    (hashed, or not a synced field's) are looked up in a chunk's metadata:
+    one small request per page, not a chunk fetched per document."""
+    for buckets in _document_buckets(client, companion, {}):
+        keys = [bucket["key"]["doc"] for bucket in buckets]
+        named = {key: source_of_doc_id(key) for key in keys}
+        unnamed = [key for key, found in named.items() if found is None]
+        looked_up = _metadata_sources(client, companion, unnamed) if unnamed else {}
+        yield [(key, *(named[key] or looked_up.get(key, ("", "", "")))) for key in keys]
+
+
+def _metadata_sources(client: SearchBackend, companion: str, doc_ids: Sequence[str]) -> dict[str, tuple[str, str, str]]:
+    """(source index, source _id, field) of ``doc_ids`` as one chunk of each
+    holds them in its metadata ("" where it holds none)."""
+    body = {
+        "size": 0,
+        "query": {"terms": {schema.DOC_ID: list(doc_ids)}},
+        "aggs": {
+            "docs": {
+                "terms": {"field": schema.DOC_ID, "size": len(doc_ids)},
+                "aggs": {"one": {"top_hits": {"size": 1, "_source": {"includes": [schema.METADATA]}}}},
+            }
+        },
+    }
+    found = {}
+    for bucket in client.search(companion, body)["aggregations"]["docs"]["buckets"]:
+        metadata = bucket["one"]["hits"]["hits"][0]["_source"].get(schema.METADATA) or {}
+        found[bucket["key"]] = tuple(
+            str(metadata.get(name, "")) for name in ("source_index", "source_id", "source_field")
+        )
+    return found
 
 
 def sweep(client: SearchBackend, companion: str, fields: Sequence[str], title: str) -> int:

@@ -158,6 +158,7 @@ def ingest_documents_on_workers(
     liveness_check_s: float = LIVENESS_CHECK_S,
     ping_timeout_s: float = PING_TIMEOUT_S,
     clock: Callable[[], float] = time.monotonic,
+    index_ready: bool = False,
 ) -> IngestReport:
     """Raises :class:`~workers.errors.WorkersUnavailable` when the broker
     cannot be reached or no worker answers, before anything is sent, and
@@ -168,7 +169,10 @@ def ingest_documents_on_workers(
     ``batch_budget_s`` (default: ``settings.workers.ingest_batch_budget_s``)
     bounds the wait for each batch; every ``liveness_check_s`` of waiting,
     batches stranded by a dead worker (one that does not answer within
-    ``ping_timeout_s``) or lost by the broker are sent again."""
+    ``ping_timeout_s``) or lost by the broker are sent again.
+    ``index_ready``: the caller made the index and holds its periodic
+    refresh paused over a longer run (a sync pass), as for
+    :func:`ingest_pipeline.pipeline.ingest_documents`."""
     index = index or settings.index
     app = app or make_app(settings)
     began = time.perf_counter()
@@ -181,14 +185,15 @@ def ingest_documents_on_workers(
     # One answer is enough to start: without a limit the ping listens for
     # the whole timeout, a fixed two seconds on every ingest.
     check_workers(app, timeout=2.0, limit=1)
-    ensure_index_for(client, index, settings)
+    if not index_ready:
+        ensure_index_for(client, index, settings)
     chunking = encode_chunking(settings.chunking)
     flight = _Flight(app, app.signature(INGEST_TASK), budget, liveness_check_s, ping_timeout_s, clock)
     skipped: list[Skipped] = []
     outcomes: list[BatchOutcome] = []
     errors: list[str] = []
     bar = progress_bar(progress)
-    previous_refresh = pause_refresh(client, index)
+    previous_refresh = None if index_ready else pause_refresh(client, index)
 
     def collect() -> None:
         for sent, attempt in flight.collect():
@@ -214,7 +219,8 @@ def ingest_documents_on_workers(
     finally:
         bar.close()
         _forget(flight.waiting)  # interrupted: the workers finish what was sent
-        restore_refresh(client, index, previous_refresh)
+        if not index_ready:
+            restore_refresh(client, index, previous_refresh)
     client.refresh(index)
     return report_of_batches(index, outcomes, skipped, errors, time.perf_counter() - began, resent=flight.resent)
 

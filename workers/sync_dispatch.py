@@ -6,15 +6,16 @@ page, so the pass's saved position only ever moves past written pages."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Mapping, Sequence
 
 from celery import Celery
 
 from chunkrag_core.engines.base import SearchBackend
 from chunkrag_core.settings import Settings
 from ingest_pipeline.pipeline import IngestReport
-from ingest_pipeline.sources import Document, Skipped
+from ingest_pipeline.sources import Document
 from ingest_pipeline.sync import SyncReport, companion_name, sync_index
+from ingest_pipeline.writer import StoredDocument
 from workers.app import make_app
 from workers.ingest_dispatch import ingest_documents_on_workers
 
@@ -34,9 +35,11 @@ def sync_on_workers(
     companion = companion or companion_name(source)
     app = app or make_app(settings)
 
-    def ingest(items: Iterable[Document | Skipped]) -> IngestReport:
+    def ingest(items: Sequence[Document], stored: Mapping[str, StoredDocument]) -> IngestReport:
+        # Each worker reads the stored state of its own batch: ``stored``
+        # would have to travel with every task.
         return ingest_documents_on_workers(
-            items, client=client, settings=settings, index=companion, progress=False, app=app
+            items, client=client, settings=settings, index=companion, progress=False, app=app, index_ready=True
         )
 
     return sync_index(

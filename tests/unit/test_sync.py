@@ -10,7 +10,7 @@ import pytest
 from chunkrag_core.engines.base import page_body, page_of
 from chunkrag_core.settings import ChunkingSettings
 from ingest_pipeline.chunker import chunk_documents, document_fingerprint
-from ingest_pipeline.source_fields import SourceField
+from ingest_pipeline.source_fields import SourceField, source_doc_id, source_of_doc_id
 from ingest_pipeline.sync import (
     MAX_FIELD_CHARS,
     MalformedField,
@@ -159,3 +159,19 @@ def test_sync_every_reports_a_failed_pass_and_tries_the_next(monkeypatch, capsys
     out, err = capsys.readouterr()
     assert "this pass failed: node away; next one in 5 s" in err
     assert "2 documents read, 2 text fields: 1 unchanged, 1 chunked again" in out
+
+
+@pytest.mark.parametrize(
+    ("index", "doc_id", "name"),
+    [("kb", "7", "body"), ("kb", "a/b c", "author.bio"), ("sha256", "x", "y"), ("kb", "", "body")],
+)
+def test_a_companion_doc_id_names_its_source_field(index, doc_id, name):
+    assert source_of_doc_id(source_doc_id(index, doc_id, name)) == (index, doc_id, name)
+
+
+@pytest.mark.parametrize(
+    "companion_id",
+    [source_doc_id("kb", "x" * 600, "body"), source_doc_id("kb", "a\x1fb", "body"), "notes/readme.md", "a\x1fb"],
+)
+def test_a_hashed_or_foreign_doc_id_names_nothing(companion_id):
+    assert source_of_doc_id(companion_id) is None
