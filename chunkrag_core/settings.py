@@ -334,9 +334,8 @@ class GatewaySettings:
 
 @dataclass(frozen=True, slots=True)
 class RerankSettings:
-    # "score" reorders by the LLM judgement (no extra call, works offline);
-    # "cohere" calls Cohere's rerank API; "off" keeps retrieval order.
-    provider: str = "score"
+    # Cohere's rerank API, for `rerank: cohere` (the order itself is the
+    # filter's `rerank` option, declared once in search_extension/options.py).
     model: str = "rerank-english-v3.0"
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
