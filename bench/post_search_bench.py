@@ -3,6 +3,7 @@
     python -m bench.post_search_bench [--queries 100] [--cold 5] [--hits 10] [--seed 7]
     python -m bench.post_search_bench --cold 0 --out post_search_cuts --variants '{"cut_0.1": {"fixed_threshold": 0.1}}'
     python -m bench.post_search_bench --companion --cold 0 --out post_search_companion
+    python -m bench.post_search_bench --companion --companion-scoring fetched --cold 0 --out ...
 
 SQuAD 2 dev articles cut into whole documents of 1,000-3,000 words (runs of
 consecutive paragraphs). For each of ``--queries`` answerable questions the
@@ -19,9 +20,14 @@ search and the field listing, cached per index, are not in the figures):
 
 - companion (``--companion``): the documents are written to a real index
   of the configured engine and ``chunkrag sync`` builds its companion
-  chunk index; each query's passages then come from the companion (one
-  request for the hits' fields, as the gateway does; the fields the
-  companion could not serve are counted and must be none).
+  chunk index; each query's passages then come from the companion as the
+  gateway reads them (``--companion-scoring``: ``engine``, the default,
+  the engine scores the chunks with its own BM25 and only the candidates
+  are read; ``engine-passages``, the same with BM25 counted here over the
+  chunks' texts; ``fetched``, every chunk read with its vector and scored
+  here). The fields the companion could not serve are counted and must be
+  none; what the companion path keeps is compared with the warm path's
+  (the same chunks, scored here).
 
 With the default filter (calibrated, no model call) it records the added
 milliseconds (p50 / p95), the share of questions whose answer (any gold
@@ -41,6 +47,7 @@ from bench.common import SHARED, write_result
 
 SQUAD = SHARED / "eval" / "squad" / "squad2_cs224n_dev-v2.0.json"
 MIN_WORDS, MAX_WORDS = 1000, 3000
+COMPANION_SCORING = ("engine", "engine-passages", "fetched")
 
 
 def documents(seed: int) -> list[dict]:
@@ -96,10 +103,10 @@ class _Companion:
     """Passage sources reading the synced companion first; counts the fields
     it left to query-time chunking."""
 
-    def __init__(self, client, settings, embedder):
+    def __init__(self, client, settings, embedder, scoring: str = "engine"):
         from search_extension.passages import QueryTimePassages
 
-        self.client, self.settings, self.missed = client, settings, 0
+        self.client, self.settings, self.missed, self.scoring = client, settings, 0, scoring
         self.fallback = QueryTimePassages(embedder, settings)
 
     def source(self):
@@ -112,10 +119,16 @@ class _Companion:
                 bench.missed += len(fields)
                 return bench.fallback.passages(fields)
 
-        return CompanionsFirst(self.client, Counting(), settings=self.settings)
+        return CompanionsFirst(
+            self.client,
+            Counting(),
+            settings=self.settings,
+            engine_scoring=self.scoring != "fetched",
+            bm25="passages" if self.scoring == "engine-passages" else "engine",
+        )
 
 
-def companion_setup(docs: list[dict], settings, embedder, seed: int):
+def companion_setup(docs: list[dict], settings, embedder, seed: int, scoring: str = "engine"):
     """The documents as a real index of the configured engine, synced into
     its companion; returns (index, companion reader, the sync's figures)."""
     from chunkrag_core.engines import make_backend
@@ -141,7 +154,22 @@ def companion_setup(docs: list[dict], settings, embedder, seed: int):
         "unchanged": report.unchanged,
         "errors": len(report.errors),
     }
-    return index, _Companion(client, settings, embedder), figures
+    return index, _Companion(client, settings, embedder, scoring), figures
+
+
+def companion_summary(rows: list[dict], present: list[dict], scoring: str) -> dict:
+    """What the companion path kept, against the warm path's decisions."""
+    kept = [r["companion_kept"] for r in rows]
+    kept_present = [r["companion_kept"] for r in present]
+    return {
+        "scoring": scoring,
+        "scored_by_engine": sum(k["scored_by"] == "engine" for k in kept),
+        "answer_kept_share": round(sum(k["answer_kept"] for k in kept_present) / len(kept_present), 4),
+        "kept_share_of_chars_mean": round(sum(k["kept_share_of_chars"] for k in kept) / len(kept), 4),
+        "kept_passages_mean": round(sum(k["kept_passages"] for k in kept) / len(kept), 1),
+        "same_as_warm_mean": round(sum(k["same_as_warm"] for k in kept) / len(kept), 4),
+        "extra_over_warm_mean": round(sum(k["extra_over_warm"] for k in kept) / len(kept), 1),
+    }
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -169,6 +197,12 @@ def main() -> None:
     parser.add_argument(
         "--companion", action="store_true", help="also measure passages read from a synced companion index"
     )
+    parser.add_argument(
+        "--companion-scoring",
+        choices=COMPANION_SCORING,
+        default="engine",
+        help="how the companion's chunks are scored (see the module docstring)",
+    )
     args = parser.parse_args()
 
     from chunkrag_core.providers import make_embedder
@@ -195,7 +229,7 @@ def main() -> None:
     index = "bench"
     companion = sync_report = None
     if args.companion:
-        index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed)
+        index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed, args.companion_scoring)
     for n, (gold, (question, answers)) in enumerate(asked[: args.queries]):
         others = rng.sample([d for d in docs if d is not gold], args.hits - 1)
         hits = [gold, *others]
@@ -228,12 +262,23 @@ def main() -> None:
             return result, (time.perf_counter() - started) * 1000
 
         cold_ms = run(QueryTimePassages(embedder, settings))[1] if n < args.cold else None
-        companion_ms = companion_missed = None
+        companion_ms = companion_missed = companion_result = None
         if companion is not None:
-            companion_ms = run(companion.source())[1]
+            companion_result, companion_ms = run(companion.source())
             companion_missed = companion.missed
         run(shared)  # the hits' documents into the shared cache
         result, warm_ms = run(shared)
+        companion_kept = None
+        if companion_result is not None:
+            warm_ids = {c.chunk_id for h in result.hits for c in h.kept}
+            companion_ids = {c.chunk_id for h in companion_result.hits for c in h.kept}
+            companion_kept = {
+                **kept_of(companion_result, gold, hits, answers),
+                "scored_by": companion_result.scored_by,
+                # Of the passages the warm path keeps (the same chunks, scored here), the share kept.
+                "same_as_warm": round(len(warm_ids & companion_ids) / len(warm_ids), 4) if warm_ids else 1.0,
+                "extra_over_warm": len(companion_ids - warm_ids),
+            }
         kept = {name: kept_of(run(shared, chosen)[0], gold, hits, answers) for name, chosen in resolved.items()}
         rows.append(
             {
@@ -242,6 +287,7 @@ def main() -> None:
                 "warm_ms": round(warm_ms, 1),
                 "companion_ms": None if companion_ms is None else round(companion_ms, 1),
                 "companion_missed_fields": companion_missed,
+                "companion_kept": companion_kept,
                 "answer_in_gold_hit": any(a.lower() in gold["body"].lower() for a in answers),
                 **kept["default"],
                 "candidates": result.candidates,
@@ -267,6 +313,7 @@ def main() -> None:
             "p95": percentile([r["companion_ms"] for r in rows if r["companion_ms"] is not None], 0.95),
             "fields_not_served": None if companion is None else companion.missed,
             "sync": sync_report,
+            **({} if companion is None else companion_summary(rows, present, args.companion_scoring)),
         },
         "answer_kept_share": round(sum(r["answer_kept"] for r in present) / len(present), 4),
         "kept_share_of_chars_mean": round(sum(r["kept_share_of_chars"] for r in rows) / len(rows), 4),
