@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import time
 
 from bench.common import SHARED, write_result
@@ -109,8 +110,10 @@ class _Companion:
         self.client, self.settings, self.missed, self.scoring = client, settings, 0, scoring
         self.fallback = QueryTimePassages(embedder, settings)
 
-    def source(self):
+    def source(self, scoring: str | None = None):
         from search_extension.companion import CompanionsFirst
+
+        scoring = scoring or self.scoring
 
         bench = self
 
@@ -123,8 +126,8 @@ class _Companion:
             self.client,
             Counting(),
             settings=self.settings,
-            engine_scoring=self.scoring != "fetched",
-            bm25="passages" if self.scoring == "engine-passages" else "engine",
+            engine_scoring=scoring != "fetched",
+            bm25="passages" if scoring == "engine-passages" else "engine",
         )
 
 
@@ -159,16 +162,32 @@ def companion_setup(docs: list[dict], settings, embedder, seed: int, scoring: st
 
 def companion_summary(rows: list[dict], present: list[dict], scoring: str) -> dict:
     """What the companion path kept, against the warm path's decisions."""
-    kept = [r["companion_kept"] for r in rows]
-    kept_present = [r["companion_kept"] for r in present]
     return {
         "scoring": scoring,
+        **compared_summary([r["companion_kept"] for r in rows], [r["companion_kept"] for r in present]),
+    }
+
+
+def compared_summary(kept: list[dict], kept_present: list[dict]) -> dict:
+    """What one way of scoring kept, against the warm path's decisions."""
+    return {
         "scored_by_engine": sum(k["scored_by"] == "engine" for k in kept),
         "answer_kept_share": round(sum(k["answer_kept"] for k in kept_present) / len(kept_present), 4),
         "kept_share_of_chars_mean": round(sum(k["kept_share_of_chars"] for k in kept) / len(kept), 4),
         "kept_passages_mean": round(sum(k["kept_passages"] for k in kept) / len(kept), 1),
         "same_as_warm_mean": round(sum(k["same_as_warm"] for k in kept) / len(kept), 4),
         "extra_over_warm_mean": round(sum(k["extra_over_warm"] for k in kept) / len(kept), 1),
+    }
+
+
+def repeat_summary(warm: list[float], companion: list[float]) -> dict:
+    """One pass over the queries: the warm and companion p50 / p95, and the load after it."""
+    return {
+        "warm_p50": percentile(warm, 0.5),
+        "warm_p95": percentile(warm, 0.95),
+        "companion_p50": percentile(companion, 0.5),
+        "companion_p95": percentile(companion, 0.95),
+        "load_1m": round(os.getloadavg()[0], 2),
     }
 
 
@@ -187,6 +206,16 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=5, help="queries also measured cold (each costs seconds)")
     parser.add_argument("--hits", type=int, default=10)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--compare",
+        type=lambda value: [v for v in value.split(",") if v],
+        default=[],
+        metavar="SCORING,...",
+        help=f"other companion scorings ({', '.join(COMPANION_SCORING)}) timed beside the chosen one",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="passes over the same queries timed (warm and companion); median reported"
+    )
     parser.add_argument("--out", default="post_search", help="the result's name under bench/results/")
     parser.add_argument(
         "--variants",
@@ -225,6 +254,7 @@ def main() -> None:
     rng.shuffle(asked)
     load_before = os.getloadavg()[0]
     rows = []
+    timed = []  # each query's measurement, to repeat
     shared = QueryTimePassages(embedder, settings)
     index = "bench"
     companion = sync_report = None
@@ -248,7 +278,7 @@ def main() -> None:
             }
         }
 
-        def run(source, options=resolved["default"]):
+        def run(source, options=resolved["default"], response=response, question=question):
             started = time.perf_counter()
             result = post_search(
                 response,
@@ -261,24 +291,30 @@ def main() -> None:
             )
             return result, (time.perf_counter() - started) * 1000
 
+        timed.append(run)
+
         cold_ms = run(QueryTimePassages(embedder, settings))[1] if n < args.cold else None
         companion_ms = companion_missed = companion_result = None
+        compared = {}
         if companion is not None:
             companion_result, companion_ms = run(companion.source())
             companion_missed = companion.missed
+            compared = {name: run(companion.source(name)) for name in args.compare}
         run(shared)  # the hits' documents into the shared cache
         result, warm_ms = run(shared)
-        companion_kept = None
-        if companion_result is not None:
-            warm_ids = {c.chunk_id for h in result.hits for c in h.kept}
-            companion_ids = {c.chunk_id for h in companion_result.hits for c in h.kept}
-            companion_kept = {
-                **kept_of(companion_result, gold, hits, answers),
-                "scored_by": companion_result.scored_by,
+
+        def against_warm(found, warm=result, gold=gold, hits=hits, answers=answers):
+            warm_ids = {c.chunk_id for h in warm.hits for c in h.kept}
+            found_ids = {c.chunk_id for h in found.hits for c in h.kept}
+            return {
+                **kept_of(found, gold, hits, answers),
+                "scored_by": found.scored_by,
                 # Of the passages the warm path keeps (the same chunks, scored here), the share kept.
-                "same_as_warm": round(len(warm_ids & companion_ids) / len(warm_ids), 4) if warm_ids else 1.0,
-                "extra_over_warm": len(companion_ids - warm_ids),
+                "same_as_warm": round(len(warm_ids & found_ids) / len(warm_ids), 4) if warm_ids else 1.0,
+                "extra_over_warm": len(found_ids - warm_ids),
             }
+
+        companion_kept = None if companion_result is None else against_warm(companion_result)
         kept = {name: kept_of(run(shared, chosen)[0], gold, hits, answers) for name, chosen in resolved.items()}
         rows.append(
             {
@@ -288,6 +324,10 @@ def main() -> None:
                 "companion_ms": None if companion_ms is None else round(companion_ms, 1),
                 "companion_missed_fields": companion_missed,
                 "companion_kept": companion_kept,
+                "companion_timings_ms": None if companion_result is None else dict(companion_result.timings_ms),
+                "compared": {
+                    name: {"ms": round(ms, 1), **against_warm(found)} for name, (found, ms) in compared.items()
+                },
                 "answer_in_gold_hit": any(a.lower() in gold["body"].lower() for a in answers),
                 **kept["default"],
                 "candidates": result.candidates,
@@ -297,6 +337,23 @@ def main() -> None:
             }
         )
         print(json.dumps(rows[-1]), flush=True)
+    repeats = [
+        repeat_summary([r["warm_ms"] for r in rows], [r["companion_ms"] for r in rows if r["companion_ms"] is not None])
+    ]
+    compared_ms = {name: [[r["compared"][name]["ms"] for r in rows]] for name in args.compare}
+    for _ in range(args.repeat - 1):
+        warm, again = [], []
+        again_compared: dict[str, list[float]] = {name: [] for name in args.compare}
+        for run in timed:
+            if companion is not None:
+                again.append(run(companion.source())[1])
+                for name in args.compare:
+                    again_compared[name].append(run(companion.source(name))[1])
+            warm.append(run(shared)[1])
+        repeats.append(repeat_summary(warm, again))
+        for name, values in again_compared.items():
+            compared_ms[name].append(values)
+        print(json.dumps(repeats[-1]), flush=True)
     present = [r for r in rows if r["answer_in_gold_hit"]]
     cold = [r["cold_ms"] for r in rows if r["cold_ms"] is not None]
     summary = {
@@ -315,6 +372,20 @@ def main() -> None:
             "sync": sync_report,
             **({} if companion is None else companion_summary(rows, present, args.companion_scoring)),
         },
+        # The other ways to score the companion's chunks, timed on the same
+        # queries right after the chosen one (the same load).
+        "compared": {
+            name: {
+                **compared_summary([r["compared"][name] for r in rows], [r["compared"][name] for r in present]),
+                "p50_per_repeat": [percentile(values, 0.5) for values in compared_ms[name]],
+                "p95_per_repeat": [percentile(values, 0.95) for values in compared_ms[name]],
+                "median_of_repeats": {
+                    "p50": statistics.median(percentile(values, 0.5) for values in compared_ms[name]),
+                    "p95": statistics.median(percentile(values, 0.95) for values in compared_ms[name]),
+                },
+            }
+            for name in args.compare
+        },
         "answer_kept_share": round(sum(r["answer_kept"] for r in present) / len(present), 4),
         "kept_share_of_chars_mean": round(sum(r["kept_share_of_chars"] for r in rows) / len(rows), 4),
         "kept_passages_mean": round(sum(r["kept_passages"] for r in rows) / len(rows), 1),
@@ -330,6 +401,11 @@ def main() -> None:
             }
             for name in variants
             if name != "default"
+        },
+        "repeats": repeats,
+        "median_of_repeats": {
+            key: statistics.median(found) if (found := [r[key] for r in repeats if r[key] is not None]) else None
+            for key in ("warm_p50", "warm_p95", "companion_p50", "companion_p95")
         },
         "load_1m_before": round(load_before, 2),
         "load_1m_after": round(os.getloadavg()[0], 2),
