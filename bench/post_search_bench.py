@@ -3,6 +3,7 @@
     python -m bench.post_search_bench [--queries 100] [--cold 5] [--hits 10] [--seed 7]
     python -m bench.post_search_bench --cold 0 --out post_search_cuts --variants '{"cut_0.1": {"fixed_threshold": 0.1}}'
     python -m bench.post_search_bench --companion --cold 0 --out post_search_companion
+    python -m bench.post_search_bench --companion --companion-scoring fetched --cold 0 --out ...
 
 SQuAD 2 dev articles cut into whole documents of 1,000-3,000 words (runs of
 consecutive paragraphs). For each of ``--queries`` answerable questions the
@@ -19,9 +20,14 @@ search and the field listing, cached per index, are not in the figures):
 
 - companion (``--companion``): the documents are written to a real index
   of the configured engine and ``chunkrag sync`` builds its companion
-  chunk index; each query's passages then come from the companion (one
-  request for the hits' fields, as the gateway does; the fields the
-  companion could not serve are counted and must be none).
+  chunk index; each query's passages then come from the companion as the
+  gateway reads them (``--companion-scoring``: ``engine``, the default,
+  the engine scores the chunks with its own BM25 and only the candidates
+  are read; ``engine-passages``, the same with BM25 counted here over the
+  chunks' texts; ``fetched``, every chunk read with its vector and scored
+  here). The fields the companion could not serve are counted and must be
+  none; what the companion path keeps is compared with the warm path's
+  (the same chunks, scored here).
 
 With the default filter (calibrated, no model call) it records the added
 milliseconds (p50 / p95), the share of questions whose answer (any gold
@@ -35,12 +41,14 @@ import argparse
 import json
 import os
 import random
+import statistics
 import time
 
 from bench.common import SHARED, write_result
 
 SQUAD = SHARED / "eval" / "squad" / "squad2_cs224n_dev-v2.0.json"
 MIN_WORDS, MAX_WORDS = 1000, 3000
+COMPANION_SCORING = ("engine", "engine-passages", "fetched")
 
 
 def documents(seed: int) -> list[dict]:
@@ -96,14 +104,16 @@ class _Companion:
     """Passage sources reading the synced companion first; counts the fields
     it left to query-time chunking."""
 
-    def __init__(self, client, settings, embedder):
+    def __init__(self, client, settings, embedder, scoring: str = "engine"):
         from search_extension.passages import QueryTimePassages
 
-        self.client, self.settings, self.missed = client, settings, 0
+        self.client, self.settings, self.missed, self.scoring = client, settings, 0, scoring
         self.fallback = QueryTimePassages(embedder, settings)
 
-    def source(self):
+    def source(self, scoring: str | None = None):
         from search_extension.companion import CompanionsFirst
+
+        scoring = scoring or self.scoring
 
         bench = self
 
@@ -112,10 +122,16 @@ class _Companion:
                 bench.missed += len(fields)
                 return bench.fallback.passages(fields)
 
-        return CompanionsFirst(self.client, Counting(), settings=self.settings)
+        return CompanionsFirst(
+            self.client,
+            Counting(),
+            settings=self.settings,
+            engine_scoring=scoring != "fetched",
+            bm25="passages" if scoring == "engine-passages" else "engine",
+        )
 
 
-def companion_setup(docs: list[dict], settings, embedder, seed: int):
+def companion_setup(docs: list[dict], settings, embedder, seed: int, scoring: str = "engine"):
     """The documents as a real index of the configured engine, synced into
     its companion; returns (index, companion reader, the sync's figures)."""
     from chunkrag_core.engines import make_backend
@@ -141,7 +157,38 @@ def companion_setup(docs: list[dict], settings, embedder, seed: int):
         "unchanged": report.unchanged,
         "errors": len(report.errors),
     }
-    return index, _Companion(client, settings, embedder), figures
+    return index, _Companion(client, settings, embedder, scoring), figures
+
+
+def companion_summary(rows: list[dict], present: list[dict], scoring: str) -> dict:
+    """What the companion path kept, against the warm path's decisions."""
+    return {
+        "scoring": scoring,
+        **compared_summary([r["companion_kept"] for r in rows], [r["companion_kept"] for r in present]),
+    }
+
+
+def compared_summary(kept: list[dict], kept_present: list[dict]) -> dict:
+    """What one way of scoring kept, against the warm path's decisions."""
+    return {
+        "scored_by_engine": sum(k["scored_by"] == "engine" for k in kept),
+        "answer_kept_share": round(sum(k["answer_kept"] for k in kept_present) / len(kept_present), 4),
+        "kept_share_of_chars_mean": round(sum(k["kept_share_of_chars"] for k in kept) / len(kept), 4),
+        "kept_passages_mean": round(sum(k["kept_passages"] for k in kept) / len(kept), 1),
+        "same_as_warm_mean": round(sum(k["same_as_warm"] for k in kept) / len(kept), 4),
+        "extra_over_warm_mean": round(sum(k["extra_over_warm"] for k in kept) / len(kept), 1),
+    }
+
+
+def repeat_summary(warm: list[float], companion: list[float]) -> dict:
+    """One pass over the queries: the warm and companion p50 / p95, and the load after it."""
+    return {
+        "warm_p50": percentile(warm, 0.5),
+        "warm_p95": percentile(warm, 0.95),
+        "companion_p50": percentile(companion, 0.5),
+        "companion_p95": percentile(companion, 0.95),
+        "load_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -159,6 +206,16 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=5, help="queries also measured cold (each costs seconds)")
     parser.add_argument("--hits", type=int, default=10)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--compare",
+        type=lambda value: [v for v in value.split(",") if v],
+        default=[],
+        metavar="SCORING,...",
+        help=f"other companion scorings ({', '.join(COMPANION_SCORING)}) timed beside the chosen one",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="passes over the same queries timed (warm and companion); median reported"
+    )
     parser.add_argument("--out", default="post_search", help="the result's name under bench/results/")
     parser.add_argument(
         "--variants",
@@ -168,6 +225,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--companion", action="store_true", help="also measure passages read from a synced companion index"
+    )
+    parser.add_argument(
+        "--companion-scoring",
+        choices=COMPANION_SCORING,
+        default="engine",
+        help="how the companion's chunks are scored (see the module docstring)",
     )
     args = parser.parse_args()
 
@@ -191,11 +254,12 @@ def main() -> None:
     rng.shuffle(asked)
     load_before = os.getloadavg()[0]
     rows = []
+    timed = []  # each query's measurement, to repeat
     shared = QueryTimePassages(embedder, settings)
     index = "bench"
     companion = sync_report = None
     if args.companion:
-        index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed)
+        index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed, args.companion_scoring)
     for n, (gold, (question, answers)) in enumerate(asked[: args.queries]):
         others = rng.sample([d for d in docs if d is not gold], args.hits - 1)
         hits = [gold, *others]
@@ -214,7 +278,7 @@ def main() -> None:
             }
         }
 
-        def run(source, options=resolved["default"]):
+        def run(source, options=resolved["default"], response=response, question=question):
             started = time.perf_counter()
             result = post_search(
                 response,
@@ -227,13 +291,30 @@ def main() -> None:
             )
             return result, (time.perf_counter() - started) * 1000
 
+        timed.append(run)
+
         cold_ms = run(QueryTimePassages(embedder, settings))[1] if n < args.cold else None
-        companion_ms = companion_missed = None
+        companion_ms = companion_missed = companion_result = None
+        compared = {}
         if companion is not None:
-            companion_ms = run(companion.source())[1]
+            companion_result, companion_ms = run(companion.source())
             companion_missed = companion.missed
+            compared = {name: run(companion.source(name)) for name in args.compare}
         run(shared)  # the hits' documents into the shared cache
         result, warm_ms = run(shared)
+
+        def against_warm(found, warm=result, gold=gold, hits=hits, answers=answers):
+            warm_ids = {c.chunk_id for h in warm.hits for c in h.kept}
+            found_ids = {c.chunk_id for h in found.hits for c in h.kept}
+            return {
+                **kept_of(found, gold, hits, answers),
+                "scored_by": found.scored_by,
+                # Of the passages the warm path keeps (the same chunks, scored here), the share kept.
+                "same_as_warm": round(len(warm_ids & found_ids) / len(warm_ids), 4) if warm_ids else 1.0,
+                "extra_over_warm": len(found_ids - warm_ids),
+            }
+
+        companion_kept = None if companion_result is None else against_warm(companion_result)
         kept = {name: kept_of(run(shared, chosen)[0], gold, hits, answers) for name, chosen in resolved.items()}
         rows.append(
             {
@@ -242,6 +323,11 @@ def main() -> None:
                 "warm_ms": round(warm_ms, 1),
                 "companion_ms": None if companion_ms is None else round(companion_ms, 1),
                 "companion_missed_fields": companion_missed,
+                "companion_kept": companion_kept,
+                "companion_timings_ms": None if companion_result is None else dict(companion_result.timings_ms),
+                "compared": {
+                    name: {"ms": round(ms, 1), **against_warm(found)} for name, (found, ms) in compared.items()
+                },
                 "answer_in_gold_hit": any(a.lower() in gold["body"].lower() for a in answers),
                 **kept["default"],
                 "candidates": result.candidates,
@@ -251,6 +337,23 @@ def main() -> None:
             }
         )
         print(json.dumps(rows[-1]), flush=True)
+    repeats = [
+        repeat_summary([r["warm_ms"] for r in rows], [r["companion_ms"] for r in rows if r["companion_ms"] is not None])
+    ]
+    compared_ms = {name: [[r["compared"][name]["ms"] for r in rows]] for name in args.compare}
+    for _ in range(args.repeat - 1):
+        warm, again = [], []
+        again_compared: dict[str, list[float]] = {name: [] for name in args.compare}
+        for run in timed:
+            if companion is not None:
+                again.append(run(companion.source())[1])
+                for name in args.compare:
+                    again_compared[name].append(run(companion.source(name))[1])
+            warm.append(run(shared)[1])
+        repeats.append(repeat_summary(warm, again))
+        for name, values in again_compared.items():
+            compared_ms[name].append(values)
+        print(json.dumps(repeats[-1]), flush=True)
     present = [r for r in rows if r["answer_in_gold_hit"]]
     cold = [r["cold_ms"] for r in rows if r["cold_ms"] is not None]
     summary = {
@@ -267,6 +370,21 @@ def main() -> None:
             "p95": percentile([r["companion_ms"] for r in rows if r["companion_ms"] is not None], 0.95),
             "fields_not_served": None if companion is None else companion.missed,
             "sync": sync_report,
+            **({} if companion is None else companion_summary(rows, present, args.companion_scoring)),
+        },
+        # The other ways to score the companion's chunks, timed on the same
+        # queries right after the chosen one (the same load).
+        "compared": {
+            name: {
+                **compared_summary([r["compared"][name] for r in rows], [r["compared"][name] for r in present]),
+                "p50_per_repeat": [percentile(values, 0.5) for values in compared_ms[name]],
+                "p95_per_repeat": [percentile(values, 0.95) for values in compared_ms[name]],
+                "median_of_repeats": {
+                    "p50": statistics.median(percentile(values, 0.5) for values in compared_ms[name]),
+                    "p95": statistics.median(percentile(values, 0.95) for values in compared_ms[name]),
+                },
+            }
+            for name in args.compare
         },
         "answer_kept_share": round(sum(r["answer_kept"] for r in present) / len(present), 4),
         "kept_share_of_chars_mean": round(sum(r["kept_share_of_chars"] for r in rows) / len(rows), 4),
@@ -283,6 +401,11 @@ def main() -> None:
             }
             for name in variants
             if name != "default"
+        },
+        "repeats": repeats,
+        "median_of_repeats": {
+            key: statistics.median(found) if (found := [r[key] for r in repeats if r[key] is not None]) else None
+            for key in ("warm_p50", "warm_p95", "companion_p50", "companion_p95")
         },
         "load_1m_before": round(load_before, 2),
         "load_1m_after": round(os.getloadavg()[0], 2),

@@ -14,15 +14,24 @@ others through their transport ports.
     seconds_to_status(cluster, "green")
     down(cluster)
 
+Tests and benchmarks that may share the machine with another run take a
+block free at the time, and remove its run dirs after:
+
+    cluster = LocalCluster.on_free_ports("opensearch", home)
+    ...
+    down(cluster); remove(cluster)
+
 Ports: node i answers HTTP on ``first_port + 2i`` and transport on
 ``first_port + 2i + 1``, so a cluster takes one block of ports beside the
-single nodes (9200/9300, 9201/9401). ``services up --nodes 3`` starts one.
+single nodes (9200/9300, 9201/9401). ``services up --nodes 3`` starts one
+on the fixed defaults (or CHUNKRAG_*_CLUSTER_PORT).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -35,7 +44,15 @@ from chunkrag_core.settings import state_home
 from local_services import elasticsearch_node, opensearch_node
 from local_services.jvm_node import ClusterMember, cluster_health
 from local_services.managed import ManagedProcess
-from local_services.process import LOOPBACK, LocalServiceError, Log, ServiceStatus, env_port, print_line
+from local_services.process import (
+    LOOPBACK,
+    LocalServiceError,
+    Log,
+    ServiceStatus,
+    env_port,
+    free_port_block,
+    print_line,
+)
 
 ENGINES = ("elasticsearch", "opensearch")
 # A cluster's first HTTP port per engine: clear of the single nodes' ports.
@@ -56,6 +73,13 @@ def _module(engine: str) -> ModuleType:
     if engine not in ENGINES:
         raise LocalServiceError(f"unknown cluster engine {engine!r}; choose one of {', '.join(ENGINES)}")
     return elasticsearch_node if engine == "elasticsearch" else opensearch_node
+
+
+def _settings_class(engine: str):
+    _module(engine)
+    if engine == "elasticsearch":
+        return elasticsearch_node.ElasticsearchSettings
+    return opensearch_node.OpenSearchSettings
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,18 @@ class LocalCluster:
             heap=env.get(HEAP_VARIABLE, "").strip() or DEFAULT_HEAP,
         )
 
+    @classmethod
+    def on_free_ports(cls, engine: str, home: Path, nodes: int = 3, heap: str = DEFAULT_HEAP) -> LocalCluster:
+        """A cluster on a block of ports free now, clear of any run dir a node
+        left under ``home`` (its data belongs to another cluster), for tests
+        and benchmarks that may run beside another on the same machine. It
+        leaves a run dir per node: `remove` them once the cluster is down."""
+        run_name = _settings_class(engine).RUN_NAME
+        first = free_port_block(
+            PORTS_PER_NODE * nodes, taken=lambda port: (home / "run" / f"{run_name}-{port}").exists()
+        )
+        return cls(engine=engine, home=home, first_port=first, nodes=nodes, heap=heap)
+
     @property
     def name(self) -> str:
         return f"chunkrag-{self.engine}-cluster-{self.first_port}"
@@ -104,11 +140,7 @@ class LocalCluster:
 
     def member(self, node: int):
         """The node's settings (an ElasticsearchSettings or OpenSearchSettings)."""
-        settings_class = (
-            elasticsearch_node.ElasticsearchSettings
-            if self.engine == "elasticsearch"
-            else opensearch_node.OpenSearchSettings
-        )
+        settings_class = _settings_class(self.engine)
         membership = ClusterMember(
             cluster_name=self.name,
             node_name=self.node_name(node),
@@ -174,6 +206,18 @@ def _ports(cluster: LocalCluster):
 def down(cluster: LocalCluster, log: Log = print_line) -> None:
     """Idempotent: stop every node of the cluster started from CHUNKRAG_HOME."""
     _each_node(cluster, range(cluster.nodes), lambda node: node_process(cluster, node).down(log))
+
+
+def remove(cluster: LocalCluster) -> None:
+    """Delete every node's run dir (configuration, data, logs) and lock file;
+    refused while a node runs. Pairs with `LocalCluster.on_free_ports`."""
+    running = [cluster.node_name(node) for node in range(cluster.nodes) if node_pid(cluster, node) is not None]
+    if running:
+        raise LocalServiceError(f"{', '.join(running)} still running; stop the cluster before removing it")
+    for node in range(cluster.nodes):
+        member = cluster.member(node)
+        shutil.rmtree(member.run_dir, ignore_errors=True)
+        member.lock_file.unlink(missing_ok=True)
 
 
 def status(cluster: LocalCluster, log: Log = print_line) -> list[ServiceStatus]:

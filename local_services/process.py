@@ -11,6 +11,7 @@ import fcntl
 import grp
 import os
 import pwd
+import random
 import shutil
 import socket
 import stat
@@ -328,6 +329,49 @@ def port_in_use(port: int, host: str = LOOPBACK) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1.0)
         return sock.connect_ex((host, port)) == 0
+
+
+# Where `free_port_block` looks: above every fixed port of the local services
+# (9200-9300, 6379, 8088, the cluster defaults 9250/9270) and below the
+# kernel's ephemeral range (32768 up on Linux), so an outgoing connection is
+# never handed a port a node is about to listen on.
+FREE_PORTS = (20000, 32000)
+
+
+def port_free(port: int, host: str = LOOPBACK) -> bool:
+    """True if a listening socket could bind ``port`` now (a probe: bound and released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(
+    size: int,
+    *,
+    taken: Callable[[int], bool] = lambda _port: False,
+    ports: tuple[int, int] = FREE_PORTS,
+    shuffle: Callable[[list[int]], None] = random.shuffle,
+) -> int:
+    """The first port of ``size`` consecutive ports that all bind on loopback
+    now and that ``taken`` does not claim (e.g. a run dir left there).
+
+    Blocks are aligned on ``size`` and each tried once, in random order, so
+    two runs probing at the same moment rarely pick the same block. A probe
+    cannot reserve the ports: whoever starts first on them wins, and the
+    other's start fails with the port named."""
+    low, high = ports
+    if size < 1 or high - low + 1 < size:
+        raise LocalServiceError(f"no block of {size} ports fits in {low}-{high}")
+    firsts = list(range(low, high - size + 2, size))
+    shuffle(firsts)
+    for first in firsts:
+        block = range(first, first + size)
+        if not any(taken(port) for port in block) and all(port_free(port) for port in block):
+            return first
+    raise LocalServiceError(f"found no {size} free consecutive ports in {low}-{high}")
 
 
 def listening_pid(port: int) -> int | None:

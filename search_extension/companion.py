@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import SearchBackend
@@ -23,7 +25,8 @@ from ingest_pipeline.chunker import document_fingerprint
 from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.source_fields import SourceField
 from ingest_pipeline.sync import companion_name
-from search_extension.passages import PassageSource
+from search_extension.companion_scoring import NotServed, engine_scored
+from search_extension.passages import PassageSource, ScoredHits
 
 # Most chunks one request brings back (the engine's default result window);
 # fields whose chunks did not all fit go to the fallback.
@@ -103,10 +106,63 @@ class CompanionsFirst:
     sync`` gives it) where there is one, read with ``client`` (the caller's
     own credentials, or in service mode the key's derived ones: a companion
     the caller may not read is passed over); everything else from
-    ``fallback`` (chunked and embedded at query time)."""
+    ``fallback`` (chunked and embedded at query time).
 
-    def __init__(self, client: SearchBackend, fallback: PassageSource, *, settings: Settings):
+    With ``engine_scoring`` it is also a :class:`ScoringPassageSource`: when
+    every field of a response is complete and current in its companion, the
+    engine scores the chunks and only the candidates are fetched
+    (``companion_scoring``); otherwise ``scored`` answers None and the
+    passages are fetched with their vectors and scored here."""
+
+    def __init__(
+        self,
+        client: SearchBackend,
+        fallback: PassageSource,
+        *,
+        settings: Settings,
+        engine_scoring: bool = True,
+        bm25: str = "engine",
+    ):
         self._client, self._fallback, self._settings = client, fallback, settings
+        self._engine_scoring, self._bm25 = engine_scoring, bm25
+        # Why the last response was not scored by the engine (None: it was, or never asked).
+        self.not_scored_because: str | None = None
+
+    def scored(
+        self,
+        fields_by_hit: Sequence[Sequence[SourceField]],
+        *,
+        query: str,
+        query_vector: np.ndarray,
+        doc_cosines: Sequence[float | None],
+        weights: tuple[float, float],
+        max_passages: int,
+        with_vectors: bool,
+    ) -> ScoredHits | None:
+        if not self._engine_scoring:
+            self.not_scored_because = "engine scoring is off"
+            return None
+        shaping = shaping_of(self._settings)
+        fields = [field for sources in fields_by_hit for field in sources]
+        try:
+            scored = engine_scored(
+                self._client,
+                fields_by_hit,
+                {field.index: companion_name(field.index) for field in fields},
+                {field.companion_id: document_fingerprint(field.document(), shaping) for field in fields},
+                query=query,
+                query_vector=query_vector,
+                doc_cosines=doc_cosines,
+                weights=weights,
+                max_passages=max_passages,
+                with_vectors=with_vectors,
+                bm25=self._bm25,
+            )
+        except NotServed as exc:
+            self.not_scored_because = str(exc)
+            return None
+        self.not_scored_because = None
+        return scored
 
     def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]:
         by_index: dict[str, list[SourceField]] = {}

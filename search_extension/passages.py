@@ -13,7 +13,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from typing import Mapping, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
 
 from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.providers import Embedder
@@ -35,6 +38,37 @@ class PassageSource(Protocol):
     that yields no passage (blank text) may be left out."""
 
     def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredHits:
+    """Per hit (in the response's order): its candidates best first, each
+    with its passage score and signals, and how many passages were over the cap."""
+
+    best: tuple[tuple[Chunk, ...], ...]
+    capped: tuple[int, ...]
+
+
+@runtime_checkable
+class ScoringPassageSource(Protocol):
+    """A passage source that can also have the passages of a response's
+    hits scored where they are stored, and return only each hit's best
+    ``max_passages`` (the candidates), with the same signals as
+    ``post_search.score_passages`` gives; None when it cannot for this
+    response (the passages are then asked for and scored in-process).
+    ``with_vectors``: the candidates must carry their vectors."""
+
+    def scored(
+        self,
+        fields_by_hit: Sequence[Sequence[SourceField]],
+        *,
+        query: str,
+        query_vector: np.ndarray,
+        doc_cosines: Sequence[float | None],
+        weights: tuple[float, float],
+        max_passages: int,
+        with_vectors: bool,
+    ) -> ScoredHits | None: ...
 
 
 def fingerprint_of(field: SourceField, settings: Settings) -> str:

@@ -31,7 +31,7 @@ from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
 from chunkrag_filter.processors.answer import Answer, answer_from_chunks
 from chunkrag_filter.processors.features import STOPWORDS
 from ingest_pipeline.source_fields import SourceField, title_value
-from search_extension.passages import PassageSource
+from search_extension.passages import PassageSource, ScoringPassageSource
 from search_extension.text_fields import TextFields, field_text
 
 # Passages of one hit that go to the filter: the best by the cheap passage
@@ -93,6 +93,10 @@ class PostSearchResult:
     answer: Answer | None
     candidates: int  # passages that went to the filter
     timings_ms: Mapping[str, float] = field(default_factory=dict)
+    # Where the passages were scored: "engine" (a companion index scored
+    # them and only the candidates were read) or "here" (read, then scored
+    # in-process).
+    scored_by: str = "here"
 
     @property
     def capped(self) -> int:
@@ -143,21 +147,38 @@ def post_search(
         ]
         read.append((hit, text_fields, sources))
     all_fields = [source for _, _, sources in read for source in sources]
-    by_field = passage_source.passages(all_fields) if all_fields else {}
-    lap("passages")
-
     query_vector = np.asarray(embedder.embed([query])[0], dtype=np.float32)
-    per_hit_chunks = [[c for s in sources for c in by_field.get(s.companion_id, ())] for _, _, sources in read]
     doc_cosines = [_doc_cosine(hit, doc_vector_field, query_vector) for hit, _, _ in read]
-    scored = score_passages(query, query_vector, per_hit_chunks, doc_cosines, weights)
-    lap("scoring")
+    lap("embedding")
 
-    candidates: list[Chunk] = []
-    capped: list[int] = []
-    for chunks in scored:
-        best = sorted(chunks, key=lambda c: -(c.score or 0.0))
-        candidates.extend(best[: options.max_passages])
-        capped.append(max(0, len(best) - options.max_passages))
+    engine = None
+    if all_fields and isinstance(passage_source, ScoringPassageSource):
+        engine = passage_source.scored(
+            [sources for _, _, sources in read],
+            query=query,
+            query_vector=query_vector,
+            doc_cosines=doc_cosines,
+            weights=weights,
+            max_passages=options.max_passages,
+            # Only the redundancy stage compares passages by their vectors.
+            with_vectors=options.stages and filter_options.redundancy_threshold is not None,
+        )
+    if engine is not None:
+        best_per_hit, capped = [list(best) for best in engine.best], list(engine.capped)
+        lap("passages")
+    else:
+        by_field = passage_source.passages(all_fields) if all_fields else {}
+        lap("passages")
+        per_hit_chunks = [[c for s in sources for c in by_field.get(s.companion_id, ())] for _, _, sources in read]
+        scored = score_passages(query, query_vector, per_hit_chunks, doc_cosines, weights)
+        best_per_hit, capped = [], []
+        for chunks in scored:
+            best = sorted(chunks, key=lambda c: -(c.score or 0.0))
+            best_per_hit.append(best[: options.max_passages])
+            capped.append(max(0, len(best) - options.max_passages))
+        lap("scoring")
+
+    candidates = [c for best in best_per_hit for c in best]
     candidates.sort(key=lambda c: -(c.score or 0.0))
 
     filtered = None
@@ -197,7 +218,9 @@ def post_search(
             )
         )
     timings["total"] = round((time.perf_counter() - started) * 1000, 1)
-    return PostSearchResult(query, tuple(hits), filtered, answer, len(candidates), timings)
+    return PostSearchResult(
+        query, tuple(hits), filtered, answer, len(candidates), timings, "engine" if engine is not None else "here"
+    )
 
 
 def hits_of(response: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -263,6 +286,47 @@ def minmax(values: Sequence[float]) -> list[float]:
     return [0.5 if high == low else (v - low) / (high - low) for v in values]
 
 
+@dataclass(frozen=True, slots=True)
+class PassageScore:
+    """One passage's pre-filter score and the signals the filter's
+    calibration reads (``bm25``, ``knn`` normalised, ``cosine`` raw)."""
+
+    score: float
+    bm25: float
+    knn: float
+    cosine: float
+
+    def signals(self) -> dict[str, float]:
+        return {"bm25": self.bm25, "knn": self.knn, "cosine": self.cosine}
+
+
+def passage_scores(
+    hit_of: Sequence[int],
+    bm25: Sequence[float],
+    similarities: Sequence[float],
+    cosines: Sequence[float],
+    doc_cosines: Sequence[float | None],
+    weights: tuple[float, float] = (0.5, 0.5),
+) -> list[PassageScore]:
+    """The numeric core of the passage score, one per passage (``hit_of``:
+    its hit's number): ``bm25`` (raw) and ``similarities`` ((1 + cos) / 2,
+    the kNN score) min-max normalised over all passages of the response,
+    their weighted sum, with the hit's whole-document cosine as a prior when
+    known; ``cosines`` are reported raw (rounded)."""
+    b_norm, k_norm = minmax(bm25), minmax(similarities)
+    known = [x for x in doc_cosines if x is not None]
+    priors = dict(zip([i for i, x in enumerate(doc_cosines) if x is not None], minmax(known)))
+    w_bm25, w_knn = weights
+    total = (w_bm25 + w_knn) or 1.0
+    out = []
+    for h, cosine, b, k in zip(hit_of, cosines, b_norm, k_norm):
+        score = (w_bm25 * b + w_knn * k) / total
+        if h in priors:
+            score = (1 - DOC_PRIOR_WEIGHT) * score + DOC_PRIOR_WEIGHT * priors[h]
+        out.append(PassageScore(round(score, 6), round(b, 6), round(k, 6), round(cosine, 6)))
+    return out
+
+
 def score_passages(
     query: str,
     query_vector: np.ndarray,
@@ -271,28 +335,28 @@ def score_passages(
     weights: tuple[float, float] = (0.5, 0.5),
 ) -> list[list[Chunk]]:
     """Every passage with the signals the filter's calibration reads, as the
-    hybrid search gives a chunk: ``bm25`` and ``knn`` min-max normalised
-    over all passages of the response, ``cosine`` raw; its score is their
-    weighted sum (with a hit's whole-document cosine as a prior, when known)."""
+    hybrid search gives a chunk: ``bm25`` (over the passages' texts) and
+    ``knn`` (their vectors' cosine) min-max normalised over all passages of
+    the response, ``cosine`` raw; its score is their weighted sum (with a
+    hit's whole-document cosine as a prior, when known)."""
     flat = [(h, c) for h, chunks in enumerate(per_hit) for c in chunks]
     if not flat:
         return [[] for _ in per_hit]
     cosines = [
         float(np.asarray(c.vector, dtype=np.float32) @ query_vector) if c.vector is not None else 0.0 for _, c in flat
     ]
-    bm25 = minmax(bm25_scores(query, [c.text for _, c in flat]))
-    knn = minmax([(1.0 + x) / 2.0 for x in cosines])
-    known = [x for x in doc_cosines if x is not None]
-    priors = dict(zip([i for i, x in enumerate(doc_cosines) if x is not None], minmax(known)))
-    w_bm25, w_knn = weights
-    total = (w_bm25 + w_knn) or 1.0
+    scores = passage_scores(
+        [h for h, _ in flat],
+        bm25_scores(query, [c.text for _, c in flat]),
+        [(1.0 + x) / 2.0 for x in cosines],
+        cosines,
+        doc_cosines,
+        weights,
+    )
     out: list[list[Chunk]] = [[] for _ in per_hit]
-    for (h, chunk), cosine, b, k in zip(flat, cosines, bm25, knn):
-        score = (w_bm25 * b + w_knn * k) / total
-        if h in priors:
-            score = (1 - DOC_PRIOR_WEIGHT) * score + DOC_PRIOR_WEIGHT * priors[h]
-        signals = {"bm25": round(b, 6), "knn": round(k, 6), "cosine": round(cosine, 6)}
-        out[h].append(dataclasses.replace(chunk, score=round(score, 6), stage_scores={**chunk.stage_scores, **signals}))
+    for (h, chunk), scored in zip(flat, scores):
+        signals = scored.signals()
+        out[h].append(dataclasses.replace(chunk, score=scored.score, stage_scores={**chunk.stage_scores, **signals}))
     return out
 
 

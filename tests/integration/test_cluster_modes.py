@@ -1,6 +1,7 @@
 """The project on a real three-node cluster of each engine: Elasticsearch
-(ports 19550-19555) and then OpenSearch (19560-19565), each started here
-through local_services and stopped at the end of the module.
+and then OpenSearch, each on ports free when it starts (so two runs on one
+machine do not meet), started here through local_services, stopped and its
+run dirs removed at the end of the module.
 
 SciFact abstracts (the gold documents of the first claims that cite one, and
 the first abstracts of the corpus as distractors) are ingested, with the
@@ -39,8 +40,6 @@ from tests.support.scripted_openai import ScriptedOpenAI, completion
 
 pytestmark = pytest.mark.integration
 
-# Each engine's cluster on a port block of its own.
-FIRST_PORT = {"elasticsearch": 19550, "opensearch": 19560}
 # The first claims citing a gold abstract, and twice as many distractors:
 # the first abstracts of the corpus (each abstract costs embeddings).
 CLAIMS = 8
@@ -96,9 +95,9 @@ def deployment(request, corpus, embedder):
     """One engine's three-node cluster, the corpus ingested into it; the
     cluster is stopped when the module is done with the engine."""
     engine = request.param
-    local = cluster.LocalCluster(engine, state_home(os.environ), first_port=FIRST_PORT[engine], nodes=3, heap="512m")
-    cluster.up(local, timeout=600)
+    local = cluster.LocalCluster.on_free_ports(engine, state_home(os.environ), nodes=3, heap="512m")
     try:
+        cluster.up(local, timeout=600)
         inherited = {
             k: v
             for k, v in os.environ.items()
@@ -124,6 +123,7 @@ def deployment(request, corpus, embedder):
             backend.close()
     finally:
         cluster.down(local)
+        cluster.remove(local)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
-"""A real three-node cluster, Elasticsearch (ports 19300-19305, Redis on
-16410) and then OpenSearch (ports 19570-19575, Redis on 16421), each started
-here through local_services, with a node SIGKILLed by its pid:
+"""A real three-node cluster, Elasticsearch and then OpenSearch, each with a
+Redis of its own, on ports free when the module starts (so two runs on one
+machine do not meet), each started here through local_services, with a node
+SIGKILLed by its pid:
 
 - during a distributed ingest on two real Celery workers: the ingest
   completes with every chunk the source makes, each once, counted by id and
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -36,6 +39,11 @@ from pathlib import Path
 import pytest
 
 from bench import node_kill
+from chunkrag_core.engines import ENGINES
+from chunkrag_core.settings import state_home
+from local_services import cluster
+from local_services.process import free_port_block
+from local_services.redis_server import RedisSettings
 
 pytestmark = pytest.mark.integration
 
@@ -44,18 +52,27 @@ DOCUMENTS = 240
 # (Elasticsearch takes a few; bench/results/node_kill.json).
 GREEN_TIMEOUT_S = 180
 ROOT = Path(__file__).resolve().parents[2]
-# Each engine's cluster and Redis on ports of its own: (first HTTP port, Redis port).
-PORTS = {"elasticsearch": (node_kill.CLUSTER_PORT, node_kill.REDIS_PORT), "opensearch": (19570, 16421)}
 
 
-@pytest.fixture(scope="module", params=sorted(PORTS))
+@pytest.fixture(scope="module", params=ENGINES)
 def rig(request, tmp_path_factory):
-    """One engine's cluster, Redis, embedding server and workers; the
-    module runs every test on Elasticsearch, stops them, then on OpenSearch."""
-    first_port, redis_port = PORTS[request.param]
+    """One engine's cluster, Redis, embedding server and workers, on ports
+    free now; the module runs every test on Elasticsearch, stops them and
+    removes their run dirs, then on OpenSearch."""
+    home = state_home(os.environ)
+    local = cluster.LocalCluster.on_free_ports(request.param, home)
+    redis_port = free_port_block(1, taken=lambda port: RedisSettings(home=home, port=port).run_dir.exists())
     log_dir = tmp_path_factory.mktemp(f"celery-{request.param}")
-    with node_kill.rig(log_dir, engine=request.param, first_port=first_port, redis_port=redis_port) as the_rig:
-        yield the_rig
+    try:
+        with node_kill.rig(
+            log_dir, engine=request.param, first_port=local.first_port, redis_port=redis_port
+        ) as the_rig:
+            yield the_rig
+    finally:
+        cluster.remove(local)
+        redis = RedisSettings(home=home, port=redis_port)
+        shutil.rmtree(redis.run_dir, ignore_errors=True)
+        redis.lock_file.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")

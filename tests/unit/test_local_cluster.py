@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from local_services import cli, cluster
 from local_services.elasticsearch_node import ElasticsearchSettings, render_elasticsearch_yml
 from local_services.opensearch_node import render_opensearch_yml
-from local_services.process import LocalServiceError
+from local_services.process import LocalServiceError, free_port_block, port_free
 
 
 def test_ports_names_and_members() -> None:
@@ -120,3 +121,49 @@ def test_nodes_started_side_by_side_unpack_the_distribution_once(tmp_path: Path)
         thread.join()
     assert results == [destination] * 3
     assert unpacks == [1]
+
+
+def _in_order(blocks: list[int]) -> None:
+    """A `shuffle` that leaves the blocks in order, from the first."""
+
+
+def test_a_free_block_skips_a_port_in_use_and_ports_a_run_dir_claims() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        busy = held.getsockname()[1]
+        assert not port_free(busy)
+        # Blocks of 4 from the held port's block: the first is skipped for
+        # the socket, the second for a claimed run dir, the third is free
+        # (unless something else on the machine holds it: then a later one).
+        low = busy - busy % 4
+        first = free_port_block(4, ports=(low, low + 400), taken=lambda port: port == low + 5, shuffle=_in_order)
+    assert first >= low + 8 and first % 4 == low % 4
+
+
+def test_no_free_block_is_a_clear_error() -> None:
+    with pytest.raises(LocalServiceError, match="no block of 4 ports"):
+        free_port_block(4, ports=(20000, 20002))
+    with pytest.raises(LocalServiceError, match="found no 2 free consecutive ports"):
+        free_port_block(2, ports=(20000, 20009), taken=lambda port: True)
+
+
+def test_a_cluster_on_free_ports_avoids_run_dirs_left_under_home(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    # Every block of 6 from 20000 but the one at 26000 holds a node's run dir.
+    for port in range(20000, 32000, 6):
+        if port != 26000:
+            (tmp_path / "run" / f"opensearch-{port}").mkdir()
+    local = cluster.LocalCluster.on_free_ports("opensearch", tmp_path, nodes=3)
+    assert local.first_port == 26000
+    assert local.urls[0] == f"http://127.0.0.1:{local.first_port}"
+
+
+def test_removing_a_stopped_cluster_deletes_its_nodes_run_dirs(tmp_path: Path) -> None:
+    local = cluster.LocalCluster("elasticsearch", tmp_path, first_port=21000, nodes=2)
+    for node in range(2):
+        (local.member(node).run_dir / "data").mkdir(parents=True)
+        local.member(node).lock_file.touch()
+    (tmp_path / "run" / "elasticsearch-9200").mkdir()
+    cluster.remove(local)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["elasticsearch-9200"]

@@ -1,0 +1,313 @@
+"""Companion passages scored by the engine: the signals of every chunk of
+the hits' fields come back from one ``_msearch`` without any ``_source``,
+and only the passages that go to the filter are fetched.
+
+1. Two searches on the companion, both restricted to the hits' base chunks
+   (a ``terms`` filter on ``doc_id``): a kNN search with ``k`` at least the
+   number of those chunks, which Lucene answers exactly (a filter matching
+   fewer documents than ``k`` is searched by brute force, not through the
+   graph), so every chunk gets its cosine to the query as (1 + cos) / 2;
+   and a ``match`` of the query on the chunk text for BM25 (a chunk it does
+   not match has 0). Each hit carries only its id, score, position and
+   fingerprint (doc values): no text, no vector.
+2. Here, per hit: the same passage score as query-time passages
+   (``post_search.passage_scores``: both signals min-max normalised over
+   the response's passages, weighted, the document prior) and the best
+   ``max_passages`` of each hit.
+3. One search for those candidates' text (and their vectors, only when the
+   filter's redundancy stage compares them).
+
+What differs from fetching every chunk and scoring here: BM25 is the
+engine's (the companion's analyzer, its index statistics) instead of BM25
+over the response's passages. A field whose companion chunks are missing,
+of another text (fingerprint), or incomplete makes the whole response go
+the fetched-chunks way (``CompanionPassages``), so a response is never
+scored with two kinds of BM25.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.engines import schema
+from chunkrag_core.engines.base import SearchBackend
+from chunkrag_core.engines.errors import EngineRefused
+from ingest_pipeline.source_fields import SourceField
+from search_extension.passages import ScoredHits
+from search_extension.post_search import PassageScore, bm25_scores, passage_scores
+
+# The most chunks the hits' fields may have for the engine to score them
+# (``k`` and ``num_candidates`` of the kNN search: both engines' ceiling).
+# Past it the response goes the fetched-chunks way.
+MAX_SCORED_CHUNKS = 10_000
+# Doc values read per chunk: enough to know it is complete and current.
+SIGNAL_FIELDS = (schema.DOC_ID, schema.POSITION, schema.DOC_FINGERPRINT)
+# Where a chunk's BM25 comes from: the engine's own (a `match` on the
+# companion: nothing but scores travel), or counted here over the response's
+# passages as for fetched passages (their text travels; the filter's
+# decisions are those of the fetched-chunks path).
+BM25_SOURCES = ("engine", "passages")
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSignal:
+    """One companion chunk as the engine scored it."""
+
+    chunk_id: str
+    doc_id: str
+    position: int
+    fingerprint: str
+    similarity: float  # the kNN score: (1 + cos) / 2
+    bm25: float  # BM25 of the query on the text; 0 when no term matched
+    text: str | None = None  # read only when BM25 is counted here
+
+    @property
+    def cosine(self) -> float:
+        return 2.0 * self.similarity - 1.0
+
+
+class NotServed(Exception):
+    """The companion cannot score this response (the message says why); the
+    caller takes the fetched-chunks way."""
+
+
+# --- request bodies (pure) ------------------------------------------------------------
+
+
+def chunk_filters(doc_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The base chunks of ``doc_ids`` (companion ids)."""
+    return [{"terms": {schema.DOC_ID: sorted(doc_ids)}}, schema.base_scale_filter()]
+
+
+def signal_searches(
+    companion: str,
+    doc_ids: Sequence[str],
+    query: str,
+    query_vector: Sequence[float],
+    max_chunks: int,
+    *,
+    bm25: str = "engine",
+) -> list[dict[str, Any]]:
+    """The ``_msearch`` (header, body pairs) of step 1: an exact kNN of the
+    query vector over the base chunks of ``doc_ids``, with ids, scores and
+    ``SIGNAL_FIELDS`` only; then, with ``bm25="engine"``, a BM25 ``match``
+    of the query text over the same chunks. With ``bm25="passages"`` the
+    kNN hits bring their text instead (BM25 is counted here, over the
+    response's passages, exactly as for fetched passages)."""
+    if bm25 not in BM25_SOURCES:
+        raise ValueError(f"unknown bm25 {bm25!r}; choose one of {', '.join(BM25_SOURCES)}")
+    filters = chunk_filters(doc_ids)
+    lean = {"_source": False, "track_total_hits": False, "size": max_chunks}
+    knn = {
+        **lean,
+        **({"_source": {"includes": [schema.TEXT]}} if bm25 == "passages" else {}),
+        "knn": {
+            "field": schema.VECTOR,
+            "query_vector": [float(x) for x in query_vector],
+            # k no smaller than the filtered chunks: Lucene scores them all, exactly.
+            "k": max_chunks,
+            "num_candidates": max_chunks,
+            "filter": filters,
+        },
+        "docvalue_fields": list(SIGNAL_FIELDS),
+    }
+    if bm25 == "passages":
+        return [{"index": companion}, knn]
+    match = {**lean, "query": {"bool": {"filter": filters, "must": [{"match": {schema.TEXT: query}}]}}}
+    return [{"index": companion}, knn, {"index": companion}, match]
+
+
+def candidates_body(chunk_ids: Sequence[str], *, with_vectors: bool) -> dict[str, Any]:
+    """Step 3: the candidates' ``_source``, the vector only when asked."""
+    source: dict[str, Any] = (
+        {"excludes": [], "exclude_vectors": False} if with_vectors else {"excludes": [schema.VECTOR]}
+    )
+    return {
+        "size": len(chunk_ids),
+        "query": {"ids": {"values": list(chunk_ids)}},
+        "_source": source,
+        "track_total_hits": False,
+    }
+
+
+# --- reading the answers (pure) ---------------------------------------------------------
+
+
+def _item_hits(item: Mapping[str, Any], max_chunks: int) -> list[Mapping[str, Any]]:
+    if "error" in item:
+        error = item["error"]
+        reason = error.get("type") if isinstance(error, Mapping) else error
+        raise NotServed(f"the companion search failed ({item.get('status')}: {reason})")
+    hits = item["hits"]["hits"]
+    if len(hits) >= max_chunks:
+        raise NotServed(f"the hits' fields have {max_chunks} chunks or more")
+    return hits
+
+
+def _first(fields: Mapping[str, Any], name: str) -> Any:
+    values = fields.get(name)
+    if not values:
+        raise NotServed(f"a companion chunk has no {name}")
+    return values[0]
+
+
+def signals_of(
+    responses: Sequence[Mapping[str, Any]], max_chunks: int = MAX_SCORED_CHUNKS
+) -> dict[str, list[ChunkSignal]]:
+    """The chunks of each companion id, by position, from the answers of
+    `signal_searches` (the kNN's, then the BM25's when the engine counted it;
+    else each chunk's text, and BM25 0 until counted here)."""
+    knn, *bm25 = responses
+    bm25_of = {hit["_id"]: float(hit["_score"] or 0.0) for item in bm25 for hit in _item_hits(item, max_chunks)}
+    found: dict[str, list[ChunkSignal]] = {}
+    for hit in _item_hits(knn, max_chunks):
+        fields = hit.get("fields") or {}
+        source = hit.get("_source")
+        signal = ChunkSignal(
+            chunk_id=hit["_id"],
+            doc_id=str(_first(fields, schema.DOC_ID)),
+            position=int(_first(fields, schema.POSITION)),
+            fingerprint=str(_first(fields, schema.DOC_FINGERPRINT)),
+            similarity=float(hit["_score"]),
+            bm25=bm25_of.get(hit["_id"], 0.0),
+            text=str(source.get(schema.TEXT, "")) if isinstance(source, Mapping) else None,
+        )
+        found.setdefault(signal.doc_id, []).append(signal)
+    return {doc_id: sorted(rows, key=lambda r: r.position) for doc_id, rows in found.items()}
+
+
+def complete(rows: Sequence[ChunkSignal], fingerprint: str) -> bool:
+    """All chunks made from this very text, positions 0..n-1 without a gap."""
+    return (
+        bool(rows)
+        and all(r.fingerprint == fingerprint for r in rows)
+        and [r.position for r in rows] == list(range(len(rows)))
+    )
+
+
+def counted_here(query: str, per_hit: Sequence[Sequence[ChunkSignal]]) -> list[list[ChunkSignal]]:
+    """The chunks with BM25 counted over their texts, all passages of the
+    response being the collection (``post_search.bm25_scores``)."""
+    flat = [row for rows in per_hit for row in rows]
+    counted = iter(bm25_scores(query, [row.text or "" for row in flat]))
+    return [[dataclasses.replace(row, bm25=next(counted)) for row in rows] for rows in per_hit]
+
+
+def choose_candidates(
+    per_hit: Sequence[Sequence[ChunkSignal]],
+    doc_cosines: Sequence[float | None],
+    weights: tuple[float, float],
+    max_passages: int,
+) -> tuple[list[list[tuple[ChunkSignal, PassageScore]]], list[int]]:
+    """Each hit's best ``max_passages`` chunks by the passage score (ties
+    in the hit's order: field, then position) and how many were left out."""
+    flat = [(h, row) for h, rows in enumerate(per_hit) for row in rows]
+    scores = passage_scores(
+        [h for h, _ in flat],
+        [row.bm25 for _, row in flat],
+        [row.similarity for _, row in flat],
+        [row.cosine for _, row in flat],
+        doc_cosines,
+        weights,
+    )
+    scored: list[list[tuple[ChunkSignal, PassageScore]]] = [[] for _ in per_hit]
+    for (h, row), score in zip(flat, scores):
+        scored[h].append((row, score))
+    best, capped = [], []
+    for rows in scored:
+        ordered = sorted(rows, key=lambda pair: -pair[1].score)
+        best.append(ordered[:max_passages])
+        capped.append(max(0, len(ordered) - max_passages))
+    return best, capped
+
+
+# --- the engine -------------------------------------------------------------------------
+
+
+def engine_scored(
+    client: SearchBackend,
+    fields_by_hit: Sequence[Sequence[SourceField]],
+    companion_of: Mapping[str, str],
+    fingerprints: Mapping[str, str],
+    *,
+    query: str,
+    query_vector: np.ndarray,
+    doc_cosines: Sequence[float | None],
+    weights: tuple[float, float],
+    max_passages: int,
+    with_vectors: bool,
+    bm25: str = "engine",
+    max_chunks: int = MAX_SCORED_CHUNKS,
+) -> ScoredHits:
+    """Steps 1-3 for the fields of each hit; ``companion_of`` names the
+    companion of each hit index, ``fingerprints`` the text fingerprint of
+    each field (by companion id). NotServed when any field is not complete
+    and current in its companion."""
+    by_companion: dict[str, list[str]] = {}
+    for sources in fields_by_hit:
+        for field in sources:
+            by_companion.setdefault(companion_of[field.index], []).append(field.companion_id)
+    searches: list[dict[str, Any]] = []
+    for companion, doc_ids in by_companion.items():
+        searches.extend(signal_searches(companion, doc_ids, query, query_vector, max_chunks, bm25=bm25))
+    try:
+        items = client.msearch(searches)["responses"]
+    except EngineRefused as exc:
+        raise NotServed(f"the companion search failed: {exc}") from None
+    per_companion = len(items) // len(by_companion)
+    rows: dict[str, list[ChunkSignal]] = {}
+    for i in range(len(by_companion)):
+        rows.update(signals_of(items[per_companion * i : per_companion * (i + 1)], max_chunks))
+    for doc_id, fingerprint in fingerprints.items():
+        if not complete(rows.get(doc_id, ()), fingerprint):
+            raise NotServed(f"{doc_id!r} is not complete and current in its companion")
+    per_hit = [[row for field in sources for row in rows[field.companion_id]] for sources in fields_by_hit]
+    if bm25 == "passages":
+        per_hit = counted_here(query, per_hit)
+    best, capped = choose_candidates(per_hit, doc_cosines, weights, max_passages)
+    chunks = _fetch(client, by_companion, [row for chosen in best for row, _ in chosen], with_vectors)
+    return ScoredHits(
+        best=tuple(
+            tuple(chunks[row.chunk_id].with_score(score.score, **score.signals()) for row, score in chosen)
+            for chosen in best
+        ),
+        capped=tuple(capped),
+    )
+
+
+def _fetch(
+    client: SearchBackend, by_companion: Mapping[str, Sequence[str]], rows: Sequence[ChunkSignal], with_vectors: bool
+) -> dict[str, Chunk]:
+    """The chunks of ``rows``, by chunk id; NotServed when one is gone or
+    changed since it was scored (a sync in between)."""
+    companion_of_doc = {doc_id: companion for companion, doc_ids in by_companion.items() for doc_id in doc_ids}
+    wanted: dict[str, list[ChunkSignal]] = {}
+    for row in rows:
+        wanted.setdefault(companion_of_doc[row.doc_id], []).append(row)
+    searches: list[dict[str, Any]] = []
+    for companion, chosen in wanted.items():
+        searches.extend(
+            [{"index": companion}, candidates_body([r.chunk_id for r in chosen], with_vectors=with_vectors)]
+        )
+    if not searches:
+        return {}
+    try:
+        items = client.msearch(searches)["responses"]
+    except EngineRefused as exc:
+        raise NotServed(f"fetching the candidates failed: {exc}") from None
+    found: dict[str, Chunk] = {}
+    fingerprint_of = {row.chunk_id: row.fingerprint for row in rows}
+    for item in items:
+        for hit in _item_hits(item, MAX_SCORED_CHUNKS + 1):
+            source = hit.get("_source") or {}
+            if source.get(schema.DOC_FINGERPRINT) != fingerprint_of.get(hit["_id"]):
+                raise NotServed(f"{hit['_id']!r} changed while it was scored")
+            found[hit["_id"]] = schema.chunk_from_hit(hit)
+    if len(found) != len(fingerprint_of):
+        raise NotServed("a candidate left the companion while it was scored")
+    return found

@@ -1,0 +1,183 @@
+"""The engine-scored companion path's pure parts with literal values: the
+request bodies it sends, reading the engine's answers, the completeness
+check and the choice of candidates; and post-search taking the scored
+candidates from a scoring passage source (a test double) instead of
+scoring passages itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_filter.pipeline import FilterOptions
+from search_extension.companion_scoring import (
+    ChunkSignal,
+    NotServed,
+    candidates_body,
+    choose_candidates,
+    complete,
+    signal_searches,
+    signals_of,
+)
+from search_extension.passages import ScoredHits
+from search_extension.post_search import PostSearchOptions, passage_scores, post_search
+from search_extension.text_fields import TextFields
+
+BASE_ONLY = {"bool": {"must_not": [{"range": {"scale": {"gt": 0}}}]}}
+
+
+def test_the_signal_searches_are_an_exact_knn_and_a_bm25_match_over_the_hits_chunks_without_source():
+    searches = signal_searches("kb-chunkrag", ["kb\x1f2\x1fbody", "kb\x1f1\x1fbody"], "rotate a key", [0.5, 0.25], 5000)
+    filters = [{"terms": {"doc_id": ["kb\x1f1\x1fbody", "kb\x1f2\x1fbody"]}}, BASE_ONLY]
+    assert searches == [
+        {"index": "kb-chunkrag"},
+        {
+            "_source": False,
+            "track_total_hits": False,
+            "size": 5000,
+            "knn": {
+                "field": "vector",
+                "query_vector": [0.5, 0.25],
+                "k": 5000,
+                "num_candidates": 5000,
+                "filter": filters,
+            },
+            "docvalue_fields": ["doc_id", "position", "doc_fingerprint"],
+        },
+        {"index": "kb-chunkrag"},
+        {
+            "_source": False,
+            "track_total_hits": False,
+            "size": 5000,
+            "query": {"bool": {"filter": filters, "must": [{"match": {"text": "rotate a key"}}]}},
+        },
+    ]
+
+
+def test_the_candidates_are_read_by_id_with_their_vectors_only_when_asked():
+    assert candidates_body(["a:0", "b:3"], with_vectors=False) == {
+        "size": 2,
+        "query": {"ids": {"values": ["a:0", "b:3"]}},
+        "_source": {"excludes": ["vector"]},
+        "track_total_hits": False,
+    }
+    assert candidates_body(["a:0"], with_vectors=True)["_source"] == {"excludes": [], "exclude_vectors": False}
+
+
+def _knn_hit(doc_id: str, position: int, score: float, fingerprint: str = "fp") -> dict:
+    return {
+        "_id": f"{doc_id}:{position}",
+        "_score": score,
+        "fields": {"doc_id": [doc_id], "position": [position], "doc_fingerprint": [fingerprint]},
+    }
+
+
+def _answer(hits: list[dict]) -> dict:
+    return {"hits": {"hits": hits}, "status": 200}
+
+
+def test_signals_join_the_knn_and_bm25_answers_by_chunk_id_and_order_chunks_by_position():
+    knn = _answer([_knn_hit("a", 1, 0.9), _knn_hit("b", 0, 0.6), _knn_hit("a", 0, 0.75)])
+    bm25 = _answer([{"_id": "a:1", "_score": 2.5}])
+    found = signals_of([knn, bm25])
+    assert found == {
+        "a": [ChunkSignal("a:0", "a", 0, "fp", 0.75, 0.0), ChunkSignal("a:1", "a", 1, "fp", 0.9, 2.5)],
+        "b": [ChunkSignal("b:0", "b", 0, "fp", 0.6, 0.0)],
+    }
+    assert found["a"][1].cosine == pytest.approx(0.8)
+
+
+def test_a_failed_search_or_a_full_page_is_not_served():
+    refused = {"error": {"type": "security_exception"}, "status": 403}
+    with pytest.raises(NotServed, match="403: security_exception"):
+        signals_of([refused, _answer([])])
+    with pytest.raises(NotServed, match="2 chunks or more"):
+        signals_of([_answer([_knn_hit("a", 0, 0.5), _knn_hit("a", 1, 0.5)]), _answer([])], max_chunks=2)
+
+
+def test_a_field_is_complete_when_every_chunk_is_of_its_text_and_none_is_missing():
+    rows = [ChunkSignal(f"a:{p}", "a", p, "fp", 0.5, 0.0) for p in range(3)]
+    assert complete(rows, "fp")
+    assert not complete(rows, "other")
+    assert not complete([rows[0], rows[2]], "fp")
+    assert not complete([], "fp")
+
+
+def test_candidates_are_each_hits_best_by_the_same_passage_score_as_query_time_passages():
+    per_hit = [
+        [ChunkSignal("a:0", "a", 0, "fp", 0.9, 0.0), ChunkSignal("a:1", "a", 1, "fp", 0.6, 4.0)],
+        [ChunkSignal("b:0", "b", 0, "fp", 0.5, 2.0), ChunkSignal("b:1", "b", 1, "fp", 0.7, 1.0)],
+    ]
+    best, capped = choose_candidates(per_hit, [None, None], (0.5, 0.5), max_passages=1)
+    assert capped == [1, 1]
+    # bm25 0, 1, 0.5, 0.25 and knn 1, 0.25, 0, 0.5 after min-max: a:1 (0.625)
+    # beats a:0 (0.5); b:1 (0.375) beats b:0 (0.25).
+    assert [[(row.chunk_id, score.score) for row, score in hit] for hit in best] == [[("a:1", 0.625)], [("b:1", 0.375)]]
+    assert best[0][0][1].signals() == {"bm25": 1.0, "knn": 0.25, "cosine": 0.2}
+
+
+def test_the_passage_score_weighs_both_signals_and_the_document_prior():
+    scores = passage_scores([0, 1], [1.0, 3.0], [0.5, 1.0], [0.0, 1.0], [0.2, 0.6], (1.0, 3.0))
+    # bm25 0, 1; knn 0, 1; prior 0, 1: (0.8 * 0) and (0.8 * 1 + 0.2 * 1).
+    assert [s.score for s in scores] == [0.0, 1.0]
+    assert [s.cosine for s in scores] == [0.0, 1.0]
+
+
+class _Scoring:
+    """A scoring passage source double: the candidates it was told to give."""
+
+    def __init__(self, scored: ScoredHits | None):
+        self._scored, self.asked, self.passages_asked = scored, [], 0
+
+    def scored(self, fields_by_hit, **kwargs):
+        self.asked.append(([[f.doc_id for f in fields] for fields in fields_by_hit], kwargs))
+        return self._scored
+
+    def passages(self, fields):
+        self.passages_asked += 1
+        return {}
+
+
+class _Embedder:
+    def embed(self, texts):
+        return [np.array([1.0, 0.0], dtype=np.float32) for _ in texts]
+
+
+def _chunk(doc_id: str, position: int, score: float) -> Chunk:
+    signals = {"bm25": score, "knn": score, "cosine": score}
+    return Chunk(doc_id, position, f"text {position}", 0, 6, score=score, stage_scores=signals)
+
+
+RESPONSE = {"hits": {"hits": [{"_index": "kb", "_id": "1", "_source": {"body": "one"}}]}}
+
+
+def _post_search(source, filter_options=FilterOptions(answer=False)):
+    return post_search(
+        RESPONSE,
+        query="q",
+        options=PostSearchOptions(max_passages=7),
+        filter_options=filter_options,
+        fields_of=lambda index: TextFields(("body",), None),
+        passage_source=source,
+        embedder=_Embedder(),
+    )
+
+
+def test_post_search_takes_the_engine_scored_candidates_and_asks_vectors_only_for_redundancy():
+    doc = "kb\x1f1\x1fbody"
+    source = _Scoring(ScoredHits(best=((_chunk(doc, 1, 0.9), _chunk(doc, 0, 0.2)),), capped=(5,)))
+    result = _post_search(source)
+    assert result.scored_by == "engine" and source.passages_asked == 0
+    assert result.candidates == 2 and result.hits[0].capped == 5
+    (fields, asked) = source.asked[0]
+    assert fields == [["1"]]
+    assert (asked["max_passages"], asked["with_vectors"], asked["query"]) == (7, True, "q")
+    _post_search(source, FilterOptions(answer=False, redundancy_threshold=None))
+    assert source.asked[1][1]["with_vectors"] is False
+
+
+def test_post_search_reads_and_scores_the_passages_itself_when_the_engine_cannot():
+    source = _Scoring(None)
+    result = _post_search(source)
+    assert result.scored_by == "here" and source.passages_asked == 1
