@@ -89,9 +89,17 @@ def rig(
 
     home = state_home(os.environ)
     local = local_cluster.LocalCluster(engine, home, first_port=first_port, nodes=3, heap="512m")
-    local_cluster.up(local, timeout=600)
     redis = redis_server.RedisSettings(home=home, port=redis_port)
-    redis_server.process(redis).up()
+    try:
+        local_cluster.up(local, timeout=600)
+        redis_server.process(redis).up()
+    except BaseException:
+        # A cluster that did not come up (a node too slow on a busy machine, a
+        # port taken) is stopped here: its nodes run as daemons and would
+        # outlive the caller.
+        redis_server.process(redis).down()
+        local_cluster.down(local)
+        raise
     try:
         with ScriptedOpenAI(default=embeddings(DIMS, embed_latency_s)) as server:
             server._server.handle_error = lambda request, client_address: None
