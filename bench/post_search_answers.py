@@ -38,7 +38,7 @@ import os
 import time
 from typing import Any, Sequence
 
-from bench.common import write_result
+from bench.common import merge_result, write_result
 from bench.post_search_bench import cluster_response, documents, queries
 from chunkrag_core.chunk import Chunk
 from chunkrag_eval.answer_table import (
@@ -131,6 +131,24 @@ def summary_of(questions: Sequence[dict[str, Any]], rows: Sequence[str]) -> dict
     return out
 
 
+def context_figures(records: Sequence[dict[str, Any]], rows: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Without the model: per row, the share of questions whose gold answer
+    is in the context sent, its characters, and how many were cut to fit.
+    ``records[i][row]`` is {"answer_in_context", "context_chars", "cut"}."""
+    n = len(records)
+    if n == 0:
+        return {row: {"n": 0} for row in rows}
+    return {
+        row: {
+            "n": n,
+            "answer_in_context_share": round(sum(r[row]["answer_in_context"] for r in records) / n, 4),
+            "context_chars_per_question": round(sum(r[row]["context_chars"] for r in records) / n, 1),
+            "contexts_cut_to_fit": sum(r[row]["cut"] for r in records),
+        }
+        for row in rows
+    }
+
+
 # ---------------------------------------------------------------- model edge
 
 
@@ -184,6 +202,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=None, help="take no new question after this long")
     parser.add_argument("--cache", default="/work/runs/post_search_answers.sqlite", help="the generation cache")
     parser.add_argument("--out", default="post_search_answers", help="the result's name under bench/results/")
+    parser.add_argument(
+        "--contexts-only",
+        action="store_true",
+        help="no model call: whether each row's context holds the answer, added to the result as 'contexts'",
+    )
     args = parser.parse_args()
     rows = tuple(r.strip() for r in args.rows.split(",") if r.strip())
     if REFERENCE not in rows or not set(rows) <= set(ROWS):
@@ -218,6 +241,7 @@ def main() -> None:
         "load_1m_before": round(os.getloadavg()[0], 2),
     }
     questions: list[dict[str, Any]] = []
+    in_context: list[dict[str, Any]] = []
     stopped_by_time = False
     for n, (gold, question, answers, hits) in enumerate(queries(docs, args.seed, args.hits, args.queries)):
         if args.minutes is not None and time.monotonic() - started > args.minutes * 60:
@@ -249,7 +273,21 @@ def main() -> None:
             "hit_words": sum(len(d["body"].split()) for d in hits),
             "rows": {},
         }
-        for row, (context, cut) in contexts(question, gold, hits, run, budget).items():
+        built = contexts(question, gold, hits, run, budget)
+        if args.contexts_only:
+            in_context.append(
+                {
+                    row: {
+                        "answer_in_context": answer_in_context(" ".join(c.text for c in context), answers),
+                        "context_chars": sum(len(c.text) for c in context),
+                        "cut": cut,
+                    }
+                    for row, (context, cut) in built.items()
+                    if row in rows
+                }
+            )
+            continue
+        for row, (context, cut) in built.items():
             if row not in rows:
                 continue
             outcome = answer(question, answers, item_id, row, context, cut, chat)
@@ -264,6 +302,18 @@ def main() -> None:
             )
         questions.append(record)
         _write(args.out, rows, questions, meta, stopped_by_time)
+    if args.contexts_only:
+        figures = context_figures(in_context, rows)
+        merge_result(
+            args.out,
+            "bench.post_search_answers",
+            "contexts",
+            {**meta, "stopped_by_time": stopped_by_time, "load_1m_after": round(os.getloadavg()[0], 2)},
+            "contexts_summary",
+            figures,
+        )
+        print(json.dumps(figures, indent=1))
+        return
     _write(args.out, rows, questions, meta, stopped_by_time)
     print(json.dumps(summary_of(questions, rows), indent=1))
 

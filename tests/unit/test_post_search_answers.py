@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from bench.post_search_answers import best_first, by_cosine_within, cut_to_budget, row_figures, summary_of
+from bench.post_search_answers import (
+    best_first,
+    by_cosine_within,
+    context_figures,
+    cut_to_budget,
+    row_figures,
+    summary_of,
+)
 from bench.post_search_bench import cluster_response, queries
 from chunkrag_core.chunk import Chunk
 from chunkrag_eval.answer_table import RowOutcome
@@ -106,3 +113,19 @@ def test_each_question_draws_its_gold_document_among_others_in_a_random_order():
     response = cluster_response("idx", drawn[0][3])
     assert [h["_id"] for h in response["hits"]["hits"]] == [d["id"] for d in drawn[0][3]]
     assert response["hits"]["hits"][0]["_source"] == {"title": drawn[0][3][0]["title"], "body": drawn[0][3][0]["body"]}
+
+
+def test_context_figures_without_the_model():
+    records = [
+        {"whole_hits": {"answer_in_context": False, "context_chars": 900, "cut": True}},
+        {"whole_hits": {"answer_in_context": True, "context_chars": 600, "cut": False}},
+    ]
+    assert context_figures(records, ("whole_hits",)) == {
+        "whole_hits": {
+            "n": 2,
+            "answer_in_context_share": 0.5,
+            "context_chars_per_question": 750.0,
+            "contexts_cut_to_fit": 1,
+        }
+    }
+    assert context_figures([], ("kept",)) == {"kept": {"n": 0}}
