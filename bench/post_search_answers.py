@@ -1,6 +1,7 @@
 """Answers from post-search's kept passages against whole hits cut to the model's context.
 
     python -m bench.post_search_answers [--queries 60] [--minutes 80] [--cache /work/runs/post_search_answers.sqlite]
+    python -m bench.post_search_answers --queries 60 --contexts-only --out post_search_answers_contexts
 
 The questions and hits of ``bench.post_search_bench`` (same seed, same
 draws): SQuAD 2 dev whole documents of 1,000-3,000 words, ``--hits`` per
@@ -26,7 +27,9 @@ Graded as the answer table grades PopQA: a gold answer as a case-insensitive
 substring of the answer. Each row is compared with ``whole_hits`` question by
 question (exact McNemar). Answers go through the answer table's cache, so a
 re-run resumes; the result is rewritten after every question, and
-``--minutes`` stops taking new questions after that long.
+``--minutes`` stops taking new questions after that long. ``--contexts-only``
+calls no model: per row, the share of questions whose gold answer is in the
+context sent (the most a row's answers could get right).
 """
 
 from __future__ import annotations
