@@ -87,6 +87,31 @@ def documents(seed: int) -> list[dict]:
     return out
 
 
+def queries(docs: list[dict], seed: int, hits: int, limit: int):
+    """The first ``limit`` questions in a random order, each as (gold
+    document, question, answers, hits): the gold document and ``hits - 1``
+    others drawn at random, in a random order (the cluster's)."""
+    rng = random.Random(seed)
+    asked = [(d, q) for d in docs for q in d["questions"]]
+    rng.shuffle(asked)
+    for gold, (question, answers) in asked[:limit]:
+        chosen = [gold, *rng.sample([d for d in docs if d is not gold], hits - 1)]
+        rng.shuffle(chosen)
+        yield gold, question, answers, chosen
+
+
+def cluster_response(index: str, hits: list[dict]) -> dict:
+    """The documents as the hits of a caller's search with a plain source."""
+    return {
+        "hits": {
+            "hits": [
+                {"_index": index, "_id": d["id"], "_score": 1.0, "_source": {"title": d["title"], "body": d["body"]}}
+                for d in hits
+            ]
+        }
+    }
+
+
 def kept_of(result, gold: dict, hits: list[dict], answers: list[str]) -> dict:
     """Whether an answer is in the gold hit's kept passages, and the share
     of all the hits' characters kept."""
@@ -249,9 +274,6 @@ def main() -> None:
     assert all(isinstance(v, dict) for v in variants.values()), "--variants: a JSON object of option objects"
     resolved = {name: parse_options(raw, surface="search") for name, raw in variants.items()}
     docs = documents(args.seed)
-    rng = random.Random(args.seed)
-    asked = [(d, q) for d in docs for q in d["questions"]]
-    rng.shuffle(asked)
     load_before = os.getloadavg()[0]
     rows = []
     timed = []  # each query's measurement, to repeat
@@ -260,23 +282,8 @@ def main() -> None:
     companion = sync_report = None
     if args.companion:
         index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed, args.companion_scoring)
-    for n, (gold, (question, answers)) in enumerate(asked[: args.queries]):
-        others = rng.sample([d for d in docs if d is not gold], args.hits - 1)
-        hits = [gold, *others]
-        rng.shuffle(hits)
-        response = {
-            "hits": {
-                "hits": [
-                    {
-                        "_index": index,
-                        "_id": d["id"],
-                        "_score": 1.0,
-                        "_source": {"title": d["title"], "body": d["body"]},
-                    }
-                    for d in hits
-                ]
-            }
-        }
+    for n, (gold, question, answers, hits) in enumerate(queries(docs, args.seed, args.hits, args.queries)):
+        response = cluster_response(index, hits)
 
         def run(source, options=resolved["default"], response=response, question=question):
             started = time.perf_counter()
