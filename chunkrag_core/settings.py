@@ -168,6 +168,10 @@ class ChatSettings:
     timeout_s: float = 120.0
     # Judgements in flight at once against the provider.
     parallel: int = 2
+    # The model's context window in tokens: an answer's passages are cut to
+    # fit it, the lowest ranked left out first (the local llama-server's
+    # slot holds 4,096; 0: never cut, for a model whose window is ample).
+    context_tokens: int = 4096
 
 
 @dataclass(frozen=True, slots=True)

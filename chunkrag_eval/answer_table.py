@@ -59,7 +59,14 @@ from chunkrag_eval.measures import answer_in_context, kept_within_budget
 from chunkrag_eval.runner import MAX_CANDIDATES, doc_id_for, index_pools
 from chunkrag_filter.judging import judge_in_threads
 from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, FilterOptions, FilterResult, run_filter
-from chunkrag_filter.processors.answer import NOT_FOUND, Answer, answer_from_chunks, verdict_from_chunks
+from chunkrag_filter.processors.answer import (
+    CHARS_PER_TOKEN,
+    NOT_FOUND,
+    PROMPT_RESERVE_TOKENS,
+    Answer,
+    answer_from_chunks,
+    verdict_from_chunks,
+)
 from search_extension.retriever import HybridRetriever
 
 ROWS = ("no_retrieval", "rag", "topk", "filter", "filter_judge")
@@ -105,11 +112,6 @@ DEFAULT_CONTEXT_TOKENS = 4096
 # Attempts more of a call that failed retryably (a timeout, a 5xx), and the pause between.
 RETRIES = 2
 RETRY_PAUSE_S = 5.0
-# Tokens kept free for the prompt's own words and the answer.
-PROMPT_RESERVE_TOKENS = 400
-# Characters per token assumed when cutting a context to fit: English runs
-# about 4 with Qwen's tokenizer; 3 keeps a context of dense names inside.
-CHARS_PER_TOKEN = 3.0
 
 NO_RETRIEVAL_PROMPT = """Question: {query}
 

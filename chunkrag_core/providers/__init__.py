@@ -16,7 +16,11 @@ from chunkrag_core.settings import ChatSettings
 def make_chat(settings: ChatSettings) -> ChatModel:
     """The chat model for ``settings``, one per process; opens no connection."""
     return OpenAICompatibleChat(
-        model=settings.model, base_url=settings.base_url, api_key=settings.api_key, timeout_s=settings.timeout_s
+        model=settings.model,
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        timeout_s=settings.timeout_s,
+        context_tokens=settings.context_tokens,
     )
 
 

@@ -55,6 +55,9 @@ class ChatResponse:
 
 
 class ChatModel(Protocol):
+    """One required method. A model may also carry ``context_tokens`` (its
+    window, 0 or absent: unknown), which the answer's passages are fitted to."""
+
     def complete(self, request: ChatRequest) -> ChatResponse: ...
 
 
@@ -81,8 +84,16 @@ class OpenAICompatibleChat:
     caller (the workers retry with backoff), so one call is one request.
     """
 
-    def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, timeout_s: float = 60.0):
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        context_tokens: int = 0,
+    ):
         self.model = model
+        self.context_tokens = context_tokens
         self.base_url = base_url
         self.api_key = api_key
         self.timeout_s = timeout_s

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from chunkrag_core.chunk import Chunk
@@ -12,6 +12,12 @@ from chunkrag_filter.processors import prompts
 
 NOT_FOUND = "NOT FOUND"
 _CITATION = re.compile(r"\[(\d+)\]")
+# Tokens of a model's window kept for the prompt's own words (instructions,
+# the question, the "[n]" marks) beside the passages and the answer.
+PROMPT_RESERVE_TOKENS = 400
+# Characters per token assumed when fitting passages: English runs about 4
+# with Qwen's and OpenAI's tokenizers; 3 keeps a context of dense names inside.
+CHARS_PER_TOKEN = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +28,7 @@ class Answer:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls: int = 0  # model calls made (0 when there was nothing to answer from)
+    left_out: int = 0  # passages that did not fit the model's context
 
 
 def numbered_passages(chunks: Sequence[Chunk]) -> str:
@@ -29,9 +36,46 @@ def numbered_passages(chunks: Sequence[Chunk]) -> str:
     return "\n\n".join(f"[{i}] {prompts.passage(chunk.text, chunk.header)}" for i, chunk in enumerate(chunks, start=1))
 
 
+def context_chars(context_tokens: int, max_tokens: int) -> int:
+    """Characters of passages that fit a window of ``context_tokens`` beside
+    the prompt and an answer of ``max_tokens``."""
+    return max(0, int((context_tokens - max_tokens - PROMPT_RESERVE_TOKENS) * CHARS_PER_TOKEN))
+
+
+def _rank(chunk: Chunk) -> float:
+    return chunk.stage_scores.get("combined", chunk.score if chunk.score is not None else 0.0)
+
+
+def fit_best_first(chunks: Sequence[Chunk], budget_chars: int) -> list[Chunk]:
+    """The chunks that fit ``budget_chars`` (text and header), taken best
+    first by the filter's combined score (else the retrieval score) and
+    returned in their given order. Cutting from the end instead would drop
+    the second best first: the kept order puts the best at both ends. The
+    best chunk alone too long is cut to the budget rather than left out."""
+    sizes = [len(c.text) + len(c.header or "") for c in chunks]
+    if sum(sizes) <= budget_chars:
+        return list(chunks)
+    chosen, used = set(), 0
+    for i in sorted(range(len(chunks)), key=lambda i: (-_rank(chunks[i]), i)):
+        if used + sizes[i] <= budget_chars:
+            chosen.add(i)
+            used += sizes[i]
+    if not chosen and chunks and budget_chars > 0:
+        best = min(range(len(chunks)), key=lambda i: (-_rank(chunks[i]), i))
+        room = max(0, budget_chars - len(chunks[best].header or ""))
+        return [replace(chunks[best], text=chunks[best].text[:room])]
+    return [c for i, c in enumerate(chunks) if i in chosen]
+
+
 def answer_from_chunks(query: str, chunks: Sequence[Chunk], model: ChatModel, max_tokens: int = 256) -> Answer:
+    """The answer from ``chunks``, fitted to the model's ``context_tokens``
+    when it declares them (the lowest ranked passages left out, counted)."""
     if not chunks:
         return Answer(NOT_FOUND, False, ())
+    window = getattr(model, "context_tokens", 0) or 0
+    given = len(chunks)
+    if window > 0:
+        chunks = fit_best_first(chunks, context_chars(window, max_tokens))
     passages = numbered_passages(chunks)
     response = model.complete(
         ChatRequest(
@@ -50,6 +94,7 @@ def answer_from_chunks(query: str, chunks: Sequence[Chunk], model: ChatModel, ma
         response.prompt_tokens,
         response.completion_tokens,
         calls=1,
+        left_out=given - len(chunks),
     )
 
 

@@ -64,3 +64,43 @@ def test_a_header_with_a_summary_line_stays_one_passage_line():
         == "notes | This document is about Tokyo. | Tokyo railways: Trains run late."
     )
     assert passage("Plain text.", "") == "Plain text."
+
+
+def scored(i, text, combined):
+    return chunk(i, text).with_score(combined=combined)
+
+
+def test_a_context_too_big_for_the_window_loses_its_lowest_ranked_passages_first():
+    from chunkrag_filter.processors.answer import context_chars, fit_best_first
+
+    # (4096 - 256 - 400) tokens of 3 characters.
+    assert context_chars(4096, 256) == 10320
+    assert context_chars(500, 256) == 0
+    # The kept order puts the best at both ends: 0.9 first, 0.8 last.
+    kept = [scored(0, "a" * 40, 0.9), scored(1, "b" * 40, 0.5), scored(2, "c" * 40, 0.3), scored(3, "d" * 40, 0.8)]
+    assert fit_best_first(kept, 200) == kept
+    assert [c.position for c in fit_best_first(kept, 120)] == [0, 1, 3]
+    assert [c.position for c in fit_best_first(kept, 80)] == [0, 3]
+    # A smaller passage lower down still goes in where a bigger one did not fit.
+    uneven = [scored(0, "a" * 50, 0.9), scored(1, "b" * 60, 0.8), scored(2, "c" * 20, 0.1)]
+    assert [c.position for c in fit_best_first(uneven, 75)] == [0, 2]
+    # The best alone too long: cut to the budget, never nothing.
+    (only,) = fit_best_first([scored(0, "x" * 500, 0.9), scored(1, "y" * 600, 0.2)], 100)
+    assert only.position == 0 and only.text == "x" * 100
+    assert fit_best_first([], 100) == []
+
+
+def test_the_answer_fits_the_models_window_and_cites_what_it_was_given():
+    class Windowed(Fixed):
+        context_tokens = 550  # room for (550 - 16 - 400) * 3 = 402 characters
+
+    kept = [scored(0, "Paris " * 50, 0.9), scored(1, "Lyon " * 30, 0.2), scored(2, "Nice " * 20, 0.7)]
+    model = Windowed("Paris [1], Nice [2].")
+    answer = answer_from_chunks("capital?", kept, model, max_tokens=16)
+    sent = model.requests[0].messages[0].content
+    assert "Lyon" not in sent and "[2] Nice" in sent
+    assert answer.left_out == 1 and answer.citations == ("d:0", "d:2")
+    # A model that declares no window gets every passage.
+    plain = Fixed("Paris [1].")
+    assert answer_from_chunks("capital?", kept, plain, max_tokens=16).left_out == 0
+    assert "Lyon" in plain.requests[0].messages[0].content
