@@ -3,9 +3,9 @@
 
 import asyncio
 
-from search_extension.gateway import errors
-from search_extension.gateway.cluster_users import ClusterUsers, user_of
-from search_extension.gateway.identity import Caller, basic, credentials_identity
+from chunkrag_gateway import errors
+from chunkrag_gateway.cluster_users import ClusterUsers, user_of
+from chunkrag_gateway.identity import Caller, basic, credentials_identity
 
 
 def test_the_user_an_answer_names():

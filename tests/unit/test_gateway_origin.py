@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from search_extension.gateway.origin import HttpConnectFailure, HttpFailure, HttpTimeout, NodePools, OriginPool
+from chunkrag_gateway.origin import HttpConnectFailure, HttpFailure, HttpTimeout, NodePools, OriginPool
 from tests.support.raw_http import read_request
 
 # Script steps besides a raw response: stop reading and answering but keep

@@ -34,7 +34,7 @@ from elastic_transport.client_utils import DEFAULT
 
 from chunkrag_core.engines.errors import EngineTimeout
 from chunkrag_core.settings import EngineSettings, Settings, SettingsError
-from search_extension.gateway.origin import (
+from chunkrag_gateway.origin import (
     HttpTimeout,
     NodePools,
     OriginPool,
@@ -283,7 +283,7 @@ def test_every_attempt_together_stays_within_the_request_timeout():
 
 
 def test_the_pass_through_pools_take_the_engine_settings():
-    from search_extension.gateway.passthrough import _make_pool
+    from chunkrag_gateway.passthrough import _make_pool
 
     several = Settings(
         es_url="http://127.0.0.1:1,http://127.0.0.1:2",

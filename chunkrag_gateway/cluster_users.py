@@ -17,8 +17,8 @@ from typing import Awaitable, Callable
 
 import orjson
 
-from search_extension.gateway import errors
-from search_extension.gateway.identity import Caller
+from chunkrag_gateway import errors
+from chunkrag_gateway.identity import Caller
 
 # Credentials remembered at most, and for how long (a user's credentials
 # rarely change hands; a stale answer only shares or splits a bucket).

@@ -14,11 +14,11 @@ from urllib.parse import urlsplit, urlunsplit
 from chunkrag_core import tracing
 from chunkrag_core.settings import Settings, redact_url
 from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany, Place, judge_in_threads
+from chunkrag_gateway import errors
+from chunkrag_gateway.dialect import ChunkragOptions, ensemble_scales
+from chunkrag_gateway.identity import Caller, es_for
+from chunkrag_gateway.passthrough import HttpTransport, Passthrough
 from search_extension.ask import AskResult, ask
-from search_extension.gateway import errors
-from search_extension.gateway.dialect import ChunkragOptions, ensemble_scales
-from search_extension.gateway.identity import Caller, es_for
-from search_extension.gateway.passthrough import HttpTransport, Passthrough
 from search_extension.passages import PassageSource
 from search_extension.post_searcher import PostSearcher
 

@@ -34,7 +34,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from search_extension.gateway import errors
+from chunkrag_gateway import errors
 
 AUTH_MODES = ("forward", "service")
 

@@ -16,9 +16,9 @@ from starlette.responses import Response
 from chunkrag_core import tracing
 from chunkrag_core.engines.aws_signing import opensearch_sigv4
 from chunkrag_core.settings import Settings
-from search_extension.gateway import errors
-from search_extension.gateway.derived_keys import DerivedKeys
-from search_extension.gateway.identity import (
+from chunkrag_gateway import errors
+from chunkrag_gateway.derived_keys import DerivedKeys
+from chunkrag_gateway.identity import (
     Caller,
     forwardable_header,
     forwarded_headers,
@@ -26,7 +26,7 @@ from search_extension.gateway.identity import (
     scrub_security_errors,
     service_refusal,
 )
-from search_extension.gateway.origin import HOP_BY_HOP, HttpFailure, HttpResponse, HttpTimeout, NodePools, OriginPool
+from chunkrag_gateway.origin import HOP_BY_HOP, HttpFailure, HttpResponse, HttpTimeout, NodePools, OriginPool
 
 # Besides the hop-by-hop ones: Host and Content-Length are set for the new
 # message; Authorization is set by identity.py (the caller's in forward mode,
@@ -268,7 +268,7 @@ def _shared_keys(shared_redis, own_headers: list[tuple[bytes, bytes]], ttl_s: fl
     the gateway's own credentials; None otherwise."""
     if shared_redis is None or not own_headers:
         return None
-    from search_extension.gateway.shared_state import SharedDerivedKeys
+    from chunkrag_gateway.shared_state import SharedDerivedKeys
 
     return SharedDerivedKeys(shared_redis, b"\n".join(value for _, value in own_headers), ttl_s)
 
