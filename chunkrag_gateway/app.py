@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
+from chunkrag_core.engines.profile import engine_of
 from chunkrag_core.settings import Settings
 from chunkrag_gateway import errors, playground, telemetry
 from chunkrag_gateway.aliases import ForeignAliases
@@ -95,6 +96,7 @@ def create_app(
     otherwise be made from ``settings`` on first use."""
     settings = settings or Settings.from_env()
     limits = settings.gateway
+    engine = engine_of(settings)
     # Misconfigured security fails here, at start, not on the first request.
     authenticator = Authenticator.from_settings(limits)
     check_engine_auth(settings)
@@ -119,10 +121,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        if limits.auth == "service" and settings.search_backend == "opensearch":
+        if limits.auth == "service" and not engine.derived_keys:
             log.warning(
-                "service mode on OpenSearch: gateway API keys are limited by the gateway's own checks only "
-                "(the cluster cannot be given a per-key limit); see docs/security.md"
+                "service mode on %s: gateway API keys are limited by the gateway's own checks only "
+                "(the cluster cannot be given a per-key limit); see docs/security.md",
+                engine.product,
             )
         served = None
         if limits.metrics_port:
@@ -169,7 +172,7 @@ def create_app(
         authenticator=authenticator,
         rate_limiter=rate_limiter,
         passthrough_classes=classes,
-        users=ClusterUsers(edges.passthrough.ask_as, settings.search_backend) if limits.auth == "forward" else None,
+        users=ClusterUsers(edges.passthrough.ask_as, engine.whoami_path) if limits.auth == "forward" else None,
     )
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     # Outermost: every request is counted and logged, refusals included.

@@ -154,3 +154,4 @@ def test_errors_reach_opensearch_py_as_its_own_exceptions(client, index):
 def test_health_names_the_engine(gateway):
     health = httpx.get(f"{gateway}/v1/health").json()
     assert health["ok"], health
+    assert health["opensearch"]["ok"] and "elasticsearch" not in health, health
