@@ -315,4 +315,6 @@ def _make_pool(settings: Settings) -> OriginPool | NodePools:
         )
         for parts in nodes
     ]
-    return pools[0] if len(pools) == 1 else NodePools(pools, timeout_s=settings.es_request_timeout_s)
+    if len(pools) == 1:
+        return pools[0]
+    return NodePools(pools, failover=engine_of(settings).failover, timeout_s=settings.es_request_timeout_s)
