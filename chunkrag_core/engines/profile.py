@@ -8,8 +8,8 @@ behind :class:`~chunkrag_core.engines.base.SearchBackend`; a profile holds
 the few facts that are left: how the engine is named and configured, how it
 authenticates, what it can do for the gateway, and how the gateway's
 pass-through, which holds its own connections, goes round its nodes
-(:class:`NodeFailover`). Code outside ``engines`` asks
-:func:`profile_for` and never compares an engine's name
+(:class:`NodeFailover`). Code outside ``engines`` asks :func:`engine_of`
+(or :func:`profile_for`) and never compares an engine's name
 (``tests/unit/test_engine_names.py`` checks it).
 
 This module imports nothing of the project's at import time, so
