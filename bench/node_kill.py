@@ -437,9 +437,9 @@ def searches_with_node_kill(
     import httpx
 
     from chunkrag_core.providers import make_embedder
+    from chunkrag_gateway import create_app
+    from chunkrag_gateway.server import serve_in_thread
     from local_services import cluster as local_cluster
-    from search_extension.gateway import create_app
-    from search_extension.gateway.server import serve_in_thread
 
     settings = dataclasses.replace(the_rig.settings, index=index)
     answers: list[dict[str, Any]] = []

@@ -484,7 +484,7 @@ def _post_search(
     its hits: the gateway's post-search, through the backend."""
     from chunkrag_cli.output import print_post_search
     from chunkrag_core.providers import make_embedder
-    from search_extension.gateway.dialect import query_text
+    from chunkrag_gateway.dialect import query_text
     from search_extension.post_search_response import post_search_response
     from search_extension.post_searcher import PostSearcher
 
@@ -520,9 +520,9 @@ def _post_search(
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from search_extension.gateway import create_app
-    from search_extension.gateway.allocator import limit_malloc_arenas
-    from search_extension.gateway.server import uvicorn_options
+    from chunkrag_gateway import create_app
+    from chunkrag_gateway.allocator import limit_malloc_arenas
+    from chunkrag_gateway.server import uvicorn_options
 
     # Before any thread starts: RSS stays flat under load (allocator.py).
     limit_malloc_arenas()
@@ -535,7 +535,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Traces only when CHUNKRAG_OTEL_EXPORTER names an exporter.
     tracing.configure_from_env(service_name="chunkrag-gateway")
     if args.access_log or gateway.access_log:
-        from search_extension.gateway.telemetry import configure_access_log
+        from chunkrag_gateway.telemetry import configure_access_log
 
         configure_access_log()
     app = create_app(dataclasses.replace(settings, gateway=gateway))
@@ -924,9 +924,9 @@ def _demo_filter(settings: Settings, embedder, questions: list[str]) -> None:
     from elasticsearch import Elasticsearch
 
     from chunkrag_cli.output import print_gateway_search
+    from chunkrag_gateway import create_app
+    from chunkrag_gateway.server import serve_in_thread
     from local_services.celery_workers import CeleryWorkers
-    from search_extension.gateway import create_app
-    from search_extension.gateway.server import serve_in_thread
 
     settings = dataclasses.replace(settings, workers=dataclasses.replace(settings.workers, judge="celery"))
     # The default filter scores from the retrieval signals alone (no judge

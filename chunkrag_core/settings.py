@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
+from chunkrag_core.engines.profile import DEFAULT_ENGINE, SEARCH_BACKENDS, engine_chosen_by_urls, engine_of
+
 
 class SettingsError(ValueError):
     """An environment variable holds a value the project cannot use."""
@@ -407,7 +409,7 @@ class Settings:
     engine: EngineSettings = EngineSettings()
     # "elasticsearch" or "opensearch": which engine the project talks to
     # (SEARCH_BACKEND; with only OPENSEARCH_URL set, "opensearch").
-    search_backend: str = "elasticsearch"
+    search_backend: str = DEFAULT_ENGINE
     opensearch_url: str = "http://127.0.0.1:9201"
     opensearch_ca_certs: str | None = None
     # "basic" (credentials in OPENSEARCH_URL, if any) or "sigv4": every
@@ -504,12 +506,12 @@ class Settings:
     @property
     def search_url(self) -> str:
         """The URL (or comma-separated node URLs) of the engine ``search_backend`` names."""
-        return self.opensearch_url if self.search_backend == "opensearch" else self.es_url
+        return engine_of(self).url(self)
 
     @property
     def search_nodes(self) -> tuple[str, ...]:
         """Every node URL of the engine ``search_backend`` names (`node_urls`)."""
-        return self.opensearch_nodes if self.search_backend == "opensearch" else self.es_nodes
+        return engine_of(self).nodes(self)
 
     def attempt_timeout_s(self, nodes: tuple[str, ...]) -> float:
         """Seconds one attempt of a read on one of ``nodes`` waits for its
@@ -523,7 +525,7 @@ class Settings:
     @property
     def search_ca_certs(self) -> str | None:
         """The CA bundle for ``search_url`` (ES_CA_CERTS or OPENSEARCH_CA_CERTS)."""
-        return self.opensearch_ca_certs if self.search_backend == "opensearch" else self.es_ca_certs
+        return engine_of(self).ca_certs(self)
 
     @property
     def search_url_for_display(self) -> str:
@@ -592,14 +594,11 @@ def node_urls(raw: str, variable: str = "ES_URL") -> tuple[str, ...]:
     return tuple(urlunsplit(parts._replace(netloc=f"{userinfo}@{_host_port(parts)}")) for parts in parsed)
 
 
-SEARCH_BACKENDS = ("elasticsearch", "opensearch")
-
-
 def _search_backend_from_env(env: Mapping[str, str]) -> str:
     chosen = (env.get("SEARCH_BACKEND") or "").strip().lower()
     if not chosen:
         # Pointing only OPENSEARCH_URL at a cluster is choosing it.
-        return "opensearch" if env.get("OPENSEARCH_URL") and not env.get("ES_URL") else "elasticsearch"
+        return engine_chosen_by_urls(env)
     if chosen not in SEARCH_BACKENDS:
         raise SettingsError(f"SEARCH_BACKEND={chosen!r}; choose one of {', '.join(SEARCH_BACKENDS)}")
     return chosen

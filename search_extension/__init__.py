@@ -1,2 +1,3 @@
-"""Retrieval over a chunk index, and (next) the gateway and its post-search
-processors. ``queries`` and ``fusion`` are pure; ``retriever`` runs them."""
+"""Retrieval over a chunk index and the post-search processors; the gateway
+(``chunkrag_gateway``) serves them. ``queries`` and ``fusion`` are pure;
+``retriever`` runs them."""

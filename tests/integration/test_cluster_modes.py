@@ -29,11 +29,11 @@ from chunkrag_core.engines import ENGINES, make_backend, schema
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_core.settings import Settings, state_home
 from chunkrag_filter.pipeline import FilterOptions
+from chunkrag_gateway import create_app
+from chunkrag_gateway.server import serve_in_thread
 from ingest_pipeline.pipeline import IngestReport, ingest
 from local_services import cluster
 from search_extension.ask import ask
-from search_extension.gateway import create_app
-from search_extension.gateway.server import serve_in_thread
 from search_extension.queries import MODES
 from search_extension.retriever import HybridRetriever, RetrievalError
 from tests.support.scripted_openai import ScriptedOpenAI, completion

@@ -180,8 +180,8 @@ def test_an_index_without_scales_answers_ensembling_with_its_base_chunks(engine,
 def test_the_gateway_ensembles_with_ext_chunkrag_ensemble(es, embedder, settings, fresh_index):
     import httpx
 
-    from search_extension.gateway import create_app
-    from search_extension.gateway.server import serve_in_thread
+    from chunkrag_gateway import create_app
+    from chunkrag_gateway.server import serve_in_thread
 
     ingest_documents(
         documents(), client=es, embedder=embedder, settings=scaled(settings, SCALES), index=fresh_index, progress=False

@@ -14,11 +14,11 @@ import pytest
 
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_filter.pipeline import FilterOptions
+from chunkrag_gateway import create_app
+from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from search_extension import queries
-from search_extension.gateway import create_app
-from search_extension.gateway.server import serve_in_thread as serving
 from tests.support.scripted_openai import ScriptedOpenAI, completion, error, is_listwise, listwise_choice
 
 pytestmark = pytest.mark.integration

@@ -28,12 +28,12 @@ import pytest
 import redis
 
 from chunkrag_core.settings import state_home
+from chunkrag_gateway import create_app
+from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from local_services import redis_server
 from local_services.celery_workers import CeleryWorkers
-from search_extension.gateway import create_app
-from search_extension.gateway.server import serve_in_thread as serving
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
 from tests.support.scripted_openai import ScriptedOpenAI
 

@@ -38,11 +38,11 @@ import pytest
 
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_core.settings import state_home
+from chunkrag_gateway import create_app
+from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from local_services import redis_server
-from search_extension.gateway import create_app
-from search_extension.gateway.server import serve_in_thread as serving
 from tests.integration.test_gateway import DOCS, MODEL_STALLS, QUESTION, by_content
 from tests.support.scripted_openai import ScriptedOpenAI
 

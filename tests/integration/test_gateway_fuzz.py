@@ -34,10 +34,10 @@ from hypothesis import strategies as st
 
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_core.settings import GatewaySettings
+from chunkrag_gateway import create_app
+from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
-from search_extension.gateway import create_app
-from search_extension.gateway.server import serve_in_thread as serving
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
 from tests.support.scripted_openai import ScriptedOpenAI
 

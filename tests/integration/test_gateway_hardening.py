@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from search_extension.gateway import create_app
-from search_extension.gateway.identity import key_hash
-from search_extension.gateway.server import serve_in_thread as serving
+from chunkrag_gateway import create_app
+from chunkrag_gateway.identity import key_hash
+from chunkrag_gateway.server import serve_in_thread as serving
 
 # The secured node, its indices and the gateways, shared with the other secured-node tests.
 from tests.integration.test_gateway_attacks import ACCOUNT_WORDS, ADMIN, ALICE, assert_no_secret, lookup

@@ -12,11 +12,11 @@ import pytest
 
 from chunkrag_core.engines import make_backend
 from chunkrag_core.providers.chat import OpenAICompatibleChat
+from chunkrag_gateway import create_app
+from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from search_extension import queries
-from search_extension.gateway import create_app
-from search_extension.gateway.server import serve_in_thread as serving
 from tests.support.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
 
 pytestmark = pytest.mark.integration
@@ -154,3 +154,4 @@ def test_errors_reach_opensearch_py_as_its_own_exceptions(client, index):
 def test_health_names_the_engine(gateway):
     health = httpx.get(f"{gateway}/v1/health").json()
     assert health["ok"], health
+    assert health["opensearch"]["ok"] and "elasticsearch" not in health, health

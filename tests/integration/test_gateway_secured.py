@@ -15,11 +15,11 @@ from elasticsearch import AuthenticationException, AuthorizationException, Elast
 
 from chunkrag_core.engines.elasticsearch import ElasticsearchBackend
 from chunkrag_core.providers.chat import OpenAICompatibleChat
+from chunkrag_gateway import create_app
+from chunkrag_gateway.identity import key_hash
+from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
-from search_extension.gateway import create_app
-from search_extension.gateway.identity import key_hash
-from search_extension.gateway.server import serve_in_thread as serving
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
 from tests.support import secured_elasticsearch as secured
 from tests.support.scripted_openai import ScriptedOpenAI

@@ -8,10 +8,10 @@ import uuid
 import httpx
 import pytest
 
+from chunkrag_gateway import create_app
+from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
-from search_extension.gateway import create_app
-from search_extension.gateway.server import serve_in_thread as serving
 
 pytestmark = pytest.mark.integration
 

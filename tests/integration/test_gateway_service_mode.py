@@ -14,9 +14,9 @@ import pytest
 from elasticsearch import ApiError, Elasticsearch
 
 from chunkrag_core.providers.chat import OpenAICompatibleChat
-from search_extension.gateway import create_app
-from search_extension.gateway.identity import key_hash
-from search_extension.gateway.server import serve_in_thread as serving
+from chunkrag_gateway import create_app
+from chunkrag_gateway.identity import key_hash
+from chunkrag_gateway.server import serve_in_thread as serving
 from tests.integration.test_gateway import QUESTION
 
 # The secured node, its indices and the scripted model server, shared with test_gateway_secured.
@@ -317,8 +317,8 @@ def test_the_librarys_own_searches_go_with_the_derived_key(service_gateway, indi
     team caller still cannot read the secret index: the cluster refuses the
     derived key, though the gateway's base client holds the service account's
     credentials, which could."""
-    from search_extension.gateway.dialect import parse_search
-    from search_extension.gateway.identity import ApiKey, Caller
+    from chunkrag_gateway.dialect import parse_search
+    from chunkrag_gateway.identity import ApiKey, Caller
     from search_extension.retriever import SearchRefused
 
     url, app = service_gateway

@@ -17,18 +17,18 @@ import httpx
 import pytest
 
 from chunkrag_core.settings import state_home
-from local_services import redis_server
-from search_extension.gateway import create_app, errors
-from search_extension.gateway.derived_keys import Derived
-from search_extension.gateway.limits import RateLimiter
-from search_extension.gateway.server import serve_in_thread as serving
-from search_extension.gateway.shared_state import (
+from chunkrag_gateway import create_app, errors
+from chunkrag_gateway.derived_keys import Derived
+from chunkrag_gateway.limits import RateLimiter
+from chunkrag_gateway.server import serve_in_thread as serving
+from chunkrag_gateway.shared_state import (
     HOLD_S,
     RedisContexts,
     SharedDerivedKeys,
     SharedRateLimiter,
     SharedRedis,
 )
+from local_services import redis_server
 
 # The secured node, its indices and the scripted model server, shared with test_gateway_secured.
 from tests.integration.test_gateway_secured import (  # noqa: F401

@@ -15,11 +15,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from chunkrag_core.providers.chat import OpenAICompatibleChat
+from chunkrag_gateway import create_app
+from chunkrag_gateway.server import serve_in_thread
+from chunkrag_gateway.telemetry import ACCESS_LOGGER
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
-from search_extension.gateway import create_app
-from search_extension.gateway.server import serve_in_thread
-from search_extension.gateway.telemetry import ACCESS_LOGGER
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
 from tests.support.scripted_openai import ScriptedOpenAI
 

@@ -17,10 +17,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from chunkrag_core import tracing
+from chunkrag_gateway import create_app
+from chunkrag_gateway.server import serve_in_thread
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
-from search_extension.gateway import create_app
-from search_extension.gateway.server import serve_in_thread
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
 from tests.integration.test_gateway_shared_state import REDIS_PORT, own_redis  # noqa: F401
 from tests.support.scripted_openai import ScriptedOpenAI

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from chunkrag_gateway import create_app
+from chunkrag_gateway.server import serve_in_thread
 from ingest_pipeline.pipeline import ingest
 from local_services.celery_workers import CeleryWorkers
-from search_extension.gateway import create_app
-from search_extension.gateway.server import serve_in_thread
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

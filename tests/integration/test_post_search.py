@@ -13,8 +13,8 @@ import pytest
 
 from chunkrag_cli.main import main as chunkrag
 from chunkrag_core.providers.chat import OpenAICompatibleChat
-from search_extension.gateway import create_app
-from search_extension.gateway.server import serve_in_thread as serving
+from chunkrag_gateway import create_app
+from chunkrag_gateway.server import serve_in_thread as serving
 from tests.support.scripted_openai import ScriptedOpenAI, completion
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ import orjson
 import pytest
 from elasticsearch import Elasticsearch
 
-from search_extension.gateway import create_app
-from search_extension.gateway.identity import key_hash
-from search_extension.gateway.server import serve_in_thread as serving
+from chunkrag_gateway import create_app
+from chunkrag_gateway.identity import key_hash
+from chunkrag_gateway.server import serve_in_thread as serving
 
 # The secured node and its admin client, shared with the other secured tests.
 from tests.integration.test_gateway_secured import admin, gateway_settings, secured_node  # noqa: F401

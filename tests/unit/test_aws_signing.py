@@ -13,9 +13,9 @@ import pytest
 
 from chunkrag_core.engines import make_backend
 from chunkrag_core.settings import Settings, SettingsError
-from search_extension.gateway import create_app
-from search_extension.gateway.identity import ApiKey, Caller, ConfigError, key_hash
-from search_extension.gateway.passthrough import Passthrough
+from chunkrag_gateway import create_app
+from chunkrag_gateway.identity import ApiKey, Caller, ConfigError, key_hash
+from chunkrag_gateway.passthrough import Passthrough
 from tests.unit.test_gateway_app import (
     FakeElasticsearch,
     FakeEmbedder,

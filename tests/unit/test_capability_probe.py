@@ -215,7 +215,7 @@ def test_the_opensearch_probe_remembers_only_what_the_cluster_settled():
 
 def test_the_gateway_asks_each_callers_view_rather_than_keeping_the_first_answer():
     from chunkrag_core.settings import Settings
-    from search_extension.gateway.edges import Edges
+    from chunkrag_gateway.edges import Edges
 
     base, log = backend({"anon": NOBODY, "admin": FULL})
     edges = Edges(Settings(), es=base)

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from search_extension.gateway import errors
-from search_extension.gateway.aliases import CACHE_S, ForeignAliases
-from search_extension.gateway.identity import ApiKey, Caller
+from chunkrag_gateway import errors
+from chunkrag_gateway.aliases import CACHE_S, ForeignAliases
+from chunkrag_gateway.identity import ApiKey, Caller
 
 TEAM = Caller(key=ApiKey("team", b"x" * 32, ("docs-*",)), identity="key:team")
 EVERY = Caller(key=ApiKey("every", b"y" * 32, ("*",)), identity="key:every")

@@ -11,8 +11,8 @@ from starlette.testclient import TestClient
 from chunkrag_core.providers.chat import ChatError, ChatResponse
 from chunkrag_core.settings import GatewaySettings, Settings
 from chunkrag_filter.processors.relevance import Judgement
-from search_extension.gateway import create_app
-from search_extension.gateway.origin import HttpFailure, HttpResponse
+from chunkrag_gateway import create_app
+from chunkrag_gateway.origin import HttpFailure, HttpResponse
 
 COMPAT = "application/vnd.elasticsearch+json; compatible-with=9"
 
@@ -153,7 +153,7 @@ def test_pass_through_forwards_method_path_query_body_and_headers():
 
 
 def test_the_pool_holds_no_credentials_and_the_gateway_credentials_are_its_own():
-    from search_extension.gateway.passthrough import _make_pool, service_credentials
+    from chunkrag_gateway.passthrough import _make_pool, service_credentials
 
     pool = _make_pool(Settings(es_url="http://user:secret@es.internal:9200"))
     assert (pool.host, pool.port, pool.host_header) == ("es.internal", 9200, b"es.internal:9200") and pool.ssl is None
@@ -328,7 +328,7 @@ def test_openapi_lists_every_status_each_route_answers_in_elasticsearch_shape():
 def test_the_search_body_schema_requires_the_query_text_where_the_gateway_does():
     import jsonschema_rs
 
-    from search_extension.gateway.dialect import parse_search
+    from chunkrag_gateway.dialect import parse_search
 
     client, _ = make_client()
     document = client.get("/openapi.json").json()
@@ -387,7 +387,7 @@ def celery_settings():
 def test_celery_judging_goes_through_the_dispatcher_with_the_budget(monkeypatch):
     import workers.dispatch
     from chunkrag_filter.judging import Degrading
-    from search_extension.gateway.edges import Edges
+    from chunkrag_gateway.edges import Edges
 
     calls = []
     monkeypatch.setattr(

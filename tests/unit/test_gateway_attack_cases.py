@@ -8,13 +8,13 @@ the client address taken from a header only behind a trusted proxy."""
 import pytest
 
 from chunkrag_core.settings import GatewaySettings
-from search_extension.gateway import errors
-from search_extension.gateway.body_reads import clears_all_scrolls, non_json_format
-from search_extension.gateway.context_ids import ContextOwners, opened_id, presented_ids
-from search_extension.gateway.identity import may_name_cluster_identity, scrub_security_errors
-from search_extension.gateway.lane import carries_chunkrag, is_index_search
-from search_extension.gateway.origin import HttpResponse
-from search_extension.gateway.server import uvicorn_options
+from chunkrag_gateway import errors
+from chunkrag_gateway.body_reads import clears_all_scrolls, non_json_format
+from chunkrag_gateway.context_ids import ContextOwners, opened_id, presented_ids
+from chunkrag_gateway.identity import may_name_cluster_identity, scrub_security_errors
+from chunkrag_gateway.lane import carries_chunkrag, is_index_search
+from chunkrag_gateway.origin import HttpResponse
+from chunkrag_gateway.server import uvicorn_options
 from tests.unit.test_gateway_security import KEY_A, KEY_B, KEYS, KeyMakingTransport, app_client
 
 

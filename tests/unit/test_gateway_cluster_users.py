@@ -3,9 +3,10 @@
 
 import asyncio
 
-from search_extension.gateway import errors
-from search_extension.gateway.cluster_users import ClusterUsers, user_of
-from search_extension.gateway.identity import Caller, basic, credentials_identity
+from chunkrag_core.engines.profile import ELASTICSEARCH, OPENSEARCH
+from chunkrag_gateway import errors
+from chunkrag_gateway.cluster_users import ClusterUsers, user_of
+from chunkrag_gateway.identity import Caller, basic, credentials_identity
 
 
 def test_the_user_an_answer_names():
@@ -30,7 +31,7 @@ def test_credentials_of_one_user_share_an_identity_asked_once_per_credential():
         return answers.get(authorization, (401, b"{}"))
 
     now = [0.0]
-    users = ClusterUsers(ask, "elasticsearch", ttl_s=60, clock=lambda: now[0])
+    users = ClusterUsers(ask, ELASTICSEARCH.whoami_path, ttl_s=60, clock=lambda: now[0])
 
     async def identities(*headers):
         return [(await users.identify(caller(header))).identity for header in headers]
@@ -48,4 +49,5 @@ def test_credentials_of_one_user_share_an_identity_asked_once_per_credential():
     # Service mode's keys and callers without credentials are never asked about.
     assert asyncio.run(users.identify(Caller(identity="address:10.0.0.1"))).identity == "address:10.0.0.1"
     assert len(asked) == 6
-    assert ClusterUsers(ask, "opensearch")._path == "/_plugins/_security/authinfo"
+    assert ELASTICSEARCH.whoami_path == "/_security/_authenticate"
+    assert OPENSEARCH.whoami_path == "/_plugins/_security/authinfo"

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from chunkrag_core.settings import GatewaySettings
-from search_extension.gateway.connections import ConnectionLimits
-from search_extension.gateway.server import serve_in_thread, uvicorn_options
+from chunkrag_gateway.connections import ConnectionLimits
+from chunkrag_gateway.server import serve_in_thread, uvicorn_options
 
 
 async def app(scope, receive, send):
@@ -192,7 +192,7 @@ def test_at_the_cap_a_newcomer_takes_the_place_of_the_heaviest_addresss_oldest_p
 
 
 def test_near_the_cap_new_heads_get_the_shorter_header_deadline():
-    from search_extension.gateway.connections import PRESSED_HEADER_TIMEOUT_S
+    from chunkrag_gateway.connections import PRESSED_HEADER_TIMEOUT_S
 
     with serve(max_connections=4, header_timeout_s=30, keep_alive_s=30) as url:
         held = [connect(url) for _ in range(2)]  # half the cap: under pressure from here

@@ -9,8 +9,8 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from search_extension.gateway.app import MAX_BODY_DEPTH
-from search_extension.gateway.models import OptionsModel, ScoringModel, SegmentsModel
+from chunkrag_gateway.app import MAX_BODY_DEPTH
+from chunkrag_gateway.models import OptionsModel, ScoringModel, SegmentsModel
 from tests.unit.test_gateway_app import RecordingTransport, es_reply, make_client
 
 DEPTHS = (MAX_BODY_DEPTH - 1, MAX_BODY_DEPTH + 1, 900, 1000, 1023, 1100)

@@ -10,8 +10,7 @@ from chunkrag_filter.processors.answer import Answer
 from chunkrag_filter.processors.relevance import ScoringOptions
 from chunkrag_filter.processors.rewrite import Rewrite
 from chunkrag_filter.processors.thresholds import Threshold
-from search_extension.ask import AskResult
-from search_extension.gateway.dialect import (
+from chunkrag_gateway.dialect import (
     OPTION_KEYS,
     SCORING_KEYS,
     ChunkragOptions,
@@ -25,7 +24,8 @@ from search_extension.gateway.dialect import (
     query_text,
     search_response,
 )
-from search_extension.gateway.models import AskResponse, OptionsModel, ScoringModel
+from chunkrag_gateway.models import AskResponse, OptionsModel, ScoringModel
+from search_extension.ask import AskResult
 from search_extension.post_search import PostSearchOptions
 from search_extension.retriever import RetrievalResult
 from search_extension.segments import SegmentSettings

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from chunkrag_core.chunk import Chunk
-from search_extension.gateway.dialect import OptionError, ensemble_scales, parse_options, segment_id, source_of
+from chunkrag_gateway.dialect import OptionError, ensemble_scales, parse_options, segment_id, source_of
 from search_extension.segments import Segment
 
 

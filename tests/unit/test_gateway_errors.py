@@ -17,8 +17,8 @@ from chunkrag_core.engines import elasticsearch as es_engine
 from chunkrag_core.engines.errors import EngineNotFound, EngineRefused, EngineTimeout, EngineUnavailable
 from chunkrag_core.providers.chat import ChatError, chat_error
 from chunkrag_core.providers.embedding import EmbeddingError
-from search_extension.gateway import errors
-from search_extension.gateway.dialect import OptionError
+from chunkrag_gateway import errors
+from chunkrag_gateway.dialect import OptionError
 from search_extension.retriever import RetrievalError
 from workers.errors import QueueUnavailable, WorkersTimedOut, WorkersUnavailable, queue_error, queue_errors
 
@@ -206,7 +206,7 @@ def test_errors_reads_no_client_library():
     script = (
         "import sys\n"
         "from chunkrag_core.engines.errors import EngineUnavailable\n"
-        "from search_extension.gateway import errors\n"
+        "from chunkrag_gateway import errors\n"
         "errors.from_exception(EngineUnavailable('x', engine='Elasticsearch'))\n"
         "clients = ('elasticsearch', 'opensearchpy', 'openai', 'redis', 'kombu', 'celery')\n"
         "print(sorted(m for m in clients if m in sys.modules))\n"

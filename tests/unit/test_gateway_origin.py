@@ -3,11 +3,13 @@ framing, keep-alive, and every way a connection must not be reused (an
 error status, a response cut short, a timeout mid-exchange)."""
 
 import asyncio
+import dataclasses
 import socket
 
 import pytest
 
-from search_extension.gateway.origin import HttpConnectFailure, HttpFailure, HttpTimeout, NodePools, OriginPool
+from chunkrag_core.engines.profile import ELASTICSEARCH
+from chunkrag_gateway.origin import HttpConnectFailure, HttpFailure, HttpTimeout, NodePools, OriginPool
 from tests.support.raw_http import read_request
 
 # Script steps besides a raw response: stop reading and answering but keep
@@ -259,7 +261,8 @@ async def with_nodes(servers, use, clock=None):
     listening = [await asyncio.start_server(server.handle, "127.0.0.1", 0) for server in servers]
     pools = [OriginPool("127.0.0.1", closed_port(), timeout_s=1.0)]
     pools += [OriginPool("127.0.0.1", live.sockets[0].getsockname()[1], timeout_s=1.0) for live in listening]
-    nodes = NodePools(pools, backoff_s=2.0, clock=clock or Clock())
+    failover = dataclasses.replace(ELASTICSEARCH.failover, refused_backoff_s=2.0)
+    nodes = NodePools(pools, failover=failover, clock=clock or Clock())
     try:
         return await use(nodes)
     finally:
@@ -298,7 +301,7 @@ def test_every_node_refusing_raises_the_connect_failure():
 
     async def only_refused():
         pools = [OriginPool("127.0.0.1", closed_port()), OriginPool("127.0.0.1", closed_port())]
-        await use(NodePools(pools))
+        await use(NodePools(pools, failover=ELASTICSEARCH.failover))
         return [pool.opened for pool in pools]
 
     # Each node tried once, and again on the next request although both are in their backoff.

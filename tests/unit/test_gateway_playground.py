@@ -11,10 +11,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from chunkrag_core.settings import GatewaySettings, PostSearchSettings, Settings
-from search_extension.gateway import create_app
-from search_extension.gateway.identity import basic, key_hash
-from search_extension.gateway.origin import HttpResponse
-from search_extension.gateway.playground import ASSETS, CSP, INDICES, PAGE, PUBLIC_PATHS
+from chunkrag_gateway import create_app
+from chunkrag_gateway.identity import basic, key_hash
+from chunkrag_gateway.origin import HttpResponse
+from chunkrag_gateway.playground import ASSETS, CSP, INDICES, PAGE, PUBLIC_PATHS
 from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeModel, RecordingTransport, judge_factory
 
 KEY = "team-key-0123456789"
@@ -157,7 +157,7 @@ def test_configured_fields_describe_an_index_and_a_field_that_is_not_text_is_nam
 
 
 def test_past_the_cap_indices_are_listed_undescribed(monkeypatch):
-    from search_extension.gateway import playground
+    from chunkrag_gateway import playground
 
     monkeypatch.setattr(playground, "DESCRIBED_INDICES", 1)
     transport = RecordingTransport(resolve_reply)
@@ -200,7 +200,7 @@ def test_the_playground_is_not_in_the_openapi_document():
 
 
 def asset(name: str) -> str:
-    return resources.files("search_extension.gateway").joinpath("playground", name).read_text()
+    return resources.files("chunkrag_gateway").joinpath("playground", name).read_text()
 
 
 def test_the_page_has_no_inline_script_or_style_and_nothing_from_elsewhere():
@@ -235,8 +235,8 @@ def test_the_setting_is_read_from_the_environment():
 
 def test_the_script_is_served_with_the_filters_defaults_from_the_declaration():
     from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, THRESHOLDS
+    from chunkrag_gateway.playground import DEFAULTS_MARK, page_defaults
     from search_extension.ask import DEFAULT_CANDIDATES
-    from search_extension.gateway.playground import DEFAULTS_MARK, page_defaults
     from search_extension.options import MAX_PASSAGES_LIMIT, OptionsModel
     from search_extension.post_search import EMPTY_HITS
     from search_extension.queries import MODES

@@ -9,15 +9,15 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from search_extension.gateway import errors
-from search_extension.gateway.body_reads import (
+from chunkrag_gateway import errors
+from chunkrag_gateway.body_reads import (
     body_parameters,
     clears_all_scrolls,
     parse_msearch,
     referenced_indices,
     strict_json,
 )
-from search_extension.gateway.identity import credentials_identity, forwardable_header
+from chunkrag_gateway.identity import credentials_identity, forwardable_header
 from tests.unit.test_gateway_security import KEY_A, KEYS, KeyMakingTransport, app_client
 
 
@@ -155,7 +155,7 @@ def test_the_walk_is_iterative_and_wrapper_queries_are_refused():
 
 
 def test_the_strict_reader_takes_what_elasticsearchs_parser_takes_and_never_recurses():
-    from search_extension.gateway.body_reads import MAX_FORWARDED_DEPTH, nesting_depth
+    from chunkrag_gateway.body_reads import MAX_FORWARDED_DEPTH, nesting_depth
 
     assert nesting_depth(1) == 0 and nesting_depth({"a": [1, {"b": []}]}) == 4
     # Elasticsearch parses 1,000 levels (Jackson's limit): so does the second line, without recursion.
@@ -187,7 +187,7 @@ def test_the_strict_reader_finds_duplicate_keys_however_they_are_spelled_or_nest
 
 
 def test_raw_depth_counts_brackets_outside_strings_whatever_the_body_holds():
-    from search_extension.gateway.body_reads import raw_nesting_depth
+    from chunkrag_gateway.body_reads import raw_nesting_depth
 
     assert raw_nesting_depth(b"") == 0 and raw_nesting_depth(b'{"a": [1, {"b": []}]}') == 4
     assert raw_nesting_depth(b'{"text": "[[[[{{{{ \\" ]]]] [[["}') == 1  # brackets and an escaped quote in a string
@@ -262,7 +262,7 @@ def test_only_the_allow_listed_headers_reach_the_cluster_in_any_spelling(name):
 
 
 def test_error_trace_is_never_sent_to_the_cluster():
-    from search_extension.gateway.passthrough import without_error_trace
+    from chunkrag_gateway.passthrough import without_error_trace
 
     assert without_error_trace("/a/_search?error_trace=true") == "/a/_search"
     assert without_error_trace("/a/_search?size=1&error_trace=true&q=x") == "/a/_search?size=1&q=x"
@@ -276,7 +276,7 @@ def test_a_body_that_does_not_decode_as_its_coding_says_is_a_400_naming_it():
     import gzip
     import zlib
 
-    from search_extension.gateway.body_reads import check_content_coding, content_coding
+    from chunkrag_gateway.body_reads import check_content_coding, content_coding
 
     body = b'{"size": 0}'
     raw_deflate = zlib.compressobj(wbits=-15)
@@ -305,7 +305,7 @@ def test_a_body_that_does_not_decode_as_its_coding_says_is_a_400_naming_it():
 
 
 def test_exclusions_after_an_allowed_expression_pass_and_nothing_else_does():
-    from search_extension.gateway.identity import ApiKey, Caller, check_indices
+    from chunkrag_gateway.identity import ApiKey, Caller, check_indices
 
     caller = Caller(key=ApiKey("team", b"x" * 32, ("public-*",)), identity="key:team")
     for indices in (("public-*", "-nothing"), ("public-1", "-public-2", "-secret"), ("public-*", "-*")):
@@ -317,7 +317,7 @@ def test_exclusions_after_an_allowed_expression_pass_and_nothing_else_does():
 
 
 def test_refusals_quoted_as_text_are_reworded():
-    from search_extension.gateway.identity import scrub_security_errors
+    from chunkrag_gateway.identity import scrub_security_errors
 
     quoted = (
         "[sec-other-1/abc] QueryShardException[...]; nested: ElasticsearchSecurityException[action "
@@ -453,9 +453,9 @@ def test_derived_keys_are_made_once_rotated_at_half_life_and_invalidated():
 
     import orjson
 
-    from search_extension.gateway.derived_keys import DerivedKeys, create_body, security_is_off
-    from search_extension.gateway.identity import ApiKey
-    from search_extension.gateway.origin import HttpResponse
+    from chunkrag_gateway.derived_keys import DerivedKeys, create_body, security_is_off
+    from chunkrag_gateway.identity import ApiKey
+    from chunkrag_gateway.origin import HttpResponse
 
     sent, now = [], [0.0]
 
@@ -489,7 +489,7 @@ def test_derived_keys_are_made_once_rotated_at_half_life_and_invalidated():
 
 
 def test_a_derived_key_the_cluster_no_longer_accepts_is_made_again():
-    from search_extension.gateway.origin import HttpResponse
+    from chunkrag_gateway.origin import HttpResponse
 
     answers = [
         HttpResponse(
@@ -515,7 +515,7 @@ def test_service_mode_on_opensearch_says_at_start_that_the_gateway_enforces_alon
     import logging
 
     from chunkrag_core.settings import GatewaySettings, Settings
-    from search_extension.gateway import create_app
+    from chunkrag_gateway import create_app
     from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, FakeModel, judge_factory
 
     settings = Settings(
@@ -532,7 +532,7 @@ def test_service_mode_on_opensearch_says_at_start_that_the_gateway_enforces_alon
         judge_many_factory=judge_factory,
         http_transport=transport,
     )
-    with caplog.at_level(logging.WARNING, logger="search_extension.gateway.app"), TestClient(app) as client:
+    with caplog.at_level(logging.WARNING, logger="chunkrag_gateway.app"), TestClient(app) as client:
         assert client.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}"}).status_code == 200
     assert "gateway's own checks only" in caplog.text
     ((_, target, headers, _),) = transport.requests  # no API key is made on OpenSearch

@@ -10,8 +10,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from chunkrag_core.settings import GatewaySettings, Settings
-from search_extension.gateway import create_app, errors
-from search_extension.gateway.identity import (
+from chunkrag_gateway import create_app, errors
+from chunkrag_gateway.identity import (
     ApiKey,
     Authenticator,
     Caller,
@@ -22,9 +22,9 @@ from search_extension.gateway.identity import (
     key_hash,
     parse_api_keys,
 )
-from search_extension.gateway.limits import CallerSlots, FilteredQueue, RateLimiter
-from search_extension.gateway.origin import HttpResponse
-from search_extension.gateway.policy import classify, msearch_indices, parse_classes
+from chunkrag_gateway.limits import CallerSlots, FilteredQueue, RateLimiter
+from chunkrag_gateway.origin import HttpResponse
+from chunkrag_gateway.policy import classify, msearch_indices, parse_classes
 from tests.unit.test_gateway_app import (
     FakeElasticsearch,
     FakeEmbedder,
@@ -143,7 +143,7 @@ def test_es_for_adds_the_callers_header_per_request():
 def test_the_real_client_sends_the_callers_header():
     from elasticsearch import Elasticsearch
 
-    from search_extension.gateway.edges import strip_credentials
+    from chunkrag_gateway.edges import strip_credentials
 
     base = Elasticsearch(strip_credentials("http://gw:secret@127.0.0.1:1"))
     assert "authorization" not in base._headers
@@ -560,7 +560,7 @@ def test_the_score_cache_holds_a_hash_and_a_number_never_text():
     ["/docs-1/../logs/_search", "/docs-1/%2e%2e/logs/_search", "//logs/_search", "/./_search", "/docs/%2E/_search?q=1"],
 )
 def test_paths_a_server_might_normalise_are_refused(path):
-    from search_extension.gateway.policy import refuse_odd_paths
+    from chunkrag_gateway.policy import refuse_odd_paths
 
     with pytest.raises(errors.GatewayError, match="plain paths"):
         refuse_odd_paths(path)
@@ -581,7 +581,7 @@ def test_an_encoded_dot_segment_never_reaches_the_cluster():
 )
 def test_numbers_that_overflow_downstream_are_refused(raw, named):
     # Found by the fuzzer: a budget of 1.7e307 s overflowed the clock (a 500).
-    from search_extension.gateway.dialect import OptionError, parse_options
+    from chunkrag_gateway.dialect import OptionError, parse_options
 
     with pytest.raises(OptionError, match=named):
         parse_options(raw, max_candidates=50)

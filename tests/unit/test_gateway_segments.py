@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from chunkrag_core.chunk import Chunk
+from chunkrag_gateway.dialect import OptionError, ask_response, parse_options, search_response
+from chunkrag_gateway.models import AskResponse
 from search_extension.ask import AskResult
-from search_extension.gateway.dialect import OptionError, ask_response, parse_options, search_response
-from search_extension.gateway.models import AskResponse
 from search_extension.retriever import RetrievalResult
 from search_extension.segments import Segment, SegmentSettings
 

@@ -9,12 +9,12 @@ import orjson
 import pytest
 
 from chunkrag_core.settings import GatewaySettings, Settings
-from search_extension.gateway import create_app
-from search_extension.gateway.derived_keys import Derived, DerivedKeys
-from search_extension.gateway.identity import ApiKey
-from search_extension.gateway.limits import RateLimiter
-from search_extension.gateway.origin import HttpResponse
-from search_extension.gateway.shared_state import (
+from chunkrag_gateway import create_app
+from chunkrag_gateway.derived_keys import Derived, DerivedKeys
+from chunkrag_gateway.identity import ApiKey
+from chunkrag_gateway.limits import RateLimiter
+from chunkrag_gateway.origin import HttpResponse
+from chunkrag_gateway.shared_state import (
     LocalContexts,
     RedisContexts,
     SharedRateLimiter,

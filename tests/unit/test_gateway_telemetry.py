@@ -11,11 +11,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from chunkrag_core.settings import GatewaySettings, Settings
-from search_extension.gateway import create_app
-from search_extension.gateway.connections import ConnectionLimits, _Counts
-from search_extension.gateway.identity import key_hash
-from search_extension.gateway.limits import FilteredQueue
-from search_extension.gateway.telemetry import (
+from chunkrag_gateway import create_app
+from chunkrag_gateway.connections import ConnectionLimits, _Counts
+from chunkrag_gateway.identity import key_hash
+from chunkrag_gateway.limits import FilteredQueue
+from chunkrag_gateway.telemetry import (
     ACCESS_LOGGER,
     ConnectionCollector,
     GatewayMetrics,

@@ -15,7 +15,7 @@ from chunkrag_core import tracing
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_core.settings import Settings
 from chunkrag_filter.judging import judge_in_threads
-from search_extension.gateway import create_app
+from chunkrag_gateway import create_app
 from tests.support.scripted_openai import ScriptedOpenAI, completion
 from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, RecordingTransport, es_reply
 
@@ -95,7 +95,7 @@ def test_tracing_is_off_by_default_loads_no_sdk_and_leaves_headers_alone():
 import sys
 from starlette.testclient import TestClient
 from chunkrag_core.settings import Settings
-from search_extension.gateway import create_app
+from chunkrag_gateway import create_app
 from tests.unit.test_gateway_app import RecordingTransport, es_reply
 
 transport = RecordingTransport(es_reply)

@@ -30,7 +30,7 @@ def test_the_readme_is_short_and_draws_the_flow_with_its_packages():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= README_MAX_LINES
     diagram = next(block for block in text.split("```")[1::2] if "ingest_pipeline/" in block)
-    for package in ("ingest_pipeline/", "search_extension/gateway/", "workers/", "chunkrag_filter/", "answer"):
+    for package in ("ingest_pipeline/", "chunkrag_gateway/", "workers/", "chunkrag_filter/", "answer"):
         assert package in diagram, package
 
 

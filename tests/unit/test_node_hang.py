@@ -33,12 +33,12 @@ import pytest
 from elastic_transport.client_utils import DEFAULT
 
 from chunkrag_core.engines.errors import EngineTimeout
+from chunkrag_core.engines.profile import ELASTICSEARCH, OPENSEARCH, PROFILES, SEARCH_BACKENDS
 from chunkrag_core.settings import EngineSettings, Settings, SettingsError
-from search_extension.gateway.origin import (
+from chunkrag_gateway.origin import (
     HttpTimeout,
     NodePools,
     OriginPool,
-    repeatable,
 )
 from tests.support.raw_http import read_request
 
@@ -142,8 +142,9 @@ class Clock:
         ("POST", "/%5Fsearch"),
     ],
 )
-def test_reads_may_be_sent_again(method, target):
-    assert repeatable(method, target)
+@pytest.mark.parametrize("engine", PROFILES, ids=SEARCH_BACKENDS)
+def test_reads_may_be_sent_again(method, target, engine):
+    assert engine.failover.repeatable(method, target)
 
 
 @pytest.mark.parametrize(
@@ -167,8 +168,16 @@ def test_reads_may_be_sent_again(method, target):
         ("POST", "/"),
     ],
 )
-def test_writes_and_stateful_reads_are_not_sent_again(method, target):
-    assert not repeatable(method, target)
+@pytest.mark.parametrize("engine", PROFILES, ids=SEARCH_BACKENDS)
+def test_writes_and_stateful_reads_are_not_sent_again(method, target, engine):
+    assert not engine.failover.repeatable(method, target)
+
+
+def test_only_elasticsearch_has_terms_enum_and_a_silent_node_waits_longer_each_time():
+    assert ELASTICSEARCH.failover.repeatable("POST", "/i/_terms_enum")
+    assert not OPENSEARCH.failover.repeatable("POST", "/i/_terms_enum")
+    failover = dataclasses.replace(ELASTICSEARCH.failover, refused_backoff_s=2.0, max_silent_backoff_s=30.0)
+    assert [failover.silent_backoff_s(n) for n in (1, 2, 3, 4, 5, 6)] == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
 
 
 # --- the gateway's pass-through pools ---------------------------------------------
@@ -182,7 +191,7 @@ async def with_pools(first_port: int, use, *, attempt_s=0.3, connect_s=None, tot
         OriginPool("127.0.0.1", port, timeout_s=attempt_s, connect_timeout_s=connect_s)
         for port in (first_port, server.sockets[0].getsockname()[1])
     ]
-    nodes = NodePools(pools, timeout_s=total_s, clock=clock or Clock())
+    nodes = NodePools(pools, failover=ELASTICSEARCH.failover, timeout_s=total_s, clock=clock or Clock())
     try:
         return await use(nodes, live)
     finally:
@@ -236,7 +245,7 @@ def test_a_write_waits_the_whole_request_timeout_where_a_read_is_cut_at_the_atte
         slow = [LiveNode(delay_s=0.5), LiveNode(delay_s=0.5)]
         servers = [await asyncio.start_server(node.handle, "127.0.0.1", 0) for node in slow]
         pools = [OriginPool("127.0.0.1", server.sockets[0].getsockname()[1], timeout_s=0.2) for server in servers]
-        nodes = NodePools(pools, timeout_s=5.0, clock=Clock())
+        nodes = NodePools(pools, failover=ELASTICSEARCH.failover, timeout_s=5.0, clock=Clock())
         try:
             written = await nodes.request("POST", "/i/_bulk", [], b'{"index":{}}\n{}\n')
             writes = sum(len(node.requests) for node in slow)
@@ -274,7 +283,7 @@ def test_every_attempt_together_stays_within_the_request_timeout():
 
     async def both_hung(first, second):
         pools = [OriginPool("127.0.0.1", port, timeout_s=0.3) for port in (first, second)]
-        await use(NodePools(pools, timeout_s=0.4))
+        await use(NodePools(pools, failover=ELASTICSEARCH.failover, timeout_s=0.4))
 
     with hung_node() as one, hung_node() as two:
         asyncio.run(both_hung(port_of(one), port_of(two)))
@@ -283,7 +292,7 @@ def test_every_attempt_together_stays_within_the_request_timeout():
 
 
 def test_the_pass_through_pools_take_the_engine_settings():
-    from search_extension.gateway.passthrough import _make_pool
+    from chunkrag_gateway.passthrough import _make_pool
 
     several = Settings(
         es_url="http://127.0.0.1:1,http://127.0.0.1:2",

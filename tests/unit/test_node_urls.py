@@ -66,7 +66,7 @@ def test_sigv4_takes_one_endpoint_not_a_list():
 
 
 def test_forward_mode_strips_credentials_from_every_node():
-    from search_extension.gateway.edges import strip_credentials
+    from chunkrag_gateway.edges import strip_credentials
 
     assert strip_credentials("http://u:p@a:1,http://u:p@b:2") == "http://a:1,http://b:2"
 
@@ -205,8 +205,8 @@ def test_no_node_answering_is_the_projects_unavailable_error(engine):
 def test_the_gateway_pass_through_takes_every_node_and_passes_over_a_refused_one():
     import asyncio
 
-    from search_extension.gateway.origin import NodePools
-    from search_extension.gateway.passthrough import Passthrough
+    from chunkrag_gateway.origin import NodePools
+    from chunkrag_gateway.passthrough import Passthrough
 
     async def ask(passthrough):
         try:

@@ -11,8 +11,8 @@ import pytest
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.settings import PostSearchSettings, Settings
 from chunkrag_filter.pipeline import FilterOptions
+from chunkrag_gateway.dialect import OptionError, parse_post_search, search_options
 from ingest_pipeline.source_fields import SourceField
-from search_extension.gateway.dialect import OptionError, parse_post_search, search_options
 from search_extension.post_search import (
     PostSearchOptions,
     VectorFieldError,
@@ -320,7 +320,7 @@ def test_the_body_goes_to_the_cluster_without_ext_and_the_query_text_is_found():
 
 
 def test_the_query_text_is_found_inside_relevance_wrappers():
-    from search_extension.gateway.dialect import query_text
+    from chunkrag_gateway.dialect import query_text
 
     match = {"match": {"body": "rotate keys"}}
     assert query_text({"function_score": {"query": match, "functions": [{"weight": 2}]}}) == "rotate keys"
@@ -397,7 +397,7 @@ def test_query_time_passages_are_the_ingest_chunks_cached_by_fingerprint_and_bou
 
 
 def test_v1_ask_refuses_post_search_options_by_name():
-    from search_extension.gateway.dialect import parse_ask
+    from chunkrag_gateway.dialect import parse_ask
 
     with pytest.raises(OptionError, match="options.mode post_search: /v1/ask searches a chunk index"):
         parse_ask("q", {"mode": "post_search"}, max_candidates=8)

@@ -262,7 +262,7 @@ def from_opensearch(exc):
 def test_opensearch_client_errors_map_to_the_gateways_statuses():
     import opensearchpy
 
-    from search_extension.gateway import errors
+    from chunkrag_gateway import errors
 
     body = {"error": {"type": "index_not_found_exception", "reason": "no such index [x]"}, "status": 404}
     missing = errors.from_exception(from_opensearch(opensearchpy.NotFoundError(404, "index_not_found_exception", body)))

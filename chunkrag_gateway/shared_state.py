@@ -42,10 +42,10 @@ from typing import Callable, Iterable
 
 import orjson
 
-from search_extension.gateway import errors
-from search_extension.gateway.context_ids import CAPACITY, ContextOwners, context_missing
-from search_extension.gateway.derived_keys import Derived
-from search_extension.gateway.limits import RateLimiter, rate_limited
+from chunkrag_gateway import errors
+from chunkrag_gateway.context_ids import CAPACITY, ContextOwners, context_missing
+from chunkrag_gateway.derived_keys import Derived
+from chunkrag_gateway.limits import RateLimiter, rate_limited
 
 log = logging.getLogger("chunkrag.gateway")
 

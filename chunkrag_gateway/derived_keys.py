@@ -34,8 +34,8 @@ from typing import Awaitable, Callable
 
 import orjson
 
-from search_extension.gateway import errors
-from search_extension.gateway.identity import ApiKey
+from chunkrag_gateway import errors
+from chunkrag_gateway.identity import ApiKey
 
 log = logging.getLogger(__name__)
 

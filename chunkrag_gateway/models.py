@@ -11,7 +11,7 @@ from typing import Any, Optional
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 
-from search_extension.gateway.dialect import TEXT_QUERIES
+from chunkrag_gateway.dialect import TEXT_QUERIES
 from search_extension.options import OptionsModel, ScoringModel, SegmentsModel  # noqa: F401 (the OpenAPI components)
 
 

@@ -17,7 +17,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from search_extension.gateway import errors
+from chunkrag_gateway import errors
 
 CLASSES = ("read", "write", "cluster")
 # (method set, path shape) of the read class; "{index}" is an index

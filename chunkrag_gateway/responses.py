@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from search_extension.gateway import errors
+from chunkrag_gateway import errors
 
 # The 9.x client asks for this media type; Elasticsearch answers in kind.
 COMPATIBLE_JSON = "application/vnd.elasticsearch+json;compatible-with=9"

@@ -34,7 +34,8 @@ import hmac
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from search_extension.gateway import errors
+from chunkrag_core.engines.profile import engine_of
+from chunkrag_gateway import errors
 
 AUTH_MODES = ("forward", "service")
 
@@ -155,11 +156,7 @@ def check_engine_auth(settings) -> None:
     """SigV4 signs with the gateway's own AWS identity, which a caller's
     credentials cannot take the place of: forward mode would hand that
     identity to anyone, so SigV4 goes only with service mode and its keys."""
-    if (
-        settings.search_backend == "opensearch"
-        and settings.opensearch_auth == "sigv4"
-        and settings.gateway.auth != "service"
-    ):
+    if engine_of(settings).sigv4(settings) is not None and settings.gateway.auth != "service":
         raise ConfigError(
             "OPENSEARCH_AUTH=sigv4 signs every request with the gateway's AWS credentials, "
             "so callers' credentials cannot be forwarded: "

@@ -14,11 +14,11 @@ import orjson
 from starlette.responses import Response
 
 from chunkrag_core import tracing
-from chunkrag_core.engines.aws_signing import opensearch_sigv4
+from chunkrag_core.engines.profile import engine_of
 from chunkrag_core.settings import Settings
-from search_extension.gateway import errors
-from search_extension.gateway.derived_keys import DerivedKeys
-from search_extension.gateway.identity import (
+from chunkrag_gateway import errors
+from chunkrag_gateway.derived_keys import DerivedKeys
+from chunkrag_gateway.identity import (
     Caller,
     forwardable_header,
     forwarded_headers,
@@ -26,7 +26,7 @@ from search_extension.gateway.identity import (
     scrub_security_errors,
     service_refusal,
 )
-from search_extension.gateway.origin import HOP_BY_HOP, HttpFailure, HttpResponse, HttpTimeout, NodePools, OriginPool
+from chunkrag_gateway.origin import HOP_BY_HOP, HttpFailure, HttpResponse, HttpTimeout, NodePools, OriginPool
 
 # Besides the hop-by-hop ones: Host and Content-Length are set for the new
 # message; Authorization is set by identity.py (the caller's in forward mode,
@@ -81,6 +81,7 @@ def _without_challenge(response: HttpResponse) -> HttpResponse:
 class Passthrough:
     def __init__(self, settings: Settings, transport: HttpTransport | None = None, shared_redis=None):
         self.settings = settings
+        self._engine = engine_of(settings)
         self._transport = transport
         # A cluster behind a reverse proxy may live under a path.
         # Elasticsearch or OpenSearch, as SEARCH_BACKEND says.
@@ -92,13 +93,14 @@ class Passthrough:
         self._own_headers = service_credentials(settings)
         # SigV4 (OpenSearch on AWS, service mode only): each request is signed
         # here, as the pool is about to send it; the signer is made on first use.
-        self._sigv4 = opensearch_sigv4(settings) if settings.search_backend == "opensearch" else None
+        self._sigv4 = self._engine.sigv4(settings)
         self._signer = None
         self._trusted_proxy = settings.gateway.trusted_proxy
-        # Service mode on Elasticsearch: each gateway key's requests go with
-        # an API key the cluster limits to its indices (derived_keys.py).
+        # Service mode on an engine that mints derived keys (Elasticsearch):
+        # each gateway key's requests go with an API key the cluster limits
+        # to its indices (derived_keys.py).
         self.derived: DerivedKeys | None = None
-        if self._service_mode and settings.search_backend != "opensearch":
+        if self._service_mode and self._engine.derived_keys:
             self.derived = DerivedKeys(
                 self._send,
                 self._own_headers,
@@ -187,7 +189,7 @@ class Passthrough:
 
     async def _send(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse:
         where = self.settings.search_url_for_display
-        engine = "OpenSearch" if self.settings.search_backend == "opensearch" else "Elasticsearch"
+        engine = self._engine.product
         if self._sigv4 is not None:
             # A caller's own x-amz-* headers would sit beside the gateway's.
             kept = [(name, value) for name, value in headers if name.lower().decode("latin-1") not in _SIGV4_HEADERS]
@@ -206,9 +208,7 @@ class Passthrough:
         pool sends (``host:port``). Signing is a few HMACs; a credentials
         refresh (a role's, hourly) may block the loop once for a moment."""
         if self._signer is None:
-            from chunkrag_core.engines import aws_signing
-
-            self._signer = aws_signing.request_signer(*self._sigv4)
+            self._signer = self._engine.request_signer(self.settings)
         # SigV4 takes one endpoint, never a node list (settings.Settings).
         parts = urlsplit(self.settings.search_nodes[0])
         host = pool_host_header(parts)
@@ -268,15 +268,16 @@ def _shared_keys(shared_redis, own_headers: list[tuple[bytes, bytes]], ttl_s: fl
     the gateway's own credentials; None otherwise."""
     if shared_redis is None or not own_headers:
         return None
-    from search_extension.gateway.shared_state import SharedDerivedKeys
+    from chunkrag_gateway.shared_state import SharedDerivedKeys
 
     return SharedDerivedKeys(shared_redis, b"\n".join(value for _, value in own_headers), ttl_s)
 
 
 def service_credentials(settings: Settings) -> list[tuple[bytes, bytes]]:
-    """The gateway's own Authorization (ES_API_KEY, else the ES_URL user)."""
+    """The gateway's own Authorization (ES_API_KEY where the engine takes API
+    keys, else the user in the engine's URL)."""
     parts = urlsplit(settings.search_nodes[0])
-    if settings.es_api_key and settings.search_backend != "opensearch":
+    if settings.es_api_key and engine_of(settings).api_key_auth:
         return [(b"authorization", b"ApiKey " + settings.es_api_key.encode())]
     if parts.username is not None:
         credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
@@ -314,4 +315,6 @@ def _make_pool(settings: Settings) -> OriginPool | NodePools:
         )
         for parts in nodes
     ]
-    return pools[0] if len(pools) == 1 else NodePools(pools, timeout_s=settings.es_request_timeout_s)
+    if len(pools) == 1:
+        return pools[0]
+    return NodePools(pools, failover=engine_of(settings).failover, timeout_s=settings.es_request_timeout_s)

@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from search_extension.gateway import errors
+from chunkrag_gateway import errors
 
 # Ids kept per gateway key at most (each a few hundred bytes): far more than
 # the scrolls and PITs one caller keeps open (Elasticsearch's own default cap

@@ -97,7 +97,7 @@ def from_exception(exc: BaseException) -> GatewayError:
     from chunkrag_core.engines.errors import EngineRefused, EngineTimeout, EngineUnavailable
     from chunkrag_core.providers.chat import ChatError
     from chunkrag_core.providers.embedding import EmbeddingError
-    from search_extension.gateway.dialect import OptionError
+    from chunkrag_gateway.dialect import OptionError
     from search_extension.retriever import IndexNotFound, RetrievalError, SearchFailed, SearchRefused
     from workers.errors import QueueUnavailable, WorkersTimedOut, WorkersUnavailable
 

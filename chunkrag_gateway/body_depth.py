@@ -12,10 +12,10 @@ unchanged, which reports anything else wrong with it as before.
 
 from __future__ import annotations
 
-from search_extension.gateway import errors
-from search_extension.gateway.body_reads import MAX_BODY_DEPTH, raw_nesting_depth
-from search_extension.gateway.lane import read_body, replay
-from search_extension.gateway.responses import accept_of, error_response
+from chunkrag_gateway import errors
+from chunkrag_gateway.body_reads import MAX_BODY_DEPTH, raw_nesting_depth
+from chunkrag_gateway.lane import read_body, replay
+from chunkrag_gateway.responses import accept_of, error_response
 
 # The gateway's routes whose JSON body FastAPI decodes into a model.
 MODEL_ROUTES = frozenset({"/v1/ask"})

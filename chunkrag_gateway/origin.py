@@ -20,25 +20,47 @@ connection back to its pool as soon as the body ends, before its status can
 be seen, so discarding by status would mean reaching into its internals.
 Bodies are passed on as they are (compressed ones too), never decoded.
 
-A cluster given as several node URLs gets one pool per node (``NodePools``):
-requests go round the nodes; a request whose connection could not be
-established within the connect timeout (nothing was sent) goes to the next
-node, whatever its method, and the node is skipped for
-``DEAD_NODE_BACKOFF_S``. A node that took a request that may be repeated
-(below) and gave no answer within the attempt timeout (a node that hangs:
-alive, its sockets open and the kernel still accepting connections, nothing
-answering) is skipped for ``DEAD_NODE_BACKOFF_S``, doubling up to
-``MAX_DEAD_NODE_BACKOFF_S`` while it stays silent: each new try costs a
-caller a whole attempt. A request that may not be repeated is never cut at
-the attempt timeout: it waits the whole request timeout, as with one node.
+A cluster given as several node URLs gets one pool per node (``NodePools``),
+going round them as the engine's profile says (``EngineProfile.failover``, a
+``NodeFailover`` in ``chunkrag_core/engines/profile.py``): requests go round
+the nodes; a request whose connection could not be established within the
+connect timeout (nothing was sent) goes to the next node, whatever its
+method, and the node is skipped for ``refused_backoff_s`` (2 s). A node that
+took a request that may be repeated (below) and gave no answer within the
+attempt timeout (a node that hangs: alive, its sockets open and the kernel
+still accepting connections, nothing answering) is skipped for as long,
+doubling up to ``max_silent_backoff_s`` (30 s) while it stays silent: each
+new try costs a caller a whole attempt. A request that may not be repeated
+is never cut at the attempt timeout: it waits the whole request timeout, as
+with one node.
 
 A request already sent (broken off, or unanswered in time) is replayed on
-another node only when repeating it is safe (``repeatable``): GET and HEAD,
-and the POSTs of endpoints that only read (``READ_ONLY_POST_ENDPOINTS``:
-``_search``, ``_msearch``, ``_count``...). Any other POST or PUT may have been
-carried out before the node failed (``_bulk`` whose actions have no ids,
-``_update_by_query``, a document created), so the caller gets the 502/503/504
-and decides. All attempts together stay within the request's timeout.
+another node only when repeating it is safe (``NodeFailover.repeatable``):
+GET and HEAD, and the POSTs of endpoints that only read (``_search``,
+``_msearch``, ``_count``...; Elasticsearch's ``_terms_enum`` too). Any other
+POST or PUT may have been carried out before the node failed (``_bulk``
+whose actions have no ids, ``_update_by_query``, a document created), so the
+caller gets the 502/503/504 and decides. All attempts together stay within
+the request's timeout.
+
+How this differs from the backends' clients, which go round with their own
+node pools (``chunkrag_core/engines/elasticsearch.py``, ``opensearch.py``):
+
+- they send any request again after a connection refused, reset or cut,
+  bulk writes included: the project's own requests may be repeated (every
+  chunk is written under its deterministic id). The pass-through carries
+  callers' requests, which need not be: past the connect it repeats only
+  what reads.
+- their dead-node backoff is their library's (elasticsearch-py: 1 s doubling
+  up to 30 s; opensearch-py: 60 s, longer while the node stays dead); the
+  pass-through's is 2 s for both engines, doubling only for a silent node:
+  a refused connect costs the next caller a connect (about a millisecond on
+  a LAN), never a whole attempt, and a restarted node takes its share again
+  within a second or two of rejoining.
+- a timeout: the clients' reads (``retry_on_timeout``, with
+  ``CHUNKRAG_ENGINE_ATTEMPT_TIMEOUT_S``) go to the next node as the
+  pass-through's repeatable requests do; neither ever sends a write again
+  after a timeout.
 """
 
 from __future__ import annotations
@@ -48,9 +70,10 @@ import ssl as ssl_module
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 import httpcore
+
+from chunkrag_core.engines.profile import NodeFailover
 
 # Framing and hop-by-hop headers: they describe this connection, not the
 # message, so they are never passed on.
@@ -73,27 +96,6 @@ HOP_BY_HOP = frozenset(
 UNTRUSTED_STATUSES = frozenset({400, 408, 413, 414, 431})
 # An idle connection older than this is closed rather than reused.
 KEEPALIVE_S = 15.0
-# A node that refused a connection is tried again only after this, unless
-# every node is down: long enough that requests in a burst do not each pay
-# a refused connect (about a millisecond on a LAN, a connect timeout on a
-# machine that is gone), short enough that a restarted node (tens of
-# seconds to rejoin) takes its share again within a second or two of it.
-DEAD_NODE_BACKOFF_S = 2.0
-# The longest a node that stays silent (an attempt timed out on it again and
-# again) is passed over between tries; as elasticsearch-py's node pool.
-MAX_DEAD_NODE_BACKOFF_S = 30.0
-# Methods replayed on another node after the exchange broke off once sent:
-# they change nothing on the cluster (see the module's docstring).
-REPLAYABLE_METHODS = frozenset({"GET", "HEAD"})
-# Endpoints (the first path segment that starts with "_") whose POST only
-# reads, so it is replayed like a GET: a search or count sent twice answers
-# twice and changes nothing. Not among them: `_search/scroll` (each call
-# moves the cursor: a page read twice is a page lost), a `_search` that opens
-# a scroll or PIT context (`scroll=` in its query: a repeat leaves a context
-# held for nothing), `_pit`, `_async_search`, and every write.
-READ_ONLY_POST_ENDPOINTS = frozenset(
-    {"_search", "_msearch", "_count", "_mget", "_field_caps", "_validate", "_explain", "_terms_enum"}
-)
 
 
 class HttpFailure(ConnectionError):
@@ -115,28 +117,6 @@ class HttpResponse:
     # Content-Length is present unless the body came chunked.
     headers: tuple[tuple[bytes, bytes], ...]
     body: bytes
-
-
-def repeatable(method: str, target: str) -> bool:
-    """Whether ``method`` on ``target`` may be sent again to another node
-    after the first was sent and not answered (see the module's docstring)."""
-    if method in REPLAYABLE_METHODS:
-        return True
-    if method != "POST":
-        return False
-    path, _, query = target.partition("?")
-    if any(name in ("scroll", "scroll_id") for name, _, _ in (p.partition("=") for p in query.split("&"))):
-        return False
-    segments = [unquote(segment) for segment in path.split("/") if segment]
-    # The endpoint is the first "_" segment ("/i/_doc/_search" indexes a
-    # document whose id is "_search"); "_all" names every index.
-    at = next((n for n, segment in enumerate(segments) if segment.startswith("_") and segment != "_all"), None)
-    if at is None or segments[at] not in READ_ONLY_POST_ENDPOINTS:
-        return False
-    rest = segments[at + 1 :]
-    if segments[at] in ("_search", "_msearch"):
-        return rest in ([], ["template"])
-    return True
 
 
 def reusable(status: int) -> bool:
@@ -272,15 +252,14 @@ class OriginPool:
 class NodePools:
     """One ``OriginPool`` per node of a cluster, with the same interface:
     each request starts at the next node in turn, passing over nodes in
-    their backoff (unless all are), and moves on as the module's docstring
-    says."""
+    their backoff (unless all are), and moves on as ``failover`` (the
+    engine's, ``EngineProfile.failover``) and the module's docstring say."""
 
     def __init__(
         self,
         pools: Sequence[OriginPool],
         *,
-        backoff_s: float = DEAD_NODE_BACKOFF_S,
-        max_backoff_s: float = MAX_DEAD_NODE_BACKOFF_S,
+        failover: NodeFailover,
         timeout_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -289,7 +268,7 @@ class NodePools:
         if not pools:
             raise ValueError("NodePools needs at least one pool")
         self.pools = tuple(pools)
-        self._backoff_s, self._max_backoff_s, self._clock = backoff_s, max_backoff_s, clock
+        self.failover, self._clock = failover, clock
         self.timeout_s = timeout_s
         self._down_until = [0.0] * len(self.pools)
         # Attempts in a row each node left unanswered within its timeout.
@@ -319,13 +298,13 @@ class NodePools:
         # A request that may not be sent again waits for its node the whole
         # request timeout, as with one node: cut short, it would be lost.
         # Only a repeatable one is cut at the pool's attempt timeout.
-        may_repeat = repeatable(method, target)
+        may_repeat = self.failover.repeatable(method, target)
         timeout_s = None if may_repeat else self.timeout_s
         for node in self._order():
             try:
                 response = await self.pools[node].request(method, target, headers, body, timeout_s=timeout_s)
             except HttpConnectFailure as exc:
-                self._down_until[node] = self._clock() + self._backoff_s
+                self._down_until[node] = self._clock() + self.failover.refused_backoff_s
                 failure = exc
             except HttpFailure as exc:
                 if not may_repeat:
@@ -334,8 +313,7 @@ class NodePools:
             except HttpTimeout as exc:
                 # Silent: pass it over, longer each time it stays so.
                 self._silences[node] += 1
-                backoff = min(self._backoff_s * 2 ** (self._silences[node] - 1), self._max_backoff_s)
-                self._down_until[node] = self._clock() + backoff
+                self._down_until[node] = self._clock() + self.failover.silent_backoff_s(self._silences[node])
                 if not may_repeat:
                     raise
                 failure = exc

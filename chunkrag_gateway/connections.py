@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from search_extension.gateway import errors
+from chunkrag_gateway import errors
 
 # File descriptors kept for everything but client connections (the pool to
 # Elasticsearch, Redis, model calls, logs).

@@ -12,7 +12,7 @@ from collections import Counter, OrderedDict
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable
 
-from search_extension.gateway import errors
+from chunkrag_gateway import errors
 
 # Buckets kept at most; the least recently seen caller is forgotten first
 # (a forgotten caller starts again with a full bucket, which is harmless).

@@ -12,12 +12,12 @@ an index search (of an index named "v1") like any other."""
 
 from __future__ import annotations
 
-from search_extension.gateway import errors, playground, telemetry
-from search_extension.gateway.cluster_users import ClusterUsers
-from search_extension.gateway.identity import Authenticator, address_identity, check_indices
-from search_extension.gateway.limits import RateLimiter
-from search_extension.gateway.policy import classify, refuse_odd_paths, refuse_unless_allowed
-from search_extension.gateway.responses import accept_of, error_response
+from chunkrag_gateway import errors, playground, telemetry
+from chunkrag_gateway.cluster_users import ClusterUsers
+from chunkrag_gateway.identity import Authenticator, address_identity, check_indices
+from chunkrag_gateway.limits import RateLimiter
+from chunkrag_gateway.policy import classify, refuse_odd_paths, refuse_unless_allowed
+from chunkrag_gateway.responses import accept_of, error_response
 
 PUBLIC_PATHS = frozenset(
     {"/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect", "/v1/health", *playground.PUBLIC_PATHS}

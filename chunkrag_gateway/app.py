@@ -23,14 +23,15 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
+from chunkrag_core.engines.profile import engine_of
 from chunkrag_core.settings import Settings
-from search_extension.gateway import errors, playground, telemetry
-from search_extension.gateway.aliases import ForeignAliases
-from search_extension.gateway.body_depth import BodyDepth
-from search_extension.gateway.body_limit import BodyLimit
-from search_extension.gateway.body_reads import MAX_BODY_DEPTH
-from search_extension.gateway.cluster_users import ClusterUsers
-from search_extension.gateway.dialect import (
+from chunkrag_gateway import errors, playground, telemetry
+from chunkrag_gateway.aliases import ForeignAliases
+from chunkrag_gateway.body_depth import BodyDepth
+from chunkrag_gateway.body_limit import BodyLimit
+from chunkrag_gateway.body_reads import MAX_BODY_DEPTH
+from chunkrag_gateway.cluster_users import ClusterUsers
+from chunkrag_gateway.dialect import (
     ChunkragSearch,
     OptionError,
     ask_response,
@@ -42,9 +43,9 @@ from search_extension.gateway.dialect import (
     search_options,
     search_response,
 )
-from search_extension.gateway.edges import Edges, JudgeManyFactory
-from search_extension.gateway.guard import Guard
-from search_extension.gateway.identity import (
+from chunkrag_gateway.edges import Edges, JudgeManyFactory
+from chunkrag_gateway.guard import Guard
+from chunkrag_gateway.identity import (
     REFUSAL_WORDS,
     Authenticator,
     Caller,
@@ -53,9 +54,9 @@ from search_extension.gateway.identity import (
     scrub_security_errors,
     service_refusal,
 )
-from search_extension.gateway.lane import GATEWAY_ROUTES, PassthroughLane, raw_path_of, request_target
-from search_extension.gateway.limits import CallerSlots, FilteredQueue, RateLimiter
-from search_extension.gateway.models import (
+from chunkrag_gateway.lane import GATEWAY_ROUTES, PassthroughLane, raw_path_of, request_target
+from chunkrag_gateway.limits import CallerSlots, FilteredQueue, RateLimiter
+from chunkrag_gateway.models import (
     FILTERED_STATUSES,
     PUBLIC_STATUSES,
     AskRequest,
@@ -64,10 +65,10 @@ from search_extension.gateway.models import (
     gateway_openapi,
     search_openapi,
 )
-from search_extension.gateway.passthrough import HttpTransport
-from search_extension.gateway.policy import parse_classes
-from search_extension.gateway.responses import error_response, es_json
-from search_extension.gateway.shared_state import make_stores
+from chunkrag_gateway.passthrough import HttpTransport
+from chunkrag_gateway.policy import parse_classes
+from chunkrag_gateway.responses import error_response, es_json
+from chunkrag_gateway.shared_state import make_stores
 from search_extension.options import first_error
 from search_extension.post_search_response import post_search_response
 
@@ -95,6 +96,7 @@ def create_app(
     otherwise be made from ``settings`` on first use."""
     settings = settings or Settings.from_env()
     limits = settings.gateway
+    engine = engine_of(settings)
     # Misconfigured security fails here, at start, not on the first request.
     authenticator = Authenticator.from_settings(limits)
     check_engine_auth(settings)
@@ -119,10 +121,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        if limits.auth == "service" and settings.search_backend == "opensearch":
+        if limits.auth == "service" and not engine.derived_keys:
             log.warning(
-                "service mode on OpenSearch: gateway API keys are limited by the gateway's own checks only "
-                "(the cluster cannot be given a per-key limit); see docs/security.md"
+                "service mode on %s: gateway API keys are limited by the gateway's own checks only "
+                "(the cluster cannot be given a per-key limit); see docs/security.md",
+                engine.product,
             )
         served = None
         if limits.metrics_port:
@@ -169,7 +172,7 @@ def create_app(
         authenticator=authenticator,
         rate_limiter=rate_limiter,
         passthrough_classes=classes,
-        users=ClusterUsers(edges.passthrough.ask_as, settings.search_backend) if limits.auth == "forward" else None,
+        users=ClusterUsers(edges.passthrough.ask_as, engine.whoami_path) if limits.auth == "forward" else None,
     )
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     # Outermost: every request is counted and logged, refusals included.

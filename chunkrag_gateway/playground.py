@@ -30,10 +30,10 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from chunkrag_core.engines.base import field_types_of
-from search_extension.gateway import errors
-from search_extension.gateway.identity import Caller, check_indices
-from search_extension.gateway.passthrough import Passthrough
-from search_extension.gateway.responses import es_json
+from chunkrag_gateway import errors
+from chunkrag_gateway.identity import Caller, check_indices
+from chunkrag_gateway.passthrough import Passthrough
+from chunkrag_gateway.responses import es_json
 from search_extension.text_fields import (
     FieldError,
     configured_fields,
@@ -222,4 +222,4 @@ def _served(name: str, max_candidates: int) -> bytes:
 
 @cache
 def _read(name: str) -> bytes:
-    return resources.files("search_extension.gateway").joinpath("playground", name).read_bytes()
+    return resources.files("chunkrag_gateway").joinpath("playground", name).read_bytes()

@@ -20,7 +20,7 @@ def uvicorn_options(gateway: GatewaySettings, metrics=None) -> dict[str, Any]:
     connection caps, header sizes: ``connections.py``). Each call makes a
     protocol class with its own connection counts: one call per server.
     ``metrics`` (the app's ``GatewayMetrics``) reads those counts at scrape time."""
-    from search_extension.gateway.connections import ConnectionLimits, protocol_class
+    from chunkrag_gateway.connections import ConnectionLimits, protocol_class
 
     if bool(gateway.ssl_certfile) != bool(gateway.ssl_keyfile):
         raise ValueError("HTTPS needs both CHUNKRAG_GATEWAY_SSL_CERTFILE and CHUNKRAG_GATEWAY_SSL_KEYFILE")
@@ -29,7 +29,7 @@ def uvicorn_options(gateway: GatewaySettings, metrics=None) -> dict[str, Any]:
             raise ValueError(f"CHUNKRAG_GATEWAY_{name.upper()} must be positive, got {getattr(gateway, name)}")
     protocol = protocol_class(ConnectionLimits.from_settings(gateway))
     if metrics is not None:
-        from search_extension.gateway.telemetry import ConnectionCollector
+        from chunkrag_gateway.telemetry import ConnectionCollector
 
         metrics.watch(ConnectionCollector(protocol.counts))
     # uvicorn takes the client address from X-Forwarded-For when the peer is

@@ -17,21 +17,20 @@ from typing import Awaitable, Callable
 
 import orjson
 
-from search_extension.gateway import errors
-from search_extension.gateway.identity import Caller
+from chunkrag_gateway import errors
+from chunkrag_gateway.identity import Caller
 
 # Credentials remembered at most, and for how long (a user's credentials
 # rarely change hands; a stale answer only shares or splits a bucket).
 CAPACITY = 10_000
 TTL_S = 300.0
-WHOAMI = {"elasticsearch": "/_security/_authenticate", "opensearch": "/_plugins/_security/authinfo"}
 
 # (authorization, path) -> (status, body)
 Ask = Callable[[bytes, str], Awaitable[tuple[int, bytes]]]
 
 
 def user_of(status: int, body: bytes) -> str | None:
-    """The user name in an answer to WHOAMI, if it names one."""
+    """The user name in an answer to the engine's whoami path, if it names one."""
     if status != 200:
         return None
     try:
@@ -46,13 +45,14 @@ class ClusterUsers:
     def __init__(
         self,
         ask: Ask,
-        engine: str,
+        whoami_path: str,
         *,
         capacity: int = CAPACITY,
         ttl_s: float = TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self._ask, self._path = ask, WHOAMI.get(engine, WHOAMI["elasticsearch"])
+        # The engine's (`EngineProfile.whoami_path`).
+        self._ask, self._path = ask, whoami_path
         self.capacity, self.ttl_s, self.clock = capacity, ttl_s, clock
         self._known: OrderedDict[str, tuple[str, float]] = OrderedDict()
 

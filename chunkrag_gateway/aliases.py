@@ -22,8 +22,8 @@ from urllib.parse import quote
 
 import orjson
 
-from search_extension.gateway import errors
-from search_extension.gateway.identity import Caller, forbidden
+from chunkrag_gateway import errors
+from chunkrag_gateway.identity import Caller, forbidden
 
 # How long one expression's aliases are trusted: an alias changed on the
 # cluster is refused (or allowed again) within this.

@@ -9,7 +9,7 @@ import anyio
 import orjson
 from starlette.exceptions import HTTPException
 
-from search_extension.gateway import errors
+from chunkrag_gateway import errors
 
 
 class BodyTooLarge(HTTPException):

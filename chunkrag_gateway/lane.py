@@ -21,9 +21,9 @@ from urllib.parse import unquote
 import anyio
 import orjson
 
-from search_extension.gateway import errors, playground, telemetry
-from search_extension.gateway.aliases import ForeignAliases
-from search_extension.gateway.body_reads import (
+from chunkrag_gateway import errors, playground, telemetry
+from chunkrag_gateway.aliases import ForeignAliases
+from chunkrag_gateway.body_reads import (
     JSON_MEDIA_TYPES,
     body_parameters,
     check_content_coding,
@@ -37,18 +37,18 @@ from search_extension.gateway.body_reads import (
     referenced_indices,
     strict_json,
 )
-from search_extension.gateway.context_ids import opened_id, presented_ids
-from search_extension.gateway.identity import Caller, check_indices
-from search_extension.gateway.passthrough import Passthrough
-from search_extension.gateway.policy import (
+from chunkrag_gateway.context_ids import opened_id, presented_ids
+from chunkrag_gateway.identity import Caller, check_indices
+from chunkrag_gateway.passthrough import Passthrough
+from chunkrag_gateway.policy import (
     Endpoint,
     has_chunkrag_ext,
     msearch_indices,
     refuse_chunkrag_outside_index_search,
     segments,
 )
-from search_extension.gateway.responses import accept_of, error_response
-from search_extension.gateway.shared_state import LocalContexts
+from chunkrag_gateway.responses import accept_of, error_response
+from chunkrag_gateway.shared_state import LocalContexts
 
 # The gateway's own routes, exactly: any other path (/v1/_search included)
 # is classified by the guard and forwarded like every other.

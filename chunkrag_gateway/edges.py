@@ -12,13 +12,14 @@ from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from chunkrag_core import tracing
+from chunkrag_core.engines.profile import engine_of
 from chunkrag_core.settings import Settings, redact_url
 from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany, Place, judge_in_threads
+from chunkrag_gateway import errors
+from chunkrag_gateway.dialect import ChunkragOptions, ensemble_scales
+from chunkrag_gateway.identity import Caller, es_for
+from chunkrag_gateway.passthrough import HttpTransport, Passthrough
 from search_extension.ask import AskResult, ask
-from search_extension.gateway import errors
-from search_extension.gateway.dialect import ChunkragOptions, ensemble_scales
-from search_extension.gateway.identity import Caller, es_for
-from search_extension.gateway.passthrough import HttpTransport, Passthrough
 from search_extension.passages import PassageSource
 from search_extension.post_searcher import PostSearcher
 
@@ -312,18 +313,20 @@ class Edges:
         return report
 
     async def _es_health(self) -> tuple[str, dict[str, Any]]:
+        """The engine's state, under its name (``elasticsearch`` or ``opensearch``)."""
+        name = engine_of(self.settings).name
         try:
             status, body = await self.passthrough.get_json("/_cluster/health")
         except errors.GatewayError as exc:
-            return "elasticsearch", {"ok": False, "reason": exc.reason}
+            return name, {"ok": False, "reason": exc.reason}
         if status != 200:
             log.warning("health: _cluster/health answered %s: %s", status, body)
-            return "elasticsearch", {"ok": False, "reason": f"_cluster/health answered {status}"}
+            return name, {"ok": False, "reason": f"_cluster/health answered {status}"}
         healthy = body.get("status") in ("green", "yellow")
         state = {"ok": healthy, "status": body.get("status"), "nodes": body.get("number_of_nodes")}
         if not healthy:
             state["reason"] = f"cluster status is {body.get('status')}"
-        return "elasticsearch", state
+        return name, state
 
     async def _redis_health(self, *, required: bool) -> tuple[str, dict[str, Any]]:
         import redis.asyncio

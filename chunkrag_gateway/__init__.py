@@ -2,6 +2,6 @@
 cluster unchanged, and a ``_search`` carrying ``ext.chunkrag`` is answered
 with the chunks ChunkRAG's LLM filter kept. ``create_app`` builds it."""
 
-from search_extension.gateway.app import create_app
+from chunkrag_gateway.app import create_app
 
 __all__ = ["create_app"]

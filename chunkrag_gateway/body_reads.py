@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from search_extension.gateway import errors
+from chunkrag_gateway import errors
 
 # Elasticsearch's documented _msearch header keys.
 MSEARCH_HEADER_KEYS = frozenset(
