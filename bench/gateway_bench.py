@@ -41,6 +41,11 @@ INDEX = "bench-scifact"
 SEPARATE_SECTIONS = ("load", "fuzz")
 SIZE = 10
 WARMUP = 50
+# How long the gateway may take to start (imports, first health check): a
+# few seconds on a quiet machine, more than a minute on one shared with heavy work.
+STARTUP_S = 180.0
+# What the pass-through may add to a search at p50, on a quiet machine (ms).
+GOAL_ADDED_MS = 0.3
 COMPAT = "application/vnd.elasticsearch+json; compatible-with=9"
 
 
@@ -60,7 +65,7 @@ def start_gateway(port: int) -> subprocess.Popen:
     )
     import urllib3
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + STARTUP_S
     while time.monotonic() < deadline:
         try:
             if urllib3.request("GET", f"http://127.0.0.1:{port}/v1/health", timeout=2, retries=False).status == 200:
@@ -71,7 +76,7 @@ def start_gateway(port: int) -> subprocess.Popen:
             raise RuntimeError(f"the gateway exited with {process.returncode}")
         time.sleep(0.2)
     process.send_signal(signal.SIGTERM)
-    raise RuntimeError("the gateway did not become healthy within 60 s")
+    raise RuntimeError(f"the gateway did not become healthy within {STARTUP_S:g} s")
 
 
 class Timed:
@@ -177,6 +182,7 @@ def main(argv=None) -> int:
     ]
     path = f"/{args.index}/_search"
 
+    load_at_start = os.getloadavg()[0]
     port = free_port()
     gateway_process = start_gateway(port)
     try:
@@ -233,7 +239,14 @@ def main(argv=None) -> int:
             for run in per_run
         ]
 
+    def run_added(name: str) -> list[float]:
+        return [
+            round(percentile(run[f"{name}_gateway"], 0.5) - percentile(run[f"{name}_direct"], 0.5), 3)
+            for run in per_run
+        ]
+
     overhead = median(run_ratios("passthrough"))
+    added = median(run_added("passthrough"))
     payload = {
         "index": args.index,
         "chunks": client.count(index=args.index)["count"],
@@ -251,7 +264,7 @@ def main(argv=None) -> int:
         ),
         "gateway": (
             "`chunkrag serve` (uvicorn, no access log) in its own process; "
-            "pass-through over its keep-alive HTTP/1.1 pool (origin.py, httpcore)"
+            "pass-through over its keep-alive HTTP/1.1 pool (origin.py, httpcore connections)"
         ),
         # uvicorn picks uvloop and httptools by itself when they are importable.
         "gateway_server": {
@@ -259,9 +272,10 @@ def main(argv=None) -> int:
             "http": "httptools" if importlib.util.find_spec("httptools") else "h11",
         },
         "versions": versions(client),
+        "load_average": {"start": round(load_at_start, 2), "end": round(os.getloadavg()[0], 2)},
         "load_note": (
-            f"machine load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores "
-            "(other processes shared the CPU)"
+            f"machine load average (1 min) {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end, "
+            f"on {os.cpu_count()} cores: a quiet machine reads well under 1"
         ),
         "results": results,
         "gateway_over_es_p50": overhead,
@@ -275,15 +289,12 @@ def main(argv=None) -> int:
             "p50 ratios are the median over runs of gateway p50 / direct p50 within each run; "
             "p95 ratio is of the medians"
         ),
-        "added_p50_ms": {
-            "passthrough": round(results["passthrough_gateway"]["p50_ms"] - results["passthrough_direct"]["p50_ms"], 3),
-            "chunkrag_no_stages": round(
-                results["chunkrag_no_stages_gateway"]["p50_ms"] - results["chunkrag_no_stages_direct"]["p50_ms"], 3
-            ),
-        },
+        # Median over runs of gateway p50 - direct p50 within each run (as the ratios).
+        "added_p50_ms": {name: median(run_added(name)) for name in comparisons},
+        "added_p50_ms_per_run": {name: run_added(name) for name in comparisons},
         "same_hits_share": {name: round(count / len(texts), 4) for name, count in same_hits.items()},
-        "goal": "gateway_over_es_p50 <= 1.10",
-        "goal_met": overhead <= 1.10,
+        "goal": f"pass-through adds <= {GOAL_ADDED_MS} ms at p50 (added_p50_ms.passthrough)",
+        "goal_met": added <= GOAL_ADDED_MS,
     }
     # The soak and the fuzz run are separate commands writing their own
     # sections of the same file: a new overhead run keeps them.
