@@ -117,7 +117,9 @@ def body(**chunkrag) -> dict:
 
 
 def test_an_admin_sees_everything_and_fills_the_cache(forwarding, kb):
-    admin_client = Elasticsearch(forwarding, basic_auth=(secured.ADMIN.name, secured.ADMIN.password))
+    admin_client = Elasticsearch(
+        forwarding, basic_auth=(secured.ADMIN.name, secured.ADMIN.password), request_timeout=60
+    )
     answer = admin_client.search(index=kb, body=body(fields=["body", "notes"]))
     shown = orjson.dumps(answer.body).decode()
     # Everything readable is split: the hidden words are there for the admin.
