@@ -59,14 +59,8 @@ from chunkrag_eval.measures import answer_in_context, kept_within_budget
 from chunkrag_eval.runner import MAX_CANDIDATES, doc_id_for, index_pools
 from chunkrag_filter.judging import judge_in_threads
 from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, FilterOptions, FilterResult, run_filter
-from chunkrag_filter.processors.answer import (
-    CHARS_PER_TOKEN,
-    NOT_FOUND,
-    PROMPT_RESERVE_TOKENS,
-    Answer,
-    answer_from_chunks,
-    verdict_from_chunks,
-)
+from chunkrag_filter.processors.answer import NOT_FOUND, Answer, answer_from_chunks, verdict_from_chunks
+from chunkrag_filter.processors.answer import context_chars as context_budget_chars
 from search_extension.retriever import HybridRetriever
 
 ROWS = ("no_retrieval", "rag", "topk", "filter", "filter_judge")
@@ -280,12 +274,6 @@ def parse_support(text: str) -> bool:
 
 def strip_citations(text: str) -> str:
     return _CITATION.sub("", text).strip()
-
-
-def context_budget_chars(context_tokens: int, max_tokens: int) -> int:
-    """Characters of passages that fit the model's context beside the prompt
-    and the answer."""
-    return max(0, int((context_tokens - max_tokens - PROMPT_RESERVE_TOKENS) * CHARS_PER_TOKEN))
 
 
 def fit_context(chunks: Sequence[Chunk], budget_chars: int) -> tuple[list[Chunk], bool]:
