@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from chunkrag_core.engines.profile import profile_for
 from chunkrag_core.settings import state_home
 from local_services import elasticsearch_node, opensearch_node
 from local_services.jvm_node import ClusterMember, cluster_health
@@ -165,7 +166,7 @@ class LocalCluster:
 
     @property
     def url_variable(self) -> str:
-        return "OPENSEARCH_URL" if self.engine == "opensearch" else "ES_URL"
+        return profile_for(self.engine).url_variable
 
 
 def _each_node(cluster: LocalCluster, nodes: range | list[int], action: Callable[[int], None]) -> None:
