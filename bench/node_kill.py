@@ -414,6 +414,10 @@ QUERIES = (
 )
 
 
+# Longest wait for the searches' first answers before a node is taken down.
+FIRST_ANSWERS_WAIT_S = 120
+
+
 def searches_with_node_kill(
     the_rig: Rig,
     index: str,
@@ -489,6 +493,12 @@ def searches_with_node_kill(
         for thread in threads:
             thread.start()
         time.sleep(before_s)
+        # On a busy machine the first searches (the first loads the embedder)
+        # may not have answered yet: the node goes down once every stream has
+        # had an answer before it, or after FIRST_ANSWERS_WAIT_S at most.
+        deadline = time.monotonic() + FIRST_ANSWERS_WAIT_S
+        while sum(a["phase"] == "before" for a in answers) < streams and time.monotonic() < deadline:
+            time.sleep(0.2)
         chosen = victim
         victim = pick_victim(chosen, the_rig.cluster, engine_client(settings), index)
         phase["now"] = "node down"
