@@ -123,7 +123,7 @@ def versions(client) -> dict:
             "starlette",
             "uvicorn",
             "httpx",
-            "httpcore",
+            "aiohttp",
             "h11",
             "urllib3",
             "orjson",
@@ -264,7 +264,7 @@ def main(argv=None) -> int:
         ),
         "gateway": (
             "`chunkrag serve` (uvicorn, no access log) in its own process; "
-            "pass-through over its keep-alive HTTP/1.1 pool (origin.py, httpcore connections)"
+            "pass-through over its keep-alive HTTP/1.1 pool (origin.py, aiohttp's connector)"
         ),
         # uvicorn picks uvloop and httptools by itself when they are importable.
         "gateway_server": {
