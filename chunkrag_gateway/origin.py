@@ -1,24 +1,24 @@
-"""The pass-through's keep-alive connections to Elasticsearch: httpcore's
-HTTP/1.1 connections (h11 does the framing), kept in a small pool that
-reuses a connection only after an exchange known to be clean.
+"""The pass-through's keep-alive connections to Elasticsearch: aiohttp's
+connector (HTTP/1.1, its C parser), with one rule added: a connection
+carries another request only after an exchange known to be clean.
 
-Why not httpcore's or httpx's own pool: they reuse a connection whenever
-the framing completed, whatever the status. Elasticsearch answers a request
-whose headers exceed its ``http.max_header_size`` with a 400 and then
-ignores the socket without saying ``Connection: close``; the next request
-sent on it waited for the timeout (30 s), so one caller's bad request
-poisoned the pool for everyone. Here a connection goes back to the pool
-only after a response read to its end with a status that leaves the server
-in a known state: never after 400, 408, 413, 414, 431 or any 5xx, a
-response cut short, an exception or a cancellation mid-exchange.
+Why the rule: a pool (aiohttp's, httpcore's, httpx's) reuses a connection
+whenever the framing completed, whatever the status. Elasticsearch answers
+a request whose headers exceed its ``http.max_header_size`` with a 400 and
+then ignores the socket without saying ``Connection: close``; the next
+request sent on it waited for the timeout (30 s), so one caller's bad
+request poisoned the pool for everyone. Here a connection never goes back
+after 400, 408, 413, 414, 431 or any 5xx, a response cut short, an exception
+or a cancellation mid-exchange: the status is read as the head arrives
+(aiohttp's ``response_class``, below) and the connection is closed when its
+body ends, or at once when the body came with the head.
 
-Cost (bench/results/gateway_httpcore.json against gateway_http11_before.json):
-~0.3 ms more per forwarded request than the hand-written client it replaced
-(~0.23 ms of CPU per request for the client alone against ~0.1 ms; httpx's
-``AsyncClient`` took ~2 ms). aiohttp (~0.25 ms) was not used: it hands a
-connection back to its pool as soon as the body ends, before its status can
-be seen, so discarding by status would mean reaching into its internals.
-Bodies are passed on as they are (compressed ones too), never decoded.
+Cost (bench/REPORT.md, "Gateway overhead"): the client alone takes less CPU
+per request than httpcore's connections did on the same machine (87 against
+168 us in one loaded session, 280-350 against 390-410 us in another; httpx's
+``AsyncClient`` ~2 ms), and it sends a request in one write where httpcore
+wrote its head and its body apart. Bodies are passed on as they are
+(compressed ones too), never decoded, and the target goes out byte for byte.
 
 A cluster given as several node URLs gets one pool per node (``NodePools``),
 going round them as the engine's profile says (``EngineProfile.failover``, a
@@ -68,10 +68,12 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import httpcore
+import aiohttp
+from yarl import URL
 
 from chunkrag_core.engines.profile import NodeFailover
 
@@ -96,6 +98,15 @@ HOP_BY_HOP = frozenset(
 UNTRUSTED_STATUSES = frozenset({400, 408, 413, 414, 431})
 # An idle connection older than this is closed rather than reused.
 KEEPALIVE_S = 15.0
+# The longest response header line (or field) taken from the cluster: a
+# deprecation Warning or an echoed X-Opaque-Id can be long (aiohttp's own
+# default, 8 KB, is below Elasticsearch's 16 KB request headers).
+MAX_HEADER_LINE_BYTES = 65_536
+# Headers aiohttp would add on its own; the request carries only what the caller sent.
+_NOT_ADDED = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+# How many kept-alive connections in a row a request may find closed by the
+# server before it is sent on a new one (each costs a round trip at most).
+STALE_RETRIES = 3
 
 
 class HttpFailure(ConnectionError):
@@ -126,7 +137,9 @@ def reusable(status: int) -> bool:
 
 class OriginPool:
     """Keep-alive HTTP/1.1 connections to one origin (``host:port``, TLS
-    through ``ssl``), at most ``max_connections`` at once, made on demand."""
+    through ``ssl``), at most ``max_connections`` at once, made on demand
+    (aiohttp's connector, in a session made on first use: it belongs to the
+    running event loop)."""
 
     def __init__(
         self,
@@ -144,17 +157,40 @@ class OriginPool:
         (TCP and TLS) on its own: past it nothing was sent
         (`HttpConnectFailure`)."""
         self.host, self.port, self.ssl, self.timeout_s = host, port, ssl, timeout_s
-        # httpcore's per-request timeout extension; the network backend below honours "connect".
-        self._extensions = {"timeout": {"connect": connect_timeout_s}} if connect_timeout_s else {}
-        self._origin = httpcore.Origin(b"https" if ssl is not None else b"http", host.encode("idna"), port)
+        self.connect_timeout_s = connect_timeout_s
         self.host_header = (f"[{host}]" if ":" in host else host).encode("idna") + b":%d" % port
+        self._scheme = "https" if ssl is not None else "http"
+        self._authority = self.host_header.decode("ascii")
         self._keepalive_s = keepalive_s
-        self._idle: list[httpcore.AsyncHTTPConnection] = []
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
         # Made on first use: it must belong to the running event loop.
         self._slots: asyncio.Semaphore | None = None
-        self._max_connections = max_connections
-        # Connections opened so far (tests read it).
+        # The connections that carried a request (to tell a reused one from a new one).
+        self._carried: weakref.WeakSet = weakref.WeakSet()
+        # Connections opened or tried so far (tests read it).
         self.opened = 0
+
+    def _new_session(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections,
+            keepalive_timeout=self._keepalive_s,
+            ssl=self.ssl if self.ssl is not None else True,
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            # Bodies are passed on as they came, compressed ones too.
+            auto_decompress=False,
+            # Nothing the caller did not send: no User-Agent, Accept,
+            # Accept-Encoding, nor a Content-Type for a body without one.
+            skip_auto_headers=_NOT_ADDED,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            # The exchange's bound is the pool's own (``request``); the connector's, connecting only.
+            timeout=aiohttp.ClientTimeout(total=None, connect=self.connect_timeout_s),
+            response_class=_response_class(self),
+            max_line_size=MAX_HEADER_LINE_BYTES,
+            max_field_size=MAX_HEADER_LINE_BYTES,
+        )
 
     async def request(
         self,
@@ -169,84 +205,64 @@ class OriginPool:
         timeout_s = timeout_s or self.timeout_s
         if any(c in target for c in "\r\n ") or not target.startswith("/"):
             raise ValueError(f"not a request target: {target!r}")
+        sent = [("host", self._authority)]
         for name, value in headers:
             if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
                 raise ValueError(f"header {name!r} holds a line break")
-        sent = [(b"host", self.host_header), *headers]
+            sent.append((name.decode("latin-1"), value.decode("latin-1")))
         if body or method in ("POST", "PUT", "PATCH"):
-            sent.append((b"content-length", b"%d" % len(body)))
-        url = httpcore.URL(
-            scheme=self._origin.scheme, host=self._origin.host, port=self.port, target=target.encode("latin-1")
-        )
-        request = httpcore.Request(method.encode("ascii"), url, headers=sent, content=body, extensions=self._extensions)
-        if self._slots is None:
+            sent.append(("content-length", str(len(body))))
+        path, mark, query = target.partition("?")
+        # Built from parts already encoded: the target goes out byte for byte.
+        url = URL.build(scheme=self._scheme, authority=self._authority, path=path, query_string=query, encoded=True)
+        if self._session is None:
+            self._session = self._new_session()
             self._slots = asyncio.Semaphore(self._max_connections)
         async with self._slots:
             try:
                 async with asyncio.timeout(timeout_s):
-                    return await self._exchange(request)
+                    return await self._exchange(method, url, sent, body)
             except TimeoutError:
                 raise HttpTimeout(f"no answer within {timeout_s:g} s") from None
 
-    async def _exchange(self, request: httpcore.Request) -> HttpResponse:
-        while self._idle:
-            connection = self._idle.pop()
-            if connection.has_expired() or not connection.is_idle():  # closed by the server while idle, or too old
-                await _discard(connection)
-                continue
+    async def _exchange(self, method: str, url: URL, headers: list[tuple[str, str]], body: bytes) -> HttpResponse:
+        for attempt in range(STALE_RETRIES + 1):
             try:
-                return await self._send_on(connection, request, reused=True)
-            except _StaleConnection:
+                return await self._send(method, url, headers, body)
+            except _StaleConnection as exc:
                 # The server closed a kept-alive connection before answering
-                # (the race has_expired cannot see): nothing was processed.
-                continue
-        self.opened += 1
-        connection = httpcore.AsyncHTTPConnection(
-            self._origin, ssl_context=self.ssl, keepalive_expiry=self._keepalive_s, network_backend=_BACKEND
-        )
-        return await self._send_on(connection, request, reused=False)
+                # (the race the connector's check cannot see): nothing was processed.
+                if attempt == STALE_RETRIES:
+                    raise HttpFailure(f"{self.host}:{self.port} closed every kept-alive connection tried") from exc
+        raise AssertionError("unreachable")
 
-    async def _send_on(
-        self, connection: httpcore.AsyncHTTPConnection, request: httpcore.Request, *, reused: bool
-    ) -> HttpResponse:
+    async def _send(self, method: str, url: URL, headers: list[tuple[str, str]], body: bytes) -> HttpResponse:
         try:
-            response = await connection.handle_async_request(request)
-        except BaseException as exc:
-            await _discard(connection)
-            if reused and isinstance(exc, (httpcore.ReadError, httpcore.WriteError, httpcore.RemoteProtocolError)):
-                raise _StaleConnection() from exc
-            if isinstance(exc, httpcore.ConnectError):
-                raise HttpConnectFailure(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
-            if isinstance(exc, httpcore.ConnectTimeout):
-                raise HttpConnectFailure(
-                    f"cannot connect to {self.host}:{self.port} within {exc or 'the connect timeout'}"
-                ) from exc
-            if isinstance(exc, (httpcore.NetworkError, httpcore.ProtocolError)):
-                raise HttpFailure(
-                    f"{self.host}:{self.port} broke off the exchange: {exc or type(exc).__name__}"
-                ) from exc
+            async with self._session.request(method, url, headers=headers, data=body or None) as response:
+                received = await response.read()
+        except (_StaleConnection, HttpFailure):
             raise
-        try:
-            body = await response.aread()
-            await response.aclose()
-        except BaseException as exc:
-            await _discard(connection)
-            if isinstance(exc, (httpcore.NetworkError, httpcore.ProtocolError)):
-                raise HttpFailure(
-                    f"{self.host}:{self.port} broke off the response: {exc or type(exc).__name__}"
-                ) from exc
-            raise
-        if reusable(response.status) and connection.is_idle():
-            self._idle.append(connection)
-        else:
-            await _discard(connection)
-        headers = tuple((name.lower(), value) for name, value in response.headers if name.lower() not in HOP_BY_HOP)
-        return HttpResponse(response.status, headers, body)
+        except aiohttp.ConnectionTimeoutError as exc:
+            self.opened += 1
+            raise HttpConnectFailure(
+                f"cannot connect to {self.host}:{self.port} within {self.connect_timeout_s:g} s"
+            ) from exc
+        except aiohttp.ClientConnectorError as exc:
+            self.opened += 1
+            raise HttpConnectFailure(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}") from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise HttpFailure(f"{self.host}:{self.port} broke off the response: {exc}") from exc
+        except aiohttp.ClientError as exc:
+            raise HttpFailure(f"{self.host}:{self.port} broke off the exchange: {exc or type(exc).__name__}") from exc
+        headers_in = tuple(
+            (name.lower(), value) for name, value in response.raw_headers if name.lower() not in HOP_BY_HOP
+        )
+        return HttpResponse(response.status, headers_in, received)
 
     async def aclose(self) -> None:
-        idle, self._idle = self._idle, []
-        for connection in idle:
-            await _discard(connection)
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
 
 class NodePools:
@@ -331,81 +347,39 @@ class _StaleConnection(Exception):
     pass
 
 
-class _AsyncioStream(httpcore.AsyncNetworkStream):
-    """httpcore's network stream on asyncio's own streams. httpcore's default
-    (anyio) enters a cancel scope on every read and write, a third of its
-    CPU per request here; timeouts are the pool's (one per exchange)."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self._reader, self._writer = reader, writer
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        try:
-            return await self._reader.read(max_bytes)
-        except OSError as exc:
-            raise httpcore.ReadError(str(exc)) from exc
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if not buffer:
-            return
-        try:
-            self._writer.write(buffer)
-            await self._writer.drain()
-        except OSError as exc:
-            raise httpcore.WriteError(str(exc)) from exc
-
-    async def aclose(self) -> None:
-        self._writer.close()
-
-    async def start_tls(
-        self, ssl_context: ssl_module.SSLContext, server_hostname: str | None = None, timeout: float | None = None
-    ) -> _AsyncioStream:
-        try:
-            async with asyncio.timeout(timeout):
-                await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
-        except TimeoutError:
-            self._writer.close()
-            raise httpcore.ConnectTimeout(f"{timeout:g} s (TLS handshake)") from None
-        except (OSError, ssl_module.SSLError) as exc:
-            self._writer.close()
-            raise httpcore.ConnectError(str(exc)) from exc
-        return self
-
-    def get_extra_info(self, info: str):
-        if info == "is_readable":
-            # Idle, a kept-alive connection has nothing to read: its end or
-            # an error means the server closed it.
-            return self._reader.at_eof() or self._reader.exception() is not None or self._writer.transport.is_closing()
-        return self._writer.get_extra_info({"client_addr": "sockname", "server_addr": "peername"}.get(info, info))
+class _BrokenOff(aiohttp.ClientError):
+    """A new connection closed or failed before its answer came. Not one of
+    the errors aiohttp itself sends again (a GET, a PUT, a DELETE): whether a
+    request is sent again is `NodePools`' decision."""
 
 
-class _AsyncioBackend(httpcore.AsyncNetworkBackend):
-    async def connect_tcp(
-        self, host: str, port: int, timeout: float | None = None, local_address: str | None = None, socket_options=None
-    ) -> _AsyncioStream:
-        # ``timeout``: the request's "connect" timeout (httpcore passes it on).
-        try:
-            async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(
-                    host, port, local_addr=(local_address, 0) if local_address else None
-                )
-        except TimeoutError:
-            raise httpcore.ConnectTimeout(f"{timeout:g} s") from None
-        except OSError as exc:
-            raise httpcore.ConnectError(exc.strerror or str(exc)) from exc
-        return _AsyncioStream(reader, writer)
+def _response_class(pool: OriginPool) -> type[aiohttp.ClientResponse]:
+    """aiohttp's response, told what the pool needs at the moment its status
+    line is read: whether its connection carried a request before (a stale
+    one is retried), and that a connection whose status leaves the server in
+    an unknown state never carries another."""
 
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
+    class Response(aiohttp.ClientResponse):
+        async def start(self, connection):
+            protocol = connection.protocol
+            reused = protocol in pool._carried
+            if not reused:
+                pool._carried.add(protocol)
+                pool.opened += 1
+            try:
+                await super().start(connection)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if reused:
+                    raise _StaleConnection() from exc
+                raise _BrokenOff(str(exc) or type(exc).__name__) from exc
+            if not reusable(self.status):
+                # Still held (its body is on its way): closed when it ends
+                # instead of going back. Already back (the whole answer came
+                # with the head): closed now, before anyone takes it; nothing
+                # ran in between.
+                protocol.force_close()
+                if self.connection is None:
+                    protocol.close()
+            return self
 
-
-_BACKEND = _AsyncioBackend()
-
-
-async def _discard(connection: httpcore.AsyncHTTPConnection) -> None:
-    """Close ``connection``; it is being dropped, so a failure to close it
-    cleanly changes nothing."""
-    try:
-        await connection.aclose()
-    except (OSError, httpcore.NetworkError):
-        pass
+    return Response

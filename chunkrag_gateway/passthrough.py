@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import ssl
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
@@ -34,6 +35,15 @@ from chunkrag_gateway.origin import HOP_BY_HOP, HttpFailure, HttpResponse, HttpT
 # business with its caller, not the cluster's. Every other header passes only
 # if ``identity.forwardable_header`` allows it (an allow-list).
 _NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"cookie", b"expect"}
+# Service mode reads the cluster's answers for its refusals (``forward``): they come uncompressed.
+_NOT_FORWARDED_FOR_KEYS = _NOT_FORWARDED | {b"accept-encoding"}
+
+
+@functools.lru_cache(maxsize=1024)  # a caller's few header names, asked on every request: bounded
+def _passes(name: bytes, trusted_proxy: bool, service: bool) -> bool:
+    """Whether a caller's header ``name`` is forwarded (see ``_NOT_FORWARDED``)."""
+    dropped = _NOT_FORWARDED_FOR_KEYS if service else _NOT_FORWARDED
+    return name.lower() not in dropped and forwardable_header(name, trusted_proxy=trusted_proxy)
 
 
 # What a SigV4 signature adds to a request (Host is the pool's own).
@@ -122,14 +132,8 @@ class Passthrough:
         the caller's or the gateway's credentials; return Elasticsearch's
         status, body and headers (X-Elastic-Product, Warning, Content-Type
         among them)."""
-        trusted = self._trusted_proxy
-        # Service mode reads the cluster's answers for its refusals (below): they come uncompressed.
-        dropped = _NOT_FORWARDED | {b"accept-encoding"} if caller.key is not None else _NOT_FORWARDED
-        outgoing = [
-            (name, value)
-            for name, value in raw_headers
-            if name.lower() not in dropped and forwardable_header(name, trusted_proxy=trusted)
-        ]
+        trusted, service = self._trusted_proxy, caller.key is not None
+        outgoing = [(name, value) for name, value in raw_headers if _passes(name, trusted, service)]
         outgoing += forwarded_headers(await self.bind(caller))
         if not tracing.active():
             response = await self._send(method, without_error_trace(target), outgoing, body)
@@ -188,8 +192,6 @@ class Passthrough:
         return response.status, orjson.loads(response.body)
 
     async def _send(self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes) -> HttpResponse:
-        where = self.settings.search_url_for_display
-        engine = self._engine.product
         if self._sigv4 is not None:
             # A caller's own x-amz-* headers would sit beside the gateway's.
             kept = [(name, value) for name, value in headers if name.lower().decode("latin-1") not in _SIGV4_HEADERS]
@@ -197,11 +199,15 @@ class Passthrough:
         try:
             return await self.transport.request(method, self._prefix + target, headers, body)
         except HttpTimeout as exc:
-            raise errors.timed_out(f"{engine} did not answer in time", detail=f"{where}: {exc}") from exc
+            raise errors.timed_out(f"{self._engine.product} did not answer in time", detail=self._where(exc)) from exc
         except HttpFailure as exc:
-            raise errors.unavailable(f"{engine} is not reachable", detail=f"{where}: {exc}") from exc
+            raise errors.unavailable(f"{self._engine.product} is not reachable", detail=self._where(exc)) from exc
         except ValueError as exc:
             raise errors.bad_request(f"cannot forward this request: {exc}") from exc
+
+    def _where(self, exc: Exception) -> str:
+        # Worked out only for an error: redacting the URL costs on every request otherwise.
+        return f"{self.settings.search_url_for_display}: {exc}"
 
     def _signed(self, method: str, target: str, body: bytes) -> list[tuple[bytes, bytes]]:
         """The SigV4 headers for this request, signed over the Host header the

@@ -301,7 +301,7 @@ def test_the_pass_through_pools_take_the_engine_settings():
     pools = _make_pool(several)
     assert isinstance(pools, NodePools) and pools.timeout_s == several.es_request_timeout_s == 30.0
     assert {pool.timeout_s for pool in pools.pools} == {7.0}
-    assert {pool._extensions["timeout"]["connect"] for pool in pools.pools} == {1.5}
+    assert {pool.connect_timeout_s for pool in pools.pools} == {1.5}
     # One node: nowhere else to go, so its one attempt has the whole timeout.
     single = _make_pool(Settings(es_url="http://127.0.0.1:1"))
     assert isinstance(single, OriginPool) and single.timeout_s == 30.0
