@@ -72,7 +72,7 @@ class CompanionPassages:
             "size": self._max_chunks,
             "query": {"bool": {"filter": [{"terms": {schema.DOC_ID: list(doc_ids)}}, schema.base_scale_filter()]}},
             "sort": [{schema.DOC_ID: "asc"}, {schema.POSITION: "asc"}],
-            "_source": {"excludes": [], "exclude_vectors": False},
+            **schema.vector_read(),
             "track_total_hits": False,
         }
         if not self._client.index_exists(self._index):

@@ -8,8 +8,9 @@ and only the passages that go to the filter are fetched.
    fewer documents than ``k`` is searched by brute force, not through the
    graph), so every chunk gets its cosine to the query as (1 + cos) / 2;
    and a ``match`` of the query on the chunk text for BM25 (a chunk it does
-   not match has 0). Each hit carries only its id, score, position and
-   fingerprint (doc values): no text, no vector.
+   not match has 0). Each hit carries only its score and doc values (doc
+   id, position, fingerprint), no stored field (not even ``_id``: the
+   chunk id is made from the doc values), no text, no vector.
 2. Here, per hit: the same passage score as query-time passages
    (``post_search.passage_scores``: both signals min-max normalised over
    the response's passages, weighted, the document prior) and the best
@@ -33,7 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from chunkrag_core.chunk import Chunk
+from chunkrag_core.chunk import Chunk, chunk_id_for
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import SearchBackend
 from chunkrag_core.engines.errors import EngineRefused
@@ -47,6 +48,8 @@ from search_extension.post_search import PassageScore, bm25_scores, passage_scor
 MAX_SCORED_CHUNKS = 10_000
 # Doc values read per chunk: enough to know it is complete and current.
 SIGNAL_FIELDS = (schema.DOC_ID, schema.POSITION, schema.DOC_FINGERPRINT)
+# Doc values that name a base chunk (its id is made from them).
+ID_FIELDS = (schema.DOC_ID, schema.POSITION)
 # Where a chunk's BM25 comes from: the engine's own (a `match` on the
 # companion: nothing but scores travel), or counted here over the response's
 # passages as for fetched passages (their text travels; the filter's
@@ -102,10 +105,14 @@ def signal_searches(
     if bm25 not in BM25_SOURCES:
         raise ValueError(f"unknown bm25 {bm25!r}; choose one of {', '.join(BM25_SOURCES)}")
     filters = chunk_filters(doc_ids)
-    lean = {"_source": False, "track_total_hits": False, "size": max_chunks}
+    # No stored field is read, not even `_id` (loading it for every chunk was
+    # most of the kNN search's time): a chunk's id is made from its doc
+    # values (`chunk_id_for`), as the writer made it.
+    lean = {"_source": False, "stored_fields": "_none_", "track_total_hits": False, "size": max_chunks}
+    with_text = {"_source": {"includes": [schema.TEXT]}, "stored_fields": None}
     knn = {
         **lean,
-        **({"_source": {"includes": [schema.TEXT]}} if bm25 == "passages" else {}),
+        **(with_text if bm25 == "passages" else {}),
         "knn": {
             "field": schema.VECTOR,
             "query_vector": [float(x) for x in query_vector],
@@ -116,21 +123,25 @@ def signal_searches(
         },
         "docvalue_fields": list(SIGNAL_FIELDS),
     }
+    knn = {key: value for key, value in knn.items() if value is not None}
     if bm25 == "passages":
         return [{"index": companion}, knn]
-    match = {**lean, "query": {"bool": {"filter": filters, "must": [{"match": {schema.TEXT: query}}]}}}
+    match = {
+        **lean,
+        "query": {"bool": {"filter": filters, "must": [{"match": {schema.TEXT: query}}]}},
+        "docvalue_fields": list(ID_FIELDS),
+    }
     return [{"index": companion}, knn, {"index": companion}, match]
 
 
 def candidates_body(chunk_ids: Sequence[str], *, with_vectors: bool) -> dict[str, Any]:
-    """Step 3: the candidates' ``_source``, the vector only when asked."""
-    source: dict[str, Any] = (
-        {"excludes": [], "exclude_vectors": False} if with_vectors else {"excludes": [schema.VECTOR]}
-    )
+    """Step 3: the candidates' ``_source`` without the vector; the vector
+    only when asked, as raw doc values (``schema.vector_read``)."""
     return {
         "size": len(chunk_ids),
         "query": {"ids": {"values": list(chunk_ids)}},
-        "_source": source,
+        "_source": {"excludes": [schema.VECTOR]},
+        **(schema.vector_read() if with_vectors else {}),
         "track_total_hits": False,
     }
 
@@ -156,6 +167,15 @@ def _first(fields: Mapping[str, Any], name: str) -> Any:
     return values[0]
 
 
+def _chunk_id(hit: Mapping[str, Any]) -> str:
+    """The hit's ``_id`` when it came, else the id of the base chunk its
+    doc values name (what the writer gave it: ``chunk_id_for``)."""
+    if "_id" in hit:
+        return str(hit["_id"])
+    fields = hit.get("fields") or {}
+    return chunk_id_for(str(_first(fields, schema.DOC_ID)), int(_first(fields, schema.POSITION)))
+
+
 def signals_of(
     responses: Sequence[Mapping[str, Any]], max_chunks: int = MAX_SCORED_CHUNKS
 ) -> dict[str, list[ChunkSignal]]:
@@ -163,18 +183,19 @@ def signals_of(
     `signal_searches` (the kNN's, then the BM25's when the engine counted it;
     else each chunk's text, and BM25 0 until counted here)."""
     knn, *bm25 = responses
-    bm25_of = {hit["_id"]: float(hit["_score"] or 0.0) for item in bm25 for hit in _item_hits(item, max_chunks)}
+    bm25_of = {_chunk_id(hit): float(hit["_score"] or 0.0) for item in bm25 for hit in _item_hits(item, max_chunks)}
     found: dict[str, list[ChunkSignal]] = {}
     for hit in _item_hits(knn, max_chunks):
         fields = hit.get("fields") or {}
         source = hit.get("_source")
+        chunk_id = _chunk_id(hit)
         signal = ChunkSignal(
-            chunk_id=hit["_id"],
+            chunk_id=chunk_id,
             doc_id=str(_first(fields, schema.DOC_ID)),
             position=int(_first(fields, schema.POSITION)),
             fingerprint=str(_first(fields, schema.DOC_FINGERPRINT)),
             similarity=float(hit["_score"]),
-            bm25=bm25_of.get(hit["_id"], 0.0),
+            bm25=bm25_of.get(chunk_id, 0.0),
             text=str(source.get(schema.TEXT, "")) if isinstance(source, Mapping) else None,
         )
         found.setdefault(signal.doc_id, []).append(signal)
