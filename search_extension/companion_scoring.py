@@ -79,6 +79,20 @@ class NotServed(Exception):
     caller takes the fetched-chunks way."""
 
 
+class CompanionUnreadable(NotServed):
+    """``companion`` is missing, or these credentials may not read it (its
+    search answered 404 or 403)."""
+
+    def __init__(self, companion: str, status: Any):
+        super().__init__(f"the companion [{companion}] cannot be read ({status})")
+        self.companion = companion
+
+
+# The answers of a companion search that say the companion cannot be read
+# at all (missing, or not these credentials'), not that this search failed.
+UNREADABLE_STATUSES = (403, 404)
+
+
 # --- request bodies (pure) ------------------------------------------------------------
 
 
@@ -282,8 +296,12 @@ def engine_scored(
         raise NotServed(f"the companion search failed: {exc}") from None
     per_companion = len(items) // len(by_companion)
     rows: dict[str, list[ChunkSignal]] = {}
-    for i in range(len(by_companion)):
-        rows.update(signals_of(items[per_companion * i : per_companion * (i + 1)], max_chunks))
+    for i, companion in enumerate(by_companion):
+        answers = items[per_companion * i : per_companion * (i + 1)]
+        for item in answers:
+            if "error" in item and item.get("status") in UNREADABLE_STATUSES:
+                raise CompanionUnreadable(companion, item["status"])
+        rows.update(signals_of(answers, max_chunks))
     for doc_id, fingerprint in fingerprints.items():
         if not complete(rows.get(doc_id, ()), fingerprint):
             raise NotServed(f"{doc_id!r} is not complete and current in its companion")
