@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from chunkrag_core.chunk import Chunk, chunk_id_for
+from chunkrag_core.chunk import chunk_id_for
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import SearchBackend
 from chunkrag_core.engines.errors import EngineRefused
@@ -202,17 +202,18 @@ def signals_of(
     for hit in _item_hits(knn, max_chunks):
         fields = hit.get("fields") or {}
         source = hit.get("_source")
-        chunk_id = _chunk_id(hit)
+        doc_id, position = str(_first(fields, schema.DOC_ID)), int(_first(fields, schema.POSITION))
+        chunk_id = str(hit["_id"]) if "_id" in hit else chunk_id_for(doc_id, position)
         signal = ChunkSignal(
             chunk_id=chunk_id,
-            doc_id=str(_first(fields, schema.DOC_ID)),
-            position=int(_first(fields, schema.POSITION)),
+            doc_id=doc_id,
+            position=position,
             fingerprint=str(_first(fields, schema.DOC_FINGERPRINT)),
             similarity=float(hit["_score"]),
             bm25=bm25_of.get(chunk_id, 0.0),
             text=str(source.get(schema.TEXT, "")) if isinstance(source, Mapping) else None,
         )
-        found.setdefault(signal.doc_id, []).append(signal)
+        found.setdefault(doc_id, []).append(signal)
     return {doc_id: sorted(rows, key=lambda r: r.position) for doc_id, rows in found.items()}
 
 
@@ -309,10 +310,13 @@ def engine_scored(
     if bm25 == "passages":
         per_hit = counted_here(query, per_hit)
     best, capped = choose_candidates(per_hit, doc_cosines, weights, max_passages)
-    chunks = _fetch(client, by_companion, [row for chosen in best for row, _ in chosen], with_vectors)
+    hits = _fetch(client, by_companion, [row for chosen in best for row, _ in chosen], with_vectors)
     return ScoredHits(
         best=tuple(
-            tuple(chunks[row.chunk_id].with_score(score.score, **score.signals()) for row, score in chosen)
+            tuple(
+                schema.chunk_from_hit(hits[row.chunk_id], score=score.score, stage_scores=score.signals())
+                for row, score in chosen
+            )
             for chosen in best
         ),
         capped=tuple(capped),
@@ -321,9 +325,9 @@ def engine_scored(
 
 def _fetch(
     client: SearchBackend, by_companion: Mapping[str, Sequence[str]], rows: Sequence[ChunkSignal], with_vectors: bool
-) -> dict[str, Chunk]:
-    """The chunks of ``rows``, by chunk id; NotServed when one is gone or
-    changed since it was scored (a sync in between)."""
+) -> dict[str, Mapping[str, Any]]:
+    """The hits of ``rows``' chunks, by chunk id; NotServed when one is gone
+    or changed since it was scored (a sync in between)."""
     companion_of_doc = {doc_id: companion for companion, doc_ids in by_companion.items() for doc_id in doc_ids}
     wanted: dict[str, list[ChunkSignal]] = {}
     for row in rows:
@@ -339,14 +343,14 @@ def _fetch(
         items = client.msearch(searches)["responses"]
     except EngineRefused as exc:
         raise NotServed(f"fetching the candidates failed: {exc}") from None
-    found: dict[str, Chunk] = {}
+    found: dict[str, Mapping[str, Any]] = {}
     fingerprint_of = {row.chunk_id: row.fingerprint for row in rows}
     for item in items:
         for hit in _item_hits(item, MAX_SCORED_CHUNKS + 1):
             source = hit.get("_source") or {}
             if source.get(schema.DOC_FINGERPRINT) != fingerprint_of.get(hit["_id"]):
                 raise NotServed(f"{hit['_id']!r} changed while it was scored")
-            found[hit["_id"]] = schema.chunk_from_hit(hit)
+            found[hit["_id"]] = hit
     if len(found) != len(fingerprint_of):
         raise NotServed("a candidate left the companion while it was scored")
     return found

@@ -141,7 +141,9 @@ def hit_vector(hit: Mapping[str, Any]) -> Any:
     if values:
         value = values[0]
         if isinstance(value, str):
-            return np.frombuffer(base64.b64decode(value), dtype=">f4").astype(np.float32)
+            vector = np.frombuffer(base64.b64decode(value), dtype=">f4").astype(np.float32)
+            vector.flags.writeable = False  # as a Chunk keeps it: no second copy
+            return vector
         return value
     return (hit.get("_source") or {}).get(VECTOR)
 
@@ -168,8 +170,11 @@ def chunk_to_source(chunk: Chunk, *, fingerprint: str, doc_chunk_count: int) -> 
     }
 
 
-def chunk_from_hit(hit: Mapping[str, Any]) -> Chunk:
-    """A chunk from a search hit; the vector comes along when it was fetched."""
+def chunk_from_hit(
+    hit: Mapping[str, Any], *, score: float | None = None, stage_scores: Mapping[str, float] | None = None
+) -> Chunk:
+    """A chunk from a search hit; the vector comes along when it was fetched.
+    Its score is the hit's unless ``score`` is given."""
     source = hit.get("_source") or {}
     return Chunk(
         doc_id=source[DOC_ID],
@@ -182,7 +187,8 @@ def chunk_from_hit(hit: Mapping[str, Any]) -> Chunk:
         sentence_count=int(source.get(SENTENCE_COUNT, 1)),
         metadata=source.get(METADATA) or {},
         vector=hit_vector(hit),
-        score=hit.get("_score"),
+        score=hit.get("_score") if score is None else score,
+        stage_scores=stage_scores or {},
         header=source.get(HEADER) or "",
         lead=source.get(LEAD),
         scale=int(source.get(SCALE) or BASE_SCALE),
