@@ -348,12 +348,17 @@ def main() -> None:
         repeat_summary([r["warm_ms"] for r in rows], [r["companion_ms"] for r in rows if r["companion_ms"] is not None])
     ]
     compared_ms = {name: [[r["compared"][name]["ms"] for r in rows]] for name in args.compare}
+    # Each companion run's own steps (embedding, passages, filter stages),
+    # every pass: less sensitive to the machine's load than the totals.
+    steps = [r["companion_timings_ms"] for r in rows if r["companion_timings_ms"] is not None]
     for _ in range(args.repeat - 1):
         warm, again = [], []
         again_compared: dict[str, list[float]] = {name: [] for name in args.compare}
         for run in timed:
             if companion is not None:
-                again.append(run(companion.source())[1])
+                result, ms = run(companion.source())
+                again.append(ms)
+                steps.append(dict(result.timings_ms))
                 for name in args.compare:
                     again_compared[name].append(run(companion.source(name))[1])
             warm.append(run(shared)[1])
@@ -377,6 +382,13 @@ def main() -> None:
             "p95": percentile([r["companion_ms"] for r in rows if r["companion_ms"] is not None], 0.95),
             "fields_not_served": None if companion is None else companion.missed,
             "sync": sync_report,
+            "steps_ms": {
+                step: {
+                    "p50": percentile([t[step] for t in steps if step in t], 0.5),
+                    "p95": percentile([t[step] for t in steps if step in t], 0.95),
+                }
+                for step in dict.fromkeys(step for t in steps for step in t)
+            },
             **({} if companion is None else companion_summary(rows, present, args.companion_scoring)),
         },
         # The other ways to score the companion's chunks, timed on the same

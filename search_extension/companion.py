@@ -12,7 +12,10 @@ caller's search already returned.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import threading
+import time
+from collections import OrderedDict
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -25,12 +28,51 @@ from ingest_pipeline.chunker import document_fingerprint
 from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.source_fields import SourceField
 from ingest_pipeline.sync import companion_name
-from search_extension.companion_scoring import NotServed, engine_scored
+from search_extension.companion_scoring import (
+    UNREADABLE_STATUSES,
+    CompanionUnreadable,
+    NotServed,
+    engine_scored,
+)
 from search_extension.passages import PassageSource, ScoredHits
 
 # Most chunks one request brings back (the engine's default result window);
 # fields whose chunks did not all fit go to the fallback.
 MAX_CHUNKS = 10_000
+# A companion found missing (or not readable with some credentials) is not
+# asked for again this long: post-search on an index without a companion
+# costs no request, and one `chunkrag sync` makes is used this long after.
+UNREADABLE_TTL_S = 30.0
+# (credentials, companion) pairs remembered; the oldest go first.
+UNREADABLE_ENTRIES = 4096
+
+
+class UnreadableCompanions:
+    """The companions each caller (``identity``: who the credentials are)
+    found missing or refused, for ``ttl_s``. Thread-safe, bounded."""
+
+    def __init__(
+        self,
+        *,
+        ttl_s: float = UNREADABLE_TTL_S,
+        entries: int = UNREADABLE_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._ttl_s, self._entries, self._clock = ttl_s, entries, clock
+        self._found: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        with self._lock:
+            noted = self._found.get(key)
+            return noted is not None and self._clock() - noted < self._ttl_s
+
+    def note(self, identity: str, companion: str) -> None:
+        with self._lock:
+            self._found[(identity, companion)] = self._clock()
+            self._found.move_to_end((identity, companion))
+            while len(self._found) > self._entries:
+                self._found.popitem(last=False)
 
 
 class CompanionPassages:
@@ -47,16 +89,26 @@ class CompanionPassages:
         *,
         settings: Settings,
         max_chunks: int = MAX_CHUNKS,
+        on_unreadable: Callable[[], None] = lambda: None,
     ):
+        """``on_unreadable`` is called when the companion answers that it is
+        missing or not the caller's to read (everything goes to ``fallback``)."""
         self._client, self._index, self._fallback = client, companion_index, fallback
         self._shaping = shaping_of(settings)
         self._max_chunks = max_chunks
+        self._on_unreadable = on_unreadable
 
     def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]:
         if not fields:
             return {}
         wanted = {f.companion_id: document_fingerprint(f.document(), self._shaping) for f in fields}
-        stored = self._stored(sorted(wanted))
+        try:
+            stored = self._stored(sorted(wanted))
+        except EngineRefused as exc:
+            if exc.status not in UNREADABLE_STATUSES:
+                raise
+            self._on_unreadable()
+            stored = {}
         found: dict[str, Sequence[Chunk]] = {
             doc_id: [chunk for _, chunk in rows] for doc_id, rows in stored.items() if _usable(rows, wanted[doc_id])
         }
@@ -67,16 +119,15 @@ class CompanionPassages:
 
     def _stored(self, doc_ids: Sequence[str]) -> dict[str, list[tuple[str, Chunk]]]:
         """(stored fingerprint, chunk) of the base chunks of
-        ``doc_ids``, in one search; nothing when the companion is missing."""
+        ``doc_ids``, in one search (EngineNotFound when the companion is
+        missing: no request asks first whether it exists)."""
         body = {
             "size": self._max_chunks,
             "query": {"bool": {"filter": [{"terms": {schema.DOC_ID: list(doc_ids)}}, schema.base_scale_filter()]}},
             "sort": [{schema.DOC_ID: "asc"}, {schema.POSITION: "asc"}],
-            "_source": {"excludes": [], "exclude_vectors": False},
+            **schema.vector_read(),
             "track_total_hits": False,
         }
-        if not self._client.index_exists(self._index):
-            return {}
         response = self._client.search(self._index, body)
         hits = response["hits"]["hits"]
         stored: dict[str, list[tuple[str, Chunk]]] = {}
@@ -122,9 +173,16 @@ class CompanionsFirst:
         settings: Settings,
         engine_scoring: bool = True,
         bm25: str = "engine",
+        unreadable: UnreadableCompanions | None = None,
+        identity: str = "",
     ):
+        """``unreadable``: the companions found missing or refused, shared
+        between requests (those of ``identity``, who ``client``'s credentials
+        are, are not asked for again while remembered)."""
         self._client, self._fallback, self._settings = client, fallback, settings
         self._engine_scoring, self._bm25 = engine_scoring, bm25
+        self._unreadable = unreadable if unreadable is not None else UnreadableCompanions()
+        self._identity = identity
         # Why the last response was not scored by the engine (None: it was, or never asked).
         self.not_scored_because: str | None = None
 
@@ -142,13 +200,18 @@ class CompanionsFirst:
         if not self._engine_scoring:
             self.not_scored_because = "engine scoring is off"
             return None
-        shaping = shaping_of(self._settings)
         fields = [field for sources in fields_by_hit for field in sources]
+        companions = {field.index: companion_name(field.index) for field in fields}
+        known = sorted(c for c in set(companions.values()) if (self._identity, c) in self._unreadable)
+        if known:
+            self.not_scored_because = f"the companion [{known[0]}] cannot be read (noted earlier)"
+            return None
+        shaping = shaping_of(self._settings)
         try:
             scored = engine_scored(
                 self._client,
                 fields_by_hit,
-                {field.index: companion_name(field.index) for field in fields},
+                companions,
                 {field.companion_id: document_fingerprint(field.document(), shaping) for field in fields},
                 query=query,
                 query_vector=query_vector,
@@ -158,6 +221,10 @@ class CompanionsFirst:
                 with_vectors=with_vectors,
                 bm25=self._bm25,
             )
+        except CompanionUnreadable as exc:
+            self._unreadable.note(self._identity, exc.companion)
+            self.not_scored_because = str(exc)
+            return None
         except NotServed as exc:
             self.not_scored_because = str(exc)
             return None
@@ -170,7 +237,17 @@ class CompanionsFirst:
             by_index.setdefault(field.index, []).append(field)
         found: dict[str, Sequence[Chunk]] = {}
         for index, group in by_index.items():
-            companion = CompanionPassages(self._client, companion_name(index), self._fallback, settings=self._settings)
+            name = companion_name(index)
+            if (self._identity, name) in self._unreadable:
+                found.update(self._fallback.passages(group))
+                continue
+            companion = CompanionPassages(
+                self._client,
+                name,
+                self._fallback,
+                settings=self._settings,
+                on_unreadable=lambda name=name: self._unreadable.note(self._identity, name),
+            )
             try:
                 found.update(companion.passages(group))
             except EngineRefused:

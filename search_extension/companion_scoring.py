@@ -8,8 +8,9 @@ and only the passages that go to the filter are fetched.
    fewer documents than ``k`` is searched by brute force, not through the
    graph), so every chunk gets its cosine to the query as (1 + cos) / 2;
    and a ``match`` of the query on the chunk text for BM25 (a chunk it does
-   not match has 0). Each hit carries only its id, score, position and
-   fingerprint (doc values): no text, no vector.
+   not match has 0). Each hit carries only its score and doc values (doc
+   id, position, fingerprint), no stored field (not even ``_id``: the
+   chunk id is made from the doc values), no text, no vector.
 2. Here, per hit: the same passage score as query-time passages
    (``post_search.passage_scores``: both signals min-max normalised over
    the response's passages, weighted, the document prior) and the best
@@ -33,7 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from chunkrag_core.chunk import Chunk
+from chunkrag_core.chunk import chunk_id_for
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import SearchBackend
 from chunkrag_core.engines.errors import EngineRefused
@@ -47,6 +48,8 @@ from search_extension.post_search import PassageScore, bm25_scores, passage_scor
 MAX_SCORED_CHUNKS = 10_000
 # Doc values read per chunk: enough to know it is complete and current.
 SIGNAL_FIELDS = (schema.DOC_ID, schema.POSITION, schema.DOC_FINGERPRINT)
+# Doc values that name a base chunk (its id is made from them).
+ID_FIELDS = (schema.DOC_ID, schema.POSITION)
 # Where a chunk's BM25 comes from: the engine's own (a `match` on the
 # companion: nothing but scores travel), or counted here over the response's
 # passages as for fetched passages (their text travels; the filter's
@@ -76,6 +79,20 @@ class NotServed(Exception):
     caller takes the fetched-chunks way."""
 
 
+class CompanionUnreadable(NotServed):
+    """``companion`` is missing, or these credentials may not read it (its
+    search answered 404 or 403)."""
+
+    def __init__(self, companion: str, status: Any):
+        super().__init__(f"the companion [{companion}] cannot be read ({status})")
+        self.companion = companion
+
+
+# The answers of a companion search that say the companion cannot be read
+# at all (missing, or not these credentials'), not that this search failed.
+UNREADABLE_STATUSES = (403, 404)
+
+
 # --- request bodies (pure) ------------------------------------------------------------
 
 
@@ -102,10 +119,14 @@ def signal_searches(
     if bm25 not in BM25_SOURCES:
         raise ValueError(f"unknown bm25 {bm25!r}; choose one of {', '.join(BM25_SOURCES)}")
     filters = chunk_filters(doc_ids)
-    lean = {"_source": False, "track_total_hits": False, "size": max_chunks}
+    # No stored field is read, not even `_id` (loading it for every chunk was
+    # most of the kNN search's time): a chunk's id is made from its doc
+    # values (`chunk_id_for`), as the writer made it.
+    lean = {"_source": False, "stored_fields": "_none_", "track_total_hits": False, "size": max_chunks}
+    with_text = {"_source": {"includes": [schema.TEXT]}, "stored_fields": None}
     knn = {
         **lean,
-        **({"_source": {"includes": [schema.TEXT]}} if bm25 == "passages" else {}),
+        **(with_text if bm25 == "passages" else {}),
         "knn": {
             "field": schema.VECTOR,
             "query_vector": [float(x) for x in query_vector],
@@ -116,21 +137,25 @@ def signal_searches(
         },
         "docvalue_fields": list(SIGNAL_FIELDS),
     }
+    knn = {key: value for key, value in knn.items() if value is not None}
     if bm25 == "passages":
         return [{"index": companion}, knn]
-    match = {**lean, "query": {"bool": {"filter": filters, "must": [{"match": {schema.TEXT: query}}]}}}
+    match = {
+        **lean,
+        "query": {"bool": {"filter": filters, "must": [{"match": {schema.TEXT: query}}]}},
+        "docvalue_fields": list(ID_FIELDS),
+    }
     return [{"index": companion}, knn, {"index": companion}, match]
 
 
 def candidates_body(chunk_ids: Sequence[str], *, with_vectors: bool) -> dict[str, Any]:
-    """Step 3: the candidates' ``_source``, the vector only when asked."""
-    source: dict[str, Any] = (
-        {"excludes": [], "exclude_vectors": False} if with_vectors else {"excludes": [schema.VECTOR]}
-    )
+    """Step 3: the candidates' ``_source`` without the vector; the vector
+    only when asked, as raw doc values (``schema.vector_read``)."""
     return {
         "size": len(chunk_ids),
         "query": {"ids": {"values": list(chunk_ids)}},
-        "_source": source,
+        "_source": {"excludes": [schema.VECTOR]},
+        **(schema.vector_read() if with_vectors else {}),
         "track_total_hits": False,
     }
 
@@ -156,6 +181,15 @@ def _first(fields: Mapping[str, Any], name: str) -> Any:
     return values[0]
 
 
+def _chunk_id(hit: Mapping[str, Any]) -> str:
+    """The hit's ``_id`` when it came, else the id of the base chunk its
+    doc values name (what the writer gave it: ``chunk_id_for``)."""
+    if "_id" in hit:
+        return str(hit["_id"])
+    fields = hit.get("fields") or {}
+    return chunk_id_for(str(_first(fields, schema.DOC_ID)), int(_first(fields, schema.POSITION)))
+
+
 def signals_of(
     responses: Sequence[Mapping[str, Any]], max_chunks: int = MAX_SCORED_CHUNKS
 ) -> dict[str, list[ChunkSignal]]:
@@ -163,21 +197,23 @@ def signals_of(
     `signal_searches` (the kNN's, then the BM25's when the engine counted it;
     else each chunk's text, and BM25 0 until counted here)."""
     knn, *bm25 = responses
-    bm25_of = {hit["_id"]: float(hit["_score"] or 0.0) for item in bm25 for hit in _item_hits(item, max_chunks)}
+    bm25_of = {_chunk_id(hit): float(hit["_score"] or 0.0) for item in bm25 for hit in _item_hits(item, max_chunks)}
     found: dict[str, list[ChunkSignal]] = {}
     for hit in _item_hits(knn, max_chunks):
         fields = hit.get("fields") or {}
         source = hit.get("_source")
+        doc_id, position = str(_first(fields, schema.DOC_ID)), int(_first(fields, schema.POSITION))
+        chunk_id = str(hit["_id"]) if "_id" in hit else chunk_id_for(doc_id, position)
         signal = ChunkSignal(
-            chunk_id=hit["_id"],
-            doc_id=str(_first(fields, schema.DOC_ID)),
-            position=int(_first(fields, schema.POSITION)),
+            chunk_id=chunk_id,
+            doc_id=doc_id,
+            position=position,
             fingerprint=str(_first(fields, schema.DOC_FINGERPRINT)),
             similarity=float(hit["_score"]),
-            bm25=bm25_of.get(hit["_id"], 0.0),
+            bm25=bm25_of.get(chunk_id, 0.0),
             text=str(source.get(schema.TEXT, "")) if isinstance(source, Mapping) else None,
         )
-        found.setdefault(signal.doc_id, []).append(signal)
+        found.setdefault(doc_id, []).append(signal)
     return {doc_id: sorted(rows, key=lambda r: r.position) for doc_id, rows in found.items()}
 
 
@@ -261,8 +297,12 @@ def engine_scored(
         raise NotServed(f"the companion search failed: {exc}") from None
     per_companion = len(items) // len(by_companion)
     rows: dict[str, list[ChunkSignal]] = {}
-    for i in range(len(by_companion)):
-        rows.update(signals_of(items[per_companion * i : per_companion * (i + 1)], max_chunks))
+    for i, companion in enumerate(by_companion):
+        answers = items[per_companion * i : per_companion * (i + 1)]
+        for item in answers:
+            if "error" in item and item.get("status") in UNREADABLE_STATUSES:
+                raise CompanionUnreadable(companion, item["status"])
+        rows.update(signals_of(answers, max_chunks))
     for doc_id, fingerprint in fingerprints.items():
         if not complete(rows.get(doc_id, ()), fingerprint):
             raise NotServed(f"{doc_id!r} is not complete and current in its companion")
@@ -270,10 +310,13 @@ def engine_scored(
     if bm25 == "passages":
         per_hit = counted_here(query, per_hit)
     best, capped = choose_candidates(per_hit, doc_cosines, weights, max_passages)
-    chunks = _fetch(client, by_companion, [row for chosen in best for row, _ in chosen], with_vectors)
+    hits = _fetch(client, by_companion, [row for chosen in best for row, _ in chosen], with_vectors)
     return ScoredHits(
         best=tuple(
-            tuple(chunks[row.chunk_id].with_score(score.score, **score.signals()) for row, score in chosen)
+            tuple(
+                schema.chunk_from_hit(hits[row.chunk_id], score=score.score, stage_scores=score.signals())
+                for row, score in chosen
+            )
             for chosen in best
         ),
         capped=tuple(capped),
@@ -282,9 +325,9 @@ def engine_scored(
 
 def _fetch(
     client: SearchBackend, by_companion: Mapping[str, Sequence[str]], rows: Sequence[ChunkSignal], with_vectors: bool
-) -> dict[str, Chunk]:
-    """The chunks of ``rows``, by chunk id; NotServed when one is gone or
-    changed since it was scored (a sync in between)."""
+) -> dict[str, Mapping[str, Any]]:
+    """The hits of ``rows``' chunks, by chunk id; NotServed when one is gone
+    or changed since it was scored (a sync in between)."""
     companion_of_doc = {doc_id: companion for companion, doc_ids in by_companion.items() for doc_id in doc_ids}
     wanted: dict[str, list[ChunkSignal]] = {}
     for row in rows:
@@ -300,14 +343,14 @@ def _fetch(
         items = client.msearch(searches)["responses"]
     except EngineRefused as exc:
         raise NotServed(f"fetching the candidates failed: {exc}") from None
-    found: dict[str, Chunk] = {}
+    found: dict[str, Mapping[str, Any]] = {}
     fingerprint_of = {row.chunk_id: row.fingerprint for row in rows}
     for item in items:
         for hit in _item_hits(item, MAX_SCORED_CHUNKS + 1):
             source = hit.get("_source") or {}
             if source.get(schema.DOC_FINGERPRINT) != fingerprint_of.get(hit["_id"]):
                 raise NotServed(f"{hit['_id']!r} changed while it was scored")
-            found[hit["_id"]] = schema.chunk_from_hit(hit)
+            found[hit["_id"]] = hit
     if len(found) != len(fingerprint_of):
         raise NotServed("a candidate left the companion while it was scored")
     return found

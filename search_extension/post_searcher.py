@@ -49,6 +49,7 @@ class PostSearcher:
         self._injected = passage_source is not None
         self._passage_source = passage_source if passage_source is not None else query_time
         self._catalog = FieldCatalog()
+        self._unreadable: Any = None  # the companions found missing or refused (made on first use)
         self._patterns = parse_field_patterns(settings.post_search.fields)
         self.doc_vector_field = declared_vector_field(settings)
         self._lock = threading.Lock()
@@ -62,15 +63,23 @@ class PostSearcher:
                 self._passage_source = QueryTimePassages(self._make_embedder(), self.settings)
             return self._passage_source
 
-    def _passages_for(self, client: SearchBackend) -> PassageSource:
+    def _passages_for(self, client: SearchBackend, identity: str) -> PassageSource:
         """The passage source given, else each hit index's companion chunk
         index (``chunkrag sync``) read with ``client``, falling back to
-        query-time chunking for what it does not hold."""
+        query-time chunking for what it does not hold. A companion found
+        missing or refused is remembered a while per ``identity``, so an
+        index without one costs no request to the cluster."""
         if self._injected:
             return self.passage_source
-        from search_extension.companion import CompanionsFirst
+        from search_extension.companion import CompanionsFirst, UnreadableCompanions
 
-        return CompanionsFirst(client, self.passage_source, settings=self.settings)
+        with self._lock:
+            if self._unreadable is None:
+                self._unreadable = UnreadableCompanions()
+            unreadable = self._unreadable
+        return CompanionsFirst(
+            client, self.passage_source, settings=self.settings, unreadable=unreadable, identity=identity
+        )
 
     def field_types(self, client: SearchBackend, index: str, identity: str = "") -> Mapping[str, tuple[str, ...]]:
         """The fields of ``index`` (an expression or a concrete index) as
@@ -145,7 +154,7 @@ class PostSearcher:
             options=options.post_search,
             filter_options=options.filter,
             fields_of=fields_of,
-            passage_source=self._passages_for(client),
+            passage_source=self._passages_for(client, identity),
             embedder=self._make_embedder(),
             model=model,
             judge_many=judge_many,

@@ -144,6 +144,7 @@ def search_body(es_body: Mapping[str, Any]) -> dict[str, Any]:
         # Elasticsearch 9 leaves vectors out of _source unless asked;
         # OpenSearch returns _source as stored and does not know the flag.
         body["_source"] = {key: value for key, value in source.items() if key != "exclude_vectors"}
+    body = _vectors_from_source(body)
     knn = es_body.get("knn")
     if knn is None:
         return body
@@ -152,6 +153,29 @@ def search_body(es_body: Mapping[str, Any]) -> dict[str, Any]:
         clauses = [body["query"], *clauses]
     body["query"] = clauses[0] if len(clauses) == 1 else {"bool": {"should": clauses}}
     return body
+
+
+def _vectors_from_source(body: dict[str, Any]) -> dict[str, Any]:
+    """Vectors asked as doc values in raw bytes (`schema.VECTOR_DOCVALUE`)
+    read from `_source` instead: a `knn_vector` has no such doc values."""
+    wanted = body.get("docvalue_fields")
+    if not wanted:
+        return body
+    binary = [f["field"] for f in wanted if isinstance(f, Mapping) and f.get("format") == "binary"]
+    if not binary:
+        return body
+    rest = [f for f in wanted if not (isinstance(f, Mapping) and f.get("format") == "binary")]
+    source = body.get("_source", True)
+    if source is False:
+        source = {"includes": binary}
+    elif isinstance(source, Mapping):
+        source = {
+            **source,
+            **({"includes": [*source["includes"], *binary]} if source.get("includes") else {}),
+            **({"excludes": [f for f in source["excludes"] if f not in binary]} if "excludes" in source else {}),
+        }
+    out = {key: value for key, value in body.items() if key != "docvalue_fields"}
+    return {**out, "_source": source, **({"docvalue_fields": rest} if rest else {})}
 
 
 def msearch_body(searches: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

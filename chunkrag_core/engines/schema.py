@@ -7,7 +7,11 @@ cannot disagree about a field name. Nothing here calls a cluster.
 
 from __future__ import annotations
 
+import base64
+from types import MappingProxyType
 from typing import Any, Mapping
+
+import numpy as np
 
 from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.settings import VectorIndexSettings
@@ -114,6 +118,36 @@ def scale_filter(scale: int) -> dict[str, Any]:
     return base_scale_filter() if scale == BASE_SCALE else {"term": {SCALE: scale}}
 
 
+# A hit's vector read from its doc values as raw bytes (big-endian float32,
+# base64: Elasticsearch 9.3 and later; an earlier one ignores the format and
+# answers floats): under a third of the float text `_source` carries, and
+# nothing to format on the node or to parse here. OpenSearch has no vector
+# doc values: its dialect reads `_source` instead (`opensearch_dialect`).
+VECTOR_DOCVALUE: Mapping[str, str] = MappingProxyType({"field": VECTOR, "format": "binary"})
+
+
+def vector_read() -> dict[str, Any]:
+    """The parts of a search body that bring each hit's vector (as doc
+    values, `VECTOR_DOCVALUE`) and the rest of its `_source`: the vector
+    itself is left out of `_source`. `chunk_from_hit` reads both."""
+    return {"_source": {"excludes": [VECTOR]}, "docvalue_fields": [dict(VECTOR_DOCVALUE)]}
+
+
+def hit_vector(hit: Mapping[str, Any]) -> Any:
+    """The vector of a hit: from its doc values (raw bytes in base64, or the
+    floats an engine that ignores the format answers), else its `_source`;
+    None when neither brought it."""
+    values = (hit.get("fields") or {}).get(VECTOR)
+    if values:
+        value = values[0]
+        if isinstance(value, str):
+            vector = np.frombuffer(base64.b64decode(value), dtype=">f4").astype(np.float32)
+            vector.flags.writeable = False  # as a Chunk keeps it: no second copy
+            return vector
+        return value
+    return (hit.get("_source") or {}).get(VECTOR)
+
+
 def chunk_to_source(chunk: Chunk, *, fingerprint: str, doc_chunk_count: int) -> dict[str, Any]:
     if chunk.vector is None:
         raise ValueError(f"chunk {chunk.chunk_id} has no vector")
@@ -136,8 +170,11 @@ def chunk_to_source(chunk: Chunk, *, fingerprint: str, doc_chunk_count: int) -> 
     }
 
 
-def chunk_from_hit(hit: Mapping[str, Any]) -> Chunk:
-    """A chunk from a search hit; the vector comes along when it was fetched."""
+def chunk_from_hit(
+    hit: Mapping[str, Any], *, score: float | None = None, stage_scores: Mapping[str, float] | None = None
+) -> Chunk:
+    """A chunk from a search hit; the vector comes along when it was fetched.
+    Its score is the hit's unless ``score`` is given."""
     source = hit.get("_source") or {}
     return Chunk(
         doc_id=source[DOC_ID],
@@ -149,8 +186,9 @@ def chunk_from_hit(hit: Mapping[str, Any]) -> Chunk:
         section=tuple(source.get(SECTION) or ()),
         sentence_count=int(source.get(SENTENCE_COUNT, 1)),
         metadata=source.get(METADATA) or {},
-        vector=source.get(VECTOR),
-        score=hit.get("_score"),
+        vector=hit_vector(hit),
+        score=hit.get("_score") if score is None else score,
+        stage_scores=stage_scores or {},
         header=source.get(HEADER) or "",
         lead=source.get(LEAD),
         scale=int(source.get(SCALE) or BASE_SCALE),

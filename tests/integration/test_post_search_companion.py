@@ -209,3 +209,60 @@ def test_without_the_redundancy_stage_no_vector_is_read_and_the_filter_still_run
     assert result.scored_by == "engine"
     assert result.filtered is not None and result.filtered.kept
     assert all(d.chunk.vector is None for d in result.filtered.decisions)
+
+
+# --- an index without a companion --------------------------------------------------------
+
+
+class CountingCluster:
+    """The engine, recording each search and msearch and the indices it named."""
+
+    def __init__(self, inner):
+        self.inner, self.asked = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def search(self, index, body):
+        self.asked.append(("search", index))
+        return self.inner.search(index, body)
+
+    def msearch(self, searches):
+        self.asked.append(("msearch", ",".join(sorted({header["index"] for header in searches[0::2]}))))
+        return self.inner.msearch(searches)
+
+    def index_exists(self, index):
+        self.asked.append(("index_exists", index))
+        return self.inner.index_exists(index)
+
+
+@pytest.fixture
+def unsynced(engine):
+    name = f"test-kb-no-companion-{uuid.uuid4().hex[:10]}"
+    engine.create_index(name, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": MAPPING})
+    actions = ({"_op_type": "index", "_index": name, "_id": doc_id, "_source": doc} for doc_id, doc in DOCS.items())
+    assert all(ok for ok, _ in engine.bulk(actions, chunk_size=100, max_retries=0, initial_backoff=1))
+    engine.refresh(name)
+    yield name
+    engine.delete_index(name)
+
+
+def test_without_a_companion_only_the_first_request_asks_for_it(engine, embedder, settings, unsynced):
+    """The companion's missing index answers the first request's msearch
+    (404); the searcher remembers it, so the next request goes straight to
+    query-time chunking with no request to the companion at all."""
+    fallback = CountingQueryTime(QueryTimePassages(embedder, settings))
+    searcher = PostSearcher(settings, lambda: embedder, query_time=fallback)
+    options = parse_options({"answer": False}, max_candidates=50, surface="search")
+    response = engine.search(unsynced, {"query": {"match": {"body": QUESTION}}, "size": 10})
+    companion = companion_name(unsynced)
+    for expected in ([("msearch", companion)], []):
+        cluster = CountingCluster(engine)
+        result = searcher.filter(cluster, response, QUESTION, options, identity="caller")
+        assert cluster.asked == expected
+        assert result.scored_by == "here" and result.filtered is not None and result.filtered.kept
+    assert sorted(fallback.asked) == sorted([*DOCS, *DOCS])  # both requests chunked both hits
+    # Other credentials find out for themselves.
+    cluster = CountingCluster(engine)
+    searcher.filter(cluster, response, QUESTION, options, identity="another caller")
+    assert cluster.asked == [("msearch", companion)]

@@ -34,6 +34,7 @@ def test_the_signal_searches_are_an_exact_knn_and_a_bm25_match_over_the_hits_chu
         {"index": "kb-chunkrag"},
         {
             "_source": False,
+            "stored_fields": "_none_",
             "track_total_hits": False,
             "size": 5000,
             "knn": {
@@ -48,21 +49,31 @@ def test_the_signal_searches_are_an_exact_knn_and_a_bm25_match_over_the_hits_chu
         {"index": "kb-chunkrag"},
         {
             "_source": False,
+            "stored_fields": "_none_",
             "track_total_hits": False,
             "size": 5000,
             "query": {"bool": {"filter": filters, "must": [{"match": {"text": "rotate a key"}}]}},
+            "docvalue_fields": ["doc_id", "position"],
         },
     ]
 
 
-def test_the_candidates_are_read_by_id_with_their_vectors_only_when_asked():
+def test_with_bm25_counted_here_the_knn_hits_bring_their_text_and_so_their_stored_fields():
+    (header, knn) = signal_searches("kb-chunkrag", ["kb\x1f1\x1fbody"], "q", [0.5], 10, bm25="passages")
+    assert header == {"index": "kb-chunkrag"}
+    assert knn["_source"] == {"includes": ["text"]} and "stored_fields" not in knn
+
+
+def test_the_candidates_are_read_by_id_with_their_vectors_only_when_asked_as_raw_doc_values():
     assert candidates_body(["a:0", "b:3"], with_vectors=False) == {
         "size": 2,
         "query": {"ids": {"values": ["a:0", "b:3"]}},
         "_source": {"excludes": ["vector"]},
         "track_total_hits": False,
     }
-    assert candidates_body(["a:0"], with_vectors=True)["_source"] == {"excludes": [], "exclude_vectors": False}
+    with_vectors = candidates_body(["a:0"], with_vectors=True)
+    assert with_vectors["_source"] == {"excludes": ["vector"]}
+    assert with_vectors["docvalue_fields"] == [{"field": "vector", "format": "binary"}]
 
 
 def _knn_hit(doc_id: str, position: int, score: float, fingerprint: str = "fp") -> dict:
@@ -86,6 +97,13 @@ def test_signals_join_the_knn_and_bm25_answers_by_chunk_id_and_order_chunks_by_p
         "b": [ChunkSignal("b:0", "b", 0, "fp", 0.6, 0.0)],
     }
     assert found["a"][1].cosine == pytest.approx(0.8)
+
+
+def test_without_their_id_the_chunks_are_named_by_their_doc_values():
+    knn = _answer([{k: v for k, v in _knn_hit("a", p, 0.5).items() if k != "_id"} for p in (1, 0)])
+    bm25 = _answer([{"_score": 1.5, "fields": {"doc_id": ["a"], "position": [1]}}])
+    found = signals_of([knn, bm25])
+    assert found == {"a": [ChunkSignal("a:0", "a", 0, "fp", 0.5, 0.0), ChunkSignal("a:1", "a", 1, "fp", 0.5, 1.5)]}
 
 
 def test_a_failed_search_or_a_full_page_is_not_served():

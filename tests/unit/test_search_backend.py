@@ -1,5 +1,8 @@
 """The backend seam and OpenSearch's dialect of the project's bodies, as values."""
 
+import base64
+
+import numpy as np
 import pytest
 
 from chunkrag_core.engines import SearchBackend, make_backend, schema
@@ -149,6 +152,28 @@ def test_vectors_on_request_and_collapse():
     # OpenSearch returns _source as stored; it has no exclude_vectors flag.
     assert body["_source"] == {"excludes": []}
     assert body["collapse"] == {"field": "doc_id"} and body["query"]["knn"]["vector"]["k"] == 20
+
+
+def test_vectors_asked_as_raw_doc_values_are_read_from_source_on_opensearch():
+    es_body = {"query": {"ids": {"values": ["a:0"]}}, **schema.vector_read()}
+    assert es_body["docvalue_fields"] == [{"field": "vector", "format": "binary"}]
+    # A knn_vector has no doc values: the vector comes back in _source.
+    assert osd.search_body(es_body) == {"query": {"ids": {"values": ["a:0"]}}, "_source": {"excludes": []}}
+    kept = {"_source": False, "docvalue_fields": ["doc_id", {"field": "vector", "format": "binary"}]}
+    assert osd.search_body(kept) == {"_source": {"includes": ["vector"]}, "docvalue_fields": ["doc_id"]}
+    only = {"_source": {"includes": ["text"]}, "docvalue_fields": [{"field": "vector", "format": "binary"}]}
+    assert osd.search_body(only) == {"_source": {"includes": ["text", "vector"]}}
+
+
+def test_a_hit_vector_is_read_from_raw_doc_values_floats_or_source():
+    vector = np.array([0.5, -0.25, 9.824004e-4], dtype=np.float32)
+    raw = base64.b64encode(vector.astype(">f4").tobytes()).decode()
+    assert schema.hit_vector({"fields": {"vector": [raw]}}).tolist() == vector.tolist()
+    assert schema.hit_vector({"fields": {"vector": [[0.5, -0.25]]}}) == [0.5, -0.25]
+    assert schema.hit_vector({"_source": {"vector": [0.5]}}) == [0.5]
+    assert schema.hit_vector({"_source": {}}) is None
+    source = {"doc_id": "a", "position": 0, "text": "t"}
+    assert schema.chunk_from_hit({"_source": source, "fields": {"vector": [raw]}}).vector.tolist() == vector.tolist()
 
 
 def test_retriever_bodies_have_no_opensearch_equivalent():
