@@ -144,24 +144,30 @@ class EvalReport:
             "kept_per_question": summary([q.kept for q in qs]),
             "nothing_relevant_rate": rate([q.nothing_relevant for q in qs]),
             "fallback_rate": rate([q.fallback for q in qs]),
-            "model_calls_per_question": round(sum(q.model_calls for q in qs) / len(qs), 3) if qs else None,
-            "naive_model_calls_per_question": round(sum(NAIVE_CALLS_PER_CHUNK * q.candidates for q in qs) / len(qs), 3)
-            if qs
-            else None,
-            "cached_calls_per_question": round(sum(q.cached_calls for q in qs) / len(qs), 3) if qs else None,
-            "prompt_tokens_per_question": round(sum(q.prompt_tokens for q in qs) / len(qs), 1) if qs else None,
-            "generation_calls_per_question": round(sum(q.generation_calls for q in qs) / len(qs), 3) if qs else None,
-            "generation_prompt_tokens_per_question": (
-                round(sum(q.generation_prompt_tokens for q in qs) / len(qs), 1) if qs else None
+            # Every call a question costs: the filter's and, with --generate,
+            # the answers' (also apart, in filter_* and generation_*).
+            "model_calls_per_question": per_question(qs, lambda q: q.model_calls + q.generation_calls, 3),
+            # A judge per chunk, writing the same answers.
+            "naive_model_calls_per_question": per_question(
+                qs, lambda q: NAIVE_CALLS_PER_CHUNK * q.candidates + q.generation_calls, 3
             ),
-            "generation_completion_tokens_per_question": (
-                round(sum(q.generation_completion_tokens for q in qs) / len(qs), 1) if qs else None
-            ),
+            "cached_calls_per_question": per_question(qs, lambda q: q.cached_calls, 3),
+            "prompt_tokens_per_question": per_question(qs, lambda q: q.prompt_tokens + q.generation_prompt_tokens, 1),
+            "filter_model_calls_per_question": per_question(qs, lambda q: q.model_calls, 3),
+            "filter_prompt_tokens_per_question": per_question(qs, lambda q: q.prompt_tokens, 1),
+            "generation_calls_per_question": per_question(qs, lambda q: q.generation_calls, 3),
+            "generation_prompt_tokens_per_question": per_question(qs, lambda q: q.generation_prompt_tokens, 1),
+            "generation_completion_tokens_per_question": per_question(qs, lambda q: q.generation_completion_tokens, 1),
             "seconds_per_question": summary([q.seconds for q in qs]),
             "accuracy": rate(graded),
             "graded": len(graded),
             "ingest_seconds": self.ingest_seconds,
         }
+
+
+def per_question(qs: Sequence[QuestionOutcome], count: Callable[[QuestionOutcome], int], digits: int) -> float | None:
+    """The mean of ``count`` over the questions (None for none)."""
+    return round(sum(count(q) for q in qs) / len(qs), digits) if qs else None
 
 
 def doc_id_for(dataset: str, item: EvalItem) -> str:

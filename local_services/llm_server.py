@@ -60,6 +60,14 @@ DEFAULT_RUNTIME = "llama-server"
 # together instead of queueing, each slot with its own prompt cache. The
 # context is split between slots, so each gets DEFAULT_CTX.
 DEFAULT_SLOTS = 2
+# llama-server's prompt cache (its default: on) reuses the KV entries of a
+# slot's previous prompt for the shared prefix and computes only the rest, in
+# different batch splits than a cold prompt: the same prompt then gets
+# log-probabilities a few thousandths apart, enough to flip a near-tie answer
+# at temperature 0. Off, each prompt is computed whole and one request at a
+# time repeats itself bit for bit (bench/REPORT.md); on is faster when
+# prompts share long prefixes (CHUNKRAG_LLM_PROMPT_CACHE=on).
+DEFAULT_PROMPT_CACHE = False
 STOP_GRACE_SECONDS = 30.0
 LAUNCH_TIMEOUT_SECONDS = 30.0
 FETCH_TIMEOUT_SECONDS = 1800.0
@@ -79,6 +87,17 @@ def _env_int(environ: Mapping[str, str], name: str, default: int, minimum: int, 
     return int(raw)
 
 
+def _env_switch(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise LocalServiceError(f"{name}={raw!r} is not on or off; fix or unset it")
+
+
 @dataclass(frozen=True)
 class LlmSettings(PortRunFiles):
     """Where the model and the server live, and how the server runs."""
@@ -91,6 +110,7 @@ class LlmSettings(PortRunFiles):
     ctx: int = DEFAULT_CTX
     runtime: str = DEFAULT_RUNTIME
     slots: int = DEFAULT_SLOTS
+    prompt_cache: bool = DEFAULT_PROMPT_CACHE
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> LlmSettings:
@@ -105,6 +125,7 @@ class LlmSettings(PortRunFiles):
             ctx=_env_int(env, "CHUNKRAG_LLM_CTX", DEFAULT_CTX, 512, 32768),
             runtime=runtime,
             slots=_env_int(env, "CHUNKRAG_LLM_SLOTS", DEFAULT_SLOTS, 1, 64),
+            prompt_cache=_env_switch(env, "CHUNKRAG_LLM_PROMPT_CACHE", DEFAULT_PROMPT_CACHE),
         )
 
     @property
@@ -323,9 +344,10 @@ def llama_server_args(settings: LlmSettings, binary: Path) -> list[str]:
         "--threads", str(settings.threads),
         "--threads-batch", str(settings.threads),
         # Log-probabilities come for the generated tokens only: nothing like
-        # llama-cpp-python's logits_all is needed. Slots keep their prompt
-        # cache, so a prompt sharing a prefix with the slot's last one (the
-        # same question, the same instructions) skips that prefix.
+        # llama-cpp-python's logits_all is needed. With the prompt cache on,
+        # a prompt sharing a prefix with a slot's last one skips that prefix,
+        # faster but not repeatable (DEFAULT_PROMPT_CACHE).
+        "--cache-prompt" if settings.prompt_cache else "--no-cache-prompt",
         "--no-webui",
     ]  # fmt: skip
 

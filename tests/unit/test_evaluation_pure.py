@@ -98,3 +98,56 @@ def test_the_shared_files_of_each_format_read_cleanly(shared_eval):
         assert detected == fmt and len(items) == expected and not bad, fmt
     _, bios, _ = read_items(shared_eval / "bio" / "dev.jsonl", limit=1)
     assert bios[0].question.startswith("Tell me a bio of") and ":" in bios[0].pool.split("\n\n")[0]
+
+
+def _question(n: int, *, filter_calls: int, filter_tokens: int, answer_calls: int, answer_tokens: int):
+    from chunkrag_eval.runner import QuestionOutcome
+
+    return QuestionOutcome(
+        item_id=str(n),
+        question=f"q{n}",
+        candidates=10,
+        kept=3,
+        pool_truncated=False,
+        chars_before=1000,
+        chars_after=300,
+        threshold=0.005,
+        nothing_relevant=False,
+        model_calls=filter_calls,
+        cached_calls=0,
+        prompt_tokens=filter_tokens,
+        seconds=0.1,
+        generation_calls=answer_calls,
+        generation_prompt_tokens=answer_tokens,
+        generation_completion_tokens=5 * answer_calls,
+    )
+
+
+def test_the_summary_counts_the_answers_calls_and_tokens_with_the_filters():
+    from chunkrag_eval.runner import EvalReport
+
+    questions = (
+        # The default filter (no model call) and one answer of 500 prompt tokens.
+        _question(1, filter_calls=0, filter_tokens=0, answer_calls=1, answer_tokens=500),
+        # The judge (2 calls, 900 tokens), then the answer and the all-retrieved answer.
+        _question(2, filter_calls=2, filter_tokens=900, answer_calls=2, answer_tokens=1100),
+    )
+    summary = EvalReport("popqa", questions, "", 0.0, 0).summary()
+    assert summary["model_calls_per_question"] == 2.5  # (0 + 1 + 2 + 2) / 2
+    assert summary["prompt_tokens_per_question"] == 1250.0  # (500 + 900 + 1100) / 2
+    assert summary["filter_model_calls_per_question"] == 1.0
+    assert summary["filter_prompt_tokens_per_question"] == 450.0
+    assert summary["generation_calls_per_question"] == 1.5
+    assert summary["generation_prompt_tokens_per_question"] == 800.0
+    # The naive judge (NAIVE_CALLS_PER_CHUNK = 3 calls for each of 10 candidates) writes the same answers.
+    assert summary["naive_model_calls_per_question"] == 31.5
+
+
+def test_without_answers_the_summary_counts_the_filter_alone():
+    from chunkrag_eval.runner import EvalReport
+
+    questions = (_question(1, filter_calls=3, filter_tokens=600, answer_calls=0, answer_tokens=0),)
+    summary = EvalReport("popqa", questions, "", 0.0, 0).summary()
+    assert summary["model_calls_per_question"] == summary["filter_model_calls_per_question"] == 3.0
+    assert summary["prompt_tokens_per_question"] == 600.0 and summary["naive_model_calls_per_question"] == 30.0
+    assert EvalReport("popqa", (), "", 0.0, 0).summary()["model_calls_per_question"] is None

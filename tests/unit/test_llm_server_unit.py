@@ -170,10 +170,24 @@ def test_llama_server_command_line_and_marker():
         "--parallel", "2",
         "--threads", "2",
         "--threads-batch", "2",
+        "--no-cache-prompt",
         "--no-webui",
     ]  # fmt: skip
     assert settings.cmdline_marker in " ".join(args)
     assert "--logits_all" not in args
+
+
+def test_the_prompt_cache_is_off_unless_switched_on():
+    home = {"CHUNKRAG_HOME": "/h"}
+    assert LlmSettings.from_environ(home).prompt_cache is False
+    assert LlmSettings.from_environ({**home, "CHUNKRAG_LLM_PROMPT_CACHE": " On "}).prompt_cache is True
+    assert LlmSettings.from_environ({**home, "CHUNKRAG_LLM_PROMPT_CACHE": "0"}).prompt_cache is False
+    on = LlmSettings(home=Path("/h"), prompt_cache=True)
+    assert "--cache-prompt" in llama_server_args(on, Path("/b")) and "--no-cache-prompt" not in llama_server_args(
+        on, Path("/b")
+    )
+    with pytest.raises(LocalServiceError, match="CHUNKRAG_LLM_PROMPT_CACHE"):
+        LlmSettings.from_environ({**home, "CHUNKRAG_LLM_PROMPT_CACHE": "sometimes"})
 
 
 def test_runtime_and_slots_from_the_environment():
