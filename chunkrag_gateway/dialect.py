@@ -70,16 +70,9 @@ def parse_search(body: Mapping[str, Any], *, max_candidates: int, max_query_char
     if not _is_int(size) or size < 0:
         raise OptionError(f"[size] must be a non-negative integer, got {size!r}")
     # A search client asked for hits: no answer (a model call) unless it says so.
-    options = parse_options(body["ext"]["chunkrag"], max_candidates=max_candidates, surface="search")
+    options = search_options(body, max_candidates=max_candidates)
     query = body.get("query")
-    text = options.query or query_text(query)
-    if not text or not text.strip():
-        raise OptionError(
-            "no query text: set ext.chunkrag.query, or search with a "
-            + ", ".join(TEXT_QUERIES)
-            + " query (alone or in bool.must/should)"
-        )
-    _check_length(text, max_query_chars)
+    text = _filter_text(options, query, missing="no query text", max_query_chars=max_query_chars)
     return ChunkragSearch(text, query_filters(query), size, _candidates(options, size, max_candidates), options)
 
 
@@ -92,6 +85,20 @@ class PostSearch:
     text: str
     body: Mapping[str, Any]
     options: ChunkragOptions
+
+
+def _filter_text(options: ChunkragOptions, query: Any, *, missing: str, max_query_chars: int | None) -> str:
+    """The text the filter judges with: ``ext.chunkrag.query``, else the
+    text of the caller's query; a 400 naming what to set when neither has any."""
+    text = options.query or query_text(query)
+    if not text or not text.strip():
+        raise OptionError(
+            f"{missing}: set ext.chunkrag.query, or search with a "
+            + ", ".join(TEXT_QUERIES)
+            + " query (alone or in bool.must/should)"
+        )
+    _check_length(text, max_query_chars)
+    return text
 
 
 def search_options(body: Mapping[str, Any], *, max_candidates: int) -> ChunkragOptions:
@@ -114,14 +121,9 @@ def parse_post_search(
             f"post-search splits at most {MAX_POST_SEARCH_HITS} hits into passages, got [size] {size}; "
             "page with from/search_after instead"
         )
-    text = options.query or query_text(body.get("query"))
-    if not text or not text.strip():
-        raise OptionError(
-            "no query text for the filter: set ext.chunkrag.query, or search with a "
-            + ", ".join(TEXT_QUERIES)
-            + " query (alone or in bool.must/should)"
-        )
-    _check_length(text, max_query_chars)
+    text = _filter_text(
+        options, body.get("query"), missing="no query text for the filter", max_query_chars=max_query_chars
+    )
     return PostSearch(text, {key: value for key, value in body.items() if key != "ext"}, options)
 
 
