@@ -13,11 +13,12 @@ module's `process(settings)`: up, down, status, wait and logs come from there.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from local_services import cluster, elasticsearch_node, llm_server, opensearch_node, redis_server
+from local_services import cluster, distributions, llm_server, redis_server
 from local_services.elasticsearch_node import ElasticsearchSettings
 from local_services.llm_server import LlmSettings
 from local_services.managed import DEFAULT_WAIT_SECONDS, ManagedProcess
@@ -68,8 +69,7 @@ class _ClusterService:
 Service = ManagedProcess | _ClusterService
 # Each service's managed process, from the environment's settings.
 _SERVICES: dict[str, Callable[[], ManagedProcess]] = {
-    "elasticsearch": lambda: elasticsearch_node.process(ElasticsearchSettings.from_environ()),
-    "opensearch": lambda: opensearch_node.process(OpenSearchSettings.from_environ()),
+    **{engine: functools.partial(distributions.single_node, engine) for engine in distributions.ENGINES},
     "redis": lambda: redis_server.process(RedisSettings.from_environ()),
     "llm": lambda: llm_server.process(LlmSettings.from_environ()),
 }
@@ -82,7 +82,7 @@ def _services(names: tuple[str, ...], order: tuple[str, ...], nodes: int = 1) ->
     if nodes > 1:
         return [
             (name, _ClusterService(cluster.LocalCluster.from_environ(name, nodes)))
-            if name in cluster.ENGINES
+            if name in distributions.ENGINES
             else (name, _SERVICES[name]())
             for name in order
             if name in names

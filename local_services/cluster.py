@@ -38,11 +38,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 from chunkrag_core.engines.profile import profile_for
 from chunkrag_core.settings import state_home
-from local_services import elasticsearch_node, opensearch_node
+from local_services.distributions import distribution
 from local_services.jvm_node import ClusterMember, cluster_health
 from local_services.managed import ManagedProcess
 from local_services.process import (
@@ -55,10 +54,6 @@ from local_services.process import (
     print_line,
 )
 
-ENGINES = ("elasticsearch", "opensearch")
-# A cluster's first HTTP port per engine: clear of the single nodes' ports.
-DEFAULT_FIRST_PORT = {"elasticsearch": 9250, "opensearch": 9270}
-PORT_VARIABLE = {"elasticsearch": "CHUNKRAG_ES_CLUSTER_PORT", "opensearch": "CHUNKRAG_OPENSEARCH_CLUSTER_PORT"}
 HEAP_VARIABLE = "CHUNKRAG_CLUSTER_HEAP"
 # Per node: three nodes of 512 MB fit beside everything else on a shared
 # 24 GB machine, and hold a test corpus of tens of thousands of chunks.
@@ -68,19 +63,6 @@ PORTS_PER_NODE = 2
 MAX_NODES = 9
 DEFAULT_WAIT_SECONDS = 300.0
 _HEAP_PATTERN = re.compile(r"^\d+[kmgKMG]?$")
-
-
-def _module(engine: str) -> ModuleType:
-    if engine not in ENGINES:
-        raise LocalServiceError(f"unknown cluster engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    return elasticsearch_node if engine == "elasticsearch" else opensearch_node
-
-
-def _settings_class(engine: str):
-    _module(engine)
-    if engine == "elasticsearch":
-        return elasticsearch_node.ElasticsearchSettings
-    return opensearch_node.OpenSearchSettings
 
 
 @dataclass(frozen=True)
@@ -95,7 +77,7 @@ class LocalCluster:
     heap: str = DEFAULT_HEAP
 
     def __post_init__(self) -> None:
-        _module(self.engine)
+        distribution(self.engine)
         if not 2 <= self.nodes <= MAX_NODES:
             raise LocalServiceError(f"a local cluster has 2 to {MAX_NODES} nodes, not {self.nodes}")
         if not _HEAP_PATTERN.match(self.heap):
@@ -106,10 +88,11 @@ class LocalCluster:
     @classmethod
     def from_environ(cls, engine: str, nodes: int = 3, environ: Mapping[str, str] | None = None) -> LocalCluster:
         env = os.environ if environ is None else environ
+        settings = distribution(engine).settings
         return cls(
             engine=engine,
             home=state_home(env),
-            first_port=env_port(env, PORT_VARIABLE[engine], DEFAULT_FIRST_PORT[engine]),
+            first_port=env_port(env, settings.CLUSTER_PORT_VARIABLE, settings.CLUSTER_FIRST_PORT),
             nodes=nodes,
             heap=env.get(HEAP_VARIABLE, "").strip() or DEFAULT_HEAP,
         )
@@ -120,7 +103,7 @@ class LocalCluster:
         left under ``home`` (its data belongs to another cluster), for tests
         and benchmarks that may run beside another on the same machine. It
         leaves a run dir per node: `remove` them once the cluster is down."""
-        run_name = _settings_class(engine).RUN_NAME
+        run_name = distribution(engine).settings.RUN_NAME
         first = free_port_block(
             PORTS_PER_NODE * nodes, taken=lambda port: (home / "run" / f"{run_name}-{port}").exists()
         )
@@ -141,7 +124,7 @@ class LocalCluster:
 
     def member(self, node: int):
         """The node's settings (an ElasticsearchSettings or OpenSearchSettings)."""
-        settings_class = _settings_class(self.engine)
+        settings_class = distribution(self.engine).settings
         membership = ClusterMember(
             cluster_name=self.name,
             node_name=self.node_name(node),
@@ -227,7 +210,7 @@ def status(cluster: LocalCluster, log: Log = print_line) -> list[ServiceStatus]:
 
 def node_process(cluster: LocalCluster, node: int) -> ManagedProcess:
     """One node as the managed process every local service is."""
-    return _module(cluster.engine).process(cluster.member(node))
+    return distribution(cluster.engine).process(cluster.member(node))
 
 
 def node_pid(cluster: LocalCluster, node: int) -> int | None:

@@ -103,6 +103,10 @@ class JvmRunFiles:
     PORT_VARIABLE: ClassVar[str]  # "CHUNKRAG_ES_PORT"
     HEAP_VARIABLE: ClassVar[str]  # "CHUNKRAG_ES_HEAP"
     URL_VARIABLE: ClassVar[str]  # "ES_URL": an external cluster, never started here
+    # A multi-node cluster on loopback (cluster.py): its block's first port
+    # by default, and the variable that moves it.
+    CLUSTER_FIRST_PORT: ClassVar[int]  # 9250
+    CLUSTER_PORT_VARIABLE: ClassVar[str]  # "CHUNKRAG_ES_CLUSTER_PORT"
     run_dir: Path
     home: Path
     port: int

@@ -5,8 +5,8 @@ module elsewhere branches on an engine's name. It asks the engine's profile
 Read from the source (not imported): comparisons with an engine's name
 (``== "opensearch"``, ``in ("elasticsearch", ...)``), any comparison of
 ``search_backend``, dictionaries keyed by engine names, ``case "opensearch":``.
-The local services are left out: they download and start each distribution
-by name."""
+The local services included: they find each distribution's node through
+``local_services/distributions.py``, keyed by the name it runs under."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from chunkrag_core.engines.profile import PROFILES, SEARCH_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 # Where engine names are the subject itself.
-ALLOWED = (Path("chunkrag_core", "engines"), Path("local_services"))
+ALLOWED = (Path("chunkrag_core", "engines"),)
 NAMES = frozenset(SEARCH_BACKENDS)
 
 
