@@ -7,7 +7,6 @@ bool filters, _source filtering). The default filter needs no model."""
 from __future__ import annotations
 
 import dataclasses
-import uuid
 
 import pytest
 
@@ -15,6 +14,7 @@ from chunkrag_cli.main import main as chunkrag
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_gateway import create_app
 from chunkrag_gateway.server import serve_in_thread as serving
+from tests.support.plain_index import plain_index
 from tests.support.scripted_openai import ScriptedOpenAI, completion
 
 pytestmark = pytest.mark.integration
@@ -70,13 +70,8 @@ NO_ANSWER = {"chunkrag": {"answer": False}}
 
 @pytest.fixture(scope="module")
 def kb(engine):
-    name = f"test-kb-existing-{uuid.uuid4().hex[:10]}"
-    engine.create_index(name, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": MAPPING})
-    actions = ({"_op_type": "index", "_index": name, "_id": doc_id, "_source": doc} for doc_id, doc in DOCS.items())
-    assert all(ok for ok, _ in engine.bulk(actions, chunk_size=100, max_retries=0, initial_backoff=1))
-    engine.refresh(name)
-    yield name
-    engine.delete_index(name)
+    with plain_index(engine, "test-kb-existing", MAPPING, DOCS) as name:
+        yield name
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,13 @@ fingerprint), so a companion never serves text the caller's hit does not show.""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from ingest_pipeline.sync import companion_name, sync_index
 from search_extension.options import parse_options
 from search_extension.passages import QueryTimePassages
 from search_extension.post_searcher import PostSearcher
+from tests.support.plain_index import plain_index
 
 pytestmark = pytest.mark.integration
 
@@ -47,16 +46,13 @@ class CountingQueryTime:
 
 @pytest.fixture
 def synced(engine, embedder, settings):
-    name = f"test-kb-companion-{uuid.uuid4().hex[:10]}"
-    engine.create_index(name, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": MAPPING})
-    actions = ({"_op_type": "index", "_index": name, "_id": doc_id, "_source": doc} for doc_id, doc in DOCS.items())
-    assert all(ok for ok, _ in engine.bulk(actions, chunk_size=100, max_retries=0, initial_backoff=1))
-    engine.refresh(name)
-    report = sync_index(name, client=engine, embedder=embedder, settings=settings)
-    assert report.complete and not report.errors
-    yield name
-    engine.delete_index(name)
-    engine.delete_index(companion_name(name))
+    with plain_index(engine, "test-kb-companion", MAPPING, DOCS) as name:
+        try:
+            report = sync_index(name, client=engine, embedder=embedder, settings=settings)
+            assert report.complete and not report.errors
+            yield name
+        finally:
+            engine.delete_index(companion_name(name))
 
 
 def _filtered(engine, embedder, settings, index):
@@ -109,19 +105,14 @@ def synced_articles(engine, embedder, settings):
     from bench.post_search_bench import documents
 
     docs = documents(7)[:6]
-    name = f"test-kb-companion-scored-{uuid.uuid4().hex[:10]}"
-    engine.create_index(name, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": MAPPING})
-    actions = (
-        {"_op_type": "index", "_index": name, "_id": d["id"], "_source": {"title": d["title"], "body": d["body"]}}
-        for d in docs
-    )
-    assert all(ok for ok, _ in engine.bulk(actions, chunk_size=100, max_retries=0, initial_backoff=1))
-    engine.refresh(name)
-    assert sync_index(name, client=engine, embedder=embedder, settings=settings).complete
-    questions = [q for d in docs for q, _answers in d["questions"][:1]]
-    yield name, questions
-    engine.delete_index(name)
-    engine.delete_index(companion_name(name))
+    sources = {d["id"]: {"title": d["title"], "body": d["body"]} for d in docs}
+    with plain_index(engine, "test-kb-companion-scored", MAPPING, sources) as name:
+        try:
+            assert sync_index(name, client=engine, embedder=embedder, settings=settings).complete
+            questions = [q for d in docs for q, _answers in d["questions"][:1]]
+            yield name, questions
+        finally:
+            engine.delete_index(companion_name(name))
 
 
 def _both_ways(engine, embedder, settings, index, question, bm25):
@@ -238,13 +229,8 @@ class CountingCluster:
 
 @pytest.fixture
 def unsynced(engine):
-    name = f"test-kb-no-companion-{uuid.uuid4().hex[:10]}"
-    engine.create_index(name, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": MAPPING})
-    actions = ({"_op_type": "index", "_index": name, "_id": doc_id, "_source": doc} for doc_id, doc in DOCS.items())
-    assert all(ok for ok, _ in engine.bulk(actions, chunk_size=100, max_retries=0, initial_backoff=1))
-    engine.refresh(name)
-    yield name
-    engine.delete_index(name)
+    with plain_index(engine, "test-kb-no-companion", MAPPING, DOCS) as name:
+        yield name
 
 
 def test_without_a_companion_only_the_first_request_asks_for_it(engine, embedder, settings, unsynced):
