@@ -4,8 +4,8 @@ made. The one place in the local services that knows which engines exist."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 from local_services import elasticsearch_node, opensearch_node
 from local_services.managed import ManagedProcess
@@ -14,19 +14,23 @@ from local_services.process import LocalServiceError
 
 @dataclass(frozen=True)
 class Distribution:
-    """One engine's node: its settings class (ports, variables, run name)
-    and how its managed process is made from those settings."""
+    """One engine's node: its module (``process(settings)``, the managed
+    process) and its settings class (ports, variables, run name)."""
 
+    module: ModuleType
     settings: type[elasticsearch_node.ElasticsearchSettings] | type[opensearch_node.OpenSearchSettings]
-    process: Callable[..., ManagedProcess]
+
+    def process(self, settings) -> ManagedProcess:
+        # Looked up on the module at each call, as a module-level function is.
+        return self.module.process(settings)
 
 
 # Each engine's node, by the name it runs under (its settings' RUN_NAME).
 _DISTRIBUTIONS: dict[str, Distribution] = {
     known.settings.RUN_NAME: known
     for known in (
-        Distribution(elasticsearch_node.ElasticsearchSettings, elasticsearch_node.process),
-        Distribution(opensearch_node.OpenSearchSettings, opensearch_node.process),
+        Distribution(elasticsearch_node, elasticsearch_node.ElasticsearchSettings),
+        Distribution(opensearch_node, opensearch_node.OpenSearchSettings),
     )
 }
 ENGINES = tuple(_DISTRIBUTIONS)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from local_services import cli, llama_build, llm_server
+from local_services import cli, elasticsearch_node, llama_build, llm_server, opensearch_node
 from local_services.llm_server import (
     MODEL_ALIAS,
     MODEL_FILE,
@@ -304,8 +304,8 @@ class _Recorder:
 def _record_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     for module, name in (
-        (cli.elasticsearch_node, "elasticsearch"),
-        (cli.opensearch_node, "opensearch"),
+        (elasticsearch_node, "elasticsearch"),
+        (opensearch_node, "opensearch"),
         (cli.redis_server, "redis"),
         (cli.llm_server, "llm"),
     ):
