@@ -15,8 +15,9 @@ copy half-way); each makes its own parts (clients, embedder, model) from the
 settings it was started with, so a search sends only the request's own
 small values (text, options, filters, the caller with any derived key
 already bound, the trace) and gets back the result without the chunks'
-vectors. A process that dies fails the searches then running in the pool
-with 503, and the next search starts a fresh pool.
+vectors. A process that dies while searching fails the searches then
+running in the pool with 503; the next search (or, when it died idle, this
+one) starts a fresh pool.
 """
 
 from __future__ import annotations
@@ -151,11 +152,18 @@ class FilterProcesses:
     def run(self, function: Callable[..., Any], *args: Any) -> Any:
         """Blocking: ``function(*args)`` in one of the processes (a
         module-level function, its arguments and result pickled). A process
-        that dies fails what the pool was running with 503 and leaves a
-        fresh pool to the next call."""
+        that died while idle costs nothing: a fresh pool takes the call. One
+        that dies while searching fails what the pool was running with 503,
+        and leaves a fresh pool to the next call."""
         pool = self._current()
         try:
-            return pool.submit(function, *args).result()
+            future = pool.submit(function, *args)
+        except BrokenProcessPool:  # broken before this call: nothing of it ran
+            self._drop(pool)
+            pool = self._current()
+            future = pool.submit(function, *args)
+        try:
+            return future.result()
         except BrokenProcessPool as exc:
             self._drop(pool)
             raise errors.unavailable(
@@ -210,3 +218,6 @@ class FilterProcesses:
             if process.is_alive():
                 log.warning("a filter process still ran a search at the gateway's end: stopped")
                 process.terminate()
+                process.join(CLOSE_GRACE_S)
+                if process.is_alive():
+                    process.kill()

@@ -5,6 +5,8 @@ answering by prompt content."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import socket
 import time
 import uuid
@@ -215,7 +217,11 @@ def test_filter_processes_answer_as_the_gateways_threads(settings, gateway, inde
             json={"index": index, "question": QUESTION, "options": {"candidates": 4, **JUDGE}},
             timeout=120,
         )
-        assert len(app.state.filter_processes.pids()) == 1
+        (process,) = app.state.filter_processes.pids()
+        os.kill(process, signal.SIGKILL)  # idle: the next search goes to a fresh process
+        again = httpx.post(f"{processes}/{index}/_search", json=body, timeout=120)
+        assert again.status_code == 200 and ids(again.json()) == ids(in_process.json()), again.text
+        assert app.state.filter_processes.pids() not in ((), (process,))
     in_threads = httpx.post(f"{gateway}/{index}/_search", json=body, timeout=30)
     assert in_process.status_code == in_threads.status_code == 200, in_process.text
     assert ids(in_process.json()) == ids(in_threads.json()) and ids(in_process.json())[0] == "tokyo:0"

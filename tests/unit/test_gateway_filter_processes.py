@@ -142,6 +142,20 @@ def test_a_process_that_dies_is_a_503_and_the_next_search_gets_a_fresh_pool():
         processes.close()
 
 
+def test_a_process_that_died_while_idle_costs_the_next_search_nothing():
+    processes = FilterProcesses(Settings(), 1, 0)
+    try:
+        first = processes.run(os.getpid)
+        pool = processes._pool
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not getattr(pool, "_broken", False) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the pool has seen it
+        assert processes.run(os.getpid) not in (first, None)
+    finally:
+        processes.close()
+
+
 def test_searches_running_when_a_process_is_killed_get_503_rather_than_hang():
     processes = FilterProcesses(Settings(), 2, 0)
     try:
