@@ -299,6 +299,15 @@ class GatewaySettings:
     # latency sevenfold.
     max_filtered_per_caller: int = 2
     retry_after_s: int = 5
+    # True: filtered searches (ext.chunkrag, /v1/ask) run in max_filtered
+    # processes of their own (started with the first searches, each with its
+    # own clients and embedder, 276 MB each measured) at filter_nice lower CPU
+    # priority, so their Python work never holds the interpreter lock the
+    # event loop serving every other request needs. Off by default: the
+    # memory is certain, the gain not yet measured on a quiet machine
+    # (bench/REPORT.md, fairness).
+    filter_processes: bool = False
+    filter_nice: int = 10
     # Requests per second per caller (API key, or Authorization, or client
     # address), with bursts of rate_burst; 0 turns the limit off.
     rate_per_s: float = 0.0

@@ -44,6 +44,7 @@ from chunkrag_gateway.dialect import (
     search_response,
 )
 from chunkrag_gateway.edges import Edges, JudgeManyFactory
+from chunkrag_gateway.filter_processes import FilterProcesses, check_niceness
 from chunkrag_gateway.guard import Guard
 from chunkrag_gateway.identity import (
     REFUSAL_WORDS,
@@ -116,6 +117,17 @@ def create_app(
         shared_redis=shared,
         passage_source=passage_source,
     )
+    # Filtered searches in processes of their own when asked for, unless
+    # parts were handed in: those live in this process, so the searches
+    # run in its threads. The processes start with the first searches.
+    check_niceness(limits.filter_nice)
+    handed_in = any(part is not None for part in (es, model, embedder, judge_many_factory))
+    processes = (
+        FilterProcesses(settings, limits.max_filtered, limits.filter_nice)
+        if limits.filter_processes and not handed_in
+        else None
+    )
+    asking = processes.ask if processes is not None else edges.ask
     metrics = telemetry.GatewayMetrics()
     metrics.watch(telemetry.LiveState(queue, **edges.live_probes()))
 
@@ -139,6 +151,8 @@ def create_app(
                 served.server_close()
             if shared is not None:
                 await shared.aclose()
+            if processes is not None:
+                await anyio.to_thread.run_sync(processes.close)
             await edges.aclose()
 
     # /docs would shadow an index named "docs": Swagger UI lives under /v1.
@@ -160,6 +174,7 @@ def create_app(
         ),
     )
     app.state.edges = edges
+    app.state.filter_processes = processes
     app.state.metrics = metrics
     app.openapi = functools.partial(gateway_openapi, app)
     # The last added runs first: the size limit guards everything, then the
@@ -215,7 +230,7 @@ def create_app(
             max_query_chars=limits.max_query_chars,
         )
         async with per_caller.slot(caller.identity):
-            result = await _call(edges, queue, request.index, decoded, caller)
+            result = await _call(edges, queue, request.index, decoded, caller, asking)
         telemetry.note(http.scope, result=result)
         payload = ask_response(result, index=request.index)
         return {**payload, "shards": _shards_shown(payload["shards"], caller)}
@@ -256,7 +271,7 @@ def create_app(
         started = time.perf_counter()
         parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
         async with per_caller.slot(caller.identity):
-            result = await _call(edges, queue, index, parsed, caller)
+            result = await _call(edges, queue, index, parsed, caller, asking)
         telemetry.note(request.scope, result=result)
         took_ms = (time.perf_counter() - started) * 1000
         payload = search_response(
@@ -283,15 +298,16 @@ def _caller(request: Request) -> Caller:
     return getattr(request.state, "caller", None) or Caller()
 
 
-async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: ChunkragSearch, caller: Caller):
-    """The library call (``Edges.ask``), see :func:`_run`."""
+async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: ChunkragSearch, caller: Caller, asking):
+    """The library call (``asking``: ``Edges.ask``, or ``FilterProcesses.ask``
+    which runs it in a filter process), see :func:`_run`."""
     return await _run(
         edges,
         queue,
         decoded.options,
         caller,
         functools.partial(
-            edges.ask, index, decoded.text, decoded.options, filters=decoded.filters, candidates=decoded.candidates
+            asking, index, decoded.text, decoded.options, filters=decoded.filters, candidates=decoded.candidates
         ),
     )
 

@@ -221,14 +221,16 @@ class Edges:
         filters: Sequence[Mapping[str, Any]] = (),
         candidates: int,
         caller: Caller = Caller(),
+        trace_headers: Mapping[str, str] | None = None,
     ) -> AskResult:
         """Blocking: run from a worker thread. Every cluster request goes with
         ``caller``'s credentials, so the model judges only what that caller's
-        search returned."""
+        search returned. ``trace_headers``: the request's trace, when the
+        search runs in a filter process (``filter_processes.py``)."""
         from search_extension.retriever import HybridRetriever
 
         es = es_for(self.es, caller)
-        if traced := tracing.headers():
+        if traced := (trace_headers if trace_headers is not None else tracing.headers()):
             es = es.with_headers(traced)  # the cluster's own trace, if it keeps one, joins ours
         # The probe reads cluster stats: a derived key (service mode) has no
         # cluster privilege, so there it runs with the gateway's own client.

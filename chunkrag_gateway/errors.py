@@ -33,6 +33,16 @@ class GatewayError(Exception):
         # Retry-After on a 429, WWW-Authenticate on a 401.
         self.headers = dict(headers or {})
 
+    def __reduce__(self):
+        # Pickled whole (a filtered search's error crosses from its filter
+        # process, filter_processes.py): the default would call the class
+        # with the reason alone.
+        return _restored, (self.status, self.type, self.reason, self.body, self.headers)
+
+
+def _restored(status: int, type_: str, reason: str, body, headers) -> GatewayError:
+    return GatewayError(status, type_, reason, body=body, headers=headers)
+
 
 def error_body(status: int, type_: str, reason: str) -> dict[str, Any]:
     cause = {"type": type_, "reason": reason}

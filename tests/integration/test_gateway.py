@@ -5,6 +5,8 @@ answering by prompt content."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import socket
 import time
 import uuid
@@ -194,6 +196,40 @@ def test_ask_endpoint(gateway, index):
     assert len(body["chunks"]) == 4 and all(not c["kept"] for c in body["chunks"][1:])
     # One listwise batch judges the four candidates (in each order); one call writes the answer.
     assert body["usage"]["model_calls"] == JUDGED.scoring.orders + 1 and body["threshold"]["value"] > 0
+
+
+def test_filter_processes_answer_as_the_gateways_threads(settings, gateway, index, model_server):
+    """The same filtered search and /v1/ask through a gateway whose filtered
+    searches run in filter processes (nothing handed in: each process makes
+    its own parts from the settings, here pointed at the scripted model)."""
+    scripted = dataclasses.replace(
+        own_cache(settings),
+        chat=dataclasses.replace(settings.chat, model="scripted", base_url=model_server.base_url, timeout_s=10),
+        workers=dataclasses.replace(settings.workers, judge="threads"),
+        gateway=dataclasses.replace(settings.gateway, filter_processes=True, max_filtered=1),
+    )
+    body = {"query": {"match": {"text": QUESTION}}, "size": 3, "ext": {"chunkrag": {"candidates": 4, **JUDGE}}}
+    app = create_app(scripted)
+    with serving(app) as processes:
+        in_process = httpx.post(f"{processes}/{index}/_search", json=body, timeout=120)
+        asked = httpx.post(
+            f"{processes}/v1/ask",
+            json={"index": index, "question": QUESTION, "options": {"candidates": 4, **JUDGE}},
+            timeout=120,
+        )
+        (process,) = app.state.filter_processes.pids()
+        os.kill(process, signal.SIGKILL)  # idle: the next search goes to a fresh process
+        again = httpx.post(f"{processes}/{index}/_search", json=body, timeout=120)
+        assert again.status_code == 200 and ids(again.json()) == ids(in_process.json()), again.text
+        assert app.state.filter_processes.pids() not in ((), (process,))
+    in_threads = httpx.post(f"{gateway}/{index}/_search", json=body, timeout=30)
+    assert in_process.status_code == in_threads.status_code == 200, in_process.text
+    assert ids(in_process.json()) == ids(in_threads.json()) and ids(in_process.json())[0] == "tokyo:0"
+    assert [hit["_chunkrag"] for hit in in_process.json()["hits"]["hits"]] == [
+        hit["_chunkrag"] for hit in in_threads.json()["hits"]["hits"]
+    ]
+    assert asked.status_code == 200 and asked.json()["citations"] == ["tokyo:0"], asked.text
+    assert app.state.filter_processes.pids() == ()  # ended with the gateway
 
 
 def test_health_and_openapi(gateway):

@@ -1,0 +1,223 @@
+"""Filtered searches (``Edges.ask``) in processes of their own, at a lower
+CPU priority than the gateway's (``CHUNKRAG_GATEWAY_FILTER_PROCESSES``).
+
+In the gateway's own threads, a filtered search's Python work (decoding the
+candidates and their vectors, building the chunk records, ensembling, the
+filter) holds the interpreter's lock, and the event loop serving every other
+request waits for it at each step of each request. In a process of its own
+the search holds only that process's lock, and with its priority lowered
+(``nice``) the operating system runs the event loop first whenever both want
+a core.
+
+The processes start on demand, one per filtered search running at once up
+to ``max_filtered`` (spawned: the gateway has threads, which a fork would
+copy half-way); each makes its own parts (clients, embedder, model) from the
+settings it was started with, so a search sends only the request's own
+small values (text, options, filters, the caller with any derived key
+already bound, the trace) and gets back the result without the chunks'
+vectors. A process that dies while searching fails the searches then
+running in the pool with 503; the next search (or, when it died idle, this
+one) starts a fresh pool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from concurrent.futures import CancelledError, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.reduction import ForkingPickler
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence
+
+from chunkrag_core import tracing
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.settings import Settings
+from chunkrag_gateway import errors
+
+log = logging.getLogger("chunkrag.gateway")
+
+# How often a filter process looks whether its gateway still runs (seconds):
+# a gateway killed outright cannot stop them, and they would wait for work
+# forever.
+PARENT_CHECK_S = 2.0
+# At the gateway's end, how long idle processes get to end on their own
+# (their spans exported) before those still running an abandoned search are
+# stopped (seconds).
+CLOSE_GRACE_S = 2.0
+# The niceness the operating system accepts.
+NICE_RANGE = range(0, 20)
+
+# This process's Edges, when it is a filter process.
+_edges = None
+
+
+def check_niceness(nice: int) -> None:
+    if nice not in NICE_RANGE:
+        raise ValueError(f"CHUNKRAG_GATEWAY_FILTER_NICE must be 0 to 19, got {nice}")
+
+
+def _read_only(contents: dict) -> MappingProxyType:
+    return MappingProxyType(contents)
+
+
+def _chunk(fields: dict[str, Any]) -> Chunk:
+    return Chunk(**fields)
+
+
+def _records_travel() -> None:
+    """The records hold read-only mappings (MappingProxyType), which pickle
+    does not take: between these processes they travel as their contents.
+    Registered with multiprocessing's own pickler, in both processes."""
+    ForkingPickler.register(MappingProxyType, lambda proxy: (_read_only, (dict(proxy),)))
+
+
+def _chunks_travel_without_vectors() -> None:
+    """In a filter process: a chunk goes back without its vector (1.5 kB
+    each, hundreds per search with ensembling), which no response shows."""
+    names = tuple(field.name for field in dataclasses.fields(Chunk) if field.name != "vector")
+    ForkingPickler.register(Chunk, lambda chunk: (_chunk, ({name: getattr(chunk, name) for name in names},)))
+
+
+def _start(settings: Settings, nice: int, gateway_pid: int) -> None:
+    """Each process's first step: lower its priority (threads it starts
+    later, onnxruntime's and the judge's, inherit it), continue the
+    gateway's tracing, and watch for the gateway's end."""
+    global _edges
+    _records_travel()
+    _chunks_travel_without_vectors()
+    threading.Thread(target=_end_with, args=(gateway_pid,), daemon=True, name="chunkrag-filter-watch").start()
+    if nice:
+        os.nice(nice)
+    tracing.configure_from_env(service_name="chunkrag-gateway")
+    from chunkrag_gateway.edges import Edges
+
+    _edges = Edges(settings)  # its parts are made on first use, as the gateway's are
+
+
+def _end_with(gateway_pid: int) -> None:
+    while os.getppid() == gateway_pid:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
+
+
+def _ask(index: str, text: str, options, filters, candidates: int, caller, trace_headers: dict[str, str]):
+    """``Edges.ask`` in a filter process. The request's trace goes on here:
+    this span, under the request's, holds the search's own. Every failure
+    goes back as the gateway's error (the library's exceptions need not
+    survive a pickle)."""
+    with tracing.span("filtered search", parent=tracing.extract(trace_headers)):
+        try:
+            return _edges.ask(
+                index,
+                text,
+                options,
+                filters=filters,
+                candidates=candidates,
+                caller=caller,
+                trace_headers=tracing.headers() or trace_headers,
+            )
+        except Exception as exc:  # noqa: BLE001 - each becomes the status the gateway would answer
+            raise errors.from_exception(exc) from None
+
+
+class FilterProcesses:
+    """Up to ``processes`` filtered searches at once, each in one of as many
+    processes at ``nice`` lower priority; more wait for one of them."""
+
+    def __init__(self, settings: Settings, processes: int, nice: int):
+        if processes < 1:
+            raise ValueError(f"CHUNKRAG_GATEWAY_MAX_FILTERED must be at least 1, got {processes}")
+        check_niceness(nice)
+        self.settings, self.processes, self.nice = settings, processes, nice
+        self._pool: ProcessPoolExecutor | None = None  # made on the first search
+        self._lock = threading.Lock()  # searches arrive on worker threads
+
+    def _current(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                _records_travel()
+                self._pool = ProcessPoolExecutor(
+                    self.processes,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_start,
+                    initargs=(self.settings, self.nice, os.getpid()),
+                )
+            return self._pool
+
+    def run(self, function: Callable[..., Any], *args: Any) -> Any:
+        """Blocking: ``function(*args)`` in one of the processes (a
+        module-level function, its arguments and result pickled). A process
+        that died while idle costs nothing: a fresh pool takes the call. One
+        that dies while searching fails what the pool was running with 503,
+        and leaves a fresh pool to the next call."""
+        pool = self._current()
+        try:
+            future = pool.submit(function, *args)
+        except BrokenProcessPool:  # broken before this call: nothing of it ran
+            self._drop(pool)
+            pool = self._current()
+            future = pool.submit(function, *args)
+        try:
+            return future.result()
+        except BrokenProcessPool as exc:
+            self._drop(pool)
+            raise errors.unavailable(
+                "a filter process ended before answering; try again", detail=f"{exc}: {exc.__cause__ or ''}"
+            ) from None
+        except CancelledError:  # still waiting for a process when the gateway closed
+            raise errors.unavailable("the gateway is stopping") from None
+
+    def ask(
+        self,
+        index: str,
+        text: str,
+        options,
+        *,
+        filters: Sequence[Mapping[str, Any]] = (),
+        candidates: int,
+        caller,
+    ):
+        """Blocking, as ``Edges.ask``, whose place it takes."""
+        traced = tracing.headers()  # the request's trace, which the process continues
+        return self.run(_ask, index, text, options, tuple(filters), candidates, caller, traced)
+
+    def _drop(self, broken: ProcessPoolExecutor) -> None:
+        """The pool that broke, unless another search already replaced it
+        (its processes were stopped by the pool itself)."""
+        with self._lock:
+            if self._pool is broken:
+                self._pool = None
+        broken.shutdown(wait=False, cancel_futures=True)
+
+    def pids(self) -> tuple[int, ...]:
+        """The processes running now (none before the first search)."""
+        with self._lock:
+            pool = self._pool
+        # No public handle on a pool's processes before Python 3.14.
+        return tuple((getattr(pool, "_processes", None) or {}).keys()) if pool is not None else ()
+
+    def close(self) -> None:
+        """At the server's end, once its requests are answered: idle
+        processes end on their own; one still running after CLOSE_GRACE_S
+        holds a search abandoned past its deadline and is stopped (the
+        interpreter's exit would wait for it)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        running = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + CLOSE_GRACE_S
+        for process in running:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                log.warning("a filter process still ran a search at the gateway's end: stopped")
+                process.terminate()
+                process.join(CLOSE_GRACE_S)
+                if process.is_alive():
+                    process.kill()
