@@ -29,6 +29,14 @@ search and the field listing, cached per index, are not in the figures):
   none; what the companion path keeps is compared with the warm path's
   (the same chunks, scored here).
 
+- preselect (``--preselect 0,32,...``): query-time passages made of each
+  field's best N sentences by BM25 (0: every sentence), each N cold on the
+  first ``--cold`` queries (a new source, the N in turn, their order
+  rotated on each query so that they share the load) with the texts the
+  model embedded, and on every query for what is kept (from sources that
+  share the sentences' vectors, which do not depend on what is embedded
+  with them).
+
 With the default filter (calibrated, no model call) it records the added
 milliseconds (p50 / p95), the share of questions whose answer (any gold
 answer, case-insensitive) is in the kept passages of the gold hit, and the
@@ -143,9 +151,9 @@ class _Companion:
         bench = self
 
         class Counting:
-            def passages(self, fields):
+            def passages(self, fields, *, query=""):
                 bench.missed += len(fields)
-                return bench.fallback.passages(fields)
+                return bench.fallback.passages(fields, query=query)
 
         return CompanionsFirst(
             self.client,
@@ -216,6 +224,35 @@ def repeat_summary(warm: list[float], companion: list[float]) -> dict:
     }
 
 
+class Counted:
+    """The embedder, counting the texts it is given."""
+
+    def __init__(self, embedder):
+        self.embedder, self.texts = embedder, 0
+
+    def embed(self, texts):
+        self.texts += len(texts)
+        return self.embedder.embed(texts)
+
+
+def preselect_summary(rows: list[dict], present: list[dict], n: str) -> dict:
+    """One preselection: cold p50 / p95 and texts embedded, what it keeps."""
+    cold = [r["preselect"][n] for r in rows if "cold_ms" in r["preselect"][n]]
+    return {
+        "cold_ms": {
+            "queries": len(cold),
+            "p50": percentile([c["cold_ms"] for c in cold], 0.5),
+            "p95": percentile([c["cold_ms"] for c in cold], 0.95),
+        },
+        "embedded_texts_mean": round(sum(c["embedded_texts"] for c in cold) / len(cold), 1) if cold else None,
+        "answer_kept_share": round(sum(r["preselect"][n]["answer_kept"] for r in present) / len(present), 4),
+        "answer_kept": sum(r["preselect"][n]["answer_kept"] for r in present),
+        "kept_share_of_chars_mean": round(sum(r["preselect"][n]["kept_share_of_chars"] for r in rows) / len(rows), 4),
+        "kept_passages_mean": round(sum(r["preselect"][n]["kept_passages"] for r in rows) / len(rows), 1),
+        "candidates_mean": round(sum(r["preselect"][n]["candidates"] for r in rows) / len(rows), 1),
+    }
+
+
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -241,6 +278,13 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="passes over the same queries timed (warm and companion); median reported"
     )
+    parser.add_argument(
+        "--preselect",
+        type=lambda value: [int(v) for v in value.split(",") if v],
+        default=[],
+        metavar="N,...",
+        help="query-time sentences per field (0: all) measured cold and for what is kept",
+    )
     parser.add_argument("--out", default="post_search", help="the result's name under bench/results/")
     parser.add_argument(
         "--variants",
@@ -262,7 +306,7 @@ def main() -> None:
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings
     from search_extension.options import parse_options
-    from search_extension.passages import QueryTimePassages
+    from search_extension.passages import QueryTimePassages, RememberedVectors
     from search_extension.post_search import post_search
     from search_extension.text_fields import TextFields
 
@@ -278,6 +322,9 @@ def main() -> None:
     rows = []
     timed = []  # each query's measurement, to repeat
     shared = QueryTimePassages(embedder, settings)
+    # What each preselection keeps: its own chunk cache, the sentences' vectors shared.
+    remembered = RememberedVectors(embedder, 1_000_000)
+    kept_by = {n: QueryTimePassages(remembered, settings, preselect=n) for n in args.preselect}
     index = "bench"
     companion = sync_report = None
     if args.companion:
@@ -300,7 +347,21 @@ def main() -> None:
 
         timed.append(run)
 
-        cold_ms = run(QueryTimePassages(embedder, settings))[1] if n < args.cold else None
+        cold_ms = run(QueryTimePassages(embedder, settings))[1] if n < args.cold and not args.preselect else None
+        preselect = {}
+        if args.preselect:
+            turn = n % len(args.preselect)
+            for chosen in args.preselect[turn:] + args.preselect[:turn] if n < args.cold else []:
+                counted = Counted(embedder)
+                found, ms = run(QueryTimePassages(counted, settings, preselect=chosen))
+                preselect[chosen] = {"cold_ms": round(ms, 1), "embedded_texts": counted.texts}
+            for chosen, source in kept_by.items():
+                found = run(source)[0]
+                preselect[chosen] = {
+                    **preselect.get(chosen, {}),
+                    **kept_of(found, gold, hits, answers),
+                    "candidates": found.candidates,
+                }
         companion_ms = companion_missed = companion_result = None
         compared = {}
         if companion is not None:
@@ -341,6 +402,7 @@ def main() -> None:
                 "capped": result.capped,
                 "words": sum(len(d["body"].split()) for d in hits),
                 "variants": {name: found for name, found in kept.items() if name != "default"},
+                "preselect": {str(k): v for k, v in preselect.items()},
             }
         )
         print(json.dumps(rows[-1]), flush=True)
@@ -421,6 +483,7 @@ def main() -> None:
             for name in variants
             if name != "default"
         },
+        "preselect": {str(n): preselect_summary(rows, present, str(n)) for n in args.preselect},
         "repeats": repeats,
         "median_of_repeats": {
             key: statistics.median(found) if (found := [r[key] for r in repeats if r[key] is not None]) else None

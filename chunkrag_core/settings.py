@@ -370,6 +370,14 @@ class PostSearchSettings:
     # configured embedder's, as a hit-level prior (never as a passage's vector).
     vector_field: str = ""
     vector_model: str = ""
+    # Sentences of one text field embedded at query time (no companion
+    # chunk index): the best this many by BM25 against the query, chunked
+    # in runs; the rest of the field yields no passage. 0: every sentence.
+    preselect_sentences: int = 32
+
+    def __post_init__(self) -> None:
+        if self.preselect_sentences < 0:
+            raise SettingsError(f"preselect_sentences must be 0 or more, got {self.preselect_sentences}")
 
 
 @dataclass(frozen=True, slots=True)

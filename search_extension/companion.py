@@ -98,7 +98,7 @@ class CompanionPassages:
         self._max_chunks = max_chunks
         self._on_unreadable = on_unreadable
 
-    def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]:
+    def passages(self, fields: Sequence[SourceField], *, query: str = "") -> Mapping[str, Sequence[Chunk]]:
         if not fields:
             return {}
         wanted = {f.companion_id: document_fingerprint(f.document(), self._shaping) for f in fields}
@@ -114,7 +114,7 @@ class CompanionPassages:
         }
         rest = [f for f in fields if f.companion_id not in found]
         if rest:
-            found.update(self._fallback.passages(rest))
+            found.update(self._fallback.passages(rest, query=query))
         return found
 
     def _stored(self, doc_ids: Sequence[str]) -> dict[str, list[tuple[str, Chunk]]]:
@@ -231,7 +231,7 @@ class CompanionsFirst:
         self.not_scored_because = None
         return scored
 
-    def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]:
+    def passages(self, fields: Sequence[SourceField], *, query: str = "") -> Mapping[str, Sequence[Chunk]]:
         by_index: dict[str, list[SourceField]] = {}
         for field in fields:
             by_index.setdefault(field.index, []).append(field)
@@ -239,7 +239,7 @@ class CompanionsFirst:
         for index, group in by_index.items():
             name = companion_name(index)
             if (self._identity, name) in self._unreadable:
-                found.update(self._fallback.passages(group))
+                found.update(self._fallback.passages(group, query=query))
                 continue
             companion = CompanionPassages(
                 self._client,
@@ -249,7 +249,7 @@ class CompanionsFirst:
                 on_unreadable=lambda name=name: self._unreadable.note(self._identity, name),
             )
             try:
-                found.update(companion.passages(group))
+                found.update(companion.passages(group, query=query))
             except EngineRefused:
-                found.update(self._fallback.passages(group))
+                found.update(self._fallback.passages(group, query=query))
         return found

@@ -4,8 +4,11 @@ A passage of a hit field is a chunk the ingest chunker makes of
 ``SourceField.document()``: the same sentence / semantic chunking and
 vectors as `chunkrag ingest`, offsets counting within the field's text.
 :class:`QueryTimePassages` chunks and embeds at query time, with an
-in-process cache keyed by the field's fingerprint; a companion chunk index
-(`search_extension.companion`) serves the same protocol from stored chunks.
+in-process cache keyed by the fingerprint of what it chunked; a companion
+chunk index (`search_extension.companion`) serves the same protocol from
+stored chunks. At query time a field may be narrowed first to the sentences
+BM25 prefers for the query (``CHUNKRAG_POST_SEARCH_PRESELECT_SENTENCES``,
+`search_extension.preselect`): only those are embedded.
 """
 
 from __future__ import annotations
@@ -24,12 +27,18 @@ from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import chunk_documents, document_fingerprint
 from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.source_fields import SourceField
+from ingest_pipeline.sources import Document
+from search_extension.preselect import preselected
 
 # Fields whose passages the query-time cache keeps (least recently used go
 # first). An entry is the chunks of one field with their 384-dimension
 # vectors: about 1.5 kB per passage, so a 3,000-word field (~40 passages)
 # costs ~60 kB and a full cache of long fields stays under ~60 MB.
 PASSAGE_CACHE_ENTRIES = 1024
+# Texts (sentences, headers) whose vectors the query-time source keeps, so
+# that a field narrowed differently for another query embeds only the
+# sentences it has not embedded before: ~1.5 kB each, ~50 MB when full.
+TEXT_VECTOR_ENTRIES = 32768
 
 
 class PassageSource(Protocol):
@@ -37,7 +46,7 @@ class PassageSource(Protocol):
     the chunks carry vectors and offsets within the field's text. A field
     that yields no passage (blank text) may be left out."""
 
-    def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]: ...
+    def passages(self, fields: Sequence[SourceField], *, query: str = "") -> Mapping[str, Sequence[Chunk]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +88,25 @@ def fingerprint_of(field: SourceField, settings: Settings) -> str:
 
 class QueryTimePassages:
     """Chunk and embed at query time (all cache misses of one request in one
-    embedder call), caching each field's chunks by fingerprint."""
+    chunker call), caching each chunked document's chunks by fingerprint.
 
-    def __init__(self, embedder: Embedder, settings: Settings, *, entries: int = PASSAGE_CACHE_ENTRIES):
-        self._embedder, self._settings, self._entries = embedder, settings, entries
+    With ``preselect`` sentences (``settings.post_search.preselect_sentences``
+    unless given) and a query, a field with more sentences is narrowed to
+    its best ``preselect`` by BM25 (`search_extension.preselect`); the
+    narrowed document's sections are part of its fingerprint, so its entry
+    is never taken for the whole field's chunks nor the other way round."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        settings: Settings,
+        *,
+        entries: int = PASSAGE_CACHE_ENTRIES,
+        preselect: int | None = None,
+    ):
+        self._embedder = RememberedVectors(embedder, TEXT_VECTOR_ENTRIES)
+        self._settings, self._entries = settings, entries
+        self._preselect = settings.post_search.preselect_sentences if preselect is None else preselect
         # Base chunks only: the larger ensembling scales are retrieval's,
         # and the base chunks do not depend on them.
         self._chunking = dataclasses.replace(settings.chunking, scales=())
@@ -91,11 +115,14 @@ class QueryTimePassages:
         self._lock = threading.Lock()
         self.hits = self.misses = 0  # cache use, for the response's report
 
-    def passages(self, fields: Sequence[SourceField]) -> Mapping[str, Sequence[Chunk]]:
+    def passages(self, fields: Sequence[SourceField], *, query: str = "") -> Mapping[str, Sequence[Chunk]]:
         found: dict[str, tuple[Chunk, ...]] = {}
-        missing: dict[str, tuple[SourceField, str]] = {}
+        missing: dict[str, tuple[SourceField, Document, str]] = {}
         for field in fields:
-            key = document_fingerprint(field.document(), self._shaping)
+            document = preselected(
+                field.document(), query, self._preselect, self._chunking.max_chars, self._chunking.language
+            )
+            key = document_fingerprint(document, self._shaping)
             with self._lock:
                 cached = self._cache.get(key)
                 if cached is not None:
@@ -104,14 +131,14 @@ class QueryTimePassages:
                 found[field.companion_id] = _renamed(cached, field)
                 self.hits += 1
             else:
-                missing.setdefault(field.companion_id, (field, key))
+                missing.setdefault(field.companion_id, (field, document, key))
         if missing:
             self.misses += len(missing)
             chunked = chunk_documents(
-                [field.document() for field, _ in missing.values()], self._embedder, self._chunking, self._shaping
+                [document for _, document, _ in missing.values()], self._embedder, self._chunking, self._shaping
             )
             with self._lock:
-                for (field, key), item in zip(missing.values(), chunked):
+                for (field, _, key), item in zip(missing.values(), chunked):
                     chunks = tuple(c for c in item.chunks if c.scale == BASE_SCALE)
                     found[field.companion_id] = chunks
                     self._cache[key] = chunks
@@ -119,6 +146,34 @@ class QueryTimePassages:
                 while len(self._cache) > self._entries:
                     self._cache.popitem(last=False)
         return found
+
+
+class RememberedVectors:
+    """The embedder, with the vectors of the last ``entries`` texts kept:
+    a text's vector does not depend on the texts embedded with it, so a
+    sentence embedded for one query is not embedded again for the next."""
+
+    def __init__(self, embedder: Embedder, entries: int):
+        self._embedder, self._entries = embedder, entries
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return self._embedder.embed([])
+        with self._lock:
+            known = {t: self._vectors[t] for t in dict.fromkeys(texts) if t in self._vectors}
+            for text in known:
+                self._vectors.move_to_end(text)
+        new = [t for t in dict.fromkeys(texts) if t not in known]
+        if new:
+            fresh = dict(zip(new, np.asarray(self._embedder.embed(new), dtype=np.float32)))
+            known.update(fresh)
+            with self._lock:
+                self._vectors.update(fresh)
+                while len(self._vectors) > self._entries:
+                    self._vectors.popitem(last=False)
+        return np.stack([known[t] for t in texts])
 
 
 def _renamed(chunks: tuple[Chunk, ...], field: SourceField) -> tuple[Chunk, ...]:

@@ -14,10 +14,7 @@ added to each hit. Nothing here reads anything but the response it is given
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -29,8 +26,8 @@ from chunkrag_core.providers.chat import ChatModel
 from chunkrag_filter.judging import JudgeMany
 from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
 from chunkrag_filter.processors.answer import Answer, answer_from_chunks
-from chunkrag_filter.processors.features import STOPWORDS
 from ingest_pipeline.source_fields import SourceField, title_value
+from search_extension.bm25 import bm25_scores
 from search_extension.passages import PassageSource, ScoringPassageSource
 from search_extension.text_fields import TextFields, field_text
 
@@ -41,16 +38,11 @@ from search_extension.text_fields import TextFields, field_text
 # crowd out the others nor make judging cost grow with its length.
 DEFAULT_MAX_PASSAGES = 32
 EMPTY_HITS = ("keep", "drop")
-# BM25's parameters (Lucene's defaults) for scoring passages among themselves.
-BM25_K1 = 1.2
-BM25_B = 0.75
 # Share of a passage's pre-filter score taken from its hit's whole-document
 # vector similarity, when the source index holds one (a declared
 # dense_vector field): it orders the candidates (and so which reach the
 # judge first) but is never a passage's own vector or cosine.
 DOC_PRIOR_WEIGHT = 0.2
-
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +159,7 @@ def post_search(
         best_per_hit, capped = [list(best) for best in engine.best], list(engine.capped)
         lap("passages")
     else:
-        by_field = passage_source.passages(all_fields) if all_fields else {}
+        by_field = passage_source.passages(all_fields, query=query) if all_fields else {}
         lap("passages")
         per_hit_chunks = [[c for s in sources for c in by_field.get(s.companion_id, ())] for _, _, sources in read]
         scored = score_passages(query, query_vector, per_hit_chunks, doc_cosines, weights)
@@ -249,33 +241,6 @@ def _doc_cosine(hit: Mapping[str, Any], vector_field: str | None, query_vector: 
 
 
 # --- the passage score (pure) ---------------------------------------------------------
-
-
-def terms(text: str) -> list[str]:
-    """Lower-cased words of two characters or more, stopwords left out."""
-    return [w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS]
-
-
-def bm25_scores(query: str, texts: Sequence[str], k1: float = BM25_K1, b: float = BM25_B) -> list[float]:
-    """Okapi BM25 of ``query`` against each text, the texts being the whole
-    collection (idf counted over them)."""
-    wanted = set(terms(query))
-    if not texts or not wanted:
-        return [0.0] * len(texts)
-    docs = [Counter(terms(t)) for t in texts]
-    lengths = [sum(d.values()) for d in docs]
-    average = (sum(lengths) / len(lengths)) or 1.0
-    n = len(docs)
-    idf = {t: math.log(1 + (n - df + 0.5) / (df + 0.5)) for t in wanted for df in [sum(1 for d in docs if t in d)]}
-    out = []
-    for doc, length in zip(docs, lengths):
-        score = 0.0
-        for t in wanted:
-            tf = doc.get(t, 0)
-            if tf:
-                score += idf[t] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average))
-        out.append(score)
-    return out
 
 
 def minmax(values: Sequence[float]) -> list[float]:

@@ -39,9 +39,9 @@ class CountingQueryTime:
     def __init__(self, inner):
         self.inner, self.asked = inner, []
 
-    def passages(self, fields):
+    def passages(self, fields, *, query=""):
         self.asked.extend(f.doc_id for f in fields)
-        return self.inner.passages(fields)
+        return self.inner.passages(fields, query=query)
 
 
 @pytest.fixture
@@ -252,3 +252,54 @@ def test_without_a_companion_only_the_first_request_asks_for_it(engine, embedder
     cluster = CountingCluster(engine)
     searcher.filter(cluster, response, QUESTION, options, identity="another caller")
     assert cluster.asked == [("msearch", companion)]
+
+
+class CountingEmbedder:
+    """The real embedder, counting the texts it embeds."""
+
+    def __init__(self, inner):
+        self.inner, self.texts = inner, 0
+
+    def embed(self, texts):
+        self.texts += len(texts)
+        return self.inner.embed(texts)
+
+
+def test_without_a_companion_a_long_field_is_chunked_from_its_best_sentences(engine, embedder, settings):
+    """Query-time passages of a 1,000-3,000-word field come from the runs of
+    its best sentences by BM25 (CHUNKRAG_POST_SEARCH_PRESELECT_SENTENCES):
+    only those are embedded, each passage is the hit's own text at its
+    offsets, and with the preselection off every sentence is chunked."""
+    from bench.post_search_bench import documents
+    from ingest_pipeline.sentences import bounded_sentence_spans
+
+    doc = documents(7)[1]  # 2,357 words, 113 sentences
+    question = doc["questions"][0][0]
+    name = f"test-kb-preselect-{uuid.uuid4().hex[:10]}"
+    engine.create_index(name, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": MAPPING})
+    try:
+        source = {"title": doc["title"], "body": doc["body"]}
+        actions = [{"_op_type": "index", "_index": name, "_id": "long", "_source": source}]
+        assert all(ok for ok, _ in engine.bulk(actions, chunk_size=10, max_retries=0, initial_backoff=1))
+        engine.refresh(name)
+        response = engine.search(name, {"query": {"match_all": {}}, "size": 10})
+        options = parse_options({"answer": False, "stages": False}, max_candidates=50, surface="search")
+        sentences = len(bounded_sentence_spans(doc["body"], 0, len(doc["body"]), settings.chunking.max_chars))
+        assert sentences > 3 * settings.post_search.preselect_sentences
+        found = {}
+        for preselect in (settings.post_search.preselect_sentences, 0):
+            counted = CountingEmbedder(embedder)
+            source = QueryTimePassages(counted, settings, preselect=preselect)
+            searcher = PostSearcher(settings, lambda counted=counted: counted, query_time=source)
+            result = searcher.filter(engine, response, question, options, identity="caller")
+            (hit,) = result.hits
+            assert hit.kept and all(doc["body"][c.start : c.end] == c.text for c in hit.kept)
+            found[preselect] = (counted.texts, sum(c.sentence_count for c in hit.kept), hit.capped)
+        narrowed, whole = found[settings.post_search.preselect_sentences], found[0]
+        # the question, the header and the kept sentences only; then every sentence
+        assert narrowed[0] <= settings.post_search.preselect_sentences + 2 < sentences <= whole[0]
+        # at most the kept sentences, none over the cap; the whole field's passages are over it
+        assert narrowed[1] <= settings.post_search.preselect_sentences and narrowed[2] == 0
+        assert whole[2] > 0
+    finally:
+        engine.delete_index(name)

@@ -197,7 +197,7 @@ class Recording:
     def __init__(self):
         self.asked: list[str] = []
 
-    def passages(self, fields):
+    def passages(self, fields, *, query=""):
         self.asked += [f.companion_id for f in fields]
         return {}
 

@@ -152,7 +152,7 @@ class _Scoring:
         self.asked.append(([[f.doc_id for f in fields] for fields in fields_by_hit], kwargs))
         return self._scored
 
-    def passages(self, fields):
+    def passages(self, fields, *, query=""):
         self.passages_asked += 1
         return {}
 

@@ -170,7 +170,7 @@ class SentencePassages:
     def __init__(self):
         self.asked: list[SourceField] = []
 
-    def passages(self, fields):
+    def passages(self, fields, *, query=""):
         self.asked.extend(fields)
         out = {}
         for field in fields:
@@ -391,9 +391,9 @@ def test_query_time_passages_are_the_ingest_chunks_cached_by_fingerprint_and_bou
     assert fingerprint_of(changed, settings) != fingerprint_of(one, settings)
     source.passages([changed])  # a changed text is chunked again, and evicts the other (one entry)
     assert embedder.texts > asked
-    asked = embedder.texts
-    source.passages([one])
-    assert embedder.texts > asked
+    asked, misses = embedder.texts, source.misses
+    source.passages([one])  # chunked again (evicted), its sentences' vectors remembered
+    assert source.misses == misses + 1 and embedder.texts == asked
 
 
 def test_v1_ask_refuses_post_search_options_by_name():
