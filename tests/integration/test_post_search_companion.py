@@ -275,13 +275,8 @@ def test_without_a_companion_a_long_field_is_chunked_from_its_best_sentences(eng
 
     doc = documents(7)[1]  # 2,357 words, 113 sentences
     question = doc["questions"][0][0]
-    name = f"test-kb-preselect-{uuid.uuid4().hex[:10]}"
-    engine.create_index(name, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": MAPPING})
-    try:
-        source = {"title": doc["title"], "body": doc["body"]}
-        actions = [{"_op_type": "index", "_index": name, "_id": "long", "_source": source}]
-        assert all(ok for ok, _ in engine.bulk(actions, chunk_size=10, max_retries=0, initial_backoff=1))
-        engine.refresh(name)
+    source = {"title": doc["title"], "body": doc["body"]}
+    with plain_index(engine, "test-kb-preselect", MAPPING, {"long": source}) as name:
         response = engine.search(name, {"query": {"match_all": {}}, "size": 10})
         options = parse_options({"answer": False, "stages": False}, max_candidates=50, surface="search")
         sentences = len(bounded_sentence_spans(doc["body"], 0, len(doc["body"]), settings.chunking.max_chars))
@@ -301,5 +296,3 @@ def test_without_a_companion_a_long_field_is_chunked_from_its_best_sentences(eng
         # at most the kept sentences, none over the cap; the whole field's passages are over it
         assert narrowed[1] <= settings.post_search.preselect_sentences and narrowed[2] == 0
         assert whole[2] > 0
-    finally:
-        engine.delete_index(name)
