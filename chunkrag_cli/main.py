@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--rows",
         default="no_retrieval,rag,topk,filter,filter_judge",
         help="comma-separated rows, in table order; also filter_retrieval_order, filter_no_redundancy, "
-        "filter_cut_only (the default filter with one step changed) and cut=<c>",
+        "filter_cut_only, filter_scored_order (the filter with its steps set explicitly) and cut=<c>",
     )
     table.add_argument("--index-prefix", default="chunkrag-table", help="pools are indexed in <prefix>-<format>")
     table.add_argument(

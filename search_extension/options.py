@@ -253,7 +253,12 @@ class OptionsModel(_Options):
     )
     stages: bool = Field(True, description="false: hybrid retrieval only, no model call")
     redundancy_threshold: Annotated[
-        Optional[float], Cli(("eval",), flag="--no-redundancy", set_to=None, help="skip the redundancy filter")
+        Optional[float],
+        Cli(
+            ("eval",),
+            flag="--redundancy",
+            help="drop a chunk whose cosine to an earlier kept one is above this (e.g. 0.9); off by default",
+        ),
     ] = Field(
         _FILTER.redundancy_threshold,
         ge=-1,
@@ -686,6 +691,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             annotation = _bare(field.annotation)
             choices = list(get_args(annotation)) if get_origin(annotation) is Literal else None
             bounds = _bounds(field.metadata)
+            if _is_union(annotation):  # Optional[float]: a value given on the command line is the float
+                (annotation,) = [member for member in get_args(annotation) if member is not type(None)]
             kind = str if choices else annotation
             # A short range of integers (--orders 1|2) reads best as choices.
             if kind is int and None not in (bounds.get("ge"), bounds.get("le")) and bounds["le"] - bounds["ge"] < 10:

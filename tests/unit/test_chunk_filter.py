@@ -7,6 +7,7 @@ import pytest
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatResponse
 from chunkrag_filter.pipeline import FilterOptions, run_filter
+from chunkrag_filter.processors.redundancy import DEFAULT_REDUNDANCY_THRESHOLD
 from chunkrag_filter.processors.relevance import Judgement
 from search_extension.ask import answer_for
 
@@ -40,9 +41,18 @@ CHUNKS = [
     chunk(3, [0, 0, 1]),
     chunk(4, [0.6, 0, 0.8]),
 ]
-# The paper's filter: the judge's scores as they come, cut by Algorithm 1
-# (the shipped default calibrates them first and cuts relative to the best).
-PAPER = FilterOptions(threshold="dynamic", calibration=None, judge_top=None)
+# The paper's filter: near-duplicates dropped, the judge's scores as they
+# come, cut by Algorithm 1, the kept chunks reranked by score (here with the
+# best at both ends). The shipped default calibrates the scores, cuts at the
+# calibration's cut and keeps the retrieval order, with no redundancy stage.
+PAPER = FilterOptions(
+    threshold="dynamic",
+    calibration=None,
+    judge_top=None,
+    redundancy_threshold=DEFAULT_REDUNDANCY_THRESHOLD,
+    rerank="score",
+    lost_in_the_middle=True,
+)
 
 
 def test_redundancy_scoring_threshold_rerank_order_and_answer():
@@ -82,13 +92,15 @@ def test_lost_in_the_middle_order_of_kept_chunks():
 def test_nothing_relevant_falls_back_to_top_k_or_says_not_found():
     zeros = {"d:0": 0.0, "d:2": 0.0, "d:3": 0.0, "d:4": 0.0}
     # all equal: var 0 < ε, T = μ + σ = 0, so all pass; use a fixed bar instead
-    options = FilterOptions(threshold="fixed", fixed_threshold=0.5, fallback="top_k", fallback_k=2, answer=False)
+    options = FilterOptions(
+        threshold="fixed", fixed_threshold=0.5, fallback="top_k", fallback_k=2, answer=False, redundancy_threshold=0.9
+    )
     result = run_filter("q", CHUNKS, model=Answerer(), judge_many=scripted_judge(zeros), options=options)
     assert result.nothing_relevant and [c.chunk_id for c in result.kept] == ["d:0", "d:2"]
     assert [d.reason for d in result.decisions if d.kept] == ["fallback", "fallback"]
 
     model = Answerer()
-    options = FilterOptions(threshold="fixed", fixed_threshold=0.5, fallback="not_found")
+    options = FilterOptions(threshold="fixed", fixed_threshold=0.5, fallback="not_found", redundancy_threshold=0.9)
     result = run_filter("q", CHUNKS, model=model, judge_many=scripted_judge(zeros), options=options)
     assert result.nothing_relevant and result.kept == () and answer_for("q", result, None, model).text == "NOT FOUND"
     assert model.calls == 0
@@ -174,7 +186,11 @@ def test_model_calls_count_the_llm_threshold_even_without_token_counts():
     scores = {"d:0": 0.9, "d:2": 0.2, "d:3": 0.7, "d:4": 0.1}
     model = Silent()
     result = run_filter(
-        "q", CHUNKS, model=model, judge_many=scripted_judge(scores), options=FilterOptions(threshold="llm", judge_top=9)
+        "q",
+        CHUNKS,
+        model=model,
+        judge_many=scripted_judge(scores),
+        options=FilterOptions(threshold="llm", judge_top=9, redundancy_threshold=0.9),
     )
     assert result.threshold.method == "llm" and result.threshold.value == 0.5
     assert model.calls == 1 and result.model_calls == 4 + 1

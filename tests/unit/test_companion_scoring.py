@@ -185,13 +185,13 @@ def _post_search(source, filter_options=FilterOptions(answer=False)):
 def test_post_search_takes_the_engine_scored_candidates_and_asks_vectors_only_for_redundancy():
     doc = "kb\x1f1\x1fbody"
     source = _Scoring(ScoredHits(best=((_chunk(doc, 1, 0.9), _chunk(doc, 0, 0.2)),), capped=(5,)))
-    result = _post_search(source)
+    result = _post_search(source, FilterOptions(answer=False, redundancy_threshold=0.9))
     assert result.scored_by == "engine" and source.passages_asked == 0
     assert result.candidates == 2 and result.hits[0].capped == 5
     (fields, asked) = source.asked[0]
     assert fields == [["1"]]
     assert (asked["max_passages"], asked["with_vectors"], asked["query"]) == (7, True, "q")
-    _post_search(source, FilterOptions(answer=False, redundancy_threshold=None))
+    _post_search(source, FilterOptions(answer=False))  # the default: no redundancy stage, no vectors
     assert source.asked[1][1]["with_vectors"] is False
 
 

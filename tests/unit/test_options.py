@@ -65,7 +65,8 @@ def test_every_eval_flag_keeps_its_name_and_reaches_its_option():
     resolved = flags(
         "eval",
         "dev.jsonl",
-        "--no-redundancy",
+        "--redundancy",
+        "0.85",
         "--threshold",
         "relative",
         "--fixed-threshold",
@@ -84,7 +85,7 @@ def test_every_eval_flag_keeps_its_name_and_reaches_its_option():
         "numbered",
     ).filter
     assert (
-        resolved.redundancy_threshold is None and resolved.threshold == "relative" and resolved.fixed_threshold == 0.6
+        resolved.redundancy_threshold == 0.85 and resolved.threshold == "relative" and resolved.fixed_threshold == 0.6
     )
     assert resolved.prior_weight == 0.25 and resolved.judge_top == 0 and resolved.calibration is CONFIGURED
     assert resolved.scoring.method == "yes_no" and not resolved.answer
