@@ -45,7 +45,7 @@ import re
 import sqlite3
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -485,6 +485,13 @@ class MeteredChat:
     completion_tokens: int = 0
     seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Prompts being answered now, by cache key, shared by every fresh() copy:
+    # two rows with the very same prompt (the default filter keeping all
+    # retrieved chunks in their order) wait for one answer instead of going
+    # to the server together, where two requests batched on its slots can
+    # be answered differently.
+    _in_flight: dict[str, Future] = field(default_factory=dict)
+    _in_flight_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         key = GenerationCache.key(self.model_name, request)
@@ -492,11 +499,27 @@ class MeteredChat:
         if hit is not None:
             response, seconds = hit
         else:
-            started = time.perf_counter()
-            response = self._complete(request)
-            seconds = time.perf_counter() - started
-            if self.cache is not None:
-                self.cache.put(key, response, seconds)
+            with self._in_flight_lock:
+                pending = self._in_flight.get(key)
+                if pending is None:
+                    self._in_flight[key] = mine = Future()
+            if pending is not None:
+                hit = pending.result()  # answered once, counted as a cached answer
+                response, seconds = hit
+            else:
+                try:
+                    started = time.perf_counter()
+                    response = self._complete(request)
+                    seconds = time.perf_counter() - started
+                    if self.cache is not None:
+                        self.cache.put(key, response, seconds)
+                    mine.set_result((response, seconds))
+                except BaseException as exc:
+                    mine.set_exception(exc)
+                    raise
+                finally:
+                    with self._in_flight_lock:
+                        self._in_flight.pop(key, None)
         with self._lock:
             self.calls += 1
             self.cached += hit is not None
@@ -518,7 +541,13 @@ class MeteredChat:
         raise AssertionError("unreachable")
 
     def fresh(self) -> MeteredChat:
-        return MeteredChat(self.model, self.cache, self.model_name)
+        return MeteredChat(
+            self.model,
+            self.cache,
+            self.model_name,
+            _in_flight=self._in_flight,
+            _in_flight_lock=self._in_flight_lock,
+        )
 
 
 # ------------------------------------------------------------ one question

@@ -159,8 +159,9 @@ def test_with_bm25_counted_over_the_passages_the_engine_scored_path_keeps_what_t
         assert ours.keys() == theirs.keys()
         _same_but_for_rounding(ours, theirs)
         assert _kept(scored) == _kept(fetched)
-        # Candidates carry their vectors (the redundancy stage compares them) and their text.
-        assert all(d.chunk.vector is not None and d.chunk.text for d in scored.filtered.decisions)
+        # Candidates carry their text; no vector, since the default runs no redundancy stage
+        # (the only one that compares them; with it, tests/unit/test_companion_scoring.py).
+        assert all(d.chunk.vector is None and d.chunk.text for d in scored.filtered.decisions)
 
 
 def test_with_the_engines_bm25_the_candidates_past_the_cap_may_differ(engine, embedder, settings, synced_articles):

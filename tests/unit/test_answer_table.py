@@ -206,6 +206,45 @@ def test_the_cache_answers_a_repeated_prompt_and_counts_it_as_its_first_run(tmp_
     assert GenerationCache.key("n", request) != GenerationCache.key("m", request)
 
 
+def test_the_same_prompt_asked_by_two_rows_at_once_is_answered_once():
+    """Two rows whose prompts are the very same, in flight together, wait
+    for one answer: a server batching them on its slots may answer the two
+    differently, and a table must not depend on which was written last."""
+    import threading
+
+    arrived, release = threading.Event(), threading.Event()
+
+    class Slow(Scripted):
+        def complete(self, request):
+            arrived.set()
+            release.wait(5)
+            return super().complete(request)
+
+    model = Slow(["Paris [1].", "Paris, France [1]."])
+    chat = MeteredChat(model, None, "m")
+    request = ChatRequest(messages=(Message("user", "Where?"),), max_tokens=48)
+    texts = []
+    first = threading.Thread(target=lambda: texts.append(chat.complete(request).text))
+    first.start()
+    arrived.wait(5)
+    other = chat.fresh()
+    second = threading.Thread(target=lambda: texts.append(other.complete(request).text))
+    second.start()
+    # The second waits on the first's answer (the future's condition), not on the model.
+    (pending,) = chat._in_flight.values()
+    for _ in range(500):
+        if pending._condition._waiters:
+            break
+        threading.Event().wait(0.01)
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert texts == ["Paris [1].", "Paris [1]."] and len(model.requests) == 1
+    assert (other.calls, other.cached, other.prompt_tokens) == (1, 1, 50)
+    # Once answered, the same prompt without a cache is asked again.
+    assert chat.complete(request).text == "Paris, France [1]." and len(model.requests) == 2
+
+
 def test_a_biography_is_graded_fact_by_fact_against_the_pool():
     model = Scripted(["- Ada was born in 1815.\n- Ada wrote music.", "True", "False"])
     facts = grade_biography("Ada was born in 1815 and wrote music [1].", [chunk(0, "Ada, born 1815")], model, 1000)
