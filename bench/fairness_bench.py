@@ -67,26 +67,11 @@ def load_average() -> list[float]:
 
 
 def ensure_index(settings, documents: int) -> int:
-    from bench.ingest_bench import scifact_documents
-    from chunkrag_core.engines import make_backend
-    from chunkrag_core.providers import make_embedder
+    from bench.ingest_bench import ensure_scifact_index
     from chunkrag_core.settings import DEFAULT_SCALES
-    from ingest_pipeline.pipeline import ingest_documents
 
-    client = make_backend(settings)
-    if not client.index_exists(INDEX):
-        print(f"ingesting the first {documents} SciFact abstracts into {INDEX}…", file=sys.stderr)
-        scaled = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, scales=DEFAULT_SCALES))
-        ingest_documents(
-            scifact_documents(documents),
-            client=client,
-            embedder=make_embedder(settings.embedder),
-            settings=scaled,
-            index=INDEX,
-            progress=False,
-        )
-        client.refresh(INDEX)
-    return client.count(INDEX)
+    scaled = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, scales=DEFAULT_SCALES))
+    return ensure_scifact_index(scaled, INDEX, documents)
 
 
 def plain_latencies(url: str, count: int) -> list[float]:
@@ -129,33 +114,6 @@ def start_gateway(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
         time.sleep(0.2)
 
 
-def _flood(url: str, headers: dict, body: dict, threads: int, go, stop, results) -> None:
-    """The flooding caller, in its own process: ``threads`` threads send
-    ``body`` without pause while ``go`` is set, until ``stop``."""
-    import threading
-
-    import httpx
-
-    outcomes: list[tuple[int, str | None]] = []
-    lock = threading.Lock()
-
-    def send() -> None:
-        with httpx.Client(headers=headers, timeout=120) as client:
-            while not stop.is_set():
-                if not go.wait(0.1):
-                    continue
-                answer = client.post(url, json=body)
-                with lock:
-                    outcomes.append((answer.status_code, answer.headers.get("retry-after")))
-
-    workers = [threading.Thread(target=send, daemon=True) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    results.put(outcomes)
-
-
 def stop_gateway(gateway: subprocess.Popen) -> None:
     """SIGTERM; the gateway first answers what it has in hand (the last
     of the flood's filtered searches), then stops its filter processes."""
@@ -192,12 +150,16 @@ def one_run(env: dict[str, str], threads: int, requests: int, phases: int, es_ur
     through the gateway and straight to Elasticsearch in turn."""
     import multiprocessing
 
+    from tests.support.flood import flood as send_flood
+
     load_before = load_average()
     gateway, url = start_gateway(env)
     context = multiprocessing.get_context("spawn")
     go, stop, results = context.Event(), context.Event(), context.Queue()
     flood = context.Process(
-        target=_flood, args=(f"{url}/{INDEX}/_search", FLOOD_AUTH, FLOOD_BODY, threads, go, stop, results), daemon=True
+        target=send_flood,
+        args=(f"{url}/{INDEX}/_search", FLOOD_AUTH, FLOOD_BODY, threads, stop, results, go),
+        daemon=True,
     )
     timed: dict[str, list[float]] = {"quiet": [], "flooded": [], "quiet_es": [], "flooded_es": []}
     cpu = {"quiet": 0.0, "flooded": 0.0}

@@ -93,24 +93,9 @@ def scripted_reply(latency_s: float):
 
 
 def ensure_index(settings) -> int:
-    from bench.ingest_bench import scifact_documents
-    from chunkrag_core.engines import make_backend
-    from chunkrag_core.providers import make_embedder
-    from ingest_pipeline.pipeline import ingest_documents
+    from bench.ingest_bench import ensure_scifact_index
 
-    client = make_backend(settings)
-    if not client.index_exists(LOAD_INDEX):
-        print(f"ingesting the first {LOAD_DOCUMENTS} SciFact abstracts into {LOAD_INDEX}…", file=sys.stderr)
-        ingest_documents(
-            scifact_documents(LOAD_DOCUMENTS),
-            client=client,
-            embedder=make_embedder(settings.embedder),
-            settings=settings,
-            index=LOAD_INDEX,
-            progress=False,
-        )
-        client.refresh(LOAD_INDEX)
-    return client.count(LOAD_INDEX)
+    return ensure_scifact_index(settings, LOAD_INDEX, LOAD_DOCUMENTS)
 
 
 def load(argv) -> int:

@@ -41,6 +41,28 @@ def scifact_documents(limit: int | None):
     return list(parse_jsonl(text, str(CORPUS)))
 
 
+def ensure_scifact_index(settings, index: str, documents: int) -> int:
+    """The first ``documents`` SciFact abstracts ingested into ``index`` with
+    ``settings`` unless it exists already; its chunk count."""
+    from chunkrag_core.engines import make_backend
+    from chunkrag_core.providers import make_embedder
+    from ingest_pipeline.pipeline import ingest_documents
+
+    client = make_backend(settings)
+    if not client.index_exists(index):
+        print(f"ingesting the first {documents} SciFact abstracts into {index}…", file=sys.stderr)
+        ingest_documents(
+            scifact_documents(documents),
+            client=client,
+            embedder=make_embedder(settings.embedder),
+            settings=settings,
+            index=index,
+            progress=False,
+        )
+        client.refresh(index)
+    return client.count(index)
+
+
 def one_pipeline_run(limit: int | None, index: str, *, warm: bool = False) -> dict:
     """One ingest into a fresh ``index``, timed from the first document. With
     ``warm``, what a long ingest pays once is paid before the clock starts,

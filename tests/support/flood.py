@@ -12,13 +12,18 @@ from typing import Iterator
 import httpx
 
 
-def _flood(url: str, headers: dict, body: dict, threads: int, stop, results) -> None:
+def flood(url: str, headers: dict, body: dict, threads: int, stop, results, go=None) -> None:
+    """The flooding caller, run as a process of its own: ``threads`` threads
+    POST ``body`` without pause (only while ``go`` is set, when one is
+    given) until ``stop``; every (status, Retry-After) goes to ``results``."""
     outcomes: list[tuple[int, str | None]] = []
     lock = threading.Lock()
 
     def send() -> None:
         with httpx.Client(headers=headers, timeout=120) as client:
             while not stop.is_set():
+                if go is not None and not go.wait(0.1):
+                    continue
                 answer = client.post(url, json=body)
                 with lock:
                     outcomes.append((answer.status_code, answer.headers.get("retry-after")))
@@ -38,7 +43,7 @@ def flooding(url: str, headers: dict, body: dict, threads: int) -> Iterator[list
     every answer once the block has ended."""
     context = multiprocessing.get_context("spawn")
     stop, results = context.Event(), context.Queue()
-    process = context.Process(target=_flood, args=(url, headers, body, threads, stop, results), daemon=True)
+    process = context.Process(target=flood, args=(url, headers, body, threads, stop, results), daemon=True)
     process.start()
     outcomes: list[tuple[int, str | None]] = []
     try:
