@@ -301,12 +301,17 @@ class GatewaySettings:
     retry_after_s: int = 5
     # True: filtered searches (ext.chunkrag, /v1/ask) run in max_filtered
     # processes of their own (started with the first searches, each with its
-    # own clients and embedder, 276 MB each measured) at filter_nice lower CPU
-    # priority, so their Python work never holds the interpreter lock the
-    # event loop serving every other request needs. Off by default: the
-    # memory is certain, the gain not yet measured on a quiet machine
-    # (bench/REPORT.md, fairness).
+    # own clients and embedder, 276 MB each measured), so their Python work
+    # never holds the interpreter lock the event loop serving every other
+    # request needs. Flooded by one key, a plain caller's p95 rose 1.5x with
+    # them against 3.1x without, in one quiet window, and 2.7x against 6.2x
+    # in another (bench/REPORT.md, fairness). Off by default: the memory is
+    # certain; a gateway several callers share should turn it on.
     filter_processes: bool = False
+    # How much lower the CPU priority of filtered searches is (0-19), in the
+    # filter processes or, without them, in the gateway's own filter threads
+    # (Linux gives a thread a niceness of its own): the event loop and a
+    # cluster on the same machine get a core first.
     filter_nice: int = 10
     # Requests per second per caller (API key, or Authorization, or client
     # address), with bursts of rate_burst; 0 turns the limit off.

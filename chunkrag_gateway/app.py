@@ -45,6 +45,7 @@ from chunkrag_gateway.dialect import (
 )
 from chunkrag_gateway.edges import Edges, JudgeManyFactory
 from chunkrag_gateway.filter_processes import FilterProcesses, check_niceness
+from chunkrag_gateway.filter_threads import FilterThreads
 from chunkrag_gateway.guard import Guard
 from chunkrag_gateway.identity import (
     REFUSAL_WORDS,
@@ -128,6 +129,8 @@ def create_app(
         else None
     )
     asking = processes.ask if processes is not None else edges.ask
+    # The library calls of filtered searches, at the same lower priority.
+    threads = FilterThreads(limits.filter_nice)
     metrics = telemetry.GatewayMetrics()
     metrics.watch(telemetry.LiveState(queue, **edges.live_probes()))
 
@@ -153,6 +156,7 @@ def create_app(
                 await shared.aclose()
             if processes is not None:
                 await anyio.to_thread.run_sync(processes.close)
+            threads.close()
             await edges.aclose()
 
     # /docs would shadow an index named "docs": Swagger UI lives under /v1.
@@ -230,7 +234,7 @@ def create_app(
             max_query_chars=limits.max_query_chars,
         )
         async with per_caller.slot(caller.identity):
-            result = await _call(edges, queue, request.index, decoded, caller, asking)
+            result = await _call(edges, queue, threads, request.index, decoded, caller, asking)
         telemetry.note(http.scope, result=result)
         payload = ask_response(result, index=request.index)
         return {**payload, "shards": _shards_shown(payload["shards"], caller)}
@@ -263,15 +267,15 @@ def create_app(
         options = search_options(decoded, max_candidates=limits.max_candidates)
         if options.target == "post_search" or (
             options.target == "auto"
-            and not await _run(edges, queue, options, caller, edges.holds_chunks, index, queued=False)
+            and not await _run(edges, queue, threads, options, caller, edges.holds_chunks, index, queued=False)
         ):
             async with per_caller.slot(caller.identity):
-                return await post_searched(edges, queue, request, index, decoded, options, caller)
+                return await post_searched(edges, queue, threads, request, index, decoded, options, caller)
         refuse_post_search_options(options)
         started = time.perf_counter()
         parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
         async with per_caller.slot(caller.identity):
-            result = await _call(edges, queue, index, parsed, caller, asking)
+            result = await _call(edges, queue, threads, index, parsed, caller, asking)
         telemetry.note(request.scope, result=result)
         took_ms = (time.perf_counter() - started) * 1000
         payload = search_response(
@@ -298,12 +302,21 @@ def _caller(request: Request) -> Caller:
     return getattr(request.state, "caller", None) or Caller()
 
 
-async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: ChunkragSearch, caller: Caller, asking):
+async def _call(
+    edges: Edges,
+    queue: FilteredQueue,
+    threads: FilterThreads,
+    index: str,
+    decoded: ChunkragSearch,
+    caller: Caller,
+    asking,
+):
     """The library call (``asking``: ``Edges.ask``, or ``FilterProcesses.ask``
     which runs it in a filter process), see :func:`_run`."""
     return await _run(
         edges,
         queue,
+        threads,
         decoded.options,
         caller,
         functools.partial(
@@ -312,8 +325,17 @@ async def _call(edges: Edges, queue: FilteredQueue, index: str, decoded: Chunkra
     )
 
 
-async def _run(edges: Edges, queue: FilteredQueue, options, caller: Caller, blocking, *args, queued: bool = True):
-    """``blocking(*args, caller=bound caller)`` on a worker thread, within a
+async def _run(
+    edges: Edges,
+    queue: FilteredQueue,
+    threads: FilterThreads,
+    options,
+    caller: Caller,
+    blocking,
+    *args,
+    queued: bool = True,
+):
+    """``blocking(*args, caller=bound caller)`` on a filter thread, within a
     hard deadline: the judging budget plus the model calls around it
     (rewrite, answer) and the search. Past it the caller gets 504; the
     thread is abandoned, and its calls end on their own timeouts. Model-stage
@@ -330,9 +352,9 @@ async def _run(edges: Edges, queue: FilteredQueue, options, caller: Caller, bloc
     try:
         with anyio.fail_after(deadline) as scope:
             if not (options.stages and queued):
-                return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+                return await threads.run(call)
             async with queue.slot():
-                return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+                return await threads.run(call)
     except errors.GatewayError:
         raise
     except Exception as exc:
@@ -351,7 +373,14 @@ async def _run(edges: Edges, queue: FilteredQueue, options, caller: Caller, bloc
 
 
 async def post_searched(
-    edges: Edges, queue: FilteredQueue, request: Request, index: str, body: dict, options, caller: Caller
+    edges: Edges,
+    queue: FilteredQueue,
+    threads: FilterThreads,
+    request: Request,
+    index: str,
+    body: dict,
+    options,
+    caller: Caller,
 ) -> Response:
     """Post-search: the caller's body without ``ext`` goes to the cluster as
     a pass-through search does (the caller's credentials, or in service
@@ -360,7 +389,7 @@ async def post_searched(
     of the hits it returned. A failed search is the cluster's answer as is."""
     limits = edges.settings.gateway
     wanted = parse_post_search(body, options, max_query_chars=limits.max_query_chars)
-    await _run(edges, queue, options, caller, edges.check_post_search_fields, index, options, queued=False)
+    await _run(edges, queue, threads, options, caller, edges.check_post_search_fields, index, options, queued=False)
     answer = await edges.passthrough.forward(
         "POST", raw_path_of(request.scope), SEARCH_HEADERS, orjson.dumps(wanted.body), caller
     )
@@ -370,7 +399,7 @@ async def post_searched(
         response = orjson.loads(answer.body)
     except orjson.JSONDecodeError:
         raise errors.unavailable("the cluster's search response could not be read") from None
-    result = await _run(edges, queue, options, caller, edges.post_search, wanted.text, options, response)
+    result = await _run(edges, queue, threads, options, caller, edges.post_search, wanted.text, options, response)
     payload = post_search_response(response, result, options.post_search)
     return es_json(payload, 200, request.headers.get("accept", ""))
 

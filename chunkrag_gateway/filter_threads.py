@@ -1,0 +1,80 @@
+"""The gateway's threads for filtered searches, at a lower CPU priority.
+
+A filtered search (``ext.chunkrag``, post-search, ``/v1/ask``) runs its
+library call on a worker thread; a plain search is forwarded by the event
+loop. On a small machine both want the same cores, and the operating system
+shared them evenly: one caller's flood of filtered searches raised a plain
+caller's p95 3.5x (bench/REPORT.md, fairness). On Linux a thread has a
+niceness of its own, so these threads run at ``nice`` (the same setting as
+the filter processes, ``CHUNKRAG_GATEWAY_FILTER_NICE``) and the event loop,
+and Elasticsearch on the same machine, get a core first when both want one.
+Elsewhere the call is refused by the system and the threads run at the
+gateway's own priority (logged once).
+
+The calls keep the caller's context (the trace), as ``anyio.to_thread``
+does; a call whose awaiting is cancelled (the request's deadline) is
+abandoned, not stopped, and ends on its own timeouts, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
+
+log = logging.getLogger("chunkrag.gateway")
+
+T = TypeVar("T")
+
+# Threads at most, as anyio's default limiter for its worker threads: calls
+# abandoned at their deadline keep one each until their own timeouts end them.
+MAX_THREADS = 40
+
+
+def lower_priority(nice: int) -> bool:
+    """This thread's niceness raised by ``nice``; False where the system
+    does not give a thread a niceness of its own."""
+    if not nice:
+        return True
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+    except (AttributeError, OSError) as exc:
+        log.warning("filtered searches run at the gateway's own priority: %s", exc)
+        return False
+    return True
+
+
+class FilterThreads:
+    """A pool of threads, made on first use, each at ``nice`` lower priority."""
+
+    def __init__(self, nice: int, max_threads: int = MAX_THREADS):
+        self.nice, self.max_threads = nice, max_threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self.max_threads,
+                    thread_name_prefix="chunkrag-filter",
+                    initializer=lower_priority,
+                    initargs=(self.nice,),
+                )
+            return self._pool
+
+    async def run(self, call: Callable[[], T]) -> T:
+        context = contextvars.copy_context()
+        return await asyncio.wrap_future(self._executor().submit(context.run, call))
+
+    def close(self) -> None:
+        """Calls not started are dropped; running ones end on their own."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
