@@ -9,7 +9,7 @@ niceness of its own, so these threads run at ``nice`` (the same setting as
 the filter processes, ``CHUNKRAG_GATEWAY_FILTER_NICE``) and the event loop,
 and Elasticsearch on the same machine, get a core first when both want one.
 Elsewhere the call is refused by the system and the threads run at the
-gateway's own priority (logged once).
+gateway's own priority (each refused thread logs a warning).
 
 The calls keep the caller's context (the trace), as ``anyio.to_thread``
 does; a call whose awaiting is cancelled (the request's deadline) is
