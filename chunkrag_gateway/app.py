@@ -130,7 +130,10 @@ def create_app(
     )
     asking = processes.ask if processes is not None else edges.ask
     # The library calls of filtered searches, at the same lower priority.
-    threads = FilterThreads(limits.filter_nice)
+    # With the processes, these threads only hand searches to them and wait
+    # (post-search aside): they keep the gateway's priority, and so does the
+    # pool's own thread they start, which must notice a dead process at once.
+    threads = FilterThreads(0 if processes is not None else limits.filter_nice)
     metrics = telemetry.GatewayMetrics()
     metrics.watch(telemetry.LiveState(queue, **edges.live_probes()))
 

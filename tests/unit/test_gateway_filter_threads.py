@@ -52,7 +52,10 @@ def test_the_call_sees_the_callers_context():
         threads.close()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own niceness is Linux's")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="only Linux gives a thread a niceness of its own (elsewhere the threads keep the gateway's)",
+)
 def test_the_threads_run_at_the_lower_priority_and_the_event_loop_does_not():
     threads = FilterThreads(nice=5)
     loop_niceness = _niceness()
