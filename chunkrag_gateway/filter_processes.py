@@ -152,9 +152,12 @@ class FilterProcesses:
     def run(self, function: Callable[..., Any], *args: Any) -> Any:
         """Blocking: ``function(*args)`` in one of the processes (a
         module-level function, its arguments and result pickled). A process
-        that died while idle costs nothing: a fresh pool takes the call. One
-        that dies while searching fails what the pool was running with 503,
-        and leaves a fresh pool to the next call."""
+        that died while idle costs nothing once the pool has seen it end: a
+        fresh pool takes the call. (A call sent in the moment between, which
+        on a busy machine lasts until the killed process gets the CPU time
+        its own exit takes, fails as below.) One that dies while searching
+        fails what the pool was running with 503, and leaves a fresh pool to
+        the next call."""
         pool = self._current()
         try:
             future = pool.submit(function, *args)
