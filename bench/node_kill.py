@@ -233,6 +233,30 @@ def node_with_a_primary(local, client, index: str) -> int:
     return local.nodes - 1
 
 
+# Longest wait for every copy of the index to be started before a node is
+# killed (seconds): a new index's replicas recover from their primaries in
+# its first seconds, and under load this takes longer.
+COPIES_WAIT_S = 300
+
+
+def wait_for_every_copy(client, index: str, timeout_s: float = COPIES_WAIT_S) -> float:
+    """Until every shard of ``index`` has its replica started (green), so
+    that the node about to be killed holds no primary whose only other copy
+    is still recovering from it (that shard would have no copy to promote:
+    red until the node returns, and a write to it waits for that); returns
+    the seconds waited."""
+    began = time.monotonic()
+    # Asked again and again rather than with the API's own wait: the two
+    # engines' clients read a `timeout` argument differently.
+    while client.cluster.health(index=index).get("status") != "green":
+        if time.monotonic() - began > timeout_s:
+            shards = client.cat.shards(index=index, format="json")
+            states = sorted(f"{s['shard']}{s['prirep']} {s['state']} on {s.get('node')}" for s in shards)
+            raise RuntimeError(f"{index} was not green within {timeout_s:g} s before the kill: {', '.join(states)}")
+        time.sleep(0.25)
+    return time.monotonic() - began
+
+
 def worker_retries(log_dir: Path) -> list[str]:
     """Each retry the workers logged ("Retry in 2s: <why>"), newest last."""
     lines = []
@@ -323,6 +347,7 @@ def ingest_with_node_kill(
     expected = expected_chunk_ids(corpus, settings)
     batches = math.ceil(documents / settings.workers.ingest_batch_docs)
     thread, outcome, began = ingest_in_background(backend, settings, corpus, batches, kill_at)
+    copies_wait_s = wait_for_every_copy(backend.client, index) if "failure" not in outcome else None
     chosen = victim
     victim = pick_victim(chosen, the_rig.cluster, backend.client, index) if "failure" not in outcome else 2
     primaries = primaries_on(the_rig.cluster, backend.client, index, victim) if "failure" not in outcome else None
@@ -349,6 +374,7 @@ def ingest_with_node_kill(
         "killed_node_primaries": primaries,
         "killed_pid": pid,
         "killed_after_s": round(killed_at, 2),
+        "waited_for_every_copy_s": None if copies_wait_s is None else round(copies_wait_s, 2),
         "ingest_s": report.seconds,
         "report": {
             "documents": report.documents,
@@ -499,6 +525,7 @@ def searches_with_node_kill(
         deadline = time.monotonic() + FIRST_ANSWERS_WAIT_S
         while sum(a["phase"] == "before" for a in answers) < streams and time.monotonic() < deadline:
             time.sleep(0.2)
+        wait_for_every_copy(engine_client(settings), index)
         chosen = victim
         victim = pick_victim(chosen, the_rig.cluster, engine_client(settings), index)
         phase["now"] = "node down"

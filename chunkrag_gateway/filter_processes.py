@@ -16,13 +16,17 @@ settings it was started with, so a search sends only the request's own
 small values (text, options, filters, the caller with any derived key
 already bound, the trace) and gets back the result without the chunks'
 vectors. A process that dies while searching fails the searches then
-running in the pool with 503; the next search (or, when it died idle, this
-one) starts a fresh pool.
+running in the pool with 503; a search the pool had not yet started in any
+process (it waited for one, or was sent to a process that was dying) is sent
+once more to a fresh pool, which the next searches use too. Each process
+marks the search it runs in a shared slot, so the gateway can tell the two
+apart.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import multiprocessing
 import os
@@ -54,6 +58,10 @@ NICE_RANGE = range(0, 20)
 
 # This process's Edges, when it is a filter process.
 _edges = None
+# In a filter process: the pool's slots (one per process: the id of the call
+# it runs or ran last, 0 before its first) and this process's own.
+_slots = None
+_slot = -1
 
 
 def check_niceness(nice: int) -> None:
@@ -83,11 +91,14 @@ def _chunks_travel_without_vectors() -> None:
     ForkingPickler.register(Chunk, lambda chunk: (_chunk, ({name: getattr(chunk, name) for name in names},)))
 
 
-def _start(settings: Settings, nice: int, gateway_pid: int) -> None:
-    """Each process's first step: lower its priority (threads it starts
-    later, onnxruntime's and the judge's, inherit it), continue the
-    gateway's tracing, and watch for the gateway's end."""
-    global _edges
+def _start(settings: Settings, nice: int, gateway_pid: int, slots, taken) -> None:
+    """Each process's first step: take a slot, lower its priority (threads
+    it starts later, onnxruntime's and the judge's, inherit it), continue
+    the gateway's tracing, and watch for the gateway's end."""
+    global _edges, _slots, _slot
+    with taken.get_lock():
+        _slot, taken.value = taken.value, taken.value + 1
+    _slots = slots
     _records_travel()
     _chunks_travel_without_vectors()
     threading.Thread(target=_end_with, args=(gateway_pid,), daemon=True, name="chunkrag-filter-watch").start()
@@ -103,6 +114,16 @@ def _end_with(gateway_pid: int) -> None:
     while os.getppid() == gateway_pid:
         time.sleep(PARENT_CHECK_S)
     os._exit(0)
+
+
+def _marked(call: int, function: Callable[..., Any], args: tuple) -> Any:
+    """``function(*args)`` with ``call`` in this process's slot from its
+    start until the process's next call (not cleared at the end: a process
+    dying between its answer and the answer's arrival must not look as if
+    it never began). The gateway reads the slots when a process dies, to
+    tell a search that began (never sent twice) from one none had begun."""
+    _slots[_slot] = call
+    return function(*args)
 
 
 def _ask(index: str, text: str, options, filters, candidates: int, caller, trace_headers: dict[str, str]):
@@ -135,45 +156,49 @@ class FilterProcesses:
         check_niceness(nice)
         self.settings, self.processes, self.nice = settings, processes, nice
         self._pool: ProcessPoolExecutor | None = None  # made on the first search
+        self._slots = None  # the pool's slots (see _marked)
         self._lock = threading.Lock()  # searches arrive on worker threads
+        self._calls = itertools.count(1)
 
-    def _current(self) -> ProcessPoolExecutor:
+    def _current(self) -> tuple[ProcessPoolExecutor, Any]:
         with self._lock:
             if self._pool is None:
                 _records_travel()
+                context = multiprocessing.get_context("spawn")
+                # Written by one process each and read only after a process
+                # died: no lock (an aligned 64-bit store is whole).
+                self._slots = context.Array("q", self.processes, lock=False)
                 self._pool = ProcessPoolExecutor(
                     self.processes,
-                    mp_context=multiprocessing.get_context("spawn"),
+                    mp_context=context,
                     initializer=_start,
-                    initargs=(self.settings, self.nice, os.getpid()),
+                    initargs=(self.settings, self.nice, os.getpid(), self._slots, context.Value("i", 0)),
                 )
-            return self._pool
+            return self._pool, self._slots
 
     def run(self, function: Callable[..., Any], *args: Any) -> Any:
         """Blocking: ``function(*args)`` in one of the processes (a
-        module-level function, its arguments and result pickled). A process
-        that died while idle costs nothing once the pool has seen it end: a
-        fresh pool takes the call. (A call sent in the moment between, which
-        on a busy machine lasts until the killed process gets the CPU time
-        its own exit takes, fails as below.) One that dies while searching
-        fails what the pool was running with 503, and leaves a fresh pool to
-        the next call."""
-        pool = self._current()
-        try:
-            future = pool.submit(function, *args)
-        except BrokenProcessPool:  # broken before this call: nothing of it ran
-            self._drop(pool)
-            pool = self._current()
-            future = pool.submit(function, *args)
-        try:
-            return future.result()
-        except BrokenProcessPool as exc:
-            self._drop(pool)
-            raise errors.unavailable(
-                "a filter process ended before answering; try again", detail=f"{exc}: {exc.__cause__ or ''}"
-            ) from None
-        except CancelledError:  # still waiting for a process when the gateway closed
-            raise errors.unavailable("the gateway is stopping") from None
+        module-level function, its arguments and result pickled). A call no
+        process had started when its pool broke (a process died, idle or
+        searching) goes once more to a fresh pool. One that had started
+        fails with 503 (never run twice); so does a call whose second pool
+        broke too."""
+        call = next(self._calls)
+        for attempt in range(2):
+            pool, slots = self._current()
+            try:
+                future = pool.submit(_marked, call, function, args)
+                return future.result()
+            except BrokenProcessPool as exc:
+                self._drop(pool)
+                if attempt == 0 and call not in slots[:]:
+                    continue  # no process began it: nothing of it ran
+                raise errors.unavailable(
+                    "a filter process ended before answering; try again", detail=f"{exc}: {exc.__cause__ or ''}"
+                ) from None
+            except CancelledError:  # still waiting for a process when the gateway closed
+                raise errors.unavailable("the gateway is stopping") from None
+        raise AssertionError("unreachable")
 
     def ask(
         self,

@@ -1,7 +1,9 @@
 """A real three-node cluster, Elasticsearch and then OpenSearch, each with a
 Redis of its own, on ports free when the module starts (so two runs on one
 machine do not meet), each started here through local_services, with a node
-SIGKILLed by its pid:
+SIGKILLed by its pid once every shard of the index has its replica started
+(a primary killed while its only replica still recovers from it leaves no
+copy to promote, and writes to that shard wait until the node returns):
 
 - during a distributed ingest on two real Celery workers: the ingest
   completes with every chunk the source makes, each once, counted by id and

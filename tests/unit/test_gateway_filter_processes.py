@@ -56,6 +56,12 @@ def _mark_then_sleep(marker: str, seconds: float) -> None:
     time.sleep(seconds)
 
 
+def _mark_then_exit(marker: str, seconds: float) -> None:
+    Path(marker).touch()
+    time.sleep(seconds)
+    os._exit(3)
+
+
 def _ended(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -156,14 +162,49 @@ def test_a_process_that_died_while_idle_costs_the_next_search_nothing():
         processes.close()
 
 
-def test_searches_running_when_a_process_is_killed_get_503_rather_than_hang():
+def test_a_search_sent_at_once_to_a_process_just_killed_is_answered_by_a_fresh_pool():
+    # The pool may not have seen the process end yet: the search is sent to
+    # it, no process begins it, and it goes to a fresh pool.
+    processes = FilterProcesses(Settings(), 1, 0)
+    try:
+        first = processes.run(os.getpid)
+        os.kill(first, signal.SIGKILL)
+        again = processes.run(os.getpid)
+        assert again != first and processes.pids() == (again,)
+    finally:
+        processes.close()
+
+
+def test_a_search_waiting_when_a_process_died_goes_to_a_fresh_pool_the_running_one_gets_503(tmp_path):
+    processes = FilterProcesses(Settings(), 1, 0)
+    marker = tmp_path / "began"
+    try:
+        first = processes.run(os.getpid)
+        with concurrent.futures.ThreadPoolExecutor(2) as threads:
+            dying = threads.submit(processes.run, _mark_then_exit, str(marker), 1.0)
+            deadline = time.monotonic() + 60
+            while not marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            waiting = threads.submit(processes.run, os.getpid)  # the only process is busy
+            with pytest.raises(errors.GatewayError) as died:
+                dying.result(timeout=60)
+            assert died.value.status == 503
+            served_by = waiting.result(timeout=60)
+        assert served_by not in (first, None) and processes.pids() == (served_by,)
+    finally:
+        processes.close()
+
+
+def test_searches_running_when_a_process_is_killed_get_503_rather_than_hang(tmp_path):
     processes = FilterProcesses(Settings(), 2, 0)
+    markers = [tmp_path / "began-0", tmp_path / "began-1"]
     try:
         processes.run(os.getpid)
         with concurrent.futures.ThreadPoolExecutor(2) as threads:
-            waiting = [threads.submit(processes.run, time.sleep, 60) for _ in range(2)]
+            waiting = [threads.submit(processes.run, _mark_then_sleep, str(marker), 60) for marker in markers]
             deadline = time.monotonic() + 60
-            while len(processes.pids()) < 2 and time.monotonic() < deadline:
+            # Both begun (a search the second process had not begun would go to a fresh pool instead).
+            while not all(marker.exists() for marker in markers) and time.monotonic() < deadline:
                 time.sleep(0.1)
             os.kill(processes.pids()[0], signal.SIGKILL)
             for future in waiting:
