@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -64,14 +63,6 @@ def split_chars(chunks, spans: list[tuple[int, int]]) -> tuple[int, int]:
     return own, sum(c.end - c.start for c in chunks) - own
 
 
-def sign_test(less: int, more: int) -> float:
-    n = less + more
-    if n == 0:
-        return 1.0
-    k = min(less, more)
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=50, help="first N biography records")
@@ -80,7 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_chat, make_embedder
     from chunkrag_core.settings import Settings
-    from chunkrag_eval.answer_table import BIO_MAX_TOKENS, DEFAULT_CONTEXT_TOKENS, fit_context, prepare
+    from chunkrag_eval.answer_table import (
+        BIO_MAX_TOKENS,
+        DEFAULT_CONTEXT_TOKENS,
+        fit_context,
+        mcnemar_exact,
+        prepare,
+    )
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.runner import index_pools
     from chunkrag_filter.pipeline import FilterOptions
@@ -146,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         "own_text_filter_less_than_rag": less,
         "own_text_filter_more_than_rag": more,
         "own_text_same": len(with_own) - less - more,
-        "sign_test_p": float(f"{sign_test(less, more):.3g}"),
+        "sign_test_p": float(f"{mcnemar_exact(less, more):.3g}"),
         "own_chars": {
             "pool": total("pool_own_chars"),
             "rag": total("rag_own_chars"),

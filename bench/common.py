@@ -100,3 +100,15 @@ def parse_scale_weights(raw: str | None) -> dict[int, float] | None:
 def weights_suffix(weights: dict[int, float] | None) -> str:
     """A row-name suffix naming non-default weights ("" for none)."""
     return "" if not weights else "_w" + "_".join(f"{scale}x{weight:g}" for scale, weight in sorted(weights.items()))
+
+
+def process_cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds ``pid`` has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) ``pid`` has used so far."""
+    return sum(process_cpu_split(pid))

@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, machine
+from bench.common import RESULTS, machine, process_cpu_s
 from bench.metrics import percentile
 
 INDEX = "bench-fairness"
@@ -238,12 +238,6 @@ def _figures(latencies: list[float]) -> dict[str, float]:
         "p50_ms": round(percentile(latencies, 0.5) * 1000, 2),
         "p95_ms": round(percentile(latencies, 0.95) * 1000, 2),
     }
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) ``pid`` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv=None) -> int:

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import median, write_result
+from bench.common import median, process_cpu_split, write_result
 from bench.gateway_bench import STARTUP_S, Timed, free_port, start_gateway
 from bench.metrics import percentile
 
@@ -130,13 +130,6 @@ def _start(kind: str, port: int, origin: str) -> subprocess.Popen:
     raise RuntimeError(f"the {kind} server did not answer within {STARTUP_S:g} s")
 
 
-def _cpu_seconds(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of a process (Linux /proc)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / ticks, int(fields[12]) / ticks
-
-
 def _measure(kind: str, origin: str, path: str, requests: int) -> dict:
     port = free_port()
     process = _start(kind, port, origin)
@@ -154,13 +147,13 @@ def _measure(kind: str, origin: str, path: str, requests: int) -> dict:
         for _ in range(WARMUP):
             direct.post(path, BODY)
             through()
-        user0, system0 = _cpu_seconds(process.pid)
+        user0, system0 = process_cpu_split(process.pid)
         times: dict[str, list[float]] = {"direct": [], "through": []}
         for n in range(requests):
             pair = [("direct", lambda: direct.post(path, BODY)[0]), ("through", through)]
             for side, send in pair if n % 2 == 0 else reversed(pair):
                 times[side].append(send())
-        user1, system1 = _cpu_seconds(process.pid)
+        user1, system1 = process_cpu_split(process.pid)
     finally:
         process.terminate()
         process.wait(timeout=30)
