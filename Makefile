@@ -11,7 +11,7 @@ export CHUNKRAG_HOME ?= $(CURDIR)/.chunkrag
 # Tests and the demo never reach a model hub; fail fast if some code tries.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup demo test lint unit services-up services-down services-status bench clean llm-setup llm-python-setup browser-setup
+.PHONY: setup demo test lint unit services-up services-down services-status bench clean llm-setup llm-python-setup browser-setup train-relevance
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
@@ -92,6 +92,21 @@ test: lint services-up llm-setup browser-setup
 bench: services-up
 	$(BIN)/python -m bench.ingest_bench
 	$(BIN)/python -m bench.retrieval_bench
+
+# The relevance model, from shared/eval to chunkrag_core/model_files (model card: relevance-minilm.md):
+# labelled pairs (no torch), fine-tuning (seeded; 40-50 min on 2 cores), ONNX export and int8. Its own
+# environment, .venv-train, holds the `train` extra (PyTorch): never the default install's.
+TRAIN_VENV := .venv-train
+$(TRAIN_VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(TRAIN_VENV)
+	$(TRAIN_VENV)/bin/pip install --quiet --upgrade pip
+	$(TRAIN_VENV)/bin/pip install --quiet -c requirements.lock -e ".[train]"
+	touch $@
+
+train-relevance: $(TRAIN_VENV)/.installed
+	$(TRAIN_VENV)/bin/python -m chunkrag_train pairs
+	$(TRAIN_VENV)/bin/python -m chunkrag_train train
+	$(TRAIN_VENV)/bin/python -m chunkrag_train export
 
 clean: services-down
 	rm -rf $(VENV) $(CHUNKRAG_HOME)

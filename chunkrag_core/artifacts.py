@@ -72,3 +72,14 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# The project's relevance model (a MiniLM cross-encoder fine-tuned by
+# `python -m chunkrag_train`; model card: model_files/relevance-minilm.md),
+# shipped in this package. Its tokenizer is MINILM_TOKENIZER.
+RELEVANCE_INT8_ONNX = Artifact(
+    name="relevance-minilm int8 ONNX graph",
+    package="chunkrag_core",
+    relative_path="model_files/relevance-minilm.int8.onnx",
+    sha256="0000000000000000000000000000000000000000000000000000000000000000",
+)

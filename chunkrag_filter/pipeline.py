@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
@@ -48,7 +48,19 @@ from chunkrag_filter.processors.thresholds import (
 
 THRESHOLDS = tuple(THRESHOLD_METHODS)
 FALLBACKS = ("top_k", "not_found")
-RERANKERS = ("score", "cohere", "off")
+# "local": the project's relevance model (a MiniLM cross-encoder) orders the
+# kept chunks; "cohere": Cohere's rerank API.
+RERANKERS = ("score", "local", "cohere", "off")
+# What scores a candidate when the LLM judge does not: the retrieval signals
+# alone, or the project's relevance model beside them (calibrated together).
+RELEVANCE_SOURCES = ("retrieval", "crossencoder")
+
+
+class RelevanceModel(Protocol):
+    """P(the chunk holds what the query asks), one per text, in order."""
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]: ...
+
 
 # Candidates judged when a caller asks for the judge (a scoring method or
 # option) without saying how many: one listwise batch, the best nine.
@@ -105,6 +117,10 @@ class FilterOptions:
     # CONFIGURED (a calibration file, read on first use) follows the judge:
     # the file's model for judging on or off (a LogisticModel is kept as is).
     calibration: LogisticModel | Configured | None = CONFIGURED
+    # "crossencoder": every candidate is also read by the project's relevance
+    # model (stage score "relevance"), and the calibration file's
+    # "relevance" model turns it and the retrieval signals into the score.
+    relevance: str = "retrieval"
 
     def __post_init__(self) -> None:
         if self.judge_top is not None and self.judge_top < 0:
@@ -113,6 +129,7 @@ class FilterOptions:
             ("threshold", self.threshold, THRESHOLDS),
             ("fallback", self.fallback, FALLBACKS),
             ("rerank", self.rerank, RERANKERS),
+            ("relevance", self.relevance, RELEVANCE_SOURCES),
         ):
             if value not in allowed:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
@@ -181,7 +198,7 @@ def resolve_calibration(options: FilterOptions) -> tuple[LogisticModel | None, f
     calibration, cut_value = options.calibration, DEFAULT_CUT
     if isinstance(calibration, Configured):
         path = calibration.path if calibration.path is not None else configured_calibration_file()
-        chosen = load_calibration(path or None).for_judging(options.judge_top != 0)
+        chosen = load_calibration(path or None).for_judging(options.judge_top != 0, options.relevance == "crossencoder")
         calibration = chosen.model
         if options.threshold == "fixed":
             cut_value = chosen.cut
@@ -259,10 +276,15 @@ def run_filter(
     options: FilterOptions = FilterOptions(),
     judge_many: JudgeMany | None = None,
     reranker=None,
+    relevance_model: RelevanceModel | None = None,
 ) -> FilterResult:
     """Redundancy, judging, threshold, fallback, rerank and order: the kept
     chunks in final order with every candidate's decision. No answer is
-    written here (``options.answer`` is the caller's to honour)."""
+    written here (``options.answer`` is the caller's to honour).
+
+    ``relevance_model`` scores the candidates with ``relevance:
+    crossencoder`` (and orders the kept ones with ``rerank: local`` when no
+    ``reranker`` is given); None: the shipped model, loaded on first use."""
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -277,6 +299,13 @@ def run_filter(
     if options.redundancy_threshold is not None:
         candidates, redundant = drop_redundant(candidates, options.redundancy_threshold)
     lap("redundancy")
+
+    if options.relevance == "crossencoder" or (options.rerank == "local" and reranker is None):
+        relevance_model = relevance_model or shipped_relevance_model()
+    if options.relevance == "crossencoder" and candidates:
+        probabilities = relevance_model.score(query, [c.text for c in candidates])
+        candidates = [c.with_score(relevance=round(p, 6)) for c, p in zip(candidates, probabilities)]
+    lap("relevance")
 
     judged = candidates if options.judge_top is None else candidates[: options.judge_top]
     judged_by = reason = None
@@ -329,7 +358,9 @@ def run_filter(
                 )
             )
 
-    if options.rerank == "cohere" and reranker is not None and kept:
+    if options.rerank == "local" and reranker is None:
+        reranker = relevance_model
+    if options.rerank in ("cohere", "local") and reranker is not None and kept:
         order = reranker.rerank(query, [c.text for c in kept])
         kept = [dataclasses.replace(kept[i], stage_scores={**kept[i].stage_scores, "rerank": s}) for i, s in order]
     elif options.rerank == "score":
@@ -351,6 +382,13 @@ def run_filter(
         judged_by=judged_by,
         judged_by_reason=reason,
     )
+
+
+def shipped_relevance_model() -> RelevanceModel:
+    """The project's relevance model, one per process, loaded on first use."""
+    from chunkrag_core.providers.local_relevance import shared_relevance_model
+
+    return shared_relevance_model()
 
 
 def retrieval_judgements(

@@ -117,7 +117,8 @@ class Edges:
         rerank = self.settings.rerank
         if not (rerank.api_key or rerank.base_url):
             raise errors.bad_request(
-                "rerank [cohere] needs a Cohere key (CHUNKRAG_RERANK_API_KEY or CO_API_KEY); use [score] or [off]"
+                "rerank [cohere] needs a Cohere key (CHUNKRAG_RERANK_API_KEY or CO_API_KEY); "
+                "use [local], [score] or [off]"
             )
         with self._lock:
             if self._reranker is None:

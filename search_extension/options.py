@@ -26,7 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 from chunkrag_core.settings import DEFAULT_SCALES
-from chunkrag_filter.pipeline import FALLBACKS, JUDGE_TOP_WHEN_ASKED, RERANKERS, THRESHOLDS, FilterOptions
+from chunkrag_filter.pipeline import (
+    FALLBACKS,
+    JUDGE_TOP_WHEN_ASKED,
+    RELEVANCE_SOURCES,
+    RERANKERS,
+    THRESHOLDS,
+    FilterOptions,
+)
 from chunkrag_filter.processors.calibration import CONFIGURED
 from chunkrag_filter.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS, PASSAGE_FORMATS, ScoringOptions
 from search_extension.ask import DEFAULT_CANDIDATES
@@ -300,7 +307,14 @@ class OptionsModel(_Options):
         description="share of the final score taken from the retrieval score; 0: the judgement alone",
     )
     rerank: Annotated[Literal[RERANKERS], Unknown("rerank")] = Field(
-        _FILTER.rerank, description="order of the kept chunks: by score, by a Cohere reranker, or as retrieved"
+        _FILTER.rerank,
+        description="order of the kept chunks: by score, by the project's relevance model (local), "
+        "by a Cohere reranker, or as retrieved",
+    )
+    relevance: Annotated[Literal[RELEVANCE_SOURCES], Unknown("relevance")] = Field(
+        _FILTER.relevance,
+        description="what scores the candidates besides the LLM judge: the retrieval signals alone, or the "
+        "project's relevance model (a MiniLM cross-encoder, offline) calibrated with them",
     )
     lost_in_the_middle: bool = Field(
         _FILTER.lost_in_the_middle, description="put the best kept chunks at both ends of the context"
@@ -393,6 +407,7 @@ class OptionsModel(_Options):
                 min_score=self.min_score,
                 prior_weight=self.prior_weight,
                 rerank=self.rerank,
+                relevance=self.relevance,
                 lost_in_the_middle=self.lost_in_the_middle,
                 answer=ANSWER_BY_DEFAULT[surface] if self.answer is None else self.answer,
                 judge_top=judge_top,

@@ -47,11 +47,19 @@ from chunkrag_filter.processors.features import CONTEXT_FEATURES
 #   bm25        BM25 score min-max normalised over the candidates (0..1)
 #   inv_rank    1 / (1 + hybrid retrieval rank), rank from 0
 #   log_chars   log of the chunk's length in hundreds of characters
+#   relevance_logit  the project's relevance model's log-odds that the chunk
+#               holds what the query asks (chunkrag_core/providers/
+#               local_relevance.py), clipped to +-12; 0 when it did not run
+#   relevance_gap    relevance_logit minus the best among the candidates (<= 0)
 # and the context features of processors/features.py (neighbours, passage,
 # query-term, entity and header overlap, position).
 JUDGE_FEATURES = ("judge", "judged", "judge_top")
 CHEAP_FEATURES = ("cosine", "cosine_gap", "bm25", "inv_rank", "log_chars")
-FEATURES = JUDGE_FEATURES + CHEAP_FEATURES + CONTEXT_FEATURES
+RELEVANCE_FEATURES = ("relevance_logit", "relevance_gap")
+FEATURES = JUDGE_FEATURES + CHEAP_FEATURES + RELEVANCE_FEATURES + CONTEXT_FEATURES
+# The relevance model's logits are clipped here: past it the probability is
+# 1 or 0 to six places, and a calibration must not extrapolate further.
+RELEVANCE_LOGIT_CLIP = 12.0
 CALIBRATION_FORMAT = "chunkrag-calibration/1"
 # The cut of a model that names none (a file from before cuts were stored).
 DEFAULT_CUT = 0.4
@@ -88,6 +96,10 @@ class LogisticModel:
     def uses_context(self) -> bool:
         return any(name in CONTEXT_FEATURES for name in self.names)
 
+    @property
+    def uses_relevance(self) -> bool:
+        return any(name in RELEVANCE_FEATURES for name in self.names)
+
 
 @dataclass(frozen=True, slots=True)
 class Calibrated:
@@ -100,19 +112,30 @@ class Calibrated:
 @dataclass(frozen=True, slots=True)
 class CalibrationFile:
     """The models of one calibration file: ``retrieval`` for the filter
-    without the judge, ``judged`` (None when the file has none) with it."""
+    without the judge, ``judged`` (None when the file has none) with it, and
+    ``relevance`` (None when none) for the filter scored by the project's
+    relevance model (``relevance: crossencoder``) without the judge."""
 
     retrieval: Calibrated
     judged: Calibrated | None
     about: Mapping[str, Any]
     source: str
+    relevance: Calibrated | None = None
 
-    def for_judging(self, judging: bool) -> Calibrated:
+    def for_judging(self, judging: bool, relevance_model: bool = False) -> Calibrated:
         if judging and self.judged is None:
             raise CalibrationError(
                 f"{self.source} holds no model for the judge; run `chunkrag calibrate --judge` or turn the judge off"
             )
-        return self.judged if judging and self.judged is not None else self.retrieval
+        if judging and self.judged is not None:
+            return self.judged
+        if relevance_model:
+            if self.relevance is None:
+                raise CalibrationError(
+                    f"{self.source} holds no model for relevance [crossencoder]; use relevance [retrieval]"
+                )
+            return self.relevance
+        return self.retrieval
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +182,10 @@ def parse_calibration(payload: Any, source: str) -> CalibrationFile:
     if retrieval.model.uses_judge:
         raise CalibrationError(f"{source}: models.retrieval must not read the judge's features")
     judged = _model_from(models["judged"], f"{source}: models.judged") if models.get("judged") else None
-    return CalibrationFile(retrieval, judged, dict(payload.get("about") or {}), source)
+    relevance = _model_from(models["relevance"], f"{source}: models.relevance") if models.get("relevance") else None
+    if relevance is not None and relevance.model.uses_judge:
+        raise CalibrationError(f"{source}: models.relevance must not read the judge's features")
+    return CalibrationFile(retrieval, judged, dict(payload.get("about") or {}), source, relevance)
 
 
 def shipped_path() -> Path:
@@ -181,7 +207,10 @@ def load_calibration(path: str | None = None) -> CalibrationFile:
 
 
 def calibration_payload(
-    retrieval: Calibrated, judged: Calibrated | None, about: Mapping[str, Any] | None = None
+    retrieval: Calibrated,
+    judged: Calibrated | None,
+    about: Mapping[str, Any] | None = None,
+    relevance: Calibrated | None = None,
 ) -> dict[str, Any]:
     def entry(c: Calibrated) -> dict[str, Any]:
         return {
@@ -191,15 +220,23 @@ def calibration_payload(
             "cut": round(c.cut, 6),
         }
 
-    models = {"retrieval": entry(retrieval), **({"judged": entry(judged)} if judged else {})}
+    models = {
+        "retrieval": entry(retrieval),
+        **({"judged": entry(judged)} if judged else {}),
+        **({"relevance": entry(relevance)} if relevance else {}),
+    }
     return {"format": CALIBRATION_FORMAT, "models": models, "about": dict(about or {})}
 
 
 def write_calibration(
-    path: str | Path, retrieval: Calibrated, judged: Calibrated | None, about: Mapping[str, Any] | None = None
+    path: str | Path,
+    retrieval: Calibrated,
+    judged: Calibrated | None,
+    about: Mapping[str, Any] | None = None,
+    relevance: Calibrated | None = None,
 ) -> Path:
     """Write a calibration file (checked by reading it back) and return its path."""
-    payload = calibration_payload(retrieval, judged, about)
+    payload = calibration_payload(retrieval, judged, about, relevance)
     parse_calibration(payload, str(path))
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -234,6 +271,8 @@ def chunk_features(
     asked in, for ``judge_top``."""
     cosines = [s.get("cosine", 0.0) for s in stage_scores]
     best_cosine = max(cosines, default=0.0)
+    relevance = [relevance_logit(s.get("relevance")) for s in stage_scores]
+    best_relevance = max(relevance, default=0.0)
     top_of_batch: set[int] = set()
     for batch in batches:
         judged = [(judge_scores[i], i) for i in batch if judge_scores[i] is not None]
@@ -252,9 +291,20 @@ def chunk_features(
                 "bm25": scores.get("bm25", 0.0),
                 "inv_rank": 1.0 / (1.0 + rank),
                 "log_chars": math.log(max(length, 1) / 100.0),
+                "relevance_logit": relevance[rank],
+                "relevance_gap": relevance[rank] - best_relevance,
             }
         )
     return rows
+
+
+def relevance_logit(probability: float | None) -> float:
+    """The relevance model's probability back to clipped log-odds (0 when
+    the model did not score the chunk)."""
+    if probability is None:
+        return 0.0
+    p = min(max(float(probability), 1e-12), 1 - 1e-12)
+    return max(-RELEVANCE_LOGIT_CLIP, min(RELEVANCE_LOGIT_CLIP, math.log(p / (1 - p))))
 
 
 def fit_logistic(

@@ -1,0 +1,67 @@
+"""The relevance model's command: ``python -m chunkrag_train pairs|train|export``.
+
+    python -m chunkrag_train pairs  --out .cache/relevance/pairs.jsonl    # labelled pairs from shared/eval (no torch)
+    python -m chunkrag_train train  --pairs .cache/relevance/pairs.jsonl --out .cache/relevance/model   # [train] extra
+    python -m chunkrag_train export --model .cache/relevance/model        # ONNX, int8, into chunkrag_core/model_files
+
+``make train-relevance`` runs all three in the ``.venv-train`` environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "eval"
+WORK = Path(__file__).resolve().parents[1] / ".cache" / "relevance"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chunkrag_train", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("pairs", help="build the labelled pairs from shared/eval")
+    p.add_argument("--eval-dir", type=Path, default=DEFAULT_EVAL)
+    p.add_argument("--seed", type=int, default=13)
+    p.add_argument("--out", type=Path, default=WORK / "pairs.jsonl")
+    t = sub.add_parser("train", help="fine-tune MiniLM on the pairs (needs the train extra)")
+    t.add_argument("--pairs", type=Path, default=WORK / "pairs.jsonl")
+    t.add_argument("--out", type=Path, default=WORK / "model")
+    t.add_argument("--layers", type=int, default=6)
+    t.add_argument("--max-tokens", type=int, default=160)
+    t.add_argument("--epochs", type=float, default=0.7)
+    t.add_argument("--seed", type=int, default=13)
+    e = sub.add_parser("export", help="export the trained model to ONNX (fp32 and int8)")
+    e.add_argument("--model", type=Path, default=WORK / "model")
+    e.add_argument("--out", type=Path, default=None, help="default: chunkrag_core/model_files")
+    args = parser.parse_args(argv)
+
+    if args.command == "pairs":
+        from chunkrag_core.providers.local_minilm import LocalMiniLMEmbedder
+        from chunkrag_train.pairs import build, write_jsonl
+
+        pairs, manifest = build(args.eval_dir, args.seed, LocalMiniLMEmbedder(batch_size=32).embed)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(pairs, args.out)
+        args.out.with_suffix(".manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        print(json.dumps(manifest, indent=2))
+        return 0
+    if args.command == "train":
+        from chunkrag_train.pairs import read_jsonl
+        from chunkrag_train.train import TrainConfig, train
+
+        config = TrainConfig(seed=args.seed, layers=args.layers, max_tokens=args.max_tokens, epochs=args.epochs)
+        summary = train(read_jsonl(args.pairs), args.out, config, log=lambda m: print(m, flush=True))
+        print(json.dumps(summary, indent=2))
+        return 0
+    if args.command == "export":
+        from chunkrag_train.export import export
+
+        print(json.dumps(export(args.model, args.out), indent=2))
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

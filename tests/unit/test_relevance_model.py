@@ -1,0 +1,154 @@
+"""The project's relevance model: its features, its place in the filter, its training pairs.
+
+The filter tests inject a scripted relevance model (a unit-test double); the
+last tests load the real shipped int8 graph with onnxruntime.
+"""
+
+import math
+
+import pytest
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_filter.pipeline import FilterOptions, run_filter
+from chunkrag_filter.processors.calibration import (
+    RELEVANCE_LOGIT_CLIP,
+    Calibrated,
+    CalibrationError,
+    LogisticModel,
+    chunk_features,
+    load_calibration,
+    relevance_logit,
+    write_calibration,
+)
+from chunkrag_train.pairs import chunks_of, holds_answer
+
+
+class ScriptedRelevance:
+    """Scores by text, and counts its calls."""
+
+    def __init__(self, by_text):
+        self.by_text, self.calls = by_text, 0
+
+    def score(self, query, texts):
+        self.calls += 1
+        return [self.by_text[t] for t in texts]
+
+    def rerank(self, query, texts):
+        return sorted(enumerate(self.score(query, texts)), key=lambda p: -p[1])
+
+
+def chunk(i, text):
+    return Chunk(doc_id="d", position=i, text=text, start=0, end=1, vector=[1.0, 0.0], score=1.0 - i / 10)
+
+
+CHUNKS = [chunk(0, "alpha"), chunk(1, "beta"), chunk(2, "gamma")]
+SCORES = {"alpha": 0.2, "beta": 0.9, "gamma": 0.01}
+# A calibration that reads only the relevance model: P = sigmoid(logit), so
+# the filter's score is the model's probability.
+ONLY_RELEVANCE = LogisticModel(("relevance_logit",), (1.0,), 0.0)
+
+
+def test_relevance_logit_inverts_the_probability_and_is_clipped():
+    assert relevance_logit(0.5) == 0.0
+    assert relevance_logit(0.9) == pytest.approx(math.log(9))
+    assert relevance_logit(1.0) == RELEVANCE_LOGIT_CLIP
+    assert relevance_logit(0.0) == -RELEVANCE_LOGIT_CLIP
+    assert relevance_logit(None) == 0.0
+
+
+def test_chunk_features_carry_the_relevance_logit_and_its_gap_to_the_best():
+    rows = chunk_features([{"relevance": 0.9}, {"relevance": 0.5}, {}], [None] * 3, [100, 100, 100])
+    assert [round(r["relevance_logit"], 4) for r in rows] == [round(math.log(9), 4), 0.0, 0.0]
+    assert [round(r["relevance_gap"], 4) for r in rows] == [0.0, round(-math.log(9), 4), round(-math.log(9), 4)]
+
+
+def test_the_filter_scores_every_candidate_with_the_relevance_model_and_cuts_on_it():
+    model = ScriptedRelevance(SCORES)
+    options = FilterOptions(relevance="crossencoder", calibration=ONLY_RELEVANCE, fixed_threshold=0.15)
+    result = run_filter("q", CHUNKS, model=None, options=options, relevance_model=model)
+    assert model.calls == 1
+    assert [c.text for c in result.kept] == ["alpha", "beta"]  # the retrieval order is kept
+    scores = {d.chunk.text: d.chunk.stage_scores for d in result.decisions}
+    assert scores["beta"]["relevance"] == 0.9
+    assert scores["beta"]["combined"] == pytest.approx(0.9, abs=1e-6)
+    assert [d.reason for d in result.decisions if d.chunk.text == "gamma"] == ["below_threshold"]
+    assert "relevance" in result.timings_ms
+
+
+def test_rerank_local_orders_the_kept_chunks_by_the_relevance_model():
+    model = ScriptedRelevance(SCORES)
+    options = FilterOptions(calibration=None, threshold="fixed", fixed_threshold=0.0, rerank="local")
+    result = run_filter("q", CHUNKS, model=None, options=options, relevance_model=model)
+    assert [c.text for c in result.kept] == ["beta", "alpha", "gamma"]
+    assert result.kept[0].stage_scores["rerank"] == 0.9
+
+
+def test_the_retrieval_default_never_calls_the_relevance_model():
+    model = ScriptedRelevance(SCORES)
+    run_filter("q", CHUNKS, model=None, options=FilterOptions(), relevance_model=model)
+    assert model.calls == 0
+
+
+def test_an_unknown_relevance_source_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="relevance 'bert'.*retrieval, crossencoder"):
+        FilterOptions(relevance="bert")
+
+
+def test_a_calibration_file_without_a_relevance_model_names_the_way_out(tmp_path):
+    path = write_calibration(tmp_path / "c.json", Calibrated(LogisticModel(("cosine",), (1.0,), 0.0), 0.4), None)
+    with pytest.raises(CalibrationError, match=r"relevance \[retrieval\]"):
+        load_calibration(str(path)).for_judging(False, relevance_model=True)
+
+
+def test_a_calibration_file_round_trips_its_relevance_model(tmp_path):
+    retrieval = Calibrated(LogisticModel(("cosine",), (1.0,), 0.0), 0.4)
+    relevance = Calibrated(ONLY_RELEVANCE, 0.3)
+    path = write_calibration(tmp_path / "c.json", retrieval, None, relevance=relevance)
+    loaded = load_calibration(str(path))
+    assert loaded.for_judging(False, relevance_model=True) == relevance
+    assert loaded.for_judging(False) == retrieval
+
+
+def test_the_shipped_calibration_has_a_relevance_model_that_reads_the_relevance_model():
+    chosen = load_calibration(None).for_judging(False, relevance_model=True)
+    assert chosen.model.uses_relevance
+    assert 0.0 < chosen.cut < 1.0
+
+
+def test_training_chunks_pack_whole_sentences_up_to_the_size():
+    text = "One is here. Two is there. Three is far away from both."
+    assert [text[s:e] for s, e in chunks_of(text, 1)] == [
+        "One is here.",
+        "Two is there.",
+        "Three is far away from both.",
+    ]
+    assert [text[s:e] for s, e in chunks_of(text, 30)] == ["One is here. Two is there.", "Three is far away from both."]
+
+
+def test_a_negative_holding_an_answer_string_is_recognised_case_insensitively():
+    assert holds_answer("Born in PARIS in 1900.", ["paris"])
+    assert not holds_answer("Born in Lyon.", ["Paris", " "])
+
+
+def test_the_shipped_model_prefers_the_chunk_that_answers():
+    from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+
+    model = LocalRelevanceModel()
+    scores = model.score(
+        "Where was Marie Curie born?",
+        [
+            "Marie Curie was born in Warsaw, in what was then the Kingdom of Poland.",
+            "The Eiffel Tower was completed in 1889 for the World's Fair in Paris.",
+        ],
+    )
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert scores[0] > scores[1]
+
+
+def test_the_shipped_model_scores_an_empty_list_and_long_text():
+    from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+
+    model = LocalRelevanceModel()
+    assert model.score("q", []) == []
+    (score,) = model.score("what is it?", ["word " * 5000])  # cut to the model's length, not an error
+    assert 0.0 <= score <= 1.0
