@@ -36,6 +36,7 @@ from chunkrag_core.engines.errors import EngineRefused
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import document_fingerprint
+from ingest_pipeline.content_fields import left_out_by_path
 from ingest_pipeline.pipeline import IngestReport, ingest_documents, pause_refresh, restore_refresh, shaping_of
 from ingest_pipeline.source_fields import SourceField, source_of_doc_id, title_value
 from ingest_pipeline.sources import Document
@@ -234,7 +235,9 @@ def resolve_fields(
     client: SearchBackend, source: str, fields: Sequence[str] | None, title_field: str | None
 ) -> tuple[tuple[str, ...], str]:
     """The text fields to sync and the title field: those named, checked
-    against the source's mapping, or those the mapping declares."""
+    against the source's mapping, or those the mapping declares, less what
+    frameworks keep there as metadata, ids and URLs (post-search passes
+    them over too: `content_fields.left_out_by_path`)."""
     if not client.index_exists(source):
         raise SyncError(f"index {source!r} does not exist")
     properties = client.mapping_properties(source)
@@ -249,9 +252,13 @@ def resolve_fields(
             )
         chosen = tuple(fields)
     else:
-        chosen = tuple(f for f in declared if f != title)
+        chosen = tuple(f for f in declared if f != title and left_out_by_path(f) is None)
     if not chosen:
-        raise SyncError(f"index {source!r} has no text field to sync (name one with fields)")
+        passed = [f for f in declared if f != title]
+        raise SyncError(
+            f"index {source!r} has no text field to sync (name one with fields"
+            + (f"; passed over as metadata, ids or URLs: {', '.join(passed)})" if passed else ")")
+        )
     return chosen, title
 
 
