@@ -18,8 +18,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
+$(VENV)/.installed: pyproject.toml requirements.lock requirements-frameworks.txt | $(BIN)/python
 	$(BIN)/pip install --quiet -c requirements.lock -e ".[dev]"
+	$(BIN)/pip install --quiet --no-deps -r requirements-frameworks.txt
 	touch $@
 
 setup: $(VENV)/.installed
