@@ -89,7 +89,7 @@ lint: setup
 test: lint services-up llm-setup browser-setup
 	$(BIN)/python -m pytest -q
 
-# The headline benchmark scenarios (bench/scenarios.toml, about 27 minutes on two quiet cores), then
+# The headline benchmark scenarios (bench/scenarios.toml, about 29 minutes on two quiet cores), then
 # bench/REPORT.md written again from bench/results/. One scenario: .venv/bin/python -m bench.run NAME.
 bench: services-up
 	$(BIN)/python -m bench.run --headline

@@ -126,6 +126,8 @@ def render_value(value: Any, spec: dict[str, Any]) -> str:
 def figure(results: Results, spec: dict[str, Any]) -> Figure:
     document = results.load(spec["file"])
     value, run = lookup(document, spec["field"])
+    if "run" in spec:  # the object that records the command and date, when it is not on the field's path
+        run = lookup(document, spec["run"])[1]
     baseline_value = lookup(document, spec["baseline"])[0] if "baseline" in spec else None
     if "derive" in spec:
         value = DERIVED[spec["derive"]](value, baseline_value)
