@@ -1,6 +1,7 @@
-"""A real HTTP server speaking the OpenAI chat-completions API, answering
-from a script: the fast stand-in for a model server in integration tests
-(the client, HTTP and JSON paths are all real; only the model is scripted).
+"""A real HTTP server speaking the OpenAI chat-completions and embeddings APIs,
+answering from a script: the fast stand-in for a model server in integration
+tests and benches (the client, HTTP and JSON paths are all real; only the model
+is scripted).
 
 Each scripted reply is a callable ``(request_json) -> (status, body_dict)``.
 """
