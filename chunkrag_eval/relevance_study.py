@@ -1,0 +1,311 @@
+"""Within-question rankings on every labelled set of shared/eval: the
+retrieval's own orders against the project's relevance model.
+
+:func:`build` indexes each labelled set (chunkrag_eval/labelled.py) with the
+real ingest pipeline (one index per set, ``chunkrag-loo-<set>``), searches
+each question with the hybrid query restricted to its pool (the best 64
+candidates), drops near-duplicates as the filter can, and caches per
+candidate the signals the filter has at query time (cosine, BM25, hybrid
+rank, length), the context features, the text and the gold label: one JSON
+line per question. :func:`compare` then ranks each question's candidates
+by the hybrid order (top-k), by cosine, by the relevance model and by a
+calibration over it, and counts the questions whose relevant chunk is kept
+within 25% and 50% of the question's candidate characters.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+SHARES = (0.25, 0.5)
+# The sets the relevance model was trained on: the calibration over it is
+# fitted on their candidates, and their rows are not held out.
+TRAINED_ON = ("nq", "squad")
+RELEVANCE_CALIBRATION_FEATURES = (
+    "relevance_logit",
+    "relevance_gap",
+    "cosine",
+    "cosine_gap",
+    "bm25",
+    "inv_rank",
+    "log_chars",
+)
+# Questions per set (a fixed-seed sample; seed 7): the machine has two
+# shared cores, so the big sets are subsampled. None: every question.
+COUNTS = {
+    "popqa": None,  # all 200
+    "nq": 300,
+    "squad": 300,  # and 150 unanswerable
+    "scifact": None,  # the 188 claims with rationale sentences
+    "wikiqa": None,  # all 126 (questions without a correct sentence included)
+    "healthver": 250,
+    "climate_fever": 300,
+}
+CANDIDATES = 64
+
+
+def build(names: Sequence[str], cache: Path, eval_dir: Path) -> int:
+    from chunkrag_core.engines import make_backend
+    from chunkrag_core.engines.schema import DOC_ID
+    from chunkrag_core.providers import make_embedder
+    from chunkrag_core.settings import Settings
+    from chunkrag_eval.labelled import read_labelled, unique_docs
+    from chunkrag_filter.processors.redundancy import drop_redundant
+    from ingest_pipeline.pipeline import ingest_documents
+    from ingest_pipeline.sources import plain_document
+    from search_extension.retriever import HybridRetriever
+
+    settings = Settings.from_env()
+    client = make_backend(settings)
+    embedder = make_embedder(settings.embedder)
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        started = time.perf_counter()
+        queries = read_labelled(name, eval_dir, COUNTS.get(name), seed=7)
+        docs = unique_docs(queries)
+        index = f"chunkrag-loo-{name}"
+        report = ingest_documents(
+            (plain_document(d.doc_id, d.text, f"{name}:{d.doc_id}", title=d.title) for d in docs),
+            client=client,
+            embedder=embedder,
+            settings=settings,
+            index=index,
+            progress=False,
+        )
+        if not report.ok:
+            raise RuntimeError(f"indexing {name} failed: {report.errors[:3]}")
+        ingested = time.perf_counter() - started
+        retriever = HybridRetriever(client, embedder, index, settings.retrieval)
+        path = cache / f"{name}.jsonl"
+        with path.open("w", encoding="utf-8") as out:
+            for query in queries:
+                pool = [{"terms": {DOC_ID: [d.doc_id for d in query.docs]}}]
+                found = retriever.search(query.question, size=CANDIDATES, filters=pool, include_vectors=True)
+                kept, redundant = drop_redundant(list(found.chunks), 0.9)
+                record = {
+                    "dataset": name,
+                    "query_id": query.query_id,
+                    "question": query.question,
+                    "answerable": query.answerable,
+                    "rows": candidate_rows(query, kept),
+                    "redundant": [{"chars": len(r.chunk.text), "gold": query.gold(r.chunk.text)} for r in redundant],
+                }
+                out.write(json.dumps(record) + "\n")
+        print(
+            f"{name}: {len(queries)} questions, {len(docs)} documents, {report.chunks} chunks; "
+            f"indexed in {ingested:.0f} s, total {time.perf_counter() - started:.0f} s",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def candidate_rows(query, chunks) -> list[dict]:
+    """Per candidate (after redundancy, in retrieval order): every feature
+    the filter can compute at query time, the text and the gold label."""
+    from chunkrag_filter.processors.calibration import chunk_features
+    from chunkrag_filter.processors.features import context_features
+
+    base = chunk_features([c.stage_scores for c in chunks], [None] * len(chunks), [len(c.text) for c in chunks])
+    context = context_features(
+        query.question,
+        [c.text for c in chunks],
+        [c.header for c in chunks],
+        [c.doc_id for c in chunks],
+        [c.position for c in chunks],
+        [c.lead for c in chunks],
+        [c.stage_scores for c in chunks],
+    )
+    rows = []
+    for rank, (chunk, b, x) in enumerate(zip(chunks, base, context)):
+        rows.append(
+            {
+                "rank": rank,
+                "doc_id": chunk.doc_id,
+                "position": chunk.position,
+                "chars": len(chunk.text),
+                "text": chunk.text,
+                "gold": query.gold(chunk.text),
+                "knn": round(float(chunk.stage_scores.get("knn", 0.0)), 6),
+                "retrieval": chunk.score,
+                **{k: round(float(v), 6) for k, v in b.items() if k not in ("judge", "judged", "judge_top")},
+                **{k: round(float(v), 6) for k, v in x.items()},
+            }
+        )
+    return rows
+
+
+def load_set(cache: Path, name: str) -> list[dict]:
+    path = cache / f"{name}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def relevance_scores(records: list[dict], cache_file: Path, model) -> list[list[float]]:
+    """The model's P(relevant) for every candidate, cached by question id."""
+    cached: dict[str, list[float]] = {}
+    if cache_file.exists():
+        for line in cache_file.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            cached[entry["query_id"]] = entry["scores"]
+    out = []
+    with cache_file.open("a", encoding="utf-8") as handle:
+        for record in records:
+            key = str(record["query_id"])
+            if key not in cached or len(cached[key]) != len(record["rows"]):
+                cached[key] = [
+                    round(s, 6) for s in model.score(record["question"], [r["text"] for r in record["rows"]])
+                ]
+                handle.write(json.dumps({"query_id": key, "scores": cached[key]}) + "\n")
+            out.append(cached[key])
+    return out
+
+
+def with_relevance(records: list[dict], scores: list[list[float]]) -> list[dict]:
+    """Each candidate row with the relevance features the filter computes."""
+    from chunkrag_filter.processors.calibration import relevance_logit
+
+    out = []
+    for record, per in zip(records, scores):
+        logits = [relevance_logit(p) for p in per]
+        best = max(logits, default=0.0)
+        rows = [
+            {**row, "relevance": p, "relevance_logit": z, "relevance_gap": z - best}
+            for row, p, z in zip(record["rows"], per, logits)
+        ]
+        out.append({**record, "rows": rows})
+    return out
+
+
+def kept_answer(records: Sequence[dict], ranking: Sequence[Sequence[float]], share: float) -> list[bool]:
+    """Per question with a relevant candidate: is one kept within ``share``
+    of the question's candidate characters?"""
+    from chunkrag_eval.measures import share_kept
+
+    flags = []
+    for record, scores in zip(records, ranking):
+        rows = record["rows"]
+        if not any(r["gold"] for r in rows):
+            continue
+        kept = share_kept([r["chars"] for r in rows], scores, share)
+        flags.append(any(rows[i]["gold"] for i in kept))
+    return flags
+
+
+def rankings(records: Sequence[dict], calibration) -> dict[str, list[list[float]]]:
+    return {
+        "top_k": [[-r["rank"] for r in rec["rows"]] for rec in records],
+        "cosine": [[r["cosine"] for r in rec["rows"]] for rec in records],
+        "relevance": [[r["relevance"] for r in rec["rows"]] for rec in records],
+        "relevance_calibrated": [[calibration.probability(r) for r in rec["rows"]] for rec in records],
+    }
+
+
+def compare(records: Sequence[dict], calibration) -> dict:
+    from chunkrag_eval.measures import discordant, mcnemar_exact, rate
+    from chunkrag_filter.processors.calibration import roc_auc
+
+    ranked = rankings(records, calibration)
+    out: dict = {
+        "questions": len(records),
+        "with_relevant_candidate": sum(any(r["gold"] for r in rec["rows"]) for rec in records),
+        "candidates_per_question": round(sum(len(rec["rows"]) for rec in records) / max(len(records), 1), 1),
+        "auc": {},
+    }
+    for name, scores in ranked.items():
+        flat = [s for per in scores for s in per]
+        labels = [bool(r["gold"]) for rec in records for r in rec["rows"]]
+        auc = roc_auc(flat, labels)
+        out["auc"][name] = None if auc is None else round(auc, 4)
+    for share in SHARES:
+        flags = {name: kept_answer(records, scores, share) for name, scores in ranked.items()}
+        block = {name: round(rate(f) or 0.0, 4) for name, f in flags.items()}
+        for mine in ("relevance", "relevance_calibrated"):
+            for base in ("top_k", "cosine"):
+                b, c = discordant(flags[mine], flags[base])
+                block[f"{mine}_vs_{base}"] = {
+                    "points": round(100 * (block[mine] - block[base]), 1),
+                    "only_mine": b,
+                    "only_base": c,
+                    "p": round(mcnemar_exact(b, c), 6),
+                }
+        out[f"at_{int(share * 100)}pct_chars"] = block
+    return out
+
+
+def heldout_table(cache: Path, sets: Sequence[str]) -> dict:
+    from chunkrag_core.artifacts import RELEVANCE_INT8_ONNX
+    from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+    from chunkrag_filter.processors.calibration import RELEVANCE_ONLY, fit_logistic
+
+    model, started, data = LocalRelevanceModel(), time.perf_counter(), {}
+    for name in sets:
+        records = load_set(cache, name)
+        if not records:
+            print(f"{name}: nothing cached under {cache}; run `python -m bench.relevance_heldout build {name}`")
+            continue
+        sidecar = cache / f"{name}.relevance-{RELEVANCE_INT8_ONNX.sha256[:12]}.jsonl"
+        data[name] = with_relevance(records, relevance_scores(records, sidecar, model))
+    rows = [r for name in TRAINED_ON for rec in data.get(name, []) for r in rec["rows"]]
+    # Without the training sets' candidates the model's own probability stands in.
+    calibration = (
+        fit_logistic(rows, [bool(r["gold"]) for r in rows], RELEVANCE_CALIBRATION_FEATURES) if rows else RELEVANCE_ONLY
+    )
+    results = {name: {"held_out": name not in TRAINED_ON, **compare(recs, calibration)} for name, recs in data.items()}
+    for name, block in results.items():
+        print(
+            f"{name:14s}{' (held out)' if block['held_out'] else ' (trained) '}",
+            *(
+                f"@{int(s * 100)}%: "
+                + " ".join(f"{k} {block[f'at_{int(s * 100)}pct_chars'][k]:.3f}" for k in block["auc"])
+                for s in SHARES
+            ),
+        )
+    return {
+        "model": {"artifact": RELEVANCE_INT8_ONNX.relative_path, "sha256": RELEVANCE_INT8_ONNX.sha256},
+        "calibration_fitted_on": [name for name in TRAINED_ON if data.get(name)],
+        "calibration": {
+            "features": list(calibration.names),
+            "weights": list(calibration.weights),
+            "bias": calibration.bias,
+        },
+        "seconds": round(time.perf_counter() - started, 1),
+        "sets": results,
+    }
+
+
+def scoring_speed(eval_dir: Path, runs: int, batch_sizes: Sequence[int]) -> dict:
+    """Median and p90 ms to score a SQuAD question's 20 chunks of ~500 characters."""
+    from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+    from chunkrag_train.pairs import chunks_of
+
+    article = json.loads((eval_dir / "squad" / "squad2_cs224n_dev-v2.0.json").read_text("utf-8"))["data"][0]
+    texts = [p["context"][s:e] for p in article["paragraphs"] for s, e in chunks_of(p["context"], 500)]
+    texts, query = [t for t in texts if len(t) > 300][:20], article["paragraphs"][0]["qas"][0]["question"]
+    rows = {}
+    for batch in batch_sizes:
+        model = LocalRelevanceModel(batch_size=batch)
+        model.score(query, texts)  # load and warm
+        times = []
+        for _ in range(runs):
+            began = time.perf_counter()
+            model.score(query, texts)
+            times.append((time.perf_counter() - began) * 1000)
+        times.sort()
+        rows[f"int8_batch{batch}"] = {
+            "p50_ms": round(statistics.median(times), 2),
+            "p90_ms": round(times[int(0.9 * (len(times) - 1))], 2),
+            "runs": runs,
+        }
+        print(batch, rows[f"int8_batch{batch}"], file=sys.stderr)
+    return {
+        "candidates": len(texts),
+        "mean_chars": round(statistics.fmean(map(len, texts))),
+        "goal_p50_ms": 30,
+        "rows": rows,
+    }
