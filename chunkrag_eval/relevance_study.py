@@ -282,10 +282,18 @@ def heldout_table(cache: Path, sets: Sequence[str]) -> dict:
 def scoring_speed(eval_dir: Path, runs: int, batch_sizes: Sequence[int]) -> dict:
     """Median and p90 ms to score a SQuAD question's 20 chunks of ~500 characters."""
     from chunkrag_core.providers.local_relevance import LocalRelevanceModel
-    from chunkrag_train.pairs import chunks_of
+    from ingest_pipeline.sentences import sentence_spans
 
     article = json.loads((eval_dir / "squad" / "squad2_cs224n_dev-v2.0.json").read_text("utf-8"))["data"][0]
-    texts = [p["context"][s:e] for p in article["paragraphs"] for s, e in chunks_of(p["context"], 500)]
+    texts = []
+    for paragraph in article["paragraphs"]:  # runs of whole sentences up to ~500 characters
+        spans: list[tuple[int, int]] = []
+        for start, end in sentence_spans(paragraph["context"], 0, len(paragraph["context"])):
+            if spans and end - spans[-1][0] <= 500:
+                spans[-1] = (spans[-1][0], end)
+            else:
+                spans.append((start, end))
+        texts.extend(paragraph["context"][s:e] for s, e in spans)
     texts, query = [t for t in texts if len(t) > 300][:20], article["paragraphs"][0]["qas"][0]["question"]
     rows = {}
     for batch in batch_sizes:
