@@ -196,3 +196,50 @@ def test_changing_how_chunk_vectors_are_made_reingests_with_the_new_vectors(
         progress=False,
     )
     assert same.unchanged == 1 and same.chunks == 0
+
+
+# The paper's θ, the default until 2026-11-28: an index made with it must
+# come out whole when it is ingested again with today's default chunker.
+PAPER_THETA = {"breakpoint": "threshold", "similarity_threshold": 0.8, "min_chars": 0}
+LONG_TEXT = (
+    "Bjørn Wirkola was a Norwegian ski jumper and footballer. He was born at Alta in Finnmark. "
+    "He won the Four Hills Tournament three times in a row, from 1967 to 1969. "
+    "At the 1966 World Championships he took gold on both the normal and the large hill. "
+    "As a footballer he played for Rosenborg and won the Norwegian league with them. "
+    "Glaciers carve deep valleys over millennia. The ice moves slowly downhill under its own weight. "
+    "Meltwater runs beneath it and wears the bedrock away. "
+    "Tokyo is the capital of Japan and its largest city. Its railways carry millions of people each day."
+)
+
+
+def test_an_index_chunked_with_the_paper_theta_is_rechunked_whole_by_the_default(
+    engine, embedder, settings, engine_index
+):
+    import dataclasses
+
+    from ingest_pipeline.chunker import chunk_documents, document_fingerprint
+    from ingest_pipeline.pipeline import ingest_documents, shaping_of
+    from ingest_pipeline.sources import plain_document
+
+    document = plain_document("wirkola", LONG_TEXT, "test")
+    old = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, **PAPER_THETA))
+    assert shaping_of(old) != shaping_of(settings)  # a changed chunker is a changed fingerprint
+
+    first = ingest_documents([document], client=engine, embedder=embedder, settings=old, index=engine_index)
+    before = all_chunks(engine, engine_index)
+    assert first.ok and first.chunks == len(before)
+
+    again = ingest_documents([document], client=engine, embedder=embedder, settings=settings, index=engine_index)
+    after = all_chunks(engine, engine_index)
+    (expected,) = chunk_documents([document], embedder, settings.chunking)
+    assert again.ok and again.unchanged == 0 and again.chunks == len(after) == len(expected.chunks)
+    # the default makes fewer, longer chunks; those past the new count are deleted, none is left twice
+    assert len(after) < len(before) and again.deleted == len(before) - len(after)
+    assert [c["text"] for c in after] == [c.text for c in expected.chunks]
+    assert [c["_id"] for c in after] == [f"wirkola:{n}" for n in range(len(after))]
+    assert "".join(c["lead"] + c["text"] for c in after) == LONG_TEXT
+    fingerprint = document_fingerprint(document, shaping_of(settings))
+    assert {(c["doc_fingerprint"], c["doc_chunk_count"]) for c in after} == {(fingerprint, len(after))}
+
+    same = ingest_documents([document], client=engine, embedder=embedder, settings=settings, index=engine_index)
+    assert same.unchanged == 1 and same.chunks == 0 and all_chunks(engine, engine_index) == after
