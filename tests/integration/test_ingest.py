@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -5,6 +6,10 @@ import pytest
 from ingest_pipeline.pipeline import ingest
 
 pytestmark = pytest.mark.integration
+
+# The paper's θ, the default until 2026-11-28: an index made with it must
+# come out whole when it is ingested again with today's default chunker.
+PAPER_THETA = {"breakpoint": "threshold", "similarity_threshold": 0.8, "min_chars": 0}
 
 
 def write_corpus(folder):
@@ -70,16 +75,18 @@ def test_reingest_is_idempotent_and_removes_stale_chunks(engine, embedder, setti
         "Glaciers carve valleys over millennia.",
     ]
     doc.write_text(" ".join(sentences), encoding="utf-8")
-    first = ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    # unrelated short sentences: at θ each is its own chunk (the default would hold all four in one)
+    theta = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, **PAPER_THETA))
+    first = ingest([doc], client=engine, embedder=embedder, settings=theta, index=engine_index, progress=False)
     before = all_chunks(engine, engine_index)
     assert first.chunks == len(before) >= 2
 
-    again = ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    again = ingest([doc], client=engine, embedder=embedder, settings=theta, index=engine_index, progress=False)
     assert again.unchanged == 1 and again.chunks == 0
     assert all_chunks(engine, engine_index) == before
 
     doc.write_text(sentences[0], encoding="utf-8")
-    shorter = ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    shorter = ingest([doc], client=engine, embedder=embedder, settings=theta, index=engine_index, progress=False)
     after = all_chunks(engine, engine_index)
     assert shorter.unchanged == 0 and shorter.deleted == len(before) - 1
     assert [c["text"] for c in after] == [sentences[0]]
@@ -90,8 +97,10 @@ def test_changing_chunk_settings_rechunks(engine, embedder, settings, engine_ind
 
     doc = tmp_path / "doc.txt"
     doc.write_text("Cats purr when content. Cats also purr when stressed. Dogs bark at strangers.", encoding="utf-8")
-    ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
-    loose = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, similarity_threshold=-1.0))
+    theta = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, **PAPER_THETA))
+    ingest([doc], client=engine, embedder=embedder, settings=theta, index=engine_index, progress=False)
+    assert len(all_chunks(engine, engine_index)) > 1
+    loose = dataclasses.replace(theta, chunking=dataclasses.replace(theta.chunking, similarity_threshold=-1.0))
     report = ingest([doc], client=engine, embedder=embedder, settings=loose, index=engine_index, progress=False)
     assert report.unchanged == 0
     # With θ = -1 nothing is dissimilar enough to split: one chunk holds all three sentences.
@@ -198,9 +207,6 @@ def test_changing_how_chunk_vectors_are_made_reingests_with_the_new_vectors(
     assert same.unchanged == 1 and same.chunks == 0
 
 
-# The paper's θ, the default until 2026-11-28: an index made with it must
-# come out whole when it is ingested again with today's default chunker.
-PAPER_THETA = {"breakpoint": "threshold", "similarity_threshold": 0.8, "min_chars": 0}
 LONG_TEXT = (
     "Bjørn Wirkola was a Norwegian ski jumper and footballer. He was born at Alta in Finnmark. "
     "He won the Four Hills Tournament three times in a row, from 1967 to 1969. "
