@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from chunkrag_core.settings import Settings
+from chunkrag_core.settings import Settings, SettingsError
 
 # ``IngestOption.value`` of a flag that takes a value (rather than setting one).
 TAKES_VALUE = object()
@@ -62,8 +62,9 @@ INGEST_OPTIONS: tuple[IngestOption, ...] = (
         "chunking",
         "similarity_threshold",
         "CHUNKRAG_CHUNK_SIMILARITY_THRESHOLD",
-        "new chunk where consecutive-sentence cosine drops below this",
+        "new chunk where consecutive-sentence cosine drops below this (θ; also CHUNKRAG_CHUNK_BREAKPOINT=threshold)",
         kind=float,
+        also=MappingProxyType({"breakpoint": "threshold"}),
     ),
     IngestOption(
         "--max-chars", "chunking", "max_chars", "CHUNKRAG_CHUNK_MAX_CHARS", "longest chunk in characters", kind=int
@@ -73,8 +74,8 @@ INGEST_OPTIONS: tuple[IngestOption, ...] = (
         "chunking",
         "breakpoint_percentile",
         "CHUNKRAG_CHUNK_BREAKPOINT_PERCENTILE",
-        "break where the distance between consecutive sentences is above this percentile of the document's own "
-        "(e.g. 95) instead of below --similarity-threshold (also CHUNKRAG_CHUNK_BREAKPOINT=percentile)",
+        "break where the distance between consecutive sentences is above this percentile of the document's own"
+        " instead of below --similarity-threshold (also CHUNKRAG_CHUNK_BREAKPOINT=percentile)",
         kind=float,
         also=MappingProxyType({"breakpoint": "percentile"}),
     ),
@@ -168,12 +169,17 @@ def apply(args: argparse.Namespace, settings: Settings, options: tuple[IngestOpt
     unset flag leaves its setting as the environment made it); the section's
     record validates the result."""
     changes: dict[str, dict[str, Any]] = {}
+    implied: dict[tuple[str, str], tuple[Any, str]] = {}  # (section, setting) -> (value, the flag implying it)
     for option in options:
         given = getattr(args, option.dest, None)
         if given is None or given is False:
             continue
         section = changes.setdefault(option.section, {})
         section[option.setting] = given if option.takes_value else option.value
+        for setting, value in option.also.items():
+            earlier = implied.setdefault((option.section, setting), (value, option.flag))
+            if earlier[0] != value:
+                raise SettingsError(f"{earlier[1]} and {option.flag} set {setting} apart: give one of them")
         section.update(option.also)
     return dataclasses.replace(
         settings,

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -5,6 +6,10 @@ import pytest
 from ingest_pipeline.pipeline import ingest
 
 pytestmark = pytest.mark.integration
+
+# The paper's θ, the default until 2026-11-28: an index made with it must
+# come out whole when it is ingested again with today's default chunker.
+PAPER_THETA = {"breakpoint": "threshold", "similarity_threshold": 0.8, "min_chars": 0}
 
 
 def write_corpus(folder):
@@ -70,16 +75,18 @@ def test_reingest_is_idempotent_and_removes_stale_chunks(engine, embedder, setti
         "Glaciers carve valleys over millennia.",
     ]
     doc.write_text(" ".join(sentences), encoding="utf-8")
-    first = ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    # unrelated short sentences: at θ each is its own chunk (the default would hold all four in one)
+    theta = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, **PAPER_THETA))
+    first = ingest([doc], client=engine, embedder=embedder, settings=theta, index=engine_index, progress=False)
     before = all_chunks(engine, engine_index)
     assert first.chunks == len(before) >= 2
 
-    again = ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    again = ingest([doc], client=engine, embedder=embedder, settings=theta, index=engine_index, progress=False)
     assert again.unchanged == 1 and again.chunks == 0
     assert all_chunks(engine, engine_index) == before
 
     doc.write_text(sentences[0], encoding="utf-8")
-    shorter = ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    shorter = ingest([doc], client=engine, embedder=embedder, settings=theta, index=engine_index, progress=False)
     after = all_chunks(engine, engine_index)
     assert shorter.unchanged == 0 and shorter.deleted == len(before) - 1
     assert [c["text"] for c in after] == [sentences[0]]
@@ -90,8 +97,10 @@ def test_changing_chunk_settings_rechunks(engine, embedder, settings, engine_ind
 
     doc = tmp_path / "doc.txt"
     doc.write_text("Cats purr when content. Cats also purr when stressed. Dogs bark at strangers.", encoding="utf-8")
-    ingest([doc], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
-    loose = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, similarity_threshold=-1.0))
+    theta = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, **PAPER_THETA))
+    ingest([doc], client=engine, embedder=embedder, settings=theta, index=engine_index, progress=False)
+    assert len(all_chunks(engine, engine_index)) > 1
+    loose = dataclasses.replace(theta, chunking=dataclasses.replace(theta.chunking, similarity_threshold=-1.0))
     report = ingest([doc], client=engine, embedder=embedder, settings=loose, index=engine_index, progress=False)
     assert report.unchanged == 0
     # With θ = -1 nothing is dissimilar enough to split: one chunk holds all three sentences.
@@ -209,7 +218,10 @@ def test_each_document_is_split_in_its_own_language_and_the_splitter_is_in_the_f
     (tmp_path / "zh.txt").write_text("".join(chinese), encoding="utf-8")
     # θ = 1: every sentence is a chunk of its own, so the chunks show the sentences.
     split = dataclasses.replace(
-        settings, chunking=dataclasses.replace(settings.chunking, similarity_threshold=1.0, language="auto")
+        settings,
+        chunking=dataclasses.replace(
+            settings.chunking, breakpoint="threshold", similarity_threshold=1.0, min_chars=0, language="auto"
+        ),
     )
     report = ingest([tmp_path], client=engine, embedder=embedder, settings=split, index=engine_index, progress=False)
     assert report.ok, report.errors
@@ -225,3 +237,47 @@ def test_each_document_is_split_in_its_own_language_and_the_splitter_is_in_the_f
     again = ingest([tmp_path], client=engine, embedder=embedder, settings=english, index=engine_index, progress=False)
     assert again.unchanged == 0
     assert texts("de.txt")[0] == "Die Frist läuft bis zum 31."
+
+
+LONG_TEXT = (
+    "Bjørn Wirkola was a Norwegian ski jumper and footballer. He was born at Alta in Finnmark. "
+    "He won the Four Hills Tournament three times in a row, from 1967 to 1969. "
+    "At the 1966 World Championships he took gold on both the normal and the large hill. "
+    "As a footballer he played for Rosenborg and won the Norwegian league with them. "
+    "Glaciers carve deep valleys over millennia. The ice moves slowly downhill under its own weight. "
+    "Meltwater runs beneath it and wears the bedrock away. "
+    "Tokyo is the capital of Japan and its largest city. Its railways carry millions of people each day."
+)
+
+
+def test_an_index_chunked_with_the_paper_theta_is_rechunked_whole_by_the_default(
+    engine, embedder, settings, engine_index
+):
+    import dataclasses
+
+    from ingest_pipeline.chunker import chunk_documents, document_fingerprint
+    from ingest_pipeline.pipeline import ingest_documents, shaping_of
+    from ingest_pipeline.sources import plain_document
+
+    document = plain_document("wirkola", LONG_TEXT, "test")
+    old = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, **PAPER_THETA))
+    assert shaping_of(old) != shaping_of(settings)  # a changed chunker is a changed fingerprint
+
+    first = ingest_documents([document], client=engine, embedder=embedder, settings=old, index=engine_index)
+    before = all_chunks(engine, engine_index)
+    assert first.ok and first.chunks == len(before)
+
+    again = ingest_documents([document], client=engine, embedder=embedder, settings=settings, index=engine_index)
+    after = all_chunks(engine, engine_index)
+    (expected,) = chunk_documents([document], embedder, settings.chunking)
+    assert again.ok and again.unchanged == 0 and again.chunks == len(after) == len(expected.chunks)
+    # the default makes fewer, longer chunks; those past the new count are deleted, none is left twice
+    assert len(after) < len(before) and again.deleted == len(before) - len(after)
+    assert [c["text"] for c in after] == [c.text for c in expected.chunks]
+    assert [c["_id"] for c in after] == [f"wirkola:{n}" for n in range(len(after))]
+    assert "".join(c["lead"] + c["text"] for c in after) == LONG_TEXT
+    fingerprint = document_fingerprint(document, shaping_of(settings))
+    assert {(c["doc_fingerprint"], c["doc_chunk_count"]) for c in after} == {(fingerprint, len(after))}
+
+    same = ingest_documents([document], client=engine, embedder=embedder, settings=settings, index=engine_index)
+    assert same.unchanged == 1 and same.chunks == 0 and all_chunks(engine, engine_index) == after

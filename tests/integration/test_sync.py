@@ -271,3 +271,38 @@ def test_a_field_over_a_million_characters_is_synced_in_parts_and_served_whole(e
     assert max(c.end for c in chunks) == len(huge) > PART_CHARS
     assert all(huge[c.start : c.end] == c.text for c in chunks)
     assert sync_index(source, client=engine, embedder=embedder, settings=roomy, fields=["body"]).unchanged == 2
+
+
+def test_a_companion_chunked_with_the_paper_theta_is_rechunked_whole_by_the_default(engine, embedder, settings, source):
+    import dataclasses
+
+    long_body = " ".join(
+        [
+            "Article {n} explains how to rotate an API key.",
+            "Open the settings page and choose keys.",
+            "Create a new key before deleting the old one.",
+            "Glaciers carve deep valleys over millennia.",
+            "The ice moves slowly downhill under its own weight.",
+            "Tokyo is the capital of Japan and its largest city.",
+            "Its railways carry millions of people each day.",
+        ]
+    )
+    put(engine, source, {str(n): {**article(n), "body": long_body.format(n=n)} for n in range(3)})
+    paper_theta = dataclasses.replace(
+        settings,
+        chunking=dataclasses.replace(settings.chunking, breakpoint="threshold", similarity_threshold=0.8, min_chars=0),
+    )
+    first = sync_index(source, client=engine, embedder=embedder, settings=paper_theta, fields=["body"])
+    assert first.ok and first.complete and first.rechunked == 3
+    before = engine.count(companion_name(source))
+    assert companion_drift(engine, source, paper_theta, fields=["body"]).exact
+
+    again = sync_index(source, client=engine, embedder=embedder, settings=settings, fields=["body"])
+    assert again.ok and again.complete and (again.rechunked, again.unchanged) == (3, 0)
+    assert companion_drift(engine, source, settings, fields=["body"]).exact
+    after = engine.search(companion_name(source), {"size": 1000, "query": {"match_all": {}}, "_source": False})
+    ids = [hit["_id"] for hit in after["hits"]["hits"]]
+    assert len(ids) == len(set(ids)) == engine.count(companion_name(source)) < before
+
+    same = sync_index(source, client=engine, embedder=embedder, settings=settings, fields=["body"])
+    assert (same.rechunked, same.unchanged) == (0, 3)

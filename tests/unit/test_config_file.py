@@ -156,8 +156,13 @@ def test_bad_values_are_named_and_values_that_need_another_are_tried_with_it():
         "gateway.port: CHUNKRAG_GATEWAY_PORT='eighty' is not a valid int",
     ]
     # Each valid alone, refused together: the conflict is reported as the settings word it.
-    together = config_file.bad_values({"CHUNKRAG_CHUNK_MAX_CHARS": "40", "CHUNKRAG_CHUNK_MIN_CHARS": "60"})
-    assert together == ["min_chars must be between 0 and max_chars (40), got 60"]
+    together = config_file.bad_values(
+        {"CHUNKRAG_CHUNK_SIMILARITY_THRESHOLD": "0.6", "CHUNKRAG_CHUNK_BREAKPOINT_PERCENTILE": "90"}
+    )
+    assert together == [
+        "CHUNKRAG_CHUNK_SIMILARITY_THRESHOLD and CHUNKRAG_CHUNK_BREAKPOINT_PERCENTILE are both set: "
+        "set CHUNKRAG_CHUNK_BREAKPOINT=threshold or =percentile to say which rule breaks chunks"
+    ]
 
 
 def test_secrets_are_masked_and_urls_lose_their_credentials():

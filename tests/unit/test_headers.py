@@ -13,6 +13,10 @@ from ingest_pipeline.headers import chunk_header, embedded_text, mixed_vector, w
 from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.sources import markdown_document, plain_document
 
+# The tests below break chunks at θ (an alternating embedder makes every
+# sentence its own chunk), not at the default's percentile and minimum size.
+THETA = {"breakpoint": "threshold", "min_chars": 0}
+
 
 def test_header_is_title_then_section_path_without_repeating_the_title():
     assert chunk_header("Guide", ("Guide", "Vectors", "Quantisation")) == "Guide > Vectors > Quantisation"
@@ -61,7 +65,7 @@ def test_chunks_carry_their_header_and_are_embedded_with_it_while_text_stays_exa
     (chunked,) = chunk_documents(
         [markdown_document("bees.md", TEXT, "test", fallback_title="bees")],
         embedder,
-        ChunkingSettings(vectors="reembed"),
+        ChunkingSettings(vectors="reembed", **THETA),
     )
     assert [c.header for c in chunked.chunks] == ["Bees", "Bees > Winter", "Bees > Winter"]
     for chunk in chunked.chunks:
@@ -73,7 +77,9 @@ def test_chunks_carry_their_header_and_are_embedded_with_it_while_text_stays_exa
 def test_without_headers_single_sentences_reuse_their_sentence_vector():
     embedder = RecordingEmbedder()
     (chunked,) = chunk_documents(
-        [plain_document("d", "Bees make honey. Wasps do not.", "test")], embedder, ChunkingSettings(headers="none")
+        [plain_document("d", "Bees make honey. Wasps do not.", "test")],
+        embedder,
+        ChunkingSettings(headers="none", **THETA),
     )
     # two sentences embedded once each; alternating vectors make two chunks, no second pass
     assert embedder.texts == ["Bees make honey.", "Wasps do not."]
@@ -111,7 +117,7 @@ def test_mix_embeds_each_sentence_and_each_distinct_header_once_and_no_chunk_aga
     (chunked,) = chunk_documents(
         [markdown_document("bees.md", TEXT, "test", fallback_title="bees")],
         embedder,
-        ChunkingSettings(vectors="mix", header_weight=0.5),
+        ChunkingSettings(vectors="mix", header_weight=0.5, **THETA),
     )
     # sentences first, then the two distinct headers, in one call; alternating
     # vectors: sentences [1,0] [0,1] [1,0], headers "Bees" [0,1], "Bees > Winter" [1,0]

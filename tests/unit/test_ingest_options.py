@@ -69,3 +69,29 @@ def test_the_ingest_docs_hold_the_table_made_from_the_declaration():
     assert generated.strip() == reference().strip(), "regenerate it: python -m ingest_pipeline.options"
     for option in INGEST_OPTIONS:
         assert f"| `{option.flag}` |" in reference()
+
+
+def test_naming_theta_or_a_percentile_picks_its_rule_and_naming_both_is_refused(monkeypatch, capsys):
+    from chunkrag_core.settings import SettingsError
+
+    theta = Settings.from_env({"CHUNKRAG_CHUNK_SIMILARITY_THRESHOLD": "0.6"}).chunking
+    assert (theta.breakpoint, theta.similarity_threshold) == ("threshold", 0.6)
+    percentile = Settings.from_env({"CHUNKRAG_CHUNK_BREAKPOINT_PERCENTILE": "90"}).chunking
+    assert (percentile.breakpoint, percentile.breakpoint_percentile) == ("percentile", 90.0)
+    said = Settings.from_env(
+        {
+            "CHUNKRAG_CHUNK_SIMILARITY_THRESHOLD": "0.6",
+            "CHUNKRAG_CHUNK_BREAKPOINT_PERCENTILE": "90",
+            "CHUNKRAG_CHUNK_BREAKPOINT": "threshold",
+        }
+    ).chunking
+    assert said.breakpoint == "threshold"
+    with pytest.raises(SettingsError, match="CHUNKRAG_CHUNK_BREAKPOINT=threshold or =percentile"):
+        Settings.from_env({"CHUNKRAG_CHUNK_SIMILARITY_THRESHOLD": "0.6", "CHUNKRAG_CHUNK_BREAKPOINT_PERCENTILE": "90"})
+
+    for option in INGEST_OPTIONS:
+        monkeypatch.delenv(option.variable, raising=False)
+    monkeypatch.delenv("CHUNKRAG_CHUNK_BREAKPOINT", raising=False)
+    assert ingest_settings("--similarity-threshold", "0.6").chunking.breakpoint == "threshold"
+    assert main(["ingest", "nowhere", "--similarity-threshold", "0.6", "--percentile", "90"]) == 2
+    assert "--similarity-threshold and --percentile set breakpoint apart: give one of them" in capsys.readouterr().err

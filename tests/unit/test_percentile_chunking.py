@@ -41,9 +41,30 @@ def test_a_short_chunk_is_not_closed_at_a_similarity_drop():
 
 
 def test_settings_check_the_new_knobs():
-    for bad in ({"breakpoint": "gradient"}, {"breakpoint_percentile": 120}, {"min_chars": 600}, {"min_chars": -1}):
+    for bad in ({"breakpoint": "gradient"}, {"breakpoint_percentile": 120}, {"min_chars": -1}):
         with pytest.raises(SettingsError):
             ChunkingSettings(**bad)
+    # a minimum above the cap is no conflict: the cap alone closes chunks, so max_chars can be lowered alone
+    assert ChunkingSettings(max_chars=150).min_chars == 200
+
+
+def test_a_minimum_above_the_cap_leaves_only_the_cap_to_close_chunks():
+    spans = [(0, 5), (6, 40), (41, 60), (61, 100)]
+    sims = [0.1, 0.1, 0.1]
+    # 0..40 fits in 45; 0..60 does not, so 41..60 starts a chunk and 61..100 would make it 59
+    assert [list(g) for g in group_sentences(spans, sims, 0.5, 45, min_chars=1000)] == [[0, 1], [2], [3]]
+    assert [list(g) for g in group_sentences(spans, sims, 0.5, 100, min_chars=1000)] == [[0, 1, 2, 3]]
+
+
+def test_the_default_is_the_80th_percentile_with_a_200_character_minimum():
+    # chosen by the rule in docs/ingest.md (bench/results/chunking_default.json)
+    default = ChunkingSettings()
+    assert (default.breakpoint, default.breakpoint_percentile, default.min_chars, default.max_chars) == (
+        "percentile",
+        80.0,
+        200,
+        500,
+    )
 
 
 class Embedder:
@@ -62,7 +83,7 @@ class Embedder:
 def test_the_chunker_uses_each_documents_own_percentile():
     text = "One is here. Two is here. Three is here. Four is here. Five is here."
     embedder = Embedder([0.30, 0.29, 0.10, 0.31])
-    settings = ChunkingSettings(breakpoint="percentile", breakpoint_percentile=75, headers="none")
+    settings = ChunkingSettings(breakpoint="percentile", breakpoint_percentile=75, headers="none", min_chars=0)
     (chunked,) = chunk_documents([plain_document("d", text, "test")], embedder, settings)
     # lowest quarter of the distances: only the 0.10 drop breaks
     assert [c.text for c in chunked.chunks] == [
