@@ -41,6 +41,7 @@ from chunkrag_gateway.dialect import (
     parse_ask,
     parse_post_search,
     parse_search,
+    refuse_pit_with_index,
     refuse_post_search_options,
     search_options,
     search_response,
@@ -294,6 +295,7 @@ def create_app(
             check_pit_search(decoded, options)
             route = Route(POST_SEARCH, "")
         else:
+            refuse_pit_with_index(decoded)
             keys = tuple(decoded)
             route = await _run(edges, queue, threads, options, caller, edges.route, index, options, keys, queued=False)
         if route.way == POST_SEARCH:

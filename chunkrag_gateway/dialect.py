@@ -130,6 +130,16 @@ def parse_post_search(
     return PostSearch(text, {key: value for key, value in body.items() if key != "ext"}, options)
 
 
+def refuse_pit_with_index(body: Mapping[str, Any]) -> None:
+    """A point in time names its indices itself: with an index in the path
+    as well, the cluster would refuse the search; say where it goes."""
+    if isinstance(body.get("pit"), Mapping):
+        raise OptionError(
+            "a search through a point in time names no index in the path (the PIT's id decides the indices): "
+            "send it as POST /_search"
+        )
+
+
 def check_pit_search(body: Mapping[str, Any], options: ChunkragOptions) -> None:
     """A search with ``ext.chunkrag`` and no index in the path: it pages
     through a point in time (``pit``, whose id decides the indices), and is

@@ -283,11 +283,16 @@ def test_pit_paging_with_ext_chunkrag_gives_new_hits_with_kept_passages_on_each_
         assert _close_pit(gateway, engine, pit).status_code == 200
 
 
-def test_a_search_without_an_index_nor_a_pit_is_refused_naming_both(gateway):
+def test_a_search_without_an_index_nor_a_pit_is_refused_naming_both(gateway, names):
     answer = search(gateway, "/_search", {"query": {"match": {"body": QUESTION}}, "ext": NO_ANSWER})
     assert answer.status_code == 400
     reason = answer.json()["error"]["reason"]
     assert "an index in the path" in reason and "point in time" in reason
+    # A PIT with an index in the path: where it goes instead.
+    both = search(
+        gateway, f"/{names['plain']}/_search", {"pit": {"id": "x"}, "query": {"match_all": {}}, "ext": NO_ANSWER}
+    )
+    assert both.status_code == 400 and "send it as POST /_search" in both.json()["error"]["reason"]
 
 
 @pytest.fixture(scope="module")

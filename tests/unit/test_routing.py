@@ -12,7 +12,7 @@ from chunkrag_core.engines.base import concrete_indices_of
 from chunkrag_core.engines.profile import ELASTICSEARCH, OPENSEARCH
 from chunkrag_gateway import errors
 from chunkrag_gateway.context_ids import opened_id, presented_ids
-from chunkrag_gateway.dialect import check_pit_search, search_options
+from chunkrag_gateway.dialect import check_pit_search, refuse_pit_with_index, search_options
 from chunkrag_gateway.lane import check_request, is_filtered_search
 from chunkrag_gateway.policy import classify, refuse_chunkrag_outside_index_search
 from search_extension.options import OptionError
@@ -206,6 +206,9 @@ def test_a_search_without_an_index_takes_ext_chunkrag_only_through_a_point_in_ti
     chunks = {**pit, "ext": {"chunkrag": {"mode": "rrf"}}}
     with pytest.raises(OptionError, match='"mode": "post_search"'):
         check_pit_search(chunks, search_options(chunks, max_candidates=50))
+    with pytest.raises(OptionError, match="send it as POST /_search"):
+        refuse_pit_with_index(pit)
+    refuse_pit_with_index({"query": {"match_all": {}}})
     search = classify("POST", "/_search")
     refuse_chunkrag_outside_index_search(search, b'{"pit":{"id":"p"},"ext":{"chunkrag":{}}}')
     with pytest.raises(errors.GatewayError, match="or a point in time"):
