@@ -214,38 +214,6 @@ def test_the_companion_named_beside_its_source_answers_as_itself(gateway, names)
     assert sorted(where(narrowed)) == sorted((names["plain"], doc_id) for doc_id in DOCS)
 
 
-def test_a_data_stream_is_post_searched_each_hit_under_its_backing_index(gateway, engine, settings, names):
-    base = _engine_url(dataclasses.replace(settings, search_backend=engine.engine))
-    stream = f"{names['prefix']}-stream"
-    template = {
-        "index_patterns": [f"{stream}*"],
-        "data_stream": {},
-        "template": {
-            "settings": {"number_of_shards": 1, "number_of_replicas": 0},
-            "mappings": {"properties": {"@timestamp": {"type": "date"}, **MAPPING["properties"]}},
-        },
-    }
-    made = httpx.put(f"{base}/_index_template/{stream}", json=template, timeout=30)
-    assert made.status_code == 200, made.text
-    try:
-        for doc_id, doc in list(DOCS.items())[:3]:
-            written = httpx.post(
-                f"{base}/{stream}/_create/{doc_id}?refresh=true",
-                json={"@timestamp": "2026-11-28T00:00:00Z", **doc},
-                timeout=30,
-            )
-            assert written.status_code == 201, written.text
-        answer = search(gateway, f"/{stream}/_search", {"query": {"match": {"body": QUESTION}}, "ext": NO_ANSWER})
-        assert answer.status_code == 200, answer.text
-        assert answer.json()["chunkrag"]["mode"] == "post_search"
-        assert sorted(doc_id for _, doc_id in where(answer)) == sorted(list(DOCS)[:3])
-        backing = {index for index, _ in where(answer)}
-        assert len(backing) == 1 and next(iter(backing)).startswith(".ds-") and all(kept(h) for h in hits(answer))
-    finally:
-        httpx.delete(f"{base}/_data_stream/{stream}", timeout=30)
-        httpx.delete(f"{base}/_index_template/{stream}", timeout=30)
-
-
 def test_a_chunk_retrieval_mode_refuses_a_plain_index_naming_mode_post_search(gateway, names):
     mixed = search(
         gateway,
