@@ -466,14 +466,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def _post_searches(args: argparse.Namespace, settings: Settings, backend, options) -> bool:
     """Whether ``search`` / ``ask`` post-search, as the gateway decides:
     ``--mode post_search``, a body of one's own, or (``auto``) an index
-    that is not a chunk index."""
+    expression whose concrete indices are not all chunk indices."""
     if options.target == "post_search" or args.body or args.fields:
         return True
     if options.target != "auto":
         return False
     from search_extension.post_searcher import PostSearcher
+    from search_extension.routing import POST_SEARCH
 
-    return not PostSearcher(settings, lambda: None).holds_chunks(backend, settings.index)
+    return PostSearcher(settings, lambda: None).route(backend, settings.index, options).way == POST_SEARCH
 
 
 def _post_search(
@@ -496,7 +497,8 @@ def _post_search(
             post_search_given=(*options.post_search_given, "fields"),
         )
     searcher = PostSearcher(settings, lambda: make_embedder(settings.embedder))
-    index = settings.index
+    # The index expression without the companions a wildcard of it reached.
+    index = searcher.route(backend, settings.index, dataclasses.replace(options, target="post_search")).target
     searcher.check_fields(backend, index, options)
     if args.body:
         body = json.loads(Path(args.body).read_text(encoding="utf-8"))

@@ -81,6 +81,9 @@ class Chunk:
     # multi-scale ensembling, its target size in tokens. Positions count
     # within one scale of one document.
     scale: int = BASE_SCALE
+    # The concrete index the chunk was read from ("" for one not read from
+    # an index): a search over several indices answers each hit with its own.
+    index: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not self.doc_id:

@@ -14,7 +14,8 @@ import logging
 import math
 import time
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Mapping
+from urllib.parse import quote
 
 import anyio
 import orjson
@@ -35,10 +36,12 @@ from chunkrag_gateway.dialect import (
     ChunkragSearch,
     OptionError,
     ask_response,
+    check_pit_search,
     chunkrag_block,
     parse_ask,
     parse_post_search,
     parse_search,
+    refuse_pit_with_index,
     refuse_post_search_options,
     search_options,
     search_response,
@@ -72,7 +75,9 @@ from chunkrag_gateway.policy import parse_classes
 from chunkrag_gateway.responses import error_response, es_json
 from chunkrag_gateway.shared_state import make_stores
 from search_extension.options import first_error
+from search_extension.post_search import hits_of
 from search_extension.post_search_response import post_search_response
+from search_extension.routing import POST_SEARCH, Route
 
 log = logging.getLogger(__name__)
 
@@ -193,13 +198,20 @@ def create_app(
         if limits.refuse_foreign_aliases and limits.auth == "service"
         else None
     )
-    app.add_middleware(PassthroughLane, passthrough=edges.passthrough, contexts=contexts, aliases=aliases)
+    app.add_middleware(
+        PassthroughLane,
+        passthrough=edges.passthrough,
+        contexts=contexts,
+        aliases=aliases,
+        point_in_time=engine.point_in_time,
+    )
     app.add_middleware(
         Guard,
         authenticator=authenticator,
         rate_limiter=rate_limiter,
         passthrough_classes=classes,
         users=ClusterUsers(edges.passthrough.ask_as, engine.whoami_path) if limits.auth == "forward" else None,
+        point_in_time=engine.point_in_time,
     )
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     # Outermost: every request is counted and logged, refusals included.
@@ -252,6 +264,17 @@ def create_app(
     )
     @app.get("/{index}/_search", include_in_schema=False)
     async def search(index: str, request: Request) -> Response:
+        return await searched(request, index)
+
+    # A search without an index in the path reaches this route only with
+    # ext.chunkrag (the lane forwards every other): it pages through a point
+    # in time, whose id decides the indices.
+    @app.post("/_search", include_in_schema=False)
+    @app.get("/_search", include_in_schema=False)
+    async def search_through_pit(request: Request) -> Response:
+        return await searched(request, None)
+
+    async def searched(request: Request, index: str | None) -> Response:
         body = await request.body()
         decoded = _json_body(body)
         caller = _caller(request)
@@ -268,17 +291,32 @@ def create_app(
         telemetry.note(request.scope, mode="filtered")
         _refuse_non_finite(decoded, "body")
         options = search_options(decoded, max_candidates=limits.max_candidates)
-        if options.target == "post_search" or (
-            options.target == "auto"
-            and not await _run(edges, queue, threads, options, caller, edges.holds_chunks, index, queued=False)
-        ):
+        if index is None:
+            check_pit_search(decoded, options)
+            route = Route(POST_SEARCH, "")
+        else:
+            refuse_pit_with_index(decoded)
+            keys = tuple(decoded)
+            route = await _run(edges, queue, threads, options, caller, edges.route, index, options, keys, queued=False)
+        if route.way == POST_SEARCH:
             async with per_caller.slot(caller.identity):
-                return await post_searched(edges, queue, threads, request, index, decoded, options, caller)
+                return await post_searched(
+                    edges,
+                    queue,
+                    threads,
+                    request,
+                    decoded,
+                    options,
+                    caller,
+                    index=index,
+                    route=route,
+                    contexts=contexts,
+                )
         refuse_post_search_options(options)
         started = time.perf_counter()
         parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
         async with per_caller.slot(caller.identity):
-            result = await _call(edges, queue, threads, index, parsed, caller, asking)
+            result = await _call(edges, queue, threads, route.target, parsed, caller, asking)
         telemetry.note(request.scope, result=result)
         took_ms = (time.perf_counter() - started) * 1000
         payload = search_response(
@@ -380,31 +418,58 @@ async def post_searched(
     queue: FilteredQueue,
     threads: FilterThreads,
     request: Request,
-    index: str,
     body: dict,
     options,
     caller: Caller,
+    *,
+    index: str | None,
+    route: Route,
+    contexts,
 ) -> Response:
     """Post-search: the caller's body without ``ext`` goes to the cluster as
     a pass-through search does (the caller's credentials, or in service
     mode the key's derived ones; the lane has already applied the strict
-    second line to this very body), then the filter runs over the passages
-    of the hits it returned. A failed search is the cluster's answer as is."""
+    second line to this very body), to ``route.target`` (the path's
+    expression, with the companions a wildcard reached excluded), or with
+    no index when it pages through a point in time (``index`` None); then
+    the filter runs over the passages of the hits it returned. A failed
+    search is the cluster's answer as is. In service mode the point in
+    time's id the answer hands out is bound to the caller's key, as a
+    pass-through search's is."""
     limits = edges.settings.gateway
     wanted = parse_post_search(body, options, max_query_chars=limits.max_query_chars)
-    await _run(edges, queue, threads, options, caller, edges.check_post_search_fields, index, options, queued=False)
-    answer = await edges.passthrough.forward(
-        "POST", raw_path_of(request.scope), SEARCH_HEADERS, orjson.dumps(wanted.body), caller
-    )
+    if index is not None:
+        await _run(
+            edges, queue, threads, options, caller, edges.check_post_search_fields, route.target, options, queued=False
+        )
+    path = raw_path_of(request.scope) if index is None or route.target == index else search_path(route.target)
+    answer = await edges.passthrough.forward("POST", path, SEARCH_HEADERS, orjson.dumps(wanted.body), caller)
     if answer.status_code != 200:
         return answer
     try:
         response = orjson.loads(answer.body)
     except orjson.JSONDecodeError:
         raise errors.unavailable("the cluster's search response could not be read") from None
+    if caller.key is not None and isinstance(pit_id := response.get("pit_id"), str):
+        await contexts.bind(caller.key.name, pit_id)
+    if index is None and (held := hit_indices(response)):
+        # Through a point in time the indices are the id's: named fields are
+        # checked against those the hits came from.
+        await _run(edges, queue, threads, options, caller, edges.check_post_search_fields, held, options, queued=False)
     result = await _run(edges, queue, threads, options, caller, edges.post_search, wanted.text, options, response)
     payload = post_search_response(response, result, options.post_search)
     return es_json(payload, 200, request.headers.get("accept", ""))
+
+
+def search_path(expression: str) -> str:
+    """``/<expression>/_search``, each index name percent-encoded (a
+    date-math name holds "/"), the list's commas and wildcards as they are."""
+    return f"/{quote(expression, safe=',*')}/_search"
+
+
+def hit_indices(response: Mapping[str, Any]) -> str:
+    """The concrete indices a search answer's hits came from, as one expression."""
+    return ",".join(sorted({str(hit["_index"]) for hit in hits_of(response) if hit.get("_index")}))
 
 
 def _refuse_non_finite(value: Any, where: str) -> None:

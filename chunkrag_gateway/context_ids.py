@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from chunkrag_core.engines.profile import ELASTICSEARCH, PointInTimeApi
 from chunkrag_gateway import errors
 
 # Ids kept per gateway key at most (each a few hundred bytes): far more than
@@ -35,7 +36,8 @@ from chunkrag_gateway import errors
 # is 500 open scrolls per node).
 CAPACITY = 10_000
 # Elasticsearch writes an answer's scroll or PIT id as its first field
-# (search: _scroll_id, then pit_id; PIT open: id), pretty-printed or not.
+# (search: _scroll_id, then pit_id; PIT open: id; OpenSearch's PIT open:
+# pit_id), pretty-printed or not.
 _LEADING_ID = re.compile(rb'\A\s*\{\s*"(?:_scroll_id|pit_id|id)"\s*:\s*"([^"\\]{1,8192})"')
 
 
@@ -45,18 +47,26 @@ def opened_id(body: bytes) -> str | None:
     return found.group(1).decode("latin-1") if found else None
 
 
-def presented_ids(method: str, parts: tuple[str, ...], query_string: str, body: bytes) -> list[str]:
+def presented_ids(
+    method: str,
+    parts: tuple[str, ...],
+    query_string: str,
+    body: bytes,
+    pit: PointInTimeApi = ELASTICSEARCH.point_in_time,
+) -> list[str]:
     """The scroll and PIT ids a request continues, searches through or ends:
-    ``/_search/scroll`` (path, ``scroll_id`` parameter, body), ``DELETE
-    /_pit`` (body ``id``), a search body's ``pit.id``."""
+    ``/_search/scroll`` (path, ``scroll_id`` parameter, body), the close of
+    a point in time (``pit``: Elasticsearch's ``DELETE /_pit`` with body
+    ``id``, OpenSearch's ``DELETE /_search/point_in_time`` with body
+    ``pit_id``), a search body's ``pit.id``."""
     document = _decoded(body)
     if parts[:2] == ("_search", "scroll"):
         named = [parts[2]] if len(parts) == 3 else []
         named += [value for name, value in parse_qsl(query_string, keep_blank_values=True) if name == "scroll_id"]
         named += _as_list(document.get("scroll_id"))
         return [i for value in named for i in _split(value)]
-    if parts == ("_pit",) and method == "DELETE":
-        return [i for value in _as_list(document.get("id")) for i in _split(value)]
+    if parts == pit.close and method == "DELETE":
+        return [i for value in _as_list(document.get(pit.close_key)) for i in _split(value)]
     pit = document.get("pit")
     if parts and parts[-1] == "_search" and isinstance(pit, dict):
         return [i for value in _as_list(pit.get("id")) for i in _split(value)]

@@ -22,11 +22,13 @@ from search_extension.options import (  # noqa: F401
     ensemble_scales,
     parse_options,
 )
+from search_extension.routing import CHUNK_BODY_KEYS
 from search_extension.segments import Segment
 
-# With ext.chunkrag the gateway, not Elasticsearch, answers: other body keys
-# (aggs, sort, from, ...) would be silently ignored, so they are refused.
-CHUNKRAG_BODY_KEYS = ("query", "size", "ext")
+# With chunk retrieval the gateway, not Elasticsearch, answers: other body
+# keys (aggs, sort, from, ...) would be silently ignored, so such a body is
+# post-searched (``routing.decide``), or refused with a retrieval mode.
+CHUNKRAG_BODY_KEYS = CHUNK_BODY_KEYS
 TEXT_QUERIES = ("match", "match_phrase", "multi_match", "query_string", "simple_query_string")
 DEFAULT_SIZE = 10  # Elasticsearch's own default
 # Hits one post-search splits and scores at most: its cost grows with the
@@ -61,7 +63,8 @@ def parse_search(body: Mapping[str, Any], *, max_candidates: int, max_query_char
         if key not in CHUNKRAG_BODY_KEYS:
             raise OptionError(
                 f"a search with ext.chunkrag may hold only [{', '.join(CHUNKRAG_BODY_KEYS)}], got [{key}]; "
-                "without ext.chunkrag the body goes to Elasticsearch unchanged"
+                'set ext.chunkrag "mode": "post_search" (or leave mode unset) to send the body to the cluster '
+                "as written and filter the passages of its hits"
             )
     other_ext = [key for key in body["ext"] if key != "chunkrag"]
     if other_ext:
@@ -125,6 +128,32 @@ def parse_post_search(
         options, body.get("query"), missing="no query text for the filter", max_query_chars=max_query_chars
     )
     return PostSearch(text, {key: value for key, value in body.items() if key != "ext"}, options)
+
+
+def refuse_pit_with_index(body: Mapping[str, Any]) -> None:
+    """A point in time names its indices itself: with an index in the path
+    as well, the cluster would refuse the search; say where it goes."""
+    if isinstance(body.get("pit"), Mapping):
+        raise OptionError(
+            "a search through a point in time names no index in the path (the PIT's id decides the indices): "
+            "send it as POST /_search"
+        )
+
+
+def check_pit_search(body: Mapping[str, Any], options: ChunkragOptions) -> None:
+    """A search with ``ext.chunkrag`` and no index in the path: it pages
+    through a point in time (``pit``, whose id decides the indices), and is
+    post-searched, the cluster paging its hits."""
+    if not isinstance(body.get("pit"), Mapping):
+        raise OptionError(
+            "ext.chunkrag on a search without an index in the path needs a point in time (pit.id) to page "
+            "through; name the index in the path (POST /<index>/_search) otherwise"
+        )
+    if options.target == "chunks":
+        raise OptionError(
+            "a search through a point in time is post-searched (the cluster pages its hits): "
+            'set ext.chunkrag "mode": "post_search", or leave mode unset'
+        )
 
 
 def refuse_post_search_options(options: ChunkragOptions) -> None:
@@ -285,9 +314,11 @@ def _segments_response(result: AskResult, *, index: str, size: int, took_ms: flo
 
 def segment_hit(segment: Segment, index: str) -> dict[str, Any]:
     """A segment as a hit: ``_id`` names the document and the chunk range,
-    ``_source.text`` is the document text it covers (``start``..``end``)."""
+    ``_source.text`` is the document text it covers (``start``..``end``);
+    ``_index`` is the concrete index its chunks came from (``index`` when
+    they do not say)."""
     return {
-        "_index": index,
+        "_index": next((c.index for c in segment.chunks if c.index), index),
         "_id": segment_id(segment),
         "_score": segment.value,
         "_source": segment_source(segment),
@@ -422,7 +453,9 @@ def _hit(
 ) -> dict[str, Any]:
     score = chunk.stage_scores.get("combined") if stages else chunk.score
     return {
-        "_index": index,
+        # The concrete index the cluster answered the chunk from (the path may
+        # name an expression); ``index`` for a chunk that does not say.
+        "_index": chunk.index or index,
         "_id": chunk.chunk_id,
         "_score": score,
         "_source": source_of(chunk),

@@ -22,6 +22,7 @@ from chunkrag_gateway.passthrough import HttpTransport, Passthrough
 from search_extension.ask import AskResult, ask
 from search_extension.passages import PassageSource
 from search_extension.post_searcher import PostSearcher
+from search_extension.routing import Route
 
 # budget in seconds -> the JudgeMany that judges one query within it.
 JudgeManyFactory = Callable[[float], JudgeMany]
@@ -188,9 +189,10 @@ class Edges:
         # Field listings differ per caller (field-level security): cached per credentials.
         return hashlib.sha256(caller.authorization or b"").hexdigest()
 
-    def holds_chunks(self, index: str, *, caller: Caller) -> bool:
-        """Whether ``index`` is (or covers) a chunk index `chunkrag ingest` wrote."""
-        return self.post_searcher.holds_chunks(es_for(self.es, caller), index, self._identity(caller))
+    def route(self, index: str, options: ChunkragOptions, body_keys: Sequence[str], *, caller: Caller) -> Route:
+        """Which way a search of ``index`` (an expression) goes, on the
+        concrete indices it covers for ``caller``'s credentials, asked now."""
+        return self.post_searcher.route(es_for(self.es, caller), index, options, body_keys)
 
     def check_post_search_fields(self, index: str, options: ChunkragOptions, *, caller: Caller) -> None:
         self.post_searcher.check_fields(es_for(self.es, caller), index, options, self._identity(caller))

@@ -12,6 +12,7 @@ an index search (of an index named "v1") like any other."""
 
 from __future__ import annotations
 
+from chunkrag_core.engines.profile import ELASTICSEARCH, PointInTimeApi
 from chunkrag_gateway import errors, playground, telemetry
 from chunkrag_gateway.cluster_users import ClusterUsers
 from chunkrag_gateway.identity import Authenticator, address_identity, check_indices
@@ -36,8 +37,11 @@ class Guard:
         rate_limiter: RateLimiter,
         passthrough_classes: frozenset[str],
         users: ClusterUsers | None = None,
+        point_in_time: PointInTimeApi = ELASTICSEARCH.point_in_time,
     ):
         self.app = app
+        # The engine's point-in-time open and close: read APIs.
+        self.point_in_time = point_in_time
         self.authenticator, self.rate_limiter, self.classes = authenticator, rate_limiter, passthrough_classes
         # Forward mode with a rate limit: the cluster's user is the identity.
         self.users = users if rate_limiter.enabled else None
@@ -71,7 +75,7 @@ class Guard:
             if scope["path"] not in GATEWAY_ROUTES:
                 raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
                 refuse_odd_paths(raw_path)
-                endpoint = classify(scope["method"], raw_path)
+                endpoint = classify(scope["method"], raw_path, self.point_in_time)
                 refuse_unless_allowed(endpoint, scope["method"], raw_path, self.classes)
                 what = f"{scope['method']} {scope['path']}"
                 if endpoint.indices is not None:

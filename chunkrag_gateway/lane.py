@@ -21,6 +21,7 @@ from urllib.parse import unquote
 import anyio
 import orjson
 
+from chunkrag_core.engines.profile import ELASTICSEARCH, PointInTimeApi
 from chunkrag_gateway import errors, playground, telemetry
 from chunkrag_gateway.aliases import ForeignAliases
 from chunkrag_gateway.body_reads import (
@@ -70,8 +71,17 @@ CHUNKRAG_MARK = b'"chunkrag"'
 
 
 class PassthroughLane:
-    def __init__(self, app, passthrough: Passthrough, contexts=None, aliases: ForeignAliases | None = None):
+    def __init__(
+        self,
+        app,
+        passthrough: Passthrough,
+        contexts=None,
+        aliases: ForeignAliases | None = None,
+        point_in_time: PointInTimeApi = ELASTICSEARCH.point_in_time,
+    ):
         self.app, self.passthrough = app, passthrough
+        # The engine's point-in-time API: which request closes which ids.
+        self.point_in_time = point_in_time
         # Service mode with CHUNKRAG_GATEWAY_REFUSE_FOREIGN_ALIASES: aliases pointing outside a key's patterns.
         self.aliases = aliases
         # Service mode: which gateway key each scroll and PIT id belongs to
@@ -100,7 +110,7 @@ class PassthroughLane:
             if (coding := content_coding(scope["headers"])) is not None:
                 # Decoding costs CPU in proportion to what comes out: off the loop.
                 await anyio.to_thread.run_sync(check_content_coding, coding, body)
-            check_request(endpoint, caller, scope, body)
+            check_request(endpoint, caller, scope, body, self.point_in_time)
             if self.aliases is not None and caller.key is not None:
                 for named in indices_named(endpoint, body):
                     await self.aliases.check(caller, named)
@@ -108,8 +118,9 @@ class PassthroughLane:
             if bound:
                 query = scope.get("query_string", b"").decode("latin-1")
                 parts = segments(raw_path_of(scope))
-                await self.contexts.verify(caller.key.name, presented_ids(scope["method"], parts, query, body))
-            if is_index_search(scope["method"], raw_path_of(scope)) and carries_chunkrag(body):
+                presented = presented_ids(scope["method"], parts, query, body, self.point_in_time)
+                await self.contexts.verify(caller.key.name, presented)
+            if is_filtered_search(scope["method"], raw_path_of(scope)) and carries_chunkrag(body):
                 return await self.app(scope, replay(body, receive), send)
             telemetry.note(scope, mode="passthrough")
             response = await self.passthrough.forward(
@@ -122,15 +133,23 @@ class PassthroughLane:
         await response(scope, receive, send)
 
 
-def check_request(endpoint: Endpoint, caller: Caller, scope, body: bytes) -> None:
+def check_request(
+    endpoint: Endpoint, caller: Caller, scope, body: bytes, pit: PointInTimeApi = ELASTICSEARCH.point_in_time
+) -> None:
     """Everything the gateway checks beyond the path: clearing every scroll
-    (both modes), then what only the body tells (``check_body``), and in
-    service mode the strict second line (``check_service_body``)."""
+    or closing every point in time (both modes), then what only the body
+    tells (``check_body``), and in service mode the strict second line
+    (``check_service_body``)."""
     raw_path = raw_path_of(scope)
     query = scope.get("query_string", b"").decode("latin-1")
     if clears_all_scrolls(scope["method"], segments(raw_path), body, query):
         raise errors.forbidden_endpoint(
             "clearing every scroll (_all) is refused by the gateway: clear your own scrolls by their ids"
+        )
+    if scope["method"] == "DELETE" and pit.close_all is not None and segments(raw_path) == pit.close_all:
+        raise errors.forbidden_endpoint(
+            "closing every point in time (_all) is refused by the gateway: "
+            f"close your own by their ids (DELETE /{'/'.join(pit.close)} with [{pit.close_key}])"
         )
     if caller.key is not None:
         check_service_body(endpoint, caller, scope, body)
@@ -217,6 +236,12 @@ def carries_chunkrag(body: bytes) -> bool:
         return has_chunkrag_ext(orjson.loads(body))
     except orjson.JSONDecodeError:
         return True  # the route names what is wrong with it
+
+
+def is_filtered_search(method: str, raw_path: str) -> bool:
+    """A search ext.chunkrag changes: ``/{index}/_search``, or ``/_search``
+    (through a point in time, which ``check_body`` has required)."""
+    return is_index_search(method, raw_path) or (method in ("GET", "POST") and raw_path.split("?", 1)[0] == "/_search")
 
 
 def is_index_search(method: str, raw_path: str) -> bool:

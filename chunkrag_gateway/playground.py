@@ -34,11 +34,11 @@ from chunkrag_gateway import errors
 from chunkrag_gateway.identity import Caller, check_indices
 from chunkrag_gateway.passthrough import Passthrough
 from chunkrag_gateway.responses import es_json
+from search_extension.routing import kinds_of
 from search_extension.text_fields import (
     FieldError,
     configured_fields,
     fields_for_index,
-    is_chunk_index,
     parse_field_patterns,
 )
 
@@ -151,7 +151,7 @@ async def describe(passthrough: Passthrough, caller: Caller, name: str, patterns
 
 def kind_of(types, configured: Sequence[str] = ()) -> dict[str, Any]:
     """A field listing's kind and text fields (pure: see :func:`describe`)."""
-    if is_chunk_index(types):
+    if kinds_of({"": types})[0].ingested:  # a companion is post-searched, as the gateway routes it
         return {"kind": "chunks"}
     try:
         found = fields_for_index(types, configured=configured)

@@ -4,7 +4,9 @@ method and path into an endpoint class, and the indices a request names.
 Read-only by default. The classes (``CHUNKRAG_GATEWAY_PASSTHROUGH``):
 
 - ``read``: _search, _count, _msearch, _mapping, _field_caps, scroll, PIT
-  open/close, HEAD/GET of an index (existence) and of ``/`` (ping, info);
+  open/close (the engine's paths: Elasticsearch's ``_pit``, OpenSearch's
+  ``_search/point_in_time``), HEAD/GET of an index (existence) and of ``/``
+  (ping, info);
 - ``write``: every other API under an index (documents, _bulk, settings,
   index creation and deletion), and the root _bulk, _mget, _reindex;
 - ``cluster``: every other ``/_...`` API (_cluster, _cat, _nodes, _security, ...).
@@ -17,6 +19,7 @@ from urllib.parse import unquote
 
 import orjson
 
+from chunkrag_core.engines.profile import ELASTICSEARCH, PointInTimeApi
 from chunkrag_gateway import errors
 
 CLASSES = ("read", "write", "cluster")
@@ -39,9 +42,9 @@ _READ = (
     ({"GET", "POST"}, ("{index}", "_field_caps")),
     ({"GET", "POST", "DELETE"}, ("_search", "scroll")),
     ({"GET", "POST", "DELETE"}, ("_search", "scroll", "*")),
-    ({"POST"}, ("{index}", "_pit")),
-    ({"DELETE"}, ("_pit",)),
 )
+# The point-in-time open and close are read APIs too; their paths are the
+# engine's (``EngineProfile.point_in_time``).
 # Root-level APIs that write (or read documents by id): the write class.
 _ROOT_WRITES = ("_bulk", "_mget", "_reindex")
 
@@ -80,18 +83,25 @@ def _is_index(segment: str) -> bool:
     return not segment.startswith("_") or segment == "_all"
 
 
-def classify(method: str, raw_path: str) -> Endpoint:
+def read_shapes(pit: PointInTimeApi) -> tuple[tuple[set[str], tuple[str, ...]], ...]:
+    """The read class's (method set, path shape) pairs with ``pit``'s open and close."""
+    return (*_READ, ({"POST"}, ("{index}", *pit.open)), ({"DELETE"}, pit.close))
+
+
+def classify(method: str, raw_path: str, pit: PointInTimeApi = ELASTICSEARCH.point_in_time) -> Endpoint:
+    """The class of ``method`` on ``raw_path``, the point-in-time API being
+    ``pit`` (the engine's)."""
     parts = segments(raw_path)
     indices = tuple(parts[0].split(",")) if parts and _is_index(parts[0]) else None
     shape = tuple("{index}" if i == 0 and _is_index(p) else p for i, p in enumerate(parts))
-    for methods, pattern in _READ:
+    for methods, pattern in read_shapes(pit):
         if (
             method in methods
             and len(pattern) == len(shape)
             and all(want in ("*", got) for want, got in zip(pattern, shape))
         ):
             tail = shape[-1] if shape else ""
-            no_data = not shape or shape[0] == "_pit" or shape[:2] == ("_search", "scroll")
+            no_data = not shape or shape == pit.close or shape[:2] == ("_search", "scroll")
             return Endpoint("read", indices, search=tail == "_search", msearch=tail == "_msearch", no_data=no_data)
     if indices is not None or (parts and parts[0] in _ROOT_WRITES):
         return Endpoint("write", indices)
@@ -144,9 +154,9 @@ def has_chunkrag_ext(document: object) -> bool:
 
 
 def refuse_chunkrag_outside_index_search(endpoint: Endpoint, body: bytes) -> None:
-    """ext.chunkrag works on ``/{index}/_search`` only: say so on _msearch and
-    on an index-less _search rather than let Elasticsearch reject ``ext``
-    with a message about a plugin."""
+    """ext.chunkrag works on ``/{index}/_search``, and on ``/_search`` through
+    a point in time: say so on _msearch and on another index-less _search
+    rather than let Elasticsearch reject ``ext`` with a message about a plugin."""
     if endpoint.msearch:
         for line in body.split(b"\n")[1::2]:
             try:
@@ -164,9 +174,9 @@ def refuse_chunkrag_outside_index_search(endpoint: Endpoint, body: bytes) -> Non
             decoded = orjson.loads(body) if body.strip() else None
         except orjson.JSONDecodeError:
             return
-        if has_chunkrag_ext(decoded):
+        if has_chunkrag_ext(decoded) and not isinstance(decoded.get("pit"), dict):
             raise errors.bad_request(
-                "ext.chunkrag needs the chunk index in the path (POST /{index}/_search): "
-                "the filter retrieves from one chunk index "
-                "with its text and vector fields, and a search without an index would span every index"
+                "ext.chunkrag needs an index in the path (POST /{index}/_search), "
+                "or a point in time (pit.id) to page through on POST /_search: "
+                "a search without either would span every index"
             )

@@ -229,7 +229,8 @@ class OptionsModel(_Options):
     )
     mode: Annotated[Literal[TARGETS + MODES], Cli(("search", "ask"))] = Field(
         None,
-        description="auto (default): a chunk index's own retrieval, post_search on any other index; post_search: "
+        description="auto (default): chunk retrieval when every index the path covers is a chunk index "
+        "`chunkrag ingest` made and the body holds only query, size and ext, else post_search; post_search: "
         "the body as written, then the filter over its hits' passages; chunks, or a retrieval mode of a chunk "
         "index (default: CHUNKRAG_RETRIEVAL_MODE, else minmax: BM25 and kNN each normalised, 0.5/0.5)",
     )

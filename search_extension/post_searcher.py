@@ -8,14 +8,17 @@ it through the backend). Blocking; every cluster request goes through the
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
+from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import SearchBackend
+from chunkrag_core.engines.errors import EngineNotFound
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import Settings
 from search_extension.options import ChunkragOptions, OptionError
 from search_extension.passages import PassageSource
 from search_extension.post_search import PostSearchResult, declared_vector_field, post_search
+from search_extension.routing import ROUTING_FIELDS, Route, decide, kinds_of
 from search_extension.text_fields import (
     FieldCatalog,
     FieldError,
@@ -87,9 +90,25 @@ class PostSearcher:
         cached per ``identity`` (who those credentials are)."""
         return self._catalog.types(index, identity, client.field_types)
 
-    def holds_chunks(self, client: SearchBackend, index: str, identity: str = "") -> bool:
-        """Whether ``index`` is (or covers) a chunk index `chunkrag ingest` wrote."""
-        return is_chunk_index(self.field_types(client, index, identity))
+    def route(
+        self, client: SearchBackend, expression: str, options: ChunkragOptions, body_keys: Sequence[str] = ()
+    ) -> Route:
+        """Which way a search of ``expression`` goes (``routing.decide``), on
+        the concrete indices the cluster resolves it to for ``client``'s
+        credentials, asked now (never cached: an index synced or made a
+        moment ago counts at once). When a companion is left out, the
+        expression that excludes it is resolved again: a companion it still
+        covers came through an alias the path names, and is searched."""
+        decided = decide(expression, self._kinds(client, expression), **_request(options, body_keys))
+        if decided.target != expression:
+            decided = decide(decided.target, self._kinds(client, decided.target), **_request(options, body_keys))
+        return decided
+
+    def _kinds(self, client: SearchBackend, expression: str):
+        try:
+            return kinds_of(client.concrete_indices(expression, ROUTING_FIELDS))
+        except EngineNotFound:
+            return None  # the search itself answers that the index is missing
 
     def check_fields(self, client: SearchBackend, index: str, options: ChunkragOptions, identity: str = "") -> None:
         """The fields a caller named must be text fields of ``index``: an
@@ -106,12 +125,18 @@ class PostSearcher:
         self, client: SearchBackend, concrete: str, options: ChunkragOptions, identity: str = ""
     ) -> TextFields:
         wanted = options.post_search
+        types = self.field_types(client, concrete, identity)
+        configured = configured_fields(self._patterns, concrete)
+        if not (wanted.fields or configured) and is_chunk_index(types):
+            # A chunk index's hits (searched beside other indices, or post-search
+            # asked for): the chunk's own text, headed by its title.
+            return TextFields((schema.TEXT,), schema.TITLE)
         try:
             return fields_for_index(
-                self.field_types(client, concrete, identity),
+                types,
                 named=wanted.fields,
                 title=wanted.title_field,
-                configured=configured_fields(self._patterns, concrete),
+                configured=configured,
             )
         except FieldError as exc:
             raise OptionError(str(exc)) from None
@@ -162,3 +187,13 @@ class PostSearcher:
             weights=(retrieval.bm25_weight, retrieval.knn_weight),
             doc_vector_field=self.doc_vector_field,
         )
+
+
+def _request(options: ChunkragOptions, body_keys: Sequence[str]) -> dict[str, Any]:
+    """What of a request ``routing.decide`` reads."""
+    return {
+        "target": options.target,
+        "mode": options.mode,
+        "body_keys": tuple(body_keys),
+        "post_search_given": options.post_search_given,
+    }

@@ -310,7 +310,8 @@ class HybridRetriever:
         except (KeyError, TypeError, ValueError) as exc:
             raise RetrievalError(
                 f"index [{self.index}] does not hold chunks as `chunkrag ingest` writes them "
-                f"(a hit lacks or mistypes {exc}); ext.chunkrag searches chunk indices only"
+                f"(a hit lacks or mistypes {exc}); chunk retrieval searches chunk indices only: "
+                'leave ext.chunkrag mode unset, or set "mode": "post_search", to filter the passages of its hits'
             ) from None
 
     def _msearch_all(

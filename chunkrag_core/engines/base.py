@@ -74,6 +74,7 @@ class SearchBackend(Protocol):
     def index_exists(self, index: str) -> bool: ...
     def mapping_properties(self, index: str) -> dict[str, Any]: ...
     def field_types(self, index: str) -> dict[str, tuple[str, ...]]: ...
+    def concrete_indices(self, expression: str, fields: Sequence[str]) -> dict[str, dict[str, tuple[str, ...]]]: ...
     def create_index(self, index: str, body: Mapping[str, Any]) -> None: ...
     def add_mapping_properties(self, index: str, properties: Mapping[str, Any]) -> None: ...
     def delete_index(self, index: str) -> None: ...
@@ -152,6 +153,29 @@ def field_types_of(response: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
         for path, types in fields.items()
         if isinstance(types, Mapping) and not path.startswith("_")
     }
+
+
+def concrete_indices_of(response: Mapping[str, Any]) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Each concrete index a ``_field_caps`` answer (asked with
+    ``include_unmapped``) covers, with the types it maps for each field
+    asked for (a field it does not map is absent). Both engines answer in
+    the same shape: the top-level ``indices`` are the concrete indices the
+    expression resolved to; a type lists its ``indices`` unless every one
+    of them maps the field so."""
+    listed = response.get("indices") or []
+    concrete = [listed] if isinstance(listed, str) else [str(name) for name in listed]
+    out: dict[str, dict[str, tuple[str, ...]]] = {name: {} for name in concrete}
+    for path, types in (response.get("fields") or {}).items():
+        if not isinstance(types, Mapping):
+            continue
+        for kind, caps in types.items():
+            if kind == "unmapped" or not isinstance(caps, Mapping):
+                continue
+            holders = caps.get("indices")
+            for name in ([holders] if isinstance(holders, str) else holders) if holders else concrete:
+                if name in out:
+                    out[name][path] = tuple(sorted({*out[name].get(path, ()), kind}))
+    return out
 
 
 def streaming_bulk(

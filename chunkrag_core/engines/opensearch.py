@@ -233,6 +233,16 @@ class OpenSearchBackend:
         return base.field_types_of(self.reader.field_caps(index=index, fields="*", **self._h()))
 
     @base.translating
+    def concrete_indices(self, expression: str, fields: Sequence[str]) -> dict[str, dict[str, tuple[str, ...]]]:
+        """The concrete indices ``expression`` (wildcards, lists, aliases,
+        data streams, exclusions) covers for these credentials, as a search
+        would resolve it, each with its types of ``fields``: one
+        ``_field_caps``, which needs only the read privilege (``_resolve/index``
+        and a mapping read need view_index_metadata)."""
+        answer = self.reader.field_caps(index=expression, fields=list(fields), include_unmapped=True, **self._h())
+        return base.concrete_indices_of(answer)
+
+    @base.translating
     def create_index(self, index: str, body: Mapping[str, Any]) -> None:
         self.client.indices.create(index=index, body=osd.index_body(body), **self._h())
 

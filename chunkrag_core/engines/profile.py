@@ -76,6 +76,23 @@ class NodeFailover:
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class PointInTimeApi:
+    """How the engine's REST API opens and closes a point in time, for the
+    gateway, which passes both through as the read APIs they are (and, in
+    service mode, binds each id to the key that opened it)."""
+
+    # Path segments after the index of the open: POST /<index>/<open...>.
+    open: tuple[str, ...]
+    # Path of the close of the ids a body names: DELETE /<close...>.
+    close: tuple[str, ...]
+    # The close body's key that holds the id, or a list of ids.
+    close_key: str
+    # Path of a close of every point in time there is (refused by the
+    # gateway: a caller closes its own); None where the engine has none.
+    close_all: tuple[str, ...] | None = None
+
+
 # Endpoints whose POST only reads on both engines: a search or count sent
 # twice answers twice and changes nothing. Not among them: `_search/scroll`
 # (each call moves the cursor: a page read twice is a page lost), a `_search`
@@ -123,6 +140,8 @@ class EngineProfile:
     # How the gateway's pass-through goes round the nodes of a cluster given
     # as several URLs, and which requests it sends again.
     failover: NodeFailover
+    # Its point-in-time API (open, close), which the gateway passes through.
+    point_in_time: PointInTimeApi
 
     @property
     def url_variable(self) -> str:
@@ -172,6 +191,8 @@ ELASTICSEARCH = EngineProfile(
     sigv4_signing=False,
     # Elasticsearch's `_terms_enum` (field-value suggestions) only reads too.
     failover=replace(_PASS_THROUGH_FAILOVER, read_only_post_endpoints=_READ_ONLY_POSTS | {"_terms_enum"}),
+    # POST /<index>/_pit, DELETE /_pit {"id": ...}.
+    point_in_time=PointInTimeApi(open=("_pit",), close=("_pit",), close_key="id"),
 )
 OPENSEARCH = EngineProfile(
     name="opensearch",
@@ -183,6 +204,14 @@ OPENSEARCH = EngineProfile(
     derived_keys=False,
     sigv4_signing=True,
     failover=_PASS_THROUGH_FAILOVER,
+    # POST /<index>/_search/point_in_time, DELETE /_search/point_in_time
+    # {"pit_id": [...]}, and DELETE /_search/point_in_time/_all.
+    point_in_time=PointInTimeApi(
+        open=("_search", "point_in_time"),
+        close=("_search", "point_in_time"),
+        close_key="pit_id",
+        close_all=("_search", "point_in_time", "_all"),
+    ),
 )
 
 # Every engine, the default first: the values SEARCH_BACKEND accepts.

@@ -192,4 +192,5 @@ def chunk_from_hit(
         header=source.get(HEADER) or "",
         lead=source.get(LEAD),
         scale=int(source.get(SCALE) or BASE_SCALE),
+        index=str(hit.get("_index") or ""),
     )

@@ -342,11 +342,19 @@ def test_elasticsearch_down_is_503(settings, embedder, index):
 
 
 def test_a_failed_shard_is_reported_in_shards_and_the_other_indices_answer(es, gateway, index):
-    """A real shard failure: an index whose `vector` is no dense_vector fails
-    the kNN side on its shard; the cluster answers from the chunk index, and
-    the gateway says which shard failed rather than hiding it."""
-    broken = f"test-gateway-novector-{uuid.uuid4().hex[:8]}"
-    mappings = {"properties": {"vector": {"type": "keyword"}, "text": {"type": "text"}}}
+    """A real shard failure: a chunk index whose vectors have other dims than
+    the query's fails the kNN side on its shard; the cluster answers from the
+    other chunk index, and the gateway says which shard failed rather than
+    hiding it."""
+    broken = f"test-gateway-otherdims-{uuid.uuid4().hex[:8]}"
+    mappings = {
+        "properties": {
+            "doc_id": {"type": "keyword"},
+            "position": {"type": "integer"},
+            "text": {"type": "text"},
+            "vector": {"type": "dense_vector", "dims": 3, "similarity": "cosine"},
+        }
+    }
     es.create_index(broken, {"settings": {"number_of_shards": 1, "number_of_replicas": 0}, "mappings": mappings})
     try:
         body = {"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"stages": False}}}
@@ -355,7 +363,7 @@ def test_a_failed_shard_is_reported_in_shards_and_the_other_indices_answer(es, g
         shards = answered.json()["_shards"]
         assert (shards["total"], shards["successful"], shards["failed"]) == (2, 1, 1)
         (failure,) = shards["failures"]
-        assert failure["index"] == broken and "dense_vector" in failure["reason"]["reason"]
+        assert failure["index"] == broken and "dimensions" in failure["reason"]["reason"]
         assert ids(answered.json())[0] == "tokyo:0"
         asked = httpx.post(
             f"{gateway}/v1/ask",

@@ -39,6 +39,10 @@ class FakeElasticsearch:
         """A chunk index's listing: ext.chunkrag searches it for its chunks."""
         return {"doc_id": ("keyword",), "position": ("integer",), "text": ("text",), "vector": ("dense_vector",)}
 
+    def concrete_indices(self, expression, fields):
+        """Whatever the path names is one chunk index."""
+        return {"idx": self.field_types("idx")}
+
     def msearch(self, searches):
         self.calls.append(searches)
         side = {"hits": {"hits": [hit("a", 0, 3.0), hit("b", 0, 2.0), hit("c", 0, 1.0)]}}

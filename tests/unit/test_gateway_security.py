@@ -488,7 +488,7 @@ def test_chunkrag_where_it_cannot_be_served_is_a_clear_400():
     transport = RecordingTransport(es_reply)
     client = app_client(transport)
     index_less = client.post("/_search", json={"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {}}})
-    assert index_less.status_code == 400 and "needs the chunk index in the path" in index_less.json()["error"]["reason"]
+    assert index_less.status_code == 400 and "needs an index in the path" in index_less.json()["error"]["reason"]
     msearch = client.post(
         "/docs/_msearch",
         content=b'{}\n{"query":{"match_all":{}},"ext":{"chunkrag":{}}}\n',
