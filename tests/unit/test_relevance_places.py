@@ -316,3 +316,43 @@ def test_a_relevance_model_failure_is_named_as_such_and_the_playground_offers_th
     offered = page_defaults(6)
     assert offered["relevance"] == ["retrieval", "crossencoder"] and offered["relevance_default"] == "retrieval"
     assert "local" in offered["reranks"] and offered["rerank_default"] == "off"
+
+
+def test_a_task_no_worker_takes_is_held_and_named(monkeypatch):
+    import workers.relevance_dispatch as dispatch
+    from workers.dispatch import TaskView
+
+    def nobody(app, timeout, limit=None):
+        raise WorkersUnavailable(
+            "no Celery worker answered a ping within 0.1 s on redis://10.0.0.1",
+            reason="no Celery worker answered a ping within 0.1 s",
+        )
+
+    monkeypatch.setattr(dispatch, "task_view", lambda result, resends=0: TaskView(states.PENDING))
+    monkeypatch.setattr(dispatch, "check_workers", nobody)
+    app, health = App(Result(None, None)), WorkerHealth()
+    relevance = CeleryRelevance(
+        app, budget_s=30, health=health, ping_timeout_s=0.1, start_wait_s=0.01, liveness_check_s=60
+    )
+    with pytest.raises(WorkersUnavailable) as none_took:
+        relevance.score("q", ["a"])
+    assert (
+        none_took.value.reason
+        == "no worker took the relevance task within 0.01 s: no Celery worker answered a ping within 0.1 s"
+    )
+    assert app.revoked == ["task-1"] and health.unavailable() == none_took.value.reason
+
+
+def test_a_task_whose_worker_stops_answering_is_a_project_error(monkeypatch):
+    import workers.relevance_dispatch as dispatch
+    from workers.dispatch import TaskView
+
+    monkeypatch.setattr(dispatch, "task_view", lambda result, resends=0: TaskView(states.STARTED, "w1@host"))
+    monkeypatch.setattr(dispatch, "stranded", lambda app, views, timeout, max_resends: [0])
+    app = App(Result(None, None))
+    relevance = CeleryRelevance(
+        app, budget_s=30, health=WorkerHealth(), ping_timeout_s=0.1, start_wait_s=60, liveness_check_s=0.01
+    )
+    with pytest.raises(WorkersFailed) as lost:
+        relevance.score("q", ["a"])
+    assert lost.value.reason == "the worker scoring the texts stopped answering" and app.revoked == ["task-1"]
