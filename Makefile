@@ -18,8 +18,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
+$(VENV)/.installed: pyproject.toml requirements.lock requirements-frameworks.txt | $(BIN)/python
 	$(BIN)/pip install --quiet -c requirements.lock -e ".[dev]"
+	$(BIN)/pip install --quiet --no-deps -r requirements-frameworks.txt
 	touch $@
 
 setup: $(VENV)/.installed
@@ -44,7 +45,7 @@ llm-setup: setup
 	$(BIN)/chunkrag services up --only llm
 
 # The previous runtime, llama-cpp-python's Python server, for comparisons
-# (bench/judge_speed.py): CHUNKRAG_LLM_RUNTIME=python. Built with the x86 extensions this CPU
+# (the retired bench/judge_speed.py, in git): CHUNKRAG_LLM_RUNTIME=python. Built with the x86 extensions this CPU
 # lists (never native: the VM forbids the AMX the CPU reports); --no-cache-dir because pip's
 # wheel cache ignores CMAKE_ARGS and would hand back a wheel built for another CPU.
 $(VENV)/.llm-python-installed: $(VENV)/.installed
@@ -89,9 +90,10 @@ lint: setup
 test: lint services-up llm-setup browser-setup
 	$(BIN)/python -m pytest -q
 
+# The headline benchmark scenarios (bench/scenarios.toml, about 29 minutes on two quiet cores), then
+# bench/REPORT.md written again from bench/results/. One scenario: .venv/bin/python -m bench.run NAME.
 bench: services-up
-	$(BIN)/python -m bench.ingest_bench
-	$(BIN)/python -m bench.retrieval_bench
+	$(BIN)/python -m bench.run --headline
 
 # The relevance model, from shared/eval to chunkrag_core/model_files (model card: relevance-minilm.md):
 # labelled pairs (no torch), fine-tuning (seeded; 40-50 min on 2 cores), ONNX export and int8. Its own

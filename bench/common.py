@@ -18,6 +18,7 @@ SHARED = Path(os.environ.get("CHUNKRAG_SHARED", Path(__file__).resolve().parents
 
 
 def machine() -> dict[str, Any]:
+    """The machine and its load (1, 5 and 15-minute load averages) as a result is written."""
     cpu = "unknown"
     try:
         cpu = next(
@@ -34,6 +35,7 @@ def machine() -> dict[str, Any]:
         "memory_gb": memory_gb,
         "python": platform.python_version(),
         "os": platform.platform(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -87,28 +89,3 @@ def merge_result(
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
     return path
-
-
-def parse_scale_weights(raw: str | None) -> dict[int, float] | None:
-    """ "128:0.5,512:0.25" -> {128: 0.5, 512: 0.25} (ensembling's per-scale
-    weights; a scale not named keeps weight 1); None or "" -> None."""
-    if not raw:
-        return None
-    return {int(scale): float(weight) for scale, weight in (part.split(":") for part in raw.split(","))}
-
-
-def weights_suffix(weights: dict[int, float] | None) -> str:
-    """A row-name suffix naming non-default weights ("" for none)."""
-    return "" if not weights else "_w" + "_".join(f"{scale}x{weight:g}" for scale, weight in sorted(weights.items()))
-
-
-def process_cpu_split(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds ``pid`` has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / ticks, int(fields[12]) / ticks
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) ``pid`` has used so far."""
-    return sum(process_cpu_split(pid))

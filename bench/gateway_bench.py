@@ -2,22 +2,16 @@
 Elasticsearch and through the gateway, interleaved.
 
     python -m bench.gateway_bench [--runs 5] [--requests 300] [--name gateway]
-    python -m bench.gateway_bench load | fuzz   (bench/gateway_soak.py)
+    python -m bench.gateway_soak [--clients 32] [--duration 300]   (load and soak)
 
-Two comparisons, on the `bench-scifact` index (SciFact, left by
-`bench.ingest_bench`) with SciFact's test queries:
-
-- pass-through: the `native_sum` hybrid body (BM25 + kNN in one `_search`,
-  query vectors computed once beforehand), to Elasticsearch and to the
-  gateway, which forwards it unchanged;
-- ext.chunkrag with no model stages (`stages: false`): the gateway embeds the
-  query and runs the same hybrid search, against embedding the query here and
-  sending the same body to Elasticsearch directly.
-
-The gateway runs as `chunkrag serve` in its own process; the client is a lean
-urllib3 pool with the body encoded beforehand, so client costs dilute the
-ratio as little as possible. Each pair of requests alternates which goes
-first; p50/p95 per run, medians over runs.
+On the `bench-scifact` index (left by `bench.ingest_bench`) with SciFact's
+test queries: pass-through (the `native_sum` hybrid body, query vectors
+computed beforehand, forwarded unchanged), and ext.chunkrag with no model
+stages (`stages: false`: the gateway embeds the query and runs the same
+search) against embedding here and sending the same body directly. The
+gateway runs as `chunkrag serve` in its own process; the client is a lean
+urllib3 pool with pre-encoded bodies; each pair alternates which goes first;
+p50/p95 per run, medians over runs.
 """
 
 from __future__ import annotations
@@ -55,13 +49,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_gateway(port: int) -> subprocess.Popen:
+def start_gateway(port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
     # Started the way a user starts it; its output is discarded so logging
     # to a pipe nobody reads cannot block it.
     process = subprocess.Popen(
         [sys.executable, "-m", "chunkrag_cli", "serve", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
     import urllib3
 
@@ -135,10 +130,6 @@ def versions(client) -> dict:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("load", "fuzz"):
-        from bench import gateway_soak
-
-        return getattr(gateway_soak, argv[0])(argv[1:])
     import orjson
 
     from bench.retrieval_bench import load_queries

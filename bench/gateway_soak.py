@@ -1,23 +1,19 @@
-"""Load, soak and fuzz figures for the gateway, merged into
-bench/results/gateway.json as its ``load`` and ``fuzz`` sections (the rest of
-that file is bench.gateway_bench's pass-through ratio).
+"""Load and soak figures for the gateway, merged into bench/results/gateway.json
+as its ``load`` section (the rest of that file is bench.gateway_bench's
+pass-through ratio; its ``fuzz`` section is the schemathesis run of
+tests/integration/test_gateway_fuzz.py, kept from 2026-11-23).
 
-    python -m bench.gateway_bench load [--clients 32] [--duration 300] [--model-latency 0.4]
-    python -m bench.gateway_bench fuzz
+    python -m bench.gateway_soak [--clients 32] [--duration 300] [--model-latency 0.4]
 
-load: ``chunkrag serve`` in its own process on loopback, the scripted
-OpenAI-compatible model server (tests/support/scripted_openai.py) answering
+``chunkrag serve`` in its own process on loopback, the scripted
+OpenAI-compatible model server (local_services/scripted_openai.py) answering
 after --model-latency seconds, and --clients threads sending, for
 --duration seconds, an even mix of pass-through hybrid searches,
 ``ext.chunkrag`` with ``stages: false`` and filtered queries (listwise
 judging and an answer). Every answer other than 200 or the documented 429 is
 an error. The gateway's RSS is sampled every 10 s. One run (it loads both
 cores for the whole duration); bounded in time and count, loopback only.
---no-save prints the figures without touching gateway.json (short runs);
---trace-memory DIR runs the gateway under bench.gateway_memory (tracemalloc).
-
-fuzz: the schemathesis run of tests/integration/test_gateway_fuzz.py, with
-its counts.
+--no-save prints the figures without touching gateway.json (short runs).
 """
 
 from __future__ import annotations
@@ -26,9 +22,7 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -54,7 +48,7 @@ def merge_section(name: str, section: dict) -> Path:
     path = RESULTS / "gateway.json"
     current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     current[name] = {
-        "command": " ".join(["python", "-m", "bench.gateway_bench", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "bench.gateway_soak", *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine(),
         **section,
@@ -77,7 +71,7 @@ def rss_mb(pid: int) -> float | None:
 def scripted_reply(latency_s: float):
     """A model that answers every prompt kind of the filter after a delay:
     listwise (passage 1), yes/no, and the answer."""
-    from tests.support.scripted_openai import completion, is_listwise, listwise_choice
+    from local_services.scripted_openai import completion, is_listwise, listwise_choice
 
     def reply(request):
         time.sleep(latency_s)
@@ -102,22 +96,19 @@ def load(argv) -> int:
     import orjson
     import urllib3
 
-    from bench.gateway_bench import COMPAT, free_port
+    from bench.gateway_bench import COMPAT, free_port, start_gateway
     from bench.retrieval_bench import load_queries
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings
+    from local_services.scripted_openai import ScriptedOpenAI
     from search_extension import queries
-    from tests.support.scripted_openai import ScriptedOpenAI
 
-    parser = argparse.ArgumentParser(prog="bench.gateway_bench load")
+    parser = argparse.ArgumentParser(prog="bench.gateway_soak")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of load")
     parser.add_argument("--model-latency", type=float, default=0.4, help="seconds the scripted model takes per call")
     parser.add_argument(
-        "--trace-memory", metavar="DIR", help="run the gateway under bench.gateway_memory (tracemalloc, samples in DIR)"
-    )
-    parser.add_argument(
-        "--no-save", action="store_true", help="print the figures, leave gateway.json alone (short or traced runs)"
+        "--no-save", action="store_true", help="print the figures, leave gateway.json alone (short runs)"
     )
     args = parser.parse_args(argv)
 
@@ -156,29 +147,8 @@ def load(argv) -> int:
             "REDIS_URL": redis_db,
             "CHUNKRAG_CHAT_TIMEOUT_S": "30",
         }
-        serve = ["serve", "--port", str(port)]
-        launcher = (
-            ["-m", "bench.gateway_memory", "run", args.trace_memory, "--"]
-            if args.trace_memory
-            else ["-m", "chunkrag_cli"]
-        )
-        gateway = subprocess.Popen(
-            [sys.executable, *launcher, *serve], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-        )
+        gateway = start_gateway(port, env)
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if (
-                        urllib3.request("GET", f"http://127.0.0.1:{port}/v1/health", timeout=2, retries=False).status
-                        == 200
-                    ):
-                        break
-                except urllib3.exceptions.HTTPError:
-                    pass
-                if time.monotonic() > deadline or gateway.poll() is not None:
-                    raise RuntimeError("the gateway did not become healthy")
-                time.sleep(0.2)
             samples: list[tuple[str, int, float]] = []
             lock = threading.Lock()
             stop = time.monotonic() + args.duration
@@ -278,28 +248,5 @@ def load(argv) -> int:
     return 0 if errors == 0 else 1
 
 
-def fuzz(argv) -> int:
-    parser = argparse.ArgumentParser(prog="bench.gateway_bench fuzz")
-    parser.add_argument("--examples", type=int, default=100, help="cases per operation and generation mode")
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as folder:
-        report = Path(folder) / "fuzz.json"
-        env = {**os.environ, "CHUNKRAG_FUZZ_REPORT": str(report), "CHUNKRAG_FUZZ_EXAMPLES": str(args.examples)}
-        started = time.monotonic()
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/integration/test_gateway_fuzz.py"],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        counts = json.loads(report.read_text()) if report.exists() else {}
-    summary_line = (run.stdout.strip().splitlines() or [""])[-1]
-    section = {
-        "tool": "schemathesis (positive and negative cases from /openapi.json) + hand-made bad bodies",
-        "pytest": summary_line,
-        "seconds": round(time.monotonic() - started, 1),
-        **counts,
-    }
-    print(merge_section("fuzz", section))
-    print(json.dumps(section, indent=2))
-    return run.returncode
+if __name__ == "__main__":
+    sys.exit(load(sys.argv[1:]))

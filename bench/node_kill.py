@@ -1,35 +1,28 @@
 """A node lost mid-flight on a three-node Elasticsearch (or OpenSearch) cluster, counted.
 
-    python -m bench.node_kill --documents 1200 --runs 3
-    python -m bench.node_kill --engine opensearch   # writes node_kill_opensearch.json
+    python -m bench.node_kill --documents 800 --runs 3 [--victim primary] [--engine opensearch]
+    python -m bench.node_kill --signal stop --documents 300 --runs 1 --label current   # a node that hangs
 
 Starts (through local_services) a three-node cluster on ports 19300-19305, a
 Redis of its own on 16410, two real Celery workers and a scripted
-OpenAI-compatible embedding server (tests/support/scripted_openai.py: real
-HTTP, words hashed into 384 dimensions, 20-50 ms a request). Every client
-(the workers, the dispatcher, the gateway) is given all three node URLs
-(ES_URL=<node 0>,<node 1>,<node 2>), then:
+OpenAI-compatible embedding server (local_services/scripted_openai.py: real
+HTTP, words hashed into 384 dimensions, 20-50 ms a request); every client is
+given all three node URLs. Then:
 
-1. ingest: ``--documents`` SciFact abstracts (plus one malformed JSONL line)
-   go to the workers into an index of 3 shards with 1 replica; once a quarter
-   of the batches are done, node 0 (the first URL every client has) is
-   SIGKILLed by its pid (``--victim primary``: a node other than node 0 that
-   holds a primary of the index, as before the clients took every node's
-   URL). The ingest must end
-   with every chunk the source makes, each once (counted by id and by
-   (doc_id, position, scale) against chunks made from the source in this
-   process); then the node is started again and the time to green measured;
-   a second run of the same ingest must find every document unchanged.
-2. searches: a stream of searches through the gateway, filtered ones (a
-   bool filter and ``ext.chunkrag``, sent by the gateway's Elasticsearch
-   client) and plain ones (passed through by the gateway's own connection
-   pools), while the same node is killed and started again: every answer's
-   status, ``_shards.failed`` and error reason.
+1. ingest: ``--documents`` SciFact abstracts (plus one malformed line) go to
+   the workers into an index of 3 shards with 1 replica; once a quarter of
+   the batches are done, node 0 (``--victim primary``: another node holding a
+   primary) is SIGKILLed. The ingest must end with every chunk the source
+   makes, each once (counted against chunks made here from the source); the
+   node is started again and the time to green measured; a second run of the
+   same ingest must find every document unchanged.
+2. searches: filtered and plain searches through the gateway while the same
+   node is killed (or, ``--signal stop``, hung) and started again: every
+   answer's status, ``_shards.failed`` and error reason.
 
 Writes bench/results/node_kill_node0.json (node_kill.json with ``--victim
-primary``; ``--engine opensearch`` adds ``_opensearch`` to the name). The
-integration tests (tests/integration/test_cluster_node_loss.py) run the same
-scenarios, smaller, on both engines.
+primary``; ``_opensearch`` added for OpenSearch; node_hang.json for a hang).
+tests/integration/test_cluster_node_loss.py runs the same scenarios, smaller.
 """
 
 from __future__ import annotations
@@ -85,7 +78,7 @@ def rig(
     from local_services import cluster as local_cluster
     from local_services import redis_server
     from local_services.celery_workers import CeleryWorkers
-    from tests.support.scripted_openai import ScriptedOpenAI, embeddings
+    from local_services.scripted_openai import ScriptedOpenAI, embeddings
 
     home = state_home(os.environ)
     local = local_cluster.LocalCluster(engine, home, first_port=first_port, nodes=3, heap="512m")

@@ -1,46 +1,32 @@
 """What post-search adds to a caller's own search, and what it keeps.
 
     python -m bench.post_search_bench [--queries 100] [--cold 5] [--hits 10] [--seed 7]
-    python -m bench.post_search_bench --cold 0 --out post_search_cuts --variants '{"cut_0.1": {"fixed_threshold": 0.1}}'
-    python -m bench.post_search_bench --companion --cold 0 --out post_search_companion
-    python -m bench.post_search_bench --companion --companion-scoring fetched --cold 0 --out ...
+    python -m bench.post_search_bench --companion [--companion-scoring engine|engine-passages|fetched] ...
+    python -m bench.post_search_bench --preselect 0,32 --cold 5 --out post_search_cold_quiet
 
-SQuAD 2 dev articles cut into whole documents of 1,000-3,000 words (runs of
-consecutive paragraphs). For each of ``--queries`` answerable questions the
-"cluster's response" is ``--hits`` such documents as hits with a plain
-``title``/``body`` source: the one holding the question's paragraph and
-others drawn at random, in a random order. Post-search then runs as the
-gateway runs it after the search (the library call; the cluster's own
-search and the field listing, cached per index, are not in the figures):
+SQuAD 2 dev articles cut into whole documents of 1,000-3,000 words. For each
+answerable question the "cluster's response" is ``--hits`` such documents
+(the one holding the question's paragraph and others at random, in a random
+order) with a plain ``title``/``body`` source; post-search runs on it as the
+gateway runs it after the search (the library call; the cluster's search and
+the field listing are not in the figures):
 
-- cold (the first ``--cold`` queries): a new query-time passage source
-  (every body chunked and embedded with the local MiniLM);
-- warm (every query): the passages from a source shared by all queries
-  (each document chunked once, then from the cache).
-
-- companion (``--companion``): the documents are written to a real index
-  of the configured engine and ``chunkrag sync`` builds its companion
-  chunk index; each query's passages then come from the companion as the
-  gateway reads them (``--companion-scoring``: ``engine``, the default,
-  the engine scores the chunks with its own BM25 and only the candidates
-  are read; ``engine-passages``, the same with BM25 counted here over the
-  chunks' texts; ``fetched``, every chunk read with its vector and scored
-  here). The fields the companion could not serve are counted and must be
-  none; what the companion path keeps is compared with the warm path's
-  (the same chunks, scored here).
-
-- preselect (``--preselect 0,32,...``): query-time passages made of each
-  field's best N sentences by BM25 (0: every sentence), each N cold on the
-  first ``--cold`` queries (a new source, the N in turn, their order
-  rotated on each query so that they share the load) with the texts the
-  model embedded, and on every query for what is kept (from sources that
-  share the sentences' vectors, which do not depend on what is embedded
-  with them).
+- cold (the first ``--cold`` queries): a new query-time passage source (every
+  body chunked and embedded with the local MiniLM); warm (every query): a
+  source shared by all queries (each document chunked once);
+- companion (``--companion``): the documents in a real index and ``chunkrag
+  sync``'s companion beside it; passages read from the companion as the
+  gateway reads them (``engine``: the engine scores the chunks with its BM25,
+  only the candidates read; ``engine-passages``: BM25 counted here;
+  ``fetched``: every chunk read with its vector). Fields the companion could
+  not serve are counted (must be none) and what it keeps is compared with
+  the warm path's;
+- preselect (``--preselect N,...``): each field's best N sentences by BM25
+  (0: all), cold on the first ``--cold`` queries and for what is kept.
 
 With the default filter (calibrated, no model call) it records the added
-milliseconds (p50 / p95), the share of questions whose answer (any gold
-answer, case-insensitive) is in the kept passages of the gold hit, and the
-characters kept against the hits' whole text.
+milliseconds (p50 / p95), the share of questions whose answer is in the kept
+passages of the gold hit, and the characters kept against the hits' text.
 """
 
 from __future__ import annotations
@@ -287,12 +273,6 @@ def main() -> None:
     )
     parser.add_argument("--out", default="post_search", help="the result's name under bench/results/")
     parser.add_argument(
-        "--variants",
-        default="{}",
-        metavar="JSON",
-        help='other ext.chunkrag options measured warm beside the default, e.g. {"rel": {"threshold": "relative"}}',
-    )
-    parser.add_argument(
         "--companion", action="store_true", help="also measure passages read from a synced companion index"
     )
     parser.add_argument(
@@ -313,10 +293,7 @@ def main() -> None:
     settings = Settings.from_env()
     embedder = make_embedder(settings.embedder)
     embedder.embed(["warm the model up"])
-    # The gateway's default for a search client, and the variants asked for.
-    variants = {"default": {}, **json.loads(args.variants)}
-    assert all(isinstance(v, dict) for v in variants.values()), "--variants: a JSON object of option objects"
-    resolved = {name: parse_options(raw, surface="search") for name, raw in variants.items()}
+    default = parse_options({}, surface="search")  # the gateway's default for a search client
     docs = documents(args.seed)
     load_before = os.getloadavg()[0]
     rows = []
@@ -332,7 +309,7 @@ def main() -> None:
     for n, (gold, question, answers, hits) in enumerate(queries(docs, args.seed, args.hits, args.queries)):
         response = cluster_response(index, hits)
 
-        def run(source, options=resolved["default"], response=response, question=question):
+        def run(source, options=default, response=response, question=question):
             started = time.perf_counter()
             result = post_search(
                 response,
@@ -383,7 +360,6 @@ def main() -> None:
             }
 
         companion_kept = None if companion_result is None else against_warm(companion_result)
-        kept = {name: kept_of(run(shared, chosen)[0], gold, hits, answers) for name, chosen in resolved.items()}
         rows.append(
             {
                 "question": question,
@@ -397,11 +373,10 @@ def main() -> None:
                     name: {"ms": round(ms, 1), **against_warm(found)} for name, (found, ms) in compared.items()
                 },
                 "answer_in_gold_hit": any(a.lower() in gold["body"].lower() for a in answers),
-                **kept["default"],
+                **kept_of(run(shared)[0], gold, hits, answers),
                 "candidates": result.candidates,
                 "capped": result.capped,
                 "words": sum(len(d["body"].split()) for d in hits),
-                "variants": {name: found for name, found in kept.items() if name != "default"},
                 "preselect": {str(k): v for k, v in preselect.items()},
             }
         )
@@ -471,18 +446,6 @@ def main() -> None:
         "kept_share_of_chars_mean": round(sum(r["kept_share_of_chars"] for r in rows) / len(rows), 4),
         "kept_passages_mean": round(sum(r["kept_passages"] for r in rows) / len(rows), 1),
         "capped_mean": round(sum(r["capped"] for r in rows) / len(rows), 1),
-        "variants": {
-            name: {
-                "options": variants[name],
-                "answer_kept_share": round(sum(r["variants"][name]["answer_kept"] for r in present) / len(present), 4),
-                "kept_share_of_chars_mean": round(
-                    sum(r["variants"][name]["kept_share_of_chars"] for r in rows) / len(rows), 4
-                ),
-                "kept_passages_mean": round(sum(r["variants"][name]["kept_passages"] for r in rows) / len(rows), 1),
-            }
-            for name in variants
-            if name != "default"
-        },
         "preselect": {str(n): preselect_summary(rows, present, str(n)) for n in args.preselect},
         "repeats": repeats,
         "median_of_repeats": {

@@ -142,7 +142,7 @@ def compare(records: Sequence[dict], calibration) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from chunkrag_core.artifacts import RELEVANCE_INT8_ONNX
     from chunkrag_core.providers.local_relevance import LocalRelevanceModel
-    from chunkrag_filter.processors.calibration import fit_logistic
+    from chunkrag_filter.processors.calibration import RELEVANCE_ONLY, fit_logistic
 
     parser = argparse.ArgumentParser(prog="python -m bench.relevance_heldout", description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=CACHE)
@@ -163,11 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         data[name] = with_relevance(records, relevance_scores(records, sidecar, model))
         print(f"{name}: {len(records)} questions scored ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     fit_rows = [r for name in TRAINED_ON for rec in data.get(name, []) for r in rec["rows"]]
-    calibration = fit_logistic(fit_rows, [bool(r["gold"]) for r in fit_rows], FEATURES)
+    # Without the training sets' candidates there is nothing to fit on: the
+    # shipped calibration (the model's own probability) stands in.
+    calibration = fit_logistic(fit_rows, [bool(r["gold"]) for r in fit_rows], FEATURES) if fit_rows else RELEVANCE_ONLY
     results = {name: {"held_out": name not in TRAINED_ON, **compare(recs, calibration)} for name, recs in data.items()}
     payload = {
         "model": {"artifact": RELEVANCE_INT8_ONNX.relative_path, "sha256": RELEVANCE_INT8_ONNX.sha256},
-        "calibration_fitted_on": list(TRAINED_ON),
+        "calibration_fitted_on": [name for name in TRAINED_ON if data.get(name)],
         "calibration": {
             "features": list(calibration.names),
             "weights": list(calibration.weights),

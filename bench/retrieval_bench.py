@@ -1,25 +1,17 @@
 """SciFact retrieval quality and latency for every retrieval mode.
 
     python -m bench.retrieval_bench [--runs 3] [--limit N]
-    python -m bench.retrieval_bench --ensemble [--scales 128,512,2000]   # the ensembling row only
     python -m bench.retrieval_bench --index bench-scifact-title --variant headers_title   # a variant's rows
 
 With ``--variant NAME`` every mode is measured on ``--index`` (ingested
 with other chunking settings, e.g. by ``bench.ingest_bench --name ...``)
 and the rows go under ``variants.NAME`` of the results file, beside the
-baseline rows already there.
+baseline rows already there; a plain run keeps the variants' rows.
 
 Needs the `bench-scifact` index that `bench.ingest_bench` leaves behind (or
 builds it). The qrels judge documents, so each mode retrieves chunks
 collapsed to the best chunk per document (top 100 documents) and documents
 are ranked by that best chunk.
-
-With ``--ensemble`` only the multi-scale ensembling row is measured and
-added to the results file beside the rows already there: SciFact indexed
-(in ``bench-scifact-ensemble``, built when missing) at the base scale and
-at ``--scales``, each query one ensemble search (every scale in one
-_msearch, min-max per scale, de-duplicated by span) for DEPTH spans, and
-documents ranked by their first span.
 """
 
 from __future__ import annotations
@@ -31,13 +23,12 @@ import statistics
 import sys
 from collections import defaultdict
 
-from bench.common import SHARED, median, merge_result, parse_scale_weights, weights_suffix, write_result
+from bench.common import RESULTS, SHARED, median, merge_result, write_result
 from bench.metrics import ndcg_at_k, percentile, recall_at_k
 from search_extension.queries import DEFAULT_TEXT_FIELDS
 
 BEIR = SHARED / "eval" / "scifact" / "beir_derived"
 INDEX = "bench-scifact"
-ENSEMBLE_INDEX = "bench-scifact-ensemble"
 MODES = ("bm25", "knn", "native_sum", "minmax", "rrf")
 DEPTH = 100
 
@@ -56,119 +47,6 @@ def load_queries(limit: int | None = None):
     return dict(judged[:limit]), qrels
 
 
-def ensemble_main(args) -> int:
-    from chunkrag_core.engines import make_backend
-    from chunkrag_core.providers import make_embedder
-    from chunkrag_core.settings import Settings, parse_scales
-    from search_extension.retriever import HybridRetriever
-
-    settings = Settings.from_env()
-    scales = parse_scales(args.scales)
-    client = make_backend(settings)
-    embedder = make_embedder(settings.embedder)
-    queries, qrels = load_queries(args.limit)
-    ingest = None
-    if not client.index_exists(args.ensemble_index):
-        # A quick check still finds something: the queries' judged documents come along.
-        wanted = {doc for qid in queries for doc in qrels[qid]}
-        ingest = build_ensemble_index(
-            client, embedder, settings, args.ensemble_index, scales, args.corpus_limit, wanted
-        )
-    retriever = HybridRetriever(client, embedder, args.ensemble_index, settings.retrieval)
-    weights = parse_scale_weights(args.scale_weights)
-    retriever.search_ensemble("warm up", scales=scales, size=10)
-    per_run_p50, per_run_p95, embed_ms = [], [], []
-    for run in range(args.runs):
-        took, ndcgs, recalls = [], [], []
-        for qid, text in queries.items():
-            result = retriever.search_ensemble(text, scales=scales, size=DEPTH, weights=weights)
-            took.append(result.took_ms)
-            embed_ms.append(result.embed_ms)
-            ranked = list(dict.fromkeys(chunk.doc_id for chunk in result.chunks))
-            ndcgs.append(ndcg_at_k(ranked, qrels[qid], 10))
-            recalls.append(recall_at_k(ranked, qrels[qid], DEPTH))
-        per_run_p50.append(percentile(took, 0.5))
-        per_run_p95.append(percentile(took, 0.95))
-    row = {
-        "ndcg_at_10": round(statistics.mean(ndcgs), 4),
-        "recall_at_100": round(statistics.mean(recalls), 4),
-        "p50_ms": median(per_run_p50),
-        "p95_ms": median(per_run_p95),
-        "fusion": "ensemble",
-    }
-    name = f"ensembling{weights_suffix(weights)}"
-    print(
-        f"{name}: nDCG@10 {row['ndcg_at_10']:.4f}  R@100 {row['recall_at_100']:.4f}  p50 {row['p50_ms']} ms  p95 "
-        f"{row['p95_ms']} ms",
-        file=sys.stderr,
-    )
-    print(
-        merge_result(
-            args.name,
-            "bench.retrieval_bench",
-            name,
-            {
-                "index": args.ensemble_index,
-                "chunks_by_scale": chunks_by_scale(client, args.ensemble_index),
-                "scales_tokens": list(scales),
-                "scale_weights": weights or "1 each",
-                "queries": len(queries),
-                "runs": args.runs,
-                "how": (
-                    "one ensemble search per query: the base chunks and each scale, BM25 + kNN "
-                    f"({settings.retrieval.mode}) per scale in one _msearch, min-max per scale, fused, de-duplicated "
-                    f"by span; {DEPTH} spans, documents ranked by their first span (recall@100 over at most {DEPTH} "
-                    "spans, so over fewer documents when one document holds several)"
-                ),
-                "latency_note": (
-                    "p50/p95 of the engine part of one ensemble search (the one _msearch, fusion, de-duplication), "
-                    "median over runs; query embedding excluded"
-                ),
-                "embed_p50_ms": round(percentile(embed_ms, 0.5), 2),
-                "ingest": ingest,
-            },
-            "modes",
-            {name: row},
-        )
-    )
-    return 0
-
-
-def build_ensemble_index(
-    client, embedder, settings, index: str, scales, corpus_limit: int | None, wanted=frozenset()
-) -> dict:
-    """SciFact ingested at the base scale and at ``scales``; the ingest
-    figures (this is the ensembling ingest-throughput measurement). With
-    ``corpus_limit``, the first that many documents and those in ``wanted``."""
-    import dataclasses
-
-    from bench.ingest_bench import scifact_documents
-    from ingest_pipeline.pipeline import ingest_documents
-
-    scaled = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, scales=scales))
-    documents = scifact_documents(None)
-    if corpus_limit is not None:
-        documents = [d for i, d in enumerate(documents) if i < corpus_limit or d.doc_id in wanted]
-    report = ingest_documents(documents, client=client, embedder=embedder, settings=scaled, index=index, progress=False)
-    if not report.ok:
-        raise RuntimeError(report.errors[:3])
-    return {
-        "documents": report.documents,
-        "sentences": report.sentences,
-        "chunks": report.chunks,
-        "scaled_chunks": report.scaled_chunks,
-        "seconds": report.seconds,
-        "sentences_per_s": round(report.sentences / report.seconds, 1) if report.seconds else None,
-    }
-
-
-def chunks_by_scale(client, index: str) -> dict[str, int]:
-    response = client.search(
-        index, {"size": 0, "aggs": {"scales": {"terms": {"field": "scale", "missing": 0, "size": 32}}}}
-    )
-    return {str(b["key"]): b["doc_count"] for b in response["aggregations"]["scales"]["buckets"]}
-
-
 def main(argv=None) -> int:
     from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
@@ -185,40 +63,13 @@ def main(argv=None) -> int:
         help="first N queries only (a quick check; with --name, so the results file is not overwritten)",
     )
     parser.add_argument(
-        "--ensemble",
-        action="store_true",
-        help="only the multi-scale ensembling row, added to the results file beside the rows already there",
-    )
-    parser.add_argument(
-        "--scales", default="128,512,2000", help="with --ensemble: the scales indexed and ensembled, in tokens"
-    )
-    parser.add_argument(
-        "--scale-weights",
-        help=(
-            "with --ensemble: per-scale weights after normalisation, e.g. 128:0.5,512:0.25,2000:0.25 (default 1 each; "
-            "the row's name then says them)"
-        ),
-    )
-    parser.add_argument(
-        "--ensemble-index",
-        default=ENSEMBLE_INDEX,
-        help="with --ensemble: the index with the scales (built from SciFact when missing)",
-    )
-    parser.add_argument(
         "--text-fields", help="BM25 fields and boosts, e.g. text^1,title^0.5 (default: the retriever's own)"
     )
     parser.add_argument(
         "--variant",
         help="measure --index as this named variant: its rows go under variants.NAME beside the baseline rows",
     )
-    parser.add_argument(
-        "--corpus-limit",
-        type=int,
-        help="with --ensemble, when the index is built: the first N SciFact documents only (a quick check)",
-    )
     args = parser.parse_args(argv)
-    if args.ensemble:
-        return ensemble_main(args)
 
     settings = Settings.from_env()
     client = make_backend(settings)
@@ -291,7 +142,11 @@ def main(argv=None) -> int:
             )
         )
         return 0
-    print(write_result(args.name, "bench.retrieval_bench", payload))
+    # The variants' rows, each measured by its own run (its section variant_NAME), stay beside the new ones.
+    path = RESULTS / f"{args.name}.json"
+    previous = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    kept = {k: v for k, v in previous.items() if k == "variants" or k.startswith("variant_")}
+    print(write_result(args.name, "bench.retrieval_bench", {**payload, **kept}))
     return 0
 
 

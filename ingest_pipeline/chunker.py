@@ -30,7 +30,7 @@ from ingest_pipeline.chunking import consecutive_similarities, group_sentences, 
 from ingest_pipeline.context_cache import cache_key
 from ingest_pipeline.headers import chunk_header, embedded_text, mixed_vector, word_count
 from ingest_pipeline.scales import group_to_size, target_chars
-from ingest_pipeline.sentences import Span, bounded_sentence_spans
+from ingest_pipeline.sentences import Span, bounded_sentence_spans, resolved_language
 from ingest_pipeline.sources import Document
 
 
@@ -69,10 +69,10 @@ def chunk_documents(
     # (document index, section path, sentence spans) for each section
     sections: list[tuple[int, tuple[str, ...], list[Span]]] = []
     for doc_index, document in enumerate(documents):
+        # One language per document, whatever its sections hold.
+        language = resolved_language(document.text, settings.language)
         for section in document.sections:
-            spans = bounded_sentence_spans(
-                document.text, section.start, section.end, settings.max_chars, settings.language
-            )
+            spans = bounded_sentence_spans(document.text, section.start, section.end, settings.max_chars, language)
             if spans:
                 sections.append((doc_index, section.path, spans))
 

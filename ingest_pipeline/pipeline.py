@@ -26,6 +26,7 @@ from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import ChunkedDocument, chunk_documents, document_fingerprint
 from ingest_pipeline.context_cache import ContextCache, default_cache_dir
 from ingest_pipeline.document_context import ContextFailure, ContextOutcome, add_context, wants_context
+from ingest_pipeline.sentences import splitter_id
 from ingest_pipeline.sources import Document, Skipped, read_sources
 from ingest_pipeline.writer import (
     BulkOutcome,
@@ -215,6 +216,10 @@ def shaping_of(settings: Settings) -> str:
     shaping = f"{settings.chunking}|{settings.embedder.provider}:{settings.embedder.model}"
     if settings.chunking.scales:
         shaping += "|scales=" + ",".join(str(s) for s in settings.chunking.scales)
+    # The sentence splitter, unless it is the English one every earlier
+    # fingerprint was made with: a new language rule re-chunks what it changes.
+    if splitter := splitter_id(settings.chunking.language):
+        shaping += "|sentences=" + splitter
     if settings.chunking.vectors != "reembed":
         shaping += f"|vectors={settings.chunking.vectors}:{settings.chunking.header_weight:g}"
         # mean pooling came first: its fingerprints stay as they were

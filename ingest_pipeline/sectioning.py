@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from chunkrag_core.providers.chat import ChatRequest, Message
-from ingest_pipeline.sentences import bounded_sentence_spans
+from ingest_pipeline.sentences import bounded_sentence_spans, resolved_language
 from ingest_pipeline.sources import Section
 
 # A line longer than this is shown as its sentences (a paragraph written on
@@ -52,6 +52,7 @@ def document_lines(text: str, language: str = "english", max_line_chars: int = M
     ``max_line_chars`` becomes its sentences."""
     lines: list[Line] = []
     offset = 0
+    language = resolved_language(text, language)
     for raw in text.splitlines(keepends=True):
         start = offset + len(raw) - len(raw.lstrip())
         end = offset + len(raw.rstrip())

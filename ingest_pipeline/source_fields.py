@@ -12,15 +12,32 @@ cannot read, never matches).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from chunkrag_core.chunk import MAX_DOC_ID_BYTES
 from ingest_pipeline.context_cache import cache_key
-from ingest_pipeline.sources import Document, plain_document
+from ingest_pipeline.sources import Document, Section
 
 # Separates index, _id and field in a companion doc_id. A control character:
 # index names cannot hold it, and ids and field names that do are hashed.
 SEPARATOR = "\x1f"
+# A field's text is chunked in parts of at most this many characters (a
+# million characters is ~200k words): each part is a section of the field's
+# document, so no sentence or chunk runs across parts, while offsets still
+# count within the whole field. A field no longer than this is one section,
+# as it always was (its fingerprint is unchanged).
+PART_CHARS = 1_000_000
+# Where a part may end, best first: a paragraph break (which no sentence
+# crosses anyway, so the chunks are those of the whole text), a line
+# break, a sentence end, any whitespace; else exactly at PART_CHARS.
+# Each with how many characters of the match the part keeps (its sentence mark).
+_PART_BREAKS = (
+    (0, re.compile(r"\n[ \t]*\n")),
+    (0, re.compile(r"\n")),
+    (1, re.compile(r"[.!?。！？]\s")),
+    (0, re.compile(r"\s")),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +57,43 @@ class SourceField:
 
     def document(self) -> Document:
         """The chunk-index document of this field: its passages are this
-        document's chunks (offsets count within the field's text)."""
-        return plain_document(
-            self.companion_id,
-            self.text,
-            f"{self.index}/{self.doc_id}#{self.field}",
+        document's chunks (offsets count within the field's text); a field
+        longer than PART_CHARS is chunked in parts (`field_parts`)."""
+        return Document(
+            doc_id=self.companion_id,
             title=self.title,
+            text=self.text,
+            sections=field_parts(self.text),
             metadata={"source_index": self.index, "source_id": self.doc_id, "source_field": self.field},
+            origin=f"{self.index}/{self.doc_id}#{self.field}",
         )
+
+
+def field_parts(text: str, limit: int = PART_CHARS) -> tuple[Section, ...]:
+    """The sections a field's text is chunked in: the whole text when it
+    is at most ``limit`` characters, else consecutive parts of at most
+    ``limit``, each ending at the best break (`_PART_BREAKS`) in its last
+    quarter, the whitespace between parts left out."""
+    if len(text) <= limit:
+        return (Section((), 0, len(text)),)
+    parts: list[Section] = []
+    start = 0
+    while len(text) - start > limit:
+        end = cut = start + limit
+        for keep, pattern in _PART_BREAKS:
+            match = None
+            for match in pattern.finditer(text, end - limit // 4, end):
+                pass
+            if match is not None:
+                cut = match.start() + keep
+                break
+        parts.append(Section((), start, cut))
+        start = cut
+        while start < len(text) and text[start].isspace():
+            start += 1
+    if start < len(text):
+        parts.append(Section((), start, len(text)))
+    return tuple(parts)
 
 
 def title_value(text: str) -> str:

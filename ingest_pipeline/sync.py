@@ -36,8 +36,9 @@ from chunkrag_core.engines.errors import EngineRefused
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import document_fingerprint
+from ingest_pipeline.content_fields import left_out_by_path
 from ingest_pipeline.pipeline import IngestReport, ingest_documents, pause_refresh, restore_refresh, shaping_of
-from ingest_pipeline.source_fields import SourceField, source_of_doc_id, title_value
+from ingest_pipeline.source_fields import PART_CHARS, SourceField, source_of_doc_id, title_value
 from ingest_pipeline.sources import Document
 from ingest_pipeline.writer import StoredDocument, ensure_index_for, stored_documents
 
@@ -62,9 +63,6 @@ DOCS_PER_PAGE = 500
 # its saves than for its reads), so a resumed pass re-reads at most this
 # long's worth of pages that were found unchanged.
 UNCHANGED_SAVE_EVERY_S = 30.0
-# A field longer than this is reported and not synced: one such text would
-# hold a whole batch's memory (a million characters is ~200k words).
-MAX_FIELD_CHARS = 1_000_000
 # Companion documents looked up per request in the sweep.
 SWEEP_PAGE = 500
 # Key of the sync's state in the companion's mapping `_meta`.
@@ -218,9 +216,6 @@ def field_documents(
             continue
         if not text.strip():
             continue
-        if len(text) > MAX_FIELD_CHARS:
-            errors.append(f"{where}#{name}: {len(text)} characters, more than {MAX_FIELD_CHARS}; not synced")
-            continue
         try:
             document = SourceField(index, doc_id, name, text, title).document()
         except ValueError as exc:
@@ -234,7 +229,9 @@ def resolve_fields(
     client: SearchBackend, source: str, fields: Sequence[str] | None, title_field: str | None
 ) -> tuple[tuple[str, ...], str]:
     """The text fields to sync and the title field: those named, checked
-    against the source's mapping, or those the mapping declares."""
+    against the source's mapping, or those the mapping declares, less what
+    frameworks keep there as metadata, ids and URLs (post-search passes
+    them over too: `content_fields.left_out_by_path`)."""
     if not client.index_exists(source):
         raise SyncError(f"index {source!r} does not exist")
     properties = client.mapping_properties(source)
@@ -249,9 +246,13 @@ def resolve_fields(
             )
         chosen = tuple(fields)
     else:
-        chosen = tuple(f for f in declared if f != title)
+        chosen = tuple(f for f in declared if f != title and left_out_by_path(f) is None)
     if not chosen:
-        raise SyncError(f"index {source!r} has no text field to sync (name one with fields)")
+        passed = [f for f in declared if f != title]
+        raise SyncError(
+            f"index {source!r} has no text field to sync (name one with fields"
+            + (f"; passed over as metadata, ids or URLs: {', '.join(passed)})" if passed else ")")
+        )
     return chosen, title
 
 
@@ -312,12 +313,13 @@ def sync_index(
             totals.unchanged += len(documents) - len(todo)
             if todo:
                 refresh.hold()
-                report = ingest(todo, stored)
-                not_chunked = len(report.skipped)
-                totals.unchanged += report.unchanged
-                totals.rechunked += report.documents - report.unchanged - not_chunked
-                totals.errors.extend(str(s) for s in report.skipped)
-                totals.errors.extend(report.errors)
+                for group in ingest_groups(todo):
+                    report = ingest(group, stored)
+                    not_chunked = len(report.skipped)
+                    totals.unchanged += report.unchanged
+                    totals.rechunked += report.documents - report.unchanged - not_chunked
+                    totals.errors.extend(str(s) for s in report.skipped)
+                    totals.errors.extend(report.errors)
             pass_.checkpoint(wrote=bool(todo))
             if on_page is not None:
                 on_page(totals.report(pass_, began, complete=False))
@@ -339,6 +341,15 @@ def changed_documents(
         for d in documents
         if d.doc_id not in stored or not stored[d.doc_id].is_complete(document_fingerprint(d, shaping))
     ]
+
+
+def ingest_groups(documents: Sequence[Document]) -> list[list[Document]]:
+    """The page's documents as ingest calls: the ordinary ones together, and
+    each field longer than PART_CHARS (chunked in parts) on its own, so one
+    call never holds the sentences and vectors of more than one such text."""
+    ordinary = [d for d in documents if len(d.text) <= PART_CHARS]
+    large = [[d] for d in documents if len(d.text) > PART_CHARS]
+    return ([ordinary] if ordinary else []) + large
 
 
 class _RefreshHold:

@@ -71,6 +71,9 @@ class HitPassages:
     dropped: tuple[tuple[Chunk, str], ...] = ()  # with the filter's reason
     capped: int = 0  # passages over the per-hit cap, never judged
     doc_cosine: float | None = None  # the whole-document vector's, when one is declared
+    # Detected fields this hit holds whose value is not prose (JSON, a URL,
+    # an id, a short label), each with why: not split.
+    not_prose: tuple[tuple[str, str], ...] = ()
 
     @property
     def ref(self) -> str:
@@ -89,6 +92,9 @@ class PostSearchResult:
     # them and only the candidates were read) or "here" (read, then scored
     # in-process).
     scored_by: str = "here"
+    # Per concrete index of the hits: the fields read, how they were chosen
+    # and those left out.
+    fields: Mapping[str, TextFields] = field(default_factory=dict)
 
     @property
     def capped(self) -> int:
@@ -129,16 +135,24 @@ def post_search(
 
     raw_hits = hits_of(response)
     read: list[tuple[Mapping[str, Any], TextFields, list[SourceField]]] = []
+    refused: list[tuple[tuple[str, str], ...]] = []
+    per_index: dict[str, TextFields] = {}
     for hit in raw_hits:
         index, doc_id = str(hit.get("_index", "")), str(hit.get("_id", ""))
-        text_fields = fields_of(index)
+        text_fields = per_index.setdefault(index, fields_of(index))
         title = (field_text(hit, text_fields.title) or "") if text_fields.title else ""
-        sources = [
-            SourceField(index, doc_id, name, text, title=title_value(title))
-            for name in text_fields.fields
-            if (text := field_text(hit, name)) is not None
-        ]
+        sources, not_prose = [], []
+        for name in text_fields.fields:
+            text = field_text(hit, name)
+            if text is None:
+                continue
+            why = text_fields.prose(text)
+            if why is None:
+                sources.append(SourceField(index, doc_id, name, text, title=title_value(title)))
+            else:
+                not_prose.append((name, why))
         read.append((hit, text_fields, sources))
+        refused.append(tuple(not_prose))
     all_fields = [source for _, _, sources in read for source in sources]
     query_vector = np.asarray(embedder.embed([query])[0], dtype=np.float32)
     doc_cosines = [_doc_cosine(hit, doc_vector_field, query_vector) for hit, _, _ in read]
@@ -215,11 +229,19 @@ def post_search(
                 dropped=tuple((c, r) for c, r in dropped_all if c.doc_id in owner),
                 capped=capped[i],
                 doc_cosine=doc_cosines[i],
+                not_prose=refused[i],
             )
         )
     timings["total"] = round((time.perf_counter() - started) * 1000, 1)
     return PostSearchResult(
-        query, tuple(hits), filtered, answer, len(candidates), timings, "engine" if engine is not None else "here"
+        query,
+        tuple(hits),
+        filtered,
+        answer,
+        len(candidates),
+        timings,
+        "engine" if engine is not None else "here",
+        per_index,
     )
 
 

@@ -62,6 +62,8 @@ def hit_with_passages(hit: Mapping[str, Any], found: HitPassages, include_droppe
         marker["reason"] = "no_text"
     elif not found.kept:
         marker["reason"] = "no_kept_passage"
+    if found.not_prose:
+        marker["not_prose"] = dict(found.not_prose)
     if found.doc_cosine is not None:
         marker["doc_cosine"] = found.doc_cosine
     if include_dropped:
@@ -108,6 +110,7 @@ def chunkrag_section(result: PostSearchResult, options: PostSearchOptions, *, dr
         "mode": "post_search",
         "query": {"original": result.query},
         "stages": filtered is not None,
+        "fields": {index: chosen.describe() for index, chosen in result.fields.items()},
         "hits": {
             "returned": len(result.hits),
             "without_text": sum(1 for h in result.hits if not h.has_text),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from ingest_pipeline.sentences import bounded_sentence_spans
+from ingest_pipeline.sentences import bounded_sentence_spans, resolved_language
 from ingest_pipeline.sources import Document, Section
 from search_extension.bm25 import bm25_scores
 
@@ -48,6 +48,7 @@ def preselected(document: Document, query: str, budget: int, max_chars: int, lan
     if budget <= 0 or not query.strip():
         return document
     spans, section_of = [], []
+    language = resolved_language(document.text, language)  # as the chunker will
     for number, section in enumerate(document.sections):
         found = bounded_sentence_spans(document.text, section.start, section.end, max_chars, language)
         spans.extend(found)

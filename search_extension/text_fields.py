@@ -16,6 +16,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from ingest_pipeline.content_fields import left_out_by_path, not_prose
+
 # Field types whose values are prose to split (not keywords, numbers, vectors).
 TEXT_TYPES = frozenset({"text", "match_only_text"})
 # Field types a title may have: a keyword title is as good a header as a text one.
@@ -50,13 +52,37 @@ class FieldError(ValueError):
     """A field named for post-search that is not a text field; names it."""
 
 
+# How a TextFields' fields were chosen: named by the request
+# (ext.chunkrag.fields), by CHUNKRAG_POST_SEARCH_FIELDS, or detected from the
+# mapping. Only detected fields have their values checked for prose.
+CHOSEN_BY = ("request", "configured", "detected")
+
+
 @dataclass(frozen=True, slots=True)
 class TextFields:
     """The fields of one index whose text is split (in this order), and the
-    field whose value heads every passage ("" when none)."""
+    field whose value heads every passage ("" when none). ``left_out``: the
+    index's other text fields that detection passed over, each with why
+    (`ingest_pipeline.content_fields.left_out_by_path`)."""
 
     fields: tuple[str, ...]
     title: str = ""
+    chosen_by: str = "request"
+    left_out: tuple[tuple[str, str], ...] = ()
+
+    def prose(self, text: str) -> str | None:
+        """Why a value of one of these fields is not read (not prose), or
+        None; a named field is always read."""
+        return not_prose(text) if self.chosen_by == "detected" else None
+
+    def describe(self) -> dict[str, Any]:
+        """As the response and the playground name them."""
+        return {
+            "read": list(self.fields),
+            "title": self.title,
+            "chosen_by": self.chosen_by,
+            "left_out": dict(self.left_out),
+        }
 
 
 def is_chunk_index(types: FieldTypes) -> bool:
@@ -96,13 +122,16 @@ def detect_fields(
     title: str | None = None,
     fields_option: str = "ext.chunkrag.fields",
     title_option: str = "ext.chunkrag.title_field",
+    chosen_by: str = "request",
 ) -> TextFields:
     """The text fields of an index from its field types: every ``text`` and
     ``match_only_text`` field (nested and object fields by dotted path),
     multi-field sub-fields left out, in path order; or the ``named`` ones,
     each of which must be a text field. The title: ``title`` when given
     (a text or keyword field), else the first of TITLE_NAMES the index
-    has; it heads the passages and is split only when named."""
+    has; it heads the passages and is split only when named. Detected,
+    a field that frameworks keep as metadata, an id or a URL is left out
+    (`ingest_pipeline.content_fields`), and named in ``left_out``."""
     for name in named:
         if not _is_text(types.get(name, ())):
             raise FieldError(_not_text(name, types, fields_option))
@@ -112,9 +141,12 @@ def detect_fields(
     else:
         title = detected_title(types)
     if named:
-        return TextFields(tuple(dict.fromkeys(named)), title)
+        return TextFields(tuple(dict.fromkeys(named)), title, chosen_by)
     found = sorted(path for path, kinds in types.items() if _is_text(kinds) and not _is_subfield(path, types))
-    return TextFields(tuple(path for path in found if path != title), title)
+    left_out = tuple((path, why) for path in found if path != title and (why := left_out_by_path(path)))
+    skipped = {path for path, _ in left_out}
+    kept = tuple(path for path in found if path != title and path not in skipped)
+    return TextFields(kept, title, "detected", left_out)
 
 
 def fields_for_index(
@@ -132,9 +164,11 @@ def fields_for_index(
     chosen_title = title if title and any(t in TITLE_TYPES for t in types.get(title, ())) else None
     if named:
         held = tuple(name for name in named if _is_text(types.get(name, ())))
-        return TextFields(held, chosen_title or detected_title(types))
+        return TextFields(held, chosen_title or detected_title(types), "request")
     if configured:
-        return detect_fields(types, named=configured, title=chosen_title, fields_option=configured_option)
+        return detect_fields(
+            types, named=configured, title=chosen_title, fields_option=configured_option, chosen_by="configured"
+        )
     return detect_fields(types, title=chosen_title)
 
 

@@ -101,6 +101,10 @@ class LogisticModel:
         return any(name in RELEVANCE_FEATURES for name in self.names)
 
 
+# The relevance model's own probability as a calibration: sigmoid(logit).
+RELEVANCE_ONLY = LogisticModel(("relevance_logit",), (1.0,), 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class Calibrated:
     """A model and the probability at which the filter keeps a chunk."""

@@ -201,7 +201,8 @@
     $("post-search").hidden = !existing;
     $("post-search-fields").textContent = existing
       ? (about.fields.length ? "text fields: " + about.fields.join(", ") : "no text field found") +
-        (about.title ? "; title: " + about.title : "") + (about.problem ? "; " + about.problem : "")
+        (about.title ? "; title: " + about.title : "") + leftOut(about.left_out) +
+        (about.problem ? "; " + about.problem : "")
       : "";
     // Candidates and the retrieval mode are a chunk index's; so are side by side and query sets here.
     for (const name of ["candidates", "mode"]) $("setting-a-" + name).disabled = existing;
@@ -210,6 +211,12 @@
     $("ask").textContent = existing ? "Search with A" : "Ask with A";
     state.bodyEdited = false;
     fillBody();
+  }
+
+  // The text fields post-search passed over (framework metadata, ids, URLs), each with why.
+  function leftOut(fields) {
+    const entries = Object.entries(fields || {});
+    return entries.length ? "; not read: " + entries.map(([name, why]) => name + " (" + why + ")").join(", ") : "";
   }
 
   // Side by side and query sets compare chunk retrievals: off for an index of your own.
@@ -418,6 +425,9 @@
         "fact-threshold"),
       section.relevance_by ? fact("relevance model", relevanceWhere(section), "fact-relevance") : null,
       fact("cluster took", String(response.took ?? "–") + " ms"),
+      ...Object.entries(section.fields || {}).map(([name, chosen]) => fact("fields of " + name,
+        (chosen.read.length ? chosen.read.join(", ") : "none") + " (" + chosen.chosen_by + ")" +
+        leftOut(chosen.left_out), "fact-fields-" + name)),
     ].filter(Boolean));
     const usage = section.usage || {};
     summary.append(el("div", { class: "timings" },
@@ -440,7 +450,9 @@
         el("span", { class: "badge " + (marker.kept ? "kept" : ""), text: marker.kept
           ? kept.length + " kept passage" + (kept.length === 1 ? "" : "s")
           : marker.reason === "no_text" ? "no text" : "no kept passage" }),
-        marker.capped ? el("span", { class: "badge", text: marker.capped + " over the cap, not judged" }) : null),
+        marker.capped ? el("span", { class: "badge", text: marker.capped + " over the cap, not judged" }) : null,
+        marker.not_prose ? el("span", { class: "badge muted", text: "not prose: " +
+          Object.entries(marker.not_prose).map(([name, why]) => name + " (" + why + ")").join(", ") }) : null),
       kept.length || dropped.length
         ? el("ol", { class: "passages" }, kept.map(passageItem), dropped.map(passageItem)) : null));
     });

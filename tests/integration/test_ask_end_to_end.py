@@ -8,9 +8,9 @@ from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_filter.pipeline import FilterOptions
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
+from local_services.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
 from search_extension.ask import ask
 from search_extension.retriever import HybridRetriever
-from tests.support.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ import pytest
 
 from chunkrag_core.providers.chat import ChatError, ChatRequest, Message, OpenAICompatibleChat
 from chunkrag_filter.processors.relevance import ScoringOptions, judge
-from tests.support.scripted_openai import ScriptedOpenAI, completion, error
+from local_services.scripted_openai import ScriptedOpenAI, completion, error
 
 
 def ask(server, **options):

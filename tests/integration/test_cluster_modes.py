@@ -33,10 +33,10 @@ from chunkrag_gateway import create_app
 from chunkrag_gateway.server import serve_in_thread
 from ingest_pipeline.pipeline import IngestReport, ingest
 from local_services import cluster
+from local_services.scripted_openai import ScriptedOpenAI, completion
 from search_extension.ask import ask
 from search_extension.queries import MODES
 from search_extension.retriever import HybridRetriever, RetrievalError
-from tests.support.scripted_openai import ScriptedOpenAI, completion
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from ingest_pipeline.pipeline import ingest
-from tests.support.scripted_openai import ScriptedOpenAI, completion
+from local_services.scripted_openai import ScriptedOpenAI, completion
 
 pytestmark = pytest.mark.integration
 

@@ -218,7 +218,7 @@ def test_eval_retrieves_the_ensemble_of_the_pools_it_indexes_at_the_scales(
     from chunkrag_eval.runner import evaluate
     from chunkrag_filter.judging import judge_in_threads
     from chunkrag_filter.pipeline import FilterOptions
-    from tests.support.scripted_openai import ScriptedOpenAI, listwise_choice
+    from local_services.scripted_openai import ScriptedOpenAI, listwise_choice
 
     _, items, _ = read_items(shared_eval / "popqa" / "dev.jsonl", "popqa", limit=2)
     with ScriptedOpenAI(default=listwise_choice("\x00")) as server:

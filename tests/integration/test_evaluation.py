@@ -13,7 +13,7 @@ from chunkrag_eval.datasets import read_items
 from chunkrag_eval.runner import evaluate
 from chunkrag_filter.judging import judge_in_threads
 from chunkrag_filter.pipeline import FilterOptions
-from tests.support.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
+from local_services.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from chunkrag_gateway import create_app
 from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
+from local_services.scripted_openai import ScriptedOpenAI, completion, error, is_listwise, listwise_choice
 from search_extension import queries
-from tests.support.scripted_openai import ScriptedOpenAI, completion, error, is_listwise, listwise_choice
 
 pytestmark = pytest.mark.integration
 

@@ -34,8 +34,8 @@ from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from local_services import redis_server
 from local_services.celery_workers import CeleryWorkers
+from local_services.scripted_openai import ScriptedOpenAI
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
-from tests.support.scripted_openai import ScriptedOpenAI
 
 pytestmark = pytest.mark.integration
 

@@ -43,8 +43,8 @@ from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from local_services import redis_server
+from local_services.scripted_openai import ScriptedOpenAI
 from tests.integration.test_gateway import DOCS, MODEL_STALLS, QUESTION, by_content
-from tests.support.scripted_openai import ScriptedOpenAI
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +113,7 @@ def test_redis_restarted_during_a_filtered_query(settings, embedder, index, own_
 
 MODEL_SERVER = """
 import sys, time
-from tests.support.scripted_openai import ScriptedOpenAI, completion
+from local_services.scripted_openai import ScriptedOpenAI, completion
 def reply(request):
     time.sleep(float(sys.argv[1]))
     return completion("1")(request)

@@ -9,7 +9,7 @@ body limit (413), headers over the total or the per-line limit (431).
 
 Bounded: FUZZ_EXAMPLES cases per operation and mode (~1 min on 2 cores).
 With CHUNKRAG_FUZZ_REPORT=<file> the counts are written there for
-bench/gateway_bench.py."""
+bench/results/gateway.json (its fuzz section)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ from chunkrag_gateway import create_app
 from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
+from local_services.scripted_openai import ScriptedOpenAI
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
-from tests.support.scripted_openai import ScriptedOpenAI
 
 pytestmark = pytest.mark.integration
 

@@ -280,7 +280,7 @@ def test_one_keys_filtered_searches_do_not_starve_a_normal_caller(settings, indi
     nothing handed to create_app; the derived key travels with each search);
     the others wait for one of those, and past Retry-After get a 429 with it.
     The figures are printed with the load average (a ratio on a shared
-    machine is a report, not an assertion; bench/fairness_bench.py records it)."""
+    machine is a report, not an assertion; bench/results/fairness.json records it)."""
     allowed, _ = indices
     flood_body = {"query": QUERY, "size": 5, "ext": {"chunkrag": {"candidates": 50, "ensemble": True}}}
     # A refused search first waits Retry-After (here 1 s) for a place of its caller's own.

@@ -21,8 +21,8 @@ from chunkrag_gateway import create_app
 from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
+from local_services.scripted_openai import ScriptedOpenAI
 from tests.integration.test_gateway import DOCS, MODEL_STALLS, QUESTION, by_content
-from tests.support.scripted_openai import ScriptedOpenAI
 
 pytestmark = pytest.mark.integration
 

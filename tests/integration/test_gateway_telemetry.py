@@ -20,8 +20,8 @@ from chunkrag_gateway.server import serve_in_thread
 from chunkrag_gateway.telemetry import ACCESS_LOGGER
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
+from local_services.scripted_openai import ScriptedOpenAI
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
-from tests.support.scripted_openai import ScriptedOpenAI
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,9 @@ from chunkrag_gateway import create_app
 from chunkrag_gateway.server import serve_in_thread
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
+from local_services.scripted_openai import ScriptedOpenAI
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
 from tests.integration.test_gateway_shared_state import REDIS_PORT, own_redis  # noqa: F401
-from tests.support.scripted_openai import ScriptedOpenAI
 from workers.app import make_app
 
 pytestmark = pytest.mark.integration

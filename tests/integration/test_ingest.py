@@ -196,3 +196,32 @@ def test_changing_how_chunk_vectors_are_made_reingests_with_the_new_vectors(
         progress=False,
     )
     assert same.unchanged == 1 and same.chunks == 0
+
+
+def test_each_document_is_split_in_its_own_language_and_the_splitter_is_in_the_fingerprint(
+    engine, embedder, settings, engine_index, tmp_path
+):
+    import dataclasses
+
+    german = ["Die Frist läuft bis zum 31. März 2026.", "Danach gilt die neue Regel für alle Kunden."]
+    chinese = ["今天天气很好。", "我们去公园吧！", "你来吗？"]
+    (tmp_path / "de.txt").write_text(" ".join(german), encoding="utf-8")
+    (tmp_path / "zh.txt").write_text("".join(chinese), encoding="utf-8")
+    # θ = 1: every sentence is a chunk of its own, so the chunks show the sentences.
+    split = dataclasses.replace(
+        settings, chunking=dataclasses.replace(settings.chunking, similarity_threshold=1.0, language="auto")
+    )
+    report = ingest([tmp_path], client=engine, embedder=embedder, settings=split, index=engine_index, progress=False)
+    assert report.ok, report.errors
+
+    def texts(doc_id):
+        return [c["text"] for c in all_chunks(engine, engine_index) if c["doc_id"] == doc_id]
+
+    assert texts("de.txt") == german
+    assert texts("zh.txt") == chinese
+    # Pinned to English, the same files are chunked again (another splitter,
+    # another fingerprint), and the English model splits at "31.".
+    english = dataclasses.replace(split, chunking=dataclasses.replace(split.chunking, language="english"))
+    again = ingest([tmp_path], client=engine, embedder=embedder, settings=english, index=engine_index, progress=False)
+    assert again.unchanged == 0
+    assert texts("de.txt")[0] == "Die Frist läuft bis zum 31."

@@ -34,9 +34,9 @@ from chunkrag_gateway.playground import CSP, PAGE
 from chunkrag_gateway.server import serve_in_thread as serving
 from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
+from local_services.scripted_openai import ScriptedOpenAI
 from tests.integration.test_gateway import DOCS, QUESTION, by_content
 from tests.support import secured_elasticsearch as secured
-from tests.support.scripted_openai import ScriptedOpenAI
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from chunkrag_cli.main import main as chunkrag
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_gateway import create_app
 from chunkrag_gateway.server import serve_in_thread as serving
+from local_services.scripted_openai import ScriptedOpenAI, completion
 from tests.support.plain_index import plain_index
-from tests.support.scripted_openai import ScriptedOpenAI, completion
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from chunkrag_eval.datasets import read_items
 from chunkrag_eval.runner import evaluate
 from chunkrag_filter.judging import judge_in_threads
 from chunkrag_filter.pipeline import FilterOptions
+from local_services.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
 from search_extension.segments import SegmentSettings
-from tests.support.scripted_openai import ScriptedOpenAI, completion, is_listwise, listwise_choice
 
 pytestmark = pytest.mark.integration
 

@@ -5,6 +5,7 @@ the caller's hit shows the very text it was made from."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 
@@ -12,7 +13,7 @@ import pytest
 
 from chunkrag_cli.main import main
 from chunkrag_core.engines.errors import EngineNotFound
-from ingest_pipeline.source_fields import SourceField
+from ingest_pipeline.source_fields import PART_CHARS, SourceField
 from ingest_pipeline.sync import SyncError, companion_drift, companion_name, sync_index
 from search_extension.companion import CompanionPassages
 
@@ -135,12 +136,12 @@ def test_a_malformed_document_is_reported_and_the_rest_synced(engine, embedder, 
         put(engine, name, {"a": {"body": "A fine text."}, "b": {"body": "Another fine one."}})
         report = sync_index(name, client=engine, embedder=embedder, settings=settings, fields=["body"])
         assert report.rechunked == 2 and report.ok
-        # The mapping cannot hold a malformed text field; a huge one is the
-        # malformed document a real index does hold.
-        put(engine, name, {"c": {"body": "x " * 600_000}})
+        # A text field takes a number (indexed as its string, kept in
+        # `_source` as the number): a value that is not text.
+        put(engine, name, {"c": {"body": 5}})
         report = sync_index(name, client=engine, embedder=embedder, settings=settings, fields=["body"])
         assert report.complete and report.unchanged == 2 and report.rechunked == 0
-        assert len(report.errors) == 1 and report.errors[0].startswith(f"{name}/c#body: 1200000 characters")
+        assert len(report.errors) == 1 and report.errors[0].startswith(f"{name}/c#body: field 'body' holds int")
     finally:
         engine.delete_index(name)
         engine.delete_index(companion_name(name))
@@ -235,3 +236,38 @@ def test_the_command_line_syncs_and_reports(engine, settings, source, monkeypatc
     assert "1 unchanged, 0 chunked again" in capsys.readouterr().out
     assert main(["sync", source, "--fields", "url"]) == 2
     assert "'url' is not a text field" in capsys.readouterr().err
+
+
+def test_a_field_over_a_million_characters_is_synced_in_parts_and_served_whole(engine, embedder, settings, source):
+    # Paragraphs of one ~46,000-character sentence each and a max_chars that
+    # holds one keep the embedding to a few dozen texts (the model reads the
+    # first 256 word pieces of each): what is tested is the field's length,
+    # not the model's speed.
+    roomy = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, max_chars=50_000))
+    paragraphs = [
+        f"Paragraph {n} of the annual report says that the keys were rotated "
+        + " ".join(f"in region {n}-{k} without any outage" for k in range(1400))
+        + "."
+        for n in range(PART_CHARS // 46_000 + 2)
+    ]
+    huge = "\n\n".join(paragraphs)
+    assert len(huge) > PART_CHARS
+    put(engine, source, {"big": {"title": "Report", "body": huge}, "1": article(1)})
+
+    report = sync_index(source, client=engine, embedder=embedder, settings=roomy, fields=["body"])
+    assert report.ok, report.errors
+    assert (report.read, report.fields, report.rechunked) == (2, 2, 2)
+    assert companion_drift(engine, source, roomy, fields=["body"]).exact
+
+    # Post-search's own document of the hit's field has the same parts, so
+    # the companion serves the whole field, offsets within it past the millionth character.
+    fallback = Recording()
+    field = SourceField(source, "big", "body", huge, "Report")
+    chunks = CompanionPassages(engine, companion_name(source), fallback, settings=roomy).passages([field])[
+        field.companion_id
+    ]
+    assert fallback.asked == []
+    assert "".join((c.lead or "") + c.text for c in chunks) == huge
+    assert max(c.end for c in chunks) == len(huge) > PART_CHARS
+    assert all(huge[c.start : c.end] == c.text for c in chunks)
+    assert sync_index(source, client=engine, embedder=embedder, settings=roomy, fields=["body"]).unchanged == 2

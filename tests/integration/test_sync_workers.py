@@ -24,7 +24,7 @@ from chunkrag_core.engines import make_backend
 from chunkrag_core.settings import Settings
 from ingest_pipeline.sync import companion_drift, companion_name
 from local_services.celery_workers import CeleryWorkers
-from tests.support.scripted_openai import ScriptedOpenAI, embeddings
+from local_services.scripted_openai import ScriptedOpenAI, embeddings
 from workers.app import SYNC_TASK, make_app
 from workers.codec import decode_sync_report
 from workers.sync_dispatch import sync_on_workers

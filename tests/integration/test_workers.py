@@ -29,7 +29,7 @@ from chunkrag_filter.judging import judge_in_threads
 from chunkrag_filter.pipeline import FilterOptions, run_filter
 from chunkrag_filter.processors.relevance import ScoringOptions
 from local_services.celery_workers import CeleryWorkers
-from tests.support.scripted_openai import ScriptedOpenAI, completion, error, is_listwise, listwise_choice
+from local_services.scripted_openai import ScriptedOpenAI, completion, error, is_listwise, listwise_choice
 from workers.app import make_app, visibility_timeout_s
 from workers.dispatch import WorkerHealth, WorkersUnavailable, celery_judge_many, check_workers
 from workers.score_cache import hashed_key

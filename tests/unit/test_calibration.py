@@ -34,6 +34,9 @@ def test_features_of_three_candidates():
         "bm25": 1.0,
         "inv_rank": 1.0,
         "log_chars": 0.0,
+        # No relevance model ran: its features are 0.
+        "relevance_logit": 0.0,
+        "relevance_gap": 0.0,
     }
     assert rows[1]["judge_top"] == 0.0 and rows[1]["cosine_gap"] == 0.0 and rows[1]["inv_rank"] == 0.5
     assert rows[1]["log_chars"] == pytest.approx(math.log(2.5))

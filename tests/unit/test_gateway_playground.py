@@ -143,7 +143,7 @@ def test_each_index_is_described_as_a_chunk_index_or_one_for_post_search():
         "docs": {"kind": "chunks"},
         "docs-1": {"kind": "chunks"},
         # Post-search splits body; title heads the passages; multi-fields and keywords are not text.
-        "logs-1": {"kind": "existing", "fields": ["body"], "title": "title"},
+        "logs-1": {"kind": "existing", "fields": ["body"], "title": "title", "left_out": {}},
     }
 
 

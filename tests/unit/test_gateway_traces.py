@@ -16,7 +16,7 @@ from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_core.settings import Settings
 from chunkrag_filter.judging import judge_in_threads
 from chunkrag_gateway import create_app
-from tests.support.scripted_openai import ScriptedOpenAI, completion
+from local_services.scripted_openai import ScriptedOpenAI, completion
 from tests.unit.test_gateway_app import FakeElasticsearch, FakeEmbedder, RecordingTransport, es_reply
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

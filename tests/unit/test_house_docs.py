@@ -15,7 +15,7 @@ HISTORY = re.compile(r"\b(?:stop|session|issue) [0-9]+\b", re.IGNORECASE)
 
 
 # Installed or generated, not written by the project.
-SKIPPED = {".git", ".venv", ".chunkrag", "tests", "node_modules", "build", "dist"}
+SKIPPED = {".git", ".venv", ".venv-train", ".cache", ".chunkrag", "tests", "node_modules", "build", "dist"}
 
 
 def project_files(*suffixes: str) -> list[Path]:

@@ -56,7 +56,80 @@ LISTING = {
 
 def test_text_fields_are_read_from_the_listing_without_multi_fields_and_the_title_heads_them():
     found = detect_fields(LISTING)
-    assert found == TextFields(("body", "comments.text", "meta.abstract", "summary"), "title")
+    assert found.fields == ("body", "comments.text", "summary") and found.title == "title"
+    # A "meta" object is metadata (Haystack's): named as left out, with why.
+    assert found.chosen_by == "detected" and found.left_out == (("meta.abstract", "metadata"),)
+
+
+def test_framework_metadata_ids_and_urls_are_left_out_and_a_named_one_is_read():
+    llamaindex = {
+        "content": ("text",),
+        "embedding": ("dense_vector",),
+        "metadata": ("object",),
+        "metadata._node_content": ("text",),
+        "metadata._node_type": ("text",),
+        "metadata.doc_id": ("keyword",),
+        "metadata.source": ("text",),
+        "source_url": ("text",),
+        "parent_id": ("text",),
+        "_internal": ("text",),
+    }
+    found = detect_fields(llamaindex)
+    assert found.fields == ("content",)
+    assert dict(found.left_out) == {
+        "_internal": "internal",
+        "metadata._node_content": "metadata",
+        "metadata._node_type": "metadata",
+        "metadata.source": "metadata",
+        "parent_id": "id",
+        "source_url": "id",
+    }
+    assert found.describe() == {
+        "read": ["content"],
+        "title": "",
+        "chosen_by": "detected",
+        "left_out": dict(found.left_out),
+    }
+    named = fields_for_index(llamaindex, named=["metadata._node_content"])
+    assert named.fields == ("metadata._node_content",) and named.chosen_by == "request"
+    assert named.prose('{"id_": "x"}') is None  # a named field is read whatever it holds
+    assert fields_for_index(llamaindex, configured=["metadata.source"]).chosen_by == "configured"
+
+
+def test_a_detected_field_whose_value_is_not_prose_is_not_split_and_is_named_on_the_hit():
+    response = {
+        "hits": {
+            "hits": [
+                {
+                    "_index": "kb",
+                    "_id": "1",
+                    "_source": {
+                        "body": "To rotate an API key, open the console and press Rotate.",
+                        "notes": '{"id_": "a08c83c0", "metadata": {"source": "kb/0.md"}}',
+                        "label": "security",
+                    },
+                }
+            ]
+        }
+    }
+    chosen = TextFields(("body", "label", "notes"), "", "detected")
+    result = post_search(
+        response,
+        query="rotate an API key",
+        options=PostSearchOptions(),
+        filter_options=FilterOptions(answer=False),
+        fields_of=lambda index: chosen,
+        passage_source=SentencePassages(),
+        embedder=OneHot(),
+    )
+    (hit,) = result.hits
+    assert hit.fields == ("body",) and dict(hit.not_prose) == {"label": "short", "notes": "json"}
+    assert result.fields == {"kb": chosen}
+    shown = post_search_response(response, result, PostSearchOptions())
+    assert shown["hits"]["hits"][0]["_chunkrag"]["not_prose"] == {"label": "short", "notes": "json"}
+    assert shown["chunkrag"]["fields"] == {
+        "kb": {"read": ["body", "label", "notes"], "title": "", "chosen_by": "detected", "left_out": {}}
+    }
 
 
 def test_a_title_like_field_is_found_by_name_in_order():
@@ -77,7 +150,7 @@ def test_named_fields_must_be_text_and_are_named_when_not():
 def test_one_index_of_several_uses_the_named_fields_it_holds():
     other = {"content": ("text",), "name": ("keyword",)}
     assert fields_for_index(other, named=["body", "content"]) == TextFields(("content",), "name")
-    assert fields_for_index(LISTING, configured=["summary"]) == TextFields(("summary",), "title")
+    assert fields_for_index(LISTING, configured=["summary"]) == TextFields(("summary",), "title", "configured")
     with pytest.raises(FieldError, match=r"CHUNKRAG_POST_SEARCH_FIELDS: field \[content\]"):
         fields_for_index(LISTING, configured=["content"])
 

@@ -152,3 +152,19 @@ def test_the_shipped_model_scores_an_empty_list_and_long_text():
     assert model.score("q", []) == []
     (score,) = model.score("what is it?", ["word " * 5000])  # cut to the model's length, not an error
     assert 0.0 <= score <= 1.0
+
+
+def test_the_cut_keeps_a_relevant_chunk_for_the_share_of_questions_asked():
+    from chunkrag_train.cut import choose_cut
+    from chunkrag_train.pairs import Pair
+
+    def pair(group, label):
+        return Pair("q", "t", label, "nq", group, "validation")
+
+    pairs = [pair(f"g{i}", 1) for i in range(10)] + [pair("g0", 0)]
+    scores = [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.99]
+    # 10 questions: keeping 90% allows one loss, so the cut is the second-lowest best score.
+    assert choose_cut(pairs, scores, keep=0.9) == 0.1
+    assert choose_cut(pairs, scores, keep=1.0) == 0.05
+    with pytest.raises(ValueError):
+        choose_cut([pair("g", 0)], [0.5])

@@ -81,29 +81,6 @@ def test_percentiles_and_median_of_runs():
     assert median_of_runs([{"p50": 1.0}, {"p50": 5.0}, {"p50": 3.0}]) == {"p50": 3.0}
 
 
-def test_series_groups_rows_by_engine_and_vector_type_sorted_by_size():
-    from bench.scale_bench import series
-
-    rows = {
-        "a": {
-            "engine": "es",
-            "vector_type": "hnsw",
-            "chunks": 100,
-            "latency_ms": {"knn": {"p95": 9.0}},
-            "load_average_before": [4.0],
-        },
-        "b": {
-            "engine": "es",
-            "vector_type": "hnsw",
-            "chunks": 10,
-            "latency_ms": {"knn": {"p95": 3.0}},
-            "load_average_before": [2.0],
-        },
-        "c": {"engine": "os", "vector_type": "hnsw", "chunks": 10, "latency_ms": {"bm25": {"p95": 1.0}}},
-    }
-    assert series(rows, "knn", "p95") == {"es hnsw": [(10, 3.0, 2.0), (100, 9.0, 4.0)]}
-
-
 def _fake_index(ids_by_query: dict[str, list[int]], vectors: np.ndarray):
     from types import SimpleNamespace
 
@@ -214,20 +191,6 @@ def test_row_key_names_a_cluster_and_leaves_one_node_rows_as_they_were():
     assert row_key("elasticsearch", "int8_hnsw", 100000) == "elasticsearch/int8_hnsw/100000"
     assert row_key("elasticsearch", "int8_hnsw", 100000, 1) == "elasticsearch/int8_hnsw/100000"
     assert row_key("opensearch", "hnsw", 10000, 3) == "opensearch-3nodes/hnsw/10000"
-
-
-def test_series_keeps_one_node_and_cluster_rows_apart():
-    from bench.scale_bench import series, series_kind
-
-    rows = {
-        "a": {"engine": "es", "vector_type": "hnsw", "chunks": 10, "latency_ms": {"knn": {"p95": 3.0}}},
-        "b": {"engine": "es", "nodes": 3, "vector_type": "hnsw", "chunks": 10, "latency_ms": {"knn": {"p95": 5.0}}},
-    }
-    lines = series(rows, "knn", "p95")
-    assert set(lines) == {"es hnsw", "es 3 nodes hnsw"}
-    assert lines["es 3 nodes hnsw"][0][:2] == (10, 5.0)
-    assert series_kind("es 3 nodes hnsw") == "es hnsw"
-    assert series_kind("es hnsw") == "es hnsw"
 
 
 def test_wait_for_green_polls_until_the_index_is_green(monkeypatch):

@@ -27,3 +27,18 @@ def test_the_document_of_a_field_keeps_offsets_within_the_field_text():
     assert document.text == "One sentence. Two."
     assert document.title == "Keys"
     assert dict(document.metadata) == {"source_index": "kb", "source_id": "7", "source_field": "body"}
+
+
+def test_a_long_field_is_cut_in_parts_at_the_best_break_in_each_parts_last_quarter():
+    from ingest_pipeline.source_fields import field_parts
+    from ingest_pipeline.sources import Section
+
+    # At most the limit: one section, as every field always was.
+    assert field_parts("Short text.", 100) == (Section((), 0, 11),)
+    # No paragraph or line break: a sentence end, its mark kept in the part.
+    text = "One two three four. " * 10  # 200 characters
+    assert field_parts(text.strip(), 100)[0] == Section((), 0, 99)
+    # No sentence end: a space; no space at all: exactly at the limit.
+    words = "word " * 60
+    assert field_parts(words.strip(), 100)[0] == Section((), 0, 99)
+    assert field_parts("x" * 250, 100) == (Section((), 0, 100), Section((), 100, 200), Section((), 200, 250))

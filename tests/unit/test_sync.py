@@ -10,13 +10,15 @@ import pytest
 from chunkrag_core.engines.base import page_body, page_of
 from chunkrag_core.settings import ChunkingSettings
 from ingest_pipeline.chunker import chunk_documents, document_fingerprint
-from ingest_pipeline.source_fields import SourceField, source_doc_id, source_of_doc_id
+from ingest_pipeline.source_fields import PART_CHARS, SourceField, source_doc_id, source_of_doc_id
 from ingest_pipeline.sync import (
-    MAX_FIELD_CHARS,
     MalformedField,
+    SyncError,
     companion_name,
     field_documents,
     field_text,
+    ingest_groups,
+    resolve_fields,
     source_version,
     text_fields,
     title_field_of,
@@ -88,12 +90,28 @@ def test_without_a_version_the_stamp_is_the_texts_hash():
     assert list(stamp) == ["source_hash"] and len(stamp["source_hash"]) == 32
 
 
-def test_malformed_and_huge_fields_are_reported_and_the_others_synced():
-    source = {"body": 5, "summary": "x" * (MAX_FIELD_CHARS + 1), "notes": "Fine."}
-    documents, errors = field_documents(hit(source), ["body", "summary", "notes"], "")
+def test_malformed_fields_are_reported_and_the_others_synced():
+    source = {"body": 5, "notes": "Fine."}
+    documents, errors = field_documents(hit(source), ["body", "notes"], "")
     assert [d.text for d in documents] == ["Fine."]
-    assert [e.split(":")[0] for e in errors] == ["kb/7#body", "kb/7#summary"]
-    assert "int, not text" in errors[0] and "more than" in errors[1]
+    assert [e.split(":")[0] for e in errors] == ["kb/7#body"]
+    assert "int, not text" in errors[0]
+
+
+def test_a_field_over_a_million_characters_is_synced_in_parts_each_ingested_alone():
+    paragraph = "A sentence of the long report. " * 30 + "\n\n"  # 932 characters
+    huge = paragraph * (PART_CHARS // len(paragraph) + 40)
+    assert len(huge) > PART_CHARS
+    documents, errors = field_documents(hit({"body": huge, "notes": "Fine."}), ["body", "notes"], "")
+    assert errors == [] and [d.text for d in documents] == [huge, "Fine."]
+    parts = documents[0].sections
+    assert len(parts) == 2 and all(s.end - s.start <= PART_CHARS for s in parts)
+    # Cut at the last paragraph break before a million characters; offsets
+    # still count within the whole field.
+    assert (parts[0].start, parts[0].end) == (0, (PART_CHARS // len(paragraph)) * len(paragraph) - 2)
+    assert huge[parts[0].end : parts[1].start] == "\n\n" and parts[1].end == len(huge)
+    # Only the large field is ingested on its own.
+    assert [[d.text[:5] for d in group] for group in ingest_groups(documents)] == [["Fine."], [huge[:5]]]
 
 
 def test_a_malformed_title_skips_the_document_with_its_reason():
@@ -175,3 +193,34 @@ def test_a_companion_doc_id_names_its_source_field(index, doc_id, name):
 )
 def test_a_hashed_or_foreign_doc_id_names_nothing(companion_id):
     assert source_of_doc_id(companion_id) is None
+
+
+class MappingOnly:
+    """resolve_fields' two questions, answered from a literal mapping."""
+
+    def __init__(self, properties):
+        self.properties = properties
+
+    def index_exists(self, index):
+        return True
+
+    def mapping_properties(self, index):
+        return self.properties
+
+
+def test_sync_leaves_out_framework_metadata_unless_named():
+    llamaindex = {
+        "content": {"type": "text"},
+        "metadata": {
+            "properties": {
+                "_node_content": {"type": "text"},
+                "source": {"type": "text"},
+                "doc_id": {"type": "keyword"},
+            }
+        },
+        "url": {"type": "text"},
+    }
+    assert resolve_fields(MappingOnly(llamaindex), "kb", None, None) == (("content",), "")
+    assert resolve_fields(MappingOnly(llamaindex), "kb", ["metadata.source"], None) == (("metadata.source",), "")
+    with pytest.raises(SyncError, match="passed over as metadata, ids or URLs: metadata._node_content"):
+        resolve_fields(MappingOnly({"metadata": llamaindex["metadata"]}), "kb", None, None)

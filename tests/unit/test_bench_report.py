@@ -1,0 +1,95 @@
+"""bench/REPORT.md is generated from the result files, and every figure the
+README quotes is the one a result file holds (bench/report.toml [readme])."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+from bench import report
+from bench.report import Results, build, declared, readme_checks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_readme_figure_matches_its_result_file():
+    failures = readme_checks(Results(), declared(), (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert failures == []
+
+
+def test_a_changed_figure_or_an_unmatched_number_is_caught():
+    data = declared()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    changed = readme.replace("nDCG@10 0.704", "nDCG@10 0.714")
+    assert any("0.714" in f or "nDCG@10 0.704" in f for f in readme_checks(Results(), data, changed))
+    added = readme.replace("## What the measurements say\n", "## What the measurements say\n\nIt is 37.5% faster.\n")
+    assert any("'37.5'" in f for f in readme_checks(Results(), data, added))
+
+
+def test_the_report_is_built_from_the_results_within_its_length():
+    text = build()
+    assert text.count("\n") <= report.MAX_LINES
+    assert "declared, not found" not in text, text[text.index("## Not in the report") :]
+    assert (ROOT / "bench" / "REPORT.md").read_text(encoding="utf-8").count("\n") <= report.MAX_LINES
+
+
+def test_a_missing_file_or_field_and_an_unknown_file_are_listed_not_raised(tmp_path):
+    (tmp_path / "gateway.json").write_text(
+        json.dumps({"command": "python -m x", "date": "2026-01-02", "a": {"b": 1.5}})
+    )
+    (tmp_path / "frameworks_new.json").write_text("{}")
+    data = {
+        "preamble": "p",
+        "area": [
+            {
+                "title": "Gateway",
+                "figures": [
+                    {"label": "present", "file": "gateway.json", "field": "a.b", "format": ".2f"},
+                    {"label": "no such field", "file": "gateway.json", "field": "a.c"},
+                    {"label": "no such file", "file": "crossencoder_heldout.json", "field": "x"},
+                ],
+            }
+        ],
+    }
+    text = build(Results(tmp_path), data)
+    assert "| present | **1.50** |  | `gateway.json` | `python -m x` | 2026-01-02 |" in text
+    assert "no field 'a.c'" in text
+    assert "crossencoder_heldout.json missing" in text
+    assert "`frameworks_new.json`" in text
+
+
+def test_lookup_takes_the_innermost_command_and_date():
+    document = {
+        "command": "outer",
+        "date": "2026-01-01",
+        "rows": {"r": {"command": "inner", "date": "2026-02-02", "x": 3}},
+    }
+    value, run = report.lookup(document, ["rows", "r", "x"])
+    assert value == 3 and run == {"command": "inner", "date": "2026-02-02"}
+
+
+def test_derived_figures():
+    assert report.DERIVED["saving"](513.0, 529.9) == 1 - 513.0 / 529.9
+    dataset = {
+        "questions": [
+            {"item_id": "0", "row": "filter_judge", "correct": True},
+            {"item_id": "0", "row": "rag", "correct": True},
+            {"item_id": "1", "row": "rag", "correct": False},
+        ]
+    }
+    assert report.DERIVED["rag_on_judged"](dataset, None) == 1.0
+    assert report.render_value(93.27, {"format": ".0f", "round": -1}) == "90"
+    assert report.render_value(0.7483, {"format": ".0%"}) == "75%"
+
+
+def test_every_scenario_names_a_runner_and_a_result_file():
+    scenarios = tomllib.loads(report.SCENARIOS.read_text(encoding="utf-8"))["scenario"]
+    names = [s["name"] for s in scenarios]
+    assert len(names) == len(set(names))
+    for s in scenarios:
+        assert s["kind"] in {"ingest", "retrieval", "filter", "gateway", "scale"}
+        assert s["command"][0] in {"python", "chunkrag"} and s["result"].endswith(".json")
+        if s["command"][0] == "python":
+            assert (ROOT / (s["command"][2].replace(".", "/") + ".py")).exists(), s["command"]
+    assert sum(s["minutes"] for s in scenarios if s.get("headline")) <= 30
