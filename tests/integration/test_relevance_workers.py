@@ -150,10 +150,10 @@ def test_a_celery_gateway_scores_on_the_workers_and_in_process_once_the_worker_i
         assert (section["relevance_by"], section["relevance_by_reason"]) == (BY_WORKERS, None)
         kept = [p for hit in first.json()["hits"]["hits"] for p in hit["_chunkrag"]["passages"]]
         assert kept
-        for passage in kept:  # the workers' rerank score is the model's probability for the passage
-            assert passage["scores"]["rerank"] == pytest.approx(
-                in_process.score(QUESTION, [passage["text"]])[0], abs=1e-6
-            )
+        # The workers' rerank score is the model's probability for the passage, read with the
+        # same batch of kept passages (int8 dynamic quantisation: batchmates move a score a little).
+        expected = in_process.score(QUESTION, [p["text"] for p in kept])
+        assert [p["scores"]["rerank"] for p in kept] == pytest.approx(expected, abs=1e-6)
 
         pool.kill(worker)  # a machine lost: no worker is left to take the task
         second = httpx.post(f"{gateway}/{index}/_search", json=body, timeout=BUDGET_S + 30)
