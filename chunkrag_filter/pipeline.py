@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
@@ -45,6 +45,7 @@ from chunkrag_filter.processors.thresholds import (
     cut,
     passing,
 )
+from chunkrag_filter.relevance_places import RelevanceModel, Scored, ranked, score_relevance
 
 THRESHOLDS = tuple(THRESHOLD_METHODS)
 FALLBACKS = ("top_k", "not_found")
@@ -54,12 +55,6 @@ RERANKERS = ("score", "local", "cohere", "off")
 # What scores a candidate when the LLM judge does not: the retrieval signals
 # alone, or the project's relevance model beside them (calibrated together).
 RELEVANCE_SOURCES = ("retrieval", "crossencoder")
-
-
-class RelevanceModel(Protocol):
-    """P(the chunk holds what the query asks), one per text, in order."""
-
-    def score(self, query: str, texts: Sequence[str]) -> list[float]: ...
 
 
 # Candidates judged when a caller asks for the judge (a scoring method or
@@ -160,6 +155,18 @@ class FilterResult:
     # nothing was judged), and why not where meant to, when it fell back.
     judged_by: str | None = None
     judged_by_reason: str | None = None
+    # Where the relevance model scored the candidates (relevance:
+    # crossencoder) or the kept chunks (rerank: local): "workers", "gateway"
+    # (None: it did not run, or did not say), and why not where meant to.
+    relevance_by: str | None = None
+    relevance_by_reason: str | None = None
+
+    def relevance_fields(self) -> dict[str, str | None]:
+        """``relevance_by`` and its reason for a response; none when the
+        relevance model did not run (or did not say where)."""
+        if self.relevance_by is None:
+            return {}
+        return {"relevance_by": self.relevance_by, "relevance_by_reason": self.relevance_by_reason}
 
 
 def with_retrieval_prior(
@@ -302,9 +309,10 @@ def run_filter(
 
     if options.relevance == "crossencoder" or (options.rerank == "local" and reranker is None):
         relevance_model = relevance_model or shipped_relevance_model()
+    relevance_runs: list[Scored] = []
     if options.relevance == "crossencoder" and candidates:
-        probabilities = relevance_model.score(query, [c.text for c in candidates])
-        candidates = [c.with_score(relevance=round(p, 6)) for c, p in zip(candidates, probabilities)]
+        relevance_runs.append(score_relevance(relevance_model, query, [c.text for c in candidates]))
+        candidates = [c.with_score(relevance=round(p, 6)) for c, p in zip(candidates, relevance_runs[-1].scores)]
     lap("relevance")
 
     judged = candidates if options.judge_top is None else candidates[: options.judge_top]
@@ -358,10 +366,13 @@ def run_filter(
                 )
             )
 
-    if options.rerank == "local" and reranker is None:
-        reranker = relevance_model
-    if options.rerank in ("cohere", "local") and reranker is not None and kept:
+    order = None
+    if options.rerank == "local" and reranker is None and kept:
+        relevance_runs.append(score_relevance(relevance_model, query, [c.text for c in kept]))
+        order = ranked(relevance_runs[-1].scores)
+    elif options.rerank in ("cohere", "local") and reranker is not None and kept:
         order = reranker.rerank(query, [c.text for c in kept])
+    if order is not None:
         kept = [dataclasses.replace(kept[i], stage_scores={**kept[i].stage_scores, "rerank": s}) for i, s in order]
     elif options.rerank == "score":
         kept.sort(key=lambda c: -c.stage_scores.get("combined", 0.0))
@@ -381,7 +392,18 @@ def run_filter(
         timings_ms=timings,
         judged_by=judged_by,
         judged_by_reason=reason,
+        **where_relevance_ran(relevance_runs),
     )
+
+
+def where_relevance_ran(runs: Sequence[Scored]) -> dict[str, str | None]:
+    """Where the relevance model ran for a query (it may run twice: on the
+    candidates, then on the kept chunks): the place of a run that fell back
+    if one did, with every reason, else the place it ran."""
+    fell_back = [run for run in runs if run.reason]
+    by = (fell_back or list(runs) or [Scored(())])[-1].by
+    reasons = list(dict.fromkeys(run.reason for run in fell_back))
+    return {"relevance_by": by, "relevance_by_reason": "; ".join(reasons) or None}
 
 
 def shipped_relevance_model() -> RelevanceModel:

@@ -94,12 +94,14 @@ def create_app(
     judge_many_factory: JudgeManyFactory | None = None,
     http_transport: HttpTransport | None = None,
     passage_source=None,
+    relevance_model=None,
 ) -> FastAPI:
     """The gateway app. ``es`` (a search backend), ``model`` (a
     ChatModel), ``embedder``, ``judge_many_factory`` (budget_s -> JudgeMany)
     and ``http_transport`` (what the pass-through sends through, see
     ``passthrough.HttpTransport``) and ``passage_source`` (where post-search
-    finds a hit's passages, ``passages.PassageSource``) replace what would
+    finds a hit's passages, ``passages.PassageSource``) and ``relevance_model``
+    (the project's relevance model in this process) replace what would
     otherwise be made from ``settings`` on first use."""
     settings = settings or Settings.from_env()
     limits = settings.gateway
@@ -122,12 +124,13 @@ def create_app(
         http_transport=http_transport,
         shared_redis=shared,
         passage_source=passage_source,
+        relevance_model=relevance_model,
     )
     # Filtered searches in processes of their own when asked for, unless
     # parts were handed in: those live in this process, so the searches
     # run in its threads. The processes start with the first searches.
     check_niceness(limits.filter_nice)
-    handed_in = any(part is not None for part in (es, model, embedder, judge_many_factory))
+    handed_in = any(part is not None for part in (es, model, embedder, judge_many_factory, relevance_model))
     processes = (
         FilterProcesses(settings, limits.max_filtered, limits.filter_nice)
         if limits.filter_processes and not handed_in
@@ -150,6 +153,8 @@ def create_app(
                 "(the cluster cannot be given a per-key limit); see docs/security.md",
                 engine.product,
             )
+        # The models load beside the first requests; /v1/health says when they are read.
+        edges.start_loading_models()
         served = None
         if limits.metrics_port:
             served = telemetry.serve_metrics(metrics, limits.metrics_host, limits.metrics_port)

@@ -372,6 +372,8 @@ def chunkrag_section(result: AskResult) -> dict[str, Any]:
         # Where the candidates were judged, and why not where meant to.
         "judged_by": filtered.judged_by if filtered is not None else None,
         "judged_by_reason": filtered.judged_by_reason if filtered is not None else None,
+        # Where the relevance model scored the candidates, when it ran.
+        **(filtered.relevance_fields() if filtered is not None else {}),
         "answer": None
         if answer is None
         else {"text": answer.text, "found": answer.found, "citations": list(answer.citations)},
@@ -403,6 +405,7 @@ def ask_response(result: AskResult, *, index: str) -> dict[str, Any]:
         "threshold": section["threshold"],
         "judged_by": section["judged_by"],
         "judged_by_reason": section["judged_by_reason"],
+        **{key: section[key] for key in ("relevance_by", "relevance_by_reason") if key in section},
         "chunks": chunks,
         "segments": None
         if result.segments is None

@@ -15,6 +15,7 @@ from chunkrag_core import tracing
 from chunkrag_core.engines.profile import engine_of
 from chunkrag_core.settings import Settings, redact_url
 from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany, Place, judge_in_threads
+from chunkrag_filter.relevance_places import DegradingRelevance, RelevanceModel
 from chunkrag_gateway import errors
 from chunkrag_gateway.dialect import ChunkragOptions, ensemble_scales
 from chunkrag_gateway.identity import Caller, es_for
@@ -45,6 +46,7 @@ class Edges:
         http_transport: HttpTransport | None = None,
         shared_redis=None,
         passage_source: PassageSource | None = None,
+        relevance_model: RelevanceModel | None = None,
     ):
         self.settings = settings
         # shared_redis: the instances' shared state (shared_state.py), for the derived keys.
@@ -52,6 +54,10 @@ class Edges:
         self._es, self._model, self._embedder = es, model, embedder
         self._owns_es = es is None  # an injected client belongs to the caller
         self._judge_many_factory = judge_many_factory
+        self._relevance_model = relevance_model
+        self._embedder_made_here = embedder is None
+        self.models = ModelsLoading()
+        self._models_thread: threading.Thread | None = None
         self._celery = None
         self._worker_health = None
         self._reranker = None
@@ -169,6 +175,65 @@ class Edges:
         return Degrading([Place(BY_WORKERS, workers), threads])
 
     @property
+    def local_relevance(self) -> RelevanceModel:
+        """The project's relevance model in this process (injected, or the
+        process's shared one, read on first use or at start)."""
+        if self._relevance_model is not None:
+            return self._relevance_model
+        from chunkrag_core.providers.local_relevance import shared_relevance_model
+
+        return shared_relevance_model()
+
+    def relevance_model(self, budget_s: float) -> RelevanceModel:
+        """Where one query's relevance scores are made (relevance:
+        crossencoder, rerank: local). With judge=celery: on the workers, and
+        when they cannot score (no broker or worker, a failed or late task),
+        here; the result says which (``relevance_by``)."""
+        here = (BY_GATEWAY, self.local_relevance)
+        if self.settings.workers.judge != "celery":
+            return DegradingRelevance([here])
+        from workers.relevance_dispatch import celery_relevance
+
+        workers = celery_relevance(self.celery, settings=self.settings, budget_s=budget_s, health=self.worker_health)
+        return DegradingRelevance([(BY_WORKERS, workers), here])
+
+    def start_loading_models(self) -> threading.Thread:
+        """Read the models a filtered search uses (the embedder made here,
+        the relevance model) in a thread of their own, now, so the first
+        search does not wait for them; health is not ok until they are read."""
+        self.models.begin()
+        self._models_thread = threading.Thread(target=self._load_models, name="chunkrag-models", daemon=True)
+        self._models_thread.start()
+        return self._models_thread
+
+    def wait_for_models(self, timeout_s: float) -> bool:
+        """Whether the models started at start are read (or failed) within
+        ``timeout_s``; True when none were started."""
+        thread = self._models_thread
+        if thread is not None:
+            thread.join(max(0.0, timeout_s))
+        return thread is None or not thread.is_alive()
+
+    def _load_models(self) -> None:
+        failed = None
+        for name, load in (("the embedder", self._load_embedder), ("the relevance model", self._load_relevance)):
+            try:
+                load()
+            except Exception as exc:  # noqa: BLE001 - reported by health; a search would raise it again
+                # The detail (a file path, say) goes to the log; health names the model.
+                log.error("loading %s failed: %s: %s", name, type(exc).__name__, exc)
+                failed = failed or f"{name} could not be loaded"
+        self.models.finish(failed)
+
+    def _load_embedder(self) -> None:
+        if self._embedder_made_here and self.settings.embedder.provider == "local":
+            self.embedder.embed(["warm-up"])  # reads the graph and runs it once
+
+    def _load_relevance(self) -> None:
+        if self._relevance_model is None:
+            self.local_relevance.load()
+
+    @property
     def score_cache(self):
         """The workers' Redis score cache, shared by in-process judging: a
         repeated query costs no model call either way. A cache that cannot
@@ -211,6 +276,7 @@ class Edges:
             model=self.model if stages else None,
             judge_many=self.judge_many(self.budget_s(options)) if stages else None,
             reranker=self.reranker(options.filter.rerank) if stages else None,
+            relevance_model=self.relevance_model(self.budget_s(options)) if stages else None,
         )
 
     # --- the one library call ----------------------------------------------
@@ -254,6 +320,7 @@ class Edges:
             stages=stages,
             judge_many=self.judge_many(self.budget_s(options)) if stages else None,
             reranker=self.reranker(options.filter.rerank) if stages else None,
+            relevance_model=self.relevance_model(self.budget_s(options)) if stages else None,
             segments=options.segments,
             ensemble=ensemble_scales(options.ensemble, self.settings.chunking.scales),
         )
@@ -312,6 +379,7 @@ class Edges:
         if uses_celery:
             checks.append(self._workers_health())
         results = await asyncio.gather(*checks)
+        results.append(("models", self.models.state()))
         report = {name: state for name, state in results}
         report["ok"] = all(state["ok"] or not state.get("required", True) for _, state in results)
         report["judge"] = self.settings.workers.judge
@@ -365,6 +433,34 @@ class Edges:
         await self.passthrough.aclose()
         if self._owns_es and self._es is not None:
             self._es.close()
+
+
+class ModelsLoading:
+    """Whether the models read at start are ready, for the health report:
+    not ok while they load or when they failed (the reason names the
+    error); ok before loading began (a gateway not started by a server
+    reads them on first use)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loading = False
+        self._failure: str | None = None
+
+    def begin(self) -> None:
+        with self._lock:
+            self._loading, self._failure = True, None
+
+    def finish(self, failure: str | None) -> None:
+        with self._lock:
+            self._loading, self._failure = False, failure
+
+    def state(self) -> dict[str, Any]:
+        with self._lock:
+            if self._loading:
+                return {"ok": False, "reason": "loading the models"}
+            if self._failure is not None:
+                return {"ok": False, "reason": self._failure}
+            return {"ok": True}
 
 
 def strip_credentials(url: str) -> str:

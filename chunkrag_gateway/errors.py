@@ -107,6 +107,7 @@ def from_exception(exc: BaseException) -> GatewayError:
     from chunkrag_core.engines.errors import EngineRefused, EngineTimeout, EngineUnavailable
     from chunkrag_core.providers.chat import ChatError
     from chunkrag_core.providers.embedding import EmbeddingError
+    from chunkrag_core.providers.local_relevance import RelevanceError
     from chunkrag_gateway.dialect import OptionError
     from search_extension.retriever import IndexNotFound, RetrievalError, SearchFailed, SearchRefused
     from workers.errors import QueueUnavailable, WorkersTimedOut, WorkersUnavailable
@@ -135,6 +136,9 @@ def from_exception(exc: BaseException) -> GatewayError:
         return unavailable(f"{exc.engine} is not reachable", detail=exc)
     if isinstance(exc, ChatError):
         return _from_chat_error(exc)
+    if isinstance(exc, RelevanceError):  # an EmbeddingError, but not the embedder's
+        log.warning("the relevance model failed: %s", exc)
+        return GatewayError(502, "relevance_model_exception", "the relevance model failed")
     if isinstance(exc, EmbeddingError):
         log.warning("the embedding provider failed: %s", exc)
         return GatewayError(502, "embedding_provider_exception", "the embedding provider failed")

@@ -122,6 +122,16 @@ class AskResponse(BaseModel):
     judged_by_reason: Optional[str] = Field(
         None, description="why judging fell back from where it was meant to run (null when it did not)"
     )
+    relevance_by: Optional[str] = Field(
+        None,
+        description=(
+            "where the project's relevance model scored the candidates (relevance: crossencoder, rerank: "
+            "local): workers or gateway; absent when it did not run"
+        ),
+    )
+    relevance_by_reason: Optional[str] = Field(
+        None, description="why relevance scoring fell back from the workers to the gateway (null when it did not)"
+    )
     chunks: list[AskChunk] = Field(description="kept chunks in final order, then the dropped ones")
     segments: Optional[list[AskSegment]] = Field(
         None, description="with options.segments: the relevant segments, best first; the answer was written from them"

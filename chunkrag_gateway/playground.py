@@ -181,7 +181,7 @@ def _without_challenge(response: Response) -> Response:
 def page_defaults(max_candidates: int) -> dict:
     """What the page offers and starts from, read from the options'
     declaration and the library's constants, never written in the script."""
-    from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED
+    from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, RELEVANCE_SOURCES, RERANKERS
     from search_extension.ask import DEFAULT_CANDIDATES
     from search_extension.options import MAX_PASSAGES_LIMIT, OptionsModel
     from search_extension.post_search import EMPTY_HITS
@@ -200,6 +200,12 @@ def page_defaults(max_candidates: int) -> dict:
         "empty_hits_default": declared["empty_hits"].default,
         "max_passages": declared["max_passages"].default,
         "max_passages_limit": MAX_PASSAGES_LIMIT,
+        # What scores the candidates besides the judge (the project's relevance model: crossencoder),
+        # and what orders the kept ones (local: that model).
+        "relevance": list(RELEVANCE_SOURCES),
+        "relevance_default": declared["relevance"].default,
+        "reranks": list(RERANKERS),
+        "rerank_default": declared["rerank"].default,
     }
 
 

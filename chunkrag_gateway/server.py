@@ -78,6 +78,10 @@ def serve_in_thread(
                 f"the gateway did not start on {host}:{sock.getsockname()[1]} within {start_timeout_s:g} s"
             )
         time.sleep(0.02)
+    # Ready means the models are read too (health says so): within what is
+    # left of the start timeout; a slower load only leaves health at 503.
+    if edges is not None:
+        edges.wait_for_models(deadline - time.monotonic())
     try:
         yield f"{scheme}://{host}:{sock.getsockname()[1]}"
     finally:

@@ -86,6 +86,7 @@ def ask(
     stages: bool = True,
     judge_many: JudgeMany | None = None,
     reranker=None,
+    relevance_model=None,
     segments: SegmentSettings | None = None,
     fetch_positions: FetchPositions | None = None,
     ensemble: Sequence[int] | None = None,
@@ -95,6 +96,9 @@ def ask(
     With ``stages=False`` no model is called: the result is the hybrid
     retrieval alone (``filtered`` is None). ``judge_many`` decides where the
     judging runs; by default threads in this process, ``parallel`` at once.
+    ``relevance_model`` scores the candidates with ``relevance: crossencoder``
+    (and orders the kept ones with ``rerank: local``); by default the
+    project's model in this process.
 
     With ``segments``, relevant segment extraction runs over the candidates
     (relevance: the judge's probability, or the retrieval score without the
@@ -128,7 +132,13 @@ def ask(
     if stages:
         judge_many = judge_many or judge_in_threads(model, threads=parallel, model_name=model_name)
         filtered = run_filter(
-            query, retrieval.chunks, model=model, options=options, judge_many=judge_many, reranker=reranker
+            query,
+            retrieval.chunks,
+            model=model,
+            options=options,
+            judge_many=judge_many,
+            reranker=reranker,
+            relevance_model=relevance_model,
         )
         timings.update(filtered.timings_ms)
     found: tuple[Segment, ...] | None = None

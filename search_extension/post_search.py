@@ -116,6 +116,7 @@ def post_search(
     model: ChatModel | None = None,
     judge_many: JudgeMany | None = None,
     reranker=None,
+    relevance_model=None,
     weights: tuple[float, float] = (0.5, 0.5),
     doc_vector_field: str | None = None,
 ) -> PostSearchResult:
@@ -190,7 +191,13 @@ def post_search(
     filtered = None
     if options.stages and candidates:
         filtered = run_filter(
-            query, candidates, model=model, options=filter_options, judge_many=judge_many, reranker=reranker
+            query,
+            candidates,
+            model=model,
+            options=filter_options,
+            judge_many=judge_many,
+            reranker=reranker,
+            relevance_model=relevance_model,
         )
         timings.update({f"filter_{k}": v for k, v in filtered.timings_ms.items()})
         kept_all = list(filtered.kept)
@@ -209,7 +216,8 @@ def post_search(
         owner = {s.companion_id for s in sources}
         kept = sorted(
             (c for c in kept_all if c.doc_id in owner),
-            key=lambda c: -c.stage_scores.get("combined", c.score or 0.0),
+            # Best first: by the reranker's score when one ordered the kept passages.
+            key=lambda c: -c.stage_scores.get("rerank", c.stage_scores.get("combined", c.score or 0.0)),
         )
         hits.append(
             HitPassages(

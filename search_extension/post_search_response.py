@@ -130,6 +130,8 @@ def chunkrag_section(result: PostSearchResult, options: PostSearchOptions, *, dr
         "nothing_relevant": filtered.nothing_relevant if filtered is not None else False,
         "judged_by": filtered.judged_by if filtered is not None else None,
         "judged_by_reason": filtered.judged_by_reason if filtered is not None else None,
+        # Where the relevance model scored the passages, when it ran.
+        **(filtered.relevance_fields() if filtered is not None else {}),
         "answer": None if answer is None else answer_section(answer, result),
         "timings_ms": dict(result.timings_ms),
         "usage": {

@@ -161,6 +161,7 @@ class PostSearcher:
         model=None,
         judge_many=None,
         reranker=None,
+        relevance_model=None,
     ) -> PostSearchResult:
         """The filter over the passages of ``response``'s hits (the answer
         to the caller's own search); the cluster is asked only for the
@@ -184,6 +185,7 @@ class PostSearcher:
             model=model,
             judge_many=judge_many,
             reranker=reranker,
+            relevance_model=relevance_model,
             weights=(retrieval.bm25_weight, retrieval.knn_weight),
             doc_vector_field=self.doc_vector_field,
         )

@@ -25,6 +25,9 @@ QUEUE = "chunkrag"
 INGEST_QUEUE = "chunkrag-ingest"
 JUDGE_TASK = "chunkrag.judge_chunks"
 INGEST_TASK = "chunkrag.ingest_batch"
+# The project's relevance model over one query's texts (relevance:
+# crossencoder, rerank: local), in the judging queue: a query waits on it.
+RELEVANCE_TASK = "chunkrag.score_relevance"
 # A whole pass of `chunkrag sync`, for a schedule (`celery beat`) to send.
 SYNC_TASK = "chunkrag.sync_index"
 

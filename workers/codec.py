@@ -37,6 +37,24 @@ def decode_judgement(data: Mapping[str, Any]) -> Judgement:
     return _from_dict(Judgement, data)
 
 
+def decode_texts(query: Any, texts: Any) -> tuple[str, list[str]]:
+    """A relevance task's query and texts; CodecError unless a string and
+    a list of strings."""
+    if not isinstance(query, str) or not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise CodecError("a relevance task takes a query (a string) and texts (a list of strings)")
+    return query, texts
+
+
+def decode_scores(data: Any, count: int) -> list[float]:
+    """A relevance task's result: ``count`` probabilities, in order."""
+    if not isinstance(data, list) or len(data) != count:
+        size = len(data) if isinstance(data, list) else type(data).__name__
+        raise CodecError(f"expected {count} relevance scores, got {size}")
+    if not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p <= 1.0 for p in data):
+        raise CodecError("a relevance score is not a probability between 0 and 1")
+    return [float(p) for p in data]
+
+
 def encode_document(document: Document) -> dict[str, Any]:
     return {
         "doc_id": document.doc_id,

@@ -30,6 +30,12 @@ class QueueUnavailable(JudgingUnavailable):
     during a dispatch. ``reason`` names which, without an address."""
 
 
+class WorkersFailed(JudgingUnavailable):
+    """A worker took a task but gave back no usable result: the task
+    failed, its worker stopped answering, or it did not finish within the
+    time it was waited for. ``reason`` says which, without an address."""
+
+
 class WorkersTimedOut(TimeoutError):
     """The workers did not finish a task within the time it was waited for."""
 

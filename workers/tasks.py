@@ -1,6 +1,7 @@
 """The scoring and ingest tasks, as thin as a web view: decode the message,
-call :func:`chunkrag_filter.judging.judge_batch` (or
-:func:`ingest_pipeline.pipeline.ingest_batch`), encode the result.
+call :func:`chunkrag_filter.judging.judge_batch` (or the project's
+relevance model, or :func:`ingest_pipeline.pipeline.ingest_batch`), encode
+the result.
 
 An ingest batch the cluster or the embedder could not take (a node lost, a
 shard without its primary, a timeout) is retried by Celery's own
@@ -31,17 +32,26 @@ from chunkrag_core.engines.errors import EngineTimeout, EngineUnavailable
 from chunkrag_core.providers import make_chat, make_embedder
 from chunkrag_core.providers.chat import ChatError
 from chunkrag_core.providers.embedding import EmbeddingError
+from chunkrag_core.providers.local_relevance import shared_relevance_model
 from chunkrag_core.settings import Settings
 from chunkrag_filter.judging import judge_batch
 from ingest_pipeline.pipeline import BatchNotWritten, ingest_batch
 from ingest_pipeline.sources import Skipped
 from ingest_pipeline.sync import sync_index
-from workers.app import INGEST_TASK, JUDGE_TASK, SYNC_TASK, ingest_time_limit_s, task_time_limit_s
+from workers.app import (
+    INGEST_TASK,
+    JUDGE_TASK,
+    RELEVANCE_TASK,
+    SYNC_TASK,
+    ingest_time_limit_s,
+    task_time_limit_s,
+)
 from workers.codec import (
     CodecError,
     decode_chunking,
     decode_document,
     decode_options,
+    decode_texts,
     encode_judgement,
     encode_outcome,
     encode_sync_report,
@@ -98,6 +108,7 @@ def _decoded(documents: list) -> tuple[list, list[Skipped]]:
 def register_tasks(app: Celery, settings: Settings) -> None:
     register_ingest_task(app, settings)
     register_sync_task(app, settings)
+    register_relevance_task(app, settings)
     workers = settings.workers
 
     @app.task(
@@ -161,6 +172,15 @@ def trace_headers(request) -> dict[str, str]:
         if isinstance(value, str):
             carried[name] = value
     return carried
+
+
+def register_relevance_task(app: Celery, settings: Settings) -> None:
+    @app.task(name=RELEVANCE_TASK, shared=False, time_limit=task_time_limit_s(settings.workers))
+    def score_relevance(query: str, texts: list) -> list[float]:
+        # The model is read once per worker process, on its first task; a
+        # model that cannot load fails the task (RelevanceError), and the
+        # dispatcher scores in the gateway instead.
+        return shared_relevance_model().score(*decode_texts(query, texts))
 
 
 def register_ingest_task(app: Celery, settings: Settings) -> None:

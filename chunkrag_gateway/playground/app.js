@@ -21,9 +21,11 @@
     judge: "LLM judge on (judge_top " + DEFAULTS.judge_top + ")",
   };
   // The stage scores in pipeline order (chunk.stage_scores' keys), and the labels they get.
-  const SCORE_ORDER = ["bm25", "knn", "cosine", "base", "forward", "reverse", "reflection", "critic", "prior",
-    "calibrated", "combined", "rerank"];
-  const SCORE_LABELS = { base: "judge share", forward: "judge (order 1)", reverse: "judge (order 2)" };
+  const SCORE_ORDER = ["bm25", "knn", "cosine", "relevance", "base", "forward", "reverse", "reflection", "critic",
+    "prior", "calibrated", "combined", "rerank"];
+  const SCORE_LABELS = {
+    relevance: "relevance model", base: "judge share", forward: "judge (order 1)", reverse: "judge (order 2)",
+  };
   const DEFAULT_THRESHOLD = DEFAULTS.fixed_threshold;
   const SVG = "http://www.w3.org/2000/svg";
 
@@ -237,6 +239,13 @@
       MODES.map((mode) => el("option", { value: mode, text: mode || "gateway default" })));
     const method = el("select", { id: id("threshold") },
       ["fixed", "dynamic", "relative"].map((m) => el("option", { value: m, text: m })));
+    // The project's relevance model: scoring the candidates (crossencoder), ordering the kept (local).
+    const relevance = el("select", { id: id("relevance") },
+      DEFAULTS.relevance.map((r) => el("option", { value: r, text: r })));
+    relevance.value = DEFAULTS.relevance_default;
+    const rerank = el("select", { id: id("rerank") },
+      DEFAULTS.reranks.map((r) => el("option", { value: r, text: r })));
+    rerank.value = DEFAULTS.rerank_default;
     fieldset.append(
       el("label", {}, "Filter ", presetSelect),
       el("label", {}, "Candidates ", el("input", {
@@ -244,6 +253,8 @@
       })),
       el("label", {}, "Retrieval ", modeSelect),
       el("label", {}, "Threshold ", method),
+      el("label", {}, "Relevance ", relevance),
+      el("label", {}, "Rerank ", rerank),
       el("label", {}, "Cut ",
         el("input", {
           id: id("cut"), type: "number", min: 0, max: 1, step: 0.05,
@@ -253,7 +264,7 @@
     );
     const toggle = () => {
       const plain = presetSelect.value === "topk";
-      for (const name of ["threshold", "cut", "answer"]) $(id(name)).disabled = plain;
+      for (const name of ["threshold", "cut", "answer", "relevance", "rerank"]) $(id(name)).disabled = plain;
     };
     presetSelect.addEventListener("change", toggle);
     toggle();
@@ -273,9 +284,18 @@
       if (get("threshold").value !== "fixed") options.threshold = get("threshold").value;
       const cut = parseFloat(get("cut").value);
       if (isFinite(cut) && cut !== DEFAULT_THRESHOLD) options.fixed_threshold = cut;
+      Object.assign(options, modelOptions(get));
       options.answer = answer === undefined ? get("answer").checked : answer;
     }
     options.include_dropped = true;
+    return options;
+  }
+
+  // The relevance model's options of one side, when they differ from the defaults.
+  function modelOptions(get) {
+    const options = {};
+    if (get("relevance").value !== DEFAULTS.relevance_default) options.relevance = get("relevance").value;
+    if (get("rerank").value !== DEFAULTS.rerank_default) options.rerank = get("rerank").value;
     return options;
   }
 
@@ -312,6 +332,7 @@
       if (get("threshold").value !== "fixed") options.threshold = get("threshold").value;
       const cut = parseFloat(get("cut").value);
       if (isFinite(cut) && cut !== DEFAULT_THRESHOLD) options.fixed_threshold = cut;
+      Object.assign(options, modelOptions(get));
       options.answer = get("answer").checked;
     }
     if ($("ps-include-dropped").checked) options.include_dropped = true;
@@ -402,6 +423,7 @@
       passages.capped ? fact("capped", passages.capped + " over " + passages.max_per_hit + " per hit") : null,
       fact("threshold", threshold ? fmt(threshold.value) + " (" + threshold.method + ")" : "none (no filter)",
         "fact-threshold"),
+      section.relevance_by ? fact("relevance model", relevanceWhere(section), "fact-relevance") : null,
       fact("cluster took", String(response.took ?? "–") + " ms"),
       ...Object.entries(section.fields || {}).map(([name, chosen]) => fact("fields of " + name,
         (chosen.read.length ? chosen.read.join(", ") : "none") + " (" + chosen.chosen_by + ")" +
@@ -507,6 +529,12 @@
 
   // --- the candidates view ------------------------------------------------------------
 
+  // Where the relevance model scored, and why not on the workers when it fell back.
+  function relevanceWhere(section) {
+    return "on the " + section.relevance_by +
+      (section.relevance_by_reason ? " (" + section.relevance_by_reason + ")" : "");
+  }
+
   function showResult(side, result) {
     const section = result.response.chunkrag || {};
     const candidates = result.candidates;
@@ -524,6 +552,7 @@
       item("threshold", threshold ? fmt(threshold.value) + " (" + threshold.method + ")" : "none (no filter)",
         "fact-threshold"),
       item("retrieval", (section.retrieval && section.retrieval.mode) || "–"),
+      section.relevance_by ? item("relevance model", relevanceWhere(section), "fact-relevance") : null,
       section.nothing_relevant ? item("nothing relevant", "yes: fallback") : null,
       section.query && section.query.rewritten ? item("rewritten", section.query.rewritten) : null,
     ].filter(Boolean));

@@ -293,3 +293,48 @@ def test_collapse_post_filter_function_score_and_fields_without_source(client, k
     assert [h["fields"]["category"] for h in hits] == [["security"], ["billing"]]
     assert "_source" not in hits[0] and hits[0]["_id"] == "rotate"
     assert any("press Rotate" in p["text"] for p in passages(hits[0]))
+
+
+# --- the project's relevance model (a real onnxruntime graph, in the gateway) --------
+
+
+def all_passages(response) -> list[dict]:
+    return [p for hit in response["hits"]["hits"] for p in (*passages(hit), *hit["_chunkrag"].get("dropped", ()))]
+
+
+def test_relevance_crossencoder_scores_every_passage_with_the_relevance_model(client, kb):
+    from chunkrag_core.providers.local_relevance import shared_relevance_model
+
+    body = {
+        "query": {"match": {"body": QUESTION}},
+        "ext": {"chunkrag": {"answer": False, "relevance": "crossencoder", "include_dropped": True}},
+    }
+    response = search(client, kb, body)
+    assert (response["chunkrag"]["relevance_by"], response["chunkrag"]["relevance_by_reason"]) == ("gateway", None)
+    scored = all_passages(response)
+    assert scored and all(p["scores"]["calibrated"] == p["score"] for p in passages(response["hits"]["hits"][0]))
+    # Each passage's `relevance` is the model's probability that it answers.
+    model = shared_relevance_model()
+    expected = model.score(QUESTION, [p["text"] for p in scored])
+    assert [p["scores"]["relevance"] for p in scored] == pytest.approx(expected, abs=1e-6)
+    best = max(scored, key=lambda p: p["scores"]["relevance"])
+    assert "press Rotate" in best["text"] and best in passages(response["hits"]["hits"][0])
+
+
+def test_rerank_local_orders_each_hits_kept_passages_by_the_relevance_model(client, kb):
+    from chunkrag_core.providers.local_relevance import shared_relevance_model
+
+    body = {"query": {"match": {"body": QUESTION}}, "ext": {"chunkrag": {"answer": False, "rerank": "local"}}}
+    response = search(client, kb, body)
+    assert response["chunkrag"]["relevance_by"] == "gateway"
+    # The model read every kept passage in one call (int8 with dynamic quantisation: a text's
+    # score depends a little on the texts batched with it, so they are scored together here too).
+    every = [p for hit in response["hits"]["hits"] for p in passages(hit)]
+    expected = dict(
+        zip([p["text"] for p in every], shared_relevance_model().score(QUESTION, [p["text"] for p in every]))
+    )
+    for hit in response["hits"]["hits"]:
+        kept = passages(hit)
+        assert [p["scores"]["rerank"] for p in kept] == pytest.approx([expected[p["text"]] for p in kept], abs=1e-6)
+        assert [p["scores"]["rerank"] for p in kept] == sorted((p["scores"]["rerank"] for p in kept), reverse=True)
+    assert "press Rotate" in passages(response["hits"]["hits"][0])[0]["text"]

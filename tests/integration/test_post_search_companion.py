@@ -286,3 +286,22 @@ def test_without_a_companion_a_long_field_is_chunked_from_its_best_sentences(eng
         # at most the kept sentences, none over the cap; the whole field's passages are over it
         assert narrowed[1] <= settings.post_search.preselect_sentences and narrowed[2] == 0
         assert whole[2] > 0
+
+
+# --- the relevance model over the companion's passages ----------------------------------
+
+
+@pytest.mark.parametrize("chosen", [{"relevance": "crossencoder"}, {"rerank": "local"}])
+def test_the_relevance_model_scores_the_companions_passages(engine, embedder, settings, synced, chosen):
+    from chunkrag_core.providers.local_relevance import shared_relevance_model
+
+    searcher = PostSearcher(settings, lambda: embedder)
+    options = parse_options({"answer": False, **chosen}, max_candidates=50, surface="search")
+    response = engine.search(synced, {"query": {"match": {"body": QUESTION}}, "size": 10})
+    result = searcher.filter(engine, response, QUESTION, options)
+    assert result.scored_by == "engine"  # the companion scored and served the passages
+    stage = "relevance" if "relevance" in chosen else "rerank"
+    kept = [c for hit in result.hits for c in hit.kept]
+    expected = shared_relevance_model().score(QUESTION, [c.text for c in kept])
+    assert [c.stage_scores[stage] for c in kept] == pytest.approx(expected, abs=1e-6)
+    assert any("press Rotate" in c.text for c in kept)

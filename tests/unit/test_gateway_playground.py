@@ -234,7 +234,7 @@ def test_the_setting_is_read_from_the_environment():
 
 
 def test_the_script_is_served_with_the_filters_defaults_from_the_declaration():
-    from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, THRESHOLDS
+    from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, RELEVANCE_SOURCES, RERANKERS, THRESHOLDS
     from chunkrag_gateway.playground import DEFAULTS_MARK, page_defaults
     from search_extension.ask import DEFAULT_CANDIDATES
     from search_extension.options import MAX_PASSAGES_LIMIT, OptionsModel
@@ -258,6 +258,10 @@ def test_the_script_is_served_with_the_filters_defaults_from_the_declaration():
             "empty_hits_default": OptionsModel.model_fields["empty_hits"].default,
             "max_passages": OptionsModel.model_fields["max_passages"].default,
             "max_passages_limit": MAX_PASSAGES_LIMIT,
+            "relevance": list(RELEVANCE_SOURCES),
+            "relevance_default": OptionsModel.model_fields["relevance"].default,
+            "reranks": list(RERANKERS),
+            "rerank_default": OptionsModel.model_fields["rerank"].default,
         }
     )
     # The thresholds the page offers are the filter's.
