@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional, Sequence
 from langchain_core.callbacks import Callbacks
 from langchain_core.callbacks.manager import CallbackManagerForRetrieverRun
 from langchain_core.documents import BaseDocumentCompressor, Document
+from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, PrivateAttr
 
@@ -100,6 +101,30 @@ class ChunkragRetriever(BaseRetriever):
         hits, filtered = self.index_search.search(query)
         metadata = [hit_metadata(h) for h in hits]
         return documents_of(filtered, metadata, [str(h.get("_id")) for h in hits])
+
+
+class ChunkragEmbeddings(Embeddings):
+    """The project's embedder (``CHUNKRAG_EMBED_*``; by default the packaged
+    all-MiniLM-L6-v2, offline) as LangChain embeddings, for a store whose
+    vectors should match the filter's."""
+
+    def __init__(self, embedder=None, settings=None):
+        self._embedder, self._settings = embedder, settings
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            from chunkrag_core.providers import make_embedder
+            from chunkrag_core.settings import Settings
+
+            self._embedder = make_embedder((self._settings or Settings.load()).embedder)
+        return self._embedder
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [[float(x) for x in row] for row in self.embedder.embed(list(texts))] if texts else []
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
 
 
 def documents_of(filtered: Filtered, metadata: Sequence[Mapping[str, Any]], ids: Sequence[Any]) -> list[Document]:

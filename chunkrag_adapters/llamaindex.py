@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeRelationship, NodeWithScore, QueryBundle, TextNode
@@ -75,3 +76,34 @@ class ChunkragPostprocessor(BaseNodePostprocessor):
             node.excluded_embed_metadata_keys = [*source.excluded_embed_metadata_keys, METADATA_KEY]
             out.append(NodeWithScore(node=node, score=passage.score))
         return out
+
+
+class ChunkragEmbedding(BaseEmbedding):
+    """The project's embedder (``CHUNKRAG_EMBED_*``; by default the packaged
+    all-MiniLM-L6-v2, offline) as a LlamaIndex embedding model."""
+
+    embedder: Any = Field(default=None, exclude=True)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "ChunkragEmbedding"
+
+    def _model(self):
+        if self.embedder is None:
+            from chunkrag_core.providers import make_embedder
+            from chunkrag_core.settings import Settings
+
+            self.embedder = make_embedder(Settings.load().embedder)
+        return self.embedder
+
+    def _get_text_embeddings(self, texts: List[str]) -> List[List[float]]:
+        return [[float(x) for x in row] for row in self._model().embed(list(texts))] if texts else []
+
+    def _get_text_embedding(self, text: str) -> List[float]:
+        return self._get_text_embeddings([text])[0]
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        return self._get_text_embedding(query)
+
+    async def _aget_query_embedding(self, query: str) -> List[float]:
+        return self._get_query_embedding(query)
