@@ -157,10 +157,17 @@ class ChunkFilter:
         self._parts = _Parts(settings, model, embedder)
         self._passages = None
         self._lock = threading.Lock()
+        self._last = threading.local()
 
     @property
     def settings(self) -> Settings:
         return self._parts.settings
+
+    @property
+    def last(self) -> Filtered | None:
+        """This thread's last result: what the adapters returned, plus what
+        was dropped and what it cost (model calls, tokens, timings)."""
+        return getattr(self._last, "filtered", None)
 
     def warm_up(self) -> None:
         """Load the embedder now rather than on the first query."""
@@ -208,7 +215,8 @@ class ChunkFilter:
             judge_many=self._parts.judge_many(),
             weights=(self.settings.retrieval.bm25_weight, self.settings.retrieval.knn_weight),
         )
-        return filtered_of(result)
+        self._last.filtered = filtered_of(result)
+        return self._last.filtered
 
 
 def filtered_of(result: PostSearchResult) -> Filtered:

@@ -60,7 +60,7 @@ class ChunkragCompressor(BaseDocumentCompressor):
             return []
         titles = [str(d.metadata.get(self.title_key) or "") for d in documents]
         filtered = self.chunk_filter.filter(query, [d.page_content for d in documents], titles=titles)
-        return documents_of(filtered, [dict(d.metadata) for d in documents], [d.id for d in documents])
+        return documents_of(filtered, [dict(d.metadata) for d in documents], [d.id for d in documents], self.split)
 
 
 class ChunkragRetriever(BaseRetriever):
@@ -127,14 +127,17 @@ class ChunkragEmbeddings(Embeddings):
         return self.embed_documents([text])[0]
 
 
-def documents_of(filtered: Filtered, metadata: Sequence[Mapping[str, Any]], ids: Sequence[Any]) -> list[Document]:
+def documents_of(
+    filtered: Filtered, metadata: Sequence[Mapping[str, Any]], ids: Sequence[Any], split: bool = True
+) -> list[Document]:
     """One ``Document`` per kept passage: its text, its source's metadata
-    and the filter's view of it under ``metadata["chunkrag"]``."""
+    and the filter's view of it under ``metadata["chunkrag"]``; a whole
+    document (``split`` False) keeps its id."""
     out = []
     for passage in filtered.kept:
         source = passage.source
         # A passage of a split document gets an id of its own: the source's and its offset.
-        own = ids[source] if ids[source] is None else f"{ids[source]}#{passage.start}"
+        own = ids[source] if ids[source] is None or not split else f"{ids[source]}#{passage.start}"
         out.append(
             Document(
                 page_content=passage.text,
