@@ -22,7 +22,7 @@ import anyio
 import orjson
 
 from chunkrag_core.engines.profile import ELASTICSEARCH, PointInTimeApi
-from chunkrag_gateway import errors, playground, telemetry
+from chunkrag_gateway import errors, playground, root, telemetry
 from chunkrag_gateway.aliases import ForeignAliases
 from chunkrag_gateway.body_reads import (
     JSON_MEDIA_TYPES,
@@ -126,6 +126,8 @@ class PassthroughLane:
             response = await self.passthrough.forward(
                 scope["method"], request_target(scope), scope["headers"], body, caller
             )
+            if response.status_code in root.NOT_SERVED and root.is_root(scope["method"], scope["path"]):
+                response = await root.cluster_root(self.passthrough, scope["headers"], caller)
             if bound and response.status_code == 200 and (opened := opened_id(response.body)) is not None:
                 await self.contexts.bind(caller.key.name, opened)
         except errors.GatewayError as exc:
