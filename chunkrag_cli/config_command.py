@@ -114,9 +114,37 @@ def problems(environ: Mapping[str, str], config: config_file.ConfigFile | None) 
             return f"{name} (environment)"
         return f"{config.entries[name].key} ({name})" if config is not None else name
 
-    found += config_file.bad_values(values, describe)
+    settings_problems = config_file.bad_values(values, describe)
+    found += settings_problems
+    if not settings_problems:
+        found += _gateway_problems(values)
+    found += _tracing_problems(values, describe)
     found += _local_service_problems(values)
     return found
+
+
+def _gateway_problems(values: Mapping[str, str]) -> list[str]:
+    """What `chunkrag serve` would refuse at its start beyond the settings'
+    own checks, by the gateway's own start check (``check_settings``)."""
+    from chunkrag_core.settings import Settings
+    from chunkrag_gateway.app import check_settings
+
+    try:
+        check_settings(Settings.from_env(values))
+    except ValueError as exc:
+        return [str(exc)]
+    return []
+
+
+def _tracing_problems(values: Mapping[str, str], describe) -> list[str]:
+    """The tracing exporter, checked as the programs that start tracing check it."""
+    from chunkrag_core.tracing import EXPORTER_VARIABLE, TracingError, exporter_from_env
+
+    try:
+        exporter_from_env(values)
+    except TracingError as exc:
+        return [f"{describe(EXPORTER_VARIABLE)}: {exc}"]
+    return []
 
 
 def _local_service_problems(values: Mapping[str, str]) -> list[str]:

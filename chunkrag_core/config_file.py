@@ -55,6 +55,10 @@ DEFAULT_FILE_NAME = "chunkrag.toml"
 RAW_TABLE = "env"
 # A word in a variable's name that marks its value as a secret (masked whole).
 SECRET_WORDS = ("KEY", "PASSWORD", "SECRET", "TOKEN")
+# A word in a variable's name that marks a ``user:password`` value as credentials.
+CREDENTIAL_WORDS = ("AUTH", "CREDENTIAL")
+# ``user:password`` (no scheme, no spaces): a password after the first colon.
+_USER_PASSWORD = re.compile(r"^[^:\s/@]+:\S+$")
 
 _PART = re.compile(r"^[A-Za-z0-9_]+$")
 _RAW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -239,18 +243,32 @@ def is_secret(name: str) -> bool:
 
 def masked(name: str, value: str) -> str:
     """``value`` safe to print: whole for a secret's name (*KEY*, *PASSWORD*,
-    *SECRET*, *TOKEN*), credentials removed from URLs (every entry of a
-    comma-separated list), else as it is."""
+    *SECRET*, *TOKEN*); every value of a header list (*HEADERS: OpenTelemetry's
+    ``authorization=Bearer ...,x-api-key=...``); the password of a
+    ``user:password`` value of an *AUTH* or *CREDENTIALS* variable; in URLs
+    (every entry of a comma-separated list) the password and the values of
+    query parameters named like secrets (``?api_key=``, ``?password=``);
+    else as it is."""
     if not value:
         return value
+    upper = name.upper()
     if is_secret(name):
         return "***"
+    if upper.endswith("HEADERS"):
+        return ",".join(_masked_header(item) for item in value.split(","))
     if "://" in value:
         try:
             return redact_url(value)
         except ValueError:
             return "***"
+    if any(word in upper for word in CREDENTIAL_WORDS) and _USER_PASSWORD.match(value.strip()):
+        return value.strip().split(":", 1)[0] + ":***"
     return value
+
+
+def _masked_header(item: str) -> str:
+    header, equals, _value = item.partition("=")
+    return f"{header}=***" if equals else "***"
 
 
 def unknown_keys(config: ConfigFile, known: frozenset[str] | None = None) -> list[str]:

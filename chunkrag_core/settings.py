@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Mapping
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from chunkrag_core.engines.profile import DEFAULT_ENGINE, SEARCH_BACKENDS, engine_chosen_by_urls, engine_of
 
@@ -373,6 +374,82 @@ class GatewaySettings:
     # process) or "redis" (REDIS_URL, shared by every gateway instance).
     shared_state: str = "local"
 
+    def __post_init__(self) -> None:
+        # Every value `chunkrag serve` would refuse, refused here, where
+        # `chunkrag config check` and every entry point build the settings.
+        _one_of("CHUNKRAG_GATEWAY_AUTH", self.auth, GATEWAY_AUTH_MODES)
+        _one_of("CHUNKRAG_GATEWAY_SHARED_STATE", self.shared_state, GATEWAY_SHARED_STATES)
+        passthrough_classes(self.passthrough)
+        for name, lowest in GATEWAY_MINIMUMS.items():
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= lowest):
+                raise SettingsError(
+                    f"CHUNKRAG_GATEWAY_{name.upper()} must be a number of at least {lowest:g}, got {value}"
+                )
+        if self.filter_nice not in GATEWAY_NICE_RANGE:
+            raise SettingsError(f"CHUNKRAG_GATEWAY_FILTER_NICE must be 0 to 19, got {self.filter_nice}")
+        for name in ("port", "metrics_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise SettingsError(
+                    f"CHUNKRAG_GATEWAY_{name.upper()} must be a port (0 to 65535), got {getattr(self, name)}"
+                )
+
+
+# How the gateway knows its callers (GatewaySettings.auth).
+GATEWAY_AUTH_MODES = ("forward", "service")
+# Where scroll/PIT bindings and rate buckets live (GatewaySettings.shared_state).
+GATEWAY_SHARED_STATES = ("local", "redis")
+# The pass-through's endpoint classes (GatewaySettings.passthrough). "read"
+# is always forwarded: the others add to it (a gateway that forwards writes
+# but not searches would serve nobody).
+PASSTHROUGH_CLASSES = ("read", "write", "cluster")
+# The niceness the operating system accepts (GatewaySettings.filter_nice).
+GATEWAY_NICE_RANGE = range(0, 20)
+# The least value of each numeric gateway limit. A size, a time or a count
+# that must hold something is at least 1 (or above 0); a cap whose 0 means
+# "none" (per caller, per address, the rate limit) or an optional queue is at
+# least 0. A negative limit is always a mistake: max_body_bytes = -1 would
+# answer 413 to every body.
+GATEWAY_MINIMUMS = {
+    "max_body_bytes": 1,
+    "max_candidates": 1,
+    "derived_key_ttl_s": 1e-3,
+    "max_query_chars": 1,
+    "max_filtered": 1,
+    "max_queued": 0,
+    "max_filtered_per_caller": 0,
+    "retry_after_s": 0,
+    "rate_per_s": 0,
+    "rate_burst": 1,
+    "body_timeout_s": 1e-3,
+    "header_timeout_s": 1e-3,
+    "keep_alive_s": 1e-3,
+    "max_connections": 1,
+    "max_connections_per_address": 0,
+    "max_header_bytes": 1,
+    "max_header_line_bytes": 1,
+}
+
+
+def passthrough_classes(raw: str) -> frozenset[str]:
+    """The endpoint classes ``raw`` (CHUNKRAG_GATEWAY_PASSTHROUGH) forwards:
+    comma-separated names of PASSTHROUGH_CLASSES, or ``all``; ``read`` is
+    always among them (``write`` is read and write)."""
+    wanted = {part.strip().lower() for part in raw.split(",") if part.strip()}
+    if "all" in wanted:
+        return frozenset(PASSTHROUGH_CLASSES)
+    unknown = wanted - set(PASSTHROUGH_CLASSES)
+    if unknown or not wanted:
+        raise SettingsError(
+            f"CHUNKRAG_GATEWAY_PASSTHROUGH must list some of {', '.join(PASSTHROUGH_CLASSES)} (or all), got {raw!r}"
+        )
+    return frozenset(wanted | {"read"})
+
+
+def _one_of(variable: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise SettingsError(f"{variable} must be one of {', '.join(choices)}, got {value!r}")
+
 
 @dataclass(frozen=True, slots=True)
 class RerankSettings:
@@ -584,15 +661,29 @@ def calibration_file_from_env(environ: Mapping[str, str] | None = None) -> str:
     return env.get("CHUNKRAG_CALIBRATION_FILE", "").strip()
 
 
+# A query parameter whose name holds one of these carries a secret
+# (``?api_key=``, ``?password=``, ``?access_token=``, ``?X-Amz-Signature=``).
+SECRET_PARAMETER = re.compile(r"key|token|pass|secret|auth|signature|credential", re.IGNORECASE)
+
+
 def redact_url(url: str) -> str:
-    """The URL with any password replaced, for logs and error messages; in a
-    comma-separated list of node URLs, every entry's."""
+    """The URL with any password, and the value of any query parameter named
+    like a secret (``SECRET_PARAMETER``), replaced, for logs, error messages
+    and `chunkrag config show`; in a comma-separated list of node URLs, every
+    entry's."""
     if "," in url:
         return ",".join(redact_url(entry) for entry in url.split(","))
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{_host_port(parts)}"))
+    if parts.password is not None:
+        parts = parts._replace(netloc=f"{parts.username}:***@{_host_port(parts)}")
+    if parts.query:
+        parts = parts._replace(query="&".join(_redacted_parameter(pair) for pair in parts.query.split("&")))
+    return urlunsplit(parts)
+
+
+def _redacted_parameter(pair: str) -> str:
+    name, equals, value = pair.partition("=")
+    return f"{name}=***" if equals and value and SECRET_PARAMETER.search(unquote(name)) else pair
 
 
 def _host_port(parts) -> str:

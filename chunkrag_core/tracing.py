@@ -73,9 +73,18 @@ def _otlp_exporter():
     return OTLPSpanExporter()
 
 
-def configure_from_env(environ: Mapping[str, str] | None = None, service_name: str = "chunkrag") -> bool:
+def exporter_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """CHUNKRAG_OTEL_EXPORTER (``none`` when unset), checked against EXPORTERS:
+    what ``configure_from_env`` starts with, and what `chunkrag config check` checks."""
     env = os.environ if environ is None else environ
-    return configure((env.get(EXPORTER_VARIABLE) or "none").strip().lower(), service_name=service_name)
+    exporter = (env.get(EXPORTER_VARIABLE) or "none").strip().lower()
+    if exporter not in EXPORTERS:
+        raise TracingError(f"{EXPORTER_VARIABLE} must be one of {', '.join(EXPORTERS)}, got {exporter!r}")
+    return exporter
+
+
+def configure_from_env(environ: Mapping[str, str] | None = None, service_name: str = "chunkrag") -> bool:
+    return configure(exporter_from_env(environ), service_name=service_name)
 
 
 def ensure_from_env(service_name: str) -> None:

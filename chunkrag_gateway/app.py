@@ -85,6 +85,20 @@ log = logging.getLogger(__name__)
 SEARCH_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json")]
 
 
+def check_settings(settings: Settings) -> Authenticator:
+    """What the gateway refuses at its start beyond the settings' own checks
+    (values that need the gateway's parsers: the API keys, the pairing of
+    auth mode, keys and engine credentials, HTTPS's two files); raises
+    ValueError naming the variable. ``create_app`` calls it, and so does
+    `chunkrag config check`, so a configuration it passes is one the gateway starts with."""
+    limits = settings.gateway
+    if bool(limits.ssl_certfile) != bool(limits.ssl_keyfile):
+        raise ValueError("HTTPS needs both CHUNKRAG_GATEWAY_SSL_CERTFILE and CHUNKRAG_GATEWAY_SSL_KEYFILE")
+    authenticator = Authenticator.from_settings(limits)
+    check_engine_auth(settings)
+    return authenticator
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -107,8 +121,7 @@ def create_app(
     limits = settings.gateway
     engine = engine_of(settings)
     # Misconfigured security fails here, at start, not on the first request.
-    authenticator = Authenticator.from_settings(limits)
-    check_engine_auth(settings)
+    authenticator = check_settings(settings)
     classes = parse_classes(limits.passthrough)
     queue = FilteredQueue(limits.max_filtered, limits.max_queued, limits.retry_after_s)
     # Scroll/PIT bindings and rate buckets: this process's, or every instance's (Redis).
@@ -163,8 +176,7 @@ def create_app(
             yield
         finally:
             if served is not None:
-                served.shutdown()
-                served.server_close()
+                await anyio.to_thread.run_sync(served.close)
             if shared is not None:
                 await shared.aclose()
             if processes is not None:
@@ -209,6 +221,7 @@ def create_app(
         contexts=contexts,
         aliases=aliases,
         point_in_time=engine.point_in_time,
+        max_body_bytes=limits.max_body_bytes,
     )
     app.add_middleware(
         Guard,

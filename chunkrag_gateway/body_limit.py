@@ -10,7 +10,7 @@ import asyncio
 import orjson
 from starlette.exceptions import HTTPException
 
-from chunkrag_gateway import errors
+from chunkrag_gateway import errors, telemetry
 
 
 class BodyTooLarge(HTTPException):
@@ -60,6 +60,7 @@ class BodyLimit:
                 async with asyncio.timeout_at(deadline):
                     message = await receive()
             except TimeoutError:
+                telemetry.note(scope, shed="body_timeout")
                 raise BodyTooSlow(self.timeout_s) from None
             complete = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":

@@ -108,24 +108,69 @@ def check_content_coding(coding: str | None, body: bytes) -> None:
         return
     if coding in REFUSED_CODINGS:
         raise errors.bad_request(f"request bodies encoded with [{coding}] are refused by this gateway: use gzip")
-    if coding in GZIP_CODINGS:
-        wbits = 16 + zlib.MAX_WBITS
-    elif coding in DEFLATE_CODINGS:
-        # zlib-wrapped, or raw deflate without the wrapper (Netty takes both).
-        wbits = zlib.MAX_WBITS if _zlib_header(body) else -zlib.MAX_WBITS
-    else:
+    if coding not in GZIP_CODINGS + DEFLATE_CODINGS:
         return
-    decoder = zlib.decompressobj(wbits)
+    decoder = _decoder(coding, body)
     produced, pending = 0, body
     try:
         while pending and produced < MAX_DECODED_BYTES and not decoder.eof:
             produced += len(decoder.decompress(pending, _DECODE_STEP))
             pending = decoder.unconsumed_tail
     except zlib.error as exc:
+        raise _undecodable(coding, exc) from None
+
+
+# Codings service mode decodes itself: it must read the body the cluster will read.
+DECODED_CODINGS = ("identity", *GZIP_CODINGS, *DEFLATE_CODINGS)
+
+
+def decoded_body(coding: str | None, body: bytes, max_bytes: int) -> bytes:
+    """``body`` decoded as its Content-Encoding says (service mode, whose
+    second line reads the body, forwards the decoded bytes): a 413 as soon as
+    more than ``max_bytes`` (CHUNKRAG_GATEWAY_MAX_BODY_BYTES) come out, so a
+    small, highly compressed body costs no more than a plain one of the
+    limit; a 400 for a corrupt, truncated or trailing stream, or a coding the
+    gateway does not decode."""
+    if coding is None or coding == "identity" or not body:
+        return body
+    if coding not in DECODED_CODINGS:
         raise errors.bad_request(
-            f"the request body does not decode as its Content-Encoding [{coding}] says ({exc}); "
-            "send it with the coding it was compressed with"
-        ) from None
+            f"request bodies encoded with [{coding}] are refused by this gateway: send gzip, deflate or no encoding"
+        )
+    decoder = _decoder(coding, body)
+    parts, produced, pending = [], 0, body
+    try:
+        while not decoder.eof:
+            part = decoder.decompress(pending, _DECODE_STEP)
+            progressed = part or len(decoder.unconsumed_tail) < len(pending)
+            pending = decoder.unconsumed_tail
+            produced += len(part)
+            if produced > max_bytes:
+                raise errors.too_large(max_bytes)
+            parts.append(part)
+            if not progressed:
+                break  # the input ran out before the stream's end
+    except zlib.error as exc:
+        raise _undecodable(coding, exc) from None
+    if not decoder.eof:
+        raise _undecodable(coding, "the stream ends early")
+    if decoder.unused_data:
+        raise _undecodable(coding, "data follows the end of the stream")
+    return b"".join(parts)
+
+
+def _decoder(coding: str, body: bytes):
+    if coding in GZIP_CODINGS:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    # zlib-wrapped, or raw deflate without the wrapper (Netty takes both).
+    return zlib.decompressobj(zlib.MAX_WBITS if _zlib_header(body) else -zlib.MAX_WBITS)
+
+
+def _undecodable(coding: str, why) -> errors.GatewayError:
+    return errors.bad_request(
+        f"the request body does not decode as its Content-Encoding [{coding}] says ({why}); "
+        "send it with the coding it was compressed with"
+    )
 
 
 def _zlib_header(body: bytes) -> bool:

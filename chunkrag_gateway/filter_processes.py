@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from chunkrag_core import tracing
 from chunkrag_core.chunk import Chunk
-from chunkrag_core.settings import Settings
+from chunkrag_core.settings import GATEWAY_NICE_RANGE, Settings
 from chunkrag_gateway import errors
 
 log = logging.getLogger("chunkrag.gateway")
@@ -54,7 +54,7 @@ PARENT_CHECK_S = 2.0
 # stopped (seconds).
 CLOSE_GRACE_S = 2.0
 # The niceness the operating system accepts.
-NICE_RANGE = range(0, 20)
+NICE_RANGE = GATEWAY_NICE_RANGE
 
 # This process's Edges, when it is a filter process.
 _edges = None

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from chunkrag_core.engines.profile import engine_of
+from chunkrag_core.settings import GATEWAY_AUTH_MODES
 from chunkrag_gateway import errors
 
-AUTH_MODES = ("forward", "service")
+AUTH_MODES = GATEWAY_AUTH_MODES
 
 
 class ConfigError(ValueError):

@@ -26,11 +26,13 @@ from chunkrag_gateway import errors, playground, root, telemetry
 from chunkrag_gateway.aliases import ForeignAliases
 from chunkrag_gateway.body_reads import (
     JSON_MEDIA_TYPES,
+    MAX_DECODED_BYTES,
     body_parameters,
     check_content_coding,
     check_search_body,
     clears_all_scrolls,
     content_coding,
+    decoded_body,
     index_expressions,
     media_type,
     non_json_format,
@@ -78,10 +80,13 @@ class PassthroughLane:
         contexts=None,
         aliases: ForeignAliases | None = None,
         point_in_time: PointInTimeApi = ELASTICSEARCH.point_in_time,
+        max_body_bytes: int = MAX_DECODED_BYTES,
     ):
         self.app, self.passthrough = app, passthrough
         # The engine's point-in-time API: which request closes which ids.
         self.point_in_time = point_in_time
+        # Service mode: the most a compressed body may decode to (CHUNKRAG_GATEWAY_MAX_BODY_BYTES).
+        self.max_body_bytes = max_body_bytes
         # Service mode with CHUNKRAG_GATEWAY_REFUSE_FOREIGN_ALIASES: aliases pointing outside a key's patterns.
         self.aliases = aliases
         # Service mode: which gateway key each scroll and PIT id belongs to
@@ -109,7 +114,13 @@ class PassthroughLane:
                 )
             if (coding := content_coding(scope["headers"])) is not None:
                 # Decoding costs CPU in proportion to what comes out: off the loop.
-                await anyio.to_thread.run_sync(check_content_coding, coding, body)
+                if caller.key is not None:
+                    # Service mode's second line reads the body: it reads the
+                    # decoded one, and forwards what it read, as it read it.
+                    body = await anyio.to_thread.run_sync(decoded_body, coding, body, self.max_body_bytes)
+                    scope = {**scope, "headers": without_coding(scope["headers"])}
+                else:
+                    await anyio.to_thread.run_sync(check_content_coding, coding, body)
             check_request(endpoint, caller, scope, body, self.point_in_time)
             if self.aliases is not None and caller.key is not None:
                 for named in indices_named(endpoint, body):
@@ -260,6 +271,12 @@ def is_index_search(method: str, raw_path: str) -> bool:
         and bool(parts[1])
         and "/" not in unquote(parts[1])
     )
+
+
+def without_coding(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The headers of a request whose body was decoded: no Content-Encoding,
+    nor the encoded body's Content-Length."""
+    return [(name, value) for name, value in headers if name.lower() not in (b"content-encoding", b"content-length")]
 
 
 def raw_path_of(scope) -> str:

@@ -6,10 +6,11 @@ Read-only by default. The classes (``CHUNKRAG_GATEWAY_PASSTHROUGH``):
 - ``read``: _search, _count, _msearch, _mapping, _field_caps, scroll, PIT
   open/close (the engine's paths: Elasticsearch's ``_pit``, OpenSearch's
   ``_search/point_in_time``), HEAD/GET of an index (existence) and of ``/``
-  (ping, info);
+  (ping, info); always forwarded, the other classes add to it;
 - ``write``: every other API under an index (documents, _bulk, settings,
   index creation and deletion), and the root _bulk, _mget, _reindex;
-- ``cluster``: every other ``/_...`` API (_cluster, _cat, _nodes, _security, ...).
+- ``cluster``: every other ``/_...`` API (_cluster, _cat, _nodes, _security, ...),
+  and the index APIs that answer with the cluster's nodes (``NODE_APIS``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from urllib.parse import unquote
 import orjson
 
 from chunkrag_core.engines.profile import ELASTICSEARCH, PointInTimeApi
+from chunkrag_core.settings import PASSTHROUGH_CLASSES, passthrough_classes
 from chunkrag_gateway import errors
 
-CLASSES = ("read", "write", "cluster")
+CLASSES = PASSTHROUGH_CLASSES
 # (method set, path shape) of the read class; "{index}" is an index
 # expression, "*" any one segment.
 _READ = (
@@ -47,6 +49,11 @@ _READ = (
 # engine's (``EngineProfile.point_in_time``).
 # Root-level APIs that write (or read documents by id): the write class.
 _ROOT_WRITES = ("_bulk", "_mget", "_reindex")
+# Index APIs whose answer names the cluster's nodes (names, ids, transport
+# addresses and attributes): the cluster class, like _nodes and _cat, whatever
+# index they are asked about. A caller who may search an index learns nothing
+# from them it needs, and an attacker learns where to go next.
+NODE_APIS = frozenset({"_search_shards", "_recovery", "_shard_stores", "_segments"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +70,8 @@ class Endpoint:
 
 
 def parse_classes(raw: str) -> frozenset[str]:
-    wanted = {part.strip() for part in raw.split(",") if part.strip()}
-    if "all" in wanted:
-        wanted = set(CLASSES)
-    unknown = wanted - set(CLASSES)
-    if unknown or not wanted:
-        raise ValueError(f"CHUNKRAG_GATEWAY_PASSTHROUGH must list some of {', '.join(CLASSES)} (or all), got {raw!r}")
-    return frozenset(wanted)
+    """The classes CHUNKRAG_GATEWAY_PASSTHROUGH forwards; read always (declared in chunkrag_core.settings)."""
+    return passthrough_classes(raw)
 
 
 def segments(raw_path: str) -> tuple[str, ...]:
@@ -103,6 +105,8 @@ def classify(method: str, raw_path: str, pit: PointInTimeApi = ELASTICSEARCH.poi
             tail = shape[-1] if shape else ""
             no_data = not shape or shape == pit.close or shape[:2] == ("_search", "scroll")
             return Endpoint("read", indices, search=tail == "_search", msearch=tail == "_msearch", no_data=no_data)
+    if indices is not None and len(parts) > 1 and parts[1] in NODE_APIS:
+        return Endpoint("cluster", indices)
     if indices is not None or (parts and parts[0] in _ROOT_WRITES):
         return Endpoint("write", indices)
     return Endpoint("cluster", None)

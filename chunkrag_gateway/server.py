@@ -31,7 +31,7 @@ def uvicorn_options(gateway: GatewaySettings, metrics=None) -> dict[str, Any]:
     if metrics is not None:
         from chunkrag_gateway.telemetry import ConnectionCollector
 
-        metrics.watch(ConnectionCollector(protocol.counts))
+        metrics.watch(ConnectionCollector(protocol.counts, metrics.cut_short))
     # uvicorn takes the client address from X-Forwarded-For when the peer is
     # 127.0.0.1 unless told not to; the address keys the rate limit of callers
     # without credentials, so it is read from a header only behind a trusted proxy.

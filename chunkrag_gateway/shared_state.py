@@ -42,6 +42,7 @@ from typing import Callable, Iterable
 
 import orjson
 
+from chunkrag_core.settings import GATEWAY_SHARED_STATES
 from chunkrag_gateway import errors
 from chunkrag_gateway.context_ids import CAPACITY, ContextOwners, context_missing
 from chunkrag_gateway.derived_keys import Derived
@@ -49,7 +50,7 @@ from chunkrag_gateway.limits import RateLimiter, rate_limited
 
 log = logging.getLogger("chunkrag.gateway")
 
-MODES = ("local", "redis")
+MODES = GATEWAY_SHARED_STATES
 # One Redis call waits at most this (connect, then answer): a request
 # should not hang on a Redis that is gone.
 TIMEOUT_S = 0.5

@@ -28,6 +28,7 @@ any document text: a route is ``/{index}/_search``, not the path.
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import os
@@ -47,6 +48,10 @@ log = logging.getLogger("chunkrag.gateway")
 
 # Where the record sits in the ASGI scope's state.
 RECORD = "chunkrag.telemetry"
+# The status counted and logged for a request whose client closed the
+# connection before its body had arrived (nginx's "client closed request"):
+# nobody was answered, and the gateway did nothing wrong.
+CLIENT_CLOSED = 499
 REQUEST_ID_HEADER = b"x-opaque-id"
 # A caller's request id longer than this is cut (it goes into every log line).
 MAX_REQUEST_ID_CHARS = 128
@@ -84,7 +89,7 @@ class RequestRecord:
 
     mode: str | None = None  # passthrough, filtered, ask, gateway
     identity: str | None = None  # the rate-limit identity (``Caller.identity``)
-    shed: str | None = None  # why it was refused for load: rate, filtered
+    shed: str | None = None  # why it was refused for load: rate, filtered, body_timeout
     result: Any = None  # the AskResult of a filtered search or ask
 
 
@@ -192,6 +197,10 @@ class GatewayMetrics:
             registry=registry,
         )
         self._children: dict[tuple[str, int, str], tuple[Any, Any]] = {}
+        # Requests the app itself cut short for load, by reason (a body past
+        # its deadline: 408): counted with the connections the protocol closes
+        # (``ConnectionCollector``), under the same metric.
+        self.cut_short: collections.Counter[str] = collections.Counter()
         self.shed = Counter(
             "chunkrag_gateway_filtered_shed",
             "Filtered searches and asks answered 429 for load (the model-stage queue), by identity class",
@@ -313,10 +322,13 @@ def _probe(probe: Callable[[], Any] | None, what: str) -> float | None:
 
 class ConnectionCollector:
     """The open, refused and shed client connections of one server's
-    protocol class (``connections.py``), read at scrape time."""
+    protocol class (``connections.py``), read at scrape time; ``cut_short``
+    (``GatewayMetrics.cut_short``) adds the requests the app closed for the
+    same reasons."""
 
-    def __init__(self, counts):
+    def __init__(self, counts, cut_short: collections.Counter[str] | None = None):
         self.counts = counts
+        self.cut_short = cut_short if cut_short is not None else collections.Counter()
 
     def describe(self):
         return []
@@ -340,19 +352,81 @@ class ConnectionCollector:
             labels=["reason"],
         )
         for reason in ("header_timeout", "body_timeout", "headers_too_large", "evicted_at_cap"):
-            shed.add_metric([reason], counts.shed[reason])
+            shed.add_metric([reason], counts.shed[reason] + self.cut_short[reason])
         yield shed
 
 
-def serve_metrics(metrics: GatewayMetrics, host: str, port: int):
-    """The metrics endpoint on ``host:port`` (prometheus_client's own HTTP
-    server, in a thread of its own: a scrape never waits on the gateway's
-    event loop, nor the gateway on a scrape's probes). Returns the server;
-    its ``shutdown()`` stops it."""
-    from prometheus_client import start_http_server
+# The metrics port's own connection limits (``connections.py``): a scraper
+# sends its request at once and reads the answer within a scrape, so anything
+# slower is not one; a few Prometheus servers and a dashboard need a handful
+# of connections. At the cap a newcomer takes the place of the oldest idle
+# connection of the address holding the most, so one client holding
+# connections open cannot lock the scrapers out.
+METRICS_HEADER_TIMEOUT_S = 5.0
+METRICS_BODY_TIMEOUT_S = 5.0
+METRICS_KEEP_ALIVE_S = 5.0
+METRICS_MAX_CONNECTIONS = 32
+# How long the metrics server gets to start, and to stop at the gateway's end.
+METRICS_START_TIMEOUT_S = 10.0
+METRICS_STOP_TIMEOUT_S = 5.0
 
-    server, _thread = start_http_server(port, addr=host, registry=metrics.registry)
-    return server
+
+class MetricsServer:
+    """The metrics endpoint: prometheus_client's ASGI app under uvicorn, with
+    the gateway's own bounded connection protocol, on an event loop in a
+    thread of its own (a scrape never waits on the gateway's event loop, nor
+    the gateway on a scrape's probes). prometheus_client's own
+    ``start_http_server`` kept a thread per connection with no deadline: held
+    connections grew its threads without bound."""
+
+    def __init__(self, metrics: GatewayMetrics, host: str, port: int):
+        import socket
+
+        import uvicorn
+        from prometheus_client import make_asgi_app
+
+        from chunkrag_gateway.connections import ConnectionLimits, protocol_class
+
+        limits = ConnectionLimits(
+            header_timeout_s=METRICS_HEADER_TIMEOUT_S,
+            max_connections=METRICS_MAX_CONNECTIONS,
+            max_connections_per_address=0,
+            body_timeout_s=METRICS_BODY_TIMEOUT_S,
+        )
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.create_server((host, port), family=family)
+        self.server_address = self._socket.getsockname()
+        config = uvicorn.Config(
+            make_asgi_app(metrics.registry),
+            lifespan="off",
+            http=protocol_class(limits),
+            timeout_keep_alive=METRICS_KEEP_ALIVE_S,
+            access_log=False,
+            log_config=None,
+            log_level="warning",
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True, name="chunkrag-metrics"
+        )
+        self._thread.start()
+        deadline = time.monotonic() + METRICS_START_TIMEOUT_S
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                self.close()
+                raise RuntimeError(f"the metrics endpoint did not start on {host}:{port}")
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(METRICS_STOP_TIMEOUT_S)
+        self._socket.close()
+
+
+def serve_metrics(metrics: GatewayMetrics, host: str, port: int) -> MetricsServer:
+    """The metrics endpoint on ``host:port`` (``MetricsServer``), serving
+    until its ``close()``."""
+    return MetricsServer(metrics, host, port)
 
 
 class Telemetry:
@@ -373,6 +447,18 @@ class Telemetry:
             # The cluster logs it too (its slow log, tasks, deprecations).
             scope = {**scope, "headers": [*scope["headers"], (REQUEST_ID_HEADER, request_id.encode())]}
         status = 500  # unless a response starts: the app failed before answering
+        closed_early = False  # the client went away before its body had come
+
+        async def received():
+            nonlocal closed_early, body_whole
+            message = await receive()
+            if message["type"] == "http.request":
+                body_whole = not message.get("more_body", False)
+            elif message["type"] == "http.disconnect" and not body_whole:
+                closed_early = True
+            return message
+
+        body_whole = False
 
         async def sent(message):
             nonlocal status
@@ -385,10 +471,14 @@ class Telemetry:
 
         try:
             if not tracing.active():
-                await self.app(scope, receive, sent)
+                await self.app(scope, received, sent)
             else:
-                await self._traced(scope, receive, sent, record, lambda: status)
+                await self._traced(scope, received, sent, record, lambda: status)
         finally:
+            if closed_early:
+                # Whatever the app made of the cut body (nothing, or a 400
+                # about it), no one was there to read it.
+                status = CLIENT_CLOSED
             self._finish(scope, record, request_id, status, time.perf_counter() - started)
 
     async def _traced(self, scope, receive, send, record: RequestRecord, status: Callable[[], int]) -> None:
@@ -416,6 +506,8 @@ class Telemetry:
         kind = identity_class(record.identity)
         if record.shed == "rate":
             metrics.rate_limited.labels(kind).inc()
+        elif record.shed == "body_timeout":
+            metrics.cut_short["body_timeout"] += 1
         elif status == 429 and mode in ("filtered", "ask"):
             metrics.shed.labels(kind).inc()
         if record.result is not None:

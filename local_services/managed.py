@@ -278,19 +278,23 @@ class ManagedProcess:
     # --- stopping ------------------------------------------------------------------
 
     def down(self, log: Log = print_line) -> None:
-        """Idempotent: stop the process started from this CHUNKRAG_HOME, if any."""
-        if self.external_url:
-            log(
-                f"{self.title}: using external {self.external_kind} at {redact_url(self.external_url)}; not stopping it"
-            )
-            return
+        """Idempotent: stop the process started from this CHUNKRAG_HOME, if
+        any, whatever URL the environment names (ES_URL, REDIS_URL exported
+        for the app point at the services started here as often as at
+        someone else's); a service with ``external_url`` and nothing started
+        here is someone else's, and is left alone."""
+        not_ours = (
+            f"{self.title}: using external {self.external_kind} at {redact_url(self.external_url)}; not stopping it"
+            if self.external_url
+            else f"{self.title} is not running"
+        )
         if not self.run_dir.exists():
-            log(f"{self.title} is not running")
+            log(not_ours)
             return
         with exclusive_lock(self.lock_file):
             pid = self.running_pid(log)
             if pid is None:
-                log(f"{self.title} is not running")
+                log(not_ours)
                 return
             log(f"stopping {self.title} (pid {pid})…")
             killed = terminate(pid, self.stop_grace_s)

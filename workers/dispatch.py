@@ -577,3 +577,22 @@ def _release(app: Celery, results, outcomes: dict) -> None:
             result.forget()
     except Exception as exc:  # noqa: BLE001 - cleanup only; the judgements are already made
         log.warning("could not release judging tasks: %s: %s", type(exc).__name__, exc)
+    finally:
+        detach(results)
+
+
+def detach(results) -> None:
+    """Stop the result backend listening for each of ``results`` (AsyncResults)
+    now, where a failure is caught, and cut each from its backend. Left to
+    its finalizer, an AsyncResult unsubscribes from Redis inside ``__del__``;
+    with Redis gone, Celery's reconnection gives up there with a RuntimeError
+    (E_RETRY_LIMIT_EXCEEDED) that nothing can catch, printed as "Exception
+    ignored in AsyncResult.__del__" whenever the garbage collector runs."""
+    for result in results:
+        backend, result.backend = result.backend, None
+        if backend is None:
+            continue
+        try:
+            backend.remove_pending_result(result)
+        except Exception as exc:  # noqa: BLE001 - Redis gone: nothing left to unsubscribe from
+            log.debug("could not stop listening for task %s: %s: %s", result.id, type(exc).__name__, exc)

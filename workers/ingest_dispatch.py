@@ -62,6 +62,7 @@ from workers.dispatch import (
     MAX_RESENDS,
     TaskView,
     check_workers,
+    detach,
     holding,
     queued,
     send_again,
@@ -337,11 +338,15 @@ def _revoke(app: Celery, task_ids: Sequence[str]) -> None:
 
 def _forget(in_flight: Iterable[_Sent]) -> None:
     # Cleanup only: with Redis gone the stored results expire on their own,
-    # and the failure that stopped the run is the one to report.
-    with contextlib.suppress(Exception):
-        for sent in in_flight:
-            for attempt in sent.attempts:
+    # and the failure that stopped the run is the one to report. Each result
+    # is then detached, so none raises from its finalizer.
+    attempts = [attempt for sent in in_flight for attempt in sent.attempts]
+    try:
+        with contextlib.suppress(Exception):
+            for attempt in attempts:
                 attempt.forget()
+    finally:
+        detach(attempts)
 
 
 def _given_up(app: Celery, sent: _Sent, now: float, errors: list[str]) -> None:

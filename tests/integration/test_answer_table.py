@@ -9,8 +9,16 @@ import uuid
 import pytest
 
 from chunkrag_core.providers import make_chat
-from chunkrag_eval.answer_table import ROWS, GenerationCache, run_table, table_markdown
+from chunkrag_eval.answer_table import (
+    DEFAULT_CONTEXT_TOKENS,
+    FACTS_MAX_TOKENS,
+    ROWS,
+    GenerationCache,
+    run_table,
+    table_markdown,
+)
 from chunkrag_eval.datasets import read_items
+from tests.support.model_speed import budgeted
 
 pytestmark = pytest.mark.integration
 
@@ -27,6 +35,9 @@ def test_three_popqa_questions_through_every_row(
 ):
     _, items, _ = read_items(shared_eval / "popqa" / "dev.jsonl", "popqa", limit=3)
     cache = GenerationCache(tmp_path / "generations.sqlite")
+    # The longest call: a prompt filling the model's context window, then a
+    # listwise judgement or an answer; its timeout from the model's speed now.
+    chat = budgeted(local_model, prompt_tokens=DEFAULT_CONTEXT_TOKENS, completion_tokens=FACTS_MAX_TOKENS)
 
     def table():
         return run_table(
@@ -36,7 +47,7 @@ def test_three_popqa_questions_through_every_row(
             client=es,
             embedder=embedder,
             settings=settings,
-            model=make_chat(local_model),
+            model=make_chat(chat),
             model_name=local_model.model,
             cache=cache,
             index=table_index,

@@ -15,7 +15,9 @@ import pytest
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_core.settings import ChunkingSettings
 from ingest_pipeline.document_context import add_document_context
+from ingest_pipeline.sectioning import MAX_ANSWER_TOKENS
 from ingest_pipeline.sources import plain_document
+from tests.support.model_speed import budgeted
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,9 +34,11 @@ TEXT = (
 
 
 def test_the_local_model_sections_and_summarises_a_document_without_headings(local_model, tmp_path):
-    model = OpenAICompatibleChat(
-        model=local_model.model, base_url=local_model.base_url, timeout_s=local_model.timeout_s
-    )
+    # The sections call is the longest: the text numbered by sentence and
+    # the instructions in (under 1,000 tokens), up to MAX_ANSWER_TOKENS out;
+    # its timeout from the model's speed now.
+    chat = budgeted(local_model, prompt_tokens=1000, completion_tokens=MAX_ANSWER_TOKENS)
+    model = OpenAICompatibleChat(model=chat.model, base_url=chat.base_url, timeout_s=chat.timeout_s)
     document = plain_document("mixed", TEXT, "test", title="mixed notes")
     outcome = add_document_context(
         document,

@@ -99,3 +99,32 @@ def test_the_state_home_is_the_checkouts_unless_installed(tmp_path):
     (checkout / "pyproject.toml").write_text("[project]\n")
     assert default_state_home(checkout, user) == checkout / ".chunkrag"
     assert state_home({"CHUNKRAG_HOME": str(tmp_path / "mine")}) == tmp_path / "mine"
+
+
+def test_the_gateway_settings_refuse_what_the_gateway_cannot_run_with():
+    from chunkrag_core.settings import GatewaySettings
+
+    for env, variable in (
+        ({"CHUNKRAG_GATEWAY_AUTH": "servic"}, "CHUNKRAG_GATEWAY_AUTH"),
+        ({"CHUNKRAG_GATEWAY_MAX_BODY_BYTES": "-1"}, "CHUNKRAG_GATEWAY_MAX_BODY_BYTES"),
+        ({"CHUNKRAG_GATEWAY_MAX_BODY_BYTES": "0"}, "CHUNKRAG_GATEWAY_MAX_BODY_BYTES"),
+        ({"CHUNKRAG_GATEWAY_BODY_TIMEOUT_S": "nan"}, "CHUNKRAG_GATEWAY_BODY_TIMEOUT_S"),
+        ({"CHUNKRAG_GATEWAY_RATE_PER_S": "-0.5"}, "CHUNKRAG_GATEWAY_RATE_PER_S"),
+        ({"CHUNKRAG_GATEWAY_PASSTHROUGH": "reads"}, "CHUNKRAG_GATEWAY_PASSTHROUGH"),
+        ({"CHUNKRAG_GATEWAY_SHARED_STATE": "memcached"}, "CHUNKRAG_GATEWAY_SHARED_STATE"),
+        ({"CHUNKRAG_GATEWAY_FILTER_NICE": "20"}, "CHUNKRAG_GATEWAY_FILTER_NICE"),
+        ({"CHUNKRAG_GATEWAY_METRICS_PORT": "70000"}, "CHUNKRAG_GATEWAY_METRICS_PORT"),
+    ):
+        with pytest.raises(SettingsError, match=variable):
+            Settings.from_env(env)
+    # Zero where zero means "none": no rate limit, no per-address cap, no queue.
+    assert GatewaySettings(rate_per_s=0, max_connections_per_address=0, max_queued=0).max_queued == 0
+
+
+def test_redacted_urls_lose_passwords_and_secret_parameters():
+    assert redact_url("redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
+    assert redact_url("redis://h:6379/0?password=pw&db=2") == "redis://h:6379/0?password=***&db=2"
+    assert (
+        redact_url("https://a/v1?api_key=k,https://b/v1?token=t") == "https://a/v1?api_key=***,https://b/v1?token=***"
+    )
+    assert redact_url("https://a/v1?size=3") == "https://a/v1?size=3"

@@ -14,7 +14,7 @@ from chunkrag_cli import config_command
 from chunkrag_cli.main import main
 from chunkrag_core import config_file, config_names
 from chunkrag_core.config_file import ConfigFileError, parse_config
-from chunkrag_core.settings import Settings
+from chunkrag_core.settings import Settings, SettingsError
 
 EXAMPLE = """
 scales = [128, 512, 2000]
@@ -175,6 +175,64 @@ def test_secrets_are_masked_and_urls_lose_their_credentials():
     assert config_file.masked("REDIS_URL", "redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
     assert config_file.masked("CHUNKRAG_GATEWAY_PORT", "8400") == "8400"
     assert config_file.masked("ES_API_KEY", "") == ""
+
+
+def test_secrets_inside_values_are_masked_urls_headers_and_user_password_pairs():
+    masked = config_file.masked
+    headers = masked("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer tok-1,x-tenant=t")
+    assert headers == "authorization=***,x-tenant=***"
+    assert masked("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=k") == "api-key=***"
+    assert masked("REDIS_URL", "redis://h:6379/0?password=pw&db=1") == "redis://h:6379/0?password=***&db=1"
+    assert masked("REDIS_URL", "redis://user:pw@h:6379/0") == "redis://user:***@h:6379/0"
+    assert masked("OPENAI_BASE_URL", "https://llm.example/v1?api_key=sk-1") == "https://llm.example/v1?api_key=***"
+    assert masked("OPENAI_BASE_URL", "https://llm.example/v1?access_token=t&model=m") == (
+        "https://llm.example/v1?access_token=***&model=m"
+    )
+    assert masked("OPENSEARCH_AUTH", "admin:S3cret!") == "admin:***"
+    # What is not a secret stays readable.
+    assert masked("OPENSEARCH_AUTH", "sigv4") == "sigv4"
+    assert masked("CHUNKRAG_GATEWAY_AUTH", "service") == "service"
+    assert masked("CHUNKRAG_POST_SEARCH_FIELDS", "kb-*:body,title") == "kb-*:body,title"
+    assert masked("ES_URL", "http://127.0.0.1:9200/?pretty=true") == "http://127.0.0.1:9200/?pretty=true"
+
+
+def test_config_show_prints_no_secret_held_inside_a_value(tmp_path, monkeypatch, capsys):
+    environ = {
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer tok-shown-nowhere",
+        "REDIS_URL": "redis://:pw-shown-nowhere@127.0.0.1:6379/0",
+        "OPENAI_BASE_URL": "https://llm.example/v1?api_key=key-shown-nowhere",
+        "OPENSEARCH_AUTH": "admin:pass-shown-nowhere",
+    }
+    code, out = _run(["config", "show"], monkeypatch, capsys, environ, tmp_path)
+    assert code == 0 and "shown-nowhere" not in out.out
+    assert "OPENSEARCH_AUTH" in out.out and "admin:***" in out.out
+
+
+def test_config_check_refuses_what_serve_refuses_with_the_same_model(tmp_path, monkeypatch, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[gateway]\nauth = "servic"\nmax_body_bytes = -1\nmax_queued = -2\npassthrough = "reed"\n'
+        '[otel]\nexporter = "consol"\n'
+    )
+    code, out = _run(["config", "check", str(bad)], monkeypatch, capsys, {}, tmp_path)
+    assert code == 1
+    for expected in (
+        "gateway.auth (CHUNKRAG_GATEWAY_AUTH): CHUNKRAG_GATEWAY_AUTH must be one of forward, service, got 'servic'",
+        "gateway.max_body_bytes (CHUNKRAG_GATEWAY_MAX_BODY_BYTES): CHUNKRAG_GATEWAY_MAX_BODY_BYTES must be a number "
+        "of at least 1, got -1",
+        "gateway.max_queued (CHUNKRAG_GATEWAY_MAX_QUEUED)",
+        "gateway.passthrough (CHUNKRAG_GATEWAY_PASSTHROUGH)",
+        "otel.exporter (CHUNKRAG_OTEL_EXPORTER): CHUNKRAG_OTEL_EXPORTER must be one of none, console, otlp",
+    ):
+        assert expected in out.out, out.out
+    # serve builds the same settings: it stops on the same value, before it listens.
+    with pytest.raises(SettingsError, match="CHUNKRAG_GATEWAY_MAX_BODY_BYTES"):
+        Settings.from_env({"CHUNKRAG_GATEWAY_MAX_BODY_BYTES": "-1"})
+    # What the gateway's own start check refuses (keys, their pairing with the mode), check refuses too.
+    keyless = tmp_path / "keyless.toml"
+    keyless.write_text('[gateway]\nauth = "service"\n')
+    code, out = _run(["config", "check", str(keyless)], monkeypatch, capsys, {}, tmp_path)
+    assert code == 1 and "CHUNKRAG_GATEWAY_AUTH=service needs CHUNKRAG_GATEWAY_API_KEYS" in out.out
 
 
 def test_show_rows_give_each_value_its_source_and_the_default_from_the_settings_model():

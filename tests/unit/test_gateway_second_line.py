@@ -544,3 +544,35 @@ def test_service_mode_asks_for_uncompressed_answers_it_can_read():
     client = app_client(transport, auth="service", api_keys=KEYS)
     client.post("/docs-1/_search", json={}, headers={"authorization": f"ApiKey {KEY_A}", "accept-encoding": "gzip"})
     assert b"accept-encoding" not in transport.requests[-1][2]
+
+
+def test_service_mode_decodes_a_compressed_body_within_the_body_limit():
+    import gzip
+    import zlib
+
+    from chunkrag_gateway.body_reads import decoded_body
+
+    body = b'{"query": {"match_all": {}}}'
+    raw_deflate = zlib.compressobj(wbits=-15)
+    for coding, encoded in (
+        ("gzip", gzip.compress(body)),
+        ("x-gzip", gzip.compress(body)),
+        ("deflate", zlib.compress(body)),
+        ("deflate", raw_deflate.compress(body) + raw_deflate.flush()),
+        ("identity", body),
+        (None, body),
+    ):
+        assert decoded_body(coding, encoded, len(body)) == body, coding
+    # The limit holds for what comes out: a 10 kB body of 10 MB is a 413 at the first MB past it.
+    with pytest.raises(errors.GatewayError) as bomb:
+        decoded_body("gzip", gzip.compress(b"{" + b" " * 10_000_000 + b"}"), 1_000_000)
+    assert bomb.value.status == 413 and "CHUNKRAG_GATEWAY_MAX_BODY_BYTES" in bomb.value.reason
+    for coding, encoded, why in (
+        ("gzip", gzip.compress(body)[:-6], "ends early"),
+        ("gzip", gzip.compress(body) + b"{}", "data follows"),
+        ("gzip", body, "incorrect header"),
+        ("br", body, "gzip, deflate or no encoding"),
+    ):
+        with pytest.raises(errors.GatewayError) as refused:
+            decoded_body(coding, encoded, 1000)
+        assert refused.value.status == 400 and why in refused.value.reason, (coding, refused.value.reason)

@@ -199,6 +199,8 @@ def test_passthrough_classes():
         and parse_classes("read, write") == {"read", "write"}
         and parse_classes("all") == {"read", "write", "cluster"}
     )
+    # The other classes add to read: a gateway forwarding writes but no search would serve nobody.
+    assert parse_classes("write") == {"read", "write"} and parse_classes("cluster") == {"read", "cluster"}
     for bad in ("", "reads", "read,admin"):
         with pytest.raises(ValueError, match="CHUNKRAG_GATEWAY_PASSTHROUGH"):
             parse_classes(bad)
@@ -585,3 +587,10 @@ def test_numbers_that_overflow_downstream_are_refused(raw, named):
 
     with pytest.raises(OptionError, match=named):
         parse_options(raw, max_candidates=50)
+
+
+@pytest.mark.parametrize("api", ["_search_shards", "_segments", "_recovery", "_shard_stores"])
+def test_index_apis_that_answer_with_the_nodes_are_cluster_apis(api):
+    # Node names, ids and transport addresses: cluster topology, not an index's data.
+    endpoint = classify("GET", f"/docs/{api}")
+    assert (endpoint.kind, endpoint.indices) == ("cluster", ("docs",))

@@ -130,6 +130,25 @@ def test_up_status_logs_down_of_a_foreground_server(tmp_path: Path):
     assert lines[-1] == "test server is not running"
 
 
+def test_down_stops_what_this_home_started_though_the_environment_names_its_url(tmp_path: Path):
+    """ES_URL or REDIS_URL exported (as `chunkrag` prints them for the app)
+    after `services up`: `down` still stops the service started here."""
+    port = free_port()
+    argv = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    started = described(tmp_path, argv, port=port, marker=f"http.server {port}")
+    assert started.up(timeout=30, log=quiet) == "HTTP 200"
+    pid = started.running_pid(quiet)
+    exported = described(
+        tmp_path, argv, port=port, marker=f"http.server {port}", external_url=f"http://127.0.0.1:{port}"
+    )
+    lines: list[str] = []
+    exported.down(lines.append)
+    assert lines == [f"stopping test server (pid {pid})…", "test server stopped"]
+    assert not pid_alive(pid)
+    exported.down(lines.append)
+    assert lines[-1] == f"test server: using external server at http://127.0.0.1:{port}; not stopping it"
+
+
 def test_a_port_taken_by_another_program_is_refused_before_preparing(tmp_path: Path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
