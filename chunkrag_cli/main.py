@@ -279,7 +279,13 @@ def _open_corpus_arguments(parser: argparse.ArgumentParser, *, table: bool) -> N
     group.add_argument(
         "--answer-sizes", help="open corpus, with answers: the N answered at (default every N of --sizes)"
     )
-    if not table:
+    if table:
+        group.add_argument(
+            "--answer-limit",
+            help="open corpus: answer the first N questions of each set only (N, or per format: popqa=20,"
+            "pubhealth=20; 0: measure every row without the model); the rest are measured without it",
+        )
+    else:
         group.add_argument(
             "--judge-limit", type=int, default=0, help="open corpus: the LLM judge row on the first N questions"
         )
@@ -741,11 +747,18 @@ def cmd_table(args: argparse.Namespace) -> int:
             for record in bad:
                 print(f"{path}: skipped line {record.line}: {record.reason}", file=sys.stderr)
             datasets[fmt] = items[: limit_for(limits, fmt)]
+        try:
+            answer_limits = _answer_limits(args.answer_limit)
+        except ValueError as exc:
+            print(f"chunkrag: --answer-limit: {exc}", file=sys.stderr)
+            return 2
         return _open_corpus(
             args,
             settings,
             datasets,
-            {name: len(items) for name, items in datasets.items()},
+            {name: min(len(items), limit_for(answer_limits, name) or len(items)) for name, items in datasets.items()}
+            if answer_limits.get("*") != 0
+            else {name: 0 for name in datasets},
             {name: limit_for(judge_limits, name) or 0 for name in datasets},
             files=args.file,
         )
@@ -798,6 +811,15 @@ def cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _answer_limits(text: str | None) -> dict[str, int]:
+    """``--answer-limit``: as ``--limit`` (N, or SET=N), and 0 for none answered."""
+    from chunkrag_eval.answer_table import parse_limits
+
+    if text is not None and text.strip() == "0":
+        return {"*": 0}
+    return parse_limits(text)
+
+
 def _open_corpus(
     args: argparse.Namespace,
     settings: Settings,
@@ -816,7 +838,7 @@ def _open_corpus(
         index_name,
         parse_distractors,
     )
-    from chunkrag_eval.open_eval import outcome_json, run_context, run_open, table_markdown
+    from chunkrag_eval.open_eval import outcome_json, result_text, run_context, run_open, table_markdown
     from chunkrag_eval.open_rows import rows_named
     from local_services.llm_server import DEFAULT_CTX
     from search_extension.retriever import HybridRetriever
@@ -880,7 +902,7 @@ def _open_corpus(
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        out.write_text(result_text(payload), encoding="utf-8")
         out.with_suffix(".md").write_text(markdown, encoding="utf-8")
         print(f"wrote {out} and {out.with_suffix('.md')}", file=sys.stderr)
     print(markdown)

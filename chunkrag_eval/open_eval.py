@@ -14,6 +14,7 @@ same questions (exact McNemar).
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -449,21 +450,27 @@ def table_markdown(run: OpenRun) -> str:
                     cells += ["–"] * 5
                 lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    choice = run.cosine_threshold
+    if choice.get("threshold") is not None:
+        how = choice["rule"]
+        if "held" in choice:
+            how = (
+                f"chosen at N = {choice['at_n']} on {', '.join(choice['chosen_on'])} by the shipped cut's rule; "
+                + ("it held" if choice["held"] else "no candidate held, so the lowest")
+                + f" (holding: {', '.join(f'{t:g}' for t in choice['holding']) or 'none'})"
+            )
+        lines.append(f"- cosine threshold t = {choice['threshold']:g}: {how}")
     for name, note in run.skipped_rows.items():
         lines.append(f"- {name}: {note}")
     return "\n".join(lines) + "\n"
 
 
 def outcome_json(o: Outcome) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "set": o.dataset,
-        "id": o.item_id,
-        "n": o.size,
-        "row": o.row,
-        "kept": list(o.kept),
-        "chars": o.chars,
-        "own": o.own_pool,
-    }
+    """One outcome; ``kept`` (candidate positions) is left out for all N, which keeps every one."""
+    out: dict[str, Any] = {"set": o.dataset, "id": o.item_id, "n": o.size, "row": o.row}
+    if o.row != REFERENCE:
+        out["kept"] = list(o.kept)
+    out.update(chars=o.chars, own=o.own_pool)
     if o.answer_in_context is not None:
         out["aic"] = o.answer_in_context
     if o.correct is not None:
@@ -471,6 +478,14 @@ def outcome_json(o: Outcome) -> dict[str, Any]:
     if o.judge_prompt_tokens:
         out["judge_tokens"] = o.judge_prompt_tokens
     return out
+
+
+def result_text(payload: Mapping[str, Any]) -> str:
+    """The result file: indented, with each per-question outcome on one line."""
+    head = {k: v for k, v in payload.items() if k != "questions"}
+    text = json.dumps(head, indent=1)
+    lines = ",\n".join("  " + json.dumps(q, separators=(",", ":")) for q in payload.get("questions", ()))
+    return text[:-2] + ',\n "questions": [\n' + lines + "\n ]\n}\n"
 
 
 def run_context(command: Sequence[str]) -> dict[str, Any]:
