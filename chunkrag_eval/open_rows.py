@@ -144,7 +144,8 @@ def choose_cosine_threshold(
 def paired_with_reference(flags: Sequence[bool], reference: Sequence[bool]) -> dict[str, Any]:
     """[right only with the row, right only with all N] and the exact McNemar p."""
     only_row, only_all = discordant(flags, reference)
-    return {"discordant": [only_row, only_all], "p_vs_all": round(mcnemar_exact(only_row, only_all), 4)}
+    # Three significant digits, so a tiny p is not printed as 0.
+    return {"discordant": [only_row, only_all], "p_vs_all": float(f"{mcnemar_exact(only_row, only_all):.3g}")}
 
 
 def rate(flags: Sequence[bool]) -> float | None:

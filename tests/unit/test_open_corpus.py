@@ -160,3 +160,10 @@ def test_the_index_name_changes_with_the_corpus_and_with_the_chunker():
     assert index_name(docs[:1], settings) != name
     other = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, similarity_threshold=0.5))
     assert corpus_fingerprint(docs, other) != corpus_fingerprint(docs, settings)
+
+
+def test_a_tiny_p_keeps_its_significant_digits():
+    from chunkrag_eval.open_rows import paired_with_reference
+
+    # 18 discordant pairs all one way: p = 2 / 2**18.
+    assert paired_with_reference([False] * 18, [True] * 18) == {"discordant": [0, 18], "p_vs_all": 7.63e-06}
