@@ -146,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluation.add_argument("--out", help="write the summary and per-question outcomes to this JSON file")
     evaluation.add_argument("--plots", metavar="DIR", help="write PNG figures to DIR")
+    _open_corpus_arguments(evaluation, table=False)
     evaluation.set_defaults(handler=cmd_eval)
 
     table = commands.add_parser(
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache", default=".cache/generations.sqlite", help="answers already generated for the same prompt (sqlite)"
     )
     table.add_argument("--out", help="write the table (markdown) here and the outcomes beside it (.json)")
+    _open_corpus_arguments(table, table=True)
     table.set_defaults(handler=cmd_table)
 
     calibrate = commands.add_parser(
@@ -243,6 +245,53 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_config(commands)
     return parser
+
+
+def _open_corpus_arguments(parser: argparse.ArgumentParser, *, table: bool) -> None:
+    from chunkrag_eval.open_rows import ROW_NAMES
+
+    group = parser.add_argument_group("open corpus (docs/evaluation.md#the-open-corpus)")
+    group.add_argument(
+        "--open-corpus",
+        action="store_true",
+        help="every pool of PopQA and PubHealth dev and the distractors in one shared index (built once, named by "
+        "a fingerprint of corpus and chunker); N candidates retrieved from all of it, no pool filter; "
+        + (
+            "every row answered by the model on the questions read (--limit)"
+            if table
+            else "rows measured without the model (--generate: answered too)"
+        ),
+    )
+    group.add_argument("--sizes", default="10,20,40", help="open corpus: the N candidates retrieved, comma-separated")
+    group.add_argument(
+        "--distractors",
+        default="nq,squad",
+        help="open corpus: NQ-open's gold passages and SQuAD's paragraphs (NAME or NAME=N for the first N; none)",
+    )
+    group.add_argument(
+        "--open-rows", help=f"open corpus: the rows, comma-separated (default all: {', '.join(ROW_NAMES)})"
+    )
+    group.add_argument(
+        "--cosine-threshold",
+        type=float,
+        help="open corpus: the cosine row's threshold (default: chosen by the shipped cut's rule at N = 20)",
+    )
+    group.add_argument(
+        "--answer-sizes", help="open corpus, with answers: the N answered at (default every N of --sizes)"
+    )
+    if table:
+        group.add_argument(
+            "--answer-limit",
+            help="open corpus: answer the first N questions of each set only (N, or per format: popqa=20,"
+            "pubhealth=20; 0: measure every row without the model); the rest are measured without it",
+        )
+    else:
+        group.add_argument(
+            "--judge-limit", type=int, default=0, help="open corpus: the LLM judge row on the first N questions"
+        )
+        group.add_argument(
+            "--answer-limit", type=int, help="open corpus with --generate: answer the first N questions only"
+        )
 
 
 def _scales_argument(parser: argparse.ArgumentParser, *, ingest: bool = False) -> None:
@@ -586,6 +635,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.format in ("wikiqa", "healthver", "climate_fever"):
         return _eval_sentences(args, settings)
+    if args.open_corpus:
+        fmt, items, bad = read_items(args.file, args.format, args.pool, args.limit)
+        for record in bad:
+            print(f"skipped line {record.line}: {record.reason}", file=sys.stderr)
+        answered = (args.answer_limit or len(items)) if args.generate else 0
+        return _open_corpus(args, settings, {fmt: items}, {fmt: answered}, {fmt: args.judge_limit})
     resolved = filter_options_from_args(args, "eval")
     ensemble = ensemble_scales(resolved, settings)
     if ensemble is not None:
@@ -686,6 +741,29 @@ def cmd_table(args: argparse.Namespace) -> int:
     from local_services.llm_server import DEFAULT_CTX
 
     settings = _settings(args)
+    if args.open_corpus:
+        limits, judge_limits = parse_limits(args.limit), parse_limits(args.judge_limit)
+        datasets = {}
+        for path in args.file:
+            fmt, items, bad = read_items(path, "auto", "ambiguous")
+            for record in bad:
+                print(f"{path}: skipped line {record.line}: {record.reason}", file=sys.stderr)
+            datasets[fmt] = items[: limit_for(limits, fmt)]
+        try:
+            answer_limits = _answer_limits(args.answer_limit)
+        except ValueError as exc:
+            print(f"chunkrag: --answer-limit: {exc}", file=sys.stderr)
+            return 2
+        return _open_corpus(
+            args,
+            settings,
+            datasets,
+            {name: min(len(items), limit_for(answer_limits, name) or len(items)) for name, items in datasets.items()}
+            if answer_limits.get("*") != 0
+            else {name: 0 for name in datasets},
+            {name: limit_for(judge_limits, name) or 0 for name in datasets},
+            files=args.file,
+        )
     rows = tuple(r.strip() for r in args.rows.split(",") if r.strip())
     client, embedder, model = _backend(settings), make_embedder(settings.embedder), make_chat(settings.chat)
     cache = GenerationCache(args.cache) if args.cache else None
@@ -731,6 +809,104 @@ def cmd_table(args: argparse.Namespace) -> int:
         payload = {"model": settings.chat.model, "sets": {name: run.to_json() for name, run in runs.items()}}
         out.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {out} and {out.with_suffix('.json')}", file=sys.stderr)
+    print(markdown)
+    return 0
+
+
+def _answer_limits(text: str | None) -> dict[str, int]:
+    """``--answer-limit``: as ``--limit`` (N, or SET=N), and 0 for none answered."""
+    from chunkrag_eval.answer_table import parse_limits
+
+    if text is not None and text.strip() == "0":
+        return {"*": 0}
+    return parse_limits(text)
+
+
+def _open_corpus(
+    args: argparse.Namespace,
+    settings: Settings,
+    datasets: dict,
+    answer_limits: dict[str, int],
+    judge_limits: dict[str, int],
+    files: Sequence[str] | None = None,
+) -> int:
+    """The open-corpus table of `eval --open-corpus` and `table --open-corpus`."""
+    from chunkrag_core.providers import make_chat, make_embedder
+    from chunkrag_eval.answer_table import GenerationCache
+    from chunkrag_eval.open_corpus import (
+        build_corpus,
+        ensure_corpus_index,
+        eval_root,
+        index_name,
+        parse_distractors,
+    )
+    from chunkrag_eval.open_eval import outcome_json, result_text, run_context, run_open, table_markdown
+    from chunkrag_eval.open_rows import rows_named
+    from local_services.llm_server import DEFAULT_CTX
+    from search_extension.retriever import HybridRetriever
+
+    context = run_context(["chunkrag", *sys.argv[1:]])
+    try:
+        sizes = tuple(int(n) for n in args.sizes.split(",") if n.strip())
+        answer_sizes = tuple(int(n) for n in args.answer_sizes.split(",")) if args.answer_sizes else None
+        rows = rows_named([r.strip() for r in args.open_rows.split(",") if r.strip()] if args.open_rows else None)
+        distractors = parse_distractors(args.distractors)
+    except ValueError as exc:
+        print(f"chunkrag: {exc}", file=sys.stderr)
+        return 2
+    if not sizes or min(sizes) < 1:
+        print("chunkrag: --sizes takes positive N, e.g. 10,20,40", file=sys.stderr)
+        return 2
+    client, embedder = _backend(settings), make_embedder(settings.embedder)
+    corpus = build_corpus(datasets, eval_root(files or [args.file]), distractors)
+    index = index_name(corpus.documents, settings)
+    print(f"open corpus: {len(corpus.documents)} documents {dict(corpus.sources)} in {index}", file=sys.stderr)
+    report = ensure_corpus_index(corpus, client=client, embedder=embedder, settings=settings, index=index)
+    print(
+        f"open corpus: {report.documents - report.unchanged} documents ingested, {report.unchanged} unchanged, "
+        f"{report.seconds:.0f} s",
+        file=sys.stderr,
+    )
+    cache = (
+        GenerationCache(args.cache) if getattr(args, "cache", None) else GenerationCache(".cache/generations.sqlite")
+    )
+    run = run_open(
+        datasets,
+        retriever=HybridRetriever(client, embedder, index, settings.retrieval),
+        model=make_chat(settings.chat),
+        rows=rows,
+        sizes=sizes,
+        model_name=settings.chat.model,
+        cache=cache,
+        generate_limits=answer_limits,
+        generate_sizes=answer_sizes,
+        judge_limits=judge_limits,
+        cosine_threshold=args.cosine_threshold,
+        context_tokens=DEFAULT_CTX,
+        parallel=settings.chat.parallel,
+        on_progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    markdown = table_markdown(run)
+    payload = {
+        **context,
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "model": settings.chat.model if any(answer_limits.values()) or any(judge_limits.values()) else None,
+        "index": index,
+        "corpus": {"documents": len(corpus.documents), "sources": dict(corpus.sources), "chunks": client.count(index)},
+        "sizes": list(sizes),
+        "rows": {r.name: {"label": r.label, "kind": r.kind, "options": dict(r.options)} for r in run.rows},
+        "skipped_rows": dict(run.skipped_rows),
+        "cosine_threshold": run.cosine_threshold,
+        "notes": dict(run.notes),
+        "summary": run.summary(),
+        "questions": [outcome_json(o) for o in run.outcomes],
+    }
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(result_text(payload), encoding="utf-8")
+        out.with_suffix(".md").write_text(markdown, encoding="utf-8")
+        print(f"wrote {out} and {out.with_suffix('.md')}", file=sys.stderr)
     print(markdown)
     return 0
 

@@ -1,0 +1,526 @@
+"""The open-corpus table: each question's N candidates retrieved from the
+shared index (open_corpus.py), every row of open_rows.py chooses from them,
+and each row is measured and paired with all N.
+
+Without a model, every row, every question: answer-in-context (a gold
+answer as a case-insensitive substring of the kept text joined, PopQA's
+rule), whether a kept chunk comes from the question's own pool, and the
+characters kept. With the model, on the first ``generate_limits[set]``
+questions of each set: the answer (PopQA) or verdict (PubHealth) written from the
+row's chunks with ``chunkrag table``'s prompt and token cap, graded as
+there, its prompt tokens and seconds. Each row is paired with all N on the
+same questions (exact McNemar).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from chunkrag_core.chunk import Chunk
+from chunkrag_core.providers.chat import ChatModel
+from chunkrag_eval.answer_table import (
+    ANSWER_MAX_TOKENS,
+    DEFAULT_CONTEXT_TOKENS,
+    GenerationCache,
+    MeteredChat,
+    _answer,
+    fit_context,
+)
+from chunkrag_eval.datasets import EvalItem
+from chunkrag_eval.measures import answer_in_context
+from chunkrag_eval.open_rows import (
+    COSINE_THRESHOLDS,
+    REFERENCE,
+    SIZES,
+    THRESHOLD_CHOSEN_AT,
+    Row,
+    choose_cosine_threshold,
+    paired_with_reference,
+    rate,
+    select_cosine,
+    select_same_chars,
+    select_top,
+)
+from chunkrag_eval.runner import doc_id_for
+from chunkrag_filter.judging import judge_in_threads
+from chunkrag_filter.pipeline import FilterOptions, run_filter
+from chunkrag_filter.processors.answer import context_chars as context_budget_chars
+from search_extension.options import OptionError, parse_options
+from search_extension.retriever import HybridRetriever
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieved:
+    """One question's N candidates from the whole index and their signals."""
+
+    dataset: str
+    item: EvalItem
+    size: int
+    candidates: tuple[Chunk, ...]
+    scores: tuple[float, ...]  # hybrid, in retrieval order
+    cosine: tuple[float, ...]  # query-chunk embedding cosine
+    chars: tuple[int, ...]
+    own: tuple[bool, ...]  # from the question's own pool
+    seconds: float
+
+
+@dataclass
+class Outcome:
+    """One row on one question at one N."""
+
+    dataset: str
+    item_id: str
+    size: int
+    row: str
+    kept: tuple[int, ...]
+    chars: int
+    answer_in_context: bool | None
+    own_pool: bool
+    seconds: float = 0.0  # choosing (retrieval aside)
+    correct: bool | None = None
+    prompt_tokens: int = 0
+    judge_prompt_tokens: int = 0
+    answer_seconds: float = 0.0
+    answer: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRun:
+    sizes: tuple[int, ...]
+    rows: tuple[Row, ...]
+    outcomes: tuple[Outcome, ...]
+    cosine_threshold: Mapping[str, Any]
+    skipped_rows: Mapping[str, str]
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, dict[str, dict[str, Any]]]:
+        return summarise(self.outcomes, self.rows)
+
+
+def filter_options_for(row: Row) -> FilterOptions:
+    """The filter's options for a row: the eval surface's defaults with the
+    row's ``ext.chunkrag`` overrides (an unknown option raises OptionError)."""
+    return replace(parse_options(dict(row.options), surface="eval").filter, answer=False)
+
+
+def usable_rows(rows: Sequence[Row]) -> tuple[tuple[Row, ...], dict[str, str]]:
+    """The rows whose options the filter takes, and a note for each skipped one."""
+    kept, skipped = [], {}
+    for row in rows:
+        if row.kind == "filter":
+            try:
+                filter_options_for(row)
+            except (OptionError, ValueError) as exc:
+                skipped[row.name] = f"skipped: the filter does not take {dict(row.options)} here ({exc})"
+                continue
+        kept.append(row)
+    names = {r.name for r in kept}
+    for row in list(kept):
+        if row.kind == "same_chars" and row.of not in names:
+            kept.remove(row)
+            skipped[row.name] = f"skipped: it matches the characters of row {row.of}, which was skipped"
+    return tuple(kept), skipped
+
+
+def retrieve(item: EvalItem, dataset: str, retriever: HybridRetriever, size: int) -> Retrieved:
+    started = time.perf_counter()
+    result = retriever.search(item.question, size=size, include_vectors=True)
+    seconds = time.perf_counter() - started
+    candidates = tuple(result.chunks)
+    query = np.asarray(result.query_vector, dtype=np.float32)
+    cosine = tuple(float(np.dot(c.vector, query)) if c.vector is not None else -1.0 for c in candidates)
+    own_id = doc_id_for(dataset, item)
+    return Retrieved(
+        dataset,
+        item,
+        size,
+        candidates,
+        tuple(float(c.score or 0.0) for c in candidates),
+        cosine,
+        tuple(len(c.text) for c in candidates),
+        tuple(c.doc_id == own_id for c in candidates),
+        round(seconds, 4),
+    )
+
+
+def _measure(r: Retrieved, row: str, kept: Sequence[int], seconds: float = 0.0) -> Outcome:
+    kept = tuple(sorted(kept))
+    text = " ".join(r.candidates[i].text for i in kept)
+    return Outcome(
+        dataset=r.dataset,
+        item_id=r.item.item_id,
+        size=r.size,
+        row=row,
+        kept=kept,
+        chars=sum(r.chars[i] for i in kept),
+        answer_in_context=answer_in_context(text, r.item.answers) if r.item.answers else None,
+        own_pool=any(r.own[i] for i in kept),
+        seconds=round(seconds, 4),
+    )
+
+
+def _filter_kept(r: Retrieved, options: FilterOptions, model: ChatModel, judge_many=None) -> tuple[list[int], float]:
+    started = time.perf_counter()
+    result = run_filter(r.item.question, r.candidates, model=model, options=options, judge_many=judge_many)
+    position = {c.chunk_id: i for i, c in enumerate(r.candidates)}
+    return [position[c.chunk_id] for c in result.kept], time.perf_counter() - started
+
+
+def cosine_threshold_choice(
+    retrieved: Sequence[Retrieved], fixed: float | None = None, at: int = THRESHOLD_CHOSEN_AT
+) -> dict[str, Any]:
+    """The cosine row's threshold: ``fixed``, else chosen by the shipped cut's
+    rule on answer-in-context at N = ``at`` over the sets with answer strings."""
+    if fixed is not None:
+        return {"threshold": fixed, "rule": "given (--cosine-threshold)"}
+    sets: dict[str, tuple[list[bool], dict[float, list[bool]]]] = {}
+    for dataset in dict.fromkeys(r.dataset for r in retrieved):
+        mine = [r for r in retrieved if r.dataset == dataset and r.size == at and r.item.answers]
+        if not mine:
+            continue
+        gold = [[answer_in_context(c.text, r.item.answers) for c in r.candidates] for r in mine]
+        reference = [any(g) for g in gold]
+        flags = {
+            t: [any(g[i] for i in select_cosine(r.cosine, t)) for r, g in zip(mine, gold)] for t in COSINE_THRESHOLDS
+        }
+        sets[dataset] = (reference, flags)
+    if not sets:
+        return {"threshold": None, "rule": f"no set with answer strings at N = {at}: pass --cosine-threshold"}
+    choice = choose_cosine_threshold(sets)
+    return {
+        "threshold": choice.cut,
+        "held": choice.held,
+        "holding": list(choice.holding),
+        "chosen_on": {name: len(ref) for name, (ref, _) in sets.items()},
+        "at_n": at,
+        "candidates": list(COSINE_THRESHOLDS),
+        "per_threshold": {
+            name: {
+                f"{t:g}": {"answer_in_context": rate(flags[t]), **paired_with_reference(flags[t], ref)}
+                for t in COSINE_THRESHOLDS
+            }
+            | {"all": {"answer_in_context": rate(ref)}}
+            for name, (ref, flags) in sets.items()
+        },
+        "rule": "the highest candidate within one point of all N's answer-in-context and not significantly "
+        "below it (exact McNemar p >= 0.05) on every set with answer strings; none holding: the lowest",
+    }
+
+
+def run_open(
+    datasets: Mapping[str, Sequence[EvalItem]],
+    *,
+    retriever: HybridRetriever,
+    model: ChatModel,
+    rows: Sequence[Row],
+    sizes: Sequence[int] = SIZES,
+    model_name: str = "",
+    cache: GenerationCache | None = None,
+    generate_limits: Mapping[str, int] | None = None,
+    generate_sizes: Sequence[int] | None = None,
+    judge_limits: Mapping[str, int] | None = None,
+    cosine_threshold: float | None = None,
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+    parallel: int = 1,
+    on_progress: Callable[[str], None] | None = None,
+) -> OpenRun:
+    """Retrieve every question at every N, choose by every row, measure;
+    with ``generate_limits`` ({set: n}), answer the first n questions of
+    each set by every row at ``generate_sizes`` (default: every N). A row
+    that calls the model to choose (the LLM judge) runs on the first
+    ``judge_limits[set]`` questions only."""
+    say = on_progress or (lambda _: None)
+    generate_limits, judge_limits = dict(generate_limits or {}), dict(judge_limits or {})
+    usable, skipped = usable_rows(rows)
+    if not any(judge_limits.values()):
+        for row in [r for r in usable if r.judge]:
+            usable = tuple(r for r in usable if r is not row)
+            skipped[row.name] = "not run: it calls the model to choose (give a judge limit to run it on a subset)"
+    options = {r.name: filter_options_for(r) for r in usable if r.kind == "filter"}
+    retrieved: list[Retrieved] = []
+    for dataset, items in datasets.items():
+        for size in sizes:
+            started = time.perf_counter()
+            retrieved.extend(retrieve(item, dataset, retriever, size) for item in items)
+            say(f"{dataset} N={size}: {len(items)} questions retrieved in {time.perf_counter() - started:.0f} s")
+    at = THRESHOLD_CHOSEN_AT if THRESHOLD_CHOSEN_AT in sizes else max(sizes)
+    threshold = cosine_threshold_choice(retrieved, cosine_threshold, at)
+    if threshold["threshold"] is None and any(r.kind == "cosine" for r in usable):
+        usable = tuple(r for r in usable if r.kind != "cosine")
+        skipped["cosine"] = "skipped: " + threshold["rule"]
+    chat = MeteredChat(model, cache, model_name)
+    order = {(name, item.item_id): i for name, items in datasets.items() for i, item in enumerate(items)}
+    outcomes: list[Outcome] = []
+    for r in retrieved:
+        mine: dict[str, Outcome] = {}
+        for row in sorted(usable, key=lambda x: x.kind == "same_chars"):  # what same_chars matches first
+            if row.kind == "all":
+                mine[row.name] = _measure(r, row.name, range(len(r.candidates)))
+            elif row.kind == "top":
+                mine[row.name] = _measure(r, row.name, select_top(len(r.candidates), row.k or 0))
+            elif row.kind == "cosine":
+                mine[row.name] = _measure(r, row.name, select_cosine(r.cosine, threshold["threshold"]))
+            elif row.kind == "same_chars":
+                budget = mine[row.of].chars
+                mine[row.name] = _measure(r, row.name, select_same_chars(r.chars, r.scores, budget))
+            elif row.judge:
+                if order[(r.dataset, r.item.item_id)] >= judge_limits.get(r.dataset, 0):
+                    continue
+                judge_chat = chat.fresh()
+                kept, seconds = _filter_kept(
+                    r, options[row.name], judge_chat, judge_in_threads(judge_chat, threads=max(1, parallel))
+                )
+                outcome = _measure(r, row.name, kept, seconds)
+                outcome.judge_prompt_tokens = judge_chat.prompt_tokens
+                mine[row.name] = outcome
+            else:
+                kept, seconds = _filter_kept(r, options[row.name], model)
+                mine[row.name] = _measure(r, row.name, kept, seconds)
+        outcomes.extend(mine[row.name] for row in usable if row.name in mine)
+    say(f"rows chosen: {len(outcomes)} outcomes")
+    if any(generate_limits.values()):
+        _generate(
+            outcomes,
+            retrieved,
+            datasets,
+            chat,
+            generate_limits,
+            set(generate_sizes or sizes),
+            context_tokens,
+            parallel,
+            say,
+        )
+    notes = {
+        "questions": {name: len(items) for name, items in datasets.items()},
+        "generate_limits": generate_limits,
+        "generate_sizes": list(generate_sizes or sizes) if any(generate_limits.values()) else [],
+        "judge_limits": judge_limits,
+        "context_tokens": context_tokens,
+        "answer_max_tokens": ANSWER_MAX_TOKENS,
+        "retrieval_seconds_per_question": round(sum(r.seconds for r in retrieved) / len(retrieved), 4)
+        if retrieved
+        else None,
+    }
+    return OpenRun(tuple(sizes), tuple(usable), tuple(outcomes), threshold, skipped, notes)
+
+
+def _generate(
+    outcomes: list[Outcome],
+    retrieved: Sequence[Retrieved],
+    datasets: Mapping[str, Sequence[EvalItem]],
+    chat: MeteredChat,
+    limits: Mapping[str, int],
+    sizes: set[int],
+    context_tokens: int,
+    parallel: int,
+    say: Callable[[str], None],
+) -> None:
+    by_key = {(r.dataset, r.item.item_id, r.size): r for r in retrieved}
+    first = {name: {item.item_id for item in items[: limits.get(name, 0)]} for name, items in datasets.items()}
+    jobs = [o for o in outcomes if o.size in sizes and o.item_id in first[o.dataset]]
+    budget = context_budget_chars(context_tokens, ANSWER_MAX_TOKENS)
+
+    def work(o: Outcome) -> None:
+        r = by_key[(o.dataset, o.item_id, o.size)]
+        context, _ = fit_context([r.candidates[i] for i in o.kept], budget)
+        answer_chat = chat.fresh()
+        text, correct = _answer(r.item, context, o.dataset, answer_chat, ANSWER_MAX_TOKENS, no_retrieval=False)
+        o.answer, o.correct = text, bool(correct)
+        o.prompt_tokens, o.answer_seconds = answer_chat.prompt_tokens, round(answer_chat.seconds, 3)
+        say(
+            f"[{o.dataset} {o.item_id} N={o.size}] {o.row}: {o.prompt_tokens} tokens, {'right' if correct else 'wrong'}"
+        )
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="open") as pool:
+        list(pool.map(work, jobs))
+
+
+# ---------------------------------------------------------------- summary
+
+
+def summarise(outcomes: Sequence[Outcome], rows: Sequence[Row]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per set, per N, per row: the no-model measures over every question
+    the row ran on, the model's over those answered, each paired with all N
+    on the same questions."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    keys = dict.fromkeys((o.dataset, o.size) for o in outcomes)
+    for dataset, size in keys:
+        here = [o for o in outcomes if o.dataset == dataset and o.size == size]
+        reference = {o.item_id: o for o in here if o.row == REFERENCE}
+        table: dict[str, Any] = {}
+        for row in rows:
+            mine = [o for o in here if o.row == row.name]
+            if not mine:
+                continue
+            refs = [reference[o.item_id] for o in mine]
+            entry: dict[str, Any] = {
+                "n": len(mine),
+                "chars_per_question": round(sum(o.chars for o in mine) / len(mine), 1),
+                "chars_share_of_all": round(sum(o.chars for o in mine) / max(1, sum(o.chars for o in refs)), 4),
+                "chunks_per_question": round(sum(len(o.kept) for o in mine) / len(mine), 2),
+                "own_pool_in_context": rate([o.own_pool for o in mine]),
+                "own_pool_paired": paired_with_reference([o.own_pool for o in mine], [o.own_pool for o in refs]),
+            }
+            if mine[0].answer_in_context is not None:
+                flags = [bool(o.answer_in_context) for o in mine]
+                entry["answer_in_context"] = rate(flags)
+                entry.update(paired_with_reference(flags, [bool(o.answer_in_context) for o in refs]))
+            if row.judge:
+                entry["judge_prompt_tokens_per_question"] = round(
+                    sum(o.judge_prompt_tokens for o in mine) / len(mine), 1
+                )
+                entry["choose_seconds_per_question"] = round(sum(o.seconds for o in mine) / len(mine), 2)
+            answered = [o for o in mine if o.correct is not None]
+            paired_refs = [reference[o.item_id] for o in answered]
+            if answered and all(p.correct is not None for p in paired_refs):
+                test = paired_with_reference(
+                    [bool(o.correct) for o in answered], [bool(p.correct) for p in paired_refs]
+                )
+                entry["model"] = {
+                    "n": len(answered),
+                    "accuracy": rate([bool(o.correct) for o in answered]),
+                    "prompt_tokens_per_answer": round(sum(o.prompt_tokens for o in answered) / len(answered), 1),
+                    "seconds_per_answer": round(sum(o.answer_seconds for o in answered) / len(answered), 2),
+                    "discordant": test["discordant"],
+                    "p_vs_all": test["p_vs_all"],
+                }
+            table[row.name] = entry
+        out.setdefault(dataset, {})[str(size)] = table
+    return out
+
+
+def table_markdown(run: OpenRun) -> str:
+    """One table per set: a line per N and row."""
+    summary = run.summary()
+    labels = {r.name: r.label for r in run.rows}
+    lines = []
+    for dataset, by_size in summary.items():
+        has_aic = any("answer_in_context" in e for t in by_size.values() for e in t.values())
+        lines += [f"### {dataset}", ""]
+        head = ["N", "row", "n"]
+        head += ["answer in context", "p vs all"] if has_aic else []
+        head += [
+            "own pool kept",
+            "chars / question",
+            "share of all N",
+            "model n",
+            "accuracy",
+            "tokens / answer",
+            "s / answer",
+            "p vs all (model)",
+        ]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for size, table in by_size.items():
+            for name, e in table.items():
+                label = labels.get(name, name)
+                if name == "cosine" and run.cosine_threshold.get("threshold") is not None:
+                    label += f", t = {run.cosine_threshold['threshold']:g}"
+                cells = [size, label, str(e["n"])]
+                if has_aic:
+                    aic = e.get("answer_in_context")
+                    cells += [
+                        "–" if aic is None else f"{aic:.3f}",
+                        "–" if name == REFERENCE else f"{e['p_vs_all']:.3g}",
+                    ]
+                m = e.get("model")
+                cells += [
+                    f"{e['own_pool_in_context']:.3f}",
+                    f"{e['chars_per_question']:,.0f}",
+                    f"{100 * e['chars_share_of_all']:.0f}%",
+                ]
+                if m:
+                    cells += [
+                        str(m["n"]),
+                        f"{m['accuracy']:.3f}",
+                        f"{m['prompt_tokens_per_answer']:.0f}",
+                        f"{m['seconds_per_answer']:.1f}",
+                        "–" if name == REFERENCE else f"{m['p_vs_all']:.3g}",
+                    ]
+                else:
+                    cells += ["–"] * 5
+                lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    choice = run.cosine_threshold
+    if choice.get("threshold") is not None:
+        how = choice["rule"]
+        if "held" in choice:
+            how = (
+                f"chosen at N = {choice['at_n']} on {', '.join(choice['chosen_on'])} by the shipped cut's rule; "
+                + ("it held" if choice["held"] else "no candidate held, so the lowest")
+                + f" (holding: {', '.join(f'{t:g}' for t in choice['holding']) or 'none'})"
+            )
+        lines.append(f"- cosine threshold t = {choice['threshold']:g}: {how}")
+    for name, note in run.skipped_rows.items():
+        lines.append(f"- {name}: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def outcome_json(o: Outcome) -> dict[str, Any]:
+    """One outcome; ``kept`` (candidate positions) is left out for all N, which keeps every one."""
+    out: dict[str, Any] = {"set": o.dataset, "id": o.item_id, "n": o.size, "row": o.row}
+    if o.row != REFERENCE:
+        out["kept"] = list(o.kept)
+    out.update(chars=o.chars, own=o.own_pool)
+    if o.answer_in_context is not None:
+        out["aic"] = o.answer_in_context
+    if o.correct is not None:
+        out.update(correct=o.correct, tokens=o.prompt_tokens, s=o.answer_seconds, answer=o.answer)
+    if o.judge_prompt_tokens:
+        out["judge_tokens"] = o.judge_prompt_tokens
+    return out
+
+
+def result_text(payload: Mapping[str, Any]) -> str:
+    """The result file: indented, with each per-question outcome on one line."""
+    head = {k: v for k, v in payload.items() if k != "questions"}
+    text = json.dumps(head, indent=1)
+    lines = ",\n".join("  " + json.dumps(q, separators=(",", ":")) for q in payload.get("questions", ()))
+    return text[:-2] + ',\n "questions": [\n' + lines + "\n ]\n}\n"
+
+
+def run_context(command: Sequence[str]) -> dict[str, Any]:
+    """What a result file records of its run: the command, the machine, its
+    load, the date and the checkout's commit."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+        )
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    cpu = "unknown"
+    try:
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    return {
+        "command": " ".join(command),
+        "machine": {
+            "cpu": cpu,
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "os": platform.platform(),
+        },
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_commit": commit,
+        "git_dirty": dirty,
+    }

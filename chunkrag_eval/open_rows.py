@@ -1,0 +1,152 @@
+"""The rows of the open-corpus table and the pure rules that pick each
+row's chunks from one question's N candidates, tested with literal numbers.
+
+A row is data: a name, what it says in the table, how it chooses (``kind``)
+and, for the filter, the ``ext.chunkrag`` options it overrides, so a new
+filter option is one more line in :data:`ROWS`. A row whose options the
+filter does not know (yet) is skipped with a note, not an error.
+
+- ``all``: every candidate (the reference every row is tested against);
+- ``top``: the best ``k`` by hybrid score (the retrieval order);
+- ``same_chars``: the best by hybrid score, question by question, up to the
+  characters row ``of`` kept there (:func:`measures.kept_within_budget`);
+- ``cosine``: LangChain's ``EmbeddingsFilter`` with ``k=None``: every
+  candidate whose query-chunk cosine is above ``t``, in retrieval order
+  (its ``similarity > similarity_threshold``), ``t`` chosen by the shipped
+  cut's rule (:func:`choose_cosine_threshold`);
+- ``filter``: :func:`chunkrag_filter.pipeline.run_filter` with ``options``;
+  ``judge`` marks a row that calls the chat model to choose (the LLM judge),
+  run on a subset only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from chunkrag_eval.answer_table import CutChoice, choose_cut, cut_row, discordant, mcnemar_exact
+from chunkrag_eval.measures import kept_within_budget
+
+KINDS = ("all", "top", "same_chars", "cosine", "filter")
+# The reference row: every candidate.
+REFERENCE = "all"
+# The N candidates retrieved from the whole index, each a table of its own.
+SIZES = (10, 20, 40)
+# The cosine thresholds the rule chooses among (written before the run,
+# docs/evaluation.md "The open corpus"): MiniLM's query-sentence cosines
+# fall between about 0 and 0.8, a relevant sentence mostly above 0.3.
+COSINE_THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6)
+# The N the threshold is chosen at (the regime the filter's default is chosen in).
+THRESHOLD_CHOSEN_AT = 20
+# Candidates the LLM judge sees in its row (the CLI's --judge-top default).
+JUDGE_TOP = 9
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    name: str
+    label: str
+    kind: str
+    k: int | None = None  # top: how many
+    of: str | None = None  # same_chars: whose characters
+    options: Mapping[str, Any] = field(default_factory=dict)  # filter: ext.chunkrag overrides
+    judge: bool = False  # calls the model to choose: a subset only
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown row kind {self.kind!r}; choose one of {', '.join(KINDS)}")
+        if self.kind == "top" and not self.k:
+            raise ValueError(f"row {self.name}: a top row needs k")
+        if self.kind == "same_chars" and not self.of:
+            raise ValueError(f"row {self.name}: a same_chars row needs the row whose characters it matches (of)")
+
+
+ROWS: tuple[Row, ...] = (
+    Row("all", "all N", "all"),
+    Row("top5", "top-5 by hybrid score", "top", k=5),
+    Row("topk_filter_chars", "top-k by hybrid score at the filter's characters", "same_chars", of="filter"),
+    Row("cosine", "cosine above t (LangChain EmbeddingsFilter)", "cosine"),
+    Row("filter", "the filter at its default", "filter"),
+    Row(
+        "filter_crossencoder",
+        "the filter with the cross-encoder judge",
+        "filter",
+        options={"relevance": "crossencoder"},
+    ),
+    Row(
+        "llm_judge",
+        f"the filter with the LLM judge (judge_top {JUDGE_TOP})",
+        "filter",
+        options={"judge_top": JUDGE_TOP},
+        judge=True,
+    ),
+)
+ROW_NAMES = tuple(r.name for r in ROWS)
+
+
+def rows_named(names: Sequence[str] | None) -> tuple[Row, ...]:
+    """The declared rows of ``names`` in table order (all for None), with
+    the rows a same_chars row matches added before it."""
+    if names is None:
+        return ROWS
+    unknown = [n for n in names if n not in ROW_NAMES]
+    if unknown:
+        raise ValueError(f"unknown open-corpus row(s) {', '.join(unknown)}; choose among {', '.join(ROW_NAMES)}")
+    wanted = set(names) | {REFERENCE}
+    wanted |= {r.of for r in ROWS if r.name in wanted and r.of}
+    return tuple(r for r in ROWS if r.name in wanted)
+
+
+# ---------------------------------------------------------------- choosing
+
+
+def select_top(count: int, k: int) -> list[int]:
+    """The first ``k`` of ``count`` candidates in retrieval (hybrid score) order."""
+    return list(range(min(k, count)))
+
+
+def select_same_chars(chars: Sequence[int], scores: Sequence[float], budget_chars: int) -> list[int]:
+    """The best candidates by hybrid score within ``budget_chars``, in retrieval order."""
+    return sorted(kept_within_budget(["x" * n for n in chars], scores, budget_chars))
+
+
+def select_cosine(cosine: Sequence[float], threshold: float) -> list[int]:
+    """EmbeddingsFilter's rule: the candidates whose cosine is above ``threshold``, in order."""
+    return [i for i, value in enumerate(cosine) if value > threshold]
+
+
+def kept_flags(kept: Sequence[Sequence[int]], per_candidate: Sequence[Sequence[bool]]) -> list[bool]:
+    """Per question: does a kept candidate have the property (a gold answer, its own pool)."""
+    return [any(flags[i] for i in k) for k, flags in zip(kept, per_candidate)]
+
+
+def choose_cosine_threshold(
+    sets: Mapping[str, tuple[Sequence[bool], Mapping[float, Sequence[bool]]]],
+    thresholds: Sequence[float] = COSINE_THRESHOLDS,
+) -> CutChoice:
+    """The shipped cut's rule (bench/REPORT.md, "The shipped cut chosen by
+    answer accuracy") for a cosine threshold: ``sets[name]`` holds all N's
+    per-question outcomes and each threshold's; a threshold holds on a set
+    when it is within one point of all N and not significantly below it
+    (exact McNemar, p >= 0.05); the highest threshold that holds on every
+    set is chosen, and when none holds, the lowest ("drop only what is
+    clearly irrelevant"), ``held`` False."""
+    rows = {
+        name: {REFERENCE: list(reference), **{cut_row(t): list(flags[t]) for t in thresholds}}
+        for name, (reference, flags) in sets.items()
+    }
+    return choose_cut(rows, thresholds, REFERENCE)
+
+
+# ---------------------------------------------------------------- measures
+
+
+def paired_with_reference(flags: Sequence[bool], reference: Sequence[bool]) -> dict[str, Any]:
+    """[right only with the row, right only with all N] and the exact McNemar p."""
+    only_row, only_all = discordant(flags, reference)
+    # Three significant digits, so a tiny p is not printed as 0.
+    return {"discordant": [only_row, only_all], "p_vs_all": float(f"{mcnemar_exact(only_row, only_all):.3g}")}
+
+
+def rate(flags: Sequence[bool]) -> float | None:
+    return round(sum(flags) / len(flags), 4) if flags else None

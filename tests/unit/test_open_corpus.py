@@ -1,0 +1,169 @@
+"""The open-corpus table's pure parts, with literal numbers: which chunks
+each row keeps, the cosine threshold rule, the rows as data, the pairing
+with all N, and the corpus fingerprint."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from chunkrag_core.settings import Settings
+from chunkrag_eval.open_corpus import corpus_fingerprint, index_name, parse_distractors
+from chunkrag_eval.open_eval import Outcome, summarise, usable_rows
+from chunkrag_eval.open_rows import (
+    COSINE_THRESHOLDS,
+    ROWS,
+    Row,
+    choose_cosine_threshold,
+    kept_flags,
+    rows_named,
+    select_cosine,
+    select_same_chars,
+    select_top,
+)
+from ingest_pipeline.sources import plain_document
+
+
+def test_same_characters_takes_the_best_hybrid_scores_within_the_budget_in_retrieval_order():
+    chars = [100, 300, 50, 200]
+    scores = [0.9, 0.8, 0.7, 0.6]
+    # 100 + 300 = 400 fits 420; 50 more would be 450: skipped; 200 too.
+    assert select_same_chars(chars, scores, 420) == [0, 1]
+    # A chunk that would overflow is skipped, a smaller later one still fits.
+    assert select_same_chars(chars, scores, 160) == [0, 2]
+    assert select_same_chars(chars, scores, 0) == []
+    # Ranked by score, returned in retrieval order.
+    assert select_same_chars([100, 100, 100], [0.1, 0.9, 0.5], 200) == [1, 2]
+
+
+def test_same_characters_never_exceeds_the_budget_it_matches():
+    chars = [120, 80, 300, 40, 95]
+    scores = [0.5, 0.9, 0.7, 0.2, 0.6]
+    for budget in (0, 39, 80, 175, 200, 635):
+        kept = select_same_chars(chars, scores, budget)
+        assert sum(chars[i] for i in kept) <= budget
+
+
+def test_top_keeps_the_first_k_or_all_there_are():
+    assert select_top(10, 5) == [0, 1, 2, 3, 4]
+    assert select_top(3, 5) == [0, 1, 2]
+
+
+def test_cosine_keeps_what_is_strictly_above_the_threshold_as_embeddings_filter_does():
+    cosine = [0.31, 0.30, 0.5, 0.1, 0.29999]
+    assert select_cosine(cosine, 0.3) == [0, 2]
+    assert select_cosine(cosine, 0.6) == []
+    assert select_cosine(cosine, -1.0) == [0, 1, 2, 3, 4]
+
+
+def test_kept_flags_say_whether_a_kept_chunk_has_the_property():
+    assert kept_flags([[0, 2], [], [1]], [[False, True, True], [True], [False, False]]) == [True, False, False]
+
+
+def _flags(right: int, n: int) -> list[bool]:
+    return [True] * right + [False] * (n - right)
+
+
+def test_the_threshold_rule_takes_the_highest_that_stays_within_one_point_and_not_significantly_below():
+    reference = _flags(100, 200)  # all N: 0.500
+    flags = {t: reference for t in COSINE_THRESHOLDS}
+    # 0.3 loses one answer of 200 (0.5 points): holds; 0.35 and above lose three (1.5 points): do not.
+    flags[0.3] = _flags(99, 200)
+    for t in COSINE_THRESHOLDS:
+        if t > 0.3:
+            flags[t] = _flags(97, 200)
+    choice = choose_cosine_threshold({"popqa": (reference, flags)})
+    assert choice.held and choice.cut == 0.3
+    assert choice.holding == (0.1, 0.15, 0.2, 0.25, 0.3)
+
+
+def test_the_threshold_rule_needs_every_set_and_falls_back_to_the_lowest():
+    reference = _flags(50, 100)
+    good = {t: reference for t in COSINE_THRESHOLDS}
+    bad = {t: _flags(40, 100) for t in COSINE_THRESHOLDS}  # ten points below at every t
+    choice = choose_cosine_threshold({"a": (reference, good), "b": (reference, bad)})
+    assert not choice.held and choice.cut == min(COSINE_THRESHOLDS) and choice.holding == ()
+
+
+def test_a_threshold_that_does_better_than_all_holds():
+    reference = _flags(50, 100)
+    flags = {t: reference for t in COSINE_THRESHOLDS}
+    flags[0.6] = _flags(60, 100)
+    assert choose_cosine_threshold({"a": (reference, flags)}).cut == 0.6
+
+
+def test_rows_are_data_and_a_same_characters_row_brings_the_row_it_matches():
+    assert [r.name for r in rows_named(["topk_filter_chars"])] == ["all", "topk_filter_chars", "filter"]
+    assert rows_named(None) == ROWS
+    with pytest.raises(ValueError, match="choose among"):
+        rows_named(["nope"])
+    with pytest.raises(ValueError, match="needs k"):
+        Row("bad", "bad", "top")
+    with pytest.raises(ValueError, match="unknown row kind"):
+        Row("bad", "bad", "sideways")
+
+
+def test_a_filter_row_with_an_option_the_filter_does_not_take_is_skipped_with_a_note():
+    rows = (
+        Row("all", "all N", "all"),
+        Row("filter_new", "the filter with a new judge", "filter", options={"no_such_option": "x"}),
+        Row("topk_new", "top-k at its characters", "same_chars", of="filter_new"),
+        Row("filter_strict", "the filter at a stricter cut", "filter", options={"fixed_threshold": 0.05}),
+    )
+    usable, skipped = usable_rows(rows)
+    assert [r.name for r in usable] == ["all", "filter_strict"]
+    assert "no_such_option" in skipped["filter_new"] and "skipped" in skipped["filter_new"]
+    assert "filter_new" in skipped["topk_new"]
+
+
+def _outcome(item: str, row: str, aic: bool, chars: int, correct: bool | None = None) -> Outcome:
+    return Outcome("popqa", item, 20, row, (0,), chars, aic, aic, correct=correct, prompt_tokens=chars // 4)
+
+
+def test_each_row_is_paired_with_all_n_on_the_same_questions():
+    rows = (Row("all", "all N", "all"), Row("top5", "top-5", "top", k=5))
+    outcomes = [
+        _outcome("1", "all", True, 1000, True),
+        _outcome("2", "all", True, 1000, True),
+        _outcome("3", "all", False, 1000, False),
+        _outcome("1", "top5", True, 400, True),
+        _outcome("2", "top5", False, 400, False),
+        _outcome("3", "top5", True, 400, None),
+    ]
+    summary = summarise(outcomes, rows)["popqa"]["20"]
+    assert summary["all"]["answer_in_context"] == pytest.approx(2 / 3, abs=1e-4)
+    top = summary["top5"]
+    assert top["answer_in_context"] == pytest.approx(2 / 3, abs=1e-4)
+    assert top["discordant"] == [1, 1] and top["p_vs_all"] == 1.0
+    assert top["chars_share_of_all"] == 0.4 and top["chars_per_question"] == 400
+    # The model's figures over the two questions answered, paired on those.
+    assert top["model"]["n"] == 2 and top["model"]["accuracy"] == 0.5
+    assert top["model"]["discordant"] == [0, 1] and top["model"]["prompt_tokens_per_answer"] == 100
+
+
+def test_distractor_sets_parse_and_refuse_what_does_not_exist():
+    assert parse_distractors("nq,squad") == {"nq": None, "squad": None}
+    assert parse_distractors("nq=1000") == {"nq": 1000}
+    assert parse_distractors("none") == {}
+    with pytest.raises(ValueError, match="choose among nq, squad"):
+        parse_distractors("wiki")
+    with pytest.raises(ValueError, match="NAME=N"):
+        parse_distractors("nq=many")
+
+
+def test_the_index_name_changes_with_the_corpus_and_with_the_chunker():
+    settings = Settings()
+    docs = [plain_document("a", "One sentence. Another one.", "t:a"), plain_document("b", "Third.", "t:b")]
+    name = index_name(docs, settings)
+    assert name.startswith("chunkrag-open-") and name == index_name(list(reversed(docs)), settings)
+    assert index_name(docs[:1], settings) != name
+    other = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, similarity_threshold=0.5))
+    assert corpus_fingerprint(docs, other) != corpus_fingerprint(docs, settings)
+
+
+def test_a_tiny_p_keeps_its_significant_digits():
+    from chunkrag_eval.open_rows import paired_with_reference
+
+    # 18 discordant pairs all one way: p = 2 / 2**18.
+    assert paired_with_reference([False] * 18, [True] * 18) == {"discordant": [0, 18], "p_vs_all": 7.63e-06}
