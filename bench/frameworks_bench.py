@@ -257,7 +257,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default=",".join(r["name"] for r in ROWS), help="comma-separated row names")
     parser.add_argument("--out", default="bench/results/frameworks_popqa.json")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     load_start, started = os.getloadavg(), time.time()
 
     from chunkrag_adapters.langchain import ChunkragCompressor, ChunkragEmbeddings

@@ -173,7 +173,9 @@ def answering(settings, local_model):
 
 @pytest.fixture(scope="module")
 def gateway(answering, embedder, elasticsearch_indices):
-    with serve_in_thread(create_app(answering, embedder=embedder)) as url:
+    # Writes forwarded too, as docs/frameworks.md starts it: a framework's store writes through it.
+    writing = dataclasses.replace(answering, gateway=dataclasses.replace(answering.gateway, passthrough="read,write"))
+    with serve_in_thread(create_app(writing, embedder=embedder)) as url:
         yield url
 
 

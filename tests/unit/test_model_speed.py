@@ -4,8 +4,8 @@ measured speed (tests/support/model_speed.py), against a scripted server."""
 from __future__ import annotations
 
 from chunkrag_core.settings import ChatSettings
+from local_services.scripted_openai import ScriptedOpenAI
 from tests.support.model_speed import MARGIN, MOST_S, ModelSpeed, budgeted, measure
-from tests.support.scripted_openai import ScriptedOpenAI
 
 
 def test_a_calls_time_is_its_overhead_then_its_prompt_then_its_answer():
