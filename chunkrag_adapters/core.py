@@ -28,6 +28,7 @@ from ingest_pipeline.source_fields import SourceField
 from search_extension.options import ChunkragOptions, parse_options
 from search_extension.post_search import PostSearchResult, post_search
 from search_extension.post_search_response import passage_entry
+from search_extension.routing import POST_SEARCH
 from search_extension.text_fields import TextFields
 
 # The hit index and text field the framework's texts stand in as: they name
@@ -340,10 +341,12 @@ class IndexSearch:
         post-searched index, the chunk's own fields for a chunk index."""
         options = self.options
         text = options.query or query
-        post = options.target == "post_search" or self.body_of is not None
-        if options.target == "auto" and not post:
-            post = not self.searcher.holds_chunks(self.backend, self.index)
-        if post:
+        if self.body_of is not None:
+            return self._post_search(text)
+        # The gateway's rule (search_extension/routing.py): chunk retrieval only
+        # when every concrete index is a chunk index and the options allow it.
+        route = self.searcher.route(self.backend, self.index, options)
+        if route.way == POST_SEARCH:
             return self._post_search(text)
         return self._chunks(text)
 

@@ -215,15 +215,21 @@ def test_haystack_component_over_opensearch_store(settings):
     from haystack_integrations.document_stores.opensearch import OpenSearchDocumentStore
 
     name = f"test-frameworks-{uuid.uuid4().hex[:10]}"
-    store = OpenSearchDocumentStore(hosts=settings.opensearch_url, index=name, embedding_dim=384)
+    from opensearchpy import OpenSearch
+
+    # The Lucene engine: the store's default mapping loads the k-NN plugin's
+    # faiss library, which the bundled OpenSearch does not ship (the node exits).
+    method = {"name": "hnsw", "engine": "lucene", "space_type": "cosinesimil"}
+    store = OpenSearchDocumentStore(hosts=settings.opensearch_url, index=name, embedding_dim=384, method=method)
+    client = OpenSearch([settings.opensearch_url])
     try:
-        store.write_documents(haystack_documents())
-        store.client.indices.refresh(index=name)
+        store.write_documents(haystack_documents())  # refreshed before it returns
         kept = run_haystack(haystack_pipeline(store, OpenSearchBM25Retriever))
         check_passages(TEXTS, [d.content for d in kept], [d.meta for d in kept])
         assert off_topic_dropped([d.content for d in kept])
     finally:
-        store.client.indices.delete(index=name, ignore_unavailable=True)
+        client.indices.delete(index=name, ignore_unavailable=True)
+        client.close()
 
 
 # --- the gateway path, without the adapters ----------------------------------------
