@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from chunkrag_eval.search_load import percentile  # noqa: F401  (the benches' one percentile)
+
 
 def ndcg_at_k(ranked: Sequence[str], relevant: set[str], k: int = 10) -> float:
     dcg = sum(1.0 / math.log2(rank + 2) for rank, doc in enumerate(ranked[:k]) if doc in relevant)
@@ -14,12 +16,3 @@ def ndcg_at_k(ranked: Sequence[str], relevant: set[str], k: int = 10) -> float:
 
 def recall_at_k(ranked: Sequence[str], relevant: set[str], k: int = 100) -> float:
     return len(set(ranked[:k]) & relevant) / len(relevant) if relevant else 0.0
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    position = (len(ordered) - 1) * q
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

@@ -29,14 +29,20 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import RESULTS, SHARED, machine, median
-from bench.metrics import percentile
+from bench.common import RESULTS, SHARED, machine
 from bench.scale_corpus import SYNTHETIC_PREFIX, PlannedChunk, mean_vectors, plan_corpus, real_documents, sentence_table
 from chunkrag_core.settings import state_home
+from chunkrag_eval.index_figures import index_figures
+from chunkrag_eval.search_load import (
+    THROUGHPUT_WARMUP_S,
+    THROUGHPUT_WINDOW_S,
+    closed_loop,
+    knn_recall,
+    measure_latency,
+)
 
 EVAL = SHARED / "eval"
 RESULT_NAME = "scale"
-MODES = ("bm25", "knn", "minmax")
 # Sentences embedded per call before the partial pool is saved (a killed
 # run resumes from the last save).
 POOL_SAVE_EVERY = 4096
@@ -232,101 +238,6 @@ def settle_merges(backend, index: str, wait_s: float) -> bool:
         time.sleep(5)
 
 
-def index_figures(backend, index: str) -> dict:
-    """Disk (and per file kind, e.g. the vector files), segments and the
-    node's heap, after a refresh and a flush (so segments merged away are
-    deleted from disk rather than counted)."""
-    client = backend.client
-    backend.refresh(index)
-    client.indices.flush(index=index)
-    stats = client.indices.stats(index=index, metric="store,segments,docs", include_segment_file_sizes=True)
-    primaries = stats["_all"]["primaries"]
-    files = primaries["segments"].get("file_sizes") or {}
-    samples = heap_samples(client)
-    figures = {
-        "docs": primaries["docs"]["count"],
-        "store_bytes": primaries["store"]["size_in_bytes"],
-        "store_mb": round(primaries["store"]["size_in_bytes"] / 2**20, 1),
-        "segments": primaries["segments"]["count"],
-        "file_sizes_mb": {
-            kind: round(value["size_in_bytes"] / 2**20, 1)
-            for kind, value in sorted(files.items())
-            if value["size_in_bytes"] >= 2**20
-        },
-        **heap_summary(samples),
-    }
-    if len(samples[0]) > 1:
-        total = stats["_all"]["total"]
-        figures["store_bytes_total"] = total["store"]["size_in_bytes"]
-        figures["store_mb_total"] = round(total["store"]["size_in_bytes"] / 2**20, 1)
-        figures["segments_total"] = total["segments"]["count"]
-        figures["shards_per_node"] = shards_per_node(client.cat.shards(index=index, format="json", bytes="b"))
-    return figures
-
-
-# Heap in use swings with garbage not yet collected: the least of a few
-# samples a second apart is the closer to what the index keeps live.
-HEAP_SAMPLES = 5
-
-
-def heap_samples(client) -> list[dict[str, tuple[int, int]]]:
-    """Per sample, each node's name -> (heap used, heap max) in bytes."""
-    samples = []
-    for i in range(HEAP_SAMPLES):
-        nodes = client.nodes.stats(metric="jvm")["nodes"]
-        samples.append(
-            {
-                node.get("name", node_id): (
-                    node["jvm"]["mem"]["heap_used_in_bytes"],
-                    node["jvm"]["mem"]["heap_max_in_bytes"],
-                )
-                for node_id, node in nodes.items()
-            }
-        )
-        if i < HEAP_SAMPLES - 1:
-            time.sleep(1)
-    return samples
-
-
-def _mb(size: float) -> float:
-    return round(size / 2**20, 1)
-
-
-def heap_summary(samples: list[dict[str, tuple[int, int]]]) -> dict:
-    """Heap in use summed over the nodes, least and most of the samples, and
-    the heap the nodes were given, summed; with more than one node, the same
-    per node as well (each node's least and most over the samples)."""
-    used = [sum(u for u, _ in sample.values()) for sample in samples]
-    figures = {
-        "heap_used_mb_min": _mb(min(used)),
-        "heap_used_mb_max": _mb(max(used)),
-        "heap_max_mb": _mb(sum(m for _, m in samples[0].values())),
-    }
-    if len(samples[0]) > 1:
-        figures["nodes"] = len(samples[0])
-        figures["heap_per_node"] = {
-            name: {
-                "heap_used_mb_min": _mb(min(sample[name][0] for sample in samples)),
-                "heap_used_mb_max": _mb(max(sample[name][0] for sample in samples)),
-                "heap_max_mb": _mb(samples[0][name][1]),
-            }
-            for name in sorted(samples[0])
-        }
-    return figures
-
-
-def shards_per_node(cat_shards: list[dict]) -> dict:
-    """From ``_cat/shards?format=json&bytes=b``: per node, the primary and
-    replica copies it holds and their size on disk."""
-    nodes: dict[str, dict] = {}
-    for row in cat_shards:
-        node = row.get("node") or "unassigned"
-        kind = "primaries" if row["prirep"] == "p" else "replicas"
-        held = nodes.get(node, {"primaries": 0, "replicas": 0, "store_bytes": 0})
-        nodes[node] = {**held, kind: held[kind] + 1, "store_bytes": held["store_bytes"] + int(row.get("store") or 0)}
-    return {name: {**held, "store_mb": _mb(held["store_bytes"])} for name, held in sorted(nodes.items())}
-
-
 def row_key(engine: str, vector_type: str, chunks: int, nodes: int = 1) -> str:
     """A row's key in scale.json: one node keeps the plain engine name."""
     topology = engine if nodes <= 1 else f"{engine}-{nodes}nodes"
@@ -353,132 +264,9 @@ def scifact_queries() -> list[str]:
     return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def percentiles(values) -> dict:
-    return {f"p{int(q * 100)}": round(percentile(values, q), 2) for q in (0.5, 0.95, 0.99)}
-
-
-def median_of_runs(runs: list[dict]) -> dict:
-    return {key: median([run[key] for run in runs]) for key in runs[0]}
-
-
-# Untimed searches per mode before the timed runs (caches, JIT).
-WARMUP_QUERIES = 50
-
-
-def measure_latency(retriever, queries: list[str], runs: int, candidates: int) -> dict:
-    """Per mode, p50/p95/p99 of took_ms per run, median over runs (after an
-    untimed warm-up); then the default filter."""
-    from chunkrag_core.providers import make_chat
-    from chunkrag_core.settings import Settings
-    from chunkrag_filter.pipeline import FilterOptions, run_filter
-
-    rows = {}
-    for mode in MODES:
-        for text in queries[:WARMUP_QUERIES]:
-            retriever.search(text, mode=mode, size=candidates)
-        per_run = []
-        for _ in range(runs):
-            per_run.append(percentiles([retriever.search(t, mode=mode, size=candidates).took_ms for t in queries]))
-        rows[mode] = {**median_of_runs(per_run), "runs": per_run}
-    # The default filter never calls the model (judge_top=0); the client is
-    # made for the signature only and opens no connection.
-    model = make_chat(Settings.from_env().chat)
-    options = FilterOptions()
-    retrieval_runs, filter_runs, kept = [], [], []
-    for _ in range(runs):
-        took, filtered = [], []
-        for text in queries:
-            result = retriever.search(text, mode="minmax", size=candidates, include_vectors=True)
-            took.append(result.took_ms)
-            started = time.perf_counter()
-            outcome = run_filter(text, result.chunks, model=model, options=options)
-            filtered.append((time.perf_counter() - started) * 1000)
-            kept.append(len(outcome.kept))
-        retrieval_runs.append(percentiles(took))
-        filter_runs.append(percentiles(filtered))
-    rows["minmax_with_vectors"] = {**median_of_runs(retrieval_runs), "runs": retrieval_runs}
-    rows["filter"] = {
-        **median_of_runs(filter_runs),
-        "runs": filter_runs,
-        "mean_kept": round(float(np.mean(kept)), 2),
-    }
-    return rows
-
-
 # Corpora up to this size also get kNN recall against exact search (every
 # chunk vector held in memory: 100k x 384 floats is 150 MB).
 RECALL_MAX_CHUNKS = 200_000
-
-
-def exact_neighbours(query_vectors: np.ndarray, plan, sentences, vectors, k: int) -> dict:
-    """Each query's k nearest chunk ids by exact cosine over the chunk
-    vectors (brute force in numpy, block by block so a million vectors never
-    sit in memory at once), and the k-th one's cosine."""
-    queries = len(query_vectors)
-    best_scores = np.full((queries, 0), -np.inf, dtype=np.float32)
-    best_ids: np.ndarray = np.zeros((queries, 0), dtype=object)
-    ids, block = [], []
-
-    def merge(ids, block, best_scores, best_ids):
-        scores = query_vectors @ np.asarray(block, dtype=np.float32).T
-        scores = np.concatenate([best_scores, scores], axis=1)
-        names = np.concatenate([best_ids, np.broadcast_to(np.asarray(ids, dtype=object), (queries, len(ids)))], 1)
-        top = np.argpartition(-scores, min(k, scores.shape[1] - 1), axis=1)[:, :k]
-        return np.take_along_axis(scores, top, 1), np.take_along_axis(names, top, 1)
-
-    for chunked in chunked_documents(plan, sentences, vectors):
-        for chunk in chunked.chunks:
-            ids.append(chunk.chunk_id)
-            block.append(chunk.vector)
-        if len(ids) >= RECALL_BLOCK:
-            best_scores, best_ids = merge(ids, block, best_scores, best_ids)
-            ids, block = [], []
-    if ids:
-        best_scores, best_ids = merge(ids, block, best_scores, best_ids)
-    return {"ids": [list(row) for row in best_ids], "kth": [float(row.min()) for row in best_scores]}
-
-
-# A hit whose cosine is within this of the exact k-th one's is as near as
-# the exact neighbours: float32 rounding of the same sum, or a tie. Corpora
-# recombined from a pool of sentences hold many chunks with the same vector,
-# and which of those tied chunks make the exact top k is arbitrary.
-TIE_TOLERANCE = 1e-4
-
-
-def knn_recall(
-    retriever, queries: list[str], plan, sentences, vectors, k: int, exact_cache: Path | None = None
-) -> dict:
-    """Recall@k of the index's approximate kNN against exact cosine search
-    over the same chunk vectors, for the queries: by id (the exact top k's
-    ids found), and by distance (hits at least as near as the exact k-th
-    neighbour, ties included). The exact neighbours depend on the corpus
-    alone (not the engine or vector type): with ``exact_cache`` they are
-    computed once per corpus size and read back."""
-    query_vectors = np.asarray(retriever.embedder.embed(queries), dtype=np.float32)
-    cached = json.loads(exact_cache.read_text(encoding="utf-8")) if exact_cache and exact_cache.exists() else None
-    if isinstance(cached, dict):
-        exact = cached
-    else:
-        exact = exact_neighbours(query_vectors, plan, sentences, vectors, k)
-        if exact_cache is not None:
-            exact_cache.write_text(json.dumps(exact), encoding="utf-8")
-    by_id, by_distance = [], []
-    for text, query, nearest, kth in zip(queries, query_vectors, exact["ids"], exact["kth"]):
-        hits = retriever.search(text, mode="knn", size=k, include_vectors=True).chunks
-        by_id.append(len({hit.chunk_id for hit in hits} & set(nearest)) / k)
-        cosines = [float(query @ (hit.vector / np.linalg.norm(hit.vector))) for hit in hits]
-        by_distance.append(sum(cosine >= kth - TIE_TOLERANCE for cosine in cosines) / k)
-    return {
-        "k": k,
-        "num_candidates": retriever.settings.num_candidates,
-        "recall": round(float(np.mean(by_id)), 4),
-        "recall_by_distance": round(float(np.mean(by_distance)), 4),
-        "against": "exact cosine over the chunk vectors; by distance: hits at least as near as the exact k-th",
-    }
-
-
-# Chunk vectors scored at once in the exact search.
-RECALL_BLOCK = 50_000
 
 
 def recall_main(args) -> int:
@@ -498,7 +286,9 @@ def recall_main(args) -> int:
     )
     plan = plan_corpus(docs, len(sentences), args.size)
     exact_cache = Path(args.cache) / f"exact-neighbours-{args.size}-{len(sentences)}-k10-v2.json"
-    recall = knn_recall(retriever, queries, plan, sentences, vectors, 10, exact_cache=exact_cache)
+    recall = knn_recall(
+        retriever, queries, lambda: chunked_documents(plan, sentences, vectors), 10, exact_cache=exact_cache
+    )
     recall["command"] = " ".join(["python -m bench.scale_bench", *sys.argv[1:]])
     print(json.dumps(recall), file=sys.stderr)
     # The default num_candidates keeps the row's `knn_recall`; others sit beside it.
@@ -506,48 +296,6 @@ def recall_main(args) -> int:
     existing = json.loads((RESULTS / f"{RESULT_NAME}.json").read_text(encoding="utf-8"))
     print(store_row(args.row, {**existing["rows"][args.row], key: recall}))
     return 0
-
-
-# Closed-loop load for `throughput`: seconds of untimed searches first at
-# each concurrency (connections opened, caches warm), then the timed window.
-THROUGHPUT_WARMUP_S = 5.0
-THROUGHPUT_WINDOW_S = 30.0
-
-
-def throughput_summary(latencies_ms: list[float], window_s: float) -> dict:
-    """Searches answered per second in the window, and each one's wall-clock
-    latency (what a caller waits, queueing included)."""
-    return {
-        "searches": len(latencies_ms),
-        "per_s": round(len(latencies_ms) / window_s, 2),
-        **(percentiles(latencies_ms) if latencies_ms else {}),
-    }
-
-
-def closed_loop(search, queries: list[str], concurrency: int, warmup_s: float, window_s: float) -> dict:
-    """``concurrency`` callers, each sending its next query as soon as the
-    last was answered; only searches that start and end inside the window count."""
-    import threading
-
-    start = time.perf_counter() + warmup_s
-    end = start + window_s
-    latencies: list[list[float]] = [[] for _ in range(concurrency)]
-
-    def caller(slot: int) -> None:
-        turn = slot
-        while (began := time.perf_counter()) < end:
-            search(queries[turn % len(queries)])
-            finished = time.perf_counter()
-            if began >= start and finished <= end:
-                latencies[slot].append((finished - began) * 1000)
-            turn += concurrency
-
-    threads = [threading.Thread(target=caller, args=(slot,)) for slot in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return throughput_summary([value for slot in latencies for value in slot], window_s)
 
 
 def throughput_main(args) -> int:
@@ -642,7 +390,8 @@ def run_main(args) -> int:
     latency = measure_latency(retriever, queries, args.runs, candidates)
     recall = None
     if args.size <= RECALL_MAX_CHUNKS:
-        recall = knn_recall(retriever, queries, plan_corpus(docs, len(sentences), args.size), sentences, vectors, 10)
+        plan = plan_corpus(docs, len(sentences), args.size)
+        recall = knn_recall(retriever, queries, lambda: chunked_documents(plan, sentences, vectors), 10)
         print(f"{index}: kNN recall@10 against exact {recall['recall']}", file=sys.stderr)
     figures_after = index_figures(backend, index)
     topology = {} if nodes <= 1 else {"nodes": nodes, "heap_per_node": args.heap_per_node, "client_url": args.url}
@@ -850,21 +599,9 @@ def main(argv=None) -> int:
     )  # fmt: skip
     load.add_argument("--seconds", type=float, default=THROUGHPUT_WINDOW_S, help="timed window per level")
     args = parser.parse_args(argv)
-    if args.command == "throughput":
-        return throughput_main(args)
-    if args.command == "recall":
-        return recall_main(args)
-    if args.command == "stats":
-        return stats_main(args)
-    if args.command == "run":
-        return run_main(args)
-    if args.command == "pool":
-        return pool_main(args)
-    if args.command == "node":
-        return node_main(args)
-    if args.command == "cluster":
-        return cluster_main(args)
-    return 2
+    runners = {"throughput": throughput_main, "recall": recall_main, "stats": stats_main, "run": run_main}
+    runners.update(pool=pool_main, node=node_main, cluster=cluster_main)
+    return runners[args.command](args)
 
 
 if __name__ == "__main__":

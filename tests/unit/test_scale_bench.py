@@ -1,13 +1,12 @@
 """The pure parts of the cost-curve benchmark: corpus planning and the
 derived chunk vectors (bench/scale_corpus.py), and the latency summaries
-(bench/scale_bench.py)."""
+(chunkrag_eval/search_load.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bench.scale_bench import median_of_runs, percentiles
 from bench.scale_corpus import (
     MAX_CHUNK_SENTENCES,
     MIN_CHUNK_SENTENCES,
@@ -18,6 +17,7 @@ from bench.scale_corpus import (
     plan_corpus,
     sentence_table,
 )
+from chunkrag_eval.search_load import median_of_runs, percentiles
 
 
 def test_sentence_table_numbers_distinct_usable_sentences_first_seen_first():
@@ -97,6 +97,7 @@ def test_knn_recall_counts_the_exact_neighbours_the_index_returned(monkeypatch):
     from types import SimpleNamespace
 
     import bench.scale_bench as scale_bench
+    import chunkrag_eval.search_load as search_load
 
     vectors = np.eye(4, dtype=np.float32)
     sentences = [f"sentence {i} long enough to count" for i in range(4)]
@@ -110,8 +111,9 @@ def test_knn_recall_counts_the_exact_neighbours_the_index_returned(monkeypatch):
     search = _fake_index({"q": [0, 1], "r": [3, 0]}, vectors)
     retriever = SimpleNamespace(embedder=Embedder(), search=search, settings=SimpleNamespace(num_candidates=100))
     for block in (1, 3, 50):
-        monkeypatch.setattr(scale_bench, "RECALL_BLOCK", block)
-        recall = scale_bench.knn_recall(retriever, ["q", "r"], plan, sentences, vectors, 2)
+        monkeypatch.setattr(search_load, "RECALL_BLOCK", block)
+        chunked = lambda: scale_bench.chunked_documents(plan, sentences, vectors)  # noqa: E731
+        recall = search_load.knn_recall(retriever, ["q", "r"], chunked, 2)
         # d:0 (cosine 0) is farther than r's 2nd exact neighbour d:2 (0.1).
         assert (recall["recall"], recall["recall_by_distance"]) == (0.75, 0.75)
 
@@ -121,7 +123,7 @@ def test_knn_recall_by_distance_counts_a_tied_neighbour_the_ids_miss(tmp_path):
     the index returned the other; by id a miss, by distance a hit."""
     from types import SimpleNamespace
 
-    import bench.scale_bench as scale_bench
+    from chunkrag_eval.search_load import knn_recall
 
     vectors = np.asarray([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
     cache = tmp_path / "exact.json"
@@ -134,12 +136,12 @@ def test_knn_recall_by_distance_counts_a_tied_neighbour_the_ids_miss(tmp_path):
     retriever = SimpleNamespace(
         embedder=Embedder(), search=_fake_index({"q": [1]}, vectors), settings=SimpleNamespace(num_candidates=500)
     )
-    recall = scale_bench.knn_recall(retriever, ["q"], [], [], None, 1, exact_cache=cache)
+    recall = knn_recall(retriever, ["q"], list, 1, exact_cache=cache)
     assert (recall["recall"], recall["recall_by_distance"], recall["num_candidates"]) == (0.0, 1.0, 500)
 
 
 def test_heap_summary_of_one_node_keeps_the_single_node_figures():
-    from bench.scale_bench import heap_summary
+    from chunkrag_eval.index_figures import heap_summary
 
     mb = 2**20
     samples = [{"n1": (300 * mb, 3072 * mb)}, {"n1": (200 * mb, 3072 * mb)}, {"n1": (250 * mb, 3072 * mb)}]
@@ -147,7 +149,7 @@ def test_heap_summary_of_one_node_keeps_the_single_node_figures():
 
 
 def test_heap_summary_sums_the_nodes_per_sample_and_keeps_each_node():
-    from bench.scale_bench import heap_summary
+    from chunkrag_eval.index_figures import heap_summary
 
     mb = 2**20
     samples = [
@@ -169,7 +171,7 @@ def test_heap_summary_sums_the_nodes_per_sample_and_keeps_each_node():
 
 
 def test_shards_per_node_counts_copies_and_their_bytes():
-    from bench.scale_bench import shards_per_node
+    from chunkrag_eval.index_figures import shards_per_node
 
     rows = [
         {"shard": "0", "prirep": "p", "node": "n1", "store": "1048576"},
@@ -235,7 +237,7 @@ def test_node_stop_on_a_node_never_started_says_so(engine, tmp_path, capsys):
 
 
 def test_throughput_summary_counts_per_second_of_the_window():
-    from bench.scale_bench import throughput_summary
+    from chunkrag_eval.search_load import throughput_summary
 
     summary = throughput_summary([10.0, 20.0, 30.0, 40.0], window_s=2.0)
     assert (summary["searches"], summary["per_s"], summary["p50"]) == (4, 2.0, 25.0)
@@ -245,7 +247,7 @@ def test_throughput_summary_counts_per_second_of_the_window():
 def test_closed_loop_callers_take_the_queries_in_turn_and_stop_at_the_window():
     import threading
 
-    from bench.scale_bench import closed_loop
+    from chunkrag_eval.search_load import closed_loop
 
     seen: list[str] = []
     lock = threading.Lock()
