@@ -19,6 +19,27 @@ from chunkrag_core.settings import GatewaySettings
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture(autouse=True, scope="module")
+def sentence_passages():
+    """The adapters and this module's gateway read their settings from the
+    environment: here the paper's θ breakpoints with no minimum, which with
+    MiniLM make each sentence a passage, so the tests can name the passages
+    the filter keeps or drops. Module-scoped, so it is in place before the
+    module's gateway starts."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CHUNKRAG_CHUNK_BREAKPOINT", "threshold")
+        patch.setenv("CHUNKRAG_CHUNK_MIN_CHARS", "0")
+        yield
+
+
+@pytest.fixture(scope="module")
+def sentence_settings(settings, sentence_passages):
+    """The session's settings with the same sentence passages."""
+    chunking = dataclasses.replace(settings.chunking, breakpoint="threshold", min_chars=0)
+    return dataclasses.replace(settings, chunking=chunking)
+
+
 ROTATE = "To rotate an API key, open the console, choose Security, then Keys, and press Rotate."
 TEXTS = [
     "Our office moved to a new building last spring. " + ROTATE + " The old key keeps working for 24 hours so that "
@@ -44,12 +65,12 @@ def index_name(es):
 
 
 @pytest.fixture(scope="module")
-def gateway(settings, embedder):
+def gateway(sentence_settings, embedder):
     """The gateway over the bundled Elasticsearch, forwarding writes too (the stores write through it)."""
     from chunkrag_gateway import create_app
     from chunkrag_gateway.server import serve_in_thread
 
-    chosen = dataclasses.replace(settings, gateway=GatewaySettings(passthrough="read,write"))
+    chosen = dataclasses.replace(sentence_settings, gateway=GatewaySettings(passthrough="read,write"))
     with serve_in_thread(create_app(chosen, embedder=embedder)) as url:
         yield url
 
@@ -110,7 +131,8 @@ def test_langchain_compression_retriever_over_elasticsearch_store(es, settings, 
     assert whole[0].metadata["chunkrag"]["start"] == 0
 
 
-def test_langchain_retriever_over_a_post_search_index_and_a_chunk_index(es, settings, embedder, index_name):
+def test_langchain_retriever_over_a_post_search_index_and_a_chunk_index(es, sentence_settings, embedder, index_name):
+    settings = sentence_settings
     from chunkrag_adapters.langchain import ChunkragRetriever
     from ingest_pipeline.pipeline import ingest_documents
     from ingest_pipeline.sources import plain_document
@@ -298,7 +320,8 @@ def judged(metadata) -> bool:
     return "base" in metadata["chunkrag"]["scores"]
 
 
-def test_every_adapter_runs_the_llm_judge_on_the_local_model(local_model, es, settings, embedder, index_name):
+def test_every_adapter_runs_the_llm_judge_on_the_local_model(local_model, es, sentence_settings, embedder, index_name):
+    settings = sentence_settings
     from haystack import Document as HaystackDocument
     from langchain_core.documents import Document as LangChainDocument
     from llama_index.core.schema import NodeWithScore, TextNode
