@@ -199,10 +199,16 @@ class HybridRetriever:
         then merged), de-duplicated by span (``search_extension.ensemble``).
         Returns at most ``size`` spans, the score of each its ensemble
         score. No span is longer than ``max_span_chars`` (by default the
-        largest scale's chunk length)."""
+        largest scale's chunk length, or the longest base chunk retrieved
+        when that is longer: the base chunker's ~500-character chunks
+        outgrow small scales, and a base chunk is never dropped for its
+        length alone)."""
         ranked = self.ensemble_candidates(text, size=size, **options)
         scales = options.get("scales", DEFAULT_SCALES)
-        cap = max_span_chars if max_span_chars is not None else max(scales, default=0) * CHARS_PER_TOKEN or None
+        cap = max_span_chars
+        if cap is None:
+            longest_base = max((c.end - c.start for c in ranked.chunks if c.scale == BASE_SCALE), default=0)
+            cap = max(max(scales, default=0) * CHARS_PER_TOKEN, longest_base) or None
         chunks = ensemble.merge_spans(ranked.chunks, size or self.settings.size, cap)
         return replace(ranked, chunks=tuple(chunks))
 

@@ -134,7 +134,10 @@ def test_base_search_sees_only_base_chunks_and_ensembling_is_one_msearch_and_one
     assert [c.score for c in chunks] == sorted((c.score for c in chunks), reverse=True)
     for chunk in chunks:
         assert DOCUMENTS[chunk.doc_id][chunk.start : chunk.end] == chunk.text
-    cap = max(SCALES) * 4  # characters: no span is longer than the largest scale's chunks
+    # No span is longer than the largest scale's chunks (in characters), or
+    # than the longest base chunk where the base chunker's are longer.
+    every_base = retriever.search("how do bees make honey", size=500).chunks
+    cap = max(max(SCALES) * 4, max(c.end - c.start for c in every_base))
     assert all(c.end - c.start <= cap for c in chunks)
     for doc_id in {c.doc_id for c in chunks}:
         spans = sorted((c.start, c.end) for c in chunks if c.doc_id == doc_id)

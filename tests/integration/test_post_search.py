@@ -15,6 +15,7 @@ from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_gateway import create_app
 from chunkrag_gateway.server import serve_in_thread as serving
 from local_services.scripted_openai import ScriptedOpenAI, completion
+from tests.support.chunking import sentence_chunks
 from tests.support.plain_index import plain_index
 
 pytestmark = pytest.mark.integration
@@ -85,7 +86,8 @@ def model_server():
 
 @pytest.fixture(scope="module")
 def gateway(settings, embedder, engine, kb, model_server):
-    chosen = dataclasses.replace(settings, search_backend=engine.engine)
+    # Sentence passages: the tests name the passage kept and the one dropped.
+    chosen = dataclasses.replace(sentence_chunks(settings), search_backend=engine.engine)
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
     with serving(create_app(chosen, embedder=embedder, model=model)) as url:
         yield url
@@ -258,6 +260,9 @@ def test_chunkrag_search_takes_the_same_path_as_the_gateway(client, kb, engine, 
     import json
 
     monkeypatch.setenv("SEARCH_BACKEND", engine.engine)
+    # The command reads its settings from the environment: the gateway's sentence passages.
+    monkeypatch.setenv("CHUNKRAG_CHUNK_BREAKPOINT", "threshold")
+    monkeypatch.setenv("CHUNKRAG_CHUNK_MIN_CHARS", "0")
     assert chunkrag(["search", QUESTION, "--index", kb, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     fields = ["body", "title"]  # the multi_match the command builds: the text fields, then the title
