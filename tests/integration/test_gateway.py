@@ -22,6 +22,7 @@ from ingest_pipeline.pipeline import ingest_documents
 from ingest_pipeline.sources import plain_document
 from local_services.scripted_openai import ScriptedOpenAI, completion, error, is_listwise, listwise_choice
 from search_extension import queries
+from tests.support.chunking import sentence_chunks
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +83,10 @@ def empty_cache(settings):
 def index(es, embedder, settings):
     name = f"test-gateway-{uuid.uuid4().hex[:10]}"
     documents = [plain_document(doc_id, text, doc_id, title=doc_id) for doc_id, text in DOCS.items()]
-    ingest_documents(documents, client=es, embedder=embedder, settings=settings, index=name, progress=False)
+    # Sentence chunks: the tests name the chunk that answers.
+    ingest_documents(
+        documents, client=es, embedder=embedder, settings=sentence_chunks(settings), index=name, progress=False
+    )
     yield name
     es.delete_index(name)
 

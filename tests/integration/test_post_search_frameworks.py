@@ -182,7 +182,10 @@ def test_haystack_opensearch_meta_is_not_read_as_content(settings, embedder):
 
     backend = make_backend(dataclasses.replace(settings, search_backend="opensearch"))
     name = _name("haystack-os")
-    store = OpenSearchDocumentStore(hosts=settings.opensearch_url, index=name, embedding_dim=DIMS)
+    # The Lucene engine: the store's default mapping loads the k-NN plugin's
+    # faiss library, which the bundled OpenSearch does not ship (the node exits).
+    method = {"name": "hnsw", "engine": "lucene", "space_type": "cosinesimil"}
+    store = OpenSearchDocumentStore(hosts=settings.opensearch_url, index=name, embedding_dim=DIMS, method=method)
     try:
         store.write_documents(_haystack_documents())
         backend.refresh(name)

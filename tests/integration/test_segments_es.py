@@ -11,6 +11,7 @@ from ingest_pipeline.sources import markdown_document
 from search_extension.neighbours import fetch_positions, position_fetcher
 from search_extension.retriever import HybridRetriever
 from search_extension.segments import SegmentSettings, extract_segments
+from tests.support.chunking import sentence_chunks
 
 pytestmark = pytest.mark.integration
 
@@ -24,8 +25,8 @@ GUIDE = (
 
 def test_segment_text_is_the_document_text_and_neighbours_come_in_one_request(es, embedder, settings, fresh_index):
     document = markdown_document("bees.md", GUIDE, "test", fallback_title="bees")
-    report = ingest_documents(
-        [document], client=es, embedder=embedder, settings=settings, index=fresh_index, progress=False
+    report = ingest_documents(  # sentence chunks: several neighbours to rebuild
+        [document], client=es, embedder=embedder, settings=sentence_chunks(settings), index=fresh_index, progress=False
     )
     assert report.ok and report.chunks >= 5
 
