@@ -321,7 +321,6 @@ def judged(metadata) -> bool:
 
 
 def test_every_adapter_runs_the_llm_judge_on_the_local_model(local_model, es, sentence_settings, embedder, index_name):
-    settings = sentence_settings
     from haystack import Document as HaystackDocument
     from langchain_core.documents import Document as LangChainDocument
     from llama_index.core.schema import NodeWithScore, TextNode
