@@ -255,10 +255,12 @@ def test_an_index_chunked_with_the_paper_theta_is_rechunked_whole_by_the_default
 ):
     import dataclasses
 
+    from chunkrag_core.settings import ChunkingSettings
     from ingest_pipeline.chunker import chunk_documents, document_fingerprint
     from ingest_pipeline.pipeline import ingest_documents, shaping_of
     from ingest_pipeline.sources import plain_document
 
+    settings = dataclasses.replace(settings, chunking=ChunkingSettings())  # the shipped default, by name
     document = plain_document("wirkola", LONG_TEXT, "test")
     old = dataclasses.replace(settings, chunking=dataclasses.replace(settings.chunking, **PAPER_THETA))
     assert shaping_of(old) != shaping_of(settings)  # a changed chunker is a changed fingerprint

@@ -276,6 +276,10 @@ def test_a_field_over_a_million_characters_is_synced_in_parts_and_served_whole(e
 def test_a_companion_chunked_with_the_paper_theta_is_rechunked_whole_by_the_default(engine, embedder, settings, source):
     import dataclasses
 
+    from chunkrag_core.settings import ChunkingSettings
+
+    settings = dataclasses.replace(settings, chunking=ChunkingSettings())  # the shipped default, by name
+
     long_body = " ".join(
         [
             "Article {n} explains how to rotate an API key.",
