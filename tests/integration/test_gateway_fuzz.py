@@ -288,7 +288,8 @@ SEARCH_CASES = [
         {"query": {"match": {"text": QUESTION}}, "ext": {"chunkrag": {"scoring": {"reflect_band": [0.9, 0.1]}}}},
         "reflect_band",
     ),
-    ({"query": {"match": {"text": QUESTION}}, "aggs": {}, "ext": {"chunkrag": {}}}, "aggs"),
+    # aggs with a chunk retrieval mode (without one, such a body is post-searched: routing.decide)
+    ({"query": {"match": {"text": QUESTION}}, "aggs": {}, "ext": {"chunkrag": {"mode": "bm25"}}}, "aggs"),
     ({"query": {"term": {"doc_id": "x"}}, "ext": {"chunkrag": {}}}, "no query text"),
 ]
 
