@@ -218,6 +218,35 @@ def check_workers(app: Celery, timeout: float = 1.0, *, limit: int | None = None
     return len(replies)
 
 
+def worker_took(
+    app: Celery,
+    views: Sequence[TaskView],
+    health: WorkerHealth,
+    *,
+    trust_recent: bool,
+    ping_timeout_s: float,
+    waited: str,
+) -> bool:
+    """Whether a worker has taken one of the tasks in ``views``. Raises
+    :class:`WorkersUnavailable` when none has and no worker answers a ping
+    (``waited`` says what went untaken). Busy workers (answering, or at first
+    seen at work lately, which spares the ping) only make the caller wait:
+    False, look again later. Judging and relevance scoring share it."""
+    seen = taken(views)
+    if seen:
+        health.seen()
+        return True
+    if seen is None or (trust_recent and health.seen_lately()):
+        return False
+    try:
+        check_workers(app, ping_timeout_s, limit=1)
+    except WorkersUnavailable as exc:
+        reason = f"no worker took {waited}: {exc.reason}"
+        health.failed(reason, NO_WORKER_HOLD_S)
+        raise WorkersUnavailable(f"{reason} ({exc})", reason=reason) from exc
+    return False
+
+
 def celery_judge_many(
     app: Celery | None = None,
     *,
@@ -397,19 +426,14 @@ class CeleryJudgeMany:
         :class:`WorkersUnavailable` when none has and no worker answers a
         ping. Busy workers (answering, or at first seen at work lately, which
         spares the ping) only make the query wait: False, look again later."""
-        seen = taken([_view(batch) for batch in sent])
-        if seen:
-            self.health.seen()
-            return True
-        if seen is None or (trust_recent and self.health.seen_lately()):
-            return False
-        try:
-            check_workers(self.app, self.ping_timeout_s, limit=1)
-        except WorkersUnavailable as exc:
-            reason = f"no worker took the query's tasks within {self.start_wait_s:g} s: {exc.reason}"
-            self.health.failed(reason, NO_WORKER_HOLD_S)
-            raise WorkersUnavailable(f"{reason} ({exc})", reason=reason) from exc
-        return False
+        return worker_took(
+            self.app,
+            [_view(batch) for batch in sent],
+            self.health,
+            trust_recent=trust_recent,
+            ping_timeout_s=self.ping_timeout_s,
+            waited=f"the query's tasks within {self.start_wait_s:g} s",
+        )
 
     def _rescue(self, waiting: list[_Sent], deadline: float) -> None:
         """Send again the batches whose newest task started on a worker that

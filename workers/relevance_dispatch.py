@@ -38,14 +38,12 @@ from workers.app import RELEVANCE_TASK, make_app
 from workers.codec import CodecError, decode_scores
 from workers.dispatch import (
     LIVENESS_CHECK_S,
-    NO_WORKER_HOLD_S,
     PUBLISH_RETRY_POLICY,
     START_WAIT_S,
     WorkerHealth,
-    check_workers,
     stranded,
-    taken,
     task_view,
+    worker_took,
 )
 from workers.errors import WorkersFailed, WorkersUnavailable, queue_errors
 
@@ -178,19 +176,14 @@ class CeleryRelevance:
         """Whether a worker took the task; raises :class:`WorkersUnavailable`
         when none did and no worker answers a ping (busy workers only make
         the query wait)."""
-        seen = taken([task_view(result)])
-        if seen:
-            self.health.seen()
-            return True
-        if seen is None or (trust_recent and self.health.seen_lately()):
-            return False
-        try:
-            check_workers(self.app, self.ping_timeout_s, limit=1)
-        except WorkersUnavailable as exc:
-            reason = f"no worker took the relevance task within {self.start_wait_s:g} s: {exc.reason}"
-            self.health.failed(reason, NO_WORKER_HOLD_S)
-            raise WorkersUnavailable(f"{reason} ({exc})", reason=reason) from exc
-        return False
+        return worker_took(
+            self.app,
+            [task_view(result)],
+            self.health,
+            trust_recent=trust_recent,
+            ping_timeout_s=self.ping_timeout_s,
+            waited=f"the relevance task within {self.start_wait_s:g} s",
+        )
 
 
 def _release(app: Celery, result) -> None:

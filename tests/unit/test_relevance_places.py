@@ -329,7 +329,9 @@ def test_a_task_no_worker_takes_is_held_and_named(monkeypatch):
         )
 
     monkeypatch.setattr(dispatch, "task_view", lambda result, resends=0: TaskView(states.PENDING))
-    monkeypatch.setattr(dispatch, "check_workers", nobody)
+    import workers.dispatch  # the liveness ping judging and relevance scoring share
+
+    monkeypatch.setattr(workers.dispatch, "check_workers", nobody)
     app, health = App(Result(None, None)), WorkerHealth()
     relevance = CeleryRelevance(
         app, budget_s=30, health=health, ping_timeout_s=0.1, start_wait_s=0.01, liveness_check_s=60
