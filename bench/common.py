@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -18,25 +17,9 @@ SHARED = Path(os.environ.get("CHUNKRAG_SHARED", Path(__file__).resolve().parents
 
 
 def machine() -> dict[str, Any]:
-    """The machine and its load (1, 5 and 15-minute load averages) as a result is written."""
-    cpu = "unknown"
-    try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
-    memory_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gb": memory_gb,
-        "python": platform.python_version(),
-        "os": platform.platform(),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-    }
+    from chunkrag_eval.open_eval import machine as described
+
+    return described()
 
 
 def peak_rss_mb() -> float:

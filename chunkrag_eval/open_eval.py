@@ -488,6 +488,26 @@ def result_text(payload: Mapping[str, Any]) -> str:
     return text[:-2] + ',\n "questions": [\n' + lines + "\n ]\n}\n"
 
 
+def machine() -> dict[str, Any]:
+    """The machine a result was measured on (the benches record the same)."""
+    cpu = "unknown"
+    try:
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "python": platform.python_version(),
+        "os": platform.platform(),
+    }
+
+
 def run_context(command: Sequence[str]) -> dict[str, Any]:
     """What a result file records of its run: the command, the machine, its
     load, the date and the checkout's commit."""
@@ -502,23 +522,9 @@ def run_context(command: Sequence[str]) -> dict[str, Any]:
         )
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
-    cpu = "unknown"
-    try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
     return {
         "command": " ".join(command),
-        "machine": {
-            "cpu": cpu,
-            "cores": os.cpu_count(),
-            "python": platform.python_version(),
-            "os": platform.platform(),
-        },
+        "machine": machine(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "git_commit": commit,
