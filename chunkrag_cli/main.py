@@ -248,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _open_corpus_arguments(parser: argparse.ArgumentParser, *, table: bool) -> None:
-    from chunkrag_eval.open_rows import ROW_NAMES
+    from chunkrag_eval.open_rows import PARAMETRIC, ROW_NAMES
 
     group = parser.add_argument_group("open corpus (docs/evaluation.md#the-open-corpus)")
     group.add_argument(
@@ -269,7 +269,9 @@ def _open_corpus_arguments(parser: argparse.ArgumentParser, *, table: bool) -> N
         help="open corpus: NQ-open's gold passages and SQuAD's paragraphs (NAME or NAME=N for the first N; none)",
     )
     group.add_argument(
-        "--open-rows", help=f"open corpus: the rows, comma-separated (default all: {', '.join(ROW_NAMES)})"
+        "--open-rows",
+        help=f"open corpus: the rows, comma-separated (default all: {', '.join(ROW_NAMES)}; also "
+        f"{', '.join(PARAMETRIC)})",
     )
     group.add_argument(
         "--cosine-threshold",
@@ -898,6 +900,7 @@ def _open_corpus(
         "skipped_rows": dict(run.skipped_rows),
         "cosine_threshold": run.cosine_threshold,
         "notes": dict(run.notes),
+        "default_choice": run.default_choice(),
         "summary": run.summary(),
         "questions": [outcome_json(o) for o in run.outcomes],
     }

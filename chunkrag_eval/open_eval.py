@@ -40,11 +40,13 @@ from chunkrag_eval.datasets import EvalItem
 from chunkrag_eval.measures import answer_in_context
 from chunkrag_eval.open_rows import (
     COSINE_THRESHOLDS,
+    DEFAULT_CANDIDATES,
     REFERENCE,
     SIZES,
     THRESHOLD_CHOSEN_AT,
     Row,
     choose_cosine_threshold,
+    choose_default,
     paired_with_reference,
     rate,
     select_cosine,
@@ -105,6 +107,9 @@ class OpenRun:
 
     def summary(self) -> dict[str, dict[str, dict[str, Any]]]:
         return summarise(self.outcomes, self.rows)
+
+    def default_choice(self) -> dict[str, Any] | None:
+        return default_choice(self.outcomes)
 
 
 def filter_options_for(row: Row) -> FilterOptions:
@@ -345,6 +350,47 @@ def _generate(
         list(pool.map(work, jobs))
 
 
+# ---------------------------------------------------------------- the default
+
+
+def default_choice(outcomes: Sequence[Outcome], at: int = THRESHOLD_CHOSEN_AT) -> dict[str, Any] | None:
+    """The filter's default chosen by :func:`open_rows.choose_default` from
+    the model's answers at N = ``at``: per set, every candidate row answered
+    on the same questions as all N. None when no candidate was answered."""
+    sets: dict[str, dict[str, tuple[list[bool], float]]] = {}
+    questions: dict[str, int] = {}
+    for dataset in dict.fromkeys(o.dataset for o in outcomes):
+        answered = [o for o in outcomes if o.dataset == dataset and o.size == at and o.correct is not None]
+        by_row: dict[str, dict[str, Outcome]] = {}
+        for o in answered:
+            by_row.setdefault(o.row, {})[o.item_id] = o
+        reference = by_row.get(REFERENCE, {})
+        rows = {c: by_row[c] for c in DEFAULT_CANDIDATES if c in by_row}
+        if not reference or not rows:
+            continue
+        ids = [i for i in reference if all(i in r for r in rows.values())]
+        sets[dataset] = {
+            name: ([bool(r[i].correct) for i in ids], sum(r[i].prompt_tokens for i in ids) / max(1, len(ids)))
+            for name, r in {REFERENCE: reference, **rows}.items()
+        }
+        questions[dataset] = len(ids)
+    if not sets:
+        return None
+    choice = choose_default(sets)
+    return {
+        "row": choice.row,
+        "held": choice.held,
+        "holding": list(choice.holding),
+        "at_n": at,
+        "questions": questions,
+        "candidates": [c for c in DEFAULT_CANDIDATES if c in choice.tokens],
+        "prompt_tokens_per_answer": {c: round(t, 1) for c, t in choice.tokens.items()},
+        "rule": "among the candidates written first, those whose accuracy is within one point of all N and not "
+        "significantly below it (exact McNemar p >= 0.05) on every set; of those, the fewest prompt tokens per "
+        "answer (the mean over the sets); none holding: the shipped default",
+    }
+
+
 # ---------------------------------------------------------------- summary
 
 
@@ -462,6 +508,17 @@ def table_markdown(run: OpenRun) -> str:
         lines.append(f"- cosine threshold t = {choice['threshold']:g}: {how}")
     for name, note in run.skipped_rows.items():
         lines.append(f"- {name}: {note}")
+    chosen = run.default_choice()
+    if chosen:
+        asked = ", ".join(f"{name} {n}" for name, n in chosen["questions"].items())
+        lines.append(
+            f"- the filter's default by the rule (N = {chosen['at_n']}, answered on {asked}): {chosen['row']}"
+            + (
+                f" (holding: {', '.join(chosen['holding'])})"
+                if chosen["held"]
+                else " (no candidate held: the shipped default stays)"
+            )
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from chunkrag_eval.answer_table import CutChoice, choose_cut, cut_row, discordant, mcnemar_exact
+from chunkrag_eval.answer_table import CutChoice, choose_cut, cut_holds, cut_row, discordant, mcnemar_exact
 from chunkrag_eval.measures import kept_within_budget
 
 KINDS = ("all", "top", "same_chars", "cosine", "filter")
@@ -82,19 +82,115 @@ ROWS: tuple[Row, ...] = (
     ),
 )
 ROW_NAMES = tuple(r.name for r in ROWS)
+# Rows named by a parameter: the filter's cut over the retrieval signals, the
+# same with the cross-encoder, and top-k at another row's characters.
+PARAMETRIC = ("cut=<c>", "crossencoder_cut=<c>", "topk_chars_of=<row>")
+
+# ---------------------------------------------------------------- the default
+# The filter's default is chosen among these at N = 20 with the local model
+# answering (rule written 2026-11-28, before the run; docs/evaluation.md,
+# "How the filter's default is chosen"): the shipped default (the retrieval
+# calibration, cut 0.005), stricter cuts of it, and the cross-encoder's
+# calibrated score at its own cut (0.0512) and stricter ones. Each cut keeps
+# fewer prompt tokens than the one before it on the same scorer.
+DEFAULT_CANDIDATES = (
+    "filter",
+    "cut=0.02",
+    "cut=0.05",
+    "cut=0.1",
+    "cut=0.2",
+    "filter_crossencoder",
+    "crossencoder_cut=0.1",
+    "crossencoder_cut=0.2",
+    "crossencoder_cut=0.3",
+)
+# What stays when no candidate holds: the shipped default.
+DEFAULT_FALLBACK = "filter"
+
+
+def _cut_value(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"row {name}: the cut must be a number, not {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"row {name}: the cut is a probability between 0 and 1, not {value:g}")
+    return value
+
+
+def row_for(name: str) -> Row:
+    """The declared row called ``name``, or the parametric one it names."""
+    for row in ROWS:
+        if row.name == name:
+            return row
+    kind, sep, value = name.partition("=")
+    if sep and kind == "cut":
+        c = _cut_value(name, value)
+        return Row(name, f"the filter cut at {c:g}", "filter", options={"fixed_threshold": c})
+    if sep and kind == "crossencoder_cut":
+        c = _cut_value(name, value)
+        return Row(
+            name,
+            f"the filter with the cross-encoder, cut at {c:g}",
+            "filter",
+            options={"relevance": "crossencoder", "fixed_threshold": c},
+        )
+    if sep and kind == "topk_chars_of" and value:
+        of = row_for(value)
+        if of.kind == "same_chars":
+            raise ValueError(f"row {name}: top-k matches a row that chooses by itself, not {value}")
+        return Row(name, f"top-k by hybrid score at the characters of {of.name}", "same_chars", of=of.name)
+    raise ValueError(
+        f"unknown open-corpus row {name!r}; choose among {', '.join(ROW_NAMES)} or {', '.join(PARAMETRIC)}"
+    )
 
 
 def rows_named(names: Sequence[str] | None) -> tuple[Row, ...]:
-    """The declared rows of ``names`` in table order (all for None), with
-    the rows a same_chars row matches added before it."""
+    """The rows of ``names`` (all declared ones for None): the reference
+    first, then in the order given, each row a same_chars row matches
+    before it."""
     if names is None:
         return ROWS
-    unknown = [n for n in names if n not in ROW_NAMES]
-    if unknown:
-        raise ValueError(f"unknown open-corpus row(s) {', '.join(unknown)}; choose among {', '.join(ROW_NAMES)}")
-    wanted = set(names) | {REFERENCE}
-    wanted |= {r.of for r in ROWS if r.name in wanted and r.of}
-    return tuple(r for r in ROWS if r.name in wanted)
+    out: dict[str, Row] = {REFERENCE: row_for(REFERENCE)}
+
+    def add(name: str) -> None:
+        row = row_for(name)
+        if row.of and row.of not in out:
+            add(row.of)
+        out.setdefault(row.name, row)
+
+    for name in names:
+        add(name)
+    return tuple(out.values())
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultChoice:
+    row: str
+    held: bool  # False: no candidate held on every set; the shipped default stays
+    holding: tuple[str, ...]
+    tokens: Mapping[str, float]  # each candidate's prompt tokens per answer, averaged over the sets
+
+
+def choose_default(
+    sets: Mapping[str, Mapping[str, tuple[Sequence[bool], float]]],
+    candidates: Sequence[str] = DEFAULT_CANDIDATES,
+    reference: str = REFERENCE,
+) -> DefaultChoice:
+    """The filter's default: ``sets[name][row]`` holds a row's per-question
+    right/wrong (paired with the reference's on the same questions) and its
+    prompt tokens per answer. A candidate holds on a set when its accuracy is
+    within one point of all N and not significantly below it (the shipped
+    cut's test, :func:`answer_table.cut_holds`); among those holding on every
+    set, the fewest prompt tokens (the mean of the sets' per-answer means);
+    ties go to the earlier candidate. None holding: ``DEFAULT_FALLBACK``."""
+    present = [c for c in candidates if all(c in rows for rows in sets.values())]
+    tokens = {c: sum(rows[c][1] for rows in sets.values()) / len(sets) for c in present} if sets else {}
+    holding = tuple(c for c in present if all(cut_holds(rows[reference][0], rows[c][0]) for rows in sets.values()))
+    if holding:
+        best = min(holding, key=lambda c: (tokens[c], present.index(c)))
+        return DefaultChoice(best, True, holding, tokens)
+    return DefaultChoice(DEFAULT_FALLBACK, False, (), tokens)
 
 
 # ---------------------------------------------------------------- choosing

@@ -10,13 +10,15 @@ import pytest
 
 from chunkrag_core.settings import Settings
 from chunkrag_eval.open_corpus import corpus_fingerprint, index_name, parse_distractors
-from chunkrag_eval.open_eval import Outcome, summarise, usable_rows
+from chunkrag_eval.open_eval import Outcome, default_choice, summarise, usable_rows
 from chunkrag_eval.open_rows import (
     COSINE_THRESHOLDS,
     ROWS,
     Row,
     choose_cosine_threshold,
+    choose_default,
     kept_flags,
+    row_for,
     rows_named,
     select_cosine,
     select_same_chars,
@@ -94,7 +96,7 @@ def test_a_threshold_that_does_better_than_all_holds():
 
 
 def test_rows_are_data_and_a_same_characters_row_brings_the_row_it_matches():
-    assert [r.name for r in rows_named(["topk_filter_chars"])] == ["all", "topk_filter_chars", "filter"]
+    assert [r.name for r in rows_named(["topk_filter_chars"])] == ["all", "filter", "topk_filter_chars"]
     assert rows_named(None) == ROWS
     with pytest.raises(ValueError, match="choose among"):
         rows_named(["nope"])
@@ -102,6 +104,71 @@ def test_rows_are_data_and_a_same_characters_row_brings_the_row_it_matches():
         Row("bad", "bad", "top")
     with pytest.raises(ValueError, match="unknown row kind"):
         Row("bad", "bad", "sideways")
+
+
+def test_parametric_rows_name_a_cut_the_cross_encoder_or_the_characters_they_match():
+    assert row_for("cut=0.05").options == {"fixed_threshold": 0.05}
+    assert row_for("crossencoder_cut=0.2").options == {"relevance": "crossencoder", "fixed_threshold": 0.2}
+    topk = row_for("topk_chars_of=cut=0.1")
+    assert topk.kind == "same_chars" and topk.of == "cut=0.1"
+    names = [r.name for r in rows_named(["top5", "topk_chars_of=crossencoder_cut=0.3"])]
+    assert names == ["all", "top5", "crossencoder_cut=0.3", "topk_chars_of=crossencoder_cut=0.3"]
+    for bad, why in (("cut=x", "must be a number"), ("cut=1.5", "between 0 and 1"), ("topk_chars_of=top9", "unknown")):
+        with pytest.raises(ValueError, match=why):
+            row_for(bad)
+    usable, skipped = usable_rows(rows_named(["cut=0.05", "crossencoder_cut=0.1"]))
+    assert [r.name for r in usable] == ["all", "cut=0.05", "crossencoder_cut=0.1"] and not skipped
+
+
+def _flags(right: int, n: int = 40) -> list[bool]:
+    return [True] * right + [False] * (n - right)
+
+
+def test_the_default_is_the_fewest_tokens_among_candidates_holding_on_every_set():
+    all_popqa, all_pub = _flags(30), _flags(28)
+    sets = {
+        "popqa": {
+            "all": (all_popqa, 1700.0),
+            "filter": (all_popqa, 1600.0),
+            "cut=0.1": (_flags(30), 700.0),
+            "cut=0.2": (_flags(26), 300.0),  # four fewer right: more than one point below
+        },
+        "pubhealth": {
+            "all": (all_pub, 1900.0),
+            "filter": (all_pub, 1800.0),
+            "cut=0.1": (_flags(29), 900.0),  # one more right: holds
+            "cut=0.2": (_flags(28), 400.0),
+        },
+    }
+    chosen = choose_default(sets, candidates=("filter", "cut=0.1", "cut=0.2"))
+    assert chosen.row == "cut=0.1" and chosen.held
+    assert chosen.holding == ("filter", "cut=0.1")
+    assert chosen.tokens == {"filter": 1700.0, "cut=0.1": 800.0, "cut=0.2": 350.0}
+
+
+def test_no_candidate_holding_keeps_the_shipped_default_and_a_tie_goes_to_the_first_listed():
+    sets = {"popqa": {"all": (_flags(30), 1700.0), "cut=0.2": (_flags(29), 300.0)}}
+    # One fewer right of 40 is 2.5 points: more than one point below.
+    chosen = choose_default(sets, candidates=("filter", "cut=0.2"))
+    assert chosen.row == "filter" and not chosen.held and chosen.holding == ()
+    tie = {"popqa": {"all": (_flags(30), 900.0), "a": (_flags(30), 500.0), "b": (_flags(31), 500.0)}}
+    assert choose_default(tie, candidates=("a", "b")).row == "a"
+
+
+def test_the_default_choice_pairs_the_candidates_with_all_n_on_the_questions_both_answered():
+    outcomes = [
+        _outcome("1", "all", True, 4000, True),
+        _outcome("2", "all", True, 4000, True),
+        _outcome("3", "all", True, 4000, None),  # not answered: left out
+        _outcome("1", "cut=0.1", True, 800, True),
+        _outcome("2", "cut=0.1", True, 800, True),
+        _outcome("3", "cut=0.1", True, 800, True),
+        _outcome("1", "top5", True, 400, False),  # not a candidate
+    ]
+    chosen = default_choice(outcomes)
+    assert chosen["row"] == "cut=0.1" and chosen["held"] and chosen["questions"] == {"popqa": 2}
+    assert chosen["prompt_tokens_per_answer"] == {"cut=0.1": 200.0}
+    assert default_choice([o for o in outcomes if o.row != "cut=0.1"]) is None
 
 
 def test_a_filter_row_with_an_option_the_filter_does_not_take_is_skipped_with_a_note():
