@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(SHARED / "eval" / "popqa" / "dev.jsonl"))
     parser.add_argument("--questions", type=int, default=200)
-    parser.add_argument("--llm-questions", type=int, default=30)
+    parser.add_argument("--llm-questions", type=int, default=30, help="0: no row that calls the model")
     parser.add_argument("--rows", help="comma-separated row names (default: all)")
     parser.add_argument("--out", default="bench/results/frameworks_popqa.json")
     args = parser.parse_args(argv)
@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         "rule_thresholds": thresholds,
         "rows_declared": list(rows),
         "all_questions": summarise(items, full, docs, scores),
-        "llm_subset": summarise(items[: args.llm_questions], outcomes, docs, scores),
+        # No subset with --llm-questions 0: the model rows did not run.
+        "llm_subset": summarise(items[: args.llm_questions], outcomes, docs, scores) if args.llm_questions else None,
     }
     with open(args.out, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(payload, indent=2) + "\n")
