@@ -55,7 +55,7 @@ from chunkrag_eval.open_rows import (
 )
 from chunkrag_eval.runner import doc_id_for
 from chunkrag_filter.judging import judge_in_threads
-from chunkrag_filter.pipeline import FilterOptions, run_filter
+from chunkrag_filter.pipeline import FilterOptions, run_filter, shipped_relevance_model
 from chunkrag_filter.processors.answer import context_chars as context_budget_chars
 from search_extension.options import OptionError, parse_options
 from search_extension.retriever import HybridRetriever
@@ -174,9 +174,31 @@ def _measure(r: Retrieved, row: str, kept: Sequence[int], seconds: float = 0.0) 
     )
 
 
-def _filter_kept(r: Retrieved, options: FilterOptions, model: ChatModel, judge_many=None) -> tuple[list[int], float]:
+class RememberedRelevance:
+    """The relevance model with each (query, texts) call's scores kept: the
+    rows that differ only in their cut score the same candidates, so a
+    question's N are read by the model once, not once per row."""
+
+    def __init__(self, model: Any = None):
+        self._model = model
+        self._scores: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        key = (query, tuple(texts))
+        if key not in self._scores:
+            if self._model is None:
+                self._model = shipped_relevance_model()
+            self._scores[key] = list(self._model.score(query, texts))
+        return list(self._scores[key])
+
+
+def _filter_kept(
+    r: Retrieved, options: FilterOptions, model: ChatModel, judge_many=None, relevance=None
+) -> tuple[list[int], float]:
     started = time.perf_counter()
-    result = run_filter(r.item.question, r.candidates, model=model, options=options, judge_many=judge_many)
+    result = run_filter(
+        r.item.question, r.candidates, model=model, options=options, judge_many=judge_many, relevance_model=relevance
+    )
     position = {c.chunk_id: i for i, c in enumerate(r.candidates)}
     return [position[c.chunk_id] for c in result.kept], time.perf_counter() - started
 
@@ -264,6 +286,7 @@ def run_open(
         usable = tuple(r for r in usable if r.kind != "cosine")
         skipped["cosine"] = "skipped: " + threshold["rule"]
     chat = MeteredChat(model, cache, model_name)
+    relevance = RememberedRelevance()  # loaded on first use: only the cross-encoder rows need it
     order = {(name, item.item_id): i for name, items in datasets.items() for i, item in enumerate(items)}
     outcomes: list[Outcome] = []
     for r in retrieved:
@@ -289,7 +312,7 @@ def run_open(
                 outcome.judge_prompt_tokens = judge_chat.prompt_tokens
                 mine[row.name] = outcome
             else:
-                kept, seconds = _filter_kept(r, options[row.name], model)
+                kept, seconds = _filter_kept(r, options[row.name], model, relevance=relevance)
                 mine[row.name] = _measure(r, row.name, kept, seconds)
         outcomes.extend(mine[row.name] for row in usable if row.name in mine)
     say(f"rows chosen: {len(outcomes)} outcomes")

@@ -234,3 +234,23 @@ def test_a_tiny_p_keeps_its_significant_digits():
 
     # 18 discordant pairs all one way: p = 2 / 2**18.
     assert paired_with_reference([False] * 18, [True] * 18) == {"discordant": [0, 18], "p_vs_all": 7.63e-06}
+
+
+def test_the_rows_share_one_reading_of_each_questions_candidates():
+    from chunkrag_eval.open_eval import RememberedRelevance
+
+    calls = []
+
+    class Counting:
+        def score(self, query, texts):
+            calls.append((query, tuple(texts)))
+            return [0.1 * len(t) for t in texts]
+
+    remembered = RememberedRelevance(Counting())
+    first = remembered.score("q", ["ab", "c"])
+    again = remembered.score("q", ["ab", "c"])
+    assert first == again == [pytest.approx(0.2), pytest.approx(0.1)]
+    remembered.score("q", ["c"])  # another set of texts is read again
+    assert calls == [("q", ("ab", "c")), ("q", ("c",))]
+    again.append(9.0)  # a caller's copy, not the kept scores
+    assert remembered.score("q", ["ab", "c"]) == first
