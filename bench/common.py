@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import resource
@@ -28,6 +29,13 @@ def peak_rss_mb() -> float:
 
 def median(values: Sequence[float]) -> float:
     return round(statistics.median(values), 3)
+
+
+def burn_cpu(processes: int) -> None:
+    """``processes`` processes spinning on the CPU until this one exits: a
+    measurement taken with the CPU busy (``--busy N``), recorded as such."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    atexit.register(lambda: [p.kill() for p in burners])
 
 
 def run_child(module: str, args: Sequence[str]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
     python -m bench.post_search_bench [--queries 100] [--cold 5] [--hits 10] [--seed 7]
     python -m bench.post_search_bench --companion [--companion-scoring engine|engine-passages|fetched] ...
     python -m bench.post_search_bench --preselect 0,32 --cold 5 --out post_search_cold_quiet
+    python -m bench.post_search_bench --first-search 3 --out post_search_first
 
 SQuAD 2 dev articles cut into whole documents of 1,000-3,000 words. For each
 answerable question the "cluster's response" is ``--hits`` such documents
@@ -17,12 +18,18 @@ the field listing are not in the figures):
 - companion (``--companion``): the documents in a real index and ``chunkrag
   sync``'s companion beside it; passages read from the companion as the
   gateway reads them (``engine``: the engine scores the chunks with its BM25,
-  only the candidates read; ``engine-passages``: BM25 counted here;
+  the candidates rebuilt from the hits' text, one request; ``engine-fetch``:
+  the candidates read in a second request; ``engine-passages``: BM25 counted here;
   ``fetched``: every chunk read with its vector). Fields the companion could
   not serve are counted (must be none) and what it keeps is compared with
   the warm path's;
 - preselect (``--preselect N,...``): each field's best N sentences by BM25
-  (0: all), cold on the first ``--cold`` queries and for what is kept.
+  (0: all), cold on the first ``--cold`` queries and for what is kept;
+- first search (``--first-search N``): ``chunkrag serve`` started N times,
+  the seconds until its health says ready (models read), then the first
+  and second post-search of the synced index through it (milliseconds).
+
+``--busy N`` runs N processes spinning on the CPU during the measurement.
 
 With the default filter (calibrated, no model call) it records the added
 milliseconds (p50 / p95), the share of questions whose answer is in the kept
@@ -38,11 +45,11 @@ import random
 import statistics
 import time
 
-from bench.common import SHARED, write_result
+from bench.common import SHARED, burn_cpu, median, write_result
 
 SQUAD = SHARED / "eval" / "squad" / "squad2_cs224n_dev-v2.0.json"
 MIN_WORDS, MAX_WORDS = 1000, 3000
-COMPANION_SCORING = ("engine", "engine-passages", "fetched")
+COMPANION_SCORING = ("engine", "engine-passages", "engine-fetch", "fetched")
 
 
 def documents(seed: int) -> list[dict]:
@@ -147,6 +154,7 @@ class _Companion:
             settings=self.settings,
             engine_scoring=scoring != "fetched",
             bm25="passages" if scoring == "engine-passages" else "engine",
+            rebuild=scoring != "engine-fetch",
         )
 
 
@@ -177,6 +185,28 @@ def companion_setup(docs: list[dict], settings, embedder, seed: int, scoring: st
         "errors": len(report.errors),
     }
     return index, _Companion(client, settings, embedder, scoring), figures
+
+
+def first_searches(runs: int, index: str, question: str) -> dict:
+    """``chunkrag serve`` started afresh ``runs`` times: seconds to a ready
+    health, then its first and second post-search of ``index`` (ms)."""
+    from bench.gateway_bench import Timed, free_port, start_gateway
+
+    body = json.dumps({"query": {"match": {"body": question}}, "size": 10, "ext": {"chunkrag": {}}}).encode()
+    rows = []
+    for _ in range(runs):
+        port, started = free_port(), time.perf_counter()
+        process = start_gateway(port)
+        ready_s = time.perf_counter() - started
+        try:
+            timed = Timed(f"http://127.0.0.1:{port}")
+            first, second = (timed.post(f"/{index}/_search", body)[0] for _ in range(2))
+        finally:
+            process.terminate()
+            process.wait(60)
+        rows.append({"ready_s": round(ready_s, 2), "first_ms": round(first, 1), "second_ms": round(second, 1)})
+        print(json.dumps(rows[-1]), flush=True)
+    return {key: median([r[key] for r in rows]) for key in rows[0]} | {"runs": rows}
 
 
 def companion_summary(rows: list[dict], present: list[dict], scoring: str) -> dict:
@@ -272,6 +302,8 @@ def main() -> None:
         help="query-time sentences per field (0: all) measured cold and for what is kept",
     )
     parser.add_argument("--out", default="post_search", help="the result's name under bench/results/")
+    parser.add_argument("--busy", type=int, default=0, metavar="N", help="processes spinning on the CPU meanwhile")
+    parser.add_argument("--first-search", type=int, default=0, metavar="N", help="gateway starts timed (see above)")
     parser.add_argument(
         "--companion", action="store_true", help="also measure passages read from a synced companion index"
     )
@@ -295,7 +327,14 @@ def main() -> None:
     embedder.embed(["warm the model up"])
     default = parse_options({}, surface="search")  # the gateway's default for a search client
     docs = documents(args.seed)
+    burn_cpu(args.busy)
     load_before = os.getloadavg()[0]
+    if args.first_search:
+        index = companion_setup(docs, settings, embedder, args.seed)[0]
+        question = next(queries(docs, args.seed, args.hits, 1))[1]
+        found = first_searches(args.first_search, index, question) | {"busy_processes": args.busy}
+        write_result(args.out, "bench.post_search_bench", {"summary": found | {"load_1m_before": load_before}})
+        return
     rows = []
     timed = []  # each query's measurement, to repeat
     shared = QueryTimePassages(embedder, settings)
@@ -454,6 +493,7 @@ def main() -> None:
         },
         "load_1m_before": round(load_before, 2),
         "load_1m_after": round(os.getloadavg()[0], 2),
+        "busy_processes": args.busy,
     }
     print(json.dumps(summary))
     write_result(

@@ -199,8 +199,10 @@ class Edges:
 
     def start_loading_models(self) -> threading.Thread:
         """Read the models a filtered search uses (the embedder made here,
-        the relevance model) in a thread of their own, now, so the first
-        search does not wait for them; health is not ok until they are read."""
+        the relevance model) and make the search backend (its client's
+        imports: about a second on a loaded machine) in a thread of their
+        own, now, so the first search does not wait for them; health is not
+        ok until they are read."""
         self.models.begin()
         self._models_thread = threading.Thread(target=self._load_models, name="chunkrag-models", daemon=True)
         self._models_thread.start()
@@ -216,7 +218,12 @@ class Edges:
 
     def _load_models(self) -> None:
         failed = None
-        for name, load in (("the embedder", self._load_embedder), ("the relevance model", self._load_relevance)):
+        steps = (
+            ("the search backend", lambda: self.es),  # made, no request sent
+            ("the embedder", self._load_embedder),
+            ("the relevance model", self._load_relevance),
+        )
+        for name, load in steps:
             try:
                 load()
             except Exception as exc:  # noqa: BLE001 - reported by health; a search would raise it again

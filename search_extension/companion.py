@@ -25,6 +25,7 @@ from chunkrag_core.engines.base import SearchBackend
 from chunkrag_core.engines.errors import EngineRefused
 from chunkrag_core.settings import Settings
 from ingest_pipeline.chunker import document_fingerprint
+from ingest_pipeline.document_context import wants_context
 from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.source_fields import SourceField
 from ingest_pipeline.sync import companion_name
@@ -173,14 +174,22 @@ class CompanionsFirst:
         settings: Settings,
         engine_scoring: bool = True,
         bm25: str = "engine",
+        rebuild: bool = True,
         unreadable: UnreadableCompanions | None = None,
         identity: str = "",
     ):
         """``unreadable``: the companions found missing or refused, shared
         between requests (those of ``identity``, who ``client``'s credentials
-        are, are not asked for again while remembered)."""
+        are, are not asked for again while remembered). ``rebuild``: the
+        engine-scored candidates are rebuilt from the hits' text where they
+        can be exactly (one companion request); False fetches them always
+        (a second request, as before; for comparisons)."""
         self._client, self._fallback, self._settings = client, fallback, settings
         self._engine_scoring, self._bm25 = engine_scoring, bm25
+        # The header of a rebuilt chunk is the chunker's only without document
+        # context written by the model (a summary, a title, sections it found).
+        chunking = settings.chunking
+        self._headers = chunking.headers if rebuild and not wants_context(chunking) else None
         self._unreadable = unreadable if unreadable is not None else UnreadableCompanions()
         self._identity = identity
         # Why the last response was not scored by the engine (None: it was, or never asked).
@@ -220,6 +229,7 @@ class CompanionsFirst:
                 max_passages=max_passages,
                 with_vectors=with_vectors,
                 bm25=self._bm25,
+                headers=self._headers,
             )
         except CompanionUnreadable as exc:
             self._unreadable.note(self._identity, exc.companion)

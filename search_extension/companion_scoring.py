@@ -15,8 +15,24 @@ and only the passages that go to the filter are fetched.
    (``post_search.passage_scores``: both signals min-max normalised over
    the response's passages, weighted, the document prior) and the best
    ``max_passages`` of each hit.
-3. One search for those candidates' text (and their vectors, only when the
-   filter's redundancy stage compares them).
+3. The candidates as chunks. Their text is already in hand: the hit's own
+   field text between each chunk's ``start`` and ``end`` (doc values of
+   step 1), with the lead, header, title and metadata the chunker gives
+   that field's document (`rebuilt_chunk`); the fingerprint step 1 checked
+   proves the companion's chunks were made from this very text with these
+   settings. So a response costs the companion one request. A second one,
+   for the candidates' ``_source``, is made only where a rebuilt chunk
+   could differ from the stored one: when the filter's redundancy stage
+   needs their vectors, when the settings ask for document context the
+   chat model wrote (a summary or title in the header, sections it found:
+   ``headers`` is then None), or when a chunk's offsets are missing or do
+   not fall within one section of the text.
+
+   A rebuilt chunk's metadata is its document's (``source_index``,
+   ``source_id``, ``source_field``), as query-time passages have it; the
+   stored chunk also carries the version ``chunkrag sync`` read the text at
+   (``source_seq_no``...). No post-search response shows chunk metadata
+   beyond ``source_field``, so the two ways answer alike.
 
 What differs from fetching every chunk and scoring here: BM25 is the
 engine's (the companion's analyzer, its index statistics) instead of BM25
@@ -34,11 +50,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from chunkrag_core.chunk import chunk_id_for
+from chunkrag_core.chunk import BASE_SCALE, Chunk, chunk_id_for
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import SearchBackend
 from chunkrag_core.engines.errors import EngineRefused
+from ingest_pipeline.headers import chunk_header
 from ingest_pipeline.source_fields import SourceField
+from ingest_pipeline.sources import Document
 from search_extension.passages import ScoredHits
 from search_extension.post_search import PassageScore, bm25_scores, passage_scores
 
@@ -46,8 +64,16 @@ from search_extension.post_search import PassageScore, bm25_scores, passage_scor
 # (``k`` and ``num_candidates`` of the kNN search: both engines' ceiling).
 # Past it the response goes the fetched-chunks way.
 MAX_SCORED_CHUNKS = 10_000
-# Doc values read per chunk: enough to know it is complete and current.
-SIGNAL_FIELDS = (schema.DOC_ID, schema.POSITION, schema.DOC_FINGERPRINT)
+# Doc values read per chunk: enough to know it is complete and current,
+# and where it lies in the field's text (a candidate is rebuilt from them).
+SIGNAL_FIELDS = (
+    schema.DOC_ID,
+    schema.POSITION,
+    schema.DOC_FINGERPRINT,
+    schema.START,
+    schema.END,
+    schema.SENTENCE_COUNT,
+)
 # Doc values that name a base chunk (its id is made from them).
 ID_FIELDS = (schema.DOC_ID, schema.POSITION)
 # Where a chunk's BM25 comes from: the engine's own (a `match` on the
@@ -68,6 +94,12 @@ class ChunkSignal:
     similarity: float  # the kNN score: (1 + cos) / 2
     bm25: float  # BM25 of the query on the text; 0 when no term matched
     text: str | None = None  # read only when BM25 is counted here
+    # Where the chunk lies in the field's text and its sentences (None: an
+    # answer without them; the candidate is then fetched, not rebuilt).
+    start: int | None = None
+    end: int | None = None
+    sentence_count: int | None = None
+    index: str = ""  # the concrete companion index that answered
 
     @property
     def cosine(self) -> float:
@@ -181,6 +213,11 @@ def _first(fields: Mapping[str, Any], name: str) -> Any:
     return values[0]
 
 
+def _optional_int(fields: Mapping[str, Any], name: str) -> int | None:
+    values = fields.get(name)
+    return int(values[0]) if values else None
+
+
 def _chunk_id(hit: Mapping[str, Any]) -> str:
     """The hit's ``_id`` when it came, else the id of the base chunk its
     doc values name (what the writer gave it: ``chunk_id_for``)."""
@@ -212,6 +249,10 @@ def signals_of(
             similarity=float(hit["_score"]),
             bm25=bm25_of.get(chunk_id, 0.0),
             text=str(source.get(schema.TEXT, "")) if isinstance(source, Mapping) else None,
+            start=_optional_int(fields, schema.START),
+            end=_optional_int(fields, schema.END),
+            sentence_count=_optional_int(fields, schema.SENTENCE_COUNT),
+            index=str(hit.get("_index") or ""),
         )
         found.setdefault(doc_id, []).append(signal)
     return {doc_id: sorted(rows, key=lambda r: r.position) for doc_id, rows in found.items()}
@@ -262,6 +303,81 @@ def choose_candidates(
     return best, capped
 
 
+def rebuilt_chunk(
+    document: Document,
+    row: ChunkSignal,
+    previous_end: int,
+    headers: str,
+    *,
+    score: float,
+    stage_scores: Mapping[str, float],
+) -> Chunk | None:
+    """The base chunk ``row`` of ``document`` (a hit field's,
+    `SourceField.document`) as the chunker made it (`chunk_documents`): its
+    text between its offsets, its lead from ``previous_end`` (the previous
+    chunk's end; 0 for the first), its header of the document's title and
+    section (``headers``: the chunking's header mode), the document's title
+    and metadata; read from ``row.index``, with no vector. None when its
+    doc values are missing or do not place it within one section of the
+    text after ``previous_end``."""
+    start, end, sentences = row.start, row.end, row.sentence_count
+    if start is None or end is None or sentences is None:
+        return None
+    if not 0 <= previous_end <= start <= end <= len(document.text):
+        return None
+    section = next((s.path for s in document.sections if s.start <= start and end <= s.end), None)
+    if section is None:
+        return None
+    return Chunk(
+        doc_id=document.doc_id,
+        position=row.position,
+        text=document.text[start:end],
+        start=start,
+        end=end,
+        title=document.title,
+        section=section,
+        sentence_count=sentences,
+        metadata=dict(document.metadata),
+        score=score,
+        stage_scores=dict(stage_scores),
+        header=chunk_header(document.title, section, headers, document.summary),
+        lead=document.text[previous_end:start],
+        scale=BASE_SCALE,
+        index=row.index,
+    )
+
+
+def rebuilt_candidates(
+    documents: Mapping[str, Document],
+    rows: Mapping[str, Sequence[ChunkSignal]],
+    best: Sequence[Sequence[tuple[ChunkSignal, PassageScore]]],
+    headers: str,
+) -> tuple[tuple[Chunk, ...], ...] | None:
+    """Each hit's candidates rebuilt from its fields' ``documents`` (by
+    companion id) and the doc values of all their chunks (``rows``, complete:
+    by position), in ``best``'s order; None when one cannot be rebuilt."""
+    out = []
+    for chosen in best:
+        chunks = []
+        for row, score in chosen:
+            previous_end = rows[row.doc_id][row.position - 1].end if row.position else 0
+            chunk = None
+            if previous_end is not None:
+                chunk = rebuilt_chunk(
+                    documents[row.doc_id],
+                    row,
+                    previous_end,
+                    headers,
+                    score=score.score,
+                    stage_scores=score.signals(),
+                )
+            if chunk is None:
+                return None
+            chunks.append(chunk)
+        out.append(tuple(chunks))
+    return tuple(out)
+
+
 # --- the engine -------------------------------------------------------------------------
 
 
@@ -278,12 +394,15 @@ def engine_scored(
     max_passages: int,
     with_vectors: bool,
     bm25: str = "engine",
+    headers: str | None = None,
     max_chunks: int = MAX_SCORED_CHUNKS,
 ) -> ScoredHits:
     """Steps 1-3 for the fields of each hit; ``companion_of`` names the
     companion of each hit index, ``fingerprints`` the text fingerprint of
-    each field (by companion id). NotServed when any field is not complete
-    and current in its companion."""
+    each field (by companion id). ``headers``: the chunking's header mode
+    when the candidates may be rebuilt from the hits' text (no document
+    context written by the model), None to fetch them. NotServed when any
+    field is not complete and current in its companion."""
     by_companion: dict[str, list[str]] = {}
     for sources in fields_by_hit:
         for field in sources:
@@ -310,17 +429,20 @@ def engine_scored(
     if bm25 == "passages":
         per_hit = counted_here(query, per_hit)
     best, capped = choose_candidates(per_hit, doc_cosines, weights, max_passages)
-    hits = _fetch(client, by_companion, [row for chosen in best for row, _ in chosen], with_vectors)
-    return ScoredHits(
-        best=tuple(
+    chunks = None
+    if headers is not None and not with_vectors:
+        documents = {field.companion_id: field.document() for sources in fields_by_hit for field in sources}
+        chunks = rebuilt_candidates(documents, rows, best, headers)
+    if chunks is None:
+        hits = _fetch(client, by_companion, [row for chosen in best for row, _ in chosen], with_vectors)
+        chunks = tuple(
             tuple(
                 schema.chunk_from_hit(hits[row.chunk_id], score=score.score, stage_scores=score.signals())
                 for row, score in chosen
             )
             for chosen in best
-        ),
-        capped=tuple(capped),
-    )
+        )
+    return ScoredHits(best=chunks, capped=tuple(capped))
 
 
 def _fetch(

@@ -203,6 +203,69 @@ def test_without_the_redundancy_stage_no_vector_is_read_and_the_filter_still_run
     assert all(d.chunk.vector is None for d in result.filtered.decisions)
 
 
+# --- one companion request: the candidates rebuilt from the hits' own text ---------------
+
+
+def _one_way(engine, embedder, settings, index, question, options, *, rebuild, response=None):
+    from search_extension.companion import CompanionsFirst
+    from search_extension.post_search_response import post_search_response
+
+    response = response or engine.search(index, {"query": {"match": {"body": question}}, "size": 10})
+    cluster = CountingCluster(engine)
+    fallback = CountingQueryTime(QueryTimePassages(embedder, settings))
+    source = CompanionsFirst(cluster, fallback, settings=settings, rebuild=rebuild)
+    searcher = PostSearcher(settings, lambda: embedder, passage_source=source)
+    result = searcher.filter(cluster, response, question, options)
+    assert result.scored_by == "engine" and fallback.asked == []
+    shown = post_search_response(response, result, options.post_search)
+    shown["chunkrag"].pop("timings_ms")
+    return result, shown, [asked for asked in cluster.asked if asked[1] == companion_name(index)]
+
+
+def test_the_candidates_come_from_one_companion_request_and_are_the_chunks_the_fetched_path_reads(
+    engine, embedder, settings, synced_articles
+):
+    """The engine-scored path rebuilds the candidates from the hits' field
+    text and the offsets step 1 read as doc values: one `_msearch` on the
+    companion, where fetching them makes a second one. Every candidate is
+    the stored chunk (every field but the vector; its metadata but the
+    version the sync read), and the post-search response is the same."""
+    index, questions = synced_articles
+    options = parse_options(
+        {"answer": False, "max_passages": CAP, "include_dropped": True}, max_candidates=50, surface="search"
+    )
+    companion = companion_name(index)
+    for question in questions[:3]:
+        response = engine.search(index, {"query": {"match": {"body": question}}, "size": 10})
+        ways = {
+            rebuild: _one_way(engine, embedder, settings, index, question, options, rebuild=rebuild, response=response)
+            for rebuild in (True, False)
+        }
+        (one, one_shown, one_asked), (two, two_shown, two_asked) = ways[True], ways[False]
+        assert one_asked == [("msearch", companion)]
+        assert two_asked == [("msearch", companion), ("msearch", companion)]
+        ours = [d.chunk for d in one.filtered.decisions]
+        theirs = [d.chunk for d in two.filtered.decisions]
+        assert [c.chunk_id for c in ours] == [c.chunk_id for c in theirs] and len(ours) > CAP
+        for rebuilt, fetched in zip(ours, theirs):
+            assert rebuilt == fetched  # doc id, position, text, offsets, title, section, sentences, header, scale
+            assert (rebuilt.lead, rebuilt.index, rebuilt.score) == (fetched.lead, fetched.index, fetched.score)
+            assert dict(rebuilt.stage_scores) == dict(fetched.stage_scores)
+            assert rebuilt.vector is None and fetched.vector is None
+            stamp = {k: v for k, v in fetched.metadata.items() if k not in rebuilt.metadata}
+            assert stamp and set(stamp) <= {"source_seq_no", "source_primary_term", "source_hash"}
+            assert {**rebuilt.metadata, **stamp} == dict(fetched.metadata)
+        assert one_shown == two_shown
+
+
+def test_the_candidates_are_fetched_when_the_filter_compares_their_vectors(engine, embedder, settings, synced_articles):
+    index, questions = synced_articles
+    options = parse_options({"answer": False, "redundancy_threshold": 0.9}, max_candidates=50, surface="search")
+    result, _, asked = _one_way(engine, embedder, settings, index, questions[0], options, rebuild=True)
+    assert asked == [("msearch", companion_name(index))] * 2
+    assert result.filtered.decisions and all(d.chunk.vector is not None for d in result.filtered.decisions)
+
+
 # --- an index without a companion --------------------------------------------------------
 
 

@@ -44,7 +44,7 @@ def test_the_signal_searches_are_an_exact_knn_and_a_bm25_match_over_the_hits_chu
                 "num_candidates": 5000,
                 "filter": filters,
             },
-            "docvalue_fields": ["doc_id", "position", "doc_fingerprint"],
+            "docvalue_fields": ["doc_id", "position", "doc_fingerprint", "start", "end", "sentence_count"],
         },
         {"index": "kb-chunkrag"},
         {
