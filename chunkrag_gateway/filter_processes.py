@@ -159,9 +159,15 @@ class FilterProcesses:
         self._slots = None  # the pool's slots (see _marked)
         self._lock = threading.Lock()  # searches arrive on worker threads
         self._calls = itertools.count(1)
+        # Set by close(): no pool is made again, so a search still waiting
+        # at the end (or one its broken pool would have sent to a fresh one)
+        # is told the gateway is stopping instead of starting processes.
+        self._closed = False
 
     def _current(self) -> tuple[ProcessPoolExecutor, Any]:
         with self._lock:
+            if self._closed:
+                raise errors.unavailable("the gateway is stopping")
             if self._pool is None:
                 _records_travel()
                 context = multiprocessing.get_context("spawn")
@@ -236,6 +242,7 @@ class FilterProcesses:
         interpreter's exit would wait for it)."""
         with self._lock:
             pool, self._pool = self._pool, None
+            self._closed = True
         if pool is None:
             return
         running = list((getattr(pool, "_processes", None) or {}).values())

@@ -236,6 +236,15 @@ def test_closing_ends_idle_processes_and_stops_one_still_searching(tmp_path):
     assert all(_ended(pid) for pid in pids)
 
 
+def test_a_search_after_the_close_is_refused_without_starting_a_process():
+    processes = FilterProcesses(Settings(), 1, 0)
+    processes.run(os.getpid)
+    processes.close()
+    with pytest.raises(errors.GatewayError, match="stopping"):
+        processes.run(os.getpid)
+    assert processes.pids() == ()
+
+
 def test_the_processes_end_when_their_gateway_is_killed_outright():
     script = textwrap.dedent(
         """
