@@ -3,6 +3,8 @@
     python -m bench.relevance_heldout build          # index every labelled set, cache the candidates (once)
     python -m bench.relevance_heldout run            # score them, fit, compare (results/relevance_heldout.json)
     python -m bench.relevance_heldout speed          # 20 candidates of ~500 characters (results/relevance_speed.json)
+    python -m bench.relevance_heldout run --model PATH --limit 100 --name relevance_heldout_fp32   # another graph
+    python -m bench.relevance_heldout speed --model fp32=PATH --max-tokens 128 96 64   # more rows
 
 Rankings, measures and the held-out sets: chunkrag_eval/relevance_study.py.
 """
@@ -27,12 +29,18 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("sets", nargs="*", default=list(SETS))
     r = sub.add_parser("run")
     r.add_argument("--sets", nargs="*", default=list(SETS))
+    r.add_argument("--model", type=Path, help="score with this ONNX graph (default: the shipped int8 one)")
+    r.add_argument("--max-tokens", type=int, help="cut query and chunk here (default: as trained)")
+    r.add_argument("--limit", type=int, help="each set's first N questions only")
     s = sub.add_parser("speed")
     s.add_argument("--runs", type=int, default=30)
     s.add_argument("--batch-sizes", type=int, nargs="*", default=[8, 20])
+    s.add_argument("--model", nargs="*", default=[], help="LABEL=PATH: rows for another graph besides int8")
+    s.add_argument("--max-tokens", type=int, nargs="*", default=[], help="rows at these shorter cuts too")
     for p in (b, r, s):
         p.add_argument("--cache", type=Path, default=CACHE)
         p.add_argument("--no-save", action="store_true")
+        p.add_argument("--name", help="results file name (default relevance_heldout, relevance_speed)")
     args = parser.parse_args(argv)
     if args.command == "build":
         from chunkrag_eval.relevance_study import build
@@ -41,12 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     from chunkrag_eval.relevance_study import heldout_table, scoring_speed
 
     if args.command == "run":
-        payload = heldout_table(args.cache, args.sets)
+        payload = heldout_table(args.cache, args.sets, args.model, args.max_tokens, args.limit)
     else:
-        payload = scoring_speed(SHARED / "eval", args.runs, args.batch_sizes)
+        if any("=" not in m for m in args.model):
+            parser.error("--model takes LABEL=PATH, e.g. fp32=.cache/relevance/model/relevance-minilm.fp32.onnx")
+        models = [("int8", None), *(tuple(m.split("=", 1)) for m in args.model)]
+        payload = scoring_speed(SHARED / "eval", args.runs, args.batch_sizes, models, args.max_tokens)
     payload["load_average"] = [round(v, 2) for v in os.getloadavg()]
     if not args.no_save:
-        name = "relevance_heldout" if args.command == "run" else "relevance_speed"
+        name = args.name or ("relevance_heldout" if args.command == "run" else "relevance_speed")
         print(write_result(name, "bench.relevance_heldout", payload))
     return 0
 

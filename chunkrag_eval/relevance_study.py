@@ -146,13 +146,19 @@ def load_set(cache: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def relevance_scores(records: list[dict], cache_file: Path, model) -> list[list[float]]:
-    """The model's P(relevant) for every candidate, cached by question id."""
+def cached_scores(cache_file: Path) -> dict[str, list[float]]:
+    """A score sidecar's P(relevant) per question id (the last line wins)."""
     cached: dict[str, list[float]] = {}
     if cache_file.exists():
         for line in cache_file.read_text(encoding="utf-8").splitlines():
             entry = json.loads(line)
             cached[entry["query_id"]] = entry["scores"]
+    return cached
+
+
+def relevance_scores(records: list[dict], cache_file: Path, model) -> list[list[float]]:
+    """The model's P(relevant) for every candidate, cached by question id."""
+    cached = cached_scores(cache_file)
     out = []
     with cache_file.open("a", encoding="utf-8") as handle:
         for record in records:
@@ -238,25 +244,79 @@ def compare(records: Sequence[dict], calibration) -> dict:
     return out
 
 
-def heldout_table(cache: Path, sets: Sequence[str]) -> dict:
+def study_model(model_path: Path | None = None, max_tokens: int | None = None):
+    """The relevance model a study scores with (None: the shipped int8
+    graph), what it is (file, sha256, max_tokens) and the key of its score
+    sidecars: the file's sha256, and the cut when it is not the trained one."""
+    from chunkrag_core.artifacts import RELEVANCE_INT8_ONNX, file_sha256
+    from chunkrag_core.providers.local_relevance import MAX_TOKENS, LocalRelevanceModel
+
+    tokens = max_tokens or MAX_TOKENS
+    if model_path is None:
+        name, sha = RELEVANCE_INT8_ONNX.relative_path, RELEVANCE_INT8_ONNX.sha256
+    else:
+        name, sha = str(model_path), file_sha256(Path(model_path))
+    key = sha[:12] if tokens == MAX_TOKENS else f"{sha[:12]}-t{tokens}"
+    model = LocalRelevanceModel(path=model_path, max_tokens=tokens)
+    return model, {"file": name, "sha256": sha, "max_tokens": tokens}, key
+
+
+def score_differences(scores: Sequence[Sequence[float]], reference: Sequence[Sequence[float]]) -> dict:
+    """How far one model's P(relevant) is from another's on the same
+    candidates: the largest and mean absolute difference, and the share of
+    questions whose best candidate differs."""
+    pairs = [(a, b) for mine, theirs in zip(scores, reference) for a, b in zip(mine, theirs)]
+    if not pairs:
+        return {"candidates": 0}
+    tops = [
+        max(range(len(mine)), key=mine.__getitem__) != max(range(len(theirs)), key=theirs.__getitem__)
+        for mine, theirs in zip(scores, reference)
+        if mine
+    ]
+    return {
+        "candidates": len(pairs),
+        "max_abs": round(max(abs(a - b) for a, b in pairs), 6),
+        "mean_abs": round(statistics.fmean(abs(a - b) for a, b in pairs), 6),
+        "best_candidate_differs": round(statistics.fmean(tops), 4),
+    }
+
+
+def heldout_table(
+    cache: Path,
+    sets: Sequence[str],
+    model_path: Path | None = None,
+    max_tokens: int | None = None,
+    limit: int | None = None,
+) -> dict:
+    """Every ranking on every cached set, the relevance model's scores made
+    (or read from its sidecar) with ``model_path`` cut at ``max_tokens``;
+    ``limit``: each set's first questions only. A model other than the
+    shipped one is also compared, score by score, with the shipped one's
+    cached scores (``versus_shipped``)."""
     from chunkrag_core.artifacts import RELEVANCE_INT8_ONNX
-    from chunkrag_core.providers.local_relevance import LocalRelevanceModel
     from chunkrag_filter.processors.calibration import RELEVANCE_ONLY, fit_logistic
 
-    model, started, data = LocalRelevanceModel(), time.perf_counter(), {}
+    model, described, key = study_model(model_path, max_tokens)
+    started, data, versus = time.perf_counter(), {}, {}
     for name in sets:
-        records = load_set(cache, name)
+        records = load_set(cache, name)[:limit]
         if not records:
             print(f"{name}: nothing cached under {cache}; run `python -m bench.relevance_heldout build {name}`")
             continue
-        sidecar = cache / f"{name}.relevance-{RELEVANCE_INT8_ONNX.sha256[:12]}.jsonl"
-        data[name] = with_relevance(records, relevance_scores(records, sidecar, model))
+        scores = relevance_scores(records, cache / f"{name}.relevance-{key}.jsonl", model)
+        data[name] = with_relevance(records, scores)
+        if key != RELEVANCE_INT8_ONNX.sha256[:12]:
+            shipped = cached_scores(cache / f"{name}.relevance-{RELEVANCE_INT8_ONNX.sha256[:12]}.jsonl")
+            both = [(s, shipped[str(r["query_id"])]) for r, s in zip(records, scores) if str(r["query_id"]) in shipped]
+            versus[name] = score_differences([a for a, _ in both], [b for _, b in both])
     rows = [r for name in TRAINED_ON for rec in data.get(name, []) for r in rec["rows"]]
     # Without the training sets' candidates the model's own probability stands in.
     calibration = (
         fit_logistic(rows, [bool(r["gold"]) for r in rows], RELEVANCE_CALIBRATION_FEATURES) if rows else RELEVANCE_ONLY
     )
     results = {name: {"held_out": name not in TRAINED_ON, **compare(recs, calibration)} for name, recs in data.items()}
+    for name, differences in versus.items():
+        results[name]["versus_shipped"] = differences
     for name, block in results.items():
         print(
             f"{name:14s}{' (held out)' if block['held_out'] else ' (trained) '}",
@@ -266,8 +326,11 @@ def heldout_table(cache: Path, sets: Sequence[str]) -> dict:
                 for s in SHARES
             ),
         )
+    largest = [d["max_abs"] for d in versus.values() if d.get("candidates")]
     return {
-        "model": {"artifact": RELEVANCE_INT8_ONNX.relative_path, "sha256": RELEVANCE_INT8_ONNX.sha256},
+        "model": described,
+        "questions_per_set": limit or "all cached",
+        **({"versus_shipped_max_abs": max(largest)} if largest else {}),
         "calibration_fitted_on": [name for name in TRAINED_ON if data.get(name)],
         "calibration": {
             "features": list(calibration.names),
@@ -279,9 +342,56 @@ def heldout_table(cache: Path, sets: Sequence[str]) -> dict:
     }
 
 
-def scoring_speed(eval_dir: Path, runs: int, batch_sizes: Sequence[int]) -> dict:
-    """Median and p90 ms to score a SQuAD question's 20 chunks of ~500 characters."""
-    from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+def scoring_speed(
+    eval_dir: Path,
+    runs: int,
+    batch_sizes: Sequence[int],
+    models: Sequence[tuple[str, Path | None]] = (("int8", None),),
+    max_tokens: Sequence[int] = (),
+) -> dict:
+    """Median and p90 ms (and median CPU ms, all threads) to score a SQuAD
+    question's 20 chunks of ~500 characters, per model (label, graph; None: the shipped int8 one), cut
+    (the trained one, then each of ``max_tokens``) and batch size. A row's
+    name is ``LABEL_batchB``, with ``_tT`` for a shorter cut than trained."""
+    from chunkrag_core.providers.local_relevance import MAX_TOKENS, LocalRelevanceModel
+
+    texts, query = speed_texts(eval_dir)
+    rows, cuts = {}, [MAX_TOKENS, *(t for t in max_tokens if t != MAX_TOKENS)]
+    for label, path in models:
+        for tokens in cuts:
+            for batch in batch_sizes:
+                model = LocalRelevanceModel(batch_size=batch, path=path, max_tokens=tokens)
+                model.score(query, texts)  # load and warm
+                times, cpu = [], []
+                for _ in range(runs):
+                    began, began_cpu = time.perf_counter(), time.process_time()
+                    model.score(query, texts)
+                    times.append((time.perf_counter() - began) * 1000)
+                    cpu.append((time.process_time() - began_cpu) * 1000)
+                times.sort()
+                name = f"{label}_batch{batch}" + ("" if tokens == MAX_TOKENS else f"_t{tokens}")
+                rows[name] = {
+                    "p50_ms": round(statistics.median(times), 2),
+                    "p90_ms": round(times[int(0.9 * (len(times) - 1))], 2),
+                    "runs": runs,
+                    # CPU time of every thread: what the scoring costs whatever else runs beside it
+                    "p50_cpu_ms": round(statistics.median(cpu), 2),
+                    "max_tokens": tokens,
+                    "mean_tokens": round(statistics.fmean(model.token_counts(query, texts)), 1),
+                }
+                print(name, rows[name], file=sys.stderr)
+    return {
+        "candidates": len(texts),
+        "mean_chars": round(statistics.fmean(map(len, texts))),
+        "goal_p50_ms": 30,
+        "models": {label: str(path) if path else "shipped int8" for label, path in models},
+        "rows": rows,
+    }
+
+
+def speed_texts(eval_dir: Path) -> tuple[list[str], str]:
+    """20 chunks of a SQuAD article (runs of whole sentences up to ~500
+    characters, the longer than 300 ones) and its first question."""
     from ingest_pipeline.sentences import sentence_spans
 
     article = json.loads((eval_dir / "squad" / "squad2_cs224n_dev-v2.0.json").read_text("utf-8"))["data"][0]
@@ -294,26 +404,4 @@ def scoring_speed(eval_dir: Path, runs: int, batch_sizes: Sequence[int]) -> dict
             else:
                 spans.append((start, end))
         texts.extend(paragraph["context"][s:e] for s, e in spans)
-    texts, query = [t for t in texts if len(t) > 300][:20], article["paragraphs"][0]["qas"][0]["question"]
-    rows = {}
-    for batch in batch_sizes:
-        model = LocalRelevanceModel(batch_size=batch)
-        model.score(query, texts)  # load and warm
-        times = []
-        for _ in range(runs):
-            began = time.perf_counter()
-            model.score(query, texts)
-            times.append((time.perf_counter() - began) * 1000)
-        times.sort()
-        rows[f"int8_batch{batch}"] = {
-            "p50_ms": round(statistics.median(times), 2),
-            "p90_ms": round(times[int(0.9 * (len(times) - 1))], 2),
-            "runs": runs,
-        }
-        print(batch, rows[f"int8_batch{batch}"], file=sys.stderr)
-    return {
-        "candidates": len(texts),
-        "mean_chars": round(statistics.fmean(map(len, texts))),
-        "goal_p50_ms": 30,
-        "rows": rows,
-    }
+    return [t for t in texts if len(t) > 300][:20], article["paragraphs"][0]["qas"][0]["question"]

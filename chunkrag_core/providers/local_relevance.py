@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -25,6 +26,8 @@ from chunkrag_core.providers.embedding import EmbeddingError
 # Word pieces of query and chunk together, as in training: a chunk past it is
 # cut (the query never is). ~160 pieces hold a ~600-character chunk.
 MAX_TOKENS = 160
+# The shortest cut allowed: below it a question leaves the chunk next to nothing.
+MIN_TOKENS = 32
 # Pairs per onnxruntime run; the pairs are length-sorted so padding is small.
 BATCH_SIZE = 16
 
@@ -34,17 +37,33 @@ class RelevanceError(EmbeddingError):
 
 
 class LocalRelevanceModel:
-    """Loads its graph on first use; safe to share between threads."""
+    """Loads its graph on first use; safe to share between threads.
+
+    ``path``: another graph of the same inputs and output (the fp32 export
+    the shipped int8 graph was quantised from, a retrained model), read as
+    it is: unlike the pinned ``artifact`` its hash is not checked here, so
+    whoever names it records it. ``max_tokens``: where query and chunk are
+    cut (the model was trained at :data:`MAX_TOKENS`; shorter is faster)."""
 
     def __init__(
-        self, threads: int = 2, batch_size: int = BATCH_SIZE, artifact: Artifact = RELEVANCE_INT8_ONNX
+        self,
+        threads: int = 2,
+        batch_size: int = BATCH_SIZE,
+        artifact: Artifact = RELEVANCE_INT8_ONNX,
+        *,
+        path: Path | str | None = None,
+        max_tokens: int = MAX_TOKENS,
     ) -> None:
+        if max_tokens < MIN_TOKENS:
+            raise ValueError(f"max_tokens must be at least {MIN_TOKENS} (a query and some chunk), got {max_tokens}")
         self.threads = max(1, threads)
         self.batch_size = max(1, batch_size)
         self.artifact = artifact
+        self.path = Path(path) if path is not None else None
+        self.max_tokens = max_tokens
         self._lock = threading.Lock()
         self._session = None
-        self._tokenizer = None
+        self._tokenizer = self._long_query_tokenizer = None
 
     def load(self) -> "LocalRelevanceModel":
         """Read the graph now (a server calls this at start, not on its first search)."""
@@ -55,31 +74,48 @@ class LocalRelevanceModel:
 
                 tokenizer = Tokenizer.from_file(str(verified_path(MINILM_TOKENIZER)))
                 tokenizer.no_padding()
-                tokenizer.enable_truncation(MAX_TOKENS, strategy="only_second")
+                # A query too long to leave the chunk a piece is cut too (the
+                # tokenizer refuses "only_second" then), not refused.
+                long_query = Tokenizer.from_str(tokenizer.to_str())
+                tokenizer.enable_truncation(self.max_tokens, strategy="only_second")
+                long_query.enable_truncation(self.max_tokens, strategy="longest_first")
                 options = onnxruntime.SessionOptions()
                 options.intra_op_num_threads = self.threads
                 options.inter_op_num_threads = 1
+                graph, name = (self.path, str(self.path)) if self.path else (None, self.artifact.name)
+                if graph is not None and not graph.is_file():
+                    raise RelevanceError(f"no relevance model at {graph}; leave the path out for the shipped one")
                 try:
                     self._session = onnxruntime.InferenceSession(
-                        str(verified_path(self.artifact)), options, providers=["CPUExecutionProvider"]
+                        str(graph or verified_path(self.artifact)), options, providers=["CPUExecutionProvider"]
                     )
                 except Exception as exc:  # onnxruntime raises its own opaque types
-                    raise RelevanceError(f"cannot load {self.artifact.name}: {exc}") from exc
-                self._tokenizer = tokenizer
+                    raise RelevanceError(f"cannot load {name}: {exc}") from exc
+                self._tokenizer, self._long_query_tokenizer = tokenizer, long_query
         return self
 
     def logits(self, query: str, texts: Sequence[str]) -> np.ndarray:
         """The model's log-odds of relevance, one per text, in order."""
         if not texts:
             return np.zeros(0, dtype=np.float32)
-        self.load()
-        encodings = self._tokenizer.encode_batch([(query, text) for text in texts])
+        encodings = self._encode(query, texts)
         out = np.empty(len(texts), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         for begin in range(0, len(order), self.batch_size):
             rows = order[begin : begin + self.batch_size]
             out[rows] = self._run([encodings[i] for i in rows])
         return out
+
+    def token_counts(self, query: str, texts: Sequence[str]) -> list[int]:
+        """Word pieces the model reads per text (query and text, after the cut)."""
+        return [len(e.ids) for e in self._encode(query, texts)] if texts else []
+
+    def _encode(self, query: str, texts: Sequence[str]):
+        self.load()
+        try:
+            return self._tokenizer.encode_batch([(query, text) for text in texts])
+        except Exception:  # the query alone fills max_tokens (tokenizers raises a bare Exception)
+            return self._long_query_tokenizer.encode_batch([(query, text) for text in texts])
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         """P(relevant) per text, in order."""

@@ -168,3 +168,28 @@ def test_the_cut_keeps_a_relevant_chunk_for_the_share_of_questions_asked():
     assert choose_cut(pairs, scores, keep=1.0) == 0.05
     with pytest.raises(ValueError):
         choose_cut([pair("g", 0)], [0.5])
+
+
+def test_another_graph_is_read_from_its_path_and_a_missing_one_is_named(tmp_path):
+    from chunkrag_core.artifacts import RELEVANCE_INT8_ONNX
+    from chunkrag_core.providers.local_relevance import LocalRelevanceModel, RelevanceError
+
+    texts = ["Marie Curie was born in Warsaw.", "The Eiffel Tower is in Paris."]
+    shipped = LocalRelevanceModel().score("Where was Marie Curie born?", texts)
+    by_path = LocalRelevanceModel(path=RELEVANCE_INT8_ONNX.locate()).score("Where was Marie Curie born?", texts)
+    assert by_path == shipped
+    with pytest.raises(RelevanceError, match="no relevance model at .*nowhere.onnx; leave the path out"):
+        LocalRelevanceModel(path=tmp_path / "nowhere.onnx").load()
+
+
+def test_a_shorter_cut_reads_fewer_word_pieces_and_a_long_query_is_cut_not_refused():
+    from chunkrag_core.providers.local_relevance import MAX_TOKENS, LocalRelevanceModel
+
+    long_text = "word " * 500
+    assert LocalRelevanceModel().token_counts("what is it?", [long_text, "short"]) == [MAX_TOKENS, 8]
+    model = LocalRelevanceModel(max_tokens=64)
+    assert model.token_counts("what is it?", [long_text]) == [64]
+    (score,) = model.score("a very long question " * 30, [long_text])  # the query alone is over 64 pieces
+    assert 0.0 <= score <= 1.0
+    with pytest.raises(ValueError, match="max_tokens must be at least 32"):
+        LocalRelevanceModel(max_tokens=8)
