@@ -1,19 +1,14 @@
-"""Load and soak figures for the gateway, merged into bench/results/gateway.json
-as its ``load`` section (the rest of that file is bench.gateway_bench's
-pass-through ratio; its ``fuzz`` section is the schemathesis run of
-tests/integration/test_gateway_fuzz.py, kept from 2026-11-23).
+"""Load and soak figures for the gateway: the ``load`` section of gateway.json
+(beside bench.gateway_bench's pass-through and the 2026-11-23 ``fuzz`` run).
 
     python -m bench.gateway_soak [--clients 32] [--duration 300] [--model-latency 0.4]
 
-``chunkrag serve`` in its own process on loopback, the scripted
-OpenAI-compatible model server (local_services/scripted_openai.py) answering
-after --model-latency seconds, and --clients threads sending, for
---duration seconds, an even mix of pass-through hybrid searches,
-``ext.chunkrag`` with ``stages: false`` and filtered queries (listwise
-judging and an answer). Every answer other than 200 or the documented 429 is
-an error. The gateway's RSS is sampled every 10 s. One run (it loads both
-cores for the whole duration); bounded in time and count, loopback only.
---no-save prints the figures without touching gateway.json (short runs).
+``chunkrag serve`` on loopback, the scripted model server
+(local_services/scripted_openai.py) answering after --model-latency s, and
+--clients threads sending for --duration s an even mix of pass-through hybrid
+searches, ``ext.chunkrag`` with ``stages: false`` and filtered queries (listwise
+judging, an answer): every answer but 200 or the documented 429 is an error;
+the gateway's RSS sampled every 10 s. --no-save: print, keep gateway.json.
 """
 
 from __future__ import annotations

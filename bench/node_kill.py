@@ -3,26 +3,18 @@
     python -m bench.node_kill --documents 800 --runs 3 [--victim primary] [--engine opensearch]
     python -m bench.node_kill --signal stop --documents 300 --runs 1 --label current   # a node that hangs
 
-Starts (through local_services) a three-node cluster on ports 19300-19305, a
-Redis of its own on 16410, two real Celery workers and a scripted
-OpenAI-compatible embedding server (local_services/scripted_openai.py: real
-HTTP, words hashed into 384 dimensions, 20-50 ms a request); every client is
-given all three node URLs. Then:
-
-1. ingest: ``--documents`` SciFact abstracts (plus one malformed line) go to
-   the workers into an index of 3 shards with 1 replica; once a quarter of
-   the batches are done, node 0 (``--victim primary``: another node holding a
-   primary) is SIGKILLed. The ingest must end with every chunk the source
-   makes, each once (counted against chunks made here from the source); the
-   node is started again and the time to green measured; a second run of the
-   same ingest must find every document unchanged.
-2. searches: filtered and plain searches through the gateway while the same
-   node is killed (or, ``--signal stop``, hung) and started again: every
-   answer's status, ``_shards.failed`` and error reason.
-
-Writes bench/results/node_kill_node0.json (node_kill.json with ``--victim
-primary``; ``_opensearch`` added for OpenSearch; node_hang.json for a hang).
-tests/integration/test_cluster_node_loss.py runs the same scenarios, smaller.
+Starts a three-node cluster (ports 19300-19305), its own Redis (16410), two
+Celery workers and a scripted embedding server over HTTP
+(local_services/scripted_openai.py); every client gets all three node URLs.
+1. ingest: ``--documents`` SciFact abstracts (and one malformed line) into 3
+   shards with 1 replica; a quarter in, node 0 (``--victim primary``: another
+   primary holder) is SIGKILLed. Every chunk must land once; the node comes
+   back, time to green is measured; a re-run must find every document unchanged.
+2. searches through the gateway while that node is killed (``--signal stop``:
+   hung) and restarted: each answer's status, ``_shards.failed`` and reason.
+Writes node_kill_node0.json (node_kill.json with ``--victim primary``;
+``_opensearch`` for OpenSearch; node_hang.json for a hang);
+tests/integration/test_cluster_node_loss.py runs the same, smaller.
 """
 
 from __future__ import annotations

@@ -4,10 +4,8 @@
     python -m bench.retrieval_bench --index bench-scifact-title --variant headers_title   # a variant's rows
     python -m bench.retrieval_bench --index bench-scifact-title --variant title_rerank --rerank local --rerank-top 40
 
-With ``--rerank local`` the default mode is measured beside itself with the
-filter's rerank stage on (chunkrag_eval/reranked_retrieval.py): its best
-``--rerank-top`` chunks re-ordered by the project's relevance model.
-
+``--rerank local``: the default mode beside itself with its best ``--rerank-top``
+chunks re-ordered by the relevance model (chunkrag_eval/reranked_retrieval.py).
 With ``--variant NAME`` every mode is measured on ``--index`` (ingested
 with other chunking settings, e.g. by ``bench.ingest_bench --name ...``)
 and the rows go under ``variants.NAME`` of the results file, beside the

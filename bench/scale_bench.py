@@ -11,10 +11,8 @@ cluster of three.
         --row elasticsearch/bbq_hnsw/1000000 [--num-candidates 500]   # kNN recall of a kept index
     python -m bench.scale_bench throughput --url ... --index ... --row ...  # searches/s at 1,2,4,8 callers
 
-Corpora: bench/scale_corpus.py. How the corpus is made and what is timed:
-``HOW`` below, written into bench/results/scale.json beside the rows; each row
-lands under its engine, vector type and size (``elasticsearch-3nodes/...``
-for a cluster), beside the rows already there.
+Corpora: scale_corpus.py; what is timed: ``HOW`` (written into scale.json); rows
+land under engine/vector type/size (``elasticsearch-3nodes/...``: a cluster).
 """
 
 from __future__ import annotations

@@ -5,13 +5,10 @@ only those and to leave the companion exactly in step with the source.
 
     python -m bench.sync_bench --documents 10000 [--embedder scripted|configured] [--workers K]
 
-The source is SciFact's abstracts (5,183) as `title`/`body` documents of a
-plain mapping, repeated with a numbered prefix past 5,183. `scripted` embeds
-through a scripted OpenAI-compatible server over real HTTP (words hashed
-into 384 buckets): the sync's own cost without the model's; `configured`
-uses the settings' embedder (the local MiniLM by default). `--workers K`
-runs K real Celery workers on a Redis database of their own. Rows
-accumulate in bench/results/sync.json, one per configuration.
+Source: SciFact's 5,183 abstracts as `title`/`body` documents (numbered
+copies past that). `scripted`: a scripted embedding server over HTTP (the
+sync's own cost); `configured`: the settings' embedder. `--workers K`: K
+Celery workers on their own Redis database. Rows accumulate in sync.json.
 """
 
 from __future__ import annotations
