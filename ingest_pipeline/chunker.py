@@ -19,7 +19,7 @@ vector should see their text as one passage.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -61,6 +61,42 @@ def _thresholds(documents, sections, section_similarities, settings: ChunkingSet
     for (doc_index, _, _), similarities in zip(sections, section_similarities):
         per_doc[doc_index].extend(float(s) for s in similarities)
     return [percentile_threshold(values, settings.breakpoint_percentile) for values in per_doc]
+
+
+def span_chunk(
+    document: Document,
+    *,
+    position: int,
+    span: tuple[int, int],
+    previous_end: int,
+    section: tuple[str, ...],
+    sentence_count: int,
+    header: str,
+    metadata: Mapping[str, Any],
+    scale: int,
+    **more: Any,
+) -> Chunk:
+    """The chunk of ``document`` between the offsets of ``span``: its text,
+    and its lead from ``previous_end`` (the end of the chunk before it on the
+    same scale; 0 for the first). Post-search rebuilds a companion's chunks
+    with it from their stored offsets, so both make a chunk the same way.
+    ``more``: further Chunk fields (vector, score, ...)."""
+    start, end = span
+    return Chunk(
+        doc_id=document.doc_id,
+        position=position,
+        text=document.text[start:end],
+        start=start,
+        end=end,
+        title=document.title,
+        section=section,
+        sentence_count=sentence_count,
+        metadata=metadata,
+        lead=document.text[previous_end:start],
+        header=header,
+        scale=scale,
+        **more,
+    )
 
 
 def chunk_documents(
@@ -147,20 +183,17 @@ def chunk_documents(
         track = per_track.setdefault((doc_index, scale), [])
         previous_end = track[-1].end if track else 0
         track.append(
-            Chunk(
-                doc_id=document.doc_id,
+            span_chunk(
+                document,
                 position=len(track),
-                text=document.text[start:end],
-                start=start,
-                end=end,
-                title=document.title,
+                span=(start, end),
+                previous_end=previous_end,
                 section=path,
                 sentence_count=n_sentences,
-                metadata=metadata[doc_index],
-                vector=single if single is not None else vector_of[i],
-                lead=document.text[previous_end:start],
                 header=header,
+                metadata=metadata[doc_index],
                 scale=scale,
+                vector=single if single is not None else vector_of[i],
             )
         )
     per_doc: dict[int, list[Chunk]] = {i: [] for i in range(len(documents))}

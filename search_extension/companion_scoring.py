@@ -54,6 +54,7 @@ from chunkrag_core.chunk import BASE_SCALE, Chunk, chunk_id_for
 from chunkrag_core.engines import schema
 from chunkrag_core.engines.base import SearchBackend
 from chunkrag_core.engines.errors import EngineRefused
+from ingest_pipeline.chunker import span_chunk
 from ingest_pipeline.headers import chunk_header
 from ingest_pipeline.source_fields import SourceField
 from ingest_pipeline.sources import Document
@@ -328,21 +329,18 @@ def rebuilt_chunk(
     section = next((s.path for s in document.sections if s.start <= start and end <= s.end), None)
     if section is None:
         return None
-    return Chunk(
-        doc_id=document.doc_id,
+    return span_chunk(
+        document,
         position=row.position,
-        text=document.text[start:end],
-        start=start,
-        end=end,
-        title=document.title,
+        span=(start, end),
+        previous_end=previous_end,
         section=section,
         sentence_count=sentences,
+        header=chunk_header(document.title, section, headers, document.summary),
         metadata=dict(document.metadata),
+        scale=BASE_SCALE,
         score=score,
         stage_scores=dict(stage_scores),
-        header=chunk_header(document.title, section, headers, document.summary),
-        lead=document.text[previous_end:start],
-        scale=BASE_SCALE,
         index=row.index,
     )
 

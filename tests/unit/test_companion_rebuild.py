@@ -180,32 +180,25 @@ class Companion:
         return {"_index": "kb-chunkrag", "_id": f"{FIELD.companion_id}:{position}", "_source": source, **vector}
 
 
+# One query over FIELD's chunks, as both ways of scoring take it.
+SCORING = {
+    "query": "rotate the key",
+    "query_vector": np.array([1.0, 0.0], dtype=np.float32),
+    "doc_cosines": [None],
+    "weights": (0.5, 0.5),
+    "max_passages": 2,
+}
+
+
 def _scored(cluster, *, with_vectors=False, settings=Settings()):
-    return CompanionsFirst(cluster, None, settings=settings).scored(
-        [[FIELD]],
-        query="rotate the key",
-        query_vector=np.array([1.0, 0.0], dtype=np.float32),
-        doc_cosines=[None],
-        weights=(0.5, 0.5),
-        max_passages=2,
-        with_vectors=with_vectors,
-    )
+    return CompanionsFirst(cluster, None, settings=settings).scored([[FIELD]], with_vectors=with_vectors, **SCORING)
 
 
 def test_the_candidates_come_from_one_request_and_equal_the_fetched_ones_but_for_the_stamp():
     one, two = Companion(), Companion()
     rebuilt = _scored(one)
     fetched = engine_scored(
-        two,
-        [[FIELD]],
-        {"kb": "kb-chunkrag"},
-        {FIELD.companion_id: FINGERPRINT},
-        query="rotate the key",
-        query_vector=np.array([1.0, 0.0], dtype=np.float32),
-        doc_cosines=[None],
-        weights=(0.5, 0.5),
-        max_passages=2,
-        with_vectors=False,
+        two, [[FIELD]], {"kb": "kb-chunkrag"}, {FIELD.companion_id: FINGERPRINT}, with_vectors=False, **SCORING
     )
     assert (len(one.requests), len(two.requests)) == (1, 2)
     assert rebuilt is not None and rebuilt.capped == fetched.capped == (1,)
