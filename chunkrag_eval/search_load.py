@@ -171,20 +171,23 @@ def throughput_summary(latencies_ms: list[float], window_s: float) -> dict:
     }
 
 
-def closed_loop(search, queries: list[str], concurrency: int, warmup_s: float, window_s: float) -> dict:
+def closed_loop(
+    search, queries: list[str], concurrency: int, warmup_s: float, window_s: float, clock=time.perf_counter
+) -> dict:
     """``concurrency`` callers, each sending its next query as soon as the
-    last was answered; only searches that start and end inside the window count."""
+    last was answered; only searches that start and end inside the window
+    count. ``clock``: seconds, read by every caller (a test's own clock)."""
     import threading
 
-    start = time.perf_counter() + warmup_s
+    start = clock() + warmup_s
     end = start + window_s
     latencies: list[list[float]] = [[] for _ in range(concurrency)]
 
     def caller(slot: int) -> None:
         turn = slot
-        while (began := time.perf_counter()) < end:
+        while (began := clock()) < end:
             search(queries[turn % len(queries)])
-            finished = time.perf_counter()
+            finished = clock()
             if began >= start and finished <= end:
                 latencies[slot].append((finished - began) * 1000)
             turn += concurrency

@@ -245,6 +245,7 @@ def test_throughput_summary_counts_per_second_of_the_window():
 
 
 def test_closed_loop_callers_take_the_queries_in_turn_and_stop_at_the_window():
+    import itertools
     import threading
 
     from chunkrag_eval.search_load import closed_loop
@@ -256,8 +257,16 @@ def test_closed_loop_callers_take_the_queries_in_turn_and_stop_at_the_window():
         with lock:
             seen.append(text)
 
+    # A clock that moves a millisecond per reading, whatever the machine's
+    # load: the window holds 25 searches, whichever callers get the CPU.
+    ticks = itertools.count()
+
+    def clock() -> float:
+        with lock:
+            return next(ticks) / 1000
+
     queries = [f"q{i}" for i in range(5)]
-    summary = closed_loop(search, queries, concurrency=3, warmup_s=0.0, window_s=0.05)
+    summary = closed_loop(search, queries, concurrency=3, warmup_s=0.0, window_s=0.05, clock=clock)
     # Callers start at their own slot and step by the concurrency: together
     # they go round every query.
     assert set(seen) == set(queries)
