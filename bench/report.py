@@ -183,15 +183,16 @@ def scenario_lines(results: Results, scenarios: list[dict[str, Any]]) -> list[st
         "| scenario | kind | headline | minutes | command | result file |",
         "|---|---|---|---|---|---|",
     ]
+    headline_minutes = 0.0
     for s in scenarios:
         recorded = recorded_minutes(results, s)
-        s["minutes"] = recorded if recorded is not None else s["minutes"]
-        minutes = f"{s['minutes']}" if s.get("measured") or recorded is not None else f"~{s['minutes']}"
+        took = recorded if recorded is not None else s["minutes"]
+        minutes = f"{took}" if s.get("measured") or recorded is not None else f"~{took}"
         headline = "yes" if s.get("headline") else ""
+        headline_minutes += took if s.get("headline") else 0
         command = " ".join(s["command"])
         lines.append(f"| {s['name']} | {s['kind']} | {headline} | {minutes} | `{command}` | `{s['result']}` |")
-    headline_minutes = sum(s["minutes"] for s in scenarios if s.get("headline"))
-    return lines + ["", f"The headline set: about {headline_minutes} minutes.", ""]
+    return lines + ["", f"The headline set: about {headline_minutes:.0f} minutes.", ""]
 
 
 def study_lines(studies: list[dict[str, Any]]) -> list[str]:
