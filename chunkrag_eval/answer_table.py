@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import sqlite3
 import threading
@@ -55,7 +54,7 @@ from chunkrag_core.engines.schema import DOC_ID
 from chunkrag_core.providers.chat import ChatError, ChatModel, ChatRequest, ChatResponse, Message
 from chunkrag_core.settings import Settings
 from chunkrag_eval.datasets import EvalItem
-from chunkrag_eval.measures import answer_in_context, kept_within_budget
+from chunkrag_eval.measures import answer_in_context, discordant, kept_within_budget, mcnemar_exact
 from chunkrag_eval.runner import MAX_CANDIDATES, doc_id_for, index_pools
 from chunkrag_filter.judging import judge_in_threads
 from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, FilterOptions, FilterResult, run_filter
@@ -136,22 +135,6 @@ Answer:"""
 
 
 # ---------------------------------------------------------------- pure parts
-
-
-def mcnemar_exact(only_a: int, only_b: int) -> float:
-    """Two-sided exact McNemar p: the discordant pairs as a binomial(n, 1/2)."""
-    n = only_a + only_b
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, k) for k in range(min(only_a, only_b) + 1)) / 2**n
-    return min(1.0, 2 * tail)
-
-
-def discordant(a: Sequence[bool], b: Sequence[bool]) -> tuple[int, int]:
-    """(right only in ``a``, right only in ``b``) over paired outcomes."""
-    if len(a) != len(b):
-        raise ValueError(f"paired outcomes differ in length: {len(a)} and {len(b)}")
-    return sum(x and not y for x, y in zip(a, b)), sum(y and not x for x, y in zip(a, b))
 
 
 def sign_test(a: Sequence[float], b: Sequence[float]) -> float:

@@ -56,6 +56,8 @@ def one_cut_for_set(
 
 def discordant(first: Sequence[bool], second: Sequence[bool]) -> tuple[int, int]:
     """Paired outcomes: (right with ``first`` only, right with ``second`` only)."""
+    if len(first) != len(second):
+        raise ValueError(f"paired outcomes differ in length: {len(first)} and {len(second)}")
     pairs = list(zip(first, second))
     return sum(a and not b for a, b in pairs), sum(b and not a for a, b in pairs)
 
