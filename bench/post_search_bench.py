@@ -1,39 +1,23 @@
 """What post-search adds to a caller's own search, and what it keeps.
 
     python -m bench.post_search_bench [--queries 100] [--cold 5] [--hits 10] [--seed 7]
-    python -m bench.post_search_bench --companion [--companion-scoring engine|engine-passages|fetched] ...
-    python -m bench.post_search_bench --preselect 0,32 --cold 5 --out post_search_cold_quiet
-    python -m bench.post_search_bench --first-search 3 --out post_search_first
+    python -m bench.post_search_bench --companion [--compare engine-fetch,...] [--repeat 3] [--busy 2]
+    python -m bench.post_search_bench --preselect 0,16,24,32 --cold 10 | --first-search 3
 
-SQuAD 2 dev articles cut into whole documents of 1,000-3,000 words. For each
-answerable question the "cluster's response" is ``--hits`` such documents
-(the one holding the question's paragraph and others at random, in a random
-order) with a plain ``title``/``body`` source; post-search runs on it as the
-gateway runs it after the search (the library call; the cluster's search and
-the field listing are not in the figures):
-
-- cold (the first ``--cold`` queries): a new query-time passage source (every
-  body chunked and embedded with the local MiniLM); warm (every query): a
-  source shared by all queries (each document chunked once);
-- companion (``--companion``): the documents in a real index and ``chunkrag
-  sync``'s companion beside it; passages read from the companion as the
-  gateway reads them (``engine``: the engine scores the chunks with its BM25,
-  the candidates rebuilt from the hits' text, one request; ``engine-fetch``:
-  the candidates read in a second request; ``engine-passages``: BM25 counted here;
-  ``fetched``: every chunk read with its vector). Fields the companion could
-  not serve are counted (must be none) and what it keeps is compared with
-  the warm path's;
-- preselect (``--preselect N,...``): each field's best N sentences by BM25
-  (0: all), cold on the first ``--cold`` queries and for what is kept;
-- first search (``--first-search N``): ``chunkrag serve`` started N times,
-  the seconds until its health says ready (models read), then the first
-  and second post-search of the synced index through it (milliseconds).
-
-``--busy N`` runs N processes spinning on the CPU during the measurement.
-
-With the default filter (calibrated, no model call) it records the added
-milliseconds (p50 / p95), the share of questions whose answer is in the kept
-passages of the gold hit, and the characters kept against the hits' text.
+SQuAD 2 dev articles cut into documents of 1,000-3,000 words; each question's "cluster response"
+is ``--hits`` of them (the gold one and others at random, in a random order) with a plain
+``title``/``body`` source, and post-search runs on it as the gateway does after the search (the
+cluster's search and the field listing are not in the figures). Cold (first ``--cold`` queries):
+a new query-time passage source; warm: one shared by all queries. ``--companion``: the documents
+in a real index with ``chunkrag sync``'s companion, read as the gateway reads it (``engine``: the
+engine's BM25 and kNN, candidates rebuilt from the hits' text, one request; ``engine-fetch``: the
+candidates read in a second request; ``engine-passages``: BM25 counted here; ``fetched``: every
+chunk read with its vector); the ways are timed on each query in a rotating order. ``--preselect``:
+each field's best N sentences by BM25 (0: all), cold and for what is kept. ``--first-search``:
+``chunkrag serve`` started N times, seconds to a ready health, then two post-searches (ms).
+``--busy N``: N processes spin on the CPU meanwhile. With the default filter (no model call) it
+records the added ms (p50 / p95), the share of questions whose answer is in the gold hit's kept
+passages, and the characters kept.
 """
 
 from __future__ import annotations
@@ -139,9 +123,7 @@ class _Companion:
     def source(self, scoring: str | None = None):
         from search_extension.companion import CompanionsFirst
 
-        scoring = scoring or self.scoring
-
-        bench = self
+        scoring, bench = scoring or self.scoring, self
 
         class Counting:
             def passages(self, fields, *, query=""):
@@ -209,14 +191,6 @@ def first_searches(runs: int, index: str, question: str) -> dict:
     return {key: median([r[key] for r in rows]) for key in rows[0]} | {"runs": rows}
 
 
-def companion_summary(rows: list[dict], present: list[dict], scoring: str) -> dict:
-    """What the companion path kept, against the warm path's decisions."""
-    return {
-        "scoring": scoring,
-        **compared_summary([r["companion_kept"] for r in rows], [r["companion_kept"] for r in present]),
-    }
-
-
 def compared_summary(kept: list[dict], kept_present: list[dict]) -> dict:
     """What one way of scoring kept, against the warm path's decisions."""
     return {
@@ -255,18 +229,42 @@ def preselect_summary(rows: list[dict], present: list[dict], n: str) -> dict:
     """One preselection: cold p50 / p95 and texts embedded, what it keeps."""
     cold = [r["preselect"][n] for r in rows if "cold_ms" in r["preselect"][n]]
     return {
-        "cold_ms": {
-            "queries": len(cold),
-            "p50": percentile([c["cold_ms"] for c in cold], 0.5),
-            "p95": percentile([c["cold_ms"] for c in cold], 0.95),
-        },
+        "cold_ms": {"queries": len(cold), **p50_p95([c["cold_ms"] for c in cold])},
         "embedded_texts_mean": round(sum(c["embedded_texts"] for c in cold) / len(cold), 1) if cold else None,
         "answer_kept_share": round(sum(r["preselect"][n]["answer_kept"] for r in present) / len(present), 4),
         "answer_kept": sum(r["preselect"][n]["answer_kept"] for r in present),
         "kept_share_of_chars_mean": round(sum(r["preselect"][n]["kept_share_of_chars"] for r in rows) / len(rows), 4),
         "kept_passages_mean": round(sum(r["preselect"][n]["kept_passages"] for r in rows) / len(rows), 1),
         "candidates_mean": round(sum(r["preselect"][n]["candidates"] for r in rows) / len(rows), 1),
+        **({} if n == "0" or "0" not in present[0]["preselect"] else against_every_sentence(present, n)),
     }
+
+
+def against_every_sentence(present: list[dict], n: str) -> dict:
+    """Answers kept with every sentence embedded only / with ``n`` only, and
+    the exact McNemar p of the difference (the preselection rule's test)."""
+    from chunkrag_eval.measures import discordant, mcnemar_exact
+
+    only_all, only_n = discordant(
+        [r["preselect"]["0"]["answer_kept"] for r in present], [r["preselect"][n]["answer_kept"] for r in present]
+    )
+    return {
+        "discordant_vs_every_sentence": [only_all, only_n],
+        "p_vs_every_sentence": round(mcnemar_exact(only_all, only_n), 4),
+    }
+
+
+def ordered_ways(turn: int, chosen, others: list[str], run, companion) -> dict:
+    """Each companion scoring (``chosen`` first, then ``others``) run once,
+    the order rotated by ``turn``: whichever runs first on a query pays its
+    first reads, so no way is always the first."""
+    ways = [chosen, *others]
+    shift = turn % len(ways)
+    return {way: run(companion.source(way)) for way in ways[shift:] + ways[:shift]}
+
+
+def p50_p95(values: list[float]) -> dict:
+    return {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95)}
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -317,6 +315,7 @@ def main() -> None:
 
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings
+    from chunkrag_gateway.heap import settle_heap
     from search_extension.options import parse_options
     from search_extension.passages import QueryTimePassages, RememberedVectors
     from search_extension.post_search import post_search
@@ -345,6 +344,7 @@ def main() -> None:
     companion = sync_report = None
     if args.companion:
         index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed, args.companion_scoring)
+    settle_heap()  # as the gateway does once its models are read
     for n, (gold, question, answers, hits) in enumerate(queries(docs, args.seed, args.hits, args.queries)):
         response = cluster_response(index, hits)
 
@@ -381,9 +381,10 @@ def main() -> None:
         companion_ms = companion_missed = companion_result = None
         compared = {}
         if companion is not None:
-            companion_result, companion_ms = run(companion.source())
+            timed_ways = ordered_ways(n, None, args.compare, run, companion)
+            companion_result, companion_ms = timed_ways.pop(None)
             companion_missed = companion.missed
-            compared = {name: run(companion.source(name)) for name in args.compare}
+            compared = timed_ways
         run(shared)  # the hits' documents into the shared cache
         result, warm_ms = run(shared)
 
@@ -430,13 +431,14 @@ def main() -> None:
     for _ in range(args.repeat - 1):
         warm, again = [], []
         again_compared: dict[str, list[float]] = {name: [] for name in args.compare}
-        for run in timed:
+        for n, run in enumerate(timed):
             if companion is not None:
-                result, ms = run(companion.source())
+                timed_ways = ordered_ways(n + 1, None, args.compare, run, companion)
+                result, ms = timed_ways.pop(None)
                 again.append(ms)
                 steps.append(dict(result.timings_ms))
                 for name in args.compare:
-                    again_compared[name].append(run(companion.source(name))[1])
+                    again_compared[name].append(timed_ways[name][1])
             warm.append(run(shared)[1])
         repeats.append(repeat_summary(warm, again))
         for name, values in again_compared.items():
@@ -444,31 +446,27 @@ def main() -> None:
         print(json.dumps(repeats[-1]), flush=True)
     present = [r for r in rows if r["answer_in_gold_hit"]]
     cold = [r["cold_ms"] for r in rows if r["cold_ms"] is not None]
+    companion_kept = {} if companion is None else {"scoring": args.companion_scoring}
+    if companion is not None:
+        companion_kept |= compared_summary(*([r["companion_kept"] for r in g] for g in (rows, present)))
     summary = {
         "queries": len(rows),
         "hits_per_query": args.hits,
         "words_per_hit_mean": round(sum(r["words"] for r in rows) / len(rows) / args.hits),
         "cold_ms": {"queries": len(cold), "p50": percentile(cold, 0.5), "p95": percentile(cold, 0.95)},
-        "warm_ms": {
-            "p50": percentile([r["warm_ms"] for r in rows], 0.5),
-            "p95": percentile([r["warm_ms"] for r in rows], 0.95),
-        },
+        "warm_ms": p50_p95([r["warm_ms"] for r in rows]),
         "companion_ms": {
-            "p50": percentile([r["companion_ms"] for r in rows if r["companion_ms"] is not None], 0.5),
-            "p95": percentile([r["companion_ms"] for r in rows if r["companion_ms"] is not None], 0.95),
+            **p50_p95([r["companion_ms"] for r in rows if r["companion_ms"] is not None]),
             "fields_not_served": None if companion is None else companion.missed,
             "sync": sync_report,
             "steps_ms": {
-                step: {
-                    "p50": percentile([t[step] for t in steps if step in t], 0.5),
-                    "p95": percentile([t[step] for t in steps if step in t], 0.95),
-                }
+                step: p50_p95([t[step] for t in steps if step in t])
                 for step in dict.fromkeys(step for t in steps for step in t)
             },
-            **({} if companion is None else companion_summary(rows, present, args.companion_scoring)),
+            **companion_kept,
         },
         # The other ways to score the companion's chunks, timed on the same
-        # queries right after the chosen one (the same load).
+        # queries in a rotating order with the chosen one (the same load).
         "compared": {
             name: {
                 **compared_summary([r["compared"][name] for r in rows], [r["compared"][name] for r in present]),

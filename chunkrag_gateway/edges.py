@@ -18,6 +18,7 @@ from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany
 from chunkrag_filter.relevance_places import DegradingRelevance, RelevanceModel
 from chunkrag_gateway import errors
 from chunkrag_gateway.dialect import ChunkragOptions, ensemble_scales
+from chunkrag_gateway.heap import settle_heap
 from chunkrag_gateway.identity import Caller, es_for
 from chunkrag_gateway.passthrough import HttpTransport, Passthrough
 from search_extension.ask import AskResult, ask
@@ -230,6 +231,9 @@ class Edges:
                 # The detail (a file path, say) goes to the log; health names the model.
                 log.error("loading %s failed: %s: %s", name, type(exc).__name__, exc)
                 failed = failed or f"{name} could not be loaded"
+        # The models and clients are read: what is alive now lives as long
+        # as the gateway, and is kept out of each full collection's walk.
+        settle_heap()
         self.models.finish(failed)
 
     def _load_embedder(self) -> None:

@@ -42,6 +42,7 @@ from chunkrag_core import tracing
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.settings import GATEWAY_NICE_RANGE, Settings
 from chunkrag_gateway import errors
+from chunkrag_gateway.heap import settle_heap
 
 log = logging.getLogger("chunkrag.gateway")
 
@@ -108,6 +109,7 @@ def _start(settings: Settings, nice: int, gateway_pid: int, slots, taken) -> Non
     from chunkrag_gateway.edges import Edges
 
     _edges = Edges(settings)  # its parts are made on first use, as the gateway's are
+    settle_heap()  # the imports above live as long as the process
 
 
 def _end_with(gateway_pid: int) -> None:
