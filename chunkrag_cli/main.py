@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Sequence, TextIO
 
 from chunkrag_core import config_file
+from chunkrag_core.providers.chat import ChatError
 from chunkrag_core.settings import Settings, SettingsError
 
 
@@ -345,6 +346,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except ChatError as exc:
+        if os.environ.get("CHUNKRAG_DEBUG"):
+            raise
+        # A slow model (a busy local server) is the usual cause; say which setting waits longer.
+        hint = " (CHUNKRAG_CHAT_TIMEOUT_S sets how long a call waits)" if exc.timed_out else ""
+        print(f"chunkrag: the chat model failed: {exc}{hint}", file=sys.stderr)
+        return 1
     except Exception as exc:  # a clear one-line reason beats a traceback for a CLI user
         if os.environ.get("CHUNKRAG_DEBUG"):
             raise

@@ -129,7 +129,7 @@ class OpenAICompatibleChat:
                     **options,
                 )
             except (openai.APIStatusError, openai.APIConnectionError) as exc:
-                raise chat_error(exc, self._where()) from exc
+                raise chat_error(exc, self._where(), timeout_s=self.timeout_s) from exc
             usage = response.usage
             tracing.set_attributes(
                 current,
@@ -153,9 +153,10 @@ class OpenAICompatibleChat:
         return self.base_url or "OpenAI"
 
 
-def chat_error(exc: BaseException, where: str) -> ChatError:
+def chat_error(exc: BaseException, where: str, *, timeout_s: float | None = None) -> ChatError:
     """The :class:`ChatError` for an exception of the ``openai`` client
-    talking to ``where`` (anything else: a non-retryable failure)."""
+    talking to ``where`` with a wait of ``timeout_s`` (anything else: a
+    non-retryable failure)."""
     import openai
 
     if isinstance(exc, openai.RateLimitError):
@@ -165,7 +166,8 @@ def chat_error(exc: BaseException, where: str) -> ChatError:
         return ChatError(f"{where} answered {status}: {exc.message}", retryable=status >= 500, status=status)
     if isinstance(exc, openai.APIConnectionError):  # a timeout among them
         timed_out = isinstance(exc, openai.APITimeoutError)
-        return ChatError(f"{where} did not answer: {exc}", retryable=True, timed_out=timed_out)
+        waited = f" within {timeout_s:g} s" if timed_out and timeout_s else ""
+        return ChatError(f"{where} did not answer{waited}: {exc}", retryable=True, timed_out=timed_out)
     return ChatError(f"{where} failed: {type(exc).__name__}: {exc}")
 
 
