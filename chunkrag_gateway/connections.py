@@ -81,6 +81,10 @@ class ConnectionLimits:
 # Above this share of the overall cap, the gateway is under pressure: new
 # heads get PRESSED_HEADER_TIMEOUT_S.
 PRESSURE_SHARE = 0.5
+# Seconds a connection refused with 431 still reads (and drops) what its
+# client sends before it is closed (`_linger`): long enough for the client to
+# read the answer, short enough that refused connections do not pile up.
+LINGER_S = 2.0
 # The header deadline under pressure. A client sends its request line and
 # headers in one packet (milliseconds, even over a slow mobile link); only a
 # client holding connections open on purpose needs longer.
@@ -366,7 +370,26 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         ]
         head += [f"{name}: {value}".encode("latin-1") for name, value in error.headers.items()]
         self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + payload)
-        self.transport.close()
+        if error.status == 431:
+            self._linger()
+        else:
+            self.transport.close()
+
+    def _linger(self) -> None:
+        """Close once the client has read the answer, not at once. A 431
+        comes while the client is still sending its head, and closing a
+        socket whose client's bytes still arrive makes the kernel answer
+        them with a reset, which can discard the answer unread in the
+        client's buffer (it saw "connection reset" instead of its 431). So
+        only the sending side is shut: the client reads the answer and its
+        end, what it still sends is dropped (``data_received`` ignores a
+        refused connection), and the connection closes when the client
+        closes its side, or after LINGER_S."""
+        if not self.transport.can_write_eof():  # TLS cannot half-close
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self._start_timer(LINGER_S, self.transport.close)
 
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}

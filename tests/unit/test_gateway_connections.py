@@ -10,6 +10,7 @@ import time
 import pytest
 
 from chunkrag_core.settings import GatewaySettings
+from chunkrag_gateway import connections
 from chunkrag_gateway.connections import ConnectionLimits
 from chunkrag_gateway.server import serve_in_thread, uvicorn_options
 
@@ -77,6 +78,21 @@ def test_headers_over_the_total_limit_are_431_whole_or_trickled():
                 except (BrokenPipeError, ConnectionResetError):
                     break
             assert read_all(sock).startswith(b"HTTP/1.1 431 ")
+
+
+def test_a_refused_head_still_read_is_dropped_until_the_linger_ends(monkeypatch):
+    # The 431 reaches a client still sending (no reset discards it), what it
+    # sends next is read and dropped, and the connection ends after LINGER_S.
+    monkeypatch.setattr(connections, "LINGER_S", 0.3)
+    with serve(max_header_bytes=4000) as url, connect(url) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nx-endless: " + b"a" * 5000)
+        assert read_all(sock).startswith(b"HTTP/1.1 431 ")
+        sock.sendall(b"a" * 1000)
+        time.sleep(0.6)
+        with pytest.raises((BrokenPipeError, ConnectionResetError)):
+            for _ in range(20):
+                sock.sendall(b"a" * 1000)
+                time.sleep(0.05)
 
 
 def test_headers_within_the_limits_pass_and_keep_alive_works():
