@@ -29,13 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("sets", nargs="*", default=list(SETS))
     r = sub.add_parser("run")
     r.add_argument("--sets", nargs="*", default=list(SETS))
-    r.add_argument("--model", type=Path, help="score with this ONNX graph (default: the shipped int8 one)")
+    r.add_argument("--model", type=Path, help="score with this ONNX graph (default: the shipped one)")
     r.add_argument("--max-tokens", type=int, help="cut query and chunk here (default: as trained)")
     r.add_argument("--limit", type=int, help="each set's first N questions only")
     s = sub.add_parser("speed")
     s.add_argument("--runs", type=int, default=30)
     s.add_argument("--batch-sizes", type=int, nargs="*", default=[8, 20])
-    s.add_argument("--model", nargs="*", default=[], help="LABEL=PATH: rows for another graph besides int8")
+    s.add_argument("--model", nargs="*", default=[], help="LABEL=PATH: rows for another graph besides the shipped one")
     s.add_argument("--max-tokens", type=int, nargs="*", default=[], help="rows at these shorter cuts too")
     for p in (b, r, s):
         p.add_argument("--cache", type=Path, default=CACHE)
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if any("=" not in m for m in args.model):
             parser.error("--model takes LABEL=PATH, e.g. fp32=.cache/relevance/model/relevance-minilm.fp32.onnx")
-        models = [("int8", None), *(tuple(m.split("=", 1)) for m in args.model)]
+        models = [("shipped", None), *(tuple(m.split("=", 1)) for m in args.model)]
         payload = scoring_speed(SHARED / "eval", args.runs, args.batch_sizes, models, args.max_tokens)
     payload["load_average"] = [round(v, 2) for v in os.getloadavg()]
     if not args.no_save:

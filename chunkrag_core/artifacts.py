@@ -76,10 +76,11 @@ def file_sha256(path: Path) -> str:
 
 # The project's relevance model (a MiniLM cross-encoder fine-tuned by
 # `python -m chunkrag_train`; model card: model_files/relevance-minilm.md),
-# shipped in this package. Its tokenizer is MINILM_TOKENIZER.
-RELEVANCE_INT8_ONNX = Artifact(
-    name="relevance-minilm int8 ONNX graph",
+# shipped in this package: int8 weights multiplied in float
+# (chunkrag_train/float_arithmetic.py). Its tokenizer is MINILM_TOKENIZER.
+RELEVANCE_ONNX = Artifact(
+    name="relevance-minilm ONNX graph",
     package="chunkrag_core",
-    relative_path="model_files/relevance-minilm.int8.onnx",
-    sha256="f8b683a2e7415ec77dd16f13b6706317639dcb24ad19e8dcb47d15cdecb441ec",
+    relative_path="model_files/relevance-minilm.onnx",
+    sha256="237e98ce64adbf3ca1f19280394cc4c4b321d3a925226cf094386ca7800508cd",
 )

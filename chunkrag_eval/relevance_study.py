@@ -245,15 +245,15 @@ def compare(records: Sequence[dict], calibration) -> dict:
 
 
 def study_model(model_path: Path | None = None, max_tokens: int | None = None):
-    """The relevance model a study scores with (None: the shipped int8
+    """The relevance model a study scores with (None: the shipped
     graph), what it is (file, sha256, max_tokens) and the key of its score
     sidecars: the file's sha256, and the cut when it is not the trained one."""
-    from chunkrag_core.artifacts import RELEVANCE_INT8_ONNX, file_sha256
+    from chunkrag_core.artifacts import RELEVANCE_ONNX, file_sha256
     from chunkrag_core.providers.local_relevance import MAX_TOKENS, LocalRelevanceModel
 
     tokens = max_tokens or MAX_TOKENS
     if model_path is None:
-        name, sha = RELEVANCE_INT8_ONNX.relative_path, RELEVANCE_INT8_ONNX.sha256
+        name, sha = RELEVANCE_ONNX.relative_path, RELEVANCE_ONNX.sha256
     else:
         name, sha = str(model_path), file_sha256(Path(model_path))
     key = sha[:12] if tokens == MAX_TOKENS else f"{sha[:12]}-t{tokens}"
@@ -293,7 +293,7 @@ def heldout_table(
     ``limit``: each set's first questions only. A model other than the
     shipped one is also compared, score by score, with the shipped one's
     cached scores (``versus_shipped``)."""
-    from chunkrag_core.artifacts import RELEVANCE_INT8_ONNX
+    from chunkrag_core.artifacts import RELEVANCE_ONNX
     from chunkrag_filter.processors.calibration import RELEVANCE_ONLY, fit_logistic
 
     model, described, key = study_model(model_path, max_tokens)
@@ -305,8 +305,8 @@ def heldout_table(
             continue
         scores = relevance_scores(records, cache / f"{name}.relevance-{key}.jsonl", model)
         data[name] = with_relevance(records, scores)
-        if key != RELEVANCE_INT8_ONNX.sha256[:12]:
-            shipped = cached_scores(cache / f"{name}.relevance-{RELEVANCE_INT8_ONNX.sha256[:12]}.jsonl")
+        if key != RELEVANCE_ONNX.sha256[:12]:
+            shipped = cached_scores(cache / f"{name}.relevance-{RELEVANCE_ONNX.sha256[:12]}.jsonl")
             both = [(s, shipped[str(r["query_id"])]) for r, s in zip(records, scores) if str(r["query_id"]) in shipped]
             versus[name] = score_differences([a for a, _ in both], [b for _, b in both])
     rows = [r for name in TRAINED_ON for rec in data.get(name, []) for r in rec["rows"]]
@@ -346,11 +346,11 @@ def scoring_speed(
     eval_dir: Path,
     runs: int,
     batch_sizes: Sequence[int],
-    models: Sequence[tuple[str, Path | None]] = (("int8", None),),
+    models: Sequence[tuple[str, Path | None]] = (("shipped", None),),
     max_tokens: Sequence[int] = (),
 ) -> dict:
     """Median and p90 ms (and median CPU ms, all threads) to score a SQuAD
-    question's 20 chunks of ~500 characters, per model (label, graph; None: the shipped int8 one), cut
+    question's 20 chunks of ~500 characters, per model (label, graph; None: the shipped one), cut
     (the trained one, then each of ``max_tokens``) and batch size. A row's
     name is ``LABEL_batchB``, with ``_tT`` for a shorter cut than trained."""
     from chunkrag_core.providers.local_relevance import MAX_TOKENS, LocalRelevanceModel
@@ -384,7 +384,7 @@ def scoring_speed(
         "candidates": len(texts),
         "mean_chars": round(statistics.fmean(map(len, texts))),
         "goal_p50_ms": 30,
-        "models": {label: str(path) if path else "shipped int8" for label, path in models},
+        "models": {label: str(path) if path else "shipped" for label, path in models},
         "rows": rows,
     }
 

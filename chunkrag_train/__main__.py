@@ -3,6 +3,7 @@
     python -m chunkrag_train pairs  --out .cache/relevance/pairs.jsonl    # labelled pairs from shared/eval (no torch)
     python -m chunkrag_train train  --pairs .cache/relevance/pairs.jsonl --out .cache/relevance/model   # [train] extra
     python -m chunkrag_train export --model .cache/relevance/model        # ONNX, int8, into chunkrag_core/model_files
+    python -m chunkrag_train float-arithmetic GRAPH.int8.onnx   # a dynamic-int8 graph as the shipped one (onnx)
     python -m chunkrag_train cut      # the shipped cut, by the rule of chunkrag_train/cut.py
 
 ``make train-relevance`` runs all three in the ``.venv-train`` environment.
@@ -36,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("export", help="export the trained model to ONNX (fp32 and int8)")
     e.add_argument("--model", type=Path, default=WORK / "model")
     e.add_argument("--out", type=Path, default=None, help="default: chunkrag_core/model_files")
+    f = sub.add_parser(
+        "float-arithmetic", help="rewrite a dynamic-int8 graph to int8 weights multiplied in float (the shipped form)"
+    )
+    f.add_argument("source", type=Path)
+    f.add_argument("--out", type=Path, default=None, help="default: chunkrag_core/model_files/relevance-minilm.onnx")
     c = sub.add_parser("cut", help="choose the relevance model's cut on its validation questions; write it")
     c.add_argument("--pairs", type=Path, default=WORK / "pairs.jsonl")
     c.add_argument("--calibration", type=Path, default=None, help="default: the shipped calibration file")
@@ -63,6 +69,15 @@ def main(argv: list[str] | None = None) -> int:
         from chunkrag_train.export import export
 
         print(json.dumps(export(args.model, args.out), indent=2))
+        return 0
+    if args.command == "float-arithmetic":
+        from chunkrag_core.artifacts import file_sha256
+        from chunkrag_train.export import SHIPPED_NAME, model_files_dir
+        from chunkrag_train.float_arithmetic import convert_file
+
+        target = args.out or model_files_dir() / SHIPPED_NAME
+        rewritten = convert_file(args.source, target)
+        print(json.dumps({"path": str(target), "matmuls": rewritten, "sha256": file_sha256(target)}))
         return 0
     if args.command == "cut":
         import time

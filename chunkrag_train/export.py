@@ -3,9 +3,10 @@
 The graph takes ``input_ids``, ``attention_mask`` and ``token_type_ids``
 (batch x tokens, int64) and gives ``logits`` (batch x 1): the log-odds that
 the chunk (second segment) holds what the query asks. onnxruntime's dynamic
-quantisation stores the MatMul weights as int8; the project loads the graph
-with onnxruntime and the MiniLM tokenizer it already ships
-(chunkrag_core/providers/local_relevance.py).
+quantisation stores the MatMul weights as int8; the shipped graph then
+multiplies them in float (float_arithmetic.py: a score that does not depend
+on the batch or the CPU). The project loads it with onnxruntime and the
+MiniLM tokenizer it already ships (chunkrag_core/providers/local_relevance.py).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import json
 from pathlib import Path
 
 from chunkrag_core.artifacts import file_sha256
+from chunkrag_train.float_arithmetic import convert_file
 
 FP32_NAME = "relevance-minilm.fp32.onnx"
-INT8_NAME = "relevance-minilm.int8.onnx"
+INT8_NAME = "relevance-minilm.int8.onnx"  # dynamic quantisation: an intermediate, beside the fp32 graph
+SHIPPED_NAME = "relevance-minilm.onnx"
 
 
 def model_files_dir() -> Path:
@@ -48,11 +51,14 @@ def export(model_dir: Path, out_dir: Path | None = None) -> dict:
             opset_version=17,
             dynamo=False,
         )
-    int8 = out_dir / INT8_NAME
+    int8 = model_dir / INT8_NAME
     quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    shipped = out_dir / SHIPPED_NAME
+    convert_file(int8, shipped)
     training = json.loads((model_dir / "training.json").read_text()) if (model_dir / "training.json").exists() else {}
     return {
         "fp32": {"path": str(fp32), "sha256": file_sha256(fp32), "bytes": fp32.stat().st_size},
         "int8": {"path": str(int8), "sha256": file_sha256(int8), "bytes": int8.stat().st_size},
+        "shipped": {"path": str(shipped), "sha256": file_sha256(shipped), "bytes": shipped.stat().st_size},
         "training": training.get("config"),
     }

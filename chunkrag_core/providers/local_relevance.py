@@ -4,8 +4,15 @@ It reads the query and a chunk together and gives the probability that the
 chunk holds what the query asks: the first relevance signal the filter has
 that is not the retrieval's. Trained by ``python -m chunkrag_train`` on
 SQuAD and NQ (the model card: chunkrag_core/model_files/relevance-minilm.md),
-shipped as an int8 ONNX graph in this package, tokenized with the MiniLM
-tokenizer the embedder uses. No torch.
+shipped as an ONNX graph of int8 weights multiplied in float in this
+package, tokenized with the MiniLM tokenizer the embedder uses. No torch.
+
+A text's score does not depend on the texts scored beside it, on the batch
+size, on the thread count or on the CPU kind (to float rounding): the filter
+cuts on it, so the same chunk must get the same decision in any request, on
+any machine. The graph's weights are dequantised into float constants once,
+at load (``session.disable_quant_qdq``; without it onnxruntime would quantise
+the activations per run again).
 
 It is also a :class:`~chunkrag_core.providers.rerank.Reranker` (``rerank:
 local``): the design's reranking without Cohere.
@@ -20,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from chunkrag_core.artifacts import MINILM_TOKENIZER, RELEVANCE_INT8_ONNX, Artifact, verified_path
+from chunkrag_core.artifacts import MINILM_TOKENIZER, RELEVANCE_ONNX, Artifact, verified_path
 from chunkrag_core.providers.embedding import EmbeddingError
 
 # Word pieces of query and chunk together, as in training: a chunk past it is
@@ -40,7 +47,7 @@ class LocalRelevanceModel:
     """Loads its graph on first use; safe to share between threads.
 
     ``path``: another graph of the same inputs and output (the fp32 export
-    the shipped int8 graph was quantised from, a retrained model), read as
+    the shipped graph's int8 weights were quantised from, a retrained model), read as
     it is: unlike the pinned ``artifact`` its hash is not checked here, so
     whoever names it records it. ``max_tokens``: where query and chunk are
     cut (the model was trained at :data:`MAX_TOKENS`; shorter is faster)."""
@@ -49,7 +56,7 @@ class LocalRelevanceModel:
         self,
         threads: int = 2,
         batch_size: int = BATCH_SIZE,
-        artifact: Artifact = RELEVANCE_INT8_ONNX,
+        artifact: Artifact = RELEVANCE_ONNX,
         *,
         path: Path | str | None = None,
         max_tokens: int = MAX_TOKENS,
@@ -82,6 +89,10 @@ class LocalRelevanceModel:
                 options = onnxruntime.SessionOptions()
                 options.intra_op_num_threads = self.threads
                 options.inter_op_num_threads = 1
+                # Fold each int8 weight's DequantizeLinear into a float constant
+                # instead of fusing it into a quantised MatMul: float arithmetic,
+                # so a score is the same in any batch and on any CPU.
+                options.add_session_config_entry("session.disable_quant_qdq", "1")
                 graph, name = (self.path, str(self.path)) if self.path else (None, self.artifact.name)
                 if graph is not None and not graph.is_file():
                     raise RelevanceError(f"no relevance model at {graph}; leave the path out for the shipped one")

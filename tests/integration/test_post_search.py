@@ -332,8 +332,8 @@ def test_rerank_local_orders_each_hits_kept_passages_by_the_relevance_model(clie
     body = {"query": {"match": {"body": QUESTION}}, "ext": {"chunkrag": {"answer": False, "rerank": "local"}}}
     response = search(client, kb, body)
     assert response["chunkrag"]["relevance_by"] == "gateway"
-    # The model read every kept passage in one call (int8 with dynamic quantisation: a text's
-    # score depends a little on the texts batched with it, so they are scored together here too).
+    # Each kept passage's rerank score is the model's probability for it (a text's score does
+    # not depend on the texts scored beside it).
     every = [p for hit in response["hits"]["hits"] for p in passages(hit)]
     expected = dict(
         zip([p["text"] for p in every], shared_relevance_model().score(QUESTION, [p["text"] for p in every]))

@@ -366,7 +366,7 @@ def test_the_relevance_model_scores_the_companions_passages(engine, embedder, se
     stage = "relevance" if "relevance" in chosen else "rerank"
     kept = [c for hit in result.hits for c in hit.kept]
     expected = shared_relevance_model().score(QUESTION, [c.text for c in kept])
-    # The int8 graph quantises activations per run (dynamic quantisation), so a
-    # text's score moves slightly with the texts batched with it (up to ~0.005).
-    assert [c.stage_scores[stage] for c in kept] == pytest.approx(expected, abs=0.01)
+    # A text's score does not depend on the texts batched with it (the graph
+    # multiplies in float): the companion's batch and this one agree but for rounding.
+    assert [c.stage_scores[stage] for c in kept] == pytest.approx(expected, abs=1e-4)
     assert any("press Rotate" in c.text for c in kept)

@@ -1,7 +1,7 @@
 """The project's relevance model: its features, its place in the filter, its training pairs.
 
 The filter tests inject a scripted relevance model (a unit-test double); the
-last tests load the real shipped int8 graph with onnxruntime.
+last tests load the real shipped graph with onnxruntime.
 """
 
 import math
@@ -171,12 +171,12 @@ def test_the_cut_keeps_a_relevant_chunk_for_the_share_of_questions_asked():
 
 
 def test_another_graph_is_read_from_its_path_and_a_missing_one_is_named(tmp_path):
-    from chunkrag_core.artifacts import RELEVANCE_INT8_ONNX
+    from chunkrag_core.artifacts import RELEVANCE_ONNX
     from chunkrag_core.providers.local_relevance import LocalRelevanceModel, RelevanceError
 
     texts = ["Marie Curie was born in Warsaw.", "The Eiffel Tower is in Paris."]
     shipped = LocalRelevanceModel().score("Where was Marie Curie born?", texts)
-    by_path = LocalRelevanceModel(path=RELEVANCE_INT8_ONNX.locate()).score("Where was Marie Curie born?", texts)
+    by_path = LocalRelevanceModel(path=RELEVANCE_ONNX.locate()).score("Where was Marie Curie born?", texts)
     assert by_path == shipped
     with pytest.raises(RelevanceError, match="no relevance model at .*nowhere.onnx; leave the path out"):
         LocalRelevanceModel(path=tmp_path / "nowhere.onnx").load()
@@ -193,3 +193,116 @@ def test_a_shorter_cut_reads_fewer_word_pieces_and_a_long_query_is_cut_not_refus
     assert 0.0 <= score <= 1.0
     with pytest.raises(ValueError, match="max_tokens must be at least 32"):
         LocalRelevanceModel(max_tokens=8)
+
+
+# Texts of very different lengths, so a batch pads most of them.
+MIXED_TEXTS = [
+    "To rotate an API key, open the console and press Rotate.",
+    "Lunch is at noon.",
+    "API keys expire after 90 days; rotating them early is allowed and recommended for production systems "
+    "that handle payments or personal data, and the old key keeps working for one hour after the rotation.",
+    "Invoices are sent monthly by email to the billing contact of the account.",
+    "Rotate.",
+]
+
+
+def test_a_texts_score_does_not_depend_on_the_texts_beside_it_or_the_batch_or_the_threads():
+    """The filter cuts on this score: one chunk must get the same decision
+    alone, in any request's batch, with any thread count, on any CPU kind
+    (the graph multiplies in float; a dynamic-int8 graph moved a score by up
+    to 0.02 with its batch and differed between CPUs with and without VNNI)."""
+    from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+
+    query = "How do I rotate the API keys?"
+    batched = LocalRelevanceModel().logits(query, MIXED_TEXTS)
+    alone = [LocalRelevanceModel(batch_size=1).logits(query, [t])[0] for t in MIXED_TEXTS]
+    one_thread = LocalRelevanceModel(threads=1, batch_size=3).logits(query, MIXED_TEXTS[::-1])[::-1]
+    assert list(batched) == pytest.approx(alone, abs=1e-4)
+    assert list(batched) == pytest.approx(list(one_thread), abs=1e-4)
+    assert batched[0] > batched[1] and batched[0] > batched[3]  # it still reads: the answer beats the noise
+
+
+def test_the_shipped_graph_computes_in_float_as_the_unoptimised_graph_does():
+    """Whatever onnxruntime's optimiser would fuse on this CPU (a quantised
+    MatMul where VNNI or AMX is present), the session computes what the
+    graph says, op by op, in float."""
+    import numpy as np
+    import onnxruntime
+
+    from chunkrag_core.artifacts import RELEVANCE_ONNX, verified_path
+    from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+
+    model = LocalRelevanceModel(batch_size=len(MIXED_TEXTS))
+    query = "How do I rotate the API keys?"
+    shipped = model.logits(query, MIXED_TEXTS)
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    plain = onnxruntime.InferenceSession(
+        str(verified_path(RELEVANCE_ONNX)), options, providers=["CPUExecutionProvider"]
+    )
+    encodings = model._encode(query, MIXED_TEXTS)
+    width = max(len(e.ids) for e in encodings)
+    ids = np.zeros((len(encodings), width), dtype=np.int64)
+    types, mask = np.zeros_like(ids), np.zeros_like(ids)
+    for row, e in enumerate(encodings):
+        ids[row, : len(e.ids)], types[row, : len(e.ids)], mask[row, : len(e.ids)] = e.ids, e.type_ids, 1
+    (reference,) = plain.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+    assert list(shipped) == pytest.approx(list(reference[:, 0]), abs=1e-4)
+    assert not any(node in ("MatMulInteger", "DynamicQuantizeLinear") for node in _op_types(RELEVANCE_ONNX))
+
+
+def _op_types(artifact) -> set[str]:
+    import onnx
+
+    from chunkrag_core.artifacts import verified_path
+
+    return {node.op_type for node in onnx.load(str(verified_path(artifact))).graph.node}
+
+
+def test_a_dynamic_int8_graph_is_rewritten_to_its_int8_weights_multiplied_in_float(tmp_path):
+    """chunkrag_train/float_arithmetic.py on a graph quantised as the export
+    quantises the model: the rewrite multiplies each input by exactly the
+    dequantised int8 weights, so a row's output no longer depends on the other
+    rows (the dynamic graph quantises the whole batch with one scale)."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from chunkrag_train.float_arithmetic import GraphShapeError, convert_file, float_arithmetic
+
+    rng = np.random.default_rng(5)
+    weight = rng.normal(size=(16, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="dense")],
+        "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 8])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    fp32, int8, rewritten = tmp_path / "fp32.onnx", tmp_path / "int8.onnx", tmp_path / "float.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(fp32))
+    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    assert convert_file(int8, rewritten) == 1
+    ops = [node.op_type for node in onnx.load(str(rewritten)).graph.node]
+    assert "MatMulInteger" not in ops and "DynamicQuantizeLinear" not in ops and "MatMul" in ops
+
+    def run(path, x):
+        options = onnxruntime.SessionOptions()
+        options.add_session_config_entry("session.disable_quant_qdq", "1")
+        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return session.run(None, {"x": x})[0]
+
+    small = rng.normal(size=(1, 16)).astype(np.float32)
+    batch = np.vstack([small, 50 * rng.normal(size=(3, 16)).astype(np.float32)])  # a loud neighbour
+    stored = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(int8)).graph.initializer}
+    (name,) = [n for n in stored if stored[n].dtype == np.int8 and stored[n].ndim == 2]
+    prefix = name.removesuffix("_quantized")
+    dequantised = (stored[name].astype(np.float32) - stored[f"{prefix}_zero_point"]) * stored[f"{prefix}_scale"]
+    assert run(rewritten, batch)[0] == pytest.approx(run(rewritten, small)[0], abs=1e-5)
+    assert run(rewritten, small)[0] == pytest.approx((small @ dequantised)[0], abs=1e-4)
+    # The dynamic graph itself: the loud neighbour moves the quiet row.
+    assert not np.allclose(run(int8, batch)[0], run(int8, small)[0], atol=1e-5)
+    with pytest.raises(GraphShapeError, match="not a dynamic-quantised graph"):
+        float_arithmetic(onnx.load(str(fp32)))
