@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 import statistics
 from typing import Sequence
 
@@ -11,6 +13,18 @@ def answer_in_context(context: str, answers: Sequence[str]) -> bool:
     """PopQA's rule: any gold answer as a case-insensitive substring."""
     lowered = context.lower()
     return any(answer.lower() in lowered for answer in answers if answer)
+
+
+def answer_in_words(context: str, answers: Sequence[str]) -> bool:
+    """Any gold answer as a case-insensitive whole-word match: not inside a
+    longer word. A quarter of PopQA's aliases are three characters or
+    shorter ("pol", "MP"), which as substrings match nearly any text."""
+    return any(_whole_words(answer).search(context) for answer in answers if answer.strip())
+
+
+@functools.lru_cache(maxsize=4096)
+def _whole_words(answer: str) -> re.Pattern[str]:
+    return re.compile(r"(?<!\w)" + re.escape(answer.strip()) + r"(?!\w)", re.IGNORECASE)
 
 
 def kept_within_budget(texts: Sequence[str], ranking: Sequence[float], budget_chars: int) -> list[int]:
