@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         from chunkrag_core.providers import make_embedder
         from chunkrag_core.providers.local_relevance import shared_relevance_model
         from chunkrag_core.settings import Settings
+        from chunkrag_train.pairs import split_of
 
         settings = Settings.from_env()
         gate_study.build(
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
             embedder=make_embedder(settings.embedder),
             settings=settings,
             relevance=shared_relevance_model(),
+            # The relevance model's own split of its training questions (seed 13, as trained).
+            relevance_split=lambda key: split_of(key, 13),
             say=lambda line: print(line, file=sys.stderr, flush=True),
         )
         return 0

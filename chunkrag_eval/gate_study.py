@@ -42,8 +42,6 @@ NQ_FILE = "nq/nq-open-oracle.jsonl.gz"
 SQUAD_FILE = "squad/squad2_cs224n_dev-v2.0.json"
 # Candidates per question: the N the filter's default is chosen at.
 CANDIDATES = 20
-# The relevance model's training split (chunkrag_train/pairs.py): its seed.
-RELEVANCE_SPLIT_SEED = 13
 # Questions drawn (seed below) for the retrieval gate; the relevance model's
 # held-out NQ questions are all taken besides.
 NQ_QUESTIONS = 600
@@ -72,14 +70,10 @@ class GateQuestion:
     relevance_held_out: bool  # outside the relevance model's training questions
 
 
-def relevance_split(key: str) -> str:
-    from chunkrag_train.pairs import _split_of
-
-    return _split_of(key, RELEVANCE_SPLIT_SEED)
-
-
-def training_set(eval_dir: Path) -> tuple[list, list[GateQuestion]]:
-    """The training index's documents and the questions asked of it."""
+def training_set(eval_dir: Path, relevance_split: Callable[[str], str]) -> tuple[list, list[GateQuestion]]:
+    """The training index's documents and the questions asked of it.
+    ``relevance_split`` names the relevance model's split of a question or
+    article key ("train" or "validation"; chunkrag_train.pairs)."""
     from ingest_pipeline.sources import plain_document
 
     documents, questions = [], []
@@ -141,7 +135,17 @@ def label_of(question: GateQuestion, candidates: Sequence[Any]) -> bool | None:
     return True if any(c.doc_id in question.own for c in holding) else None
 
 
-def build(eval_dir: Path, cache: Path, *, client, embedder, settings, relevance, say: Callable[[str], None]) -> Path:
+def build(
+    eval_dir: Path,
+    cache: Path,
+    *,
+    client,
+    embedder,
+    settings,
+    relevance,
+    relevance_split: Callable[[str], str],
+    say: Callable[[str], None],
+) -> Path:
     """Index the training documents, retrieve every question's candidates,
     and cache per question its label, gate features and the relevance
     model's log-odds on the best few: one JSON line each."""
@@ -151,7 +155,7 @@ def build(eval_dir: Path, cache: Path, *, client, embedder, settings, relevance,
     from ingest_pipeline.pipeline import ingest_documents
     from search_extension.retriever import HybridRetriever
 
-    documents, questions = training_set(eval_dir)
+    documents, questions = training_set(eval_dir, relevance_split)
     index = index_name(documents, settings, INDEX_PREFIX)
     started = time.perf_counter()
     report = ingest_documents(documents, client=client, embedder=embedder, settings=settings, index=index)
