@@ -197,6 +197,16 @@ class FilterResult:
         cut = f" {self.threshold.value:g}" if self.threshold is not None else ""
         return f"no candidate passed the threshold{cut} (best score {best:.3f})"
 
+    def nothing_relevant_fields(self) -> dict[str, object]:
+        """For a response: ``nothing_relevant``, and when true its reason; the
+        gate's reading (probability, cut, features) when the gate ran."""
+        out: dict[str, object] = {"nothing_relevant": self.nothing_relevant}
+        if self.nothing_relevant:
+            out["nothing_relevant_reason"] = self.nothing_relevant_reason
+        if self.gate is not None:
+            out["gate"] = self.gate.to_json()
+        return out
+
     def relevance_fields(self) -> dict[str, str | None]:
         """``relevance_by`` and its reason for a response; none when the
         relevance model did not run (or did not say where)."""
