@@ -301,7 +301,8 @@ def _open_corpus_arguments(parser: argparse.ArgumentParser, *, table: bool) -> N
         group.add_argument(
             "--answer-limit",
             help="open corpus: answer the first N questions of each set only (N, or per format: popqa=20,"
-            "pubhealth=20; 0: measure every row without the model); the rest are measured without it",
+            "pubhealth=20; 0: measure every row without the model); the rest are measured without it; an "
+            "unanswerable kind is answered only when named, SET:KIND=N (popqa:absent=30, squad:unanswerable=30)",
         )
     else:
         group.add_argument(
@@ -669,8 +670,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         start = limit_for(parse_limits(args.start), fmt) or 0
         items = items[start : start + args.limit if args.limit is not None else None]
         answered = (args.answer_limit or len(items)) if args.generate else 0
-        limits = {name: answered for name in (fmt, "squad")}
-        return _open_corpus(args, settings, {fmt: items}, limits, {fmt: args.judge_limit}, files=[args.file])
+        return _open_corpus(args, settings, {fmt: items}, {fmt: answered}, {fmt: args.judge_limit}, files=[args.file])
     resolved = filter_options_from_args(args, "eval")
     ensemble = ensemble_scales(resolved, settings)
     if ensemble is not None:
@@ -792,11 +792,11 @@ def cmd_table(args: argparse.Namespace) -> int:
             settings,
             datasets,
             {
-                name: limit_for(answer_limits, name) or len(datasets.get(name, ())) or 10**9
-                for name in (*datasets, "squad")
+                **{name: limit_for(answer_limits, name) or len(items) for name, items in datasets.items()},
+                **{name: n for name, n in answer_limits.items() if ":" in name},
             }
             if answer_limits.get("*") != 0
-            else {name: 0 for name in (*datasets, "squad")},
+            else {},
             {name: limit_for(judge_limits, name) or 0 for name in datasets},
             files=args.file,
         )

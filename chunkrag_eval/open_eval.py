@@ -386,6 +386,12 @@ def run_open(
     return OpenRun(tuple(sizes), tuple(usable), tuple(outcomes), threshold, skipped, notes)
 
 
+def answer_limit_key(dataset: str, kind: str) -> str:
+    """The key of ``generate_limits`` for a set's questions of a kind: the
+    set's name for its answerable ones, "set:kind" for the others."""
+    return dataset if kind == "answerable" else f"{dataset}:{kind}"
+
+
 def _generate(
     outcomes: list[Outcome],
     retrieved: Sequence[Retrieved],
@@ -397,16 +403,17 @@ def _generate(
     parallel: int,
     say: Callable[[str], None],
 ) -> None:
-    """Answer the first ``limits[set]`` questions of each set and kind by
-    each outcome's row. A row that kept nothing says "not found" without a
-    call. A PubHealth claim off topic is not answered: its verdict prompt
-    has no "not found" to say."""
+    """Answer, by each outcome's row, the first ``limits[set]`` answerable
+    questions of each set and the first ``limits["set:kind"]`` of each
+    unanswerable kind (none unless named). A row that kept nothing says "not
+    found" without a call. A PubHealth claim off topic is not answered: its
+    verdict prompt has no "not found" to say."""
     by_key = {(r.dataset, r.asked.kind, r.item.item_id, r.size): r for r in retrieved}
     jobs = [
         o
         for o in outcomes
         if o.size in sizes
-        and order[(o.dataset, o.kind, o.item_id)] < limits.get(o.dataset, 0)
+        and order[(o.dataset, o.kind, o.item_id)] < limits.get(answer_limit_key(o.dataset, o.kind), 0)
         and not (o.dataset == "pubhealth" and o.kind != "answerable")
     ]
     budget = context_budget_chars(context_tokens, ANSWER_MAX_TOKENS)
