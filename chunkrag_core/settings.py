@@ -180,6 +180,8 @@ class EmbedderSettings:
     # stays small. 8 measured fastest on 2 cores for sentences of ~160
     # characters (bench/results/ingest.json, raw_batch_size).
     batch_size: int = 8
+    # Batches embedded at once, each on one onnxruntime thread
+    # (local_minilm.py says why not onnxruntime's own threads).
     threads: int = 2
 
 
