@@ -317,7 +317,7 @@ def main() -> None:
     from chunkrag_core.settings import Settings
     from chunkrag_gateway.heap import settle_heap
     from search_extension.options import parse_options
-    from search_extension.passages import QueryTimePassages, RememberedVectors
+    from search_extension.passages import QueryTimePassages
     from search_extension.post_search import post_search
     from search_extension.text_fields import TextFields
 
@@ -338,8 +338,10 @@ def main() -> None:
     timed = []  # each query's measurement, to repeat
     shared = QueryTimePassages(embedder, settings)
     # What each preselection keeps: its own chunk cache, the sentences' vectors shared.
-    remembered = RememberedVectors(embedder, 1_000_000)
-    kept_by = {n: QueryTimePassages(remembered, settings, preselect=n) for n in args.preselect}
+    from search_extension.vector_cache import MemoryVectors
+
+    remembered = MemoryVectors(1_000_000)
+    kept_by = {n: QueryTimePassages(embedder, settings, preselect=n, vectors=remembered) for n in args.preselect}
     index = "bench"
     companion = sync_report = None
     if args.companion:
