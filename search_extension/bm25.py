@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from chunkrag_filter.processors.features import STOPWORDS
 
@@ -25,10 +25,18 @@ def terms(text: str) -> list[str]:
 def bm25_scores(query: str, texts: Sequence[str], k1: float = BM25_K1, b: float = BM25_B) -> list[float]:
     """Okapi BM25 of ``query`` against each text, the texts being the whole
     collection (idf counted over them)."""
-    wanted = set(terms(query))
-    if not texts or not wanted:
+    if not texts or not terms(query):
         return [0.0] * len(texts)
-    docs = [Counter(terms(t)) for t in texts]
+    return bm25_of_counts(query, [Counter(terms(t)) for t in texts], k1, b)
+
+
+def bm25_of_counts(
+    query: str, docs: Sequence[Mapping[str, int]], k1: float = BM25_K1, b: float = BM25_B
+) -> list[float]:
+    """``bm25_scores`` of texts already counted (each text's ``terms``, counted)."""
+    wanted = set(terms(query))
+    if not docs or not wanted:
+        return [0.0] * len(docs)
     lengths = [sum(d.values()) for d in docs]
     average = (sum(lengths) / len(lengths)) or 1.0
     n = len(docs)

@@ -31,7 +31,7 @@ from ingest_pipeline.chunker import chunk_documents, document_fingerprint
 from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.source_fields import SourceField
 from ingest_pipeline.sources import Document
-from search_extension.preselect import preselected
+from search_extension.preselect import SentenceCache, preselected
 from search_extension.vector_cache import VectorStore, cached_embedder
 
 # Fields whose passages the query-time cache keeps (least recently used go
@@ -116,6 +116,7 @@ class QueryTimePassages:
         self._chunking = dataclasses.replace(settings.chunking, scales=())
         self._shaping = shaping_of(settings)
         self._cache: LRUCache[str, tuple[Chunk, ...]] = LRUCache(maxsize=max(1, entries))
+        self._sentences = SentenceCache()
         self._lock = threading.Lock()
         self.hits = self.misses = 0  # cache use, for the response's report
 
@@ -124,7 +125,12 @@ class QueryTimePassages:
         missing: dict[str, tuple[SourceField, Document, str]] = {}
         for field in fields:
             document = preselected(
-                field.document(), query, self._preselect, self._chunking.max_chars, self._chunking.language
+                field.document(),
+                query,
+                self._preselect,
+                self._chunking.max_chars,
+                self._chunking.language,
+                self._sentences,
             )
             key = document_fingerprint(document, self._shaping)
             with self._lock:

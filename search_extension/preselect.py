@@ -7,17 +7,29 @@ filter. A field is therefore narrowed before it is chunked: its sentences
 the best ``budget`` are kept, and each run of consecutive kept sentences
 within a section becomes a section of the narrowed document. The chunker
 then makes its usual chunks (semantic split points, vectors) of those runs
-only; offsets still count within the field's text.
+only; offsets still count within the field's text. A document's split is
+kept (:class:`SentenceCache`), so a document seen before is not split again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass
 from typing import Sequence
+
+from cachetools import LRUCache
 
 from ingest_pipeline.sentences import bounded_sentence_spans, resolved_language
 from ingest_pipeline.sources import Document, Section
-from search_extension.bm25 import bm25_scores
+from search_extension.bm25 import bm25_of_counts, terms
+
+# Sentences whose split (spans and counted terms, ~0.5 kB each) the
+# query-time source keeps: ~50 MB when full.
+CACHED_SENTENCES = 100_000
 
 
 def best_sentences(scores: Sequence[float], budget: int) -> list[int]:
@@ -41,21 +53,78 @@ def runs(positions: Sequence[int], section_of: Sequence[int]) -> list[tuple[int,
     return out
 
 
-def preselected(document: Document, query: str, budget: int, max_chars: int, language: str = "english") -> Document:
-    """``document`` narrowed to the runs of its ``budget`` sentences best
-    by BM25 against ``query`` (idf over its own sentences); the document
-    itself when they all fit, when ``budget`` is 0 or the query is blank."""
-    if budget <= 0 or not query.strip():
-        return document
+@dataclass(frozen=True, slots=True)
+class FieldSentences:
+    """A document's sentences as the chunker splits them: their spans, the
+    number of the section each lies in, and each one's BM25 terms, counted."""
+
+    spans: tuple[tuple[int, int], ...]
+    section_of: tuple[int, ...]
+    counts: tuple[Counter, ...]
+
+
+def split_sentences(document: Document, max_chars: int, language: str) -> FieldSentences:
     spans, section_of = [], []
     language = resolved_language(document.text, language)  # as the chunker will
     for number, section in enumerate(document.sections):
         found = bounded_sentence_spans(document.text, section.start, section.end, max_chars, language)
         spans.extend(found)
         section_of.extend([number] * len(found))
+    counts = tuple(Counter(terms(document.text[s:e])) for s, e in spans)
+    return FieldSentences(tuple(spans), tuple(section_of), counts)
+
+
+class SentenceCache:
+    """The split of the documents last narrowed, by the sha256 of their text
+    and sections (and the cap and language that split them), up to
+    ``sentences`` sentences in all: splitting is most of what narrowing a
+    document costs (a 5 MB field takes seconds), and the same document comes
+    back with every query that finds it."""
+
+    def __init__(self, sentences: int = CACHED_SENTENCES):
+        self._entries: LRUCache[str, FieldSentences] = LRUCache(
+            maxsize=max(1, sentences), getsizeof=lambda entry: max(1, len(entry.spans))
+        )
+        self._lock = threading.Lock()
+
+    def split(self, document: Document, max_chars: int, language: str) -> FieldSentences:
+        parts = [document.text, [(s.start, s.end) for s in document.sections], max_chars, language]
+        key = hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8")).hexdigest()
+        with self._lock:
+            found = self._entries.get(key)
+        if found is None:
+            found = split_sentences(document, max_chars, language)
+            with self._lock:
+                try:
+                    self._entries[key] = found
+                except ValueError:  # one document larger than the whole cache: not kept
+                    pass
+        return found
+
+
+def preselected(
+    document: Document,
+    query: str,
+    budget: int,
+    max_chars: int,
+    language: str = "english",
+    sentences: SentenceCache | None = None,
+) -> Document:
+    """``document`` narrowed to the runs of its ``budget`` sentences best
+    by BM25 against ``query`` (idf over its own sentences); the document
+    itself when they all fit, when ``budget`` is 0 or the query is blank.
+    ``sentences``: where the document's split is kept between queries."""
+    if budget <= 0 or not query.strip():
+        return document
+    split = (
+        sentences.split(document, max_chars, language)
+        if sentences is not None
+        else split_sentences(document, max_chars, language)
+    )
+    spans, section_of = split.spans, split.section_of
     if len(spans) <= budget:
         return document
-    kept = best_sentences(bm25_scores(query, [document.text[s:e] for s, e in spans]), budget)
+    kept = best_sentences(bm25_of_counts(query, split.counts), budget)
     sections = tuple(
         Section(document.sections[section_of[first]].path, spans[first][0], spans[last][1])
         for first, last in runs(kept, section_of)

@@ -78,10 +78,19 @@ class RedisVectors:
     were stored; one MGET per lookup and one pipelined write per store.
     ``client`` (a redis-py client) is made from ``url`` on first use."""
 
-    def __init__(self, *, url: str | None = None, client=None, ttl_s: int = 86_400, dims: int | None = None):
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        client=None,
+        ttl_s: int = 86_400,
+        dims: int | None = None,
+        prefix: str = REDIS_PREFIX,
+    ):
         if client is None and url is None:
             raise ValueError("RedisVectors needs a redis client or a url")
         self._url, self._client, self.ttl_s, self._dims = url, client, int(ttl_s), dims
+        self.prefix = prefix
         self._lock = threading.Lock()
         self._skip_until = 0.0
 
@@ -100,7 +109,7 @@ class RedisVectors:
         if not keys or time.monotonic() < self._skip_until:
             return {}
         try:
-            raw = self.client.mget([REDIS_PREFIX + key for key in keys])
+            raw = self.client.mget([self.prefix + key for key in keys])
         except Exception as exc:  # noqa: BLE001 - any cache failure is a miss, by design
             self._failed("read", exc)
             return {}
@@ -121,7 +130,7 @@ class RedisVectors:
             pipe = self.client.pipeline(transaction=False)
             for key, vector in vectors.items():
                 pipe.set(
-                    REDIS_PREFIX + key,
+                    self.prefix + key,
                     np.asarray(vector, dtype="<f4").tobytes(),
                     ex=self.ttl_s if self.ttl_s > 0 else None,
                 )
