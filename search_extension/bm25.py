@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from chunkrag_filter.processors.features import STOPWORDS
@@ -25,18 +27,10 @@ def terms(text: str) -> list[str]:
 def bm25_scores(query: str, texts: Sequence[str], k1: float = BM25_K1, b: float = BM25_B) -> list[float]:
     """Okapi BM25 of ``query`` against each text, the texts being the whole
     collection (idf counted over them)."""
-    if not texts or not terms(query):
-        return [0.0] * len(texts)
-    return bm25_of_counts(query, [Counter(terms(t)) for t in texts], k1, b)
-
-
-def bm25_of_counts(
-    query: str, docs: Sequence[Mapping[str, int]], k1: float = BM25_K1, b: float = BM25_B
-) -> list[float]:
-    """``bm25_scores`` of texts already counted (each text's ``terms``, counted)."""
     wanted = set(terms(query))
-    if not docs or not wanted:
-        return [0.0] * len(docs)
+    if not texts or not wanted:
+        return [0.0] * len(texts)
+    docs = [Counter(terms(t)) for t in texts]
     lengths = [sum(d.values()) for d in docs]
     average = (sum(lengths) / len(lengths)) or 1.0
     n = len(docs)
@@ -50,3 +44,43 @@ def bm25_of_counts(
                 score += idf[t] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average))
         out.append(score)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class TermIndex:
+    """Texts counted once for BM25: for each term the texts holding it
+    (their number, the term's count there), and each text's length in terms."""
+
+    postings: Mapping[str, tuple[tuple[int, int], ...]]
+    lengths: tuple[int, ...]
+
+    @classmethod
+    def of(cls, texts: Sequence[str]) -> TermIndex:
+        postings: dict[str, list[tuple[int, int]]] = {}
+        lengths = []
+        for number, text in enumerate(texts):
+            counted = Counter(terms(text))
+            lengths.append(sum(counted.values()))
+            for term, count in counted.items():
+                postings.setdefault(term, []).append((number, count))
+        return cls(MappingProxyType({t: tuple(p) for t, p in postings.items()}), tuple(lengths))
+
+    def scores(self, query: str, k1: float = BM25_K1, b: float = BM25_B) -> list[float]:
+        """``bm25_scores`` of the texts against ``query``: the same numbers
+        (each text's terms added in the same order), reading only the texts
+        that hold a query term."""
+        n = len(self.lengths)
+        out = [0.0] * n
+        wanted = set(terms(query))
+        if not n or not wanted:
+            return out
+        average = (sum(self.lengths) / n) or 1.0
+        for t in wanted:
+            found = self.postings.get(t, ())
+            if not found:
+                continue
+            df = len(found)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            for number, tf in found:
+                out[number] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * self.lengths[number] / average))
+        return out

@@ -17,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import threading
-from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -25,7 +24,7 @@ from cachetools import LRUCache
 
 from ingest_pipeline.sentences import bounded_sentence_spans, resolved_language
 from ingest_pipeline.sources import Document, Section
-from search_extension.bm25 import bm25_of_counts, terms
+from search_extension.bm25 import TermIndex
 
 # Sentences whose split (spans and counted terms, ~0.5 kB each) the
 # query-time source keeps: ~50 MB when full.
@@ -56,11 +55,11 @@ def runs(positions: Sequence[int], section_of: Sequence[int]) -> list[tuple[int,
 @dataclass(frozen=True, slots=True)
 class FieldSentences:
     """A document's sentences as the chunker splits them: their spans, the
-    number of the section each lies in, and each one's BM25 terms, counted."""
+    number of the section each lies in, and their BM25 terms, counted."""
 
     spans: tuple[tuple[int, int], ...]
     section_of: tuple[int, ...]
-    counts: tuple[Counter, ...]
+    terms: TermIndex
 
 
 def split_sentences(document: Document, max_chars: int, language: str) -> FieldSentences:
@@ -70,8 +69,7 @@ def split_sentences(document: Document, max_chars: int, language: str) -> FieldS
         found = bounded_sentence_spans(document.text, section.start, section.end, max_chars, language)
         spans.extend(found)
         section_of.extend([number] * len(found))
-    counts = tuple(Counter(terms(document.text[s:e])) for s, e in spans)
-    return FieldSentences(tuple(spans), tuple(section_of), counts)
+    return FieldSentences(tuple(spans), tuple(section_of), TermIndex.of([document.text[s:e] for s, e in spans]))
 
 
 class SentenceCache:
@@ -124,7 +122,7 @@ def preselected(
     spans, section_of = split.spans, split.section_of
     if len(spans) <= budget:
         return document
-    kept = best_sentences(bm25_of_counts(query, split.counts), budget)
+    kept = best_sentences(split.terms.scores(query), budget)
     sections = tuple(
         Section(document.sections[section_of[first]].path, spans[first][0], spans[last][1])
         for first, last in runs(kept, section_of)

@@ -122,3 +122,13 @@ def test_a_document_larger_than_the_sentence_cache_is_narrowed_but_not_kept():
     document = plain_document("kb/1#body", TEXT, "kb/1#body")
     narrowed = preselected(document, "revoked keys", 2, 500, "auto", cache)
     assert [TEXT[s.start : s.end] for s in narrowed.sections] == ["Keys rotate daily.", "Old keys are revoked."]
+
+
+def test_the_term_index_scores_what_bm25_scores_does():
+    from search_extension.bm25 import TermIndex, bm25_scores
+
+    texts = [t for t in TEXT.replace("\n\n", " ").split(". ")] + ["", "keys keys keys rotate", "Soup!"]
+    index = TermIndex.of(texts)
+    for query in ("how are keys rotated and revoked", "soup", "nothing matches", "", "the of and"):
+        assert index.scores(query) == bm25_scores(query, texts)
+    assert TermIndex.of([]).scores("keys") == []
