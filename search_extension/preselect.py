@@ -22,7 +22,7 @@ from typing import Sequence
 
 from cachetools import LRUCache
 
-from ingest_pipeline.sentences import bounded_sentence_spans, resolved_language
+from ingest_pipeline.sentences import bounded_sentence_spans, length_caps, resolved_language
 from ingest_pipeline.sources import Document, Section
 from search_extension.bm25 import TermIndex
 
@@ -65,8 +65,9 @@ class FieldSentences:
 def split_sentences(document: Document, max_chars: int, language: str) -> FieldSentences:
     spans, section_of = [], []
     language = resolved_language(document.text, language)  # as the chunker will
+    longest = length_caps(language, max_chars, 0)[0]
     for number, section in enumerate(document.sections):
-        found = bounded_sentence_spans(document.text, section.start, section.end, max_chars, language)
+        found = bounded_sentence_spans(document.text, section.start, section.end, longest, language)
         spans.extend(found)
         section_of.extend([number] * len(found))
     return FieldSentences(tuple(spans), tuple(section_of), TermIndex.of([document.text[s:e] for s, e in spans]))
