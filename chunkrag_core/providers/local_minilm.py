@@ -10,9 +10,10 @@ not depend on the texts embedded beside it, on the batch, on the threads or
 on the CPU kind. The session runs each batch on one thread, and ``threads``
 batches run at once (the calling thread takes its share): onnxruntime's own
 threads meet at every operator, so with other work on the machine one that
-lost its core held up the other; 330 sentences at load ~9.5 took 51 ms a
-sentence that way and 27 ms with a thread per batch, the vectors equal to
-the bit (2026-12-01, AMD EPYC, 2 cores; bench/results/post_search_cold.json).
+lost its core held up the other, and half the CPU went to that: a cold
+post-search's embedding took 7.8 s of CPU that way and 4.4 s with a thread
+per batch, the vectors equal to the bit (2026-12-04, AMD EPYC, 2 cores,
+load 9-18; bench/results/post_search_cold.json).
 """
 
 from __future__ import annotations
