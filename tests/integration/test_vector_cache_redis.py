@@ -53,13 +53,13 @@ def _field(text: str = BODY) -> SourceField:
 
 
 def test_a_second_instance_takes_the_vectors_from_redis(redis_settings, embedder, client):
-    # A text of its own, so no earlier run's vectors are in Redis.
-    text = BODY + f"\n\nThis copy is number {uuid.uuid4().hex}."
+    # Sentences of their own, so no earlier run's vectors are in Redis.
+    text = BODY.replace(". ", f" (copy {uuid.uuid4().hex[:8]}). ")
     field = _field(text)
     first, second = Counted(embedder), Counted(embedder)
     one = QueryTimePassages(first, redis_settings).passages([field])
     two = QueryTimePassages(second, redis_settings).passages([field])  # empty memory, the same Redis
-    assert first.texts > 0 and second.texts == 0
+    assert first.texts >= 8 and second.texts == 0
     ones, twos = one[field.companion_id], two[field.companion_id]
     assert [(c.start, c.end, c.text) for c in ones] == [(c.start, c.end, c.text) for c in twos]
     for a, b in zip(ones, twos):
@@ -91,3 +91,34 @@ def test_a_redis_that_cannot_be_reached_is_only_a_miss(settings, embedder):
     assert counted.texts == 2
     cached.embed(["Rollo swore fealty."])
     assert counted.texts == 2  # this process's memory still serves
+
+
+def test_two_gateways_sharing_redis_embed_a_document_once(settings, embedder, engine):
+    """Post-search through two gateway instances with the shared state in
+    Redis: the second finds the first one's vectors and embeds only the query."""
+    import contextlib
+
+    import httpx
+
+    from chunkrag_gateway import create_app
+    from chunkrag_gateway.server import serve_in_thread as serving
+    from tests.support.plain_index import plain_index
+
+    tag = uuid.uuid4().hex[:8]
+    body = BODY.replace(". ", f" (copy {tag}). ")  # every sentence new to Redis
+    mapping = {"properties": {"title": {"type": "text"}, "body": {"type": "text"}}}
+    configured = dataclasses.replace(
+        settings,
+        search_backend=engine.engine,
+        gateway=dataclasses.replace(settings.gateway, shared_state="redis"),
+    )
+    first, second = Counted(embedder), Counted(embedder)
+    search = {"query": {"match": {"body": "when was the duchy founded"}}, "ext": {"chunkrag": {"answer": False}}}
+    with plain_index(engine, "test-vector-cache", mapping, {"normans": {"title": "Normans", "body": body}}) as index:
+        with contextlib.ExitStack() as stack:
+            urls = [stack.enter_context(serving(create_app(configured, embedder=e))) for e in (first, second)]
+            answers = [httpx.post(f"{url}/{index}/_search", json=search, timeout=120) for url in urls]
+    assert [a.status_code for a in answers] == [200, 200], [a.text[:300] for a in answers]
+    kept = [[(p["start"], p["end"]) for p in a.json()["hits"]["hits"][0]["_chunkrag"]["passages"]] for a in answers]
+    assert kept[0] and kept[0] == kept[1]
+    assert first.texts > 4 and second.texts == 1, (first.texts, second.texts)  # the second: the query alone
