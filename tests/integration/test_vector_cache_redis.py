@@ -59,7 +59,7 @@ def test_a_second_instance_takes_the_vectors_from_redis(redis_settings, embedder
     first, second = Counted(embedder), Counted(embedder)
     one = QueryTimePassages(first, redis_settings).passages([field])
     two = QueryTimePassages(second, redis_settings).passages([field])  # empty memory, the same Redis
-    assert first.texts >= 8 and second.texts == 0
+    assert first.texts >= 6 and second.texts == 0
     ones, twos = one[field.companion_id], two[field.companion_id]
     assert [(c.start, c.end, c.text) for c in ones] == [(c.start, c.end, c.text) for c in twos]
     for a, b in zip(ones, twos):
