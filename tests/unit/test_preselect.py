@@ -118,7 +118,7 @@ def test_a_document_seen_before_is_not_split_again_and_narrows_the_same(monkeypa
 def test_a_document_larger_than_the_sentence_cache_is_narrowed_but_not_kept():
     from search_extension.preselect import SentenceCache
 
-    cache = SentenceCache(sentences=3)
+    cache = SentenceCache(max_bytes=100)
     document = plain_document("kb/1#body", TEXT, "kb/1#body")
     narrowed = preselected(document, "revoked keys", 2, 500, "auto", cache)
     assert [TEXT[s.start : s.end] for s in narrowed.sections] == ["Keys rotate daily.", "Old keys are revoked."]
