@@ -3,6 +3,7 @@
     python -m bench.post_search_bench [--queries 100] [--cold 5] [--hits 10] [--seed 7]
     python -m bench.post_search_bench --companion [--compare engine-fetch,...] [--repeat 3] [--busy 2]
     python -m bench.post_search_bench --preselect 0,16,24,32 --cold 10 | --first-search 3
+    python -m bench.post_search_bench --cold 20 --cold-ways before,now,redis [--busy 2]
 
 SQuAD 2 dev articles cut into documents of 1,000-3,000 words; each question's "cluster response"
 is ``--hits`` of them (the gold one and others at random, in a random order) with a plain
@@ -15,6 +16,12 @@ candidates read in a second request; ``engine-passages``: BM25 counted here; ``f
 chunk read with its vector); the ways are timed on each query in a rotating order. ``--preselect``:
 each field's best N sentences by BM25 (0: all), cold and for what is kept. ``--first-search``:
 ``chunkrag serve`` started N times, seconds to a ready health, then two post-searches (ms).
+``--cold-ways``: the first ``--cold`` queries cold, each way once per query in a rotating order
+(``before``: the embedder as it was until 2026-12-04, onnxruntime's own threads inside each batch;
+``now``: the shipped embedder, a batch per thread, vectors in memory; ``redis``: the same with
+Redis behind the memory), wall and CPU ms, where the time goes (sentence split, preselection,
+embedding, the rest of the chunking, scoring, filter), then the same documents seen before
+(``seen``: a fresh process's memory, the vectors in Redis; ``warm``: the passages cached).
 ``--busy N``: N processes spin on the CPU meanwhile. With the default filter (no model call) it
 records the added ms (p50 / p95), the share of questions whose answer is in the gold hit's kept
 passages, and the characters kept.
@@ -225,6 +232,144 @@ class Counted:
         return self.embedder.embed(texts)
 
 
+class Timed:
+    """The embedder, adding up the seconds (wall and this process's CPU) and
+    texts of its calls."""
+
+    def __init__(self, embedder):
+        self.embedder, self.texts, self.wall, self.cpu = embedder, 0, 0.0, 0.0
+
+    def embed(self, texts):
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            return self.embedder.embed(texts)
+        finally:
+            self.texts += len(texts)
+            self.wall += time.perf_counter() - wall
+            self.cpu += time.process_time() - cpu
+
+
+def operator_threads_embedder(settings):
+    """The local embedder as it was until 2026-12-04: one session whose
+    ``threads`` onnxruntime threads share each batch, the batches one after
+    another (for comparing in one run)."""
+    import onnxruntime
+
+    from chunkrag_core.artifacts import MINILM_INT8_ONNX, verified_path
+    from chunkrag_core.providers.local_minilm import LocalMiniLMEmbedder
+
+    embedder = LocalMiniLMEmbedder(batch_size=settings.embedder.batch_size, threads=1)
+    _, tokenizer = embedder._load()
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = settings.embedder.threads
+    options.inter_op_num_threads = 1
+    embedder._session = onnxruntime.InferenceSession(
+        str(verified_path(MINILM_INT8_ONNX)), options, providers=["CPUExecutionProvider"]
+    )
+    return embedder
+
+
+def split_and_preselect_ms(hits: list[dict], question: str, settings) -> tuple[float, float]:
+    """The hits' sentence split alone, and split with the BM25 preselection
+    (what query-time chunking does before it embeds), in ms."""
+    from ingest_pipeline.sentences import bounded_sentence_spans, resolved_language
+    from ingest_pipeline.source_fields import SourceField
+    from search_extension.preselect import preselected
+
+    chunking = settings.chunking
+    documents = [SourceField("bench", d["id"], "body", d["body"], title=d["title"]).document() for d in hits]
+    started = time.perf_counter()
+    for document in documents:
+        language = resolved_language(document.text, chunking.language)
+        for section in document.sections:
+            bounded_sentence_spans(document.text, section.start, section.end, chunking.max_chars, language)
+    split = time.perf_counter()
+    for document in documents:
+        preselected(document, question, settings.post_search.preselect_sentences, chunking.max_chars, chunking.language)
+    done = time.perf_counter()
+    return (split - started) * 1000, (done - split) * 1000
+
+
+def cold_ways(args, docs, settings, embedder, default) -> dict:
+    """Each way cold on the first ``args.cold`` queries (the order rotated
+    per query), then the same hits seen before; see the module docstring."""
+    from search_extension.passages import QueryTimePassages
+    from search_extension.post_search import post_search
+    from search_extension.text_fields import TextFields
+    from search_extension.vector_cache import MemoryVectors, RedisVectors, TieredVectors
+
+    embedders = {"before": operator_threads_embedder(settings), "now": embedder, "redis": embedder}
+    embedders["before"].embed(["warm the model up"])
+    run_id = os.urandom(4).hex()
+    rows = []
+    for n, (_, question, _, hits) in enumerate(queries(docs, args.seed, args.hits, args.cold)):
+        response = cluster_response("bench", hits)
+
+        def run(source, timed):
+            wall, cpu = time.perf_counter(), time.process_time()
+            result = post_search(
+                response,
+                query=question,
+                options=default.post_search,
+                filter_options=default.filter,
+                fields_of=lambda index: TextFields(("body",), "title"),
+                passage_source=source,
+                embedder=timed,
+            )
+            return {
+                "wall_ms": round((time.perf_counter() - wall) * 1000, 1),
+                "cpu_ms": round((time.process_time() - cpu) * 1000, 1),
+                "embed_wall_ms": round(timed.wall * 1000, 1),
+                "embed_cpu_ms": round(timed.cpu * 1000, 1),
+                "embedded_texts": timed.texts,
+                **{f"{k}_ms": v for k, v in result.timings_ms.items() if k != "total"},
+            }
+
+        def redis_store(n=n):
+            # Keys of this run and query: a way is cold whichever documents earlier queries read.
+            far = RedisVectors(
+                url=settings.redis_url, ttl_s=600, dims=settings.embedder.dims, prefix=f"chunkrag:bench:{run_id}:{n}:"
+            )
+            return TieredVectors(MemoryVectors(), far)
+
+        ways = list(args.cold_ways)
+        shift = n % len(ways)
+        row = {"question": question, "order": ways[shift:] + ways[:shift]}
+        for way in row["order"]:
+            timed = Timed(embedders[way])
+            store = redis_store() if way == "redis" else MemoryVectors()
+            row[way] = run(QueryTimePassages(timed, settings, vectors=store), timed)
+        if "redis" in ways:
+            timed = Timed(embedder)
+            row["seen"] = run(QueryTimePassages(timed, settings, vectors=redis_store()), timed)
+        warm_source = QueryTimePassages(embedder, settings)
+        run(warm_source, Timed(embedder))
+        row["warm"] = run(warm_source, Timed(embedder))
+        row["split_ms"], row["split_and_preselect_ms"] = (
+            round(v, 1) for v in split_and_preselect_ms(hits, question, settings)
+        )
+        row["load_1m"] = round(os.getloadavg()[0], 2)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    shown = [*args.cold_ways, *(["seen"] if "redis" in args.cold_ways else []), "warm"]
+    summary = {
+        "queries": len(rows),
+        "hits_per_query": args.hits,
+        **{
+            way: {
+                key: p50_p95([r[way][key] for r in rows if key in r[way]])
+                for key in dict.fromkeys(k for r in rows for k in r[way])
+            }
+            for way in shown
+        },
+        "split_ms": p50_p95([r["split_ms"] for r in rows]),
+        "split_and_preselect_ms": p50_p95([r["split_and_preselect_ms"] for r in rows]),
+        "load_1m_min": min(r["load_1m"] for r in rows),
+        "load_1m_max": max(r["load_1m"] for r in rows),
+    }
+    return {"summary": summary, "rows": rows}
+
+
 def preselect_summary(rows: list[dict], present: list[dict], n: str) -> dict:
     """One preselection: cold p50 / p95 and texts embedded, what it keeps."""
     cold = [r["preselect"][n] for r in rows if "cold_ms" in r["preselect"][n]]
@@ -303,6 +448,13 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=0, metavar="N", help="processes spinning on the CPU meanwhile")
     parser.add_argument("--first-search", type=int, default=0, metavar="N", help="gateway starts timed (see above)")
     parser.add_argument(
+        "--cold-ways",
+        type=lambda value: [v for v in value.split(",") if v in ("before", "now", "redis")],
+        default=[],
+        metavar="WAY,...",
+        help="before,now,redis: the first --cold queries cold each way, then seen before (see above)",
+    )
+    parser.add_argument(
         "--companion", action="store_true", help="also measure passages read from a synced companion index"
     )
     parser.add_argument(
@@ -317,7 +469,7 @@ def main() -> None:
     from chunkrag_core.settings import Settings
     from chunkrag_gateway.heap import settle_heap
     from search_extension.options import parse_options
-    from search_extension.passages import QueryTimePassages, RememberedVectors
+    from search_extension.passages import QueryTimePassages
     from search_extension.post_search import post_search
     from search_extension.text_fields import TextFields
 
@@ -334,12 +486,20 @@ def main() -> None:
         found = first_searches(args.first_search, index, question) | {"busy_processes": args.busy}
         write_result(args.out, "bench.post_search_bench", {"summary": found | {"load_1m_before": load_before}})
         return
+    if args.cold_ways:
+        found = cold_ways(args, docs, settings, embedder, default)
+        found["summary"] |= {"load_1m_before": round(load_before, 2), "busy_processes": args.busy}
+        print(json.dumps(found["summary"]))
+        write_result(args.out, "bench.post_search_bench", {"filter": "default (calibrated, no model call)", **found})
+        return
     rows = []
     timed = []  # each query's measurement, to repeat
     shared = QueryTimePassages(embedder, settings)
     # What each preselection keeps: its own chunk cache, the sentences' vectors shared.
-    remembered = RememberedVectors(embedder, 1_000_000)
-    kept_by = {n: QueryTimePassages(remembered, settings, preselect=n) for n in args.preselect}
+    from search_extension.vector_cache import MemoryVectors
+
+    remembered = MemoryVectors(1_000_000)
+    kept_by = {n: QueryTimePassages(embedder, settings, preselect=n, vectors=remembered) for n in args.preselect}
     index = "bench"
     companion = sync_report = None
     if args.companion:

@@ -180,6 +180,8 @@ class EmbedderSettings:
     # stays small. 8 measured fastest on 2 cores for sentences of ~160
     # characters (bench/results/ingest.json, raw_batch_size).
     batch_size: int = 8
+    # Batches embedded at once, each on one onnxruntime thread
+    # (local_minilm.py says why not onnxruntime's own threads).
     threads: int = 2
 
 
@@ -478,10 +480,27 @@ class PostSearchSettings:
     # chunk index): the best this many by BM25 against the query, chunked
     # in runs; the rest of the field yields no passage. 0: every sentence.
     preselect_sentences: int = 32
+    # Where the vectors of texts embedded at query time are kept, by the
+    # text's sha256 and the model (search_extension/vector_cache.py): "memory"
+    # (this process, the least recently used going first), "redis" (REDIS_URL
+    # too, shared by every instance and kept across restarts, for
+    # vector_cache_ttl_s), or "auto": redis where the gateway uses Redis anyway
+    # (CHUNKRAG_GATEWAY_SHARED_STATE=redis or CHUNKRAG_WORKER_JUDGE=celery).
+    vector_cache: str = "auto"
+    vector_cache_ttl_s: int = 86_400
 
     def __post_init__(self) -> None:
         if self.preselect_sentences < 0:
             raise SettingsError(f"preselect_sentences must be 0 or more, got {self.preselect_sentences}")
+        _one_of("CHUNKRAG_POST_SEARCH_VECTOR_CACHE", self.vector_cache, POST_SEARCH_VECTOR_CACHES)
+        if self.vector_cache_ttl_s < 1:
+            raise SettingsError(
+                f"CHUNKRAG_POST_SEARCH_VECTOR_CACHE_TTL_S must be at least 1 second, got {self.vector_cache_ttl_s}"
+            )
+
+
+# Where post-search keeps query-time vectors (PostSearchSettings.vector_cache).
+POST_SEARCH_VECTOR_CACHES = ("auto", "memory", "redis")
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,13 @@ from ingest_pipeline.chunking import consecutive_similarities, group_sentences, 
 from ingest_pipeline.context_cache import cache_key
 from ingest_pipeline.headers import chunk_header, embedded_text, mixed_vector, word_count
 from ingest_pipeline.scales import group_to_size, target_chars
-from ingest_pipeline.sentences import Span, bounded_sentence_spans, resolved_language
+from ingest_pipeline.sentences import (
+    Span,
+    bounded_sentence_spans,
+    dense_script_rule,
+    length_caps,
+    resolved_language,
+)
 from ingest_pipeline.sources import Document
 
 
@@ -49,6 +55,9 @@ def document_fingerprint(document: Document, shaping: str) -> str:
     # The same JSON-then-sha256 as the context cache's keys (an array of the
     # parts), cut to 32 hex digits: stored in every index, so it must not change.
     sections = [(s.path, s.start, s.end) for s in document.sections]
+    # Chinese and Japanese documents' shorter caps (sentences.length_caps),
+    # in their fingerprints alone: no other document is chunked again.
+    shaping += dense_script_rule(document.text, shaping)
     return cache_key(document.title, document.text, sections, dict(document.metadata), shaping)[:32]
 
 
@@ -104,11 +113,13 @@ def chunk_documents(
 ) -> list[ChunkedDocument]:
     # (document index, section path, sentence spans) for each section
     sections: list[tuple[int, tuple[str, ...], list[Span]]] = []
+    caps: list[tuple[int, int]] = []  # each document's longest and shortest chunk
     for doc_index, document in enumerate(documents):
         # One language per document, whatever its sections hold.
         language = resolved_language(document.text, settings.language)
+        caps.append(length_caps(language, settings.max_chars, settings.min_chars))
         for section in document.sections:
-            spans = bounded_sentence_spans(document.text, section.start, section.end, settings.max_chars, language)
+            spans = bounded_sentence_spans(document.text, section.start, section.end, caps[-1][0], language)
             if spans:
                 sections.append((doc_index, section.path, spans))
 
@@ -136,9 +147,7 @@ def chunk_documents(
     for (doc_index, path, spans), header, vectors, similarities in zip(
         sections, headers, section_vectors, section_similarities
     ):
-        for group in group_sentences(
-            spans, similarities, thresholds[doc_index], settings.max_chars, settings.min_chars
-        ):
+        for group in group_sentences(spans, similarities, thresholds[doc_index], *caps[doc_index]):
             span = (spans[group.start][0], spans[group.stop - 1][1])
             if mixing:
                 text = documents[doc_index].text

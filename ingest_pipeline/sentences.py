@@ -43,6 +43,14 @@ CJK_LANGUAGES = ("chinese", "japanese")
 SPLITTER_VERSION = "punkt-lang1"
 # How much of a document the detection reads.
 DETECT_CHARS = 2000
+# Chinese and Japanese chunks are capped at a quarter of the length
+# settings (length_caps): an English word takes about six characters with
+# its space, a Chinese word one or two, so a quarter of the characters holds
+# about as much, rounded toward the shorter since their sentences' topics
+# cannot be told apart by the default embedder (docs/ingest.md).
+DENSE_SCRIPT_SHARE = 4
+# The least a cap becomes (ChunkingSettings refuses a max_chars below it).
+MIN_CAP_CHARS = 20
 # A document is Chinese or Japanese when at least this share of its letters
 # are Han, kana (or Hangul); Japanese when any kana is among them.
 CJK_SHARE = 0.3
@@ -64,7 +72,13 @@ def document_language(text: str) -> str:
     ``chinese`` by script, else the one of FUNCTION_WORDS' languages whose
     words are most frequent in its first DETECT_CHARS characters (English
     on a tie or when none occurs)."""
-    head = text[:DETECT_CHARS]
+    return _language_of_head(text[:DETECT_CHARS])
+
+
+@functools.lru_cache(maxsize=4096)
+def _language_of_head(head: str) -> str:
+    # Kept: every fingerprint of a document asks it again (ingest, sync,
+    # each post-search of the same hit).
     letters = sum(1 for c in head if c.isalpha())
     cjk = len(_CJK.findall(head))
     if letters and cjk / letters >= CJK_SHARE:
@@ -88,6 +102,37 @@ def splitter_id(language: str) -> str:
     this setting: "" for "english" (the splitter every earlier fingerprint
     was made with), else the setting and SPLITTER_VERSION."""
     return "" if language == "english" else f"{language}:{SPLITTER_VERSION}"
+
+
+def splitter_language(shaping: str) -> str:
+    """The language setting a chunker's shaping string (``pipeline.shaping_of``)
+    records with ``splitter_id``: "english" when it records none."""
+    marker = "|sentences="
+    at = shaping.rfind(marker)
+    if at < 0:
+        return "english"
+    return shaping[at + len(marker) :].split(":", 1)[0]
+
+
+def length_caps(language: str, max_chars: int, min_chars: int) -> tuple[int, int]:
+    """A chunk's longest and shortest length in characters for a document
+    of ``language`` (resolved): the settings', or for Chinese and Japanese
+    (no spaces, a word of one or two characters) a quarter of
+    them, DENSE_SCRIPT_SHARE. The default embedder cannot tell their
+    sentences' topics apart (docs/ingest.md), so what groups them is mostly
+    these caps: at the settings' 200-500 characters one passage held 15
+    sentences on 7 topics (254 characters); at 50-125 it holds a few."""
+    if language not in CJK_LANGUAGES:
+        return max_chars, min_chars
+    return max(MIN_CAP_CHARS, max_chars // DENSE_SCRIPT_SHARE), min_chars // DENSE_SCRIPT_SHARE
+
+
+def dense_script_rule(document_text: str, shaping: str) -> str:
+    """What a document's fingerprint adds for ``length_caps``: "" unless the
+    document is split as Chinese or Japanese under ``shaping``'s language
+    setting (so no other document's fingerprint changes)."""
+    language = resolved_language(document_text, splitter_language(shaping))
+    return f"|dense-script-caps=1/{DENSE_SCRIPT_SHARE}" if language in CJK_LANGUAGES else ""
 
 
 @functools.cache

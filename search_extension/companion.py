@@ -246,20 +246,36 @@ class CompanionsFirst:
         for field in fields:
             by_index.setdefault(field.index, []).append(field)
         found: dict[str, Sequence[Chunk]] = {}
+        # What no companion serves, of every index, goes to the fallback in
+        # one call: one embedding call for all the response's fields.
+        deferred = _Deferred()
         for index, group in by_index.items():
             name = companion_name(index)
             if (self._identity, name) in self._unreadable:
-                found.update(self._fallback.passages(group, query=query))
+                deferred.passages(group)
                 continue
             companion = CompanionPassages(
                 self._client,
                 name,
-                self._fallback,
+                deferred,
                 settings=self._settings,
                 on_unreadable=lambda name=name: self._unreadable.note(self._identity, name),
             )
             try:
                 found.update(companion.passages(group, query=query))
             except EngineRefused:
-                found.update(self._fallback.passages(group, query=query))
+                deferred.passages(group)
+        if deferred.fields:
+            found.update(self._fallback.passages(deferred.fields, query=query))
         return found
+
+
+class _Deferred:
+    """A passage source that only notes the fields it is asked for."""
+
+    def __init__(self) -> None:
+        self.fields: list[SourceField] = []
+
+    def passages(self, fields: Sequence[SourceField], *, query: str = "") -> Mapping[str, Sequence[Chunk]]:
+        self.fields.extend(fields)
+        return {}

@@ -8,18 +8,21 @@ in-process cache keyed by the fingerprint of what it chunked; a companion
 chunk index (`search_extension.companion`) serves the same protocol from
 stored chunks. At query time a field may be narrowed first to the sentences
 BM25 prefers for the query (``CHUNKRAG_POST_SEARCH_PRESELECT_SENTENCES``,
-`search_extension.preselect`): only those are embedded.
+`search_extension.preselect`): only those are embedded, all the fields' in
+one call, and each text's vector is kept by its sha256
+(`search_extension.vector_cache`: in memory, and in Redis where the gateway
+uses it), so a sentence embedded for one search is not embedded again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+from cachetools import LRUCache
 
 from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.providers import Embedder
@@ -28,17 +31,14 @@ from ingest_pipeline.chunker import chunk_documents, document_fingerprint
 from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.source_fields import SourceField
 from ingest_pipeline.sources import Document
-from search_extension.preselect import preselected
+from search_extension.preselect import SentenceCache, preselected
+from search_extension.vector_cache import VectorStore, cached_embedder
 
 # Fields whose passages the query-time cache keeps (least recently used go
 # first). An entry is the chunks of one field with their 384-dimension
 # vectors: about 1.5 kB per passage, so a 3,000-word field (~40 passages)
 # costs ~60 kB and a full cache of long fields stays under ~60 MB.
 PASSAGE_CACHE_ENTRIES = 1024
-# Texts (sentences, headers) whose vectors the query-time source keeps, so
-# that a field narrowed differently for another query embeds only the
-# sentences it has not embedded before: ~1.5 kB each, ~50 MB when full.
-TEXT_VECTOR_ENTRIES = 32768
 
 
 class PassageSource(Protocol):
@@ -94,7 +94,10 @@ class QueryTimePassages:
     unless given) and a query, a field with more sentences is narrowed to
     its best ``preselect`` by BM25 (`search_extension.preselect`); the
     narrowed document's sections are part of its fingerprint, so its entry
-    is never taken for the whole field's chunks nor the other way round."""
+    is never taken for the whole field's chunks nor the other way round.
+
+    ``vectors``: where the texts' vectors are kept (default:
+    ``vector_cache.vector_store_for(settings)``)."""
 
     def __init__(
         self,
@@ -103,15 +106,17 @@ class QueryTimePassages:
         *,
         entries: int = PASSAGE_CACHE_ENTRIES,
         preselect: int | None = None,
+        vectors: VectorStore | None = None,
     ):
-        self._embedder = RememberedVectors(embedder, TEXT_VECTOR_ENTRIES)
-        self._settings, self._entries = settings, entries
+        self._embedder = cached_embedder(embedder, settings, vectors)
+        self._settings = settings
         self._preselect = settings.post_search.preselect_sentences if preselect is None else preselect
         # Base chunks only: the larger ensembling scales are retrieval's,
         # and the base chunks do not depend on them.
         self._chunking = dataclasses.replace(settings.chunking, scales=())
         self._shaping = shaping_of(settings)
-        self._cache: OrderedDict[str, tuple[Chunk, ...]] = OrderedDict()
+        self._cache: LRUCache[str, tuple[Chunk, ...]] = LRUCache(maxsize=max(1, entries))
+        self._sentences = SentenceCache()
         self._lock = threading.Lock()
         self.hits = self.misses = 0  # cache use, for the response's report
 
@@ -120,13 +125,16 @@ class QueryTimePassages:
         missing: dict[str, tuple[SourceField, Document, str]] = {}
         for field in fields:
             document = preselected(
-                field.document(), query, self._preselect, self._chunking.max_chars, self._chunking.language
+                field.document(),
+                query,
+                self._preselect,
+                self._chunking.max_chars,
+                self._chunking.language,
+                self._sentences,
             )
             key = document_fingerprint(document, self._shaping)
             with self._lock:
-                cached = self._cache.get(key)
-                if cached is not None:
-                    self._cache.move_to_end(key)
+                cached = self._cache.get(key)  # marks it used
             if cached is not None:
                 found[field.companion_id] = _renamed(cached, field)
                 self.hits += 1
@@ -142,38 +150,7 @@ class QueryTimePassages:
                     chunks = tuple(c for c in item.chunks if c.scale == BASE_SCALE)
                     found[field.companion_id] = chunks
                     self._cache[key] = chunks
-                    self._cache.move_to_end(key)
-                while len(self._cache) > self._entries:
-                    self._cache.popitem(last=False)
         return found
-
-
-class RememberedVectors:
-    """The embedder, with the vectors of the last ``entries`` texts kept:
-    a text's vector does not depend on the texts embedded with it, so a
-    sentence embedded for one query is not embedded again for the next."""
-
-    def __init__(self, embedder: Embedder, entries: int):
-        self._embedder, self._entries = embedder, entries
-        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return self._embedder.embed([])
-        with self._lock:
-            known = {t: self._vectors[t] for t in dict.fromkeys(texts) if t in self._vectors}
-            for text in known:
-                self._vectors.move_to_end(text)
-        new = [t for t in dict.fromkeys(texts) if t not in known]
-        if new:
-            fresh = dict(zip(new, np.asarray(self._embedder.embed(new), dtype=np.float32)))
-            known.update(fresh)
-            with self._lock:
-                self._vectors.update(fresh)
-                while len(self._vectors) > self._entries:
-                    self._vectors.popitem(last=False)
-        return np.stack([known[t] for t in texts])
 
 
 def _renamed(chunks: tuple[Chunk, ...], field: SourceField) -> tuple[Chunk, ...]:

@@ -37,6 +37,17 @@ def _openai(settings: EmbedderSettings) -> Embedder:
 EMBEDDERS: dict[str, Callable[[EmbedderSettings], Embedder]] = {"local": _local, "openai": _openai}
 
 
+def embedder_identity(settings: EmbedderSettings) -> str:
+    """What a cached vector is keyed by besides its text: the model that
+    made it. The local graph by its pinned sha256 (a new graph is a new
+    model, whatever its name); a remote one by its endpoint, name and size."""
+    if settings.provider == "local":
+        from chunkrag_core.artifacts import MINILM_INT8_ONNX
+
+        return f"local:{MINILM_INT8_ONNX.sha256[:16]}"
+    return f"{settings.provider}:{settings.base_url or ''}:{settings.model}:{settings.dims}"
+
+
 @functools.lru_cache(maxsize=None)
 def make_embedder(settings: EmbedderSettings) -> Embedder:
     """The embedder for ``settings``: one instance (so one loaded model) per

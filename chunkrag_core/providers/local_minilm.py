@@ -3,11 +3,23 @@
 No torch: the packaged tokenizer.json feeds an onnxruntime session, and the
 token states are mean-pooled over the attention mask and L2-normalised, as
 sentence-transformers does for this model.
+
+The graph stores int8 weights and multiplies in float (onnxruntime folds
+each Cast and Mul into a float constant at load), so a text's vector does
+not depend on the texts embedded beside it, on the batch, on the threads or
+on the CPU kind. The session runs each batch on one thread, and ``threads``
+batches run at once (the calling thread takes its share): onnxruntime's own
+threads meet at every operator, so with other work on the machine one that
+lost its core held up the other, and half the CPU went to that: a cold
+post-search's embedding took 7.8 s of CPU that way and 4.4 s with a thread
+per batch, the vectors equal to the bit (2026-12-04, AMD EPYC, 2 cores,
+load 9-18; bench/results/post_search_cold.json).
 """
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import numpy as np
@@ -32,6 +44,7 @@ class LocalMiniLMEmbedder:
         self._lock = threading.Lock()
         self._session = None
         self._tokenizer = None
+        self._helpers: ThreadPoolExecutor | None = None
 
     def _load(self):
         with self._lock:
@@ -46,12 +59,15 @@ class LocalMiniLMEmbedder:
                 tokenizer.no_padding()
                 tokenizer.enable_truncation(MAX_TOKENS)
                 options = onnxruntime.SessionOptions()
-                options.intra_op_num_threads = self.threads
+                # One thread per batch; the batches themselves run side by side (_batches).
+                options.intra_op_num_threads = 1
                 options.inter_op_num_threads = 1
                 self._session = onnxruntime.InferenceSession(
                     str(verified_path(MINILM_INT8_ONNX)), options, providers=["CPUExecutionProvider"]
                 )
                 self._tokenizer = tokenizer
+                if self.threads > 1:
+                    self._helpers = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="chunkrag-embed")
         return self._session, self._tokenizer
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -63,10 +79,31 @@ class LocalMiniLMEmbedder:
         out = np.empty((len(texts), DIMS), dtype=np.float32)
         # Length-sorted batches keep padding (wasted compute) small.
         order = sorted(range(len(texts)), key=lambda i: len(token_ids[i]))
-        for begin in range(0, len(order), self.batch_size):
-            rows = order[begin : begin + self.batch_size]
-            out[rows] = self._run(session, [token_ids[i] for i in rows])
+        batches = [order[begin : begin + self.batch_size] for begin in range(0, len(order), self.batch_size)]
+        self._batches(session, token_ids, batches, out)
         return out
+
+    def _batches(self, session, token_ids: list[list[int]], batches: list[list[int]], out: np.ndarray) -> None:
+        """Each batch's rows of ``out``, the calling thread and up to
+        ``threads - 1`` helpers each taking the next batch not yet taken."""
+        pending = iter(batches)
+        taking = threading.Lock()
+
+        def work() -> None:
+            while True:
+                with taking:
+                    rows = next(pending, None)
+                if rows is None:
+                    return
+                out[rows] = self._run(session, [token_ids[i] for i in rows])
+
+        helpers = self._helpers
+        started = [helpers.submit(work) for _ in range(min(self.threads, len(batches)) - 1)] if helpers else []
+        try:
+            work()
+        finally:
+            for future in started:
+                future.result()
 
     @staticmethod
     def _run(session, batch_ids: list[list[int]]) -> np.ndarray:

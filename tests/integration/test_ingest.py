@@ -283,3 +283,26 @@ def test_an_index_chunked_with_the_paper_theta_is_rechunked_whole_by_the_default
 
     same = ingest_documents([document], client=engine, embedder=embedder, settings=settings, index=engine_index)
     assert same.unchanged == 1 and same.chunks == 0 and all_chunks(engine, engine_index) == after
+
+
+def test_chinese_is_chunked_within_its_shorter_caps_and_english_as_before(
+    engine, embedder, settings, engine_index, tmp_path
+):
+    from chunkrag_core.settings import Settings
+    from tests.support.languages import ENGLISH, SEVEN_TOPICS
+
+    # The default chunking (these tests' settings make each sentence a chunk).
+    settings = dataclasses.replace(settings, chunking=Settings().chunking)
+    (tmp_path / "zh.txt").write_text(SEVEN_TOPICS, encoding="utf-8")
+    (tmp_path / "en.txt").write_text(ENGLISH, encoding="utf-8")
+    report = ingest([tmp_path], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    assert report.ok, report.errors
+    chunks = all_chunks(engine, engine_index)
+    chinese = [c["text"] for c in chunks if c["doc_id"] == "zh.txt"]
+    english = [c["text"] for c in chunks if c["doc_id"] == "en.txt"]
+    assert len(chinese) >= 2 and all(len(text) <= 125 for text in chinese)
+    assert "".join(chinese) == SEVEN_TOPICS
+    assert any(len(text) > 125 for text in english), english  # the settings' own caps
+    # Unchanged, both are left as they are: the fingerprint stored is the one computed.
+    again = ingest([tmp_path], client=engine, embedder=embedder, settings=settings, index=engine_index, progress=False)
+    assert again.unchanged == 2 and again.chunks == 0

@@ -93,3 +93,42 @@ def test_preselect_sentences_is_a_setting_of_zero_or_more():
         assert "preselect_sentences" in str(exc)
     else:
         raise AssertionError("a negative preselection was accepted")
+
+
+def test_a_document_seen_before_is_not_split_again_and_narrows_the_same(monkeypatch):
+    from search_extension import preselect as module
+
+    document = plain_document("kb/1#body", TEXT, "kb/1#body", title="Keys")
+    uncached = preselected(document, "how are keys rotated and revoked", 3, 500, "auto")
+    splits = []
+    real = module.split_sentences
+    monkeypatch.setattr(module, "split_sentences", lambda *args: splits.append(args) or real(*args))
+    cache = module.SentenceCache()
+    first = preselected(document, "how are keys rotated and revoked", 3, 500, "auto", cache)
+    again = preselected(document, "how are keys rotated and revoked", 3, 500, "auto", cache)
+    other = preselected(document, "soup at the canteen", 1, 500, "auto", cache)
+    assert len(splits) == 1
+    assert first == again == uncached
+    assert [TEXT[s.start : s.end] for s in other.sections] == ["The canteen serves soup."]
+    # Another cap splits differently: its own entry.
+    preselected(document, "keys", 2, 20, "auto", cache)
+    assert len(splits) == 2
+
+
+def test_a_document_larger_than_the_sentence_cache_is_narrowed_but_not_kept():
+    from search_extension.preselect import SentenceCache
+
+    cache = SentenceCache(max_bytes=100)
+    document = plain_document("kb/1#body", TEXT, "kb/1#body")
+    narrowed = preselected(document, "revoked keys", 2, 500, "auto", cache)
+    assert [TEXT[s.start : s.end] for s in narrowed.sections] == ["Keys rotate daily.", "Old keys are revoked."]
+
+
+def test_the_term_index_scores_what_bm25_scores_does():
+    from search_extension.bm25 import TermIndex, bm25_scores
+
+    texts = [t for t in TEXT.replace("\n\n", " ").split(". ")] + ["", "keys keys keys rotate", "Soup!"]
+    index = TermIndex.of(texts)
+    for query in ("how are keys rotated and revoked", "soup", "nothing matches", "", "the of and"):
+        assert index.scores(query) == bm25_scores(query, texts)
+    assert TermIndex.of([]).scores("keys") == []
