@@ -219,6 +219,13 @@ def test_a_named_field_that_is_not_text_is_refused_by_name(client, kb, engine):
     assert "[url]" in str(refused.value) and "keyword" in str(refused.value)
 
 
+def test_a_null_chunkrag_block_is_refused_naming_the_option_not_by_the_cluster(client, kb, engine):
+    with pytest.raises(bad_request(engine)) as refused:
+        search(client, kb, {"query": {"match": {"body": QUESTION}}, "ext": {"chunkrag": None}})
+    said = str(refused.value)
+    assert "ext.chunkrag must be an object, got null" in said and "SearchExtBuilder" not in said
+
+
 def test_a_body_without_query_text_needs_ext_query(client, kb, engine):
     with pytest.raises(bad_request(engine)) as refused:
         search(client, kb, {"query": {"term": {"category": "security"}}, "ext": NO_ANSWER})
