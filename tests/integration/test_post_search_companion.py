@@ -144,6 +144,19 @@ def _same_but_for_rounding(ours, theirs):
             assert ours[chunk_id][signal] == pytest.approx(theirs[chunk_id][signal], abs=2e-6), (chunk_id, signal)
 
 
+def test_the_hidden_companion_still_serves_a_search_of_a_pattern_that_does_not_reach_it(
+    engine, embedder, settings, synced
+):
+    pattern = f"{synced}*"
+    assert engine.index_hidden(companion_name(synced))
+    assert engine.count(pattern) == len(DOCS)  # the source's documents, not the companion's chunks
+    result, asked = _filtered(engine, embedder, settings, pattern)
+    assert {hit.index for hit in result.hits} == {synced}
+    # Each hit's companion is read by its name: scored by the engine, nothing chunked at query time.
+    assert result.scored_by == "engine" and asked == []
+    assert any("press Rotate" in chunk.text for hit in result.hits for chunk in hit.kept)
+
+
 def test_with_bm25_counted_over_the_passages_the_engine_scored_path_keeps_what_the_fetched_path_keeps(
     engine, embedder, settings, synced_articles
 ):
