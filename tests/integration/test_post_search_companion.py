@@ -68,9 +68,10 @@ def test_the_companion_serves_the_passages_and_a_changed_document_is_chunked_at_
     engine, embedder, settings, synced
 ):
     result, asked = _filtered(engine, embedder, settings, synced)
-    assert asked == []  # every field came from the companion
+    assert asked == [] and result.scored_by == "engine"  # every field came from the companion
     kept = [c for hit in result.hits for c in hit.kept]
     assert any("press Rotate" in c.text for c in kept)
+    before = _passages_of(result, "revoke")
 
     changed = {**DOCS["rotate"], "body": "To rotate an API key now, call the rotate endpoint of the key service."}
     assert all(
@@ -90,6 +91,15 @@ def test_the_companion_serves_the_passages_and_a_changed_document_is_chunked_at_
     texts = [c.text for hit in result.hits for c in (*hit.kept, *(chunk for chunk, _ in hit.dropped))]
     assert not any("press Rotate" in text for text in texts)
     assert any("rotate endpoint" in text for text in texts)
+    # Each hit goes its own way: the unchanged one is still scored by the engine, its passages as before.
+    assert result.scored_by == "both" and _passages_of(result, "revoke") == before
+
+
+def _passages_of(result, doc_id):
+    """A hit's passages: text, kept or the reason dropped, and every score."""
+    (hit,) = [hit for hit in result.hits if hit.doc_id == doc_id]
+    shown = [(c, "kept") for c in hit.kept] + list(hit.dropped)
+    return sorted((c.text, reason, sorted(c.stage_scores.items())) for c, reason in shown)
 
 
 # --- the engine-scored path against the fetched-chunks path -----------------------------
