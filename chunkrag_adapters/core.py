@@ -83,6 +83,9 @@ class Filtered:
     prompt_tokens: int
     completion_tokens: int
     timings_ms: Mapping[str, float] = field(default_factory=dict)
+    # When nothing relevant was found, why (the gate's reading, or the best
+    # score against the threshold); the adapters then return no document.
+    nothing_relevant_reason: str | None = None
 
     @property
     def characters(self) -> int:
@@ -246,6 +249,7 @@ def filtered_of(result: PostSearchResult) -> Filtered:
         prompt_tokens=filtered.prompt_tokens if filtered is not None else 0,
         completion_tokens=filtered.completion_tokens if filtered is not None else 0,
         timings_ms=dict(result.timings_ms),
+        nothing_relevant_reason=filtered.nothing_relevant_reason if filtered is not None else None,
     )
 
 
@@ -422,6 +426,7 @@ class IndexSearch:
             filtered.prompt_tokens,
             filtered.completion_tokens,
             dict(result.timings_ms),
+            filtered.nothing_relevant_reason,
         )
 
 

@@ -285,11 +285,27 @@ def _open_corpus_arguments(parser: argparse.ArgumentParser, *, table: bool) -> N
     group.add_argument(
         "--answer-sizes", help="open corpus, with answers: the N answered at (default every N of --sizes)"
     )
+    group.add_argument(
+        "--answer-rows", help="open corpus, with answers: the rows the model answers for (default every row)"
+    )
+    group.add_argument(
+        "--start",
+        help="open corpus: skip the first N usable records of each file (N, or per format: popqa=60)",
+    )
+    group.add_argument(
+        "--unanswerable",
+        default="none",
+        help="open corpus: the unanswerable half, KIND, KIND=N (the first N) or KIND=A:B, comma-separated: "
+        "absent (PopQA questions asked without their pool, their subject named nowhere else), unanswerable "
+        "(SQuAD 2.0's, from the article the relevance model held out), off_topic (each set asked of the other's "
+        "pools); none (default)",
+    )
     if table:
         group.add_argument(
             "--answer-limit",
             help="open corpus: answer the first N questions of each set only (N, or per format: popqa=20,"
-            "pubhealth=20; 0: measure every row without the model); the rest are measured without it",
+            "pubhealth=20; 0: measure every row without the model); the rest are measured without it; an "
+            "unanswerable kind is answered only when named, SET:KIND=N (popqa:absent=30, squad:unanswerable=30)",
         )
     else:
         group.add_argument(
@@ -671,11 +687,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.format in ("wikiqa", "healthver", "climate_fever"):
         return _eval_sentences(args, settings)
     if args.open_corpus:
-        fmt, items, bad = read_items(args.file, args.format, args.pool, args.limit)
+        from chunkrag_eval.answer_table import limit_for, parse_limits
+
+        fmt, items, bad = read_items(args.file, args.format, args.pool)
         for record in bad:
             print(f"skipped line {record.line}: {record.reason}", file=sys.stderr)
+        start = limit_for(parse_limits(args.start), fmt) or 0
+        items = items[start : start + args.limit if args.limit is not None else None]
         answered = (args.answer_limit or len(items)) if args.generate else 0
-        return _open_corpus(args, settings, {fmt: items}, {fmt: answered}, {fmt: args.judge_limit})
+        return _open_corpus(args, settings, {fmt: items}, {fmt: answered}, {fmt: args.judge_limit}, files=[args.file])
     resolved = filter_options_from_args(args, "eval")
     ensemble = ensemble_scales(resolved, settings)
     if ensemble is not None:
@@ -778,12 +798,15 @@ def cmd_table(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.open_corpus:
         limits, judge_limits = parse_limits(args.limit), parse_limits(args.judge_limit)
+        starts = parse_limits(args.start)
         datasets = {}
         for path in args.file:
             fmt, items, bad = read_items(path, "auto", "ambiguous")
             for record in bad:
                 print(f"{path}: skipped line {record.line}: {record.reason}", file=sys.stderr)
-            datasets[fmt] = items[: limit_for(limits, fmt)]
+            start = limit_for(starts, fmt) or 0
+            limit = limit_for(limits, fmt)
+            datasets[fmt] = items[start : start + limit if limit is not None else None]
         try:
             answer_limits = _answer_limits(args.answer_limit)
         except ValueError as exc:
@@ -793,9 +816,12 @@ def cmd_table(args: argparse.Namespace) -> int:
             args,
             settings,
             datasets,
-            {name: min(len(items), limit_for(answer_limits, name) or len(items)) for name, items in datasets.items()}
+            {
+                **{name: limit_for(answer_limits, name) or len(items) for name, items in datasets.items()},
+                **{name: n for name, n in answer_limits.items() if ":" in name},
+            }
             if answer_limits.get("*") != 0
-            else {name: 0 for name in datasets},
+            else {},
             {name: limit_for(judge_limits, name) or 0 for name in datasets},
             files=args.file,
         )
@@ -863,11 +889,12 @@ def _open_corpus(
     datasets: dict,
     answer_limits: dict[str, int],
     judge_limits: dict[str, int],
-    files: Sequence[str] | None = None,
+    files: Sequence[str],
 ) -> int:
     """The open-corpus table of `eval --open-corpus` and `table --open-corpus`."""
     from chunkrag_core.providers import make_chat, make_embedder
     from chunkrag_eval.answer_table import GenerationCache
+    from chunkrag_eval.datasets import EvalDataError
     from chunkrag_eval.open_corpus import (
         build_corpus,
         ensure_corpus_index,
@@ -877,6 +904,7 @@ def _open_corpus(
     )
     from chunkrag_eval.open_eval import outcome_json, result_text, run_context, run_open, table_markdown
     from chunkrag_eval.open_rows import rows_named
+    from chunkrag_eval.unanswerable import parse_kinds
     from local_services.llm_server import DEFAULT_CTX
     from search_extension.retriever import HybridRetriever
 
@@ -885,15 +913,23 @@ def _open_corpus(
         sizes = tuple(int(n) for n in args.sizes.split(",") if n.strip())
         answer_sizes = tuple(int(n) for n in args.answer_sizes.split(",")) if args.answer_sizes else None
         rows = rows_named([r.strip() for r in args.open_rows.split(",") if r.strip()] if args.open_rows else None)
+        answer_rows = [r.strip() for r in args.answer_rows.split(",") if r.strip()] if args.answer_rows else None
         distractors = parse_distractors(args.distractors)
+        kinds = parse_kinds(args.unanswerable)
     except ValueError as exc:
         print(f"chunkrag: {exc}", file=sys.stderr)
         return 2
     if not sizes or min(sizes) < 1:
         print("chunkrag: --sizes takes positive N, e.g. 10,20,40", file=sys.stderr)
         return 2
+    root = eval_root()
+    try:
+        corpus = build_corpus(files, root, distractors)
+        asked, made = _asked(datasets, kinds, corpus, root)
+    except EvalDataError as exc:
+        print(f"chunkrag: {exc}", file=sys.stderr)
+        return 2
     client, embedder = _backend(settings), make_embedder(settings.embedder)
-    corpus = build_corpus(datasets, eval_root(files or [args.file]), distractors)
     index = index_name(corpus.documents, settings)
     print(f"open corpus: {len(corpus.documents)} documents {dict(corpus.sources)} in {index}", file=sys.stderr)
     report = ensure_corpus_index(corpus, client=client, embedder=embedder, settings=settings, index=index)
@@ -906,7 +942,7 @@ def _open_corpus(
         GenerationCache(args.cache) if getattr(args, "cache", None) else GenerationCache(".cache/generations.sqlite")
     )
     run = run_open(
-        datasets,
+        asked,
         retriever=HybridRetriever(client, embedder, index, settings.retrieval),
         model=make_chat(settings.chat),
         rows=rows,
@@ -915,6 +951,7 @@ def _open_corpus(
         cache=cache,
         generate_limits=answer_limits,
         generate_sizes=answer_sizes,
+        generate_rows=answer_rows,
         judge_limits=judge_limits,
         cosine_threshold=args.cosine_threshold,
         context_tokens=DEFAULT_CTX,
@@ -927,7 +964,13 @@ def _open_corpus(
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "model": settings.chat.model if any(answer_limits.values()) or any(judge_limits.values()) else None,
         "index": index,
-        "corpus": {"documents": len(corpus.documents), "sources": dict(corpus.sources), "chunks": client.count(index)},
+        "corpus": {
+            "documents": len(corpus.documents),
+            "sources": dict(corpus.sources),
+            "chunks": client.count(index),
+            "files": list(corpus.files),
+        },
+        "unanswerable": made,
         "sizes": list(sizes),
         "rows": {r.name: {"label": r.label, "kind": r.kind, "options": dict(r.options)} for r in run.rows},
         "skipped_rows": dict(run.skipped_rows),
@@ -935,6 +978,7 @@ def _open_corpus(
         "notes": dict(run.notes),
         "default_choice": run.default_choice(),
         "summary": run.summary(),
+        "selective_answering": run.selective(),
         "questions": [outcome_json(o) for o in run.outcomes],
     }
     if args.out:
@@ -945,6 +989,47 @@ def _open_corpus(
         print(f"wrote {out} and {out.with_suffix('.md')}", file=sys.stderr)
     print(markdown)
     return 0
+
+
+def _asked(datasets: dict, kinds: dict, corpus, root: Path) -> tuple[list, dict]:
+    """Every question of the open corpus and the view it is asked of: the
+    answerable ones, then each unanswerable kind asked for, and how each
+    kind was made (counts, rules) for the result file."""
+    from chunkrag_eval import unanswerable as u
+    from chunkrag_eval.datasets import EvalDataError
+    from chunkrag_eval.open_corpus import DISTRACTOR_FILES
+
+    asked = [q for name, items in datasets.items() for q in u.answerable(name, items)]
+    made: dict = {"kinds": {}, "doc": u.__doc__.split("\n\n", 1)[1].strip()}
+
+    def window(items: list, kind: str) -> list:
+        first, count = kinds[kind]
+        return items[first : first + count if count is not None else None]
+
+    if "absent" in kinds:
+        if "popqa" not in datasets:
+            raise EvalDataError("--unanswerable absent asks PopQA questions: read a popqa file")
+        questions, counts = u.absent("popqa", window(datasets["popqa"], "absent"), u.NameIndex(corpus.documents))
+        asked += questions
+        made["kinds"]["popqa absent"] = counts
+    if "unanswerable" in kinds:
+        if "squad" not in corpus.sources:
+            raise EvalDataError(
+                "--unanswerable unanswerable asks SQuAD's questions of its paragraphs: keep squad in --distractors"
+            )
+        first, count = kinds["unanswerable"]
+        questions, counts = u.squad_unanswerable(root / DISTRACTOR_FILES["squad"], first, count or 10**9)
+        asked += questions
+        made["kinds"]["squad unanswerable"] = counts
+    if "off_topic" in kinds:
+        for name in [n for n in datasets if n in u.OFF_TOPIC_VIEW]:
+            questions = u.off_topic(name, window(datasets[name], "off_topic"))
+            asked += questions
+            made["kinds"][f"{name} off_topic"] = {
+                "kept": len(questions),
+                "view": f"{u.OFF_TOPIC_VIEW[name]} pools only",
+            }
+    return asked, made
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -173,10 +173,20 @@ def print_ask(result, out: TextIO, width: int = 100) -> None:
     print(f"\n> {result.question}", file=out)
     print(
         f"  {len(result.retrieval.chunks)} retrieved ({result.retrieval.mode}), {len(filtered.kept)} kept; "
-        f"threshold {threshold.value:.3f} ({threshold.method}: mean {threshold.mean:.3f}, std {threshold.std:.3f})"
-        + ("; nothing passed it" if filtered.nothing_relevant else ""),
+        + (
+            f"threshold {threshold.value:.3f} ({threshold.method}: mean {threshold.mean:.3f}, std {threshold.std:.3f})"
+            if threshold is not None
+            else "no threshold"
+        ),
         file=out,
     )
+    if filtered.gate is not None and filtered.gate.passed:
+        print(
+            f"  gate ({filtered.gate.gate}): P(relevant) {filtered.gate.probability:.3f} >= {filtered.gate.cut:g}",
+            file=out,
+        )
+    if filtered.nothing_relevant:
+        print(f"  nothing relevant: {filtered.nothing_relevant_reason}", file=out)
     print(f"  {'decision':<16} " + " ".join(f"{s:>10}" for s in _STAGES) + "  chunk", file=out)
     for decision in filtered.decisions:
         scores = decision.chunk.stage_scores
@@ -216,10 +226,11 @@ def print_gateway_search(question: str, response, out: TextIO, width: int = 100)
     print(
         f"  {report['retrieval']['candidates']} candidates ({report['retrieval']['mode']}), "
         f"{response['hits']['total']['value']} kept; "
-        + (f"threshold {threshold['value']:.3f} ({threshold['method']})" if threshold else "no threshold")
-        + ("; nothing passed it" if report.get("nothing_relevant") else ""),
+        + (f"threshold {threshold['value']:.3f} ({threshold['method']})" if threshold else "no threshold"),
         file=out,
     )
+    if report.get("nothing_relevant"):
+        print(f"  nothing relevant: {report.get('nothing_relevant_reason')}", file=out)
     print(f"  {'decision':<16} " + " ".join(f"{s:>10}" for s in _STAGES) + "  chunk", file=out)
     for hit in [*response["hits"]["hits"], *report.get("dropped", [])]:
         info = hit["_chunkrag"]

@@ -344,7 +344,16 @@ def calibrate(
             "not fitted: no judge ran (add --judge to fit one); the file carries the shipped judged "
             "model so that turning the judge on still works"
         )
-    path = write_calibration(out, retrieval, kept_judged, {**(about or {}), **summary})
+    # The shipped relevance and gate models come along, so that those options still work with the file.
+    path = write_calibration(
+        out,
+        retrieval,
+        kept_judged,
+        {**(about or {}), **summary},
+        shipped.relevance,
+        shipped.gate,
+        shipped.gate_relevance,
+    )
     return {"file": str(path), **summary}
 
 

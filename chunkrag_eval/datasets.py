@@ -8,6 +8,7 @@ reported with its line number, and reading goes on.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -29,6 +30,9 @@ class EvalItem:
     pool: str  # the text whose chunks are candidates for this question
     answers: tuple[str, ...] = ()  # PopQA: any one, case-insensitive substring
     label: str | None = None  # PubHealth: "true" / "false"
+    # PopQA: whom or what the question is about (s_wiki_title without its
+    # parenthesis): a question the index cannot answer names it nowhere.
+    subject: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,14 @@ def pool_text(raw: str) -> str:
     return "\n\n".join(piece.strip() for piece in raw.split(_PIECE_SEPARATOR) if piece.strip())
 
 
+def subject_of(title: str | None) -> str | None:
+    """A Wikipedia title without its disambiguating parenthesis:
+    "Henry Feilden (Conservative politician)" -> "Henry Feilden"."""
+    if not title:
+        return None
+    return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip() or None
+
+
 def item_from_record(record: dict, fmt: str, pool: str = "ambiguous") -> EvalItem:
     if fmt == "popqa":
         return EvalItem(
@@ -62,6 +74,7 @@ def item_from_record(record: dict, fmt: str, pool: str = "ambiguous") -> EvalIte
             record["question"],
             pool_text(record["contexts"][pool]),
             answers=tuple(record["answers"]),
+            subject=subject_of(record.get("s_wiki_title")),
         )
     if fmt == "pubhealth":
         label = str(record["label"]).strip().lower()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 import statistics
 from typing import Sequence
 
@@ -11,6 +13,18 @@ def answer_in_context(context: str, answers: Sequence[str]) -> bool:
     """PopQA's rule: any gold answer as a case-insensitive substring."""
     lowered = context.lower()
     return any(answer.lower() in lowered for answer in answers if answer)
+
+
+def answer_in_words(context: str, answers: Sequence[str]) -> bool:
+    """Any gold answer as a case-insensitive whole-word match: not inside a
+    longer word. A quarter of PopQA's aliases are three characters or
+    shorter ("pol", "MP"), which as substrings match nearly any text."""
+    return any(_whole_words(answer).search(context) for answer in answers if answer.strip())
+
+
+@functools.lru_cache(maxsize=4096)
+def _whole_words(answer: str) -> re.Pattern[str]:
+    return re.compile(r"(?<!\w)" + re.escape(answer.strip()) + r"(?!\w)", re.IGNORECASE)
 
 
 def kept_within_budget(texts: Sequence[str], ranking: Sequence[float], budget_chars: int) -> list[int]:
@@ -88,3 +102,33 @@ def summary(values: Sequence[float]) -> dict[str, float]:
 
 def rate(flags: Sequence[bool]) -> float | None:
     return round(sum(flags) / len(flags), 4) if flags else None
+
+
+def risk_coverage(entries: Sequence[tuple[float, bool, bool]], points: int = 10) -> dict[str, object]:
+    """Selective answering over one set of questions: ``entries`` hold per
+    question (confidence, answered, right). The answered questions are taken
+    most confident first; after each, coverage is the share of all questions
+    answered so far and accuracy the share of those answered right. The area
+    under that curve runs from coverage 0 to the share answered (each step
+    1/n wide), so answering wrongly lowers it and not answering adds nothing;
+    ``points`` of the curve are kept, evenly spaced in coverage."""
+    n = len(entries)
+    if not n:
+        return {"questions": 0}
+    ranked = sorted((c for c in range(n) if entries[c][1]), key=lambda i: -entries[i][0])
+    right, area, curve = 0, 0.0, []
+    for k, i in enumerate(ranked, 1):
+        right += bool(entries[i][2])
+        area += right / k / n
+        curve.append((round(k / n, 4), round(right / k, 4)))
+    step = max(1, math.ceil(len(curve) / points))
+    kept = curve[step - 1 :: step]
+    if curve and kept[-1] != curve[-1]:
+        kept.append(curve[-1])
+    return {
+        "questions": n,
+        "coverage": round(len(ranked) / n, 4),
+        "accuracy_answered": round(right / len(ranked), 4) if ranked else None,
+        "area": round(area, 4),
+        "curve": kept,
+    }

@@ -22,8 +22,9 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from chunkrag_core.artifacts import file_sha256
 from chunkrag_core.settings import Settings
 from chunkrag_eval.datasets import EvalDataError, EvalItem, read_items
 from chunkrag_eval.runner import doc_id_for
@@ -50,15 +51,17 @@ class Corpus:
     documents: tuple[Document, ...]
     # Documents per source: "popqa", "pubhealth", "nq", "squad".
     sources: Mapping[str, int]
+    # The files it is built from: path, sha256, documents taken.
+    files: tuple[Mapping[str, Any], ...] = ()
 
 
-def eval_root(files: Sequence[str | Path]) -> Path:
-    """Where shared/eval is: $CHUNKRAG_SHARED/eval, else the folder two
-    levels above the first evaluated file (shared/eval/<set>/dev.jsonl)."""
+def eval_root() -> Path:
+    """Where shared/eval is: $CHUNKRAG_SHARED/eval, else the shared/ folder
+    beside this checkout (the project's layout)."""
     shared = os.environ.get("CHUNKRAG_SHARED")
     if shared:
         return Path(shared) / "eval"
-    return Path(files[0]).resolve().parent.parent
+    return Path(__file__).resolve().parents[2] / "shared" / "eval"
 
 
 def pool_documents(dataset: str, items: Sequence[EvalItem]) -> list[Document]:
@@ -113,41 +116,45 @@ def parse_distractors(text: str | None) -> dict[str, int | None]:
 
 
 def build_corpus(
-    datasets: Mapping[str, Sequence[EvalItem]],
+    files: Sequence[str | Path],
     root: Path,
     distractors: Mapping[str, int | None],
     *,
     dev_pools: bool = True,
 ) -> Corpus:
-    """The evaluated sets' pools, with ``dev_pools`` the other dev pools
-    of ``POOL_FILES`` found under ``root`` (all their records), and the
-    distractors."""
+    """The corpus as a declared input, the same whatever questions are read:
+    every record's pool of each evaluated file in ``files``, with
+    ``dev_pools`` every pool of ``POOL_FILES`` under ``root``, and the
+    distractors. A missing file is an error naming it."""
     documents: dict[str, Document] = {}
     sources: dict[str, int] = {}
+    described: list[dict[str, Any]] = []
 
-    def add(source: str, docs: Sequence[Document]) -> None:
+    def add(source: str, docs: Sequence[Document], path: Path) -> None:
+        taken = 0
         for doc in docs:
             if doc.doc_id not in documents:
                 documents[doc.doc_id] = doc
                 sources[source] = sources.get(source, 0) + 1
+                taken += 1
+        described.append({"path": str(path), "sha256": file_sha256(path), "documents": taken})
 
-    for dataset, items in datasets.items():
-        add(dataset, pool_documents(dataset, items))
-    for name in POOL_FILES if dev_pools else ():
-        path = root / name
-        if path.exists():
-            fmt, items, _ = read_items(path)
-            add(fmt, pool_documents(fmt, items))
+    def found(path: Path, what: str) -> Path:
+        if not path.is_file():
+            raise EvalDataError(
+                f"{what} not found at {path}; set CHUNKRAG_SHARED to the shared/ folder that holds eval/"
+            )
+        return path
+
+    pools = [Path(f) for f in files] + ([root / name for name in POOL_FILES] if dev_pools else [])
+    for path in dict.fromkeys(p.resolve() for p in pools):
+        fmt, items, _ = read_items(found(path, "an evaluation file"))
+        add(fmt, pool_documents(fmt, items), path)
     readers = {"nq": nq_documents, "squad": squad_documents}
     for name, limit in distractors.items():
-        path = root / DISTRACTOR_FILES[name]
-        if not path.exists():
-            raise EvalDataError(
-                f"distractor set {name} not found at {path}; set CHUNKRAG_SHARED to the shared/ folder "
-                "or pass --distractors none"
-            )
-        add(name, readers[name](path, limit))
-    return Corpus(tuple(documents[k] for k in sorted(documents)), sources)
+        path = found(root / DISTRACTOR_FILES[name], f"distractor set {name} (or pass --distractors none)")
+        add(name, readers[name](path, limit), path)
+    return Corpus(tuple(documents[k] for k in sorted(documents)), sources, tuple(described))
 
 
 def corpus_fingerprint(documents: Sequence[Document], settings: Settings) -> str:

@@ -1,15 +1,22 @@
 """The open-corpus table: each question's N candidates retrieved from the
-shared index (open_corpus.py), every row of open_rows.py chooses from them,
-and each row is measured and paired with all N.
+shared index (open_corpus.py), or from the view of it its kind asks of
+(unanswerable.py), every row of open_rows.py chooses from them, and each row
+is measured and paired with all N.
 
-Without a model, every row, every question: answer-in-context (a gold
-answer as a case-insensitive substring of the kept text joined, PopQA's
-rule), whether a kept chunk comes from the question's own pool, and the
-characters kept. With the model, on the first ``generate_limits[set]``
-questions of each set: the answer (PopQA) or verdict (PubHealth) written from the
-row's chunks with ``chunkrag table``'s prompt and token cap, graded as
-there, its prompt tokens and seconds. Each row is paired with all N on the
-same questions (exact McNemar).
+Without a model, every row, every question: on answerable questions,
+answer-in-context (a gold answer as whole words of the kept text; PopQA's
+substring rule beside it) and whether a kept chunk comes from the question's
+own pool; on unanswerable ones, whether nothing was kept (the answer is
+"not found" with no model call); on all, the characters kept and the seconds
+the row took to choose. With the model, on the first ``generate_limits[set]``
+questions of each set and kind: the answer (PopQA, SQuAD) or verdict
+(PubHealth) written from the row's chunks with ``chunkrag table``'s prompt
+and token cap, graded (PopQA: a gold answer as whole words of it; "NOT
+FOUND" is never right), its prompt tokens and seconds; a row that kept
+nothing is "not found" without a call. Each row is paired with all N on the
+same questions (exact McNemar), and its risk-coverage curve (accuracy among
+the questions answered against the share answered, the most confident
+first) is drawn over every question of its N, answerable or not.
 """
 
 from __future__ import annotations
@@ -36,11 +43,12 @@ from chunkrag_eval.answer_table import (
     _answer,
     fit_context,
 )
-from chunkrag_eval.datasets import EvalItem
-from chunkrag_eval.measures import answer_in_context
+from chunkrag_eval.measures import answer_in_context, answer_in_words, risk_coverage
 from chunkrag_eval.open_rows import (
     COSINE_THRESHOLDS,
     DEFAULT_CANDIDATES,
+    MAX_DROP,
+    MIN_NOT_FOUND_SHARE,
     REFERENCE,
     SIZES,
     THRESHOLD_CHOSEN_AT,
@@ -53,9 +61,10 @@ from chunkrag_eval.open_rows import (
     select_same_chars,
     select_top,
 )
-from chunkrag_eval.runner import doc_id_for
+from chunkrag_eval.unanswerable import Asked
 from chunkrag_filter.judging import judge_in_threads
 from chunkrag_filter.pipeline import FilterOptions, run_filter, shipped_relevance_model
+from chunkrag_filter.processors.answer import NOT_FOUND
 from chunkrag_filter.processors.answer import context_chars as context_budget_chars
 from search_extension.options import OptionError, parse_options
 from search_extension.retriever import HybridRetriever
@@ -63,10 +72,9 @@ from search_extension.retriever import HybridRetriever
 
 @dataclass(frozen=True, slots=True)
 class Retrieved:
-    """One question's N candidates from the whole index and their signals."""
+    """One question's N candidates from its view of the index, and their signals."""
 
-    dataset: str
-    item: EvalItem
+    asked: Asked
     size: int
     candidates: tuple[Chunk, ...]
     scores: tuple[float, ...]  # hybrid, in retrieval order
@@ -74,6 +82,14 @@ class Retrieved:
     chars: tuple[int, ...]
     own: tuple[bool, ...]  # from the question's own pool
     seconds: float
+
+    @property
+    def dataset(self) -> str:
+        return self.asked.dataset
+
+    @property
+    def item(self):
+        return self.asked.item
 
 
 @dataclass
@@ -86,7 +102,7 @@ class Outcome:
     row: str
     kept: tuple[int, ...]
     chars: int
-    answer_in_context: bool | None
+    answer_in_context: bool | None  # whole words; None on an unanswerable question
     own_pool: bool
     seconds: float = 0.0  # choosing (retrieval aside)
     correct: bool | None = None
@@ -94,6 +110,15 @@ class Outcome:
     judge_prompt_tokens: int = 0
     answer_seconds: float = 0.0
     answer: str | None = None
+    kind: str = "answerable"
+    answer_in_context_substring: bool | None = None  # PopQA's own rule, beside the whole-word one
+    confidence: float = 0.0  # the best cosine among the kept chunks (0: none kept)
+    found: bool | None = None  # with the model: it answered something other than NOT FOUND
+
+    @property
+    def group(self) -> str:
+        """The table it belongs to: the set, and the kind when not answerable."""
+        return self.dataset if self.kind == "answerable" else f"{self.dataset} {self.kind}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +135,9 @@ class OpenRun:
 
     def default_choice(self) -> dict[str, Any] | None:
         return default_choice(self.outcomes)
+
+    def selective(self) -> dict[str, dict[str, Any]]:
+        return selective_answering(self.outcomes, self.rows)
 
 
 def filter_options_for(row: Row) -> FilterOptions:
@@ -137,23 +165,21 @@ def usable_rows(rows: Sequence[Row]) -> tuple[tuple[Row, ...], dict[str, str]]:
     return tuple(kept), skipped
 
 
-def retrieve(item: EvalItem, dataset: str, retriever: HybridRetriever, size: int) -> Retrieved:
+def retrieve(asked: Asked, retriever: HybridRetriever, size: int) -> Retrieved:
     started = time.perf_counter()
-    result = retriever.search(item.question, size=size, include_vectors=True)
+    result = retriever.search(asked.item.question, size=size, filters=asked.filters, include_vectors=True)
     seconds = time.perf_counter() - started
     candidates = tuple(result.chunks)
     query = np.asarray(result.query_vector, dtype=np.float32)
     cosine = tuple(float(np.dot(c.vector, query)) if c.vector is not None else -1.0 for c in candidates)
-    own_id = doc_id_for(dataset, item)
     return Retrieved(
-        dataset,
-        item,
+        asked,
         size,
         candidates,
         tuple(float(c.score or 0.0) for c in candidates),
         cosine,
         tuple(len(c.text) for c in candidates),
-        tuple(c.doc_id == own_id for c in candidates),
+        tuple(c.doc_id == asked.own_doc for c in candidates),
         round(seconds, 4),
     )
 
@@ -161,6 +187,7 @@ def retrieve(item: EvalItem, dataset: str, retriever: HybridRetriever, size: int
 def _measure(r: Retrieved, row: str, kept: Sequence[int], seconds: float = 0.0) -> Outcome:
     kept = tuple(sorted(kept))
     text = " ".join(r.candidates[i].text for i in kept)
+    answers = r.item.answers if r.asked.answerable else ()
     return Outcome(
         dataset=r.dataset,
         item_id=r.item.item_id,
@@ -168,9 +195,12 @@ def _measure(r: Retrieved, row: str, kept: Sequence[int], seconds: float = 0.0) 
         row=row,
         kept=kept,
         chars=sum(r.chars[i] for i in kept),
-        answer_in_context=answer_in_context(text, r.item.answers) if r.item.answers else None,
+        answer_in_context=answer_in_words(text, answers) if answers else None,
         own_pool=any(r.own[i] for i in kept),
         seconds=round(seconds, 4),
+        kind=r.asked.kind,
+        answer_in_context_substring=answer_in_context(text, answers) if answers else None,
+        confidence=round(max((r.cosine[i] for i in kept), default=0.0), 6),
     )
 
 
@@ -212,10 +242,10 @@ def cosine_threshold_choice(
         return {"threshold": fixed, "rule": "given (--cosine-threshold)"}
     sets: dict[str, tuple[list[bool], dict[float, list[bool]]]] = {}
     for dataset in dict.fromkeys(r.dataset for r in retrieved):
-        mine = [r for r in retrieved if r.dataset == dataset and r.size == at and r.item.answers]
+        mine = [r for r in retrieved if r.dataset == dataset and r.size == at and r.asked.answerable and r.item.answers]
         if not mine:
             continue
-        gold = [[answer_in_context(c.text, r.item.answers) for c in r.candidates] for r in mine]
+        gold = [[answer_in_words(c.text, r.item.answers) for c in r.candidates] for r in mine]
         reference = [any(g) for g in gold]
         flags = {
             t: [any(g[i] for i in select_cosine(r.cosine, t)) for r, g in zip(mine, gold)] for t in COSINE_THRESHOLDS
@@ -245,7 +275,7 @@ def cosine_threshold_choice(
 
 
 def run_open(
-    datasets: Mapping[str, Sequence[EvalItem]],
+    asked: Sequence[Asked],
     *,
     retriever: HybridRetriever,
     model: ChatModel,
@@ -255,17 +285,19 @@ def run_open(
     cache: GenerationCache | None = None,
     generate_limits: Mapping[str, int] | None = None,
     generate_sizes: Sequence[int] | None = None,
+    generate_rows: Sequence[str] | None = None,
     judge_limits: Mapping[str, int] | None = None,
     cosine_threshold: float | None = None,
     context_tokens: int = DEFAULT_CONTEXT_TOKENS,
     parallel: int = 1,
     on_progress: Callable[[str], None] | None = None,
 ) -> OpenRun:
-    """Retrieve every question at every N, choose by every row, measure;
-    with ``generate_limits`` ({set: n}), answer the first n questions of
-    each set by every row at ``generate_sizes`` (default: every N). A row
-    that calls the model to choose (the LLM judge) runs on the first
-    ``judge_limits[set]`` questions only."""
+    """Retrieve every question at every N from its view, choose by every
+    row, measure; with ``generate_limits`` ({set: n}), answer the first n
+    questions of each set and kind by every row (or by ``generate_rows``
+    only) at ``generate_sizes`` (default: every N). A row that calls the
+    model to choose (the LLM judge) runs on the first ``judge_limits[set]``
+    questions of each set and kind only."""
     say = on_progress or (lambda _: None)
     generate_limits, judge_limits = dict(generate_limits or {}), dict(judge_limits or {})
     usable, skipped = usable_rows(rows)
@@ -275,11 +307,17 @@ def run_open(
             skipped[row.name] = "not run: it calls the model to choose (give a judge limit to run it on a subset)"
     options = {r.name: filter_options_for(r) for r in usable if r.kind == "filter"}
     retrieved: list[Retrieved] = []
-    for dataset, items in datasets.items():
+    groups: dict[tuple[str, str], list[Asked]] = {}
+    for question in asked:
+        groups.setdefault((question.dataset, question.kind), []).append(question)
+    for (dataset, kind), members in groups.items():
         for size in sizes:
             started = time.perf_counter()
-            retrieved.extend(retrieve(item, dataset, retriever, size) for item in items)
-            say(f"{dataset} N={size}: {len(items)} questions retrieved in {time.perf_counter() - started:.0f} s")
+            retrieved.extend(retrieve(question, retriever, size) for question in members)
+            say(
+                f"{dataset} {kind} N={size}: {len(members)} questions retrieved in "
+                f"{time.perf_counter() - started:.0f} s"
+            )
     at = THRESHOLD_CHOSEN_AT if THRESHOLD_CHOSEN_AT in sizes else max(sizes)
     threshold = cosine_threshold_choice(retrieved, cosine_threshold, at)
     if threshold["threshold"] is None and any(r.kind == "cosine" for r in usable):
@@ -287,22 +325,26 @@ def run_open(
         skipped["cosine"] = "skipped: " + threshold["rule"]
     chat = MeteredChat(model, cache, model_name)
     relevance = RememberedRelevance()  # loaded on first use: only the cross-encoder rows need it
-    order = {(name, item.item_id): i for name, items in datasets.items() for i, item in enumerate(items)}
+    order = {
+        (dataset, kind, q.item.item_id): i for (dataset, kind), members in groups.items() for i, q in enumerate(members)
+    }
     outcomes: list[Outcome] = []
     for r in retrieved:
         mine: dict[str, Outcome] = {}
         for row in sorted(usable, key=lambda x: x.kind == "same_chars"):  # what same_chars matches first
-            if row.kind == "all":
-                mine[row.name] = _measure(r, row.name, range(len(r.candidates)))
-            elif row.kind == "top":
-                mine[row.name] = _measure(r, row.name, select_top(len(r.candidates), row.k or 0))
-            elif row.kind == "cosine":
-                mine[row.name] = _measure(r, row.name, select_cosine(r.cosine, threshold["threshold"]))
-            elif row.kind == "same_chars":
-                budget = mine[row.of].chars
-                mine[row.name] = _measure(r, row.name, select_same_chars(r.chars, r.scores, budget))
+            if row.kind in ("all", "top", "cosine", "same_chars"):
+                started = time.perf_counter()
+                if row.kind == "all":
+                    kept = list(range(len(r.candidates)))
+                elif row.kind == "top":
+                    kept = select_top(len(r.candidates), row.k or 0)
+                elif row.kind == "cosine":
+                    kept = select_cosine(r.cosine, threshold["threshold"])
+                else:
+                    kept = select_same_chars(r.chars, r.scores, mine[row.of].chars)
+                mine[row.name] = _measure(r, row.name, kept, time.perf_counter() - started)
             elif row.judge:
-                if order[(r.dataset, r.item.item_id)] >= judge_limits.get(r.dataset, 0):
+                if order[(r.dataset, r.asked.kind, r.item.item_id)] >= judge_limits.get(r.dataset, 0):
                     continue
                 judge_chat = chat.fresh()
                 kept, seconds = _filter_kept(
@@ -317,10 +359,11 @@ def run_open(
         outcomes.extend(mine[row.name] for row in usable if row.name in mine)
     say(f"rows chosen: {len(outcomes)} outcomes")
     if any(generate_limits.values()):
+        answered_rows = set(generate_rows) if generate_rows else {r.name for r in usable}
         _generate(
-            outcomes,
+            [o for o in outcomes if o.row in answered_rows],
             retrieved,
-            datasets,
+            order,
             chat,
             generate_limits,
             set(generate_sizes or sizes),
@@ -329,9 +372,10 @@ def run_open(
             say,
         )
     notes = {
-        "questions": {name: len(items) for name, items in datasets.items()},
+        "questions": {f"{dataset} {kind}": len(members) for (dataset, kind), members in groups.items()},
         "generate_limits": generate_limits,
         "generate_sizes": list(generate_sizes or sizes) if any(generate_limits.values()) else [],
+        "generate_rows": list(generate_rows) if generate_rows else "every row",
         "judge_limits": judge_limits,
         "context_tokens": context_tokens,
         "answer_max_tokens": ANSWER_MAX_TOKENS,
@@ -342,10 +386,16 @@ def run_open(
     return OpenRun(tuple(sizes), tuple(usable), tuple(outcomes), threshold, skipped, notes)
 
 
+def answer_limit_key(dataset: str, kind: str) -> str:
+    """The key of ``generate_limits`` for a set's questions of a kind: the
+    set's name for its answerable ones, "set:kind" for the others."""
+    return dataset if kind == "answerable" else f"{dataset}:{kind}"
+
+
 def _generate(
     outcomes: list[Outcome],
     retrieved: Sequence[Retrieved],
-    datasets: Mapping[str, Sequence[EvalItem]],
+    order: Mapping[tuple[str, str, str], int],
     chat: MeteredChat,
     limits: Mapping[str, int],
     sizes: set[int],
@@ -353,21 +403,41 @@ def _generate(
     parallel: int,
     say: Callable[[str], None],
 ) -> None:
-    by_key = {(r.dataset, r.item.item_id, r.size): r for r in retrieved}
-    first = {name: {item.item_id for item in items[: limits.get(name, 0)]} for name, items in datasets.items()}
-    jobs = [o for o in outcomes if o.size in sizes and o.item_id in first[o.dataset]]
+    """Answer, by each outcome's row, the first ``limits[set]`` answerable
+    questions of each set and the first ``limits["set:kind"]`` of each
+    unanswerable kind (none unless named). A row that kept nothing says "not
+    found" without a call. A PubHealth claim off topic is not answered: its
+    verdict prompt has no "not found" to say."""
+    by_key = {(r.dataset, r.asked.kind, r.item.item_id, r.size): r for r in retrieved}
+    jobs = [
+        o
+        for o in outcomes
+        if o.size in sizes
+        and order[(o.dataset, o.kind, o.item_id)] < limits.get(answer_limit_key(o.dataset, o.kind), 0)
+        and not (o.dataset == "pubhealth" and o.kind != "answerable")
+    ]
     budget = context_budget_chars(context_tokens, ANSWER_MAX_TOKENS)
 
     def work(o: Outcome) -> None:
-        r = by_key[(o.dataset, o.item_id, o.size)]
+        r = by_key[(o.dataset, o.kind, o.item_id, o.size)]
+        if not o.kept:
+            o.answer, o.found, o.prompt_tokens, o.answer_seconds = NOT_FOUND, False, 0, 0.0
+            o.correct = False if o.kind == "answerable" else None
+            return
         context, _ = fit_context([r.candidates[i] for i in o.kept], budget)
         answer_chat = chat.fresh()
         text, correct = _answer(r.item, context, o.dataset, answer_chat, ANSWER_MAX_TOKENS, no_retrieval=False)
-        o.answer, o.correct = text, bool(correct)
+        o.answer = text
+        o.found = NOT_FOUND not in text.upper()
+        if o.kind != "answerable":
+            o.correct = None
+        elif o.dataset == "pubhealth":
+            o.correct = bool(correct)
+        else:
+            o.correct = bool(o.found and answer_in_words(text, r.item.answers))
         o.prompt_tokens, o.answer_seconds = answer_chat.prompt_tokens, round(answer_chat.seconds, 3)
-        say(
-            f"[{o.dataset} {o.item_id} N={o.size}] {o.row}: {o.prompt_tokens} tokens, {'right' if correct else 'wrong'}"
-        )
+        said = "right" if o.correct else "wrong" if o.correct is not None else ("answered" if o.found else "not found")
+        say(f"[{o.group} {o.item_id} N={o.size}] {o.row}: {o.prompt_tokens} tokens, {said}")
 
     with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="open") as pool:
         list(pool.map(work, jobs))
@@ -377,40 +447,56 @@ def _generate(
 
 
 def default_choice(outcomes: Sequence[Outcome], at: int = THRESHOLD_CHOSEN_AT) -> dict[str, Any] | None:
-    """The filter's default chosen by :func:`open_rows.choose_default` from
-    the model's answers at N = ``at``: per set, every candidate row answered
-    on the same questions as all N. None when no candidate was answered."""
-    sets: dict[str, dict[str, tuple[list[bool], float]]] = {}
+    """The filter's default chosen by :func:`open_rows.choose_default` at N =
+    ``at``: on each answerable set, every candidate row answered by the model
+    on the same questions as all N; on the unanswerable questions (every set
+    and kind together), how often each kept nothing. None when no candidate
+    was answered on an answerable set."""
+    answerable: dict[str, dict[str, tuple[list[bool], float]]] = {}
     questions: dict[str, int] = {}
-    for dataset in dict.fromkeys(o.dataset for o in outcomes):
-        answered = [o for o in outcomes if o.dataset == dataset and o.size == at and o.correct is not None]
+    here = [o for o in outcomes if o.size == at]
+    for dataset in dict.fromkeys(o.dataset for o in here if o.kind == "answerable"):
         by_row: dict[str, dict[str, Outcome]] = {}
-        for o in answered:
-            by_row.setdefault(o.row, {})[o.item_id] = o
+        for o in here:
+            if o.dataset == dataset and o.kind == "answerable" and o.correct is not None:
+                by_row.setdefault(o.row, {})[o.item_id] = o
         reference = by_row.get(REFERENCE, {})
         rows = {c: by_row[c] for c in DEFAULT_CANDIDATES if c in by_row}
         if not reference or not rows:
             continue
         ids = [i for i in reference if all(i in r for r in rows.values())]
-        sets[dataset] = {
+        answerable[dataset] = {
             name: ([bool(r[i].correct) for i in ids], sum(r[i].prompt_tokens for i in ids) / max(1, len(ids)))
             for name, r in {REFERENCE: reference, **rows}.items()
         }
         questions[dataset] = len(ids)
-    if not sets:
+    if not answerable:
         return None
-    choice = choose_default(sets)
+    not_found: dict[str, tuple[int, int]] = {}
+    unanswerable = [o for o in here if o.kind != "answerable" and o.row in DEFAULT_CANDIDATES]
+    for row in dict.fromkeys(o.row for o in unanswerable):
+        mine = [o for o in unanswerable if o.row == row]
+        not_found[row] = (sum(not o.kept for o in mine), len(mine))
+    kinds = {o.group: 0 for o in here if o.kind != "answerable" and o.row == REFERENCE}
+    for o in here:
+        if o.kind != "answerable" and o.row == REFERENCE:
+            kinds[o.group] += 1
+    choice = choose_default(answerable, not_found)
     return {
         "row": choice.row,
         "held": choice.held,
         "holding": list(choice.holding),
         "at_n": at,
-        "questions": questions,
+        "answerable_questions": questions,
+        "unanswerable_questions": kinds,
         "candidates": [c for c in DEFAULT_CANDIDATES if c in choice.tokens],
         "prompt_tokens_per_answer": {c: round(t, 1) for c, t in choice.tokens.items()},
-        "rule": "among the candidates written first, those whose accuracy is within one point of all N and not "
-        "significantly below it (exact McNemar p >= 0.05) on every set; of those, the fewest prompt tokens per "
-        "answer (the mean over the sets); none holding: the shipped default",
+        "not_found_without_a_call": {c: round(v, 4) for c, v in choice.not_found.items()},
+        "rule": f"among the candidates written first, those whose accuracy is within {MAX_DROP * 100:g} points of "
+        "all N and not significantly below it (exact McNemar p >= 0.05) on every answerable set; of those, the one "
+        'keeping nothing ("not found" with no model call) for the most unanswerable questions, then the fewest '
+        f"prompt tokens per answer; it must do so for more than {MIN_NOT_FOUND_SHARE:.0%} of them, else the "
+        "shipped default stays",
     }
 
 
@@ -418,13 +504,13 @@ def default_choice(outcomes: Sequence[Outcome], at: int = THRESHOLD_CHOSEN_AT) -
 
 
 def summarise(outcomes: Sequence[Outcome], rows: Sequence[Row]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per set, per N, per row: the no-model measures over every question
-    the row ran on, the model's over those answered, each paired with all N
-    on the same questions."""
+    """Per set and kind ("popqa", "popqa absent", ...), per N, per row: the
+    no-model measures over every question the row ran on, the model's over
+    those answered, each paired with all N on the same questions."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    keys = dict.fromkeys((o.dataset, o.size) for o in outcomes)
-    for dataset, size in keys:
-        here = [o for o in outcomes if o.dataset == dataset and o.size == size]
+    keys = dict.fromkeys((o.group, o.size) for o in outcomes)
+    for group, size in keys:
+        here = [o for o in outcomes if o.group == group and o.size == size]
         reference = {o.item_id: o for o in here if o.row == REFERENCE}
         table: dict[str, Any] = {}
         for row in rows:
@@ -437,86 +523,146 @@ def summarise(outcomes: Sequence[Outcome], rows: Sequence[Row]) -> dict[str, dic
                 "chars_per_question": round(sum(o.chars for o in mine) / len(mine), 1),
                 "chars_share_of_all": round(sum(o.chars for o in mine) / max(1, sum(o.chars for o in refs)), 4),
                 "chunks_per_question": round(sum(len(o.kept) for o in mine) / len(mine), 2),
-                "own_pool_in_context": rate([o.own_pool for o in mine]),
-                "own_pool_paired": paired_with_reference([o.own_pool for o in mine], [o.own_pool for o in refs]),
+                "nothing_kept": rate([not o.kept for o in mine]),
+                "choose_ms_per_question": round(1000 * sum(o.seconds for o in mine) / len(mine), 2),
             }
+            if mine[0].kind == "answerable":
+                entry["own_pool_in_context"] = rate([o.own_pool for o in mine])
+                entry["own_pool_paired"] = paired_with_reference([o.own_pool for o in mine], [o.own_pool for o in refs])
             if mine[0].answer_in_context is not None:
                 flags = [bool(o.answer_in_context) for o in mine]
                 entry["answer_in_context"] = rate(flags)
+                entry["answer_in_context_substring"] = rate([bool(o.answer_in_context_substring) for o in mine])
                 entry.update(paired_with_reference(flags, [bool(o.answer_in_context) for o in refs]))
             if row.judge:
                 entry["judge_prompt_tokens_per_question"] = round(
                     sum(o.judge_prompt_tokens for o in mine) / len(mine), 1
                 )
-                entry["choose_seconds_per_question"] = round(sum(o.seconds for o in mine) / len(mine), 2)
-            answered = [o for o in mine if o.correct is not None]
-            paired_refs = [reference[o.item_id] for o in answered]
-            if answered and all(p.correct is not None for p in paired_refs):
-                test = paired_with_reference(
-                    [bool(o.correct) for o in answered], [bool(p.correct) for p in paired_refs]
-                )
-                entry["model"] = {
+            answered = [o for o in mine if o.found is not None]
+            if answered:
+                model: dict[str, Any] = {
                     "n": len(answered),
-                    "accuracy": rate([bool(o.correct) for o in answered]),
-                    "prompt_tokens_per_answer": round(sum(o.prompt_tokens for o in answered) / len(answered), 1),
+                    "prompt_tokens_per_question": round(sum(o.prompt_tokens for o in answered) / len(answered), 1),
                     "seconds_per_answer": round(sum(o.answer_seconds for o in answered) / len(answered), 2),
-                    "discordant": test["discordant"],
-                    "p_vs_all": test["p_vs_all"],
+                    "said_not_found": rate([not o.found for o in answered]),
                 }
+                if answered[0].kind == "answerable":
+                    paired_refs = [reference[o.item_id] for o in answered]
+                    model["accuracy"] = rate([bool(o.correct) for o in answered])
+                    if all(p.correct is not None for p in paired_refs):
+                        test = paired_with_reference(
+                            [bool(o.correct) for o in answered], [bool(p.correct) for p in paired_refs]
+                        )
+                        model.update(discordant=test["discordant"], p_vs_all=test["p_vs_all"])
+                else:
+                    model["made_up"] = rate([bool(o.found) for o in answered])
+                entry["model"] = model
             table[row.name] = entry
-        out.setdefault(dataset, {})[str(size)] = table
+        out.setdefault(group, {})[str(size)] = table
+    return out
+
+
+def selective_answering(outcomes: Sequence[Outcome], rows: Sequence[Row]) -> dict[str, dict[str, Any]]:
+    """Per N and row, over every question of that N (answerable or not): the
+    risk-coverage curve (:func:`measures.risk_coverage`), the confidence
+    being the best cosine among the kept chunks. "model": answered = the
+    model said something other than NOT FOUND, right = graded right (an
+    unanswerable question answered is wrong), over the questions the model
+    answered for that row; "in_context": answered = something kept, right =
+    an answer in the kept text, over every question."""
+    out: dict[str, dict[str, Any]] = {}
+    for size in sorted({o.size for o in outcomes}):
+        for row in rows:
+            mine = [o for o in outcomes if o.size == size and o.row == row.name and o.dataset != "pubhealth"]
+            if not mine:
+                continue
+            entry = {
+                "in_context": risk_coverage([(o.confidence, bool(o.kept), bool(o.answer_in_context)) for o in mine]),
+            }
+            answered = [o for o in mine if o.found is not None]
+            if answered:
+                entry["model"] = risk_coverage([(o.confidence, bool(o.found), bool(o.correct)) for o in answered])
+            out.setdefault(str(size), {})[row.name] = entry
     return out
 
 
 def table_markdown(run: OpenRun) -> str:
-    """One table per set: a line per N and row."""
+    """One table per set and kind: a line per N and row."""
     summary = run.summary()
     labels = {r.name: r.label for r in run.rows}
     lines = []
-    for dataset, by_size in summary.items():
+    for group, by_size in summary.items():
+        answerable = " " not in group
         has_aic = any("answer_in_context" in e for t in by_size.values() for e in t.values())
-        lines += [f"### {dataset}", ""]
-        head = ["N", "row", "n"]
-        head += ["answer in context", "p vs all"] if has_aic else []
-        head += [
-            "own pool kept",
-            "chars / question",
-            "share of all N",
-            "model n",
-            "accuracy",
-            "tokens / answer",
-            "s / answer",
-            "p vs all (model)",
-        ]
+        lines += [f"### {group}", ""]
+        head = ["N", "row", "n", "nothing kept"]
+        head += ["answer in context", "(substring)", "p vs all"] if has_aic else []
+        head += ["own pool kept"] if answerable else []
+        head += ["chars / question", "share of all N", "ms to choose", "model n"]
+        head += ["accuracy", "p vs all (model)"] if answerable else ["made up"]
+        head += ["said not found", "tokens / question", "s / answer"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for size, table in by_size.items():
             for name, e in table.items():
                 label = labels.get(name, name)
                 if name == "cosine" and run.cosine_threshold.get("threshold") is not None:
                     label += f", t = {run.cosine_threshold['threshold']:g}"
-                cells = [size, label, str(e["n"])]
+                cells = [size, label, str(e["n"]), f"{e['nothing_kept']:.3f}"]
                 if has_aic:
                     aic = e.get("answer_in_context")
                     cells += [
                         "–" if aic is None else f"{aic:.3f}",
-                        "–" if name == REFERENCE else f"{e['p_vs_all']:.3g}",
+                        "–" if aic is None else f"{e['answer_in_context_substring']:.3f}",
+                        "–" if name == REFERENCE or aic is None else f"{e['p_vs_all']:.3g}",
                     ]
-                m = e.get("model")
+                if answerable:
+                    cells.append(f"{e['own_pool_in_context']:.3f}")
                 cells += [
-                    f"{e['own_pool_in_context']:.3f}",
                     f"{e['chars_per_question']:,.0f}",
                     f"{100 * e['chars_share_of_all']:.0f}%",
+                    f"{e['choose_ms_per_question']:.1f}",
                 ]
+                m = e.get("model")
                 if m:
+                    cells.append(str(m["n"]))
+                    if answerable:
+                        cells += [
+                            f"{m['accuracy']:.3f}",
+                            "–" if name == REFERENCE or "p_vs_all" not in m else f"{m['p_vs_all']:.3g}",
+                        ]
+                    else:
+                        cells.append(f"{m['made_up']:.3f}")
                     cells += [
-                        str(m["n"]),
-                        f"{m['accuracy']:.3f}",
-                        f"{m['prompt_tokens_per_answer']:.0f}",
+                        f"{m['said_not_found']:.3f}",
+                        f"{m['prompt_tokens_per_question']:.0f}",
                         f"{m['seconds_per_answer']:.1f}",
-                        "–" if name == REFERENCE else f"{m['p_vs_all']:.3g}",
                     ]
                 else:
-                    cells += ["–"] * 5
+                    cells += ["–"] * (len(head) - len(cells))
+                lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    curves = run.selective()
+    if curves:
+        lines += ["### selective answering (every question of the N, answerable or not)", ""]
+        lines += [
+            "| N | row | coverage | accuracy answered | area | coverage (model) | accuracy answered (model) "
+            "| area (model) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for size, by_row in curves.items():
+            for name, entry in by_row.items():
+                cells = [size, labels.get(name, name)]
+                for key in ("in_context", "model"):
+                    c = entry.get(key)
+                    if c and c.get("questions"):
+                        accuracy = c["accuracy_answered"]
+                        cells += [
+                            f"{c['coverage']:.3f}",
+                            "–" if accuracy is None else f"{accuracy:.3f}",
+                            f"{c['area']:.3f}",
+                        ]
+                    else:
+                        cells += ["–"] * 3
                 lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     choice = run.cosine_threshold
@@ -533,13 +679,13 @@ def table_markdown(run: OpenRun) -> str:
         lines.append(f"- {name}: {note}")
     chosen = run.default_choice()
     if chosen:
-        asked = ", ".join(f"{name} {n}" for name, n in chosen["questions"].items())
+        asked = ", ".join(f"{name} {n}" for name, n in chosen["answerable_questions"].items())
         lines.append(
             f"- the filter's default by the rule (N = {chosen['at_n']}, answered on {asked}): {chosen['row']}"
             + (
                 f" (holding: {', '.join(chosen['holding'])})"
                 if chosen["held"]
-                else " (no candidate held: the shipped default stays)"
+                else " (no candidate qualified: the shipped default stays)"
             )
         )
     return "\n".join(lines) + "\n"
@@ -547,14 +693,16 @@ def table_markdown(run: OpenRun) -> str:
 
 def outcome_json(o: Outcome) -> dict[str, Any]:
     """One outcome; ``kept`` (candidate positions) is left out for all N, which keeps every one."""
-    out: dict[str, Any] = {"set": o.dataset, "id": o.item_id, "n": o.size, "row": o.row}
+    out: dict[str, Any] = {"set": o.dataset, "kind": o.kind, "id": o.item_id, "n": o.size, "row": o.row}
     if o.row != REFERENCE:
         out["kept"] = list(o.kept)
-    out.update(chars=o.chars, own=o.own_pool)
+    out.update(chars=o.chars, own=o.own_pool, s=o.seconds, conf=o.confidence)
     if o.answer_in_context is not None:
-        out["aic"] = o.answer_in_context
-    if o.correct is not None:
-        out.update(correct=o.correct, tokens=o.prompt_tokens, s=o.answer_seconds, answer=o.answer)
+        out.update(aic=o.answer_in_context, aic_substring=o.answer_in_context_substring)
+    if o.found is not None:
+        out.update(found=o.found, tokens=o.prompt_tokens, answer_s=o.answer_seconds, answer=o.answer)
+        if o.correct is not None:
+            out["correct"] = o.correct
     if o.judge_prompt_tokens:
         out["judge_tokens"] = o.judge_prompt_tokens
     return out

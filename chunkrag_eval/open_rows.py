@@ -8,8 +8,9 @@ filter does not know (yet) is skipped with a note, not an error.
 
 - ``all``: every candidate (the reference every row is tested against);
 - ``top``: the best ``k`` by hybrid score (the retrieval order);
-- ``same_chars``: the best by hybrid score, question by question, up to the
-  characters row ``of`` kept there (:func:`measures.kept_within_budget`);
+- ``same_chars``: the best by hybrid score, question by question, until they
+  hold at least the characters row ``of`` kept there (the last one crosses
+  it, so top-k never gets less text than the row it is compared with);
 - ``cosine``: LangChain's ``EmbeddingsFilter`` with ``k=None``: every
   candidate whose query-chunk cosine is above ``t``, in retrieval order
   (its ``similarity > similarity_threshold``), ``t`` chosen by the shipped
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from chunkrag_eval.answer_table import CutChoice, choose_cut, cut_holds, cut_row, discordant, mcnemar_exact
-from chunkrag_eval.measures import kept_within_budget
 
 KINDS = ("all", "top", "same_chars", "cosine", "filter")
 # The reference row: every candidate.
@@ -80,32 +80,63 @@ ROWS: tuple[Row, ...] = (
         options={"judge_top": JUDGE_TOP},
         judge=True,
     ),
+    Row("gate", "the filter behind the retrieval gate", "filter", options={"gate": "retrieval"}),
+    Row(
+        "gate_crossencoder",
+        "the filter behind the gate with the cross-encoder",
+        "filter",
+        options={"gate": "crossencoder"},
+    ),
 )
 ROW_NAMES = tuple(r.name for r in ROWS)
 # Rows named by a parameter: the filter's cut over the retrieval signals, the
 # same with the cross-encoder, and top-k at another row's characters.
-PARAMETRIC = ("cut=<c>", "crossencoder_cut=<c>", "topk_chars_of=<row>")
+PARAMETRIC = (
+    "cut=<c>",
+    "notfound_cut=<c>",
+    "crossencoder_cut=<c>",
+    "gate=<c>",
+    "gate_crossencoder=<c>",
+    "topk_chars_of=<row>",
+)
 
 # ---------------------------------------------------------------- the default
-# The filter's default is chosen among these at N = 20 with the local model
-# answering (rule written 2026-11-28, before the run; docs/evaluation.md,
-# "How the filter's default is chosen"): the shipped default (the retrieval
-# calibration, cut 0.005), stricter cuts of it, and the cross-encoder's
-# calibrated score at its own cut (0.0512) and stricter ones. Each cut keeps
-# fewer prompt tokens than the one before it on the same scorer.
+# The filter's default is chosen on both halves at N = 20 with the local
+# model answering (rule written 2026-12-04, before its run; docs/
+# evaluation.md, "How the filter's default is chosen"): among these, the
+# candidates whose accuracy on every answerable set is within two points of
+# all N and not significantly below it (exact McNemar); of those, the one
+# that says "not found" without a model call (keeps nothing) on the most
+# unanswerable questions of every kind together; ties to fewer prompt
+# tokens on the answerable sets. None doing so on more than a tenth of the
+# unanswerable questions: the shipped default stays. The gates' cuts are
+# probabilities of "some candidate is relevant"; the file's own cut is the
+# row without one.
 DEFAULT_CANDIDATES = (
     "filter",
-    "cut=0.02",
-    "cut=0.05",
-    "cut=0.1",
-    "cut=0.2",
-    "filter_crossencoder",
-    "crossencoder_cut=0.1",
-    "crossencoder_cut=0.2",
-    "crossencoder_cut=0.3",
+    "gate",
+    "gate=0.05",
+    "gate=0.1",
+    "gate=0.2",
+    "gate=0.3",
+    "gate=0.5",
+    "gate_crossencoder",
+    "gate_crossencoder=0.05",
+    "gate_crossencoder=0.1",
+    "gate_crossencoder=0.2",
+    "gate_crossencoder=0.3",
+    "gate_crossencoder=0.5",
+    "notfound_cut=0.05",
+    "notfound_cut=0.1",
+    "notfound_cut=0.2",
 )
-# What stays when no candidate holds: the shipped default.
+# What stays when no candidate qualifies: the shipped default.
 DEFAULT_FALLBACK = "filter"
+# Accuracy a candidate may lose against all N on an answerable set.
+MAX_DROP = 0.02
+# Share of the unanswerable questions the chosen one must turn away without a
+# model call; below it the default stays.
+MIN_NOT_FOUND_SHARE = 0.1
 
 
 def _cut_value(name: str, text: str) -> float:
@@ -127,6 +158,18 @@ def row_for(name: str) -> Row:
     if sep and kind == "cut":
         c = _cut_value(name, value)
         return Row(name, f"the filter cut at {c:g}", "filter", options={"fixed_threshold": c})
+    if sep and kind == "notfound_cut":
+        c = _cut_value(name, value)
+        return Row(
+            name,
+            f"the filter cut at {c:g}, 'not found' when nothing passes",
+            "filter",
+            options={"fixed_threshold": c, "fallback": "not_found"},
+        )
+    if sep and kind in ("gate", "gate_crossencoder"):
+        c = _cut_value(name, value)
+        gate = "retrieval" if kind == "gate" else "crossencoder"
+        return Row(name, f"the filter behind the {gate} gate at {c:g}", "filter", options={"gate": gate, "gate_cut": c})
     if sep and kind == "crossencoder_cut":
         c = _cut_value(name, value)
         return Row(
@@ -167,30 +210,43 @@ def rows_named(names: Sequence[str] | None) -> tuple[Row, ...]:
 @dataclass(frozen=True, slots=True)
 class DefaultChoice:
     row: str
-    held: bool  # False: no candidate held on every set; the shipped default stays
-    holding: tuple[str, ...]
-    tokens: Mapping[str, float]  # each candidate's prompt tokens per answer, averaged over the sets
+    held: bool  # False: no candidate qualified; the shipped default stays
+    holding: tuple[str, ...]  # within MAX_DROP of all N on every answerable set
+    tokens: Mapping[str, float]  # each candidate's prompt tokens per answer, averaged over the answerable sets
+    not_found: Mapping[str, float]  # each candidate's share of unanswerable questions kept empty
 
 
 def choose_default(
-    sets: Mapping[str, Mapping[str, tuple[Sequence[bool], float]]],
+    answerable: Mapping[str, Mapping[str, tuple[Sequence[bool], float]]],
+    not_found: Mapping[str, tuple[int, int]],
     candidates: Sequence[str] = DEFAULT_CANDIDATES,
     reference: str = REFERENCE,
 ) -> DefaultChoice:
-    """The filter's default: ``sets[name][row]`` holds a row's per-question
-    right/wrong (paired with the reference's on the same questions) and its
-    prompt tokens per answer. A candidate holds on a set when its accuracy is
-    within one point of all N and not significantly below it (the shipped
-    cut's test, :func:`answer_table.cut_holds`); among those holding on every
-    set, the fewest prompt tokens (the mean of the sets' per-answer means);
-    ties go to the earlier candidate. None holding: ``DEFAULT_FALLBACK``."""
-    present = [c for c in candidates if all(c in rows for rows in sets.values())]
-    tokens = {c: sum(rows[c][1] for rows in sets.values()) / len(sets) for c in present} if sets else {}
-    holding = tuple(c for c in present if all(cut_holds(rows[reference][0], rows[c][0]) for rows in sets.values()))
+    """The filter's default from both halves. ``answerable[set][row]``: a
+    row's per-question right/wrong (paired with the reference's on the same
+    questions) and its prompt tokens per answer; ``not_found[row]``: (the
+    unanswerable questions it kept nothing for, those asked). A candidate
+    holds when, on every answerable set, its accuracy is within
+    :data:`MAX_DROP` of all N and not significantly below it
+    (:func:`answer_table.cut_holds`); among those, the most unanswerable
+    questions turned away without a model call, then the fewest tokens, then
+    the earlier candidate. The winner must turn away more than
+    :data:`MIN_NOT_FOUND_SHARE` of them, else :data:`DEFAULT_FALLBACK` stays."""
+    present = [c for c in candidates if c in not_found and all(c in rows for rows in answerable.values())]
+    tokens = (
+        {c: sum(rows[c][1] for rows in answerable.values()) / len(answerable) for c in present} if answerable else {}
+    )
+    shares = {c: not_found[c][0] / not_found[c][1] if not_found[c][1] else 0.0 for c in present}
+    holding = tuple(
+        c
+        for c in present
+        if all(cut_holds(rows[reference][0], rows[c][0], max_drop=MAX_DROP) for rows in answerable.values())
+    )
     if holding:
-        best = min(holding, key=lambda c: (tokens[c], present.index(c)))
-        return DefaultChoice(best, True, holding, tokens)
-    return DefaultChoice(DEFAULT_FALLBACK, False, (), tokens)
+        best = min(holding, key=lambda c: (-not_found[c][0], tokens[c], present.index(c)))
+        if shares[best] > MIN_NOT_FOUND_SHARE:
+            return DefaultChoice(best, True, holding, tokens, shares)
+    return DefaultChoice(DEFAULT_FALLBACK, False, holding, tokens, shares)
 
 
 # ---------------------------------------------------------------- choosing
@@ -202,8 +258,16 @@ def select_top(count: int, k: int) -> list[int]:
 
 
 def select_same_chars(chars: Sequence[int], scores: Sequence[float], budget_chars: int) -> list[int]:
-    """The best candidates by hybrid score within ``budget_chars``, in retrieval order."""
-    return sorted(kept_within_budget(["x" * n for n in chars], scores, budget_chars))
+    """The best candidates by hybrid score until they hold at least
+    ``budget_chars`` (the last one taken crosses it), in retrieval order:
+    top-k is given at least the characters of the row it is compared with."""
+    taken, used = [], 0
+    for i in sorted(range(len(chars)), key=lambda i: -scores[i]):
+        if used >= budget_chars:
+            break
+        taken.append(i)
+        used += chars[i]
+    return sorted(taken)
 
 
 def select_cosine(cosine: Sequence[float], threshold: float) -> list[int]:

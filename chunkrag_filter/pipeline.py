@@ -28,12 +28,15 @@ from chunkrag_filter.judging import (
 from chunkrag_filter.processors.calibration import (
     CONFIGURED,
     DEFAULT_CUT,
+    Calibrated,
     Configured,
     LogisticModel,
     chunk_features,
     load_calibration,
+    relevance_logit,
 )
 from chunkrag_filter.processors.features import context_features
+from chunkrag_filter.processors.gate import GATE_TOP, GATES, GateOutcome, gate_features
 from chunkrag_filter.processors.ordering import lost_in_the_middle
 from chunkrag_filter.processors.redundancy import Redundant, drop_redundant
 from chunkrag_filter.processors.relevance import Judgement, ScoringOptions
@@ -116,6 +119,16 @@ class FilterOptions:
     # model (stage score "relevance"), and the calibration file's
     # "relevance" model turns it and the retrieval signals into the score.
     relevance: str = "retrieval"
+    # Before any chunk is scored, is anything relevant at all (processors/
+    # gate.py)? "retrieval": the calibration file's gate model over the
+    # retrieval signals and the query's words and names; "crossencoder": its
+    # gate_relevance model, with the relevance model reading the best
+    # ``gate_top`` candidates; "off": no such decision. Below the cut
+    # (``gate_cut``, else the file's) nothing is kept, whatever ``fallback``
+    # says, and no model is called.
+    gate: str = "off"
+    gate_cut: float | None = None
+    gate_top: int = GATE_TOP
 
     def __post_init__(self) -> None:
         if self.judge_top is not None and self.judge_top < 0:
@@ -125,18 +138,23 @@ class FilterOptions:
             ("fallback", self.fallback, FALLBACKS),
             ("rerank", self.rerank, RERANKERS),
             ("relevance", self.relevance, RELEVANCE_SOURCES),
+            ("gate", self.gate, GATES),
         ):
             if value not in allowed:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
         if not 0.0 <= self.prior_weight <= 1.0:
             raise ValueError("prior_weight must be between 0 and 1")
+        if self.gate_cut is not None and not 0.0 <= self.gate_cut <= 1.0:
+            raise ValueError("gate_cut must be a probability between 0 and 1")
+        if self.gate_top < 1:
+            raise ValueError("gate_top must be at least 1")
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     chunk: Chunk
     kept: bool
-    reason: str  # "above_threshold", "below_threshold", "redundant", "unscored", "fallback"
+    reason: str  # "above_threshold", "below_threshold", "redundant", "unscored", "fallback", "nothing_relevant"
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +178,34 @@ class FilterResult:
     # (None: it did not run, or did not say), and why not where meant to.
     relevance_by: str | None = None
     relevance_by_reason: str | None = None
+    # The gate's reading of the candidates (None when the gate is off or
+    # there were none); when it did not pass, nothing is kept.
+    gate: GateOutcome | None = None
+
+    @property
+    def nothing_relevant_reason(self) -> str | None:
+        """Why nothing relevant was found (None when something was): the gate's
+        reading, or the best score against the threshold."""
+        if not self.nothing_relevant:
+            return None
+        if self.gate is not None and not self.gate.passed:
+            return self.gate.reason()
+        scores = [d.chunk.stage_scores.get("combined") for d in self.decisions]
+        best = max((s for s in scores if s is not None), default=None)
+        if best is None:
+            return "no candidate could be scored" if self.decisions else "no candidates"
+        cut = f" {self.threshold.value:g}" if self.threshold is not None else ""
+        return f"no candidate passed the threshold{cut} (best score {best:.3f})"
+
+    def nothing_relevant_fields(self) -> dict[str, object]:
+        """For a response: ``nothing_relevant``, and when true its reason; the
+        gate's reading (probability, cut, features) when the gate ran."""
+        out: dict[str, object] = {"nothing_relevant": self.nothing_relevant}
+        if self.nothing_relevant:
+            out["nothing_relevant_reason"] = self.nothing_relevant_reason
+        if self.gate is not None:
+            out["gate"] = self.gate.to_json()
+        return out
 
     def relevance_fields(self) -> dict[str, str | None]:
         """``relevance_by`` and its reason for a response; none when the
@@ -307,13 +353,34 @@ def run_filter(
         candidates, redundant = drop_redundant(candidates, options.redundancy_threshold)
     lap("redundancy")
 
-    if options.relevance == "crossencoder" or (options.rerank == "local" and reranker is None):
+    if "crossencoder" in (options.relevance, options.gate) or (options.rerank == "local" and reranker is None):
         relevance_model = relevance_model or shipped_relevance_model()
     relevance_runs: list[Scored] = []
     if options.relevance == "crossencoder" and candidates:
         relevance_runs.append(score_relevance(relevance_model, query, [c.text for c in candidates]))
         candidates = [c.with_score(relevance=round(p, 6)) for c, p in zip(candidates, relevance_runs[-1].scores)]
     lap("relevance")
+
+    gate = None
+    if options.gate != "off" and candidates:
+        gate = read_gate(query, candidates, options, relevance_model, relevance_runs)
+        lap("gate")
+        if not gate.passed:
+            decisions = [Decision(r.chunk, False, "redundant") for r in redundant]
+            decisions += [Decision(c, False, "nothing_relevant") for c in candidates]
+            return FilterResult(
+                kept=(),
+                decisions=tuple(decisions),
+                threshold=None,
+                nothing_relevant=True,
+                model_calls=0,
+                cached_calls=0,
+                prompt_tokens=0,
+                completion_tokens=0,
+                timings_ms=timings,
+                gate=gate,
+                **where_relevance_ran(relevance_runs),
+            )
 
     judged = candidates if options.judge_top is None else candidates[: options.judge_top]
     judged_by = reason = None
@@ -392,7 +459,45 @@ def run_filter(
         timings_ms=timings,
         judged_by=judged_by,
         judged_by_reason=reason,
+        gate=gate,
         **where_relevance_ran(relevance_runs),
+    )
+
+
+def read_gate(
+    query: str,
+    candidates: Sequence[Chunk],
+    options: FilterOptions,
+    relevance_model: RelevanceModel | None,
+    relevance_runs: list[Scored],
+) -> GateOutcome:
+    """The gate's reading of the candidates. With ``gate: crossencoder`` the
+    relevance model's scores of the best ``gate_top`` candidates are reused
+    when it scored every candidate already, else it reads those few (the run
+    is appended to ``relevance_runs``, so the response says where it ran)."""
+    chosen = gate_model(options)
+    logits: list[float] = []
+    if options.gate == "crossencoder":
+        top = candidates[: options.gate_top]
+        if all("relevance" in c.stage_scores for c in top):
+            probabilities = [c.stage_scores["relevance"] for c in top]
+        else:
+            relevance_runs.append(score_relevance(relevance_model, query, [c.text for c in top]))
+            probabilities = list(relevance_runs[-1].scores)
+        logits = [relevance_logit(p) for p in probabilities]
+    features = gate_features(query, [c.text for c in candidates], [c.stage_scores for c in candidates], logits)
+    cut = options.gate_cut if options.gate_cut is not None else chosen.cut
+    return GateOutcome(options.gate, round(chosen.model.probability(features), 6), cut, features)
+
+
+def gate_model(options: FilterOptions) -> Calibrated:
+    """The gate's model and cut: from the calibration file the options name
+    (the configured one, else the shipped one), whether or not the chunks
+    themselves are scored by a calibration."""
+    calibration = options.calibration
+    path = calibration.path if isinstance(calibration, Configured) else None
+    return load_calibration(path if path is not None else (configured_calibration_file() or None)).for_gate(
+        options.gate
     )
 
 

@@ -358,7 +358,8 @@ def chunkrag_section(result: AskResult) -> dict[str, Any]:
         },
         "stages": filtered is not None,
         "threshold": threshold_dict(result),
-        "nothing_relevant": filtered.nothing_relevant if filtered is not None else False,
+        # Whether nothing relevant was found, why, and the gate's reading when it ran.
+        **(filtered.nothing_relevant_fields() if filtered is not None else {"nothing_relevant": False}),
         # Where the candidates were judged, and why not where meant to.
         "judged_by": filtered.judged_by if filtered is not None else None,
         "judged_by_reason": filtered.judged_by_reason if filtered is not None else None,
@@ -391,7 +392,7 @@ def ask_response(result: AskResult, *, index: str) -> dict[str, Any]:
         "answer": answer.text if answer is not None else None,
         "found": answer.found if answer is not None else None,
         "citations": list(answer.citations) if answer is not None else [],
-        "nothing_relevant": section["nothing_relevant"],
+        **{key: section[key] for key in ("nothing_relevant", "nothing_relevant_reason", "gate") if key in section},
         "threshold": section["threshold"],
         "judged_by": section["judged_by"],
         "judged_by_reason": section["judged_by_reason"],

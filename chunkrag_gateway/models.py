@@ -52,6 +52,14 @@ class ThresholdModel(BaseModel):
     std: float
 
 
+class GateModel(BaseModel):
+    gate: str = Field(description="retrieval or crossencoder")
+    probability: float = Field(description="P(some candidate is relevant)")
+    cut: float
+    passed: bool = Field(description="false: nothing was kept")
+    features: dict[str, float] = Field(description="the signals it read (processors/gate.py)")
+
+
 class UsageModel(BaseModel):
     model_calls: int
     cached_calls: int
@@ -111,6 +119,12 @@ class AskResponse(BaseModel):
     found: Optional[bool]
     citations: list[str] = Field(description="chunk ids the answer cites")
     nothing_relevant: bool
+    nothing_relevant_reason: Optional[str] = Field(
+        None,
+        description="when nothing relevant was found, why: the gate's reading, or the best score against the "
+        "threshold; the answer is then 'not found' with no model call",
+    )
+    gate: Optional[GateModel] = Field(None, description="with options.gate: the gate's reading of the candidates")
     threshold: Optional[ThresholdModel]
     judged_by: Optional[str] = Field(
         None,

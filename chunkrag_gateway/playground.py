@@ -182,6 +182,7 @@ def page_defaults(max_candidates: int) -> dict:
     """What the page offers and starts from, read from the options'
     declaration and the library's constants, never written in the script."""
     from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, RELEVANCE_SOURCES, RERANKERS
+    from chunkrag_filter.processors.gate import GATES
     from search_extension.ask import DEFAULT_CANDIDATES
     from search_extension.options import MAX_PASSAGES_LIMIT, OptionsModel
     from search_extension.post_search import EMPTY_HITS
@@ -206,6 +207,9 @@ def page_defaults(max_candidates: int) -> dict:
         "relevance_default": declared["relevance"].default,
         "reranks": list(RERANKERS),
         "rerank_default": declared["rerank"].default,
+        # Whether anything retrieved is relevant at all, decided before any chunk is kept.
+        "gates": list(GATES),
+        "gate_default": declared["gate"].default,
     }
 
 

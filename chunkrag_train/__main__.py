@@ -111,7 +111,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{cut}: the highest keeping a relevant chunk for {KEEP_ANSWERS:.0%} of its {len(groups)} validation "
             f"questions (`python -m chunkrag_train cut`, {time.strftime('%Y-%m-%d')})",
         }
-        write_calibration(target, current.retrieval, current.judged, about, Calibrated(RELEVANCE_ONLY, cut))
+        write_calibration(
+            target,
+            current.retrieval,
+            current.judged,
+            about,
+            Calibrated(RELEVANCE_ONLY, cut),
+            current.gate,
+            current.gate_relevance,
+        )
         print(json.dumps({"cut": cut, "validation_questions": len(groups), "file": str(target)}))
         return 0
     return 2

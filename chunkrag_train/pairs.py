@@ -86,7 +86,7 @@ def holds_answer(text: str, answers: Iterable[str]) -> bool:
     return any(a.strip() and a.strip().lower() in lowered for a in answers)
 
 
-def _split_of(key: str, seed: int) -> str:
+def split_of(key: str, seed: int) -> str:
     digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     return "validation" if digest[0] / 256 < VALIDATION_SHARE else "train"
 
@@ -96,7 +96,7 @@ def squad_pairs(path: Path, seed: int) -> list[Pair]:
     data = json.loads(path.read_text(encoding="utf-8"))["data"]
     out: list[Pair] = []
     for article in data:
-        split = _split_of("squad:" + article["title"], seed)
+        split = split_of("squad:" + article["title"], seed)
         paragraphs = [p["context"] for p in article["paragraphs"]]
         for index, paragraph in enumerate(article["paragraphs"]):
             context = paragraph["context"]
@@ -151,7 +151,7 @@ def nq_pairs(path: Path, seed: int, embed) -> list[Pair]:
     out: list[Pair] = []
     for i, (question, answers, passage) in enumerate(records):
         group = f"nq:{i}"
-        split = _split_of(group, seed)
+        split = split_of(group, seed)
         out.append(Pair(question, passage, 1, "nq", group, split))
         size = rng.choice(SIZE_CHOICES[:4])
         parts = [passage[s:e] for s, e in chunks_of(passage, size)]

@@ -35,6 +35,7 @@ from chunkrag_filter.pipeline import (
     FilterOptions,
 )
 from chunkrag_filter.processors.calibration import CONFIGURED
+from chunkrag_filter.processors.gate import GATES
 from chunkrag_filter.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS, PASSAGE_FORMATS, ScoringOptions
 from search_extension.ask import DEFAULT_CANDIDATES
 from search_extension.post_search import DEFAULT_MAX_PASSAGES, EMPTY_HITS, PostSearchOptions
@@ -317,6 +318,21 @@ class OptionsModel(_Options):
         description="what scores the candidates besides the LLM judge: the retrieval signals alone, or the "
         "project's relevance model (a MiniLM cross-encoder, offline) calibrated with them",
     )
+    gate: Annotated[Literal[GATES], Unknown("gate"), Cli(("ask", "eval"))] = Field(
+        _FILTER.gate,
+        description="first decide whether anything retrieved is relevant at all; when not, nothing is kept and the "
+        "answer is 'not found' with no model call: from the retrieval signals and the query's words and names "
+        "(retrieval), with the relevance model on the best few candidates too (crossencoder), or never (off)",
+    )
+    gate_cut: Annotated[float, Cli(("ask", "eval"))] = Field(
+        _FILTER.gate_cut,
+        ge=0,
+        le=1,
+        description="the gate's cut on P(some candidate is relevant) (default: the calibration file's)",
+    )
+    gate_top: int = Field(
+        _FILTER.gate_top, ge=1, le=50, description="gate crossencoder: the best candidates the relevance model reads"
+    )
     lost_in_the_middle: bool = Field(
         _FILTER.lost_in_the_middle, description="put the best kept chunks at both ends of the context"
     )
@@ -409,6 +425,9 @@ class OptionsModel(_Options):
                 prior_weight=self.prior_weight,
                 rerank=self.rerank,
                 relevance=self.relevance,
+                gate=self.gate,
+                gate_cut=self.gate_cut,
+                gate_top=self.gate_top,
                 lost_in_the_middle=self.lost_in_the_middle,
                 answer=ANSWER_BY_DEFAULT[surface] if self.answer is None else self.answer,
                 judge_top=judge_top,

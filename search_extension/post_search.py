@@ -275,8 +275,11 @@ def merged_results(runs: Sequence[FilterResult]) -> FilterResult | None:
     result: the kept passages and decisions hit after hit, the model calls,
     tokens and stage timings summed, "nothing relevant" when no hit had a
     passage that passed; the threshold when every hit's is the same cut
-    (its mean and spread over every hit's scores), else None; where judging
-    and the relevance model ran as `where_ran` says. None without a run."""
+    (its mean and spread over every hit's scores), else None; the gate's
+    reading of the hit it found likeliest to hold something relevant (so
+    when nothing was, the reading that came closest says why); where
+    judging and the relevance model ran as `where_ran` says. None without
+    a run."""
     if not runs:
         return None
     timings: dict[str, float] = {}
@@ -300,6 +303,7 @@ def merged_results(runs: Sequence[FilterResult]) -> FilterResult | None:
         judged_by_reason=judged_by_reason,
         relevance_by=relevance_by,
         relevance_by_reason=relevance_by_reason,
+        gate=max((run.gate for run in runs if run.gate is not None), key=lambda g: g.probability, default=None),
     )
 
 

@@ -126,7 +126,7 @@ def chunkrag_section(result: PostSearchResult, options: PostSearchOptions, *, dr
             "max_per_hit": options.max_passages,
         },
         "threshold": threshold_section(result),
-        "nothing_relevant": filtered.nothing_relevant if filtered is not None else False,
+        **(filtered.nothing_relevant_fields() if filtered is not None else {"nothing_relevant": False}),
         "judged_by": filtered.judged_by if filtered is not None else None,
         "judged_by_reason": filtered.judged_by_reason if filtered is not None else None,
         # Where the relevance model scored the passages, when it ran.

@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from chunkrag_filter.processors.features import CONTEXT_FEATURES
+from chunkrag_filter.processors.gate import GATE_FEATURES, GATE_RELEVANCE_FEATURES
 
 # Each feature, as computed by :func:`chunk_features` for one candidate among
 # a query's candidates:
@@ -52,11 +53,14 @@ from chunkrag_filter.processors.features import CONTEXT_FEATURES
 #               local_relevance.py), clipped to +-12; 0 when it did not run
 #   relevance_gap    relevance_logit minus the best among the candidates (<= 0)
 # and the context features of processors/features.py (neighbours, passage,
-# query-term, entity and header overlap, position).
+# query-term, entity and header overlap, position). A gate model (the
+# query-level "is anything relevant" decision) reads the query-level features
+# of processors/gate.py instead.
 JUDGE_FEATURES = ("judge", "judged", "judge_top")
 CHEAP_FEATURES = ("cosine", "cosine_gap", "bm25", "inv_rank", "log_chars")
 RELEVANCE_FEATURES = ("relevance_logit", "relevance_gap")
-FEATURES = JUDGE_FEATURES + CHEAP_FEATURES + RELEVANCE_FEATURES + CONTEXT_FEATURES
+CHUNK_FEATURES = JUDGE_FEATURES + CHEAP_FEATURES + RELEVANCE_FEATURES + CONTEXT_FEATURES
+FEATURES = CHUNK_FEATURES + GATE_FEATURES
 # The relevance model's logits are clipped here: past it the probability is
 # 1 or 0 to six places, and a calibration must not extrapolate further.
 RELEVANCE_LOGIT_CLIP = 12.0
@@ -98,7 +102,12 @@ class LogisticModel:
 
     @property
     def uses_relevance(self) -> bool:
-        return any(name in RELEVANCE_FEATURES for name in self.names)
+        return any(name in RELEVANCE_FEATURES + GATE_RELEVANCE_FEATURES for name in self.names)
+
+    @property
+    def is_gate(self) -> bool:
+        """Reads query-level features (processors/gate.py), not a chunk's."""
+        return any(name in GATE_FEATURES for name in self.names)
 
 
 # The relevance model's own probability as a calibration: sigmoid(logit).
@@ -118,13 +127,26 @@ class CalibrationFile:
     """The models of one calibration file: ``retrieval`` for the filter
     without the judge, ``judged`` (None when the file has none) with it, and
     ``relevance`` (None when none) for the filter scored by the project's
-    relevance model (``relevance: crossencoder``) without the judge."""
+    relevance model (``relevance: crossencoder``) without the judge; and
+    the gates (None when none), P(some candidate is relevant) per query:
+    ``gate`` from the retrieval signals, ``gate_relevance`` with the
+    relevance model on the best few candidates too."""
 
     retrieval: Calibrated
     judged: Calibrated | None
     about: Mapping[str, Any]
     source: str
     relevance: Calibrated | None = None
+    gate: Calibrated | None = None
+    gate_relevance: Calibrated | None = None
+
+    def for_gate(self, kind: str) -> Calibrated:
+        """The gate model for ``gate: retrieval`` or ``gate: crossencoder``."""
+        chosen = self.gate_relevance if kind == "crossencoder" else self.gate
+        if chosen is None:
+            name = "gate_relevance" if kind == "crossencoder" else "gate"
+            raise CalibrationError(f"{self.source} holds no {name} model for gate [{kind}]; use gate [off]")
+        return chosen
 
     def for_judging(self, judging: bool, relevance_model: bool = False) -> Calibrated:
         if judging and self.judged is None:
@@ -189,7 +211,20 @@ def parse_calibration(payload: Any, source: str) -> CalibrationFile:
     relevance = _model_from(models["relevance"], f"{source}: models.relevance") if models.get("relevance") else None
     if relevance is not None and relevance.model.uses_judge:
         raise CalibrationError(f"{source}: models.relevance must not read the judge's features")
-    return CalibrationFile(retrieval, judged, dict(payload.get("about") or {}), source, relevance)
+    for name, entry in (("retrieval", retrieval), ("judged", judged), ("relevance", relevance)):
+        if entry is not None and entry.model.is_gate:
+            raise CalibrationError(f"{source}: models.{name} scores chunks and must not read a gate's features")
+    gates = {}
+    for name in ("gate", "gate_relevance"):
+        gate = _model_from(models[name], f"{source}: models.{name}") if models.get(name) else None
+        if gate is not None and not set(gate.model.names) <= set(GATE_FEATURES):
+            raise CalibrationError(
+                f"{source}: models.{name} must read only the gate's features: {', '.join(GATE_FEATURES)}"
+            )
+        if name == "gate" and gate is not None and gate.model.uses_relevance:
+            raise CalibrationError(f"{source}: models.gate must not read the relevance model (that is gate_relevance)")
+        gates[name] = gate
+    return CalibrationFile(retrieval, judged, dict(payload.get("about") or {}), source, relevance, **gates)
 
 
 def shipped_path() -> Path:
@@ -215,6 +250,8 @@ def calibration_payload(
     judged: Calibrated | None,
     about: Mapping[str, Any] | None = None,
     relevance: Calibrated | None = None,
+    gate: Calibrated | None = None,
+    gate_relevance: Calibrated | None = None,
 ) -> dict[str, Any]:
     def entry(c: Calibrated) -> dict[str, Any]:
         return {
@@ -228,6 +265,8 @@ def calibration_payload(
         "retrieval": entry(retrieval),
         **({"judged": entry(judged)} if judged else {}),
         **({"relevance": entry(relevance)} if relevance else {}),
+        **({"gate": entry(gate)} if gate else {}),
+        **({"gate_relevance": entry(gate_relevance)} if gate_relevance else {}),
     }
     return {"format": CALIBRATION_FORMAT, "models": models, "about": dict(about or {})}
 
@@ -238,9 +277,11 @@ def write_calibration(
     judged: Calibrated | None,
     about: Mapping[str, Any] | None = None,
     relevance: Calibrated | None = None,
+    gate: Calibrated | None = None,
+    gate_relevance: Calibrated | None = None,
 ) -> Path:
     """Write a calibration file (checked by reading it back) and return its path."""
-    payload = calibration_payload(retrieval, judged, about, relevance)
+    payload = calibration_payload(retrieval, judged, about, relevance, gate, gate_relevance)
     parse_calibration(payload, str(path))
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

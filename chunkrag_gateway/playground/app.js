@@ -246,6 +246,10 @@
     const rerank = el("select", { id: id("rerank") },
       DEFAULTS.reranks.map((r) => el("option", { value: r, text: r })));
     rerank.value = DEFAULTS.rerank_default;
+    // Whether anything retrieved is relevant at all: below the gate nothing is kept, no model is called.
+    const gate = el("select", { id: id("gate") },
+      DEFAULTS.gates.map((g) => el("option", { value: g, text: g })));
+    gate.value = DEFAULTS.gate_default;
     fieldset.append(
       el("label", {}, "Filter ", presetSelect),
       el("label", {}, "Candidates ", el("input", {
@@ -255,6 +259,7 @@
       el("label", {}, "Threshold ", method),
       el("label", {}, "Relevance ", relevance),
       el("label", {}, "Rerank ", rerank),
+      el("label", {}, "Gate ", gate),
       el("label", {}, "Cut ",
         el("input", {
           id: id("cut"), type: "number", min: 0, max: 1, step: 0.05,
@@ -264,7 +269,7 @@
     );
     const toggle = () => {
       const plain = presetSelect.value === "topk";
-      for (const name of ["threshold", "cut", "answer", "relevance", "rerank"]) $(id(name)).disabled = plain;
+      for (const name of ["threshold", "cut", "answer", "relevance", "rerank", "gate"]) $(id(name)).disabled = plain;
     };
     presetSelect.addEventListener("change", toggle);
     toggle();
@@ -296,6 +301,7 @@
     const options = {};
     if (get("relevance").value !== DEFAULTS.relevance_default) options.relevance = get("relevance").value;
     if (get("rerank").value !== DEFAULTS.rerank_default) options.rerank = get("rerank").value;
+    if (get("gate").value !== DEFAULTS.gate_default) options.gate = get("gate").value;
     return options;
   }
 
@@ -425,6 +431,8 @@
       fact("threshold", threshold ? (threshold.value === null ? "each hit's own" : fmt(threshold.value)) + " (" +
         threshold.method + ")" : "none (no filter)", "fact-threshold"),
       section.relevance_by ? fact("relevance model", relevanceWhere(section), "fact-relevance") : null,
+      section.nothing_relevant ? fact("nothing relevant", section.nothing_relevant_reason || "yes",
+        "fact-nothing-relevant") : null,
       fact("cluster took", String(response.took ?? "–") + " ms"),
       ...Object.entries(section.fields || {}).map(([name, chosen]) => fact("fields of " + name,
         (chosen.read.length ? chosen.read.join(", ") : "none") + " (" + chosen.chosen_by + ")" +
@@ -554,7 +562,10 @@
         "fact-threshold"),
       item("retrieval", (section.retrieval && section.retrieval.mode) || "–"),
       section.relevance_by ? item("relevance model", relevanceWhere(section), "fact-relevance") : null,
-      section.nothing_relevant ? item("nothing relevant", "yes: fallback") : null,
+      section.nothing_relevant ? item("nothing relevant", section.nothing_relevant_reason || "yes",
+        "fact-nothing-relevant") : null,
+      section.gate ? item("gate", section.gate.gate + ": P(relevant) " + fmt(section.gate.probability) +
+        (section.gate.passed ? " ≥ " : " < ") + fmt(section.gate.cut), "fact-gate") : null,
       section.query && section.query.rewritten ? item("rewritten", section.query.rewritten) : null,
     ].filter(Boolean));
     const usage = section.usage || {};

@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from chunkrag_core.providers import make_chat
+from chunkrag_eval import unanswerable
 from chunkrag_eval.datasets import read_items
 from chunkrag_eval.open_corpus import build_corpus, ensure_corpus_index, index_name, parse_distractors
 from chunkrag_eval.open_eval import run_open
@@ -19,10 +20,13 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def open_index(es, settings, shared_eval):
-    _, items, bad = read_items(shared_eval / "popqa" / "dev.jsonl", "popqa", limit=4)
+def open_index(es, settings, shared_eval, tmp_path):
+    # A PopQA file of four records: the corpus holds every record of the files it is built from.
+    four = tmp_path / "popqa4.jsonl"
+    four.write_text("".join((shared_eval / "popqa" / "dev.jsonl").read_text().splitlines(keepends=True)[:4]))
+    _, items, bad = read_items(four, "popqa")
     assert not bad
-    corpus = build_corpus({"popqa": items}, shared_eval, parse_distractors("nq=20,squad=10"), dev_pools=False)
+    corpus = build_corpus([four], shared_eval, parse_distractors("nq=20,squad=10"), dev_pools=False)
     name = index_name(corpus.documents, settings, prefix=f"test-chunkrag-open-{uuid.uuid4().hex[:8]}")
     yield items, corpus, name
     es.delete_index(name)
@@ -38,8 +42,10 @@ def test_the_shared_index_is_ingested_once_and_every_row_chooses_from_the_whole_
     again = ensure_corpus_index(corpus, client=es, embedder=embedder, settings=settings, index=index)
     assert again.unchanged == 34 and again.chunks == 0  # nothing re-chunked, nothing re-embedded
 
+    absent, counts = unanswerable.absent("popqa", items, unanswerable.NameIndex(corpus.documents))
+    asked = unanswerable.answerable("popqa", items) + absent + unanswerable.off_topic("popqa", items)
     run = run_open(
-        {"popqa": items},
+        asked,
         retriever=HybridRetriever(es, embedder, index, settings.retrieval),
         model=make_chat(settings.chat),  # the default filter makes no model call
         rows=ROWS,
@@ -50,7 +56,7 @@ def test_the_shared_index_is_ingested_once_and_every_row_chooses_from_the_whole_
     assert "llm_judge" in run.skipped_rows and "not run" in run.skipped_rows["llm_judge"]
     names = {r.name for r in run.rows}
     assert {"all", "top5", "topk_filter_chars", "cosine", "filter"} <= names
-    by = {(o.item_id, o.size, o.row): o for o in run.outcomes}
+    by = {(o.item_id, o.size, o.row): o for o in run.outcomes if o.kind == "answerable"}
     sources = set()
     for item in items:
         for size in (5, 10):
@@ -59,7 +65,8 @@ def test_the_shared_index_is_ingested_once_and_every_row_chooses_from_the_whole_
             assert len(by[(item.item_id, size, "top5")].kept) == 5
             filtered = by[(item.item_id, size, "filter")]
             assert set(filtered.kept) <= set(everything.kept)
-            assert by[(item.item_id, size, "topk_filter_chars")].chars <= filtered.chars
+            # top-k at the filter's characters gets at least as many (one chunk more at most)
+            assert by[(item.item_id, size, "topk_filter_chars")].chars >= filtered.chars
     # Candidates come from the whole index, not only the question's pool.
     retriever = HybridRetriever(es, embedder, index, settings.retrieval)
     for item in items:
@@ -76,3 +83,14 @@ def test_the_shared_index_is_ingested_once_and_every_row_chooses_from_the_whole_
         # A row keeps a gold answer only where all N hold one.
         only_row, _ = table["filter"]["discordant"]
         assert only_row == 0
+
+    # Asked without its pool, a question whose subject nothing else names gets no chunk of its pool.
+    assert counts["considered"] == 4 and counts["kept"] == len(absent)
+    for question in absent:
+        for o in run.outcomes:
+            if o.kind == "absent" and o.item_id == question.item.item_id:
+                assert not o.own_pool and o.answer_in_context is None
+    # Off topic, the view holds only PubHealth pools: none here, so nothing is retrieved or kept.
+    off = [o for o in run.outcomes if o.kind == "off_topic"]
+    assert off and all(o.kept == () for o in off)
+    assert run.summary()["popqa off_topic"]["5"]["all"]["nothing_kept"] == 1.0

@@ -235,6 +235,7 @@ def test_the_setting_is_read_from_the_environment():
 
 def test_the_script_is_served_with_the_filters_defaults_from_the_declaration():
     from chunkrag_filter.pipeline import JUDGE_TOP_WHEN_ASKED, RELEVANCE_SOURCES, RERANKERS, THRESHOLDS
+    from chunkrag_filter.processors.gate import GATES
     from chunkrag_gateway.playground import DEFAULTS_MARK, page_defaults
     from search_extension.ask import DEFAULT_CANDIDATES
     from search_extension.options import MAX_PASSAGES_LIMIT, OptionsModel
@@ -262,6 +263,8 @@ def test_the_script_is_served_with_the_filters_defaults_from_the_declaration():
             "relevance_default": OptionsModel.model_fields["relevance"].default,
             "reranks": list(RERANKERS),
             "rerank_default": OptionsModel.model_fields["rerank"].default,
+            "gates": list(GATES),
+            "gate_default": OptionsModel.model_fields["gate"].default,
         }
     )
     # The thresholds the page offers are the filter's.

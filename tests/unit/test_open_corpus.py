@@ -27,24 +27,25 @@ from chunkrag_eval.open_rows import (
 from ingest_pipeline.sources import plain_document
 
 
-def test_same_characters_takes_the_best_hybrid_scores_within_the_budget_in_retrieval_order():
+def test_same_characters_takes_the_best_hybrid_scores_until_at_least_the_budget_in_retrieval_order():
     chars = [100, 300, 50, 200]
     scores = [0.9, 0.8, 0.7, 0.6]
-    # 100 + 300 = 400 fits 420; 50 more would be 450: skipped; 200 too.
-    assert select_same_chars(chars, scores, 420) == [0, 1]
-    # A chunk that would overflow is skipped, a smaller later one still fits.
-    assert select_same_chars(chars, scores, 160) == [0, 2]
+    # 100 is short of 420; 100 + 300 = 400 still short; 50 more crosses it: taken, then stop.
+    assert select_same_chars(chars, scores, 420) == [0, 1, 2]
+    assert select_same_chars(chars, scores, 400) == [0, 1]  # exactly the budget
     assert select_same_chars(chars, scores, 0) == []
     # Ranked by score, returned in retrieval order.
-    assert select_same_chars([100, 100, 100], [0.1, 0.9, 0.5], 200) == [1, 2]
+    assert select_same_chars([100, 100, 100], [0.1, 0.9, 0.5], 150) == [1, 2]
 
 
-def test_same_characters_never_exceeds_the_budget_it_matches():
+def test_same_characters_gives_top_k_at_least_the_budget_it_matches_and_at_most_one_chunk_more():
     chars = [120, 80, 300, 40, 95]
     scores = [0.5, 0.9, 0.7, 0.2, 0.6]
-    for budget in (0, 39, 80, 175, 200, 635):
+    for budget in (1, 39, 80, 175, 200, 635):
         kept = select_same_chars(chars, scores, budget)
-        assert sum(chars[i] for i in kept) <= budget
+        total = sum(chars[i] for i in kept)
+        assert total >= budget and total - max(chars[i] for i in kept) < budget
+    assert select_same_chars(chars, scores, 10_000) == [0, 1, 2, 3, 4]  # all there is
 
 
 def test_top_keeps_the_first_k_or_all_there_are():
@@ -124,51 +125,61 @@ def _flags(right: int, n: int = 40) -> list[bool]:
     return [True] * right + [False] * (n - right)
 
 
-def test_the_default_is_the_fewest_tokens_among_candidates_holding_on_every_set():
-    all_popqa, all_pub = _flags(30), _flags(28)
-    sets = {
+def test_the_default_turns_away_the_most_unanswerable_questions_among_those_holding_on_every_answerable_set():
+    all_popqa, all_pub = _flags(60, 100), _flags(70, 100)
+    answerable = {
         "popqa": {
             "all": (all_popqa, 1700.0),
             "filter": (all_popqa, 1600.0),
-            "cut=0.1": (_flags(30), 700.0),
-            "cut=0.2": (_flags(26), 300.0),  # four fewer right: more than one point below
+            "gate": (_flags(59, 100), 1500.0),  # one point below, not significant: holds
+            "gate=0.5": (_flags(55, 100), 1000.0),  # five points below: does not hold
+            "notfound_cut=0.1": (_flags(60, 100), 900.0),
         },
         "pubhealth": {
             "all": (all_pub, 1900.0),
             "filter": (all_pub, 1800.0),
-            "cut=0.1": (_flags(29), 900.0),  # one more right: holds
-            "cut=0.2": (_flags(28), 400.0),
+            "gate": (_flags(70, 100), 1700.0),
+            "gate=0.5": (_flags(70, 100), 1200.0),
+            "notfound_cut=0.1": (_flags(71, 100), 1000.0),
         },
     }
-    chosen = choose_default(sets, candidates=("filter", "cut=0.1", "cut=0.2"))
-    assert chosen.row == "cut=0.1" and chosen.held
-    assert chosen.holding == ("filter", "cut=0.1")
-    assert chosen.tokens == {"filter": 1700.0, "cut=0.1": 800.0, "cut=0.2": 350.0}
+    not_found = {"filter": (0, 80), "gate": (50, 80), "gate=0.5": (70, 80), "notfound_cut=0.1": (6, 80)}
+    chosen = choose_default(answerable, not_found, candidates=("filter", "gate", "gate=0.5", "notfound_cut=0.1"))
+    assert chosen.row == "gate" and chosen.held
+    assert chosen.holding == ("filter", "gate", "notfound_cut=0.1")
+    assert chosen.tokens["gate"] == 1600.0 and chosen.not_found["gate"] == 0.625
 
 
-def test_no_candidate_holding_keeps_the_shipped_default_and_a_tie_goes_to_the_first_listed():
-    sets = {"popqa": {"all": (_flags(30), 1700.0), "cut=0.2": (_flags(29), 300.0)}}
-    # One fewer right of 40 is 2.5 points: more than one point below.
-    chosen = choose_default(sets, candidates=("filter", "cut=0.2"))
-    assert chosen.row == "filter" and not chosen.held and chosen.holding == ()
-    tie = {"popqa": {"all": (_flags(30), 900.0), "a": (_flags(30), 500.0), "b": (_flags(31), 500.0)}}
-    assert choose_default(tie, candidates=("a", "b")).row == "a"
+def test_the_default_stays_when_the_best_turns_away_a_tenth_or_less_and_ties_go_to_fewer_tokens():
+    answerable = {"popqa": {"all": (_flags(30), 1700.0), "a": (_flags(30), 900.0), "b": (_flags(30), 500.0)}}
+    few = choose_default(answerable, {"a": (4, 40), "b": (4, 40)}, candidates=("a", "b"))
+    assert few.row == "filter" and not few.held and few.holding == ("a", "b")
+    tie = choose_default(answerable, {"a": (5, 40), "b": (5, 40)}, candidates=("a", "b"))
+    assert tie.row == "b" and tie.held  # 5 of 40 is over a tenth; b spends fewer tokens
+    # One fewer right of 40 is 2.5 points: more than two points below.
+    worse = {"popqa": {"all": (_flags(30), 1700.0), "a": (_flags(29), 300.0)}}
+    assert choose_default(worse, {"a": (40, 40)}, candidates=("a",)).holding == ()
 
 
-def test_the_default_choice_pairs_the_candidates_with_all_n_on_the_questions_both_answered():
+def test_the_default_choice_pairs_the_candidates_with_all_n_and_counts_the_unanswerable_kept_empty():
     outcomes = [
         _outcome("1", "all", True, 4000, True),
         _outcome("2", "all", True, 4000, True),
         _outcome("3", "all", True, 4000, None),  # not answered: left out
-        _outcome("1", "cut=0.1", True, 800, True),
-        _outcome("2", "cut=0.1", True, 800, True),
-        _outcome("3", "cut=0.1", True, 800, True),
+        _outcome("1", "gate", True, 800, True),
+        _outcome("2", "gate", True, 800, True),
+        _outcome("3", "gate", True, 800, True),
         _outcome("1", "top5", True, 400, False),  # not a candidate
+        _outcome("9", "all", None, 4000, kind="absent"),
+        _outcome("9", "gate", None, 0, kind="absent", kept=()),
+        _outcome("8", "gate", None, 500, kind="absent"),
     ]
     chosen = default_choice(outcomes)
-    assert chosen["row"] == "cut=0.1" and chosen["held"] and chosen["questions"] == {"popqa": 2}
-    assert chosen["prompt_tokens_per_answer"] == {"cut=0.1": 200.0}
-    assert default_choice([o for o in outcomes if o.row != "cut=0.1"]) is None
+    assert chosen["row"] == "gate" and chosen["held"] and chosen["answerable_questions"] == {"popqa": 2}
+    assert chosen["prompt_tokens_per_answer"] == {"gate": 200.0}
+    assert chosen["not_found_without_a_call"] == {"gate": 0.5}
+    assert chosen["unanswerable_questions"] == {"popqa absent": 1}
+    assert default_choice([o for o in outcomes if o.kind == "absent"]) is None
 
 
 def test_a_filter_row_with_an_option_the_filter_does_not_take_is_skipped_with_a_note():
@@ -184,8 +195,35 @@ def test_a_filter_row_with_an_option_the_filter_does_not_take_is_skipped_with_a_
     assert "filter_new" in skipped["topk_new"]
 
 
-def _outcome(item: str, row: str, aic: bool, chars: int, correct: bool | None = None) -> Outcome:
-    return Outcome("popqa", item, 20, row, (0,), chars, aic, aic, correct=correct, prompt_tokens=chars // 4)
+def _outcome(
+    item: str,
+    row: str,
+    aic: bool | None,
+    chars: int,
+    correct: bool | None = None,
+    *,
+    kind: str = "answerable",
+    kept: tuple[int, ...] = (0,),
+    found: bool | None = None,
+) -> Outcome:
+    if found is None and (correct is not None or kind != "answerable"):
+        found = bool(kept)
+    return Outcome(
+        "popqa",
+        item,
+        20,
+        row,
+        kept,
+        chars,
+        aic,
+        bool(aic),
+        correct=correct,
+        prompt_tokens=chars // 4,
+        kind=kind,
+        answer_in_context_substring=aic,
+        found=found,
+        confidence=0.5 if kept else 0.0,
+    )
 
 
 def test_each_row_is_paired_with_all_n_on_the_same_questions():
@@ -196,17 +234,44 @@ def test_each_row_is_paired_with_all_n_on_the_same_questions():
         _outcome("3", "all", False, 1000, False),
         _outcome("1", "top5", True, 400, True),
         _outcome("2", "top5", False, 400, False),
-        _outcome("3", "top5", True, 400, None),
+        _outcome("3", "top5", True, 400),
+        _outcome("7", "all", None, 1000, kind="absent", found=True),
+        _outcome("7", "top5", None, 400, kind="absent", found=False),
     ]
-    summary = summarise(outcomes, rows)["popqa"]["20"]
-    assert summary["all"]["answer_in_context"] == pytest.approx(2 / 3, abs=1e-4)
-    top = summary["top5"]
+    summary = summarise(outcomes, rows)
+    table = summary["popqa"]["20"]
+    assert table["all"]["answer_in_context"] == pytest.approx(2 / 3, abs=1e-4)
+    top = table["top5"]
     assert top["answer_in_context"] == pytest.approx(2 / 3, abs=1e-4)
     assert top["discordant"] == [1, 1] and top["p_vs_all"] == 1.0
     assert top["chars_share_of_all"] == 0.4 and top["chars_per_question"] == 400
+    assert top["nothing_kept"] == 0.0 and "choose_ms_per_question" in top
     # The model's figures over the two questions answered, paired on those.
     assert top["model"]["n"] == 2 and top["model"]["accuracy"] == 0.5
-    assert top["model"]["discordant"] == [0, 1] and top["model"]["prompt_tokens_per_answer"] == 100
+    assert top["model"]["discordant"] == [0, 1] and top["model"]["prompt_tokens_per_question"] == 100
+    # The unanswerable kind has a table of its own: made up, or said not found.
+    absent = summary["popqa absent"]["20"]
+    assert absent["all"]["model"]["made_up"] == 1.0 and absent["top5"]["model"]["said_not_found"] == 1.0
+    assert "answer_in_context" not in absent["all"] and "own_pool_in_context" not in absent["all"]
+
+
+def test_selective_answering_draws_each_row_over_answerable_and_unanswerable_questions():
+    from chunkrag_eval.open_eval import selective_answering
+
+    rows = (Row("all", "all N", "all"), Row("gate", "gate", "filter"))
+    outcomes = [
+        _outcome("1", "all", True, 1000, True),
+        _outcome("2", "all", True, 1000, False),
+        _outcome("9", "all", None, 1000, kind="absent", found=True),
+        _outcome("1", "gate", True, 1000, True),
+        _outcome("2", "gate", True, 1000, False),
+        _outcome("9", "gate", None, 0, kind="absent", kept=()),
+    ]
+    curves = selective_answering(outcomes, rows)["20"]
+    # all N answers all three (one right); the gate turns the unanswerable one away
+    assert curves["all"]["model"]["coverage"] == 1.0 and curves["all"]["model"]["accuracy_answered"] == 0.3333
+    assert curves["gate"]["model"]["coverage"] == 0.6667 and curves["gate"]["model"]["accuracy_answered"] == 0.5
+    assert curves["gate"]["in_context"]["coverage"] == 0.6667
 
 
 def test_distractor_sets_parse_and_refuse_what_does_not_exist():

@@ -1,0 +1,91 @@
+"""The gate's models: training questions, their candidates, the fit.
+
+    python -m bench.gate_fit build     # index the training set, cache each question's candidates' signals
+    python -m bench.gate_fit fit       # fit both gates, write them into the shipped calibration file
+
+Which questions and why: chunkrag_eval/gate_study.py. The fit's figures go to results/gate_fit.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from bench.common import SHARED, write_result
+
+CACHE = Path(__file__).resolve().parents[1] / ".cache" / "gate" / "training.jsonl"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.gate_fit", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("build", "fit"))
+    parser.add_argument("--cache", type=Path, default=CACHE)
+    parser.add_argument("--no-write", action="store_true", help="fit: print, do not write the calibration file")
+    args = parser.parse_args(argv)
+    from chunkrag_eval import gate_study
+
+    if args.command == "build":
+        from chunkrag_core.engines import make_backend
+        from chunkrag_core.providers import make_embedder
+        from chunkrag_core.providers.local_relevance import shared_relevance_model
+        from chunkrag_core.settings import Settings
+        from chunkrag_train.pairs import split_of
+
+        settings = Settings.from_env()
+        gate_study.build(
+            SHARED / "eval",
+            args.cache,
+            client=make_backend(settings),
+            embedder=make_embedder(settings.embedder),
+            settings=settings,
+            relevance=shared_relevance_model(),
+            # The relevance model's own split of its training questions (seed 13, as trained).
+            relevance_split=lambda key: split_of(key, 13),
+            say=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+        return 0
+    from chunkrag_filter.processors.calibration import load_calibration, shipped_path, write_calibration
+
+    fitted = gate_study.fit(gate_study.read_rows(args.cache))
+    report = {
+        name: {k: v for k, v in entry.items() if k != "calibrated"} if isinstance(entry, dict) else entry
+        for name, entry in fitted.items()
+    }
+    for name in ("gate", "gate_relevance"):
+        chosen = fitted[name]["calibrated"]
+        report[name]["model"] = dict(zip(chosen.model.names, chosen.model.weights)) | {"bias": chosen.model.bias}
+        report[name]["cut"] = chosen.cut
+    if not args.no_write:
+        current = load_calibration(None)
+        day = time.strftime("%Y-%m-%d")
+        about = {
+            **current.about,
+            "gate": "P(some candidate is relevant) from the best raw cosine and the best share of the query's words "
+            "and names in one candidate; fitted on NQ-open and SQuAD 2.0 training questions asked of an index "
+            f"with and without their answer (`python -m bench.gate_fit fit`, {day}; chunkrag_eval/gate_study.py); "
+            f"cut {fitted['gate']['calibrated'].cut}: the highest passing {gate_study.KEEP_ANSWERABLE:.0%} of the "
+            "answerable training questions",
+            "gate_relevance": "the same with the relevance model's best log-odds over the best three candidates, "
+            "fitted on the NQ questions the relevance model held out of its training "
+            f"(`python -m bench.gate_fit fit`, {day}); cut {fitted['gate_relevance']['calibrated'].cut}, by the "
+            "same rule",
+        }
+        write_calibration(
+            shipped_path(),
+            current.retrieval,
+            current.judged,
+            about,
+            current.relevance,
+            fitted["gate"]["calibrated"],
+            fitted["gate_relevance"]["calibrated"],
+        )
+    report["load_average"] = [round(v, 2) for v in os.getloadavg()]
+    print(write_result("gate_fit", "bench.gate_fit", report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
