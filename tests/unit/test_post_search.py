@@ -537,3 +537,33 @@ def test_v1_ask_refuses_post_search_options_by_name():
     with pytest.raises(OptionError, match="options.fields"):
         parse_ask("q", {"fields": ["body"]}, max_candidates=8)
     assert parse_ask("q", {"mode": "auto"}, max_candidates=8).options.mode is None
+
+
+def test_the_gate_reads_each_hit_and_the_response_shows_the_likeliest_hits_reading(tmp_path):
+    from chunkrag_filter.processors.calibration import (
+        Calibrated,
+        Configured,
+        LogisticModel,
+        load_calibration,
+        write_calibration,
+    )
+
+    retrieval = Calibrated(LogisticModel(("cosine",), (1.0,), 0.0), 0.0)
+    gate = Calibrated(LogisticModel(("best_cosine",), (20.0,), -8.0), 0.5)  # passes above cosine 0.4
+    path = write_calibration(tmp_path / "c.json", retrieval, None, {}, None, gate)
+    try:
+        gated = FilterOptions(gate="retrieval", calibration=Configured(str(path)), answer=False)
+        options = PostSearchOptions(include_dropped=True)
+        result = run(options, filter_options=gated)
+        first, second, _ = result.hits
+        # Hit 1 holds the rotate passage (cosine 1): its gate passes. Hit 2's only passage does not.
+        assert [c.text for c in first.kept] == ["Press rotate to rotate a key", "Lunch is at noon"]
+        assert second.kept == () and [why for _, why in second.dropped] == ["nothing_relevant"]
+        section = post_search_response(CLUSTER, result, options)["chunkrag"]
+        assert section["nothing_relevant"] is False and section["gate"]["passed"] is True
+        # A page of hit 2 alone: nothing relevant, said with its own reading.
+        alone = post_search_response(page("2"), run(options, filter_options=gated, response=page("2")), options)
+        assert alone["chunkrag"]["nothing_relevant"] is True and alone["chunkrag"]["gate"]["passed"] is False
+        assert alone["chunkrag"]["nothing_relevant_reason"].startswith("no candidate looks relevant")
+    finally:
+        load_calibration.cache_clear()
