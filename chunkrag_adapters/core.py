@@ -4,11 +4,14 @@ Each adapter (``langchain``, ``llamaindex``, ``haystack``) turns its
 framework's documents into texts, calls :meth:`ChunkFilter.filter`, and turns
 the :class:`Passage` values back into its framework's documents. Nothing
 here is a second copy of the filter: the texts go through post-search
-(``search_extension.post_search``) exactly as the hits of a caller's own
-search do through the gateway, each text one hit, split into passages (the
-ingest chunker) or kept whole, scored by BM25 and cosine over the texts'
-passages, then ``chunkrag_filter.pipeline.run_filter`` with the options of
-``ext.chunkrag`` (``search_extension.options``: declared once).
+(``search_extension.post_search``) as the hits of a caller's own search do
+through the gateway, each text one hit, split into passages (the ingest
+chunker) or kept whole, then ``chunkrag_filter.pipeline.run_filter`` with
+the options of ``ext.chunkrag`` (``search_extension.options``: declared
+once). One difference: a framework's texts are its retriever's candidates
+for the query, so they are one pool (``pooled``), their passages scored by
+BM25 and cosine over all the texts' passages and filtered together, as a
+chunk index's candidates are; a search's hits are each filtered on their own.
 
 :class:`IndexSearch` is the same for a whole search: a chunk index's hybrid
 retrieval and the filter (``search_extension.ask``), or post-search over
@@ -218,6 +221,7 @@ class ChunkFilter:
             model=self._parts.model,
             judge_many=self._parts.judge_many(),
             weights=(self.settings.retrieval.bm25_weight, self.settings.retrieval.knn_weight),
+            pooled=True,
         )
         self._last.filtered = filtered_of(result)
         return self._last.filtered

@@ -1,11 +1,13 @@
 """The chunk filter in LlamaIndex (``pip install "chunkrag-es[llamaindex]"``).
 
 :class:`ChunkragPostprocessor` is a ``BaseNodePostprocessor``: give it to a
-query engine (``index.as_query_engine(node_postprocessors=[...])``) or call
-``postprocess_nodes(nodes, query_str=...)`` on a retriever's nodes. Each kept
-passage comes back as a ``TextNode`` holding the passage's text, the source
-node's metadata and, under ``metadata["chunkrag"]``, the filter's scores and
-decision; its score is the filter's combined score.
+query engine (``index.as_query_engine(llm=..., node_postprocessors=[...])``:
+without ``llm=`` LlamaIndex loads OpenAI's, which needs
+``llama-index-llms-openai``) or call ``postprocess_nodes(nodes, query_str=...)``
+on a retriever's nodes. Each kept passage comes back as a ``TextNode`` holding
+the passage's text, the source node's metadata and, under
+``metadata["chunkrag"]``, the filter's scores and decision; its score is the
+filter's combined score.
 """
 
 from __future__ import annotations

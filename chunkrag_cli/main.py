@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--every", type=float, metavar="SECONDS", help="run again this many seconds after each pass, until stopped"
     )
     sync.add_argument("--json", action="store_true", help="print each pass's report as JSON")
+    sync.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (shown on stderr when it is a terminal)"
+    )
     sync.set_defaults(handler=cmd_sync)
 
     search = commands.add_parser(
@@ -445,20 +448,22 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
         passing += (WorkersUnavailable, QueueUnavailable)
 
-        def one_pass():
-            return sync_on_workers(args.source, client=client, settings=settings, **options)
+        def one_pass(on_page):
+            return sync_on_workers(args.source, client=client, settings=settings, on_page=on_page, **options)
     else:
         from chunkrag_core.providers import make_embedder
         from ingest_pipeline.sync import sync_index
 
         embedder = make_embedder(settings.embedder)
 
-        def one_pass():
-            return sync_index(args.source, client=client, embedder=embedder, settings=settings, **options)
+        def one_pass(on_page):
+            return sync_index(
+                args.source, client=client, embedder=embedder, settings=settings, on_page=on_page, **options
+            )
 
     while True:
         try:
-            report = one_pass()
+            report = _with_progress(one_pass, False if args.no_progress else None, f"sync {args.source}")
         except SyncError as exc:
             print(f"chunkrag: {exc}", file=sys.stderr)
             return 2
@@ -475,6 +480,26 @@ def cmd_sync(args: argparse.Namespace) -> int:
         if args.every is None:
             return 0 if report.ok else 1
         time.sleep(args.every)
+
+
+def _with_progress(one_pass, progress: bool | None, desc: str):
+    """``one_pass(on_page)`` with a bar of the source documents it reads, page
+    by page (a resumed pass counts from where it goes on); ``progress`` as
+    `ingest_pipeline.pipeline.progress_bar` takes it."""
+    from ingest_pipeline.pipeline import progress_bar
+
+    bar = progress_bar(progress, desc=desc)
+    shown = 0
+
+    def on_page(totals) -> None:
+        nonlocal shown
+        bar.update(totals.read - shown)
+        shown = totals.read
+
+    try:
+        return one_pass(on_page)
+    finally:
+        bar.close()
 
 
 def cmd_search(args: argparse.Namespace) -> int:

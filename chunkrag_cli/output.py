@@ -71,6 +71,12 @@ def print_sync_report(report: SyncReport, out: TextIO) -> None:
     )
     if report.restarted:
         print(f"note: {report.restarted}", file=out)
+    if report.made_hidden:
+        print(
+            f"note: {report.companion!r} is now a hidden index: searches, counts and aggregations over a "
+            "pattern no longer reach it; post-search still reads it by name",
+            file=out,
+        )
     for error in report.errors[:20]:
         print(f"error {error}", file=out)
     if len(report.errors) > 20:

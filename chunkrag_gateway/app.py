@@ -37,7 +37,6 @@ from chunkrag_gateway.dialect import (
     OptionError,
     ask_response,
     check_pit_search,
-    chunkrag_block,
     parse_ask,
     parse_post_search,
     parse_search,
@@ -71,7 +70,7 @@ from chunkrag_gateway.models import (
     search_openapi,
 )
 from chunkrag_gateway.passthrough import HttpTransport
-from chunkrag_gateway.policy import parse_classes
+from chunkrag_gateway.policy import has_chunkrag_ext, parse_classes
 from chunkrag_gateway.responses import error_response, es_json
 from chunkrag_gateway.shared_state import make_stores
 from search_extension.options import first_error
@@ -296,7 +295,9 @@ def create_app(
         body = await request.body()
         decoded = _json_body(body)
         caller = _caller(request)
-        if chunkrag_block(decoded) is None:  # "chunkrag" was only a word in the query
+        # "chunkrag" only a word in the query: the cluster's search. A block
+        # that is there but not an object (null included) is refused naming it.
+        if not has_chunkrag_ext(decoded):
             telemetry.note(request.scope, mode="passthrough")
             return await edges.passthrough.forward(
                 request.method, request_target(request.scope), request.scope["headers"], body, caller

@@ -48,16 +48,6 @@ class ChunkragSearch:
     options: ChunkragOptions
 
 
-def chunkrag_block(body: Any) -> Any | None:
-    """``body.ext.chunkrag`` when present (any value, validated later), else None."""
-    if not isinstance(body, Mapping):
-        return None
-    ext = body.get("ext")
-    if not isinstance(ext, Mapping) or "chunkrag" not in ext:
-        return None
-    return ext["chunkrag"]
-
-
 def parse_search(body: Mapping[str, Any], *, max_candidates: int, max_query_chars: int | None = None) -> ChunkragSearch:
     for key in body:
         if key not in CHUNKRAG_BODY_KEYS:

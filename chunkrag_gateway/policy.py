@@ -154,6 +154,9 @@ def msearch_indices(body: bytes, default: tuple[str, ...] | None) -> list[tuple[
 
 
 def has_chunkrag_ext(document: object) -> bool:
+    """Whether a decoded body's ``ext`` holds ``chunkrag``, whatever its
+    value: a ``null`` or a list is the gateway's to refuse by name (the
+    cluster would answer that it knows no ``SearchExtBuilder`` of that name)."""
     return isinstance(document, dict) and isinstance(document.get("ext"), dict) and "chunkrag" in document["ext"]
 
 

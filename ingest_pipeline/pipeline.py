@@ -569,11 +569,12 @@ class _NoBar:
         pass
 
 
-def progress_bar(progress: bool | None):
+def progress_bar(progress: bool | None, desc: str = "ingest"):
+    """A bar of documents on stderr (``progress`` None: when stderr is a terminal)."""
     if progress is None:
         progress = sys.stderr.isatty()
     if not progress:
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(unit="doc", desc="ingest", file=sys.stderr)
+    return tqdm(unit="doc", desc=desc, file=sys.stderr)

@@ -98,6 +98,9 @@ class SyncReport:
     restarted: str = ""  # why an interrupted pass could not go on, if so
     text_fields: tuple[str, ...] = ()
     title_field: str = ""
+    # The companion was an index wildcards reached (made before companions
+    # were hidden) and this pass made it hidden.
+    made_hidden: bool = False
 
     @property
     def ok(self) -> bool:
@@ -277,7 +280,8 @@ def sync_index(
     began = time.perf_counter()
     companion = companion or companion_name(source)
     chosen, title = resolve_fields(client, source, fields, title_field)
-    ensure_index_for(client, companion, settings)
+    created = ensure_index_for(client, companion, settings, hidden=True)
+    made_hidden = not created and hide(client, companion)  # one made before companions were hidden
     state = state or IndexMetaState(client, companion)
     if ingest is None:
         if embedder is None:
@@ -297,7 +301,7 @@ def sync_index(
 
     shaping = shaping_of(settings)
     pass_ = _Pass(client, source, companion, chosen, title, state, batch)
-    totals = _Totals()
+    totals = _Totals(made_hidden=made_hidden)
     refresh = _RefreshHold(client, companion)
     try:
         for hits in pass_.pages():
@@ -328,6 +332,17 @@ def sync_index(
     totals.deleted = sweep(client, companion, chosen, title)
     pass_.finish()
     return totals.report(pass_, began, complete=True)
+
+
+def hide(client: SearchBackend, companion: str) -> bool:
+    """Make an existing companion a hidden index (True), unless it is one
+    already (False): the callers' own searches, counts and aggregations over
+    a pattern (``kb-*``) then no longer reach it, while post-search and sync
+    name it. A companion is created hidden; this migrates one made before."""
+    if client.index_hidden(companion):
+        return False
+    client.hide_index(companion)
+    return True
 
 
 def changed_documents(
@@ -384,6 +399,7 @@ class _Totals:
     rechunked: int = 0
     deleted: int = 0
     errors: list[str] = field(default_factory=list)
+    made_hidden: bool = False
 
     def report(self, pass_: _Pass, began: float, *, complete: bool) -> SyncReport:
         return SyncReport(
@@ -401,6 +417,7 @@ class _Totals:
             restarted=pass_.restarted,
             text_fields=pass_.fields,
             title_field=pass_.title,
+            made_hidden=self.made_hidden,
         )
 
 

@@ -24,7 +24,7 @@ class IndexMismatch(RuntimeError):
     """The index exists with a mapping these chunks cannot go into."""
 
 
-def ensure_index_for(backend: SearchBackend, index: str, settings: Settings) -> bool:
+def ensure_index_for(backend: SearchBackend, index: str, settings: Settings, *, hidden: bool = False) -> bool:
     """:func:`ensure_index` with what ``settings`` say of the index (the
     embedder's dims, the vector type, shards and replicas) and the cluster's
     own capabilities: the call every ingest, in process or on workers, makes."""
@@ -35,6 +35,7 @@ def ensure_index_for(backend: SearchBackend, index: str, settings: Settings) -> 
         vectors=settings.vector_index,
         capabilities=backend.capabilities(),
         layout=settings.index_layout,
+        hidden=hidden,
     )
 
 
@@ -46,9 +47,11 @@ def ensure_index(
     vectors: VectorIndexSettings,
     capabilities: ClusterCapabilities,
     layout: IndexLayoutSettings = IndexLayoutSettings(),
+    hidden: bool = False,
 ) -> bool:
     """Create the chunk index if missing (True if created), with the shards
-    and replicas of ``layout``; check an existing one can take vectors of ``dims``."""
+    and replicas of ``layout``, hidden from wildcards when ``hidden``; check
+    an existing one can take vectors of ``dims``."""
     if backend.index_exists(index):
         properties = backend.mapping_properties(index)
         found = vector_dims(properties.get(schema.VECTOR, {}))
@@ -67,6 +70,7 @@ def ensure_index(
         vectors=vectors,
         shards=layout.shards,
         replicas=layout.replicas,
+        hidden=hidden,
     )
     backend.create_index(index, body)
     return True

@@ -1,6 +1,7 @@
 """`services up|down|status|wait|logs` for the local Elasticsearch, OpenSearch, Redis and llm server.
 
 Without `--only`, commands act on DEFAULT_SERVICES (Elasticsearch, OpenSearch and Redis);
+`--only` names one service, and may be given again for more (each one it names is acted on);
 the llm server is started only with `--only llm`, but `down` also stops it, `status`
 shows it (its health counts towards the exit code only with `--only llm`) and `logs`
 shows its log. Every service is a ManagedProcess (managed.py), built by its
@@ -31,12 +32,20 @@ DEFAULT_SERVICES = ("elasticsearch", "opensearch", "redis")
 ALL_SERVICES = ("elasticsearch", "opensearch", "redis", "llm")
 
 
-def _selected(only: str | None, default: tuple[str, ...] = DEFAULT_SERVICES) -> tuple[str, ...]:
+# What `--only` names: one service (from Python), several (the flag given
+# more than once), or None for the command's default.
+Only = str | Sequence[str] | None
+
+
+def _selected(only: Only, default: tuple[str, ...] = DEFAULT_SERVICES) -> tuple[str, ...]:
+    """The services ``only`` names (each checked), once each; ``default`` without it."""
     if only is None:
         return default
-    if only not in ALL_SERVICES:
-        raise LocalServiceError(f"unknown service {only!r}; choose one of {', '.join(ALL_SERVICES)}")
-    return (only,)
+    named = (only,) if isinstance(only, str) else tuple(only)
+    for name in named:
+        if name not in ALL_SERVICES:
+            raise LocalServiceError(f"unknown service {name!r}; choose one of {', '.join(ALL_SERVICES)}")
+    return tuple(dict.fromkeys(named))
 
 
 class _ClusterService:
@@ -97,7 +106,7 @@ DOWN_ORDER = ("llm", "elasticsearch", "opensearch", "redis")
 
 
 def services_up(
-    only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line, nodes: int = 1
+    only: Only = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line, nodes: int = 1
 ) -> None:
     """Idempotently start the selected services and wait until they are healthy.
 
@@ -109,13 +118,13 @@ def services_up(
         service.up(timeout, log)
 
 
-def services_down(only: str | None = None, log: Log = print_line, nodes: int = 1) -> None:
+def services_down(only: Only = None, log: Log = print_line, nodes: int = 1) -> None:
     # Without --only, also stop an llm server that `up --only llm` started.
     for _name, service in _services(_selected(only, default=ALL_SERVICES), DOWN_ORDER, nodes):
         service.down(log)
 
 
-def services_status(only: str | None = None, log: Log = print_line, nodes: int = 1) -> list[ServiceStatus]:
+def services_status(only: Only = None, log: Log = print_line, nodes: int = 1) -> list[ServiceStatus]:
     """Each selected service's status; without ``only``, every service,
     the model server too (`required` tells which must be healthy)."""
     statuses: list[ServiceStatus] = []
@@ -126,14 +135,14 @@ def services_status(only: str | None = None, log: Log = print_line, nodes: int =
 
 
 def services_wait(
-    only: str | None = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line, nodes: int = 1
+    only: Only = None, timeout: float = DEFAULT_WAIT_SECONDS, log: Log = print_line, nodes: int = 1
 ) -> None:
     for name, service in _services(_selected(only), UP_ORDER, nodes):
         health = service.wait(timeout, log)
         log(f"{name} healthy ({health})")
 
 
-def services_logs(only: str | None = None, lines: int = 40, log: Log = print_line, nodes: int = 1) -> None:
+def services_logs(only: Only = None, lines: int = 40, log: Log = print_line, nodes: int = 1) -> None:
     """Each selected service's log excerpt: likely causes of a failure, then the log's tail."""
     for name, service in _services(_selected(only, default=ALL_SERVICES), ALL_SERVICES, nodes):
         text = service.logs(lines)
@@ -182,7 +191,7 @@ def _run_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def required(only: str | None, status: ServiceStatus) -> bool:
+def required(only: Only, status: ServiceStatus) -> bool:
     """Whether ``status`` counts towards `status`'s exit code: the service
     `--only` names, or one `up` starts without it (the model server is shown
     but optional: `up` leaves it alone, and a remote model may be in use)."""
@@ -245,7 +254,8 @@ def _add_commands(parent: argparse.ArgumentParser, dest: str) -> None:
         command.add_argument(
             "--only",
             choices=ALL_SERVICES,
-            help=f"act on this service only (default: {' and '.join(DEFAULT_SERVICES)}"
+            action="append",
+            help=f"act on this service only; give it again for several (default: {', '.join(DEFAULT_SERVICES)}"
             + ("; down, status and logs also cover llm" if name in ("down", "status", "logs") else "")
             + ")",
         )

@@ -29,12 +29,7 @@ from ingest_pipeline.document_context import wants_context
 from ingest_pipeline.pipeline import shaping_of
 from ingest_pipeline.source_fields import SourceField
 from ingest_pipeline.sync import companion_name
-from search_extension.companion_scoring import (
-    UNREADABLE_STATUSES,
-    CompanionUnreadable,
-    NotServed,
-    engine_scored,
-)
+from search_extension.companion_scoring import UNREADABLE_STATUSES, NotServed, engine_scored
 from search_extension.passages import PassageSource, ScoredHits
 
 # Most chunks one request brings back (the engine's default result window);
@@ -160,11 +155,11 @@ class CompanionsFirst:
     the caller may not read is passed over); everything else from
     ``fallback`` (chunked and embedded at query time).
 
-    With ``engine_scoring`` it is also a :class:`ScoringPassageSource`: when
-    every field of a response is complete and current in its companion, the
-    engine scores the chunks and only the candidates are fetched
-    (``companion_scoring``); otherwise ``scored`` answers None and the
-    passages are fetched with their vectors and scored here."""
+    With ``engine_scoring`` it is also a :class:`ScoringPassageSource`: the
+    engine scores the chunks of each hit whose every field is complete and
+    current in its companion, and only their candidates are fetched
+    (``companion_scoring``); the passages of the other hits are fetched
+    with their vectors (or chunked now) and scored here."""
 
     def __init__(
         self,
@@ -192,7 +187,8 @@ class CompanionsFirst:
         self._headers = chunking.headers if rebuild and not wants_context(chunking) else None
         self._unreadable = unreadable if unreadable is not None else UnreadableCompanions()
         self._identity = identity
-        # Why the last response was not scored by the engine (None: it was, or never asked).
+        # Why a hit of the last response was not scored by the engine (None:
+        # every hit was, or never asked).
         self.not_scored_because: str | None = None
 
     def scored(
@@ -201,7 +197,6 @@ class CompanionsFirst:
         *,
         query: str,
         query_vector: np.ndarray,
-        doc_cosines: Sequence[float | None],
         weights: tuple[float, float],
         max_passages: int,
         with_vectors: bool,
@@ -211,35 +206,41 @@ class CompanionsFirst:
             return None
         fields = [field for sources in fields_by_hit for field in sources]
         companions = {field.index: companion_name(field.index) for field in fields}
-        known = sorted(c for c in set(companions.values()) if (self._identity, c) in self._unreadable)
-        if known:
-            self.not_scored_because = f"the companion [{known[0]}] cannot be read (noted earlier)"
+        known = {c for c in set(companions.values()) if (self._identity, c) in self._unreadable}
+        # The hits whose companion is not known to be unreadable are asked for, each served or not on its own.
+        asked = [i for i, sources in enumerate(fields_by_hit) if not any(companions[f.index] in known for f in sources)]
+        reasons = [f"the companion [{min(known)}] cannot be read (noted earlier)"] if known else []
+        best: list[tuple[Chunk, ...] | None] = [None] * len(fields_by_hit)
+        capped = [0] * len(fields_by_hit)
+        if asked:
+            shaping = shaping_of(self._settings)
+            try:
+                outcome = engine_scored(
+                    self._client,
+                    [fields_by_hit[i] for i in asked],
+                    companions,
+                    {field.companion_id: document_fingerprint(field.document(), shaping) for field in fields},
+                    query=query,
+                    query_vector=query_vector,
+                    weights=weights,
+                    max_passages=max_passages,
+                    with_vectors=with_vectors,
+                    bm25=self._bm25,
+                    headers=self._headers,
+                )
+            except NotServed as exc:
+                self.not_scored_because = str(exc)
+                return None
+            for name in outcome.unreadable:
+                self._unreadable.note(self._identity, name)
+            for i, chosen, count in zip(asked, outcome.scored.best, outcome.scored.capped):
+                best[i], capped[i] = chosen, count
+            reasons.extend([outcome.why_not] if outcome.why_not else [])
+        # Why a hit was not served (None: every hit was).
+        self.not_scored_because = reasons[0] if reasons else None
+        if not any(chosen is not None and sources for chosen, sources in zip(best, fields_by_hit)):
             return None
-        shaping = shaping_of(self._settings)
-        try:
-            scored = engine_scored(
-                self._client,
-                fields_by_hit,
-                companions,
-                {field.companion_id: document_fingerprint(field.document(), shaping) for field in fields},
-                query=query,
-                query_vector=query_vector,
-                doc_cosines=doc_cosines,
-                weights=weights,
-                max_passages=max_passages,
-                with_vectors=with_vectors,
-                bm25=self._bm25,
-                headers=self._headers,
-            )
-        except CompanionUnreadable as exc:
-            self._unreadable.note(self._identity, exc.companion)
-            self.not_scored_because = str(exc)
-            return None
-        except NotServed as exc:
-            self.not_scored_because = str(exc)
-            return None
-        self.not_scored_because = None
-        return scored
+        return ScoredHits(tuple(best), tuple(capped))
 
     def passages(self, fields: Sequence[SourceField], *, query: str = "") -> Mapping[str, Sequence[Chunk]]:
         by_index: dict[str, list[SourceField]] = {}

@@ -13,8 +13,8 @@ and only the passages that go to the filter are fetched.
    chunk id is made from the doc values), no text, no vector.
 2. Here, per hit: the same passage score as query-time passages
    (``post_search.passage_scores``: both signals min-max normalised over
-   the response's passages, weighted, the document prior) and the best
-   ``max_passages`` of each hit.
+   the hit's own passages, weighted) and the best ``max_passages`` of each
+   hit.
 3. The candidates as chunks. Their text is already in hand: the hit's own
    field text between each chunk's ``start`` and ``end`` (doc values of
    step 1), with the lead, header, title and metadata the chunker gives
@@ -36,10 +36,13 @@ and only the passages that go to the filter are fetched.
 
 What differs from fetching every chunk and scoring here: BM25 is the
 engine's (the companion's analyzer, its index statistics) instead of BM25
-over the response's passages. A field whose companion chunks are missing,
-of another text (fingerprint), or incomplete makes the whole response go
-the fetched-chunks way (``CompanionPassages``), so a response is never
-scored with two kinds of BM25.
+over the hit's passages. A hit is served this way only when every field of
+it is complete and current in its companion; a hit with a field whose
+companion chunks are missing, of another text (fingerprint) or incomplete,
+or whose companion cannot be read, is left to the fetched-chunks way
+(``CompanionPassages``) whole, so no hit is scored with two kinds of BM25,
+and whether a hit is served depends on that hit alone, not on the others
+of its page.
 """
 
 from __future__ import annotations
@@ -112,13 +115,16 @@ class NotServed(Exception):
     caller takes the fetched-chunks way."""
 
 
-class CompanionUnreadable(NotServed):
-    """``companion`` is missing, or these credentials may not read it (its
-    search answered 404 or 403)."""
+@dataclass(frozen=True, slots=True)
+class EngineScoring:
+    """What the companions made of a response's hits: ``scored`` holds each
+    hit's candidates, None for a hit they did not serve; ``why_not`` the
+    first reason a hit was not served; ``unreadable`` the companions that
+    answered they cannot be read (missing, or not these credentials')."""
 
-    def __init__(self, companion: str, status: Any):
-        super().__init__(f"the companion [{companion}] cannot be read ({status})")
-        self.companion = companion
+    scored: ScoredHits
+    why_not: str | None = None
+    unreadable: tuple[str, ...] = ()
 
 
 # The answers of a companion search that say the companion cannot be read
@@ -269,36 +275,29 @@ def complete(rows: Sequence[ChunkSignal], fingerprint: str) -> bool:
 
 
 def counted_here(query: str, per_hit: Sequence[Sequence[ChunkSignal]]) -> list[list[ChunkSignal]]:
-    """The chunks with BM25 counted over their texts, all passages of the
-    response being the collection (``post_search.bm25_scores``)."""
-    flat = [row for rows in per_hit for row in rows]
-    counted = iter(bm25_scores(query, [row.text or "" for row in flat]))
-    return [[dataclasses.replace(row, bm25=next(counted)) for row in rows] for rows in per_hit]
+    """The chunks with BM25 counted over their texts, each hit's passages
+    being the collection (``post_search.bm25_scores``, as for fetched passages)."""
+    out = []
+    for rows in per_hit:
+        counted = bm25_scores(query, [row.text or "" for row in rows])
+        out.append([dataclasses.replace(row, bm25=score) for row, score in zip(rows, counted)])
+    return out
 
 
 def choose_candidates(
     per_hit: Sequence[Sequence[ChunkSignal]],
-    doc_cosines: Sequence[float | None],
     weights: tuple[float, float],
     max_passages: int,
 ) -> tuple[list[list[tuple[ChunkSignal, PassageScore]]], list[int]]:
-    """Each hit's best ``max_passages`` chunks by the passage score (ties
-    in the hit's order: field, then position) and how many were left out."""
-    flat = [(h, row) for h, rows in enumerate(per_hit) for row in rows]
-    scores = passage_scores(
-        [h for h, _ in flat],
-        [row.bm25 for _, row in flat],
-        [row.similarity for _, row in flat],
-        [row.cosine for _, row in flat],
-        doc_cosines,
-        weights,
-    )
-    scored: list[list[tuple[ChunkSignal, PassageScore]]] = [[] for _ in per_hit]
-    for (h, row), score in zip(flat, scores):
-        scored[h].append((row, score))
+    """Each hit's best ``max_passages`` chunks by the passage score, counted
+    over that hit's chunks alone (ties in the hit's order: field, then
+    position), and how many were left out."""
     best, capped = [], []
-    for rows in scored:
-        ordered = sorted(rows, key=lambda pair: -pair[1].score)
+    for rows in per_hit:
+        scores = passage_scores(
+            [row.bm25 for row in rows], [row.similarity for row in rows], [row.cosine for row in rows], weights
+        )
+        ordered = sorted(zip(rows, scores), key=lambda pair: -pair[1].score)
         best.append(ordered[:max_passages])
         capped.append(max(0, len(ordered) - max_passages))
     return best, capped
@@ -387,20 +386,21 @@ def engine_scored(
     *,
     query: str,
     query_vector: np.ndarray,
-    doc_cosines: Sequence[float | None],
     weights: tuple[float, float],
     max_passages: int,
     with_vectors: bool,
     bm25: str = "engine",
     headers: str | None = None,
     max_chunks: int = MAX_SCORED_CHUNKS,
-) -> ScoredHits:
+) -> EngineScoring:
     """Steps 1-3 for the fields of each hit; ``companion_of`` names the
     companion of each hit index, ``fingerprints`` the text fingerprint of
     each field (by companion id). ``headers``: the chunking's header mode
     when the candidates may be rebuilt from the hits' text (no document
-    context written by the model), None to fetch them. NotServed when any
-    field is not complete and current in its companion."""
+    context written by the model), None to fetch them. A hit is served only
+    when every field of it is complete and current in a companion that
+    answered; NotServed when the request itself failed, or a candidate
+    changed while it was scored."""
     by_companion: dict[str, list[str]] = {}
     for sources in fields_by_hit:
         for field in sources:
@@ -409,24 +409,41 @@ def engine_scored(
     for companion, doc_ids in by_companion.items():
         searches.extend(signal_searches(companion, doc_ids, query, query_vector, max_chunks, bm25=bm25))
     try:
-        items = client.msearch(searches)["responses"]
+        items = client.msearch(searches)["responses"] if searches else []
     except EngineRefused as exc:
         raise NotServed(f"the companion search failed: {exc}") from None
-    per_companion = len(items) // len(by_companion)
+    per_companion = len(items) // len(by_companion) if by_companion else 0
     rows: dict[str, list[ChunkSignal]] = {}
+    unreadable: list[str] = []
+    reasons: list[str] = []
     for i, companion in enumerate(by_companion):
         answers = items[per_companion * i : per_companion * (i + 1)]
-        for item in answers:
-            if "error" in item and item.get("status") in UNREADABLE_STATUSES:
-                raise CompanionUnreadable(companion, item["status"])
-        rows.update(signals_of(answers, max_chunks))
-    for doc_id, fingerprint in fingerprints.items():
-        if not complete(rows.get(doc_id, ()), fingerprint):
-            raise NotServed(f"{doc_id!r} is not complete and current in its companion")
-    per_hit = [[row for field in sources for row in rows[field.companion_id]] for sources in fields_by_hit]
+        status = next(
+            (item["status"] for item in answers if "error" in item and item.get("status") in UNREADABLE_STATUSES), None
+        )
+        if status is not None:
+            unreadable.append(companion)
+            reasons.append(f"the companion [{companion}] cannot be read ({status})")
+            continue
+        try:
+            rows.update(signals_of(answers, max_chunks))
+        except NotServed as exc:  # this companion's hits go the fetched-chunks way
+            reasons.append(str(exc))
+    served = []
+    for sources in fields_by_hit:
+        lacking = [
+            f.companion_id for f in sources if not complete(rows.get(f.companion_id, ()), fingerprints[f.companion_id])
+        ]
+        if lacking and companion_of[sources[0].index] not in unreadable:
+            reasons.append(f"{lacking[0]!r} is not complete and current in its companion")
+        served.append(not lacking)
+    per_hit = [
+        [row for field in sources for row in rows[field.companion_id]] if ok else []
+        for sources, ok in zip(fields_by_hit, served)
+    ]
     if bm25 == "passages":
         per_hit = counted_here(query, per_hit)
-    best, capped = choose_candidates(per_hit, doc_cosines, weights, max_passages)
+    best, capped = choose_candidates(per_hit, weights, max_passages)
     chunks = None
     if headers is not None and not with_vectors:
         documents = {field.companion_id: field.document() for sources in fields_by_hit for field in sources}
@@ -440,7 +457,11 @@ def engine_scored(
             )
             for chosen in best
         )
-    return ScoredHits(best=chunks, capped=tuple(capped))
+    scored = ScoredHits(
+        best=tuple(chosen if ok else None for chosen, ok in zip(chunks, served)),
+        capped=tuple(count if ok else 0 for count, ok in zip(capped, served)),
+    )
+    return EngineScoring(scored, reasons[0] if reasons else None, tuple(unreadable))
 
 
 def _fetch(

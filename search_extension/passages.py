@@ -52,9 +52,10 @@ class PassageSource(Protocol):
 @dataclass(frozen=True, slots=True)
 class ScoredHits:
     """Per hit (in the response's order): its candidates best first, each
-    with its passage score and signals, and how many passages were over the cap."""
+    with its passage score and signals (None: a hit not served this way),
+    and how many passages were over the cap."""
 
-    best: tuple[tuple[Chunk, ...], ...]
+    best: tuple[tuple[Chunk, ...] | None, ...]
     capped: tuple[int, ...]
 
 
@@ -63,9 +64,10 @@ class ScoringPassageSource(Protocol):
     """A passage source that can also have the passages of a response's
     hits scored where they are stored, and return only each hit's best
     ``max_passages`` (the candidates), with the same signals as
-    ``post_search.score_passages`` gives; None when it cannot for this
-    response (the passages are then asked for and scored in-process).
-    ``with_vectors``: the candidates must carry their vectors."""
+    ``post_search.scored_together`` gives; None for a hit it cannot serve,
+    and None when it serves none (those hits' passages are then asked for
+    and scored in-process). ``with_vectors``: the candidates must carry
+    their vectors."""
 
     def scored(
         self,
@@ -73,7 +75,6 @@ class ScoringPassageSource(Protocol):
         *,
         query: str,
         query_vector: np.ndarray,
-        doc_cosines: Sequence[float | None],
         weights: tuple[float, float],
         max_passages: int,
         with_vectors: bool,

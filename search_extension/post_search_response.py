@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
-from search_extension.post_search import HitPassages, PostSearchOptions, PostSearchResult, hits_of
+from search_extension.post_search import HitPassages, PostSearchOptions, PostSearchResult, hits_of, score_spread
 
 
 def passage_entry(chunk: Chunk, *, kept: bool, reason: str | None = None) -> dict[str, Any]:
@@ -66,6 +66,8 @@ def hit_with_passages(hit: Mapping[str, Any], found: HitPassages, include_droppe
         marker["not_prose"] = dict(found.not_prose)
     if found.doc_cosine is not None:
         marker["doc_cosine"] = found.doc_cosine
+    if found.threshold is not None:  # the cut this hit's own passages were filtered at
+        marker["threshold"] = found.threshold.value
     if include_dropped:
         marker["dropped"] = [passage_entry(c, kept=False, reason=r) for c, r in found.dropped]
     shown = {**hit, "_chunkrag": marker}
@@ -104,7 +106,6 @@ def post_search_response(
 def chunkrag_section(result: PostSearchResult, options: PostSearchOptions, *, dropped_hits: int) -> dict[str, Any]:
     filtered, answer = result.filtered, result.answer
     kept = sum(len(h.kept) for h in result.hits)
-    threshold = filtered.threshold if filtered is not None else None
     calls = (filtered.model_calls if filtered else 0) + (answer.calls if answer else 0)
     return {
         "mode": "post_search",
@@ -124,9 +125,7 @@ def chunkrag_section(result: PostSearchResult, options: PostSearchOptions, *, dr
             "capped": result.capped,
             "max_per_hit": options.max_passages,
         },
-        "threshold": None
-        if threshold is None
-        else {"value": threshold.value, "method": threshold.method, "mean": threshold.mean, "std": threshold.std},
+        "threshold": threshold_section(result),
         **(filtered.nothing_relevant_fields() if filtered is not None else {"nothing_relevant": False}),
         "judged_by": filtered.judged_by if filtered is not None else None,
         "judged_by_reason": filtered.judged_by_reason if filtered is not None else None,
@@ -141,6 +140,25 @@ def chunkrag_section(result: PostSearchResult, options: PostSearchOptions, *, dr
             "completion_tokens": (filtered.completion_tokens if filtered else 0)
             + (answer.completion_tokens if answer else 0),
         },
+    }
+
+
+def threshold_section(result: PostSearchResult) -> dict[str, Any] | None:
+    """The cut the hits were filtered at (each hit on its own): its value
+    when every hit's is the same, else null (each hit's is its
+    ``_chunkrag.threshold``); the method; the mean and spread of every
+    hit's scores. None when no hit was filtered."""
+    filtered = result.filtered
+    cuts = [h.threshold for h in result.hits if h.threshold is not None]
+    if filtered is None or not cuts:
+        return None
+    shared = filtered.threshold
+    mean, variance = (shared.mean, shared.variance) if shared is not None else score_spread(filtered.decisions)
+    return {
+        "value": shared.value if shared is not None else None,
+        "method": ",".join(sorted({cut.method for cut in cuts})),
+        "mean": mean,
+        "std": variance**0.5,
     }
 
 

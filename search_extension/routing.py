@@ -13,10 +13,12 @@ since is seen at once.
   all of them, whose hits are the cluster's own (their real ``_index`` and
   ``_id``).
 - A companion index (made by ``chunkrag sync`` for another index) never
-  answers for its source unless asked for: one a wildcard reached is left
-  out of the search (an exclusion is added to the expression); one named
-  in the path, or in an alias named there, is searched like any other
-  index (post-searched: it is not an index ``chunkrag ingest`` made).
+  answers for its source unless asked for. It is a hidden index, which no
+  wildcard reaches; one a wildcard still reached (made before companions
+  were hidden, or made visible) is left out of the search (an exclusion is
+  added to the expression); one named in the path, or in an alias named
+  there, is searched like any other index (post-searched: it is not an
+  index ``chunkrag ingest`` made).
 
 Pure: :func:`decide` reads the cluster's answer and the request, and its
 refusals name what would have worked. The I/O is the caller's

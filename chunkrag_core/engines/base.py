@@ -81,6 +81,8 @@ class SearchBackend(Protocol):
     def refresh(self, index: str) -> None: ...
     def refresh_interval(self, index: str) -> str | None: ...
     def set_refresh_interval(self, index: str, value: str | None) -> None: ...
+    def index_hidden(self, index: str) -> bool: ...
+    def hide_index(self, index: str) -> None: ...
     def bulk(
         self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float
     ) -> Iterator[BulkItem]: ...
@@ -140,6 +142,21 @@ def page_of(response: Mapping[str, Any], pit_id: str, size: int) -> Page:
 
 def refresh_interval_of(response: Mapping[str, Any], index: str) -> str | None:
     return response.get(index, {}).get("settings", {}).get("index", {}).get("refresh_interval")
+
+
+def hidden_of(response: Mapping[str, Any], index: str) -> bool:
+    """Whether a ``_settings`` answer for ``index.hidden`` says the index is
+    hidden (both engines answer ``"true"``, a string; absent: not hidden)."""
+    value = response.get(index, {}).get("settings", {}).get("index", {}).get("hidden")
+    return str(value).lower() == "true"
+
+
+def hidden_settings() -> dict[str, Any]:
+    """The index settings of a hidden index (both engines' ``index.hidden``):
+    reached by its own name, never by a wildcard, ``_all`` or ``*`` unless a
+    request says ``expand_wildcards=all``, so searches, counts and
+    aggregations over a pattern leave it out."""
+    return {"index": {"hidden": True}}
 
 
 def field_types_of(response: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:

@@ -234,6 +234,14 @@ class ElasticsearchBackend:
     def set_refresh_interval(self, index: str, value: str | None) -> None:
         self.client.indices.put_settings(index=index, settings={"index": {"refresh_interval": value}})
 
+    @base.translating
+    def index_hidden(self, index: str) -> bool:
+        return base.hidden_of(self.reader.indices.get_settings(index=index, name="index.hidden"), index)
+
+    @base.translating
+    def hide_index(self, index: str) -> None:
+        self.client.indices.put_settings(index=index, settings=base.hidden_settings())
+
     def bulk(
         self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float
     ) -> Iterator[BulkItem]:

@@ -268,6 +268,14 @@ class OpenSearchBackend:
     def set_refresh_interval(self, index: str, value: str | None) -> None:
         self.client.indices.put_settings(index=index, body={"index": {"refresh_interval": value}}, **self._h())
 
+    @base.translating
+    def index_hidden(self, index: str) -> bool:
+        return base.hidden_of(self.reader.indices.get_settings(index=index, name="index.hidden", **self._h()), index)
+
+    @base.translating
+    def hide_index(self, index: str) -> None:
+        self.client.indices.put_settings(index=index, body=base.hidden_settings(), **self._h())
+
     def bulk(
         self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int, initial_backoff: float
     ) -> Iterator[BulkItem]:

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from chunkrag_core.chunk import BASE_SCALE, Chunk
+from chunkrag_core.engines.base import hidden_settings
 from chunkrag_core.settings import VectorIndexSettings
 
 TEXT = "text"
@@ -54,14 +55,22 @@ def text_analyzer(has_english: bool) -> dict[str, Any]:
 
 
 def index_body(
-    *, dims: int, has_english: bool, vectors: VectorIndexSettings, shards: int = 1, replicas: int = 0
+    *,
+    dims: int,
+    has_english: bool,
+    vectors: VectorIndexSettings,
+    shards: int = 1,
+    replicas: int = 0,
+    hidden: bool = False,
 ) -> dict[str, Any]:
-    """The settings and mapping of a chunk index."""
+    """The settings and mapping of a chunk index; ``hidden``: one a wildcard
+    does not reach (`base.hidden_settings`: a companion `chunkrag sync` makes)."""
     return {
         "settings": {
             "number_of_shards": shards,
             "number_of_replicas": replicas,
             "analysis": {"analyzer": {TEXT_ANALYZER: text_analyzer(has_english)}},
+            **(hidden_settings() if hidden else {}),
         },
         "mappings": {
             "dynamic": "strict",

@@ -427,8 +427,9 @@
       "fact-empty"),
       counts.without_text ? fact("without text", String(counts.without_text), "fact-no-text") : null,
       passages.capped ? fact("capped", passages.capped + " over " + passages.max_per_hit + " per hit") : null,
-      fact("threshold", threshold ? fmt(threshold.value) + " (" + threshold.method + ")" : "none (no filter)",
-        "fact-threshold"),
+      // Each hit is filtered on its own: a cut computed from a hit's scores is that hit's.
+      fact("threshold", threshold ? (threshold.value === null ? "each hit's own" : fmt(threshold.value)) + " (" +
+        threshold.method + ")" : "none (no filter)", "fact-threshold"),
       section.relevance_by ? fact("relevance model", relevanceWhere(section), "fact-relevance") : null,
       section.nothing_relevant ? fact("nothing relevant", section.nothing_relevant_reason || "yes",
         "fact-nothing-relevant") : null,

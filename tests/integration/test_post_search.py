@@ -14,6 +14,7 @@ from chunkrag_cli.main import main as chunkrag
 from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_gateway import create_app
 from chunkrag_gateway.server import serve_in_thread as serving
+from ingest_pipeline.sync import companion_name, sync_index
 from local_services.scripted_openai import ScriptedOpenAI, completion
 from tests.support.chunking import sentence_chunks
 from tests.support.plain_index import plain_index
@@ -69,10 +70,46 @@ QUESTION = "how do I rotate an API key"
 NO_ANSWER = {"chunkrag": {"answer": False}}
 
 
+# Eight guides, each answering part of the question among lines that do not:
+# enough hits for pages of three and of five.
+GUIDES = {
+    f"guide-{n}": {
+        "title": f"Key guide {n}",
+        "body": f"Guide {n} is about the API keys of team {n}. "
+        + (
+            "To rotate an API key, open the console, choose Keys and press Rotate. "
+            if n % 2 == 0
+            else "An API key can be revoked at once from the security settings. "
+        )
+        + ("Rotate every key at least once a year. " if n % 3 == 0 else "")
+        + f"Team {n} meets on floor {n + 1} on Mondays. The cafeteria serves lunch from noon.",
+        "category": "security",
+        "year": 2016 + n,
+    }
+    for n in range(8)
+}
+
+
 @pytest.fixture(scope="module")
 def kb(engine):
     with plain_index(engine, "test-kb-existing", MAPPING, DOCS) as name:
         yield name
+
+
+@pytest.fixture(scope="module")
+def guides(engine, settings, embedder):
+    """The guides twice: in an index of their own, and in one with a
+    companion (synced with the gateway's chunking)."""
+    chosen = dataclasses.replace(sentence_chunks(settings), search_backend=engine.engine)
+    with (
+        plain_index(engine, "test-kb-paged", MAPPING, GUIDES) as plain,
+        plain_index(engine, "test-kb-paged-synced", MAPPING, GUIDES) as synced,
+    ):
+        try:
+            assert sync_index(synced, client=engine, embedder=embedder, settings=chosen).complete
+            yield {"plain": plain, "synced": synced}
+        finally:
+            engine.delete_index(companion_name(synced))
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +236,41 @@ def test_a_hit_without_text_passes_marked_and_source_filtering_is_the_callers(cl
     assert response["chunkrag"]["hits"]["without_text"] == len(hits)
 
 
+def judged(hit) -> list[tuple]:
+    """Every passage of a hit with its offsets, decision, reason and scores."""
+    shown = hit["_chunkrag"]["passages"] + hit["_chunkrag"]["dropped"]
+    return sorted(
+        (p["field"], p["start"], p["end"], p["kept"], p.get("reason"), p["score"], sorted(p["scores"].items()))
+        for p in shown
+    )
+
+
+@pytest.mark.parametrize("which", ["plain", "synced"])
+def test_a_documents_passages_are_the_same_on_a_page_of_three_and_of_five(client, guides, which):
+    index = guides[which]
+    body = {
+        "query": {"match": {"body": QUESTION}},
+        "sort": [{"year": "desc"}],
+        "ext": {"chunkrag": {"answer": False, "include_dropped": True, "fixed_threshold": 0.09}},
+    }
+    pages = {
+        "three": search(client, index, {**body, "size": 3}),
+        "next three": search(client, index, {**body, "size": 3, "from": 3}),
+        "five": search(client, index, {**body, "size": 5}),
+    }
+    by_page = {name: {hit["_id"]: hit for hit in page["hits"]["hits"]} for name, page in pages.items()}
+    assert list(by_page["five"]) == [*by_page["three"], *list(by_page["next three"])[:2]]
+    five = by_page["five"]
+    for name in ("three", "next three"):
+        for doc_id, hit in by_page[name].items():
+            if doc_id in five:
+                assert judged(hit) == judged(five[doc_id]), f"{doc_id} on the page of {name}"
+                assert hit["_chunkrag"]["threshold"] == five[doc_id]["_chunkrag"]["threshold"]
+    # The filter did decide: passages kept and dropped, and not every hit alike.
+    decisions = [p[3] for hit in five.values() for p in judged(hit)]
+    assert True in decisions and False in decisions
+
+
 def test_empty_hits_drop_leaves_out_hits_without_a_kept_passage(client, kb):
     body = {
         "query": {"match": {"body": "API key invoices"}},
@@ -217,6 +289,13 @@ def test_a_named_field_that_is_not_text_is_refused_by_name(client, kb, engine):
     with pytest.raises(bad_request(engine)) as refused:
         search(client, kb, {"query": {"match": {"body": QUESTION}}, "ext": {"chunkrag": {"fields": ["url"]}}})
     assert "[url]" in str(refused.value) and "keyword" in str(refused.value)
+
+
+def test_a_null_chunkrag_block_is_refused_naming_the_option_not_by_the_cluster(client, kb, engine):
+    with pytest.raises(bad_request(engine)) as refused:
+        search(client, kb, {"query": {"match": {"body": QUESTION}}, "ext": {"chunkrag": None}})
+    said = str(refused.value)
+    assert "ext.chunkrag must be an object, got null" in said and "SearchExtBuilder" not in said
 
 
 def test_a_body_without_query_text_needs_ext_query(client, kb, engine):

@@ -68,9 +68,10 @@ def test_the_companion_serves_the_passages_and_a_changed_document_is_chunked_at_
     engine, embedder, settings, synced
 ):
     result, asked = _filtered(engine, embedder, settings, synced)
-    assert asked == []  # every field came from the companion
+    assert asked == [] and result.scored_by == "engine"  # every field came from the companion
     kept = [c for hit in result.hits for c in hit.kept]
     assert any("press Rotate" in c.text for c in kept)
+    before = _passages_of(result, "revoke")
 
     changed = {**DOCS["rotate"], "body": "To rotate an API key now, call the rotate endpoint of the key service."}
     assert all(
@@ -90,6 +91,15 @@ def test_the_companion_serves_the_passages_and_a_changed_document_is_chunked_at_
     texts = [c.text for hit in result.hits for c in (*hit.kept, *(chunk for chunk, _ in hit.dropped))]
     assert not any("press Rotate" in text for text in texts)
     assert any("rotate endpoint" in text for text in texts)
+    # Each hit goes its own way: the unchanged one is still scored by the engine, its passages as before.
+    assert result.scored_by == "both" and _passages_of(result, "revoke") == before
+
+
+def _passages_of(result, doc_id):
+    """A hit's passages: text, kept or the reason dropped, and every score."""
+    (hit,) = [hit for hit in result.hits if hit.doc_id == doc_id]
+    shown = [(c, "kept") for c in hit.kept] + list(hit.dropped)
+    return sorted((c.text, reason, sorted(c.stage_scores.items())) for c, reason in shown)
 
 
 # --- the engine-scored path against the fetched-chunks path -----------------------------
@@ -142,6 +152,19 @@ def _same_but_for_rounding(ours, theirs):
     for chunk_id in ours.keys() & theirs.keys():
         for signal in ("cosine", "knn", "bm25"):
             assert ours[chunk_id][signal] == pytest.approx(theirs[chunk_id][signal], abs=2e-6), (chunk_id, signal)
+
+
+def test_the_hidden_companion_still_serves_a_search_of_a_pattern_that_does_not_reach_it(
+    engine, embedder, settings, synced
+):
+    pattern = f"{synced}*"
+    assert engine.index_hidden(companion_name(synced))
+    assert engine.count(pattern) == len(DOCS)  # the source's documents, not the companion's chunks
+    result, asked = _filtered(engine, embedder, settings, pattern)
+    assert {hit.index for hit in result.hits} == {synced}
+    # Each hit's companion is read by its name: scored by the engine, nothing chunked at query time.
+    assert result.scored_by == "engine" and asked == []
+    assert any("press Rotate" in chunk.text for hit in result.hits for chunk in hit.kept)
 
 
 def test_with_bm25_counted_over_the_passages_the_engine_scored_path_keeps_what_the_fetched_path_keeps(

@@ -9,10 +9,12 @@ import dataclasses
 import json
 import uuid
 
+import httpx
 import pytest
 
 from chunkrag_cli.main import main
 from chunkrag_core.engines.errors import EngineNotFound
+from chunkrag_core.engines.profile import profile_for
 from ingest_pipeline.source_fields import PART_CHARS, SourceField
 from ingest_pipeline.sync import SyncError, companion_drift, companion_name, sync_index
 from search_extension.companion import CompanionPassages
@@ -118,6 +120,39 @@ def test_only_what_changed_is_touched_and_the_companion_then_matches_the_source(
         chunk_id.split("\x1f")[1] for chunk_id in set(before) & set(after) if before[chunk_id] != after[chunk_id]
     }
     assert touched == {"1", "2", "4", "9"}
+
+
+def set_hidden(engine, settings, index: str, hidden: bool) -> None:
+    """``index.hidden`` set through the engine's own REST API (as a companion
+    made before companions were hidden has it: false)."""
+    chosen = dataclasses.replace(settings, search_backend=engine.engine)
+    url = profile_for(chosen.search_backend).url(chosen).split(",")[0].rstrip("/")
+    answer = httpx.put(f"{url}/{index}/_settings", json={"index": {"hidden": hidden}}, timeout=30)
+    assert answer.status_code == 200, answer.text
+
+
+def test_a_pattern_counts_as_before_a_sync_and_a_visible_companion_is_made_hidden(engine, embedder, settings, source):
+    put(engine, source, {str(n): article(n) for n in range(4)})
+    pattern, companion = f"{source}*", companion_name(source)
+    before = engine.count(pattern)
+    first = sync_index(source, client=engine, embedder=embedder, settings=settings)
+    assert first.complete and first.ok and not first.made_hidden  # made hidden, nothing to migrate
+    assert engine.index_hidden(companion) and engine.count(companion) > 0  # named, it answers
+    assert engine.count(pattern) == before == 4
+    # Searches and aggregations over the pattern see the source alone.
+    seen = engine.search(pattern, {"size": 100, "aggs": {"indices": {"terms": {"field": "_index"}}}})
+    assert {hit["_index"] for hit in seen["hits"]["hits"]} == {source}
+    assert [bucket["key"] for bucket in seen["aggregations"]["indices"]["buckets"]] == [source]
+
+    # A companion a sync made before companions were hidden: the next pass hides it, rewriting nothing.
+    set_hidden(engine, settings, companion, False)
+    assert engine.count(pattern) > before
+    versions = chunk_versions(engine, companion)
+    second = sync_index(source, client=engine, embedder=embedder, settings=settings)
+    assert second.made_hidden and (second.rechunked, second.unchanged) == (0, second.fields)
+    assert engine.index_hidden(companion) and engine.count(pattern) == before
+    assert chunk_versions(engine, companion) == versions
+    assert not sync_index(source, client=engine, embedder=embedder, settings=settings).made_hidden
 
 
 def test_a_field_the_caller_names_must_be_a_text_field(engine, embedder, settings, source):
@@ -232,8 +267,10 @@ def test_the_command_line_syncs_and_reports(engine, settings, source, monkeypatc
     assert main(["sync", source, "--fields", "body", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["read"], report["rechunked"], report["text_fields"]) == (1, 1, ["body"])
-    assert main(["sync", source, "--fields", "body"]) == 0
-    assert "1 unchanged, 0 chunked again" in capsys.readouterr().out
+    # As ingest takes it; without a terminal on stderr no bar is drawn anyway.
+    assert main(["sync", source, "--fields", "body", "--no-progress"]) == 0
+    said = capsys.readouterr()
+    assert "1 unchanged, 0 chunked again" in said.out and not said.err
     assert main(["sync", source, "--fields", "url"]) == 2
     assert "'url' is not a text field" in capsys.readouterr().err
 

@@ -184,7 +184,6 @@ class Companion:
 SCORING = {
     "query": "rotate the key",
     "query_vector": np.array([1.0, 0.0], dtype=np.float32),
-    "doc_cosines": [None],
     "weights": (0.5, 0.5),
     "max_passages": 2,
 }
@@ -199,7 +198,7 @@ def test_the_candidates_come_from_one_request_and_equal_the_fetched_ones_but_for
     rebuilt = _scored(one)
     fetched = engine_scored(
         two, [[FIELD]], {"kb": "kb-chunkrag"}, {FIELD.companion_id: FINGERPRINT}, with_vectors=False, **SCORING
-    )
+    ).scored
     assert (len(one.requests), len(two.requests)) == (1, 2)
     assert rebuilt is not None and rebuilt.capped == fetched.capped == (1,)
     assert [c.chunk_id for c in rebuilt.best[0]] == [c.chunk_id for c in fetched.best[0]]

@@ -127,19 +127,22 @@ def test_candidates_are_each_hits_best_by_the_same_passage_score_as_query_time_p
         [ChunkSignal("a:0", "a", 0, "fp", 0.9, 0.0), ChunkSignal("a:1", "a", 1, "fp", 0.6, 4.0)],
         [ChunkSignal("b:0", "b", 0, "fp", 0.5, 2.0), ChunkSignal("b:1", "b", 1, "fp", 0.7, 1.0)],
     ]
-    best, capped = choose_candidates(per_hit, [None, None], (0.5, 0.5), max_passages=1)
+    best, capped = choose_candidates(per_hit, (0.5, 0.5), max_passages=1)
     assert capped == [1, 1]
-    # bm25 0, 1, 0.5, 0.25 and knn 1, 0.25, 0, 0.5 after min-max: a:1 (0.625)
-    # beats a:0 (0.5); b:1 (0.375) beats b:0 (0.25).
-    assert [[(row.chunk_id, score.score) for row, score in hit] for hit in best] == [[("a:1", 0.625)], [("b:1", 0.375)]]
-    assert best[0][0][1].signals() == {"bm25": 1.0, "knn": 0.25, "cosine": 0.2}
+    # Min-max over each hit's own chunks: a's bm25 0, 1 and knn 1, 0 tie at
+    # 0.5 (the hit's order first); b's bm25 1, 0 and knn 0, 1 tie too.
+    assert [[(row.chunk_id, score.score) for row, score in hit] for hit in best] == [[("a:0", 0.5)], [("b:0", 0.5)]]
+    assert best[0][0][1].signals() == {"bm25": 0.0, "knn": 1.0, "cosine": 0.8}
+    # A hit's candidates and scores are the same whatever hit shares its response.
+    alone, _ = choose_candidates(per_hit[1:], (0.5, 0.5), max_passages=1)
+    assert alone[0] == best[1]
 
 
-def test_the_passage_score_weighs_both_signals_and_the_document_prior():
-    scores = passage_scores([0, 1], [1.0, 3.0], [0.5, 1.0], [0.0, 1.0], [0.2, 0.6], (1.0, 3.0))
-    # bm25 0, 1; knn 0, 1; prior 0, 1: (0.8 * 0) and (0.8 * 1 + 0.2 * 1).
-    assert [s.score for s in scores] == [0.0, 1.0]
-    assert [s.cosine for s in scores] == [0.0, 1.0]
+def test_the_passage_score_weighs_both_signals_over_one_hits_passages():
+    scores = passage_scores([1.0, 3.0, 2.0], [0.5, 1.0, 0.5], [0.0, 1.0, 0.0], (1.0, 3.0))
+    # bm25 0, 1, 0.5; knn 0, 1, 0: (1 * 0 + 3 * 0) / 4, (1 + 3) / 4, (0.5 + 0) / 4.
+    assert [s.score for s in scores] == [0.0, 1.0, 0.125]
+    assert [s.cosine for s in scores] == [0.0, 1.0, 0.0]
 
 
 class _Scoring:
@@ -199,3 +202,30 @@ def test_post_search_reads_and_scores_the_passages_itself_when_the_engine_cannot
     source = _Scoring(None)
     result = _post_search(source)
     assert result.scored_by == "here" and source.passages_asked == 1
+
+
+def test_a_hit_the_engine_did_not_serve_has_its_own_passages_read_and_scored_here():
+    class Asked(_Scoring):
+        def passages(self, fields, *, query=""):
+            self.passages_asked += 1
+            self.fields = [f.doc_id for f in fields]
+            return {f.companion_id: [_chunk(f.companion_id, 0, 0.0)] for f in fields}
+
+    two = {"hits": {"hits": [*RESPONSE["hits"]["hits"], {"_index": "kb", "_id": "2", "_source": {"body": "two"}}]}}
+    served = (_chunk("kb\x1f1\x1fbody", 0, 0.9),)
+    source = Asked(ScoredHits(best=(served, None), capped=(3, 0)))
+    result = post_search(
+        two,
+        query="q",
+        options=PostSearchOptions(),
+        filter_options=FilterOptions(answer=False),
+        fields_of=lambda index: TextFields(("body",), None),
+        passage_source=source,
+        embedder=_Embedder(),
+    )
+    assert result.scored_by == "both" and source.fields == ["2"]  # only the hit not served is read
+    assert [h.capped for h in result.hits] == [3, 0] and result.candidates == 2
+    first, second = (h.kept + tuple(c for c, _ in h.dropped) for h in result.hits)
+    assert [c.doc_id for c in first] == ["kb\x1f1\x1fbody"] and [c.doc_id for c in second] == ["kb\x1f2\x1fbody"]
+    # Scored here, over its own passages: a lone passage's signals are the middle of their range.
+    assert second[0].stage_scores["bm25"] == second[0].stage_scores["knn"] == 0.5

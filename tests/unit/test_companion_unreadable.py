@@ -13,7 +13,7 @@ from chunkrag_core.engines.errors import EngineNotFound, EngineRefused
 from chunkrag_core.settings import Settings
 from ingest_pipeline.source_fields import SourceField
 from search_extension.companion import CompanionsFirst, UnreadableCompanions
-from search_extension.companion_scoring import CompanionUnreadable, engine_scored
+from search_extension.companion_scoring import engine_scored
 
 FIELD = SourceField("kb", "1", "body", "Rotate the key from the console.")
 
@@ -60,7 +60,6 @@ def _scored(source: CompanionsFirst):
         [[FIELD]],
         query="rotate",
         query_vector=np.array([1.0, 0.0], dtype=np.float32),
-        doc_cosines=[None],
         weights=(0.5, 0.5),
         max_passages=4,
         with_vectors=True,
@@ -88,20 +87,19 @@ def test_the_oldest_remembered_companion_goes_first():
 
 @pytest.mark.parametrize("status", [404, 403])
 def test_the_engine_scored_path_names_the_companion_that_cannot_be_read(status):
-    with pytest.raises(CompanionUnreadable, match=rf"\[kb-chunkrag\] cannot be read \({status}\)") as caught:
-        engine_scored(
-            Cluster(status),
-            [[FIELD]],
-            {"kb": "kb-chunkrag"},
-            {FIELD.companion_id: "fp"},
-            query="rotate",
-            query_vector=np.array([1.0, 0.0], dtype=np.float32),
-            doc_cosines=[None],
-            weights=(0.5, 0.5),
-            max_passages=4,
-            with_vectors=True,
-        )
-    assert caught.value.companion == "kb-chunkrag"
+    outcome = engine_scored(
+        Cluster(status),
+        [[FIELD]],
+        {"kb": "kb-chunkrag"},
+        {FIELD.companion_id: "fp"},
+        query="rotate",
+        query_vector=np.array([1.0, 0.0], dtype=np.float32),
+        weights=(0.5, 0.5),
+        max_passages=4,
+        with_vectors=True,
+    )
+    assert outcome.unreadable == ("kb-chunkrag",) and outcome.scored.best == (None,)
+    assert outcome.why_not == f"the companion [kb-chunkrag] cannot be read ({status})"
 
 
 @pytest.mark.parametrize("status", [404, 403])

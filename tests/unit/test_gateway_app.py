@@ -250,6 +250,10 @@ def test_invalid_requests_are_400_in_elasticsearch_shape():
         and unknown.headers["x-elastic-product"] == "Elasticsearch"
     )
     assert "unknown option [nope]" in unknown.json()["error"]["reason"]
+    # null is not "no block": the gateway names the option rather than pass it to the cluster.
+    null = client.post("/idx/_search", json={"query": {"match": {"text": "x"}}, "ext": {"chunkrag": None}})
+    assert null.status_code == 400 and null.json()["error"]["type"] == "illegal_argument_exception"
+    assert "ext.chunkrag must be an object, got null" in null.json()["error"]["reason"]
     broken = client.post("/idx/_search", content=b'{"ext": {"chunkrag": {}')
     assert broken.status_code == 400 and broken.json()["error"]["type"] == "parse_exception"
     params = client.post("/idx/_search?from=10", json={"query": {"match": {"text": "x"}}, "ext": {"chunkrag": {}}})

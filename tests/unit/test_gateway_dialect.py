@@ -16,7 +16,6 @@ from chunkrag_gateway.dialect import (
     ChunkragOptions,
     OptionError,
     ask_response,
-    chunkrag_block,
     parse_ask,
     parse_options,
     parse_search,
@@ -257,11 +256,14 @@ def test_filters_come_from_bool_filter_must_not_and_non_text_must():
     assert query_filters({"match": {"text": "tokyo"}}) == ()
 
 
-def test_chunkrag_block_only_when_ext_holds_it():
-    assert chunkrag_block({"ext": {"chunkrag": {}}}) == {}
-    assert chunkrag_block({"ext": {"other": {}}}) is None
-    assert chunkrag_block({"query": {"match": {"text": "chunkrag"}}}) is None
-    assert chunkrag_block([1]) is None
+def test_a_chunkrag_block_is_one_when_ext_holds_it_whatever_its_value():
+    from chunkrag_gateway.policy import has_chunkrag_ext
+
+    assert has_chunkrag_ext({"ext": {"chunkrag": {}}})
+    assert has_chunkrag_ext({"ext": {"chunkrag": None}})  # refused by name, not passed through
+    assert not has_chunkrag_ext({"ext": {"other": {}}})
+    assert not has_chunkrag_ext({"query": {"match": {"text": "chunkrag"}}})
+    assert not has_chunkrag_ext([1])
 
 
 def test_parse_search_reads_text_filters_size_and_candidates():

@@ -276,19 +276,35 @@ def test_default_services_leave_the_llm_out():
     assert cli.ALL_SERVICES == ("elasticsearch", "opensearch", "redis", "llm")
     assert cli._selected(None) == ("elasticsearch", "opensearch", "redis")
     assert cli._selected("llm") == ("llm",)
+    assert cli._selected(["opensearch", "redis", "opensearch"]) == ("opensearch", "redis")
 
 
 def test_unknown_service_is_rejected():
     with pytest.raises(LocalServiceError, match="choose one of elasticsearch, opensearch, redis, llm"):
         cli._selected("postgres")
+    with pytest.raises(LocalServiceError, match="'postgres'"):
+        cli._selected(["redis", "postgres"])
 
 
 def test_only_accepts_llm_on_every_command():
     parser = argparse.ArgumentParser()
     cli._add_commands(parser, dest="command")
     for command in ("up", "down", "status", "wait"):
-        assert parser.parse_args([command, "--only", "llm"]).only == "llm"
+        assert parser.parse_args([command, "--only", "llm"]).only == ["llm"]
         assert parser.parse_args([command]).only is None
+
+
+def test_only_given_several_times_acts_on_each_service_it_names(monkeypatch: pytest.MonkeyPatch):
+    calls = _record_calls(monkeypatch)
+    parser = argparse.ArgumentParser()
+    cli._add_commands(parser, dest="command")
+    args = parser.parse_args(["up", "--only", "elasticsearch", "--only", "opensearch", "--only", "redis"])
+    assert args.only == ["elasticsearch", "opensearch", "redis"]
+    assert args.handler(args) == 0
+    assert calls == ["up redis", "up elasticsearch", "up opensearch"]
+    calls.clear()
+    args = parser.parse_args(["down", "--only", "llm", "--only", "redis"])
+    assert args.handler(args) == 0 and calls == ["down llm", "down redis"]
 
 
 class _Recorder:

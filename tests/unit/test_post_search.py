@@ -289,23 +289,24 @@ CLUSTER = {
     "aggregations": {"by_year": {"buckets": [{"key": 2024, "doc_count": 42}]}},
     "pit_id": "pit-123",
 }
-# The shipped calibration, kept within half of the best passage's score.
-KEEP_ABOVE_HALF = FilterOptions(threshold="relative", fixed_threshold=0.5, fallback="not_found", answer=False)
+# The shipped calibration, cut at a probability of one half.
+KEEP_ABOVE_HALF = FilterOptions(threshold="fixed", fixed_threshold=0.5, fallback="not_found", answer=False)
 
 
-def run(options: PostSearchOptions, source=None, filter_options=KEEP_ABOVE_HALF):
+def run(options: PostSearchOptions, source=None, filter_options=KEEP_ABOVE_HALF, response=CLUSTER, pooled=False):
     return post_search(
-        CLUSTER,
+        response,
         query="rotate a key",
         options=options,
         filter_options=filter_options,
         fields_of=lambda index: TextFields(("body",), "title"),
         passage_source=source or SentencePassages(),
         embedder=OneHot(),
+        pooled=pooled,
     )
 
 
-def test_passages_of_every_hit_are_filtered_together_and_the_response_keeps_the_clusters_shape():
+def test_each_hits_passages_are_filtered_and_the_response_keeps_the_clusters_shape():
     source = SentencePassages()
     options = PostSearchOptions(include_dropped=True)
     result = run(options, source)
@@ -348,6 +349,65 @@ def test_passages_of_every_hit_are_filtered_together_and_the_response_keeps_the_
     assert section["passages"]["candidates"] == 3 and section["passages"]["kept"] == 1
     # The cluster's response itself is never changed.
     assert "_chunkrag" not in CLUSTER["hits"]["hits"][0]
+
+
+def page(*ids: str) -> dict:
+    """CLUSTER with only the hits ``ids``, in that order."""
+    by_id = {hit["_id"]: hit for hit in CLUSTER["hits"]["hits"]}
+    return {**CLUSTER, "hits": {**CLUSTER["hits"], "hits": [by_id[i] for i in ids]}}
+
+
+def decided(hit) -> list[tuple[str, bool, str, dict]]:
+    """A hit's passages: text, kept, reason and every score."""
+    return sorted(
+        [(c.text, True, "", dict(c.stage_scores)) for c in hit.kept]
+        + [(c.text, False, reason, dict(c.stage_scores)) for c, reason in hit.dropped]
+    )
+
+
+@pytest.mark.parametrize(
+    "filter_options",
+    [
+        KEEP_ABOVE_HALF,
+        # Cuts computed from the scores, and the fallback when none passes: each hit's own.
+        FilterOptions(threshold="relative", fixed_threshold=0.5, answer=False),
+        FilterOptions(threshold="dynamic", calibration=None, answer=False),
+        FilterOptions(fixed_threshold=0.99, fallback="top_k", fallback_k=1, answer=False),
+    ],
+)
+def test_a_hits_passages_and_their_decisions_do_not_depend_on_the_other_hits_of_its_page(filter_options):
+    options = PostSearchOptions(include_dropped=True)
+    together = run(options, filter_options=filter_options)
+    for n, hit_id in enumerate(("1", "2")):
+        (alone,) = run(options, filter_options=filter_options, response=page(hit_id)).hits
+        assert decided(alone) == decided(together.hits[n]) and alone.threshold == together.hits[n].threshold
+    swapped = run(options, filter_options=filter_options, response=page("3", "2", "1"))
+    assert [decided(h) for h in swapped.hits] == [decided(h) for h in reversed(together.hits)]
+
+
+def test_pooled_hits_are_scored_and_filtered_together_as_a_frameworks_candidates_are():
+    relative = FilterOptions(threshold="relative", fixed_threshold=0.5, fallback="not_found", answer=False)
+    alone = run(PostSearchOptions(), filter_options=relative)
+    pooled = run(PostSearchOptions(), filter_options=relative, pooled=True)
+    # Within half of the best passage of its own hit, the lunch passage of hit 2 is kept; within half
+    # of the best of the pool (hit 1's), it is not.
+    assert [c.text for c in alone.hits[1].kept] == ["Lunch is served daily"]
+    assert [c.text for c in pooled.hits[1].kept] == [] and [c.text for c in pooled.hits[0].kept] == [
+        "Press rotate to rotate a key"
+    ]
+    assert pooled.hits[0].threshold == pooled.hits[1].threshold == pooled.filtered.threshold
+
+
+def test_the_cut_is_the_responses_when_every_hit_has_the_same_else_each_hits_own():
+    options = PostSearchOptions()
+    fixed = post_search_response(CLUSTER, run(options), options)
+    assert fixed["chunkrag"]["threshold"]["value"] == 0.5 and fixed["chunkrag"]["threshold"]["method"] == "fixed"
+    assert [h["_chunkrag"].get("threshold") for h in fixed["hits"]["hits"]] == [0.5, 0.5, None]
+    relative = FilterOptions(threshold="relative", fixed_threshold=0.5, answer=False)
+    shaped = post_search_response(CLUSTER, run(options, filter_options=relative), options)
+    assert shaped["chunkrag"]["threshold"]["value"] is None and shaped["chunkrag"]["threshold"]["method"] == "relative"
+    first, second, _ = shaped["hits"]["hits"]
+    assert first["_chunkrag"]["threshold"] != second["_chunkrag"]["threshold"]
 
 
 def test_empty_hits_drop_leaves_total_as_the_clusters_and_keeps_hits_without_text():
@@ -477,3 +537,33 @@ def test_v1_ask_refuses_post_search_options_by_name():
     with pytest.raises(OptionError, match="options.fields"):
         parse_ask("q", {"fields": ["body"]}, max_candidates=8)
     assert parse_ask("q", {"mode": "auto"}, max_candidates=8).options.mode is None
+
+
+def test_the_gate_reads_each_hit_and_the_response_shows_the_likeliest_hits_reading(tmp_path):
+    from chunkrag_filter.processors.calibration import (
+        Calibrated,
+        Configured,
+        LogisticModel,
+        load_calibration,
+        write_calibration,
+    )
+
+    retrieval = Calibrated(LogisticModel(("cosine",), (1.0,), 0.0), 0.0)
+    gate = Calibrated(LogisticModel(("best_cosine",), (20.0,), -8.0), 0.5)  # passes above cosine 0.4
+    path = write_calibration(tmp_path / "c.json", retrieval, None, {}, None, gate)
+    try:
+        gated = FilterOptions(gate="retrieval", calibration=Configured(str(path)), answer=False)
+        options = PostSearchOptions(include_dropped=True)
+        result = run(options, filter_options=gated)
+        first, second, _ = result.hits
+        # Hit 1 holds the rotate passage (cosine 1): its gate passes. Hit 2's only passage does not.
+        assert [c.text for c in first.kept] == ["Press rotate to rotate a key", "Lunch is at noon"]
+        assert second.kept == () and [why for _, why in second.dropped] == ["nothing_relevant"]
+        section = post_search_response(CLUSTER, result, options)["chunkrag"]
+        assert section["nothing_relevant"] is False and section["gate"]["passed"] is True
+        # A page of hit 2 alone: nothing relevant, said with its own reading.
+        alone = post_search_response(page("2"), run(options, filter_options=gated, response=page("2")), options)
+        assert alone["chunkrag"]["nothing_relevant"] is True and alone["chunkrag"]["gate"]["passed"] is False
+        assert alone["chunkrag"]["nothing_relevant_reason"].startswith("no candidate looks relevant")
+    finally:
+        load_calibration.cache_clear()

@@ -60,6 +60,18 @@ def test_the_chunk_index_becomes_a_lucene_hnsw_knn_vector_index():
     assert body["mappings"]["dynamic"] == "strict"
 
 
+def test_a_hidden_chunk_index_says_so_in_its_settings_on_both_engines():
+    from chunkrag_core.engines.base import hidden_of
+
+    es_body = schema.index_body(dims=8, has_english=True, vectors=VectorIndexSettings(), hidden=True)
+    assert es_body["settings"]["index"] == {"hidden": True}
+    assert osd.index_body(es_body)["settings"]["index"] == {"hidden": True, "knn": True}
+    assert "index" not in schema.index_body(dims=8, has_english=True, vectors=VectorIndexSettings())["settings"]
+    # Both engines answer `_settings/index.hidden` with a string, and nothing for an index that is not hidden.
+    assert hidden_of({"kb-chunkrag": {"settings": {"index": {"hidden": "true"}}}}, "kb-chunkrag")
+    assert not hidden_of({"kb-chunkrag": {"settings": {}}}, "kb-chunkrag")
+
+
 def test_elasticsearch_only_vector_types_are_refused_clearly():
     es_body = schema.index_body(dims=8, has_english=False, vectors=VectorIndexSettings(type="int8_hnsw"))
     with pytest.raises(osd.UnsupportedOnOpenSearch, match="CHUNKRAG_VECTOR_TYPE=hnsw"):

@@ -179,6 +179,31 @@ def test_sync_every_reports_a_failed_pass_and_tries_the_next(monkeypatch, capsys
     assert "2 documents read, 2 text fields: 1 unchanged, 1 chunked again" in out
 
 
+def test_sync_shows_the_documents_read_page_by_page_unless_told_not_to(monkeypatch, capsys):
+    import chunkrag_cli.main as cli
+    import chunkrag_core.providers
+    import ingest_pipeline.sync as sync
+    from ingest_pipeline.sync import SyncReport
+
+    def report(read: int) -> SyncReport:
+        return SyncReport("kb", "kb-chunkrag", read, read, read, 0, 0, (), 0.1, read == 730, text_fields=("body",))
+
+    def one_pass(*args, on_page, **kwargs):
+        on_page(report(500))
+        on_page(report(730))
+        return report(730)
+
+    monkeypatch.setattr(cli, "_backend", lambda settings: object())
+    monkeypatch.setattr(chunkrag_core.providers, "make_embedder", lambda settings: object())
+    monkeypatch.setattr(sync, "sync_index", one_pass)
+    assert cli._with_progress(lambda on_page: one_pass(on_page=on_page), True, "sync kb") == report(730)
+    drawn = capsys.readouterr().err
+    assert "sync kb" in drawn and "730doc" in drawn.replace(" ", "")
+    assert cli.main(["sync", "kb", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "730 documents read" in out and err == ""
+
+
 @pytest.mark.parametrize(
     ("index", "doc_id", "name"),
     [("kb", "7", "body"), ("kb", "a/b c", "author.bio"), ("sha256", "x", "y"), ("kb", "", "body")],
