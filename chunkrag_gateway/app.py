@@ -31,6 +31,7 @@ from chunkrag_gateway.aliases import ForeignAliases
 from chunkrag_gateway.body_depth import BodyDepth
 from chunkrag_gateway.body_limit import BodyLimit
 from chunkrag_gateway.body_reads import MAX_BODY_DEPTH
+from chunkrag_gateway.cluster_internals import error_without_internals
 from chunkrag_gateway.cluster_users import ClusterUsers
 from chunkrag_gateway.dialect import (
     ChunkragSearch,
@@ -413,6 +414,8 @@ async def _run(
             if error.status == 401:
                 edges.passthrough.forget(caller)  # an invalidated derived key: make a new one next time
             raise service_refusal(caller, error.status) from exc
+        if caller.key is not None:
+            raise error_without_internals(error) from exc
         raise error from exc
 
 
