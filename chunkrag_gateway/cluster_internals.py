@@ -28,10 +28,14 @@ from chunkrag_gateway.identity import DOCUMENT_KEYS
 # words first (a scan in C), then the one pattern, which starts with a "/".
 _MARK_WORDS = (b"index_uuid", b"Exception", b"Error", b'"node"', b"org.", b"java.")
 _UUID_MARK = re.compile(rb"/[A-Za-z0-9_-]{22}\]")
-# A Java class name, qualified or not, of an exception or error.
-_JAVA_EXCEPTION = re.compile(r"\b(?:[a-z][a-z0-9_]*\.)*([A-Z][A-Za-z0-9]*(?:Exception|Error))\b")
-# Any other qualified Java class name (``org.elasticsearch.foo.Bar``).
-_JAVA_CLASS = re.compile(r"\b(?:[a-z][a-z0-9_]*\.){2,}([A-Z][A-Za-z0-9_$]*)\b")
+# A qualified Java class name, under the roots the engines' classes and
+# their libraries' live in (``org.elasticsearch.common.ParsingException``,
+# ``java.lang.NumberFormatException``, ``com.fasterxml...``); a field's
+# dotted path (``doc.meta.Title``) is no class name and is left alone.
+_JAVA_CLASS = re.compile(r"\b(?:org|java|javax|jdk|sun|com|io|net)\.(?:[a-z][a-z0-9_]*\.)+([A-Z][A-Za-z0-9_$]*)\b")
+# An unqualified exception or error class as Java prints it: its name, then
+# "[" (``NumberFormatException[For input string...]``) or ": ".
+_JAVA_EXCEPTION = re.compile(r"\b([A-Z][A-Za-z0-9]*(?:Exception|Error))(?=\[|: )")
 # ``[index/uuid]``: an index named with its uuid (22 characters of url-safe base64).
 _INDEX_WITH_UUID = re.compile(r"\[([^\[\]/\"]{1,255})/[A-Za-z0-9_-]{22}\]")
 # Fields that name the cluster's ids.
@@ -57,8 +61,8 @@ def as_type(java_name: str) -> str:
 def scrubbed_text(text: str) -> str:
     """``text`` without Java class names or ``[index/uuid]`` pairs."""
     text = _INDEX_WITH_UUID.sub(r"[\1]", text)
-    text = _JAVA_EXCEPTION.sub(lambda found: as_type(found.group(1)), text)
-    return _JAVA_CLASS.sub(lambda found: as_type(found.group(1)), text)
+    text = _JAVA_CLASS.sub(lambda found: as_type(found.group(1)), text)
+    return _JAVA_EXCEPTION.sub(lambda found: as_type(found.group(1)), text)
 
 
 def scrub_internals(document: Any) -> bool:

@@ -72,6 +72,12 @@ def test_java_names_become_elasticsearchs_types_and_uuids_go():
         'number_format_exception: For input string: "x"'
     )
     assert scrubbed_text("plain words, an index [docs-1] and 3.5.0") == "plain words, an index [docs-1] and 3.5.0"
+    # Java's other way of printing, and what is no class name: a field's dotted path, a word in brackets.
+    assert scrubbed_text("QueryShardException[bad]; nested: NumberFormatException[x];") == (
+        "query_shard_exception[bad]; nested: number_format_exception[x];"
+    )
+    kept = "No mapping found for [doc.meta.Title] or [ParseError] in order to sort on"
+    assert scrubbed_text(kept) == kept
 
 
 def test_every_error_of_an_answer_is_scrubbed_and_no_data_is():
