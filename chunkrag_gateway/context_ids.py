@@ -64,18 +64,20 @@ def presented_ids(
     ``pit_id``), a search body's ``pit.id`` (``_search``, ``_async_search``),
     and every ``pit.id`` of an ``_msearch``'s searches (read as the second
     line reads them: a body it would refuse is a 400 here too)."""
-    if parts and parts[-1] == "_msearch":
-        return [i for _, search in parse_msearch(body) for i in _pit_ids(search)] if body.strip() else []
-    document = _decoded(body)
+    # Only the endpoints that take an id have their body decoded (a write's is left alone).
     if parts[:2] == ("_search", "scroll"):
         named = [parts[2]] if len(parts) == 3 else []
         named += [value for name, value in parse_qsl(query_string, keep_blank_values=True) if name == "scroll_id"]
-        named += _as_list(document.get("scroll_id"))
+        named += _as_list(_decoded(body).get("scroll_id"))
         return [i for value in named for i in _split(value)]
     if parts == pit.close and method == "DELETE":
-        return [i for value in _as_list(document.get(pit.close_key)) for i in _split(value)]
-    if parts and parts[-1] in SEARCHES_THROUGH_A_PIT:
-        return _pit_ids(document)
+        return [i for value in _as_list(_decoded(body).get(pit.close_key)) for i in _split(value)]
+    # ``/_msearch`` or ``/<index>/_msearch``, and the searches likewise (``/<index>/_doc/_search``
+    # writes a document whose id is "_search").
+    if 1 <= len(parts) <= 2 and parts[-1] == "_msearch":
+        return [i for _, search in parse_msearch(body) for i in _pit_ids(search)] if body.strip() else []
+    if 1 <= len(parts) <= 2 and parts[-1] in SEARCHES_THROUGH_A_PIT:
+        return _pit_ids(_decoded(body))
     return []
 
 

@@ -54,6 +54,7 @@ def test_the_ids_an_answer_hands_out():
         ("POST", ("_msearch",), "", b"", []),
         ("POST", ("_async_search",), "", b'{"pit":{"id":"p"}}', ["p"]),
         ("PUT", ("docs", "_doc", "1"), "", b'{"pit":{"id":"a document field"}}', []),
+        ("PUT", ("docs", "_doc", "_search"), "", b'{"pit":{"id":"a document field"}}', []),
     ],
 )
 def test_the_ids_a_request_presents(method, parts, query, body, ids):
