@@ -42,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     load_start, started = os.getloadavg(), time.time()
 
     from chunkrag_adapters.comparison import ROWS, SPLIT_CHARS, chunkrag_scores, make_parts, retrieved, run_row
-    from chunkrag_core.settings import Settings
+    from chunkrag_core.config_file import load_settings
     from chunkrag_eval.datasets import read_items
     from chunkrag_eval.filter_comparison import RANKING, REFERENCE, choose_threshold, summarise
 
-    settings = Settings.load()
+    settings = load_settings()
     rows = [r for r in ROWS if args.rows is None or r["name"] in args.rows.split(",")]
     if REFERENCE not in [r["name"] for r in rows] or RANKING not in [r["name"] for r in rows]:
         raise SystemExit(f"--rows must include {REFERENCE} and {RANKING}")

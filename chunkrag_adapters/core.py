@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
+from chunkrag_core.config_file import load_settings
 from chunkrag_core.settings import Settings
 from ingest_pipeline.source_fields import SourceField
 from search_extension.options import ChunkragOptions, parse_options
@@ -113,7 +114,7 @@ class _Parts:
     def settings(self) -> Settings:
         with self._lock:
             if self._settings is None:
-                self._settings = Settings.load()
+                self._settings = load_settings()
             return self._settings
 
     @property
@@ -147,7 +148,7 @@ class ChunkFilter:
     ``split`` (default True): each text is split into passages as post-search
     splits a hit's field, and only the kept passages come back; False: each
     text is one passage, kept or dropped whole. ``settings`` (default:
-    ``Settings.load()``, the environment and ``chunkrag.toml``) names the
+    ``load_settings()``, the environment and ``chunkrag.toml``) names the
     embedder and the chat model; ``model`` and ``embedder`` replace them."""
 
     def __init__(

@@ -114,10 +114,10 @@ class ChunkragEmbeddings(Embeddings):
     @property
     def embedder(self):
         if self._embedder is None:
+            from chunkrag_core.config_file import load_settings
             from chunkrag_core.providers import make_embedder
-            from chunkrag_core.settings import Settings
 
-            self._embedder = make_embedder((self._settings or Settings.load()).embedder)
+            self._embedder = make_embedder((self._settings or load_settings()).embedder)
         return self._embedder
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:

@@ -92,10 +92,10 @@ class ChunkragEmbedding(BaseEmbedding):
 
     def _model(self):
         if self.embedder is None:
+            from chunkrag_core.config_file import load_settings
             from chunkrag_core.providers import make_embedder
-            from chunkrag_core.settings import Settings
 
-            self.embedder = make_embedder(Settings.load().embedder)
+            self.embedder = make_embedder(load_settings().embedder)
         return self.embedder
 
     def _get_text_embeddings(self, texts: List[str]) -> List[List[float]]:

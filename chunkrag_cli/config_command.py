@@ -2,7 +2,10 @@
 value came from; a configuration file's unknown keys and bad values.
 
 The file's rules (names, values, which file) are `chunkrag_core.config_file`'s;
-the known variables and the settings' defaults, `chunkrag_core.config_names`'s.
+the known variables and the settings' defaults, `chunkrag_core.config_names`'s;
+what of a value may be printed, `chunkrag_core.redaction`'s. `problems` is
+the check: `config check` prints it, and every other command runs it before
+it starts (`check_before_running`), `serve` included.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chunkrag_core import config_file, config_names
+from chunkrag_core.redaction import redacted
+from chunkrag_core.settings import VARIABLE_CHOICES
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +77,7 @@ def rows(environ: Mapping[str, str], config: config_file.ConfigFile | None) -> l
         else:
             value = defaults.get(name, "")
         note = "" if config_names.is_known(name, known) else "unknown: read nowhere"
-        found.append(Row(name, config_file.masked(name, value), source, note))
+        found.append(Row(name, redacted(name, value, VARIABLE_CHOICES.get(name, ())), source, note))
     return found
 
 
@@ -100,50 +105,45 @@ def _as_dict(row: Row) -> dict[str, str]:
 
 
 def problems(environ: Mapping[str, str], config: config_file.ConfigFile | None) -> list[str]:
-    """Everything wrong with ``config`` under ``environ``: keys that do not
-    map to a name, unknown keys, values the settings or the local services
-    refuse (each named by its key in the file, or as an environment
-    variable)."""
-    found = list(config.problems) if config is not None else []
-    if config is not None:
-        found += config_file.unknown_keys(config)
+    """Everything wrong with ``config`` under ``environ``: the core's check
+    (`config_file.problems`: keys that do not map, unknown keys, values the
+    settings or the tracing refuse), then what `chunkrag serve` would refuse
+    at its start and what the local services refuse."""
     values = config_file.layered(environ, config)
+    return config_file.problems(environ, config) + _gateway_problems(values) + _local_service_problems(values)
 
-    def describe(name: str) -> str:
-        if config_file.source_of(name, environ, config) == "environment":
-            return f"{name} (environment)"
-        return f"{config.entries[name].key} ({name})" if config is not None else name
 
-    settings_problems = config_file.bad_values(values, describe)
-    found += settings_problems
-    if not settings_problems:
-        found += _gateway_problems(values)
-    found += _tracing_problems(values, describe)
-    found += _local_service_problems(values)
-    return found
+def check_before_running(environ=None) -> config_file.ConfigFile | None:
+    """What every command but ``config`` runs before anything else: the
+    configuration `config check` would check (the file ``$CHUNKRAG_CONFIG``
+    or ./chunkrag.toml names, under the environment), checked by the same
+    `problems`; raises ConfigFileError naming every problem. Then the
+    file's variables go into the environment for those it does not set:
+    every reader (and every process a command starts) finds them there."""
+    target = os.environ if environ is None else environ
+    path = config_file.config_path(target)
+    config = config_file.read_config(path) if path is not None else None
+    found = problems(dict(target), config)
+    if found:
+        raise config_file.refusal(path, found)
+    return config_file.export_to_environment(target)
 
 
 def _gateway_problems(values: Mapping[str, str]) -> list[str]:
     """What `chunkrag serve` would refuse at its start beyond the settings'
-    own checks, by the gateway's own start check (``check_settings``)."""
-    from chunkrag_core.settings import Settings
-    from chunkrag_gateway.app import check_settings
+    own checks, by the gateway's own start check (``check_settings``);
+    nothing when the settings themselves are refused (named already)."""
+    from chunkrag_core.settings import Settings, SettingsError
+    from chunkrag_gateway.start_check import check_settings
 
     try:
-        check_settings(Settings.from_env(values))
+        settings = Settings.from_env(values)
+    except SettingsError:
+        return []
+    try:
+        check_settings(settings)
     except ValueError as exc:
         return [str(exc)]
-    return []
-
-
-def _tracing_problems(values: Mapping[str, str], describe) -> list[str]:
-    """The tracing exporter, checked as the programs that start tracing check it."""
-    from chunkrag_core.tracing import EXPORTER_VARIABLE, TracingError, exporter_from_env
-
-    try:
-        exporter_from_env(values)
-    except TracingError as exc:
-        return [f"{describe(EXPORTER_VARIABLE)}: {exc}"]
     return []
 
 

@@ -13,7 +13,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Sequence, TextIO
 
-from chunkrag_core import config_file
 from chunkrag_core.providers.chat import ChatError
 from chunkrag_core.settings import Settings, SettingsError
 
@@ -353,9 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if args.command != "config":  # `config` reads the file itself, to tell its values from the environment's
-            # The configuration file's variables, for those the environment does not set: every reader
-            # (and every process a command starts) finds them there.
-            config_file.export_to_environment()
+            # The check `config check` makes, then the file's variables into the environment.
+            from chunkrag_cli.config_command import check_before_running
+
+            check_before_running()
         return args.handler(args)
     except SettingsError as exc:
         print(f"chunkrag: configuration error: {exc}", file=sys.stderr)
@@ -1223,6 +1223,7 @@ def _demo_filter(settings: Settings, embedder, questions: list[str]) -> None:
     from elasticsearch import Elasticsearch
 
     from chunkrag_cli.output import print_gateway_search
+    from chunkrag_core.redaction import redact_url
     from chunkrag_gateway import create_app
     from chunkrag_gateway.server import serve_in_thread
     from local_services.celery_workers import CeleryWorkers
@@ -1232,7 +1233,7 @@ def _demo_filter(settings: Settings, embedder, questions: list[str]) -> None:
     # call); the demo turns the LLM judge on to show it working on a worker.
     print(
         "\nthe chunk filter with the LLM judge on (ext.chunkrag.judge_top), through the gateway and a Celery worker, "
-        f"with {settings.chat.model} at {settings.chat.base_url}:"
+        f"with {settings.chat.model} at {redact_url(settings.chat.base_url or 'OpenAI')}:"
     )
     with (
         tempfile.TemporaryDirectory() as logs,

@@ -23,8 +23,14 @@ to a non-empty value in the environment overrides the file.
 
 The file is ``$CHUNKRAG_CONFIG`` when set (it must exist; ``none`` reads no
 file), else ``chunkrag.toml`` in the working directory when there is one. It
-is read by entry points only (the ``chunkrag`` command, `Settings.load`),
-never at import time.
+is read by entry points only (the ``chunkrag`` command, `load_settings`),
+never at import time, and checked as it is read: `problems` is the one
+check of a configuration (`chunkrag config check` adds the gateway's and the
+local services' own checks to it, and every other command runs that before
+it starts).
+
+This module lies above the settings and the names of the variables
+(``config_names``): it reads them, they never read it.
 
 Why not pydantic-settings: its sources fill a pydantic model, and the
 project's model is the set of variables the frozen dataclasses of
@@ -32,7 +38,8 @@ project's model is the set of variables the frozen dataclasses of
 would mean declaring every variable a second time as a pydantic field, the
 per-variable table this layer exists to avoid, or rewriting the parsing of
 ``settings.py``. Reading TOML is ``tomllib`` (standard library); what is
-written here is only the name mapping, provenance and masking.
+written here is only the name mapping, provenance and the check; what of
+a value may be printed is ``redaction``'s.
 """
 
 from __future__ import annotations
@@ -46,19 +53,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from chunkrag_core.settings import SettingsError, redact_url
+from chunkrag_core import config_names, tracing
+from chunkrag_core.settings import Settings, SettingsError
 
 # The variable naming the file, and the file used when it is not set.
 CONFIG_VARIABLE = "CHUNKRAG_CONFIG"
 DEFAULT_FILE_NAME = "chunkrag.toml"
 # The table holding raw environment variable names.
 RAW_TABLE = "env"
-# A word in a variable's name that marks its value as a secret (masked whole).
-SECRET_WORDS = ("KEY", "PASSWORD", "SECRET", "TOKEN")
-# A word in a variable's name that marks a ``user:password`` value as credentials.
-CREDENTIAL_WORDS = ("AUTH", "CREDENTIAL")
-# ``user:password`` (no scheme, no spaces): a password after the first colon.
-_USER_PASSWORD = re.compile(r"^[^:\s/@]+:\S+$")
 
 _PART = re.compile(r"^[A-Za-z0-9_]+$")
 _RAW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -237,49 +239,13 @@ def source_of(name: str, environ: Mapping[str, str], config: ConfigFile | None) 
     return "default"
 
 
-def is_secret(name: str) -> bool:
-    return any(word in name.upper() for word in SECRET_WORDS)
-
-
-def masked(name: str, value: str) -> str:
-    """``value`` safe to print: whole for a secret's name (*KEY*, *PASSWORD*,
-    *SECRET*, *TOKEN*); every value of a header list (*HEADERS: OpenTelemetry's
-    ``authorization=Bearer ...,x-api-key=...``); the password of a
-    ``user:password`` value of an *AUTH* or *CREDENTIALS* variable; in URLs
-    (every entry of a comma-separated list) the password and the values of
-    query parameters named like secrets (``?api_key=``, ``?password=``);
-    else as it is."""
-    if not value:
-        return value
-    upper = name.upper()
-    if is_secret(name):
-        return "***"
-    if upper.endswith("HEADERS"):
-        return ",".join(_masked_header(item) for item in value.split(","))
-    if "://" in value:
-        try:
-            return redact_url(value)
-        except ValueError:
-            return "***"
-    if any(word in upper for word in CREDENTIAL_WORDS) and _USER_PASSWORD.match(value.strip()):
-        return value.strip().split(":", 1)[0] + ":***"
-    return value
-
-
-def _masked_header(item: str) -> str:
-    header, equals, _value = item.partition("=")
-    return f"{header}=***" if equals else "***"
-
-
 def unknown_keys(config: ConfigFile, known: frozenset[str] | None = None) -> list[str]:
     """A problem for each key of the file that maps to no variable the code
     reads (`config_names.known_variables`)."""
-    from chunkrag_core.config_names import is_known
-
     return [
         f"{entry.key}: unknown ({name} is read nowhere)"
         for name, entry in config.entries.items()
-        if not is_known(name, known)
+        if not config_names.is_known(name, known)
     ]
 
 
@@ -289,10 +255,7 @@ def bad_values(values: Mapping[str, str], describe=lambda name: name) -> list[st
     Each variable is tried alone, and one refused alone is tried again with
     the others (``OPENSEARCH_AUTH=sigv4`` needs ``AWS_REGION``); then all
     together, for a conflict between values each valid alone."""
-    from chunkrag_core.config_names import names_settings_asks_for
-    from chunkrag_core.settings import Settings
-
-    read = set(names_settings_asks_for())
+    read = set(config_names.names_settings_asks_for())
     alone: dict[str, str] = {}
     for name, value in values.items():
         if name in read:
@@ -313,3 +276,56 @@ def bad_values(values: Mapping[str, str], describe=lambda name: name) -> list[st
         except SettingsError as exc:
             found.append(str(exc))
     return found
+
+
+def problems(environ: Mapping[str, str], config: ConfigFile | None) -> list[str]:
+    """Everything the core can tell is wrong with ``config`` under
+    ``environ``: keys that do not map to a name, keys that map to no name
+    the code reads, values the settings refuse, a tracing exporter the
+    programs that trace would refuse; each value named by its key in the
+    file, or as an environment variable. The ``chunkrag`` command adds the
+    gateway's and the local services' own checks (`chunkrag_cli.config_command`)."""
+    found = list(config.problems) if config is not None else []
+    if config is not None:
+        found += unknown_keys(config)
+    values = layered(environ, config)
+
+    def describe(name: str) -> str:
+        if source_of(name, environ, config) == "environment":
+            return f"{name} (environment)"
+        return f"{config.entries[name].key} ({name})" if config is not None else name
+
+    found += bad_values(values, describe)
+    found += _tracing_problems(values, describe)
+    return found
+
+
+def _tracing_problems(values: Mapping[str, str], describe) -> list[str]:
+    """The tracing exporter, checked as the programs that start tracing check it."""
+    try:
+        tracing.exporter_from_env(values)
+    except tracing.TracingError as exc:
+        return [f"{describe(tracing.EXPORTER_VARIABLE)}: {exc}"]
+    return []
+
+
+def refusal(path: Path | None, found: list[str]) -> ConfigFileError:
+    """The error a program stops with when its configuration has ``found``
+    problems: the file's path (or the environment), then each problem."""
+    where = str(path) if path is not None else "the environment"
+    return ConfigFileError(f"{where}: " + "; ".join(found))
+
+
+def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
+    """The settings of the environment over the configuration file
+    (``$CHUNKRAG_CONFIG`` or ``./chunkrag.toml``), checked as `problems`
+    checks them: what a program that builds its own settings calls (the
+    framework adapters). Raises ConfigFileError naming every problem, a key
+    that maps to no variable the code reads included."""
+    env = os.environ if environ is None else environ
+    path = config_path(env, cwd)
+    config = read_config(path) if path is not None else None
+    found = problems(env, config)
+    if found:
+        raise refusal(path, found)
+    return Settings.from_env(layered(env, config))

@@ -3,26 +3,27 @@
 Every knob has a default that works on a fresh machine with the project's own
 services; a configuration file (`config_file`) and the environment override
 it, the environment winning. ``Settings.from_env()`` is called by entry points
-(CLI, gateway, workers), never at import time; ``Settings.load()`` reads the
-file too.
+(CLI, gateway, workers), never at import time; ``config_file.load_settings()``
+reads the file too, and checks it as `chunkrag config check` does.
+
+What this module imports of the project lies below it (the engines'
+profiles, the redaction of printed values, its error): the configuration
+file and the names of the variables are read above it, never from here.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 import warnings
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Mapping
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from chunkrag_core.engines.profile import DEFAULT_ENGINE, SEARCH_BACKENDS, engine_chosen_by_urls, engine_of
-
-
-class SettingsError(ValueError):
-    """An environment variable holds a value the project cannot use."""
+from chunkrag_core.redaction import assignment, redact_url, redacted
+from chunkrag_core.settings_error import SettingsError
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,14 +444,15 @@ def passthrough_classes(raw: str) -> frozenset[str]:
     unknown = wanted - set(PASSTHROUGH_CLASSES)
     if unknown or not wanted:
         raise SettingsError(
-            f"CHUNKRAG_GATEWAY_PASSTHROUGH must list some of {', '.join(PASSTHROUGH_CLASSES)} (or all), got {raw!r}"
+            f"CHUNKRAG_GATEWAY_PASSTHROUGH must list some of {', '.join(PASSTHROUGH_CLASSES)} (or all), "
+            f"got {redacted('CHUNKRAG_GATEWAY_PASSTHROUGH', raw)!r}"
         )
     return frozenset(wanted | {"read"})
 
 
 def _one_of(variable: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise SettingsError(f"{variable} must be one of {', '.join(choices)}, got {value!r}")
+        raise SettingsError(f"{variable} must be one of {', '.join(choices)}, got {redacted(variable, value)!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,18 +625,6 @@ class Settings:
             post_search=_overlay(base.post_search, env, "CHUNKRAG_POST_SEARCH_"),
         )
 
-    @classmethod
-    def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """The environment over the configuration file (``$CHUNKRAG_CONFIG`` or
-        ``./chunkrag.toml``, `chunkrag_core.config_file`): what a program that
-        builds its own settings calls. ``from_env`` reads only the mapping it
-        is given (``os.environ`` by default), which the ``chunkrag`` command
-        has already given the file's values."""
-        from chunkrag_core import config_file
-
-        env = os.environ if environ is None else environ
-        return cls.from_env(config_file.layered(env, config_file.load(env)))
-
     @property
     def es_url_for_display(self) -> str:
         return redact_url(",".join(self.es_nodes))
@@ -680,31 +670,6 @@ def calibration_file_from_env(environ: Mapping[str, str] | None = None) -> str:
     return env.get("CHUNKRAG_CALIBRATION_FILE", "").strip()
 
 
-# A query parameter whose name holds one of these carries a secret
-# (``?api_key=``, ``?password=``, ``?access_token=``, ``?X-Amz-Signature=``).
-SECRET_PARAMETER = re.compile(r"key|token|pass|secret|auth|signature|credential", re.IGNORECASE)
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password, and the value of any query parameter named
-    like a secret (``SECRET_PARAMETER``), replaced, for logs, error messages
-    and `chunkrag config show`; in a comma-separated list of node URLs, every
-    entry's."""
-    if "," in url:
-        return ",".join(redact_url(entry) for entry in url.split(","))
-    parts = urlsplit(url)
-    if parts.password is not None:
-        parts = parts._replace(netloc=f"{parts.username}:***@{_host_port(parts)}")
-    if parts.query:
-        parts = parts._replace(query="&".join(_redacted_parameter(pair) for pair in parts.query.split("&")))
-    return urlunsplit(parts)
-
-
-def _redacted_parameter(pair: str) -> str:
-    name, equals, value = pair.partition("=")
-    return f"{name}=***" if equals and value and SECRET_PARAMETER.search(unquote(name)) else pair
-
-
 def _host_port(parts) -> str:
     host = parts.hostname or ""
     return (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
@@ -728,9 +693,15 @@ def node_urls(raw: str, variable: str = "ES_URL") -> tuple[str, ...]:
             raise SettingsError(
                 f"{where} is empty; separate node URLs with single commas (http://a:9200,http://b:9200)"
             )
-        parts = urlsplit(entry)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise SettingsError(f"{where} ({redact_url(entry)!r}) is not an http:// or https:// URL with a host")
+        try:
+            parts = urlsplit(entry)
+            _ = parts.port  # a port that is not a number raises here, not later
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SettingsError(
+                f"{where} ({redact_url(entry)!r}) is not an http:// or https:// URL with a host (and a numeric port)"
+            )
         parsed.append(parts)
     first = parsed[0]
     userinfo = first.netloc.rpartition("@")[0] if "@" in first.netloc else ""
@@ -754,7 +725,7 @@ def _search_backend_from_env(env: Mapping[str, str]) -> str:
         # Pointing only OPENSEARCH_URL at a cluster is choosing it.
         return engine_chosen_by_urls(env)
     if chosen not in SEARCH_BACKENDS:
-        raise SettingsError(f"SEARCH_BACKEND={chosen!r}; choose one of {', '.join(SEARCH_BACKENDS)}")
+        raise SettingsError(f"{assignment('SEARCH_BACKEND', chosen)}; choose one of {', '.join(SEARCH_BACKENDS)}")
     return chosen
 
 
@@ -763,10 +734,24 @@ OPENSEARCH_AUTHS = ("basic", "sigv4")
 OPENSEARCH_AWS_SERVICES = ("es", "aoss")
 
 
+# The values of the variables that take one of a fixed set, by name: what
+# `chunkrag config show` may print of a mode in a variable named like
+# credentials (`redaction.redacted`), where any other value is masked.
+VARIABLE_CHOICES = {
+    "SEARCH_BACKEND": SEARCH_BACKENDS,
+    "OPENSEARCH_AUTH": OPENSEARCH_AUTHS,
+    "OPENSEARCH_AWS_SERVICE": OPENSEARCH_AWS_SERVICES,
+    "CHUNKRAG_GATEWAY_AUTH": GATEWAY_AUTH_MODES,
+    "CHUNKRAG_GATEWAY_SHARED_STATE": GATEWAY_SHARED_STATES,
+}
+
+
 def _opensearch_auth_from_env(env: Mapping[str, str]) -> dict[str, str]:
-    auth = (env.get("OPENSEARCH_AUTH") or "basic").strip().lower()
+    written = env.get("OPENSEARCH_AUTH") or "basic"
+    auth = written.strip().lower()
     if auth not in OPENSEARCH_AUTHS:
-        raise SettingsError(f"OPENSEARCH_AUTH={auth!r}; choose one of {', '.join(OPENSEARCH_AUTHS)}")
+        # As written, through the redaction: credentials put here by mistake are not echoed.
+        raise SettingsError(f"{assignment('OPENSEARCH_AUTH', written)}; choose one of {', '.join(OPENSEARCH_AUTHS)}")
     region = env.get("AWS_REGION") or _deprecated(env, "OPENSEARCH_AWS_REGION", "AWS_REGION") or ""
     service = (env.get("OPENSEARCH_AWS_SERVICE") or "es").strip().lower()
     if auth == "sigv4":
@@ -774,7 +759,7 @@ def _opensearch_auth_from_env(env: Mapping[str, str]) -> dict[str, str]:
             raise SettingsError("OPENSEARCH_AUTH=sigv4 needs the domain's region: set AWS_REGION")
         if service not in OPENSEARCH_AWS_SERVICES:
             raise SettingsError(
-                f"OPENSEARCH_AWS_SERVICE={service!r}; choose es (a managed domain) or aoss (Serverless)"
+                f"{assignment('OPENSEARCH_AWS_SERVICE', service)}; choose es (a managed domain) or aoss (Serverless)"
             )
         if urlsplit(env.get("OPENSEARCH_URL") or "").username is not None:
             raise SettingsError(
@@ -840,7 +825,7 @@ def _overlay(value, env: Mapping[str, str], prefix: str, skip: tuple[str, ...] =
         try:
             changes[f.name] = _boolean(raw) if kind is bool else kind(raw) if kind in (int, float) else raw
         except ValueError as exc:
-            raise SettingsError(f"{prefix + f.name.upper()}={raw!r} is not a valid {kind.__name__}") from exc
+            raise SettingsError(f"{assignment(prefix + f.name.upper(), raw)} is not a valid {kind.__name__}") from exc
     return replace(value, **changes)
 
 
@@ -853,7 +838,7 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise SettingsError(f"{name}={raw!r} is not a number of seconds above 0")
+        raise SettingsError(f"{assignment(name, raw)} is not a number of seconds above 0")
     return value
 
 

@@ -31,6 +31,7 @@ from chunkrag_gateway.aliases import ForeignAliases
 from chunkrag_gateway.body_depth import BodyDepth
 from chunkrag_gateway.body_limit import BodyLimit
 from chunkrag_gateway.body_reads import MAX_BODY_DEPTH
+from chunkrag_gateway.cluster_internals import error_without_internals
 from chunkrag_gateway.cluster_users import ClusterUsers
 from chunkrag_gateway.dialect import (
     ChunkragSearch,
@@ -51,9 +52,7 @@ from chunkrag_gateway.filter_threads import FilterThreads
 from chunkrag_gateway.guard import Guard
 from chunkrag_gateway.identity import (
     REFUSAL_WORDS,
-    Authenticator,
     Caller,
-    check_engine_auth,
     check_indices,
     scrub_security_errors,
     service_refusal,
@@ -73,6 +72,7 @@ from chunkrag_gateway.passthrough import HttpTransport
 from chunkrag_gateway.policy import has_chunkrag_ext, parse_classes
 from chunkrag_gateway.responses import error_response, es_json
 from chunkrag_gateway.shared_state import make_stores
+from chunkrag_gateway.start_check import check_settings
 from search_extension.options import first_error
 from search_extension.post_search import hits_of
 from search_extension.post_search_response import post_search_response
@@ -82,20 +82,6 @@ log = logging.getLogger(__name__)
 
 # What a post-search sends the cluster with the caller's body: JSON in, JSON out.
 SEARCH_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json")]
-
-
-def check_settings(settings: Settings) -> Authenticator:
-    """What the gateway refuses at its start beyond the settings' own checks
-    (values that need the gateway's parsers: the API keys, the pairing of
-    auth mode, keys and engine credentials, HTTPS's two files); raises
-    ValueError naming the variable. ``create_app`` calls it, and so does
-    `chunkrag config check`, so a configuration it passes is one the gateway starts with."""
-    limits = settings.gateway
-    if bool(limits.ssl_certfile) != bool(limits.ssl_keyfile):
-        raise ValueError("HTTPS needs both CHUNKRAG_GATEWAY_SSL_CERTFILE and CHUNKRAG_GATEWAY_SSL_KEYFILE")
-    authenticator = Authenticator.from_settings(limits)
-    check_engine_auth(settings)
-    return authenticator
 
 
 def create_app(
@@ -429,6 +415,8 @@ async def _run(
             if error.status == 401:
                 edges.passthrough.forget(caller)  # an invalidated derived key: make a new one next time
             raise service_refusal(caller, error.status) from exc
+        if caller.key is not None:
+            raise error_without_internals(error) from exc
         raise error from exc
 
 

@@ -16,7 +16,9 @@ instances a caller's scroll and PIT requests must then reach the instance
 that opened them, and after a restart open scrolls and PITs are refused and
 must be opened again. With CHUNKRAG_GATEWAY_SHARED_STATE=redis the same
 bindings live in Redis (``shared_state.RedisContexts``), shared by every
-instance. At most ``capacity`` ids are kept per key, its oldest dropped first.
+instance, and each instance remembers those it made or checked too, so an
+owner keeps what it opened when Redis loses its data. At most ``capacity``
+ids are kept per key, its oldest dropped first.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import orjson
 
 from chunkrag_core.engines.profile import ELASTICSEARCH, PointInTimeApi
 from chunkrag_gateway import errors
+from chunkrag_gateway.body_reads import parse_msearch
 
 # Ids kept per gateway key at most (each a few hundred bytes): far more than
 # the scrolls and PITs one caller keeps open (Elasticsearch's own default cap
@@ -58,19 +61,47 @@ def presented_ids(
     ``/_search/scroll`` (path, ``scroll_id`` parameter, body), the close of
     a point in time (``pit``: Elasticsearch's ``DELETE /_pit`` with body
     ``id``, OpenSearch's ``DELETE /_search/point_in_time`` with body
-    ``pit_id``), a search body's ``pit.id``."""
-    document = _decoded(body)
+    ``pit_id``), a search body's ``pit.id`` (``_search``, ``_async_search``),
+    and every ``pit.id`` of an ``_msearch``'s searches (read as the second
+    line reads them: a body it would refuse is a 400 here too)."""
+    # Only the endpoints that take an id have their body decoded (a write's is left alone).
     if parts[:2] == ("_search", "scroll"):
         named = [parts[2]] if len(parts) == 3 else []
         named += [value for name, value in parse_qsl(query_string, keep_blank_values=True) if name == "scroll_id"]
-        named += _as_list(document.get("scroll_id"))
+        named += _as_list(_decoded(body).get("scroll_id"))
         return [i for value in named for i in _split(value)]
     if parts == pit.close and method == "DELETE":
-        return [i for value in _as_list(document.get(pit.close_key)) for i in _split(value)]
-    pit = document.get("pit")
-    if parts and parts[-1] == "_search" and isinstance(pit, dict):
-        return [i for value in _as_list(pit.get("id")) for i in _split(value)]
+        return [i for value in _as_list(_decoded(body).get(pit.close_key)) for i in _split(value)]
+    # ``/_msearch`` or ``/<index>/_msearch``, and the searches likewise (``/<index>/_doc/_search``
+    # writes a document whose id is "_search").
+    if 1 <= len(parts) <= 2 and parts[-1] == "_msearch":
+        return [i for _, search in parse_msearch(body) for i in _pit_ids(search)] if body.strip() else []
+    if 1 <= len(parts) <= 2 and parts[-1] in SEARCHES_THROUGH_A_PIT:
+        return _pit_ids(_decoded(body))
     return []
+
+
+# The endpoints whose body searches through a point in time (``pit``):
+# Elasticsearch's async search takes one as its search does.
+SEARCHES_THROUGH_A_PIT = frozenset({"_search", "_async_search"})
+
+
+def _pit_ids(search: dict[str, Any]) -> list[str]:
+    pit = search.get("pit")
+    if not isinstance(pit, dict):
+        return []
+    return [i for value in _as_list(pit.get("id")) for i in _split(value)]
+
+
+def msearch_pit_ids(body: bytes) -> list[str]:
+    """The point-in-time ids an ``_msearch`` answer hands out (each search's
+    ``pit_id``, which Elasticsearch may change from the one presented), to
+    be bound to the key that searched through them."""
+    document = _decoded(body)
+    responses = document.get("responses")
+    if not isinstance(responses, list):
+        return []
+    return [item["pit_id"] for item in responses if isinstance(item, dict) and isinstance(item.get("pit_id"), str)]
 
 
 def _decoded(body: bytes) -> dict[str, Any]:
@@ -111,6 +142,10 @@ class ContextOwners:
         while len(ids) > self.capacity:
             forgotten, _ = ids.popitem(last=False)
             del self._owner_of[forgotten]
+
+    def owner_of(self, context_id: str) -> str | None:
+        """The key ``context_id`` was handed out to, if it is remembered."""
+        return self._owner_of.get(context_id)
 
     def check(self, owner: str, ids: Iterable[str]) -> None:
         """A 404 unless every id was handed out to ``owner``."""

@@ -13,7 +13,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from chunkrag_core import tracing
 from chunkrag_core.engines.profile import engine_of
-from chunkrag_core.settings import Settings, redact_url
+from chunkrag_core.redaction import redact_url
+from chunkrag_core.settings import Settings
 from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany, Place, judge_in_threads
 from chunkrag_filter.relevance_places import DegradingRelevance, RelevanceModel
 from chunkrag_gateway import errors

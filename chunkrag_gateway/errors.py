@@ -109,7 +109,7 @@ def from_exception(exc: BaseException) -> GatewayError:
     from chunkrag_core.providers.embedding import EmbeddingError
     from chunkrag_core.providers.local_relevance import RelevanceError
     from chunkrag_gateway.dialect import OptionError
-    from search_extension.retriever import IndexNotFound, RetrievalError, SearchFailed, SearchRefused
+    from search_extension.retriever import IndexNotFound, RetrievalError, SearchFailed, SearchRefused, SearchRejected
     from workers.errors import QueueUnavailable, WorkersTimedOut, WorkersUnavailable
 
     if isinstance(exc, GatewayError):
@@ -123,6 +123,11 @@ def from_exception(exc: BaseException) -> GatewayError:
         kind = exc.error.get("type") if isinstance(exc.error, dict) else None
         body = {"error": exc.error, "status": exc.status} if isinstance(exc.error, dict) else None
         return GatewayError(exc.status, kind or "search_phase_execution_exception", str(exc), body=body)
+    if isinstance(exc, SearchRejected):
+        # The cluster's own 4xx and error, as it answers a bad search directly.
+        kind = exc.error.get("type") if isinstance(exc.error, dict) else None
+        body = {"error": exc.error, "status": exc.status} if isinstance(exc.error, dict) else None
+        return GatewayError(exc.status, kind or "illegal_argument_exception", str(exc), body=body)
     if isinstance(exc, IndexNotFound):
         return GatewayError(404, "index_not_found_exception", str(exc))
     if isinstance(exc, (OptionError, RetrievalError)):

@@ -220,7 +220,7 @@ def service_refusal(caller: Caller, status: int = 403) -> errors.GatewayError:
 REFUSAL_WORDS = ("security_exception", "is unauthorized for", "unable to authenticate", "API key id [")
 _REFUSAL_MARKS = tuple(word.encode() for word in REFUSAL_WORDS)
 # Where documents, not errors, sit in a response: their fields are left alone.
-_DOCUMENT_KEYS = frozenset({"_source", "fields", "highlight", "docvalue_fields"})
+DOCUMENT_KEYS = frozenset({"_source", "fields", "highlight", "docvalue_fields"})
 
 
 def may_name_cluster_identity(body: bytes) -> bool:
@@ -252,7 +252,7 @@ def scrub_security_errors(document: Any, reason: str) -> bool:
                 node.pop("stack_trace", None)
                 replaced = True
             for key, value in node.items():
-                if key in _DOCUMENT_KEYS:
+                if key in DOCUMENT_KEYS:
                     continue
                 if _names_refusal(value):
                     node[key] = reason

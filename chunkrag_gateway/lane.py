@@ -40,13 +40,12 @@ from chunkrag_gateway.body_reads import (
     referenced_indices,
     strict_json,
 )
-from chunkrag_gateway.context_ids import opened_id, presented_ids
+from chunkrag_gateway.context_ids import msearch_pit_ids, opened_id, presented_ids
 from chunkrag_gateway.identity import Caller, check_indices
 from chunkrag_gateway.passthrough import Passthrough
 from chunkrag_gateway.policy import (
     Endpoint,
     has_chunkrag_ext,
-    msearch_indices,
     refuse_chunkrag_outside_index_search,
     segments,
 )
@@ -92,6 +91,8 @@ class PassthroughLane:
         # Service mode: which gateway key each scroll and PIT id belongs to
         # (in this process, or shared by the instances: shared_state.py).
         self.contexts = contexts if contexts is not None else LocalContexts()
+        # Service mode: GET / answered by the gateway itself (root.py).
+        self.gateway_root = root.GatewayRoot(passthrough)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] in GATEWAY_ROUTES:
@@ -125,8 +126,10 @@ class PassthroughLane:
             if self.aliases is not None and caller.key is not None:
                 for named in indices_named(endpoint, body):
                     await self.aliases.check(caller, named)
-            bound = caller.key is not None and endpoint.kind == "read"
-            if bound:
+            presented: list[str] = []
+            if caller.key is not None:
+                # Every class: with derived keys an async search (cluster or
+                # write class, when forwarded) searches through a PIT too.
                 query = scope.get("query_string", b"").decode("latin-1")
                 parts = segments(raw_path_of(scope))
                 presented = presented_ids(scope["method"], parts, query, body, self.point_in_time)
@@ -134,16 +137,31 @@ class PassthroughLane:
             if is_filtered_search(scope["method"], raw_path_of(scope)) and carries_chunkrag(body):
                 return await self.app(scope, replay(body, receive), send)
             telemetry.note(scope, mode="passthrough")
-            response = await self.passthrough.forward(
-                scope["method"], request_target(scope), scope["headers"], body, caller
-            )
-            if response.status_code in root.NOT_SERVED and root.is_root(scope["method"], scope["path"]):
-                response = await root.cluster_root(self.passthrough, scope["headers"], caller)
-            if bound and response.status_code == 200 and (opened := opened_id(response.body)) is not None:
-                await self.contexts.bind(caller.key.name, opened)
+            if caller.key is not None and root.is_root(scope["method"], scope["path"]):
+                response = await self.gateway_root.response()
+            else:
+                response = await self._forwarded(scope, body, caller, endpoint, presented)
         except errors.GatewayError as exc:
             response = error_response(exc, accept_of(scope))
         await response(scope, receive, send)
+
+    async def _forwarded(self, scope, body: bytes, caller: Caller, endpoint: Endpoint, presented: list[str]):
+        """The cluster's answer (``GET /`` rebuilt where it answers 405); in
+        service mode each scroll or PIT id a read hands out is bound to the key."""
+        response = await self.passthrough.forward(
+            scope["method"], request_target(scope), scope["headers"], body, caller
+        )
+        if response.status_code in root.NOT_SERVED and root.is_root(scope["method"], scope["path"]):
+            response = await root.cluster_root(self.passthrough, scope["headers"], caller)
+        if caller.key is None or endpoint.kind != "read" or response.status_code != 200:
+            return response
+        if (opened := opened_id(response.body)) is not None:
+            await self.contexts.bind(caller.key.name, opened)
+        if endpoint.msearch and presented:
+            # Each search through a PIT answers with its (possibly new) id: the key's too.
+            for opened in msearch_pit_ids(response.body):
+                await self.contexts.bind(caller.key.name, opened)
+        return response
 
 
 def check_request(
@@ -195,7 +213,8 @@ def check_service_body(endpoint: Endpoint, caller: Caller, scope, body: bytes) -
             indices = endpoint.indices
             if "index" in header:
                 indices = index_expressions(header["index"], "an _msearch header")
-            check_indices(caller, indices, what="an _msearch search")
+            if not through_a_pit(indices, search):
+                check_indices(caller, indices, what="an _msearch search")
             check_search_body(search, allowed)
         return
     check_search_body(strict_json(body, "the request body"), allowed)
@@ -227,8 +246,12 @@ def check_body(endpoint: Endpoint, caller: Caller, body: bytes) -> None:
     if caller.indices is None:
         return
     if endpoint.msearch:
-        for named in msearch_indices(body, endpoint.indices):
-            check_indices(caller, named, what="an _msearch search")
+        # Read as the second line read it (``check_service_body``: only a
+        # caller limited to some indices, a gateway key, comes here).
+        for header, search in parse_msearch(body) if body.strip() else ():
+            named = index_expressions(header["index"], "an _msearch header") if "index" in header else endpoint.indices
+            if not through_a_pit(named, search):
+                check_indices(caller, named, what="an _msearch search")
     elif endpoint.search and endpoint.indices is None:
         try:
             decoded = orjson.loads(body) if body.strip() else None
@@ -237,6 +260,14 @@ def check_body(endpoint: Endpoint, caller: Caller, body: bytes) -> None:
         # A PIT id came from an open on an allowed index.
         if not (isinstance(decoded, dict) and isinstance(decoded.get("pit"), dict)):
             check_indices(caller, None, what="a search without an index (other than a PIT search)")
+
+
+def through_a_pit(indices: tuple[str, ...] | None, search: object) -> bool:
+    """A search that names no index and goes through a point in time: the
+    PIT's id decides its indices (it came from an open on an index the key
+    may read), and the id is checked against the key it was handed to
+    (``context_ids.py``), as for a search's ``pit``."""
+    return indices is None and isinstance(search, dict) and isinstance(search.get("pit"), dict)
 
 
 def carries_chunkrag(body: bytes) -> bool:

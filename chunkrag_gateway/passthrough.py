@@ -18,6 +18,7 @@ from chunkrag_core import tracing
 from chunkrag_core.engines.profile import engine_of
 from chunkrag_core.settings import Settings
 from chunkrag_gateway import errors
+from chunkrag_gateway.cluster_internals import may_name_internals, scrub_internals
 from chunkrag_gateway.derived_keys import DerivedKeys
 from chunkrag_gateway.identity import (
     Caller,
@@ -148,6 +149,8 @@ class Passthrough:
             if response.status == 401:
                 self.forget(caller)  # an invalidated derived key: make a new one next time
             response = _without_cluster_identity(response, caller)
+        if caller.key is not None and may_name_internals(response.body):
+            response = _without_internals(response)
         if response.status == 401 and _from_a_browser(raw_headers):
             response = _without_challenge(response)
         return ForwardedResponse(response)
@@ -242,6 +245,20 @@ def _without_cluster_identity(response: HttpResponse, caller: Caller) -> HttpRes
     except orjson.JSONDecodeError:
         raise service_refusal(caller) from None
     if not scrub_security_errors(document, service_refusal(caller).reason):
+        return response
+    body = orjson.dumps(document)
+    headers = [(name, value) for name, value in response.headers if name.lower() != b"content-length"]
+    return dataclasses.replace(response, headers=tuple(headers), body=body)
+
+
+def _without_internals(response: HttpResponse) -> HttpResponse:
+    """Service mode: the answer's errors without Java class names and the
+    cluster's ids (``cluster_internals.py``); an answer that is not JSON as it came."""
+    try:
+        document = orjson.loads(response.body)
+    except orjson.JSONDecodeError:
+        return response
+    if not scrub_internals(document):
         return response
     body = orjson.dumps(document)
     headers = [(name, value) for name, value in response.headers if name.lower() != b"content-length"]

@@ -133,26 +133,6 @@ def refuse_unless_allowed(endpoint: Endpoint, method: str, raw_path: str, allowe
     )
 
 
-def msearch_indices(body: bytes, default: tuple[str, ...] | None) -> list[tuple[str, ...] | None]:
-    """The indices each search of an _msearch body names (its header line's
-    ``index``, else the path's). Raises a 400 for a header that is not JSON."""
-    named = []
-    lines = [line for line in body.split(b"\n") if line.strip()]
-    for header in lines[0::2]:
-        try:
-            decoded = orjson.loads(header)
-        except orjson.JSONDecodeError as exc:
-            raise errors.parse_error(f"an _msearch header line is not valid JSON: {exc}") from None
-        index = decoded.get("index") if isinstance(decoded, dict) else None
-        if isinstance(index, str):
-            named.append(tuple(index.split(",")))
-        elif isinstance(index, list) and all(isinstance(i, str) for i in index):
-            named.append(tuple(index))
-        else:
-            named.append(default)
-    return named
-
-
 def has_chunkrag_ext(document: object) -> bool:
     """Whether a decoded body's ``ext`` holds ``chunkrag``, whatever its
     value: a ``null`` or a list is the gateway's to refuse by name (the

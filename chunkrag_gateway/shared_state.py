@@ -15,8 +15,9 @@ When Redis cannot be reached (each call waits at most ``TIMEOUT_S``, and
 after a failure the next ``HOLD_S`` do not wait at all):
 
 - binding fails closed: an id whose owner cannot be checked is refused with
-  503, and an answer that opens a scroll or PIT whose id cannot be recorded
-  is refused with 503 too (an id no instance could later accept);
+  503 (unless this instance remembers it: ``RedisContexts``), and an answer
+  that opens a scroll or PIT whose id cannot be recorded is refused with 503
+  too (an id no other instance could later accept);
 - rate limits fall back to this instance's own buckets (``RateLimiter``):
   each instance then grants the full rate, so N instances allow at most N
   times it until Redis is back.
@@ -138,9 +139,19 @@ class SharedRedis:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             import redis.asyncio
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+            from redis.exceptions import ConnectionError as RedisConnectionError
 
             self._client = redis.asyncio.Redis.from_url(
-                self.url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S
+                self.url,
+                socket_timeout=TIMEOUT_S,
+                socket_connect_timeout=TIMEOUT_S,
+                # A Redis restarted since the last call closed every pooled
+                # connection: one more try, on a new one, at once (bounded
+                # with the rest by the wait in ``run`` and ``call``).
+                retry=Retry(NoBackoff(), 1),
+                retry_on_error=[RedisConnectionError],
             )
             self._loop, self._scripts = loop, {}
         return self._client
@@ -202,18 +213,34 @@ class LocalContexts:
 class RedisContexts:
     """The bindings in Redis: ``<prefix>ctx:<sha256(id)>`` holds the owner's
     name for BINDING_TTL_S after its last binding, and the owner's sorted
-    set of them keeps at most ``capacity`` (its oldest dropped first)."""
+    set of them keeps at most ``capacity`` (its oldest dropped first).
+
+    Each instance also remembers the bindings it made or confirmed
+    (``ContextOwners``, the same cap per key), because Redis may lose them
+    (a restart without persistence): an id Redis no longer knows that this
+    instance remembers for the presenting key is accepted and written back,
+    so every instance knows it again; one it remembers for another key is
+    refused (404). With Redis unreachable, an id remembered here for the
+    presenting key is accepted, another key's refused, any other 503. An
+    owner therefore keeps continuing and closing what it opened through the
+    instances that served it. A binding never changes owner (the first key
+    an id was handed out to keeps it), so the memory cannot let anyone else in."""
 
     def __init__(self, redis: SharedRedis, capacity: int = CAPACITY, ttl_s: int = BINDING_TTL_S):
         self.redis, self.capacity, self.ttl_s = redis, capacity, ttl_s
+        self.remembered = ContextOwners(capacity)
 
     async def bind(self, owner: str, context_id: str) -> None:
         keys = [f"{PREFIX}ctx:{_digest(context_id)}", f"{PREFIX}ids:{_digest(owner)}"]
         try:
-            await self.redis.run(_BIND, keys, [owner, self.ttl_s, self.capacity])
+            bound = await self.redis.run(_BIND, keys, [owner, self.ttl_s, self.capacity])
         except RedisUnavailable as exc:
             log.warning("shared state: could not bind a scroll or PIT id to gateway key [%s]: %s", owner, exc)
+            if self.remembered.owner_of(context_id) == owner:
+                return  # handed back again (a scroll's next page, a PIT search): known here already
             raise unavailable_binding() from None
+        if int(bound):
+            self.remembered.remember(owner, context_id)
 
     async def verify(self, owner: str, ids: Iterable[str]) -> None:
         wanted = list(ids)
@@ -222,10 +249,22 @@ class RedisContexts:
         try:
             owners = await self.redis.call("mget", [f"{PREFIX}ctx:{_digest(i)}" for i in wanted])
         except RedisUnavailable as exc:
+            if all(self.remembered.owner_of(i) == owner for i in wanted):
+                return  # bound to this key, as remembered here
+            if any(self.remembered.owner_of(i) not in (None, owner) for i in wanted):
+                raise context_missing(owner) from None
             log.warning("shared state: could not check scroll or PIT ids of gateway key [%s]: %s", owner, exc)
             raise unavailable_binding() from None
-        if any(found != owner.encode("utf-8") for found in owners):
+        lost = [i for i, found in zip(wanted, owners) if found is None]
+        if any(found is not None and found != owner.encode("utf-8") for found in owners):
             raise context_missing(owner)
+        if any(self.remembered.owner_of(i) != owner for i in lost):
+            raise context_missing(owner)
+        for context_id in lost:  # Redis lost them (a restart): every instance knows them again
+            log.info("shared state: a scroll or PIT id of gateway key [%s] written back to Redis", owner)
+            await self.bind(owner, context_id)
+        for context_id in wanted:
+            self.remembered.remember(owner, context_id)
 
 
 class SharedRateLimiter:

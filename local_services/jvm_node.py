@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
+from chunkrag_core.redaction import redact_url
 from chunkrag_core.settings import SettingsError, node_urls, state_home
 from local_services.java import JavaHome, find_java_home
 from local_services.managed import Command, ManagedProcess
@@ -42,7 +43,6 @@ from local_services.process import (
     env_port,
     exclusive_lock,
     make_public_dir,
-    redact_url,
     require_reachable,
     unprivileged_user,
 )

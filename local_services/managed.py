@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chunkrag_core.redaction import redact_url
 from local_services.process import (
     LocalServiceError,
     Log,
@@ -35,7 +36,6 @@ from local_services.process import (
     port_in_use,
     print_line,
     process_cmdline,
-    redact_url,
     run_launcher,
     tail,
     wait_until_ready,

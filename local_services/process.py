@@ -17,7 +17,6 @@ import socket
 import stat
 import subprocess
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,23 +53,6 @@ class ServiceStatus:
         pid = f"pid {self.pid}" if self.pid else "pid -"
         verdict = "healthy" if self.healthy else "NOT healthy"
         return f"{self.name:<13} {self.state:<9} {pid:<11} {self.url:<27} {verdict} ({self.health})"
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced, safe to print; in a comma-separated
-    list of node URLs (ES_URL, OPENSEARCH_URL), every entry's."""
-    if "," in url:
-        return ",".join(redact_url(entry) for entry in url.split(","))
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 # --- configuration from the environment ----------------------------------------

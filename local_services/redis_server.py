@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from chunkrag_core.redaction import redact_url
 from chunkrag_core.settings import state_home
 from local_services.managed import Command, ManagedProcess
 from local_services.process import (
@@ -26,7 +27,6 @@ from local_services.process import (
     ensure_state_home,
     env_port,
     make_public_dir,
-    redact_url,
 )
 
 DEFAULT_PORT = 6379

@@ -38,6 +38,20 @@ class SearchRefused(RetrievalError):
         self.status, self.error = status, error
 
 
+class SearchRejected(RetrievalError):
+    """The cluster refused one side of a hybrid search as asked (a 4xx: a
+    filter it cannot parse, a value of the wrong type): ``status`` and
+    ``error`` are its own, passed on as it would answer the search itself;
+    the message names the first root cause's reason."""
+
+    def __init__(self, status: int, error: Any):
+        causes = error.get("root_cause") if isinstance(error, dict) else None
+        first = causes[0] if isinstance(causes, list) and causes and isinstance(causes[0], dict) else {}
+        reason = first.get("reason") or (error.get("reason") if isinstance(error, dict) else None)
+        super().__init__(f"one side of the hybrid search failed ({status}): {reason or 'no reason given'}")
+        self.status, self.error = status, error
+
+
 class SearchFailed(RuntimeError):
     """The cluster could not run one side of a hybrid search (every shard of
     it failed, or it was overloaded): ``status`` and ``error`` are its own,
@@ -340,7 +354,7 @@ class HybridRetriever:
                     raise SearchRefused(status, error)
                 if status == 429 or status >= 500:
                     raise SearchFailed(status, error)
-                raise RetrievalError(f"one side of the hybrid search failed: {error}")
+                raise SearchRejected(status or 400, error)
             sides.append([_hit(item_hit, collapse_field) for item_hit in item["hits"]["hits"]])
             tallies.append(shards.of_response(item))
         return sides, shards.worst(tallies)

@@ -40,7 +40,8 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 
 from chunkrag_core import tracing
 from chunkrag_core.chunk import Chunk
-from chunkrag_core.settings import Settings, redact_url
+from chunkrag_core.redaction import redact_url
+from chunkrag_core.settings import Settings
 from chunkrag_filter.judging import (
     Batch,
     Judgement,

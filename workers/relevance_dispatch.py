@@ -32,7 +32,8 @@ from celery import Celery, states
 from celery.exceptions import TimeoutError as CeleryTimeout
 
 from chunkrag_core import tracing
-from chunkrag_core.settings import Settings, redact_url
+from chunkrag_core.redaction import redact_url
+from chunkrag_core.settings import Settings
 from chunkrag_filter.relevance_places import ranked
 from workers.app import RELEVANCE_TASK, make_app
 from workers.codec import CodecError, decode_scores

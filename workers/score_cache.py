@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 
-from chunkrag_core.settings import redact_url
+from chunkrag_core.redaction import redact_url
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,23 @@ container and instance roles. botocore is the optional extra ``[aws]``.
 
 from __future__ import annotations
 
-from chunkrag_core.settings import Settings, SettingsError
+from typing import Protocol
+
+from chunkrag_core.settings_error import SettingsError
 
 MISSING_BOTOCORE = "OPENSEARCH_AUTH=sigv4 needs botocore, which is not installed: pip install 'chunkrag-es[aws]'"
 
 
-def opensearch_sigv4(settings: Settings) -> tuple[str, str] | None:
+class SigningSettings(Protocol):
+    """What signing reads of the project's settings (``chunkrag_core.settings.Settings``,
+    which lies above this module and is not imported here)."""
+
+    opensearch_auth: str
+    opensearch_aws_region: str
+    opensearch_aws_service: str
+
+
+def opensearch_sigv4(settings: SigningSettings) -> tuple[str, str] | None:
     """(region, service) when OpenSearch requests are to be SigV4-signed."""
     if settings.opensearch_auth != "sigv4":
         return None

@@ -12,18 +12,26 @@ pass-through, which holds its own connections, goes round its nodes
 (or :func:`profile_for`) and never compares an engine's name
 (``tests/unit/test_engine_names.py`` checks it).
 
-This module imports nothing of the project's at import time, so
-``chunkrag_core.settings`` can read it.
+This module lies below ``chunkrag_core.settings``, which reads it: it
+imports nothing of the project's but ``aws_signing`` (below it too, and only
+to sign), and takes the settings by what it reads of them
+(:class:`ConfiguredEngine`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping, Protocol
 from urllib.parse import unquote
 
-if TYPE_CHECKING:
-    from chunkrag_core.settings import Settings
+
+class ConfiguredEngine(Protocol):
+    """What a profile reads of the project's settings
+    (``chunkrag_core.settings.Settings``): which engine they talk to, and by
+    the profile's ``settings_prefix`` its ``<prefix>_url``, ``<prefix>_nodes``
+    and ``<prefix>_ca_certs`` (and, to sign, ``aws_signing.SigningSettings``)."""
+
+    search_backend: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,19 +156,19 @@ class EngineProfile:
         """The environment variable of the engine's URL (ES_URL, OPENSEARCH_URL)."""
         return f"{self.settings_prefix.upper()}_URL"
 
-    def url(self, settings: Settings) -> str:
+    def url(self, settings: ConfiguredEngine) -> str:
         """The engine's URL (or comma-separated node URLs) in ``settings``."""
         return getattr(settings, f"{self.settings_prefix}_url")
 
-    def nodes(self, settings: Settings) -> tuple[str, ...]:
+    def nodes(self, settings: ConfiguredEngine) -> tuple[str, ...]:
         """Every node URL of the engine in ``settings`` (`settings.node_urls`)."""
         return getattr(settings, f"{self.settings_prefix}_nodes")
 
-    def ca_certs(self, settings: Settings) -> str | None:
+    def ca_certs(self, settings: ConfiguredEngine) -> str | None:
         """The CA bundle for the engine's URL in ``settings``, if one is set."""
         return getattr(settings, f"{self.settings_prefix}_ca_certs")
 
-    def sigv4(self, settings: Settings) -> tuple[str, str] | None:
+    def sigv4(self, settings: ConfiguredEngine) -> tuple[str, str] | None:
         """(region, service) when every request to the engine is to be
         SigV4-signed (`aws_signing`), else None."""
         if not self.sigv4_signing:
@@ -169,7 +177,7 @@ class EngineProfile:
 
         return opensearch_sigv4(settings)
 
-    def request_signer(self, settings: Settings):
+    def request_signer(self, settings: ConfiguredEngine):
         """A signer of single requests (`aws_signing.request_signer`), made
         now (botocore's credential chain is looked up); None without SigV4."""
         found = self.sigv4(settings)
@@ -229,7 +237,7 @@ def profile_for(name: str) -> EngineProfile:
         raise ValueError(f"unknown search backend {name!r}; choose one of {', '.join(SEARCH_BACKENDS)}") from None
 
 
-def engine_of(settings: Settings) -> EngineProfile:
+def engine_of(settings: ConfiguredEngine) -> EngineProfile:
     """The profile of the engine ``settings`` talk to (``search_backend``)."""
     return profile_for(settings.search_backend)
 

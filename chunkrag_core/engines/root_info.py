@@ -4,9 +4,13 @@ itself (Elasticsearch's integration-test distribution: 405). Clients call it
 first: LangChain's and LlamaIndex's ``ElasticsearchStore(es_url=...)`` and
 Haystack's ``ElasticsearchDocumentStore`` check their connection with it.
 
-Pure: the two answers in, the root document out. What differs between the
-engines (the tagline, OpenSearch's ``distribution``) comes from the
-profile's name here and nowhere else.
+Also the gateway's own ``GET /`` in service mode (``gateway_root_document``),
+where callers the cluster does not know are told the engine's version and
+tagline and nothing else of the cluster.
+
+Pure: the answers in, the root document out. What differs between the
+engines (the tagline, OpenSearch's ``distribution``, Elasticsearch's product
+header) comes from the profile's name here and nowhere else.
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ NODE_PATH = (
     "nodes.*.build_flavor,nodes.*.build_type,nodes.*.build_hash"
 )
 UUID_PATH = "/_cluster/state/metadata?filter_path=metadata.cluster_uuid"
+
+# The one version key the gateway's own root document shows (service mode).
+VERSION_PATH = "/_nodes/_local?filter_path=nodes.*.version"
+# What the gateway calls itself where a cluster would give its node's and cluster's names.
+GATEWAY_NAME = "chunkrag-gateway"
 
 _TAGLINES = {
     "elasticsearch": "You Know, for Search",
@@ -49,3 +58,36 @@ def root_document(engine: str, nodes: Mapping[str, Any], state: Mapping[str, Any
     document["version"] = version
     document["tagline"] = _TAGLINES.get(engine, _TAGLINES["elasticsearch"])
     return document
+
+
+def node_version(nodes: Mapping[str, Any]) -> str | None:
+    """The version ``_nodes/_local`` (``VERSION_PATH``) reports, or None."""
+    found = nodes.get("nodes") if isinstance(nodes, Mapping) else None
+    node = next(iter(found.values()), None) if isinstance(found, Mapping) and found else None
+    version = node.get("version") if isinstance(node, Mapping) else None
+    return version if isinstance(version, str) else None
+
+
+def gateway_root_document(engine: str, version: str) -> dict[str, Any]:
+    """The gateway's own ``GET /`` (service mode): the engine's version and
+    tagline, the gateway's name where a cluster names its node and itself;
+    no uuid, no build, nothing else of the cluster."""
+    numbered: dict[str, Any] = {"number": version}
+    if engine == "opensearch":
+        numbered["distribution"] = "opensearch"
+    return {
+        "name": GATEWAY_NAME,
+        "cluster_name": GATEWAY_NAME,
+        "version": numbered,
+        "tagline": _TAGLINES.get(engine, _TAGLINES["elasticsearch"]),
+    }
+
+
+def root_headers(engine: str) -> list[tuple[bytes, bytes]]:
+    """The headers of a root document the gateway writes itself: JSON, and
+    Elasticsearch's product header, which its official clients require on
+    every 2xx answer before they take the server for Elasticsearch."""
+    headers = [(b"content-type", b"application/json")]
+    if engine == "elasticsearch":
+        headers.append((b"x-elastic-product", b"Elasticsearch"))
+    return headers

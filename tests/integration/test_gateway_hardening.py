@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import selectors
 import socket
 import threading
@@ -143,6 +144,48 @@ def test_refusals_inside_validate_and_explain_answers_are_reworded(settings, emb
             answer = raw(url, method, path, TEAM_KEY, json=body)
             assert_no_secret(answer, path)
             assert not any(word in answer.text for word in ACCOUNT_WORDS), (path, answer.text[:300])
+
+
+JAVA_NAMES = re.compile(r"[A-Z][a-z]+(?:[A-Z][a-z]+)*(?:Exception|Error)\b|\b(?:org|java)\.[a-z]")
+
+
+def test_errors_name_no_java_class_nor_the_clusters_ids_in_service_mode(settings, embedder, indices, admin):  # noqa: F811
+    """With every class passed, _validate/query?explain=true answered with
+    ParsingException, NumberFormatException and the index's uuid; a bad
+    search with index_uuid and the node's id. Through the gateway in service
+    mode none of it, and the errors still say what is wrong; forward mode
+    answers as the cluster does."""
+    allowed, _ = indices
+    index_uuid = admin.indices.get_settings(index=allowed)[allowed]["settings"]["index"]["uuid"]
+    node_id = next(iter(admin.nodes.info(node_id="_local")["nodes"]))
+    asked = [
+        ("POST", f"/{allowed}/_validate/query?explain=true", BAD_RANGE, "number_format_exception"),
+        ("POST", f"/{allowed}/_validate/query?explain=true&all_shards=true", BAD_RANGE, "number_format_exception"),
+        ("POST", f"/{allowed}/_validate/query?explain=true&rewrite=true", BAD_RANGE, "number_format_exception"),
+        ("POST", f"/{allowed}/_validate/query?explain=true", {"query": {"nope": {}}}, "unknown query [nope]"),
+        ("POST", f"/{allowed}/_search", BAD_RANGE, "query_shard_exception"),
+        ("POST", f"/{allowed}/_count", BAD_RANGE, "query_shard_exception"),
+        ("POST", f"/{allowed}/_explain/tokyo:0", BAD_RANGE, "query_shard_exception"),
+    ]
+    straight = httpx.post(f"{secured.url_for()}/{allowed}/_validate/query?explain=true", headers=ADMIN, json=BAD_RANGE)
+    assert JAVA_NAMES.search(straight.text) and index_uuid in straight.text  # what the cluster hands out
+    with serving(create_app(service_settings(settings, passthrough="all"), embedder=embedder)) as url:
+        for method, path, body, still_said in asked:
+            answer = raw(url, method, path, TEAM_KEY, json=body)
+            assert answer.status_code in (200, 400), (path, answer.status_code, answer.text[:300])
+            assert not JAVA_NAMES.search(answer.text), (path, answer.text[:500])
+            assert index_uuid not in answer.text and node_id not in answer.text, (path, answer.text[:500])
+            assert still_said in answer.text, (path, answer.text[:500])
+        # A filtered search whose filter is bad: the cluster's error through the library, scrubbed the same way.
+        bad_filter = {"bool": {"must": QUERY, "filter": [BAD_RANGE["query"]]}}
+        body = {"query": bad_filter, "ext": {"chunkrag": {"stages": False}}}
+        filtered = raw(url, "POST", f"/{allowed}/_search", TEAM_KEY, json=body)
+        assert filtered.status_code == 400 and "query_shard_exception" in filtered.text, filtered.text[:500]
+        assert not JAVA_NAMES.search(filtered.text) and index_uuid not in filtered.text, filtered.text[:500]
+    forwarded = create_app(gateway_settings(settings, secured.url_for(secured.SERVICE), passthrough="all"))
+    with serving(forwarded) as url:
+        answer = httpx.post(f"{url}/{allowed}/_validate/query?explain=true", headers=ALICE, json=BAD_RANGE)
+        assert index_uuid in answer.text  # the cluster's own words: the caller is the cluster's user
 
 
 def test_a_body_whose_content_encoding_lies_is_a_400_naming_it(service_gateway, forwarding, indices):  # noqa: F811

@@ -10,6 +10,7 @@ import base64
 import uuid
 
 import httpx
+import orjson
 import pytest
 from elasticsearch import ApiError, Elasticsearch
 
@@ -35,6 +36,7 @@ pytestmark = pytest.mark.integration
 
 TEAM_KEY = "team-key-" + uuid.uuid4().hex  # sec-docs-* only
 TRUSTED_KEY = "trusted-key-" + uuid.uuid4().hex  # sec-docs-* and sec-other-*
+EVERY_KEY = "every-key-" + uuid.uuid4().hex  # * (what the service account reads: sec-*)
 SECRET_TEXT = "SECRETPAYLOAD" + uuid.uuid4().hex[:8]
 QUERY = {"match": {"text": QUESTION}}
 
@@ -49,6 +51,7 @@ def secret_document(admin, indices):  # noqa: F811
 def service_settings(settings, user=secured.SERVICE, **gateway):
     team = f"team:{key_hash(TEAM_KEY)}:{secured.ALLOWED_PREFIX}*"
     keys = f"{team}; trusted:{key_hash(TRUSTED_KEY)}:{secured.ALLOWED_PREFIX}*,{secured.OTHER_PREFIX}*"
+    keys += f"; every:{key_hash(EVERY_KEY)}:*"
     return gateway_settings(settings, secured.url_for(user), auth="service", api_keys=keys, **gateway)
 
 
@@ -335,3 +338,58 @@ def test_the_librarys_own_searches_go_with_the_derived_key(service_gateway, indi
     with pytest.raises(SearchRefused) as refused:
         app.state.edges.ask(other, search.text, search.options, candidates=3, caller=caller)
     assert refused.value.status == 403 and "API key" in str(refused.value.error)
+
+
+def test_an_msearch_item_cannot_search_through_another_keys_pit(service_gateway, indices):  # noqa: F811
+    """The key that may read every index ran another key's PIT through an
+    _msearch item (a search's pit.id gets 404; the _msearch item did not)."""
+    url, _ = service_gateway
+    _, other = indices
+    trusted, every = client_for(url, api_key=TRUSTED_KEY), client_for(url, api_key=EVERY_KEY)
+    pit = trusted.open_point_in_time(index=other, keep_alive="1m")["id"]
+    through = [{}, {"query": {"match": {"text": SECRET_TEXT}}, "size": 1}, {}, {"pit": {"id": pit}, "size": 1}]
+    body = b"".join(orjson.dumps(line) + b"\n" for line in through)
+    for path in ("/_msearch", f"/{other}/_msearch", "/_all/_msearch"):
+        stolen = ndjson(url, path, EVERY_KEY, body)
+        assert stolen.status_code == 404 and SECRET_TEXT not in stolen.text, (path, stolen.text[:300])
+        assert "gateway API key [every]" in stolen.text
+    with pytest.raises(ApiError) as refused:
+        every.msearch(searches=through)
+    assert refused.value.meta.status == 404
+    # The owner runs it, and the id its answer hands back stays the owner's.
+    own = trusted.msearch(searches=[{}, {"pit": {"id": pit, "keep_alive": "1m"}, "size": 1}])
+    assert own["responses"][0]["hits"]["hits"], own
+    moved = own["responses"][0].get("pit_id", pit)
+    again = b"".join(orjson.dumps(line) + b"\n" for line in [{}, {"pit": {"id": moved}, "size": 1}])
+    assert ndjson(url, "/_msearch", EVERY_KEY, again).status_code == 404
+    assert every.msearch(searches=[{"index": other}, {"size": 1}])["responses"][0]["hits"]  # its own reads work
+    trusted.close_point_in_time(id=moved)
+
+
+def test_the_clients_connect_through_a_service_mode_gateway_with_get_root(service_gateway, indices, admin):  # noqa: F811
+    """GET / with a derived key was the cluster's 403 (no monitor privilege),
+    so stores that check their connection first could not connect. The
+    gateway answers it, naming the version and tagline only."""
+    from langchain_elasticsearch.client import create_elasticsearch_client
+
+    url, _ = service_gateway
+    allowed, _ = indices
+    team = client_for(url, api_key=TEAM_KEY)
+    info = team.info()
+    # The cluster straight, as its administrator sees it (this distribution answers GET / with 405).
+    nodes = admin.nodes.info(node_id="_local")
+    node_id, node = next(iter(nodes["nodes"].items()))
+    cluster_uuid = admin.cluster.state(metric="metadata")["metadata"]["cluster_uuid"]
+    assert info["version"] == {"number": node["version"]} and info["tagline"] == "You Know, for Search"
+    assert info["name"] == info["cluster_name"] == "chunkrag-gateway"
+    shown = orjson.dumps(info.body).decode()
+    for secret in (node["name"], nodes["cluster_name"], node_id, cluster_uuid, node["build_hash"]):
+        assert secret not in shown, secret
+    assert team.ping()
+    assert team.count(index=allowed)["count"] == 6  # and then works as before
+    # LangChain's client factory checks its connection with GET / before it hands the client out.
+    store_client = create_elasticsearch_client(url=url, api_key=TEAM_KEY)
+    assert store_client.info()["version"]["number"] == node["version"]
+    # A key is still needed, and a wrong one refused.
+    assert raw(url, "GET", "/", "not-a-key").status_code == 401
+    assert httpx.get(f"{url}/", timeout=30).status_code == 401

@@ -73,6 +73,8 @@ def run(coroutine):
 
 
 def test_bindings_and_buckets_are_one_across_instances_and_bounded_when_redis_is_down(own_redis, redis_up):
+    import redis
+
     async def scenario():
         first, second = SharedRedis(redis_up), SharedRedis(redis_up)
         bound_a, bound_b = RedisContexts(first), RedisContexts(second)
@@ -96,8 +98,13 @@ def test_bindings_and_buckets_are_one_across_instances_and_bounded_when_redis_is
         began = time.monotonic()
         for contexts in (bound_a, bound_b):
             with pytest.raises(errors.GatewayError) as closed:
-                await contexts.verify("team", ["scroll-1"])
+                await contexts.verify("team", ["scroll-1", "bound-elsewhere"])
             assert closed.value.status == 503 and "Redis" in closed.value.reason
+            # What an instance bound or checked itself it still decides: the owner's, no one else's.
+            await contexts.verify("team", ["scroll-1"])
+            with pytest.raises(errors.GatewayError) as theirs:
+                await contexts.verify("trusted", ["scroll-1"])
+            assert theirs.value.status == 404
             with pytest.raises(errors.GatewayError) as unbound:
                 await contexts.bind("team", "scroll-2")
             assert unbound.value.status == 503
@@ -110,10 +117,16 @@ def test_bindings_and_buckets_are_one_across_instances_and_bounded_when_redis_is
         assert time.monotonic() - began < 10  # each call bounded, then held as down without waiting
         redis_server.process(own_redis).up()
         await asyncio.sleep(HOLD_S + 0.1)
-        # Back, and empty (Redis keeps no data across a restart): an old id is refused, a new one works.
+        # Back, and empty (Redis keeps no data across a restart): an id no instance remembers is
+        # refused; one they remember is accepted for its owner and written back; a new one works.
         with pytest.raises(errors.GatewayError) as forgotten:
-            await bound_a.verify("team", ["scroll-1"])
+            await bound_a.verify("team", ["bound-elsewhere"])
         assert forgotten.value.status == 404
+        await bound_a.verify("team", ["scroll-1"])
+        assert redis.Redis(port=REDIS_PORT).keys("chunkrag:gateway:ctx:*")  # written back
+        third = SharedRedis(redis_up)
+        await RedisContexts(third).verify("team", ["scroll-1"])  # an instance that never saw it
+        await third.aclose()
         await bound_a.bind("team", "scroll-3")
         await bound_b.verify("team", ["scroll-3"])
         await first.aclose()
@@ -186,18 +199,51 @@ def test_a_scroll_and_a_pit_opened_on_one_instance_continue_on_the_other(two_ser
     assert closed.status_code == 200 and closed.json()["succeeded"] is True
 
 
-def test_with_redis_down_a_bound_id_is_refused_not_allowed(two_service_gateways, indices, own_redis):  # noqa: F811
+def test_with_redis_down_a_bound_id_is_refused_unless_the_instance_saw_it(two_service_gateways, indices, own_redis):  # noqa: F811
     (first, second), (allowed, _) = two_service_gateways, indices
     page = raw(first, "POST", f"/{allowed}/_search?scroll=1m", TEAM_KEY, json={"size": 2})
     assert page.status_code == 200, page.text
     scroll_id = page.json()["_scroll_id"]
     stop(own_redis)
+    refused = raw(second, "POST", "/_search/scroll", TEAM_KEY, json={"scroll": "1m", "scroll_id": scroll_id})
+    assert refused.status_code == 503 and "Redis" in refused.json()["error"]["reason"], refused.text
+    assert refused.headers["retry-after"] == "1"
+    # The instance that opened it remembers whose it is: the owner goes on, another key is refused.
+    more = raw(first, "POST", "/_search/scroll", TEAM_KEY, json={"scroll": "1m", "scroll_id": scroll_id})
+    assert more.status_code == 200 and len(more.json()["hits"]["hits"]) == 2, more.text
+    stolen = raw(first, "POST", "/_search/scroll", TRUSTED_KEY, json={"scroll": "1m", "scroll_id": scroll_id})
+    assert stolen.status_code == 404, stolen.text
     for url in (first, second):
-        refused = raw(url, "POST", "/_search/scroll", TEAM_KEY, json={"scroll": "1m", "scroll_id": scroll_id})
-        assert refused.status_code == 503 and "Redis" in refused.json()["error"]["reason"], refused.text
-        assert refused.headers["retry-after"] == "1"
         # Searches that continue nothing still answer: only the binding needs Redis.
         assert raw(url, "POST", f"/{allowed}/_count", TEAM_KEY, json={}).status_code == 200
+
+
+def test_after_a_redis_restart_the_owner_continues_and_closes_what_it_opened(two_service_gateways, indices, own_redis):  # noqa: F811
+    """Redis keeps nothing across a restart (persistence off): every binding
+    was lost, and the owner could close none of its scrolls and PITs."""
+    (first, second), (allowed, _) = two_service_gateways, indices
+    page = raw(first, "POST", f"/{allowed}/_search?scroll=1m", TEAM_KEY, json={"size": 2, "sort": ["_doc"]})
+    scroll_id = page.json()["_scroll_id"]
+    pit = raw(first, "POST", f"/{allowed}/_pit?keep_alive=1m", TEAM_KEY).json()["id"]
+    stop(own_redis)
+    redis_server.process(own_redis).up()
+    time.sleep(HOLD_S + 0.1)
+    body = {"size": 1, "pit": {"id": pit, "keep_alive": "1m"}, "query": {"match_all": {}}}
+    for url in (first, second):  # another key: refused everywhere, as before
+        assert raw(url, "POST", "/_search", TRUSTED_KEY, json=body).status_code == 404
+        stolen = raw(url, "POST", "/_search/scroll", TRUSTED_KEY, json={"scroll": "1m", "scroll_id": scroll_id})
+        assert stolen.status_code == 404
+    # An instance that never saw them cannot tell whose they are yet.
+    assert raw(second, "POST", "/_search", TEAM_KEY, json=body).status_code == 404
+    # The one that handed them out can, and writes them back: then every instance can.
+    searched = raw(first, "POST", "/_search", TEAM_KEY, json=body)
+    assert searched.status_code == 200 and len(searched.json()["hits"]["hits"]) == 1, searched.text
+    more = raw(first, "POST", "/_search/scroll", TEAM_KEY, json={"scroll": "1m", "scroll_id": scroll_id})
+    assert more.status_code == 200 and len(more.json()["hits"]["hits"]) == 2, more.text
+    closed = raw(second, "DELETE", "/_pit", TEAM_KEY, json={"id": searched.json().get("pit_id", pit)})
+    assert closed.status_code == 200 and closed.json()["succeeded"] is True, closed.text
+    cleared = raw(second, "DELETE", "/_search/scroll", TEAM_KEY, json={"scroll_id": more.json()["_scroll_id"]})
+    assert cleared.status_code == 200 and cleared.json()["succeeded"] is True, cleared.text
 
 
 def test_a_callers_rate_is_counted_once_across_two_instances(settings, redis_up, own_redis):

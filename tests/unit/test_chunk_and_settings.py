@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from chunkrag_core.chunk import Chunk
-from chunkrag_core.settings import Settings, SettingsError, default_state_home, redact_url, state_home
+from chunkrag_core.redaction import redact_url
+from chunkrag_core.settings import Settings, SettingsError, default_state_home, state_home
 
 
 def test_chunk_is_frozen_and_ids_are_deterministic():

@@ -14,7 +14,8 @@ from chunkrag_cli import config_command
 from chunkrag_cli.main import main
 from chunkrag_core import config_file, config_names
 from chunkrag_core.config_file import ConfigFileError, parse_config
-from chunkrag_core.settings import Settings, SettingsError
+from chunkrag_core.redaction import redacted
+from chunkrag_core.settings import VARIABLE_CHOICES, Settings, SettingsError
 
 EXAMPLE = """
 scales = [128, 512, 2000]
@@ -34,6 +35,11 @@ retry_backoff_s = 1.5
 ES_URL = "http://elastic:secret@10.0.0.1:9200,http://10.0.0.2:9200"
 OPENAI_API_KEY = "sk-not-shown"
 """
+
+
+def shown(name: str, value: str) -> str:
+    """A value as `config show` prints it."""
+    return redacted(name, value, VARIABLE_CHOICES.get(name, ()))
 
 
 def test_sections_top_level_keys_and_the_env_table_map_onto_variable_names():
@@ -95,13 +101,24 @@ def test_which_file_chunkrag_config_then_the_working_directory(tmp_path: Path):
         config_file.config_path({"CHUNKRAG_CONFIG": str(tmp_path / "missing.toml")})
 
 
-def test_settings_load_reads_the_file_and_from_env_does_not(tmp_path: Path):
+def test_load_settings_reads_the_file_and_from_env_does_not(tmp_path: Path):
     named = tmp_path / "c.toml"
     named.write_text("index = 'from-file'\n[retrieval]\nsize = 7\n")
     environ = {"CHUNKRAG_CONFIG": str(named), "CHUNKRAG_RETRIEVAL_SIZE": "3"}
-    loaded = Settings.load(environ)
+    loaded = config_file.load_settings(environ)
     assert (loaded.index, loaded.retrieval.size) == ("from-file", 3)
     assert Settings.from_env(environ).index == "chunkrag"
+
+
+def test_load_settings_refuses_what_config_check_refuses(tmp_path: Path):
+    """A program building its own settings (the adapters) stops on an
+    unknown key as `config check` does, not only on a bad value."""
+    named = tmp_path / "c.toml"
+    named.write_text("[gateway]\nrate_per_sec = 5\n[chunk]\nmax_chars = 10\n")
+    with pytest.raises(ConfigFileError) as refused:
+        config_file.load_settings({"CHUNKRAG_CONFIG": str(named)})
+    assert "gateway.rate_per_sec: unknown (CHUNKRAG_GATEWAY_RATE_PER_SEC is read nowhere)" in str(refused.value)
+    assert "chunk.max_chars (CHUNKRAG_CHUNK_MAX_CHARS): max_chars must be at least 20" in str(refused.value)
 
 
 def test_values_that_cannot_be_an_environment_string_and_clashing_keys_are_named():
@@ -166,34 +183,33 @@ def test_bad_values_are_named_and_values_that_need_another_are_tried_with_it():
 
 
 def test_secrets_are_masked_and_urls_lose_their_credentials():
-    assert config_file.masked("OPENAI_API_KEY", "sk-123") == "***"
-    assert config_file.masked("CHUNKRAG_GATEWAY_API_KEYS", "a:abc:docs-*") == "***"
-    assert config_file.masked("AWS_SECRET_ACCESS_KEY", "x") == "***"
-    assert config_file.masked("AWS_SESSION_TOKEN", "x") == "***"
-    assert config_file.masked("SOME_PASSWORD", "x") == "***"
-    assert config_file.masked("ES_URL", "https://u:p@a:9200,https://b:9200") == "https://u:***@a:9200,https://b:9200"
-    assert config_file.masked("REDIS_URL", "redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
-    assert config_file.masked("CHUNKRAG_GATEWAY_PORT", "8400") == "8400"
-    assert config_file.masked("ES_API_KEY", "") == ""
+    assert shown("OPENAI_API_KEY", "sk-123") == "***"
+    assert shown("CHUNKRAG_GATEWAY_API_KEYS", "a:abc:docs-*") == "***"
+    assert shown("AWS_SECRET_ACCESS_KEY", "x") == "***"
+    assert shown("AWS_SESSION_TOKEN", "x") == "***"
+    assert shown("SOME_PASSWORD", "x") == "***"
+    assert shown("ES_URL", "https://u:p@a:9200,https://b:9200") == "https://u:***@a:9200,https://b:9200"
+    assert shown("REDIS_URL", "redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
+    assert shown("CHUNKRAG_GATEWAY_PORT", "8400") == "8400"
+    assert shown("ES_API_KEY", "") == ""
 
 
 def test_secrets_inside_values_are_masked_urls_headers_and_user_password_pairs():
-    masked = config_file.masked
-    headers = masked("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer tok-1,x-tenant=t")
+    headers = shown("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer tok-1,x-tenant=t")
     assert headers == "authorization=***,x-tenant=***"
-    assert masked("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=k") == "api-key=***"
-    assert masked("REDIS_URL", "redis://h:6379/0?password=pw&db=1") == "redis://h:6379/0?password=***&db=1"
-    assert masked("REDIS_URL", "redis://user:pw@h:6379/0") == "redis://user:***@h:6379/0"
-    assert masked("OPENAI_BASE_URL", "https://llm.example/v1?api_key=sk-1") == "https://llm.example/v1?api_key=***"
-    assert masked("OPENAI_BASE_URL", "https://llm.example/v1?access_token=t&model=m") == (
+    assert shown("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=k") == "api-key=***"
+    assert shown("REDIS_URL", "redis://h:6379/0?password=pw&db=1") == "redis://h:6379/0?password=***&db=1"
+    assert shown("REDIS_URL", "redis://user:pw@h:6379/0") == "redis://user:***@h:6379/0"
+    assert shown("OPENAI_BASE_URL", "https://llm.example/v1?api_key=sk-1") == "https://llm.example/v1?api_key=***"
+    assert shown("OPENAI_BASE_URL", "https://llm.example/v1?access_token=t&model=m") == (
         "https://llm.example/v1?access_token=***&model=m"
     )
-    assert masked("OPENSEARCH_AUTH", "admin:S3cret!") == "admin:***"
+    assert shown("OPENSEARCH_AUTH", "admin:S3cret!") == "admin:***"
     # What is not a secret stays readable.
-    assert masked("OPENSEARCH_AUTH", "sigv4") == "sigv4"
-    assert masked("CHUNKRAG_GATEWAY_AUTH", "service") == "service"
-    assert masked("CHUNKRAG_POST_SEARCH_FIELDS", "kb-*:body,title") == "kb-*:body,title"
-    assert masked("ES_URL", "http://127.0.0.1:9200/?pretty=true") == "http://127.0.0.1:9200/?pretty=true"
+    assert shown("OPENSEARCH_AUTH", "sigv4") == "sigv4"
+    assert shown("CHUNKRAG_GATEWAY_AUTH", "service") == "service"
+    assert shown("CHUNKRAG_POST_SEARCH_FIELDS", "kb-*:body,title") == "kb-*:body,title"
+    assert shown("ES_URL", "http://127.0.0.1:9200/?pretty=true") == "http://127.0.0.1:9200/?pretty=true"
 
 
 def test_config_show_prints_no_secret_held_inside_a_value(tmp_path, monkeypatch, capsys):
@@ -217,7 +233,8 @@ def test_config_check_refuses_what_serve_refuses_with_the_same_model(tmp_path, m
     code, out = _run(["config", "check", str(bad)], monkeypatch, capsys, {}, tmp_path)
     assert code == 1
     for expected in (
-        "gateway.auth (CHUNKRAG_GATEWAY_AUTH): CHUNKRAG_GATEWAY_AUTH must be one of forward, service, got 'servic'",
+        # A variable named like credentials shows no value it does not accept (it may be credentials).
+        "gateway.auth (CHUNKRAG_GATEWAY_AUTH): CHUNKRAG_GATEWAY_AUTH must be one of forward, service, got '***'",
         "gateway.max_body_bytes (CHUNKRAG_GATEWAY_MAX_BODY_BYTES): CHUNKRAG_GATEWAY_MAX_BODY_BYTES must be a number "
         "of at least 1, got -1",
         "gateway.max_queued (CHUNKRAG_GATEWAY_MAX_QUEUED)",
@@ -304,12 +321,114 @@ def test_a_command_runs_with_the_file_and_stops_on_a_file_that_does_not_map(tmp_
     (tmp_path / "chunkrag.toml").write_text("[chunk]\nmax_chars = 10\n")
     code, out = _run(["cluster"], monkeypatch, capsys, {}, tmp_path)
     assert code == 2
-    assert "configuration error: max_chars must be at least 20" in out.err
-    assert os.environ["CHUNKRAG_CHUNK_MAX_CHARS"] == "10"  # exported (into the test's copy)
+    assert "configuration error: " in out.err
+    assert "chunk.max_chars (CHUNKRAG_CHUNK_MAX_CHARS): max_chars must be at least 20" in out.err
+    assert "CHUNKRAG_CHUNK_MAX_CHARS" not in os.environ  # stopped before anything was exported
     (tmp_path / "chunkrag.toml").write_text("[gateway]\nport = [[1]]\n")
     code, out = _run(["cluster"], monkeypatch, capsys, {}, tmp_path)
     assert code == 2
     assert "gateway.port: an array of strings" in out.err
+    # A clean file is exported for the command and what it starts.
+    (tmp_path / "chunkrag.toml").write_text("[chunk]\nmax_chars = 300\n")
+    monkeypatch.setattr(config_command, "problems", lambda environ, config: [])
+    assert config_command.check_before_running(os.environ) is not None
+    assert os.environ["CHUNKRAG_CHUNK_MAX_CHARS"] == "300"
+
+
+@pytest.mark.parametrize("command", [["serve"], ["cluster"], ["search", "anything"], ["services", "status"]])
+def test_every_command_stops_on_what_config_check_refuses(command, tmp_path, monkeypatch, capsys):
+    """A typo'd key (`rate_per_sec` for `rate_per_s`: no rate limit at all)
+    stops `serve` and every other command as it fails `config check`, with
+    the same words, before the command does anything."""
+    (tmp_path / "chunkrag.toml").write_text("[gateway]\nrate_per_sec = 5\n")
+    code, checked = _run(["config", "check"], monkeypatch, capsys, {}, tmp_path)
+    assert code == 1
+    problem = "gateway.rate_per_sec: unknown (CHUNKRAG_GATEWAY_RATE_PER_SEC is read nowhere)"
+    assert problem in checked.out
+
+    def ran(args):
+        raise AssertionError("the command ran with a configuration `config check` refuses")
+
+    for name in ("cmd_serve", "cmd_cluster", "cmd_search"):
+        monkeypatch.setattr(f"chunkrag_cli.main.{name}", ran)
+    code, out = _run(command, monkeypatch, capsys, {}, tmp_path)
+    assert code == 2 and problem in out.err, out
+
+
+SECRET = "Hunter2Secret"
+
+
+def _leaks(text: str) -> bool:
+    return SECRET.lower() in text.lower()
+
+
+def test_a_secret_in_a_variable_named_like_credentials_is_never_echoed(tmp_path, monkeypatch, capsys):
+    """`OPENSEARCH_AUTH=Admin:Hunter2Secret` (credentials in the mode's
+    variable) was echoed, lower-cased, by `config check` and by every
+    command's configuration error, `serve` included."""
+    environ = {"OPENSEARCH_AUTH": f"Admin:{SECRET}"}
+    for argv in (["config", "check"], ["config", "show"], ["serve"], ["cluster"], ["ingest", "x"]):
+        code, out = _run(argv, monkeypatch, capsys, environ, tmp_path)
+        assert not _leaks(out.out + out.err), (argv, out)
+        if argv != ["config", "show"]:
+            assert code in (1, 2) and "OPENSEARCH_AUTH='Admin:***'; choose one of basic, sigv4" in out.out + out.err
+    code, out = _run(["serve"], monkeypatch, capsys, {"OPENSEARCH_AUTH": SECRET}, tmp_path)
+    assert code == 2 and not _leaks(out.err) and "OPENSEARCH_AUTH='***'" in out.err
+
+
+def _secret_values(name: str) -> list[str]:
+    from chunkrag_core.redaction import CREDENTIAL_WORDS, is_secret
+
+    named = [SECRET, f"Admin:{SECRET}"] if is_secret(name) or any(word in name for word in CREDENTIAL_WORDS) else []
+    return [
+        *named,
+        f"admin:{SECRET}@h:9200",  # no scheme
+        f"http://admin:{SECRET}@h:9200/?sig={SECRET}&X-Amz-Signature={SECRET}#{SECRET}",
+        f"http://admin:{SECRET}@[h:9200/?sig={SECRET}",  # too broken to split
+        f"http://admin:{SECRET}@h:port/",  # a port that is not a number
+    ]
+
+
+def test_no_check_echoes_a_secret_of_any_variable_named_like_one():
+    """Every variable the code reads whose name marks a secret or
+    credentials, and every URL variable, set to secrets in each shape: no
+    problem `config check` (and so every command) names holds the secret."""
+    from chunkrag_core.redaction import CREDENTIAL_WORDS, is_secret
+
+    names = [
+        name
+        for name in config_names.known_variables()
+        if is_secret(name) or any(word in name for word in CREDENTIAL_WORDS) or name.endswith("_URL")
+    ]
+    assert {"OPENSEARCH_AUTH", "ES_URL", "ES_API_KEY", "CHUNKRAG_GATEWAY_API_KEYS", "REDIS_URL"} <= set(names)
+    for name in names:
+        for value in _secret_values(name):
+            for problem in config_command.problems({name: value}, None):
+                assert not _leaks(problem), (name, value, problem)
+            row = next(row for row in config_command.rows({name: value}, None) if row.name == name)
+            assert not _leaks(row.value), (name, value, row.value)
+
+
+def test_urls_lose_passwords_signatures_and_fragments_and_keep_the_rest():
+    assert (
+        redacted("ES_URL", "https://u:p@h:9200/p?sig=abc&se=2030&x=1#frag")
+        == "https://u:***@h:9200/p?sig=***&se=2030&x=1#***"
+    )
+    assert redacted("X", "https://h/?X-Amz-Signature=a&X-Amz-Date=d") == "https://h/?X-Amz-Signature=***&X-Amz-Date=d"
+    assert redacted("X", "https://h/?design=1&sig_v=2") == "https://h/?design=1&sig_v=***"
+    assert redacted("X", "https://h/#access_token=t") == "https://h/#***"
+    assert redacted("X", "http://u:p@[h:9200/?a=b") == "http://***@[h:9200/?***"
+    assert redacted("X", "http://u:p@h:port/") == "http://u:***@h:port/"
+    assert redacted("X", "https://h:9200") == "https://h:9200"
+    assert redacted("ES_URL", "elastic:pw@h:9200,h2:9200") == "elastic:***@h:9200,h2:9200"
+
+
+def test_a_mode_is_shown_and_anything_else_in_its_variable_is_not():
+    assert redacted("OPENSEARCH_AUTH", "SigV4", ("basic", "sigv4")) == "SigV4"
+    assert redacted("OPENSEARCH_AUTH", "Hunter2Secret", ("basic", "sigv4")) == "***"
+    assert redacted("OPENSEARCH_AUTH", "sigv4") == "***"  # no choices named: nothing to tell a mode by
+    assert redacted("CHUNKRAG_GATEWAY_AUTH", "servic", ("forward", "service")) == "***"
+    assert redacted("SEARCH_BACKEND", "elastic") == "elastic"  # not named like a secret
 
 
 def test_the_example_file_in_the_docs_is_clean():

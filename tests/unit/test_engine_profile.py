@@ -58,13 +58,3 @@ def test_only_opensearch_signs_and_only_elasticsearch_takes_api_keys_and_derives
     assert OPENSEARCH.sigv4(Settings()) is None and ELASTICSEARCH.request_signer(signed) is None
     assert (ELASTICSEARCH.api_key_auth, ELASTICSEARCH.derived_keys) == (True, True)
     assert (OPENSEARCH.api_key_auth, OPENSEARCH.derived_keys) == (False, False)
-
-
-def test_the_settings_import_the_profiles_without_a_cycle():
-    import subprocess
-    import sys
-
-    for first in ("chunkrag_core.settings", "chunkrag_core.engines", "chunkrag_core.engines.profile"):
-        code = f"import {first}; from chunkrag_core.settings import Settings; print(Settings().search_url)"
-        ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-        assert ran.returncode == 0 and ran.stdout.strip() == "http://127.0.0.1:9200", ran.stderr

@@ -5,13 +5,14 @@ clearing every scroll by parameter, refusals hidden by filter_path, answers
 in formats other than JSON, the index search read from the raw path, and
 the client address taken from a header only behind a trusted proxy."""
 
+import orjson
 import pytest
 
 from chunkrag_core.settings import GatewaySettings
 from chunkrag_gateway import errors
 from chunkrag_gateway.body_reads import clears_all_scrolls, non_json_format
 from chunkrag_gateway.context_ids import ContextOwners, opened_id, presented_ids
-from chunkrag_gateway.identity import may_name_cluster_identity, scrub_security_errors
+from chunkrag_gateway.identity import key_hash, may_name_cluster_identity, scrub_security_errors
 from chunkrag_gateway.lane import carries_chunkrag, is_index_search
 from chunkrag_gateway.origin import HttpResponse
 from chunkrag_gateway.server import uvicorn_options
@@ -41,6 +42,19 @@ def test_the_ids_an_answer_hands_out():
         ("POST", ("_search", "scroll"), "", b'{"scroll_id":{"x":1}}', ['{"x":1}']),  # no id this key was given
         ("POST", ("docs", "_search"), "", b'{"query":{"match_all":{}}}', []),
         ("POST", ("docs", "_pit"), "keep_alive=1m", b"", []),
+        # Every search of an _msearch that goes through a PIT, read as the second line reads the body.
+        (
+            "POST",
+            ("_msearch",),
+            "",
+            b'{}\n{"pit":{"id":"p"}}\n{}\n{"query":{}}\n{}\n{"pit":{"id":"q,r"}}\n',
+            ["p", "q", "r"],
+        ),
+        ("POST", ("docs", "_msearch"), "", b'{"index":"docs"}\n{"query":{}}\n', []),
+        ("POST", ("_msearch",), "", b"", []),
+        ("POST", ("_async_search",), "", b'{"pit":{"id":"p"}}', ["p"]),
+        ("PUT", ("docs", "_doc", "1"), "", b'{"pit":{"id":"a document field"}}', []),
+        ("PUT", ("docs", "_doc", "_search"), "", b'{"pit":{"id":"a document field"}}', []),
     ],
 )
 def test_the_ids_a_request_presents(method, parts, query, body, ids):
@@ -90,6 +104,61 @@ def test_service_mode_binds_scroll_ids_to_the_key_that_opened_them():
         ("DELETE", f"/_search/scroll?scroll_id={opened}", None),
     ):
         assert client.request(method, path, json=body, headers=ops).status_code == 404
+
+
+class PitTransport(KeyMakingTransport):
+    """Opens a point in time on ``POST /<index>/_pit``; a search or an
+    _msearch through one answers with its id (as Elasticsearch does)."""
+
+    async def request(self, method, target, headers, body):
+        if target.endswith("/_pit?keep_alive=1m"):
+            self.requests.append((method, target, dict(headers), body))
+            opened = f"pit-{len(self.requests)}-of-{target.split('/')[1]}"
+            return HttpResponse(200, (), orjson.dumps({"id": opened}))
+        if target.startswith("/_msearch"):
+            self.requests.append((method, target, dict(headers), body))
+            searches = body.decode().splitlines()[1::2]
+            pits = [orjson.loads(line).get("pit", {}).get("id") for line in searches]
+            answers = [
+                {"pit_id": f"{pit}-moved", "hits": {"hits": []}} if pit else {"hits": {"hits": []}} for pit in pits
+            ]
+            return HttpResponse(200, (), orjson.dumps({"responses": answers}))
+        return await super().request(method, target, headers, body)
+
+
+def test_msearch_items_obey_the_pit_binding_of_a_search():
+    """A key that may read every index ("*") sent another key's PIT
+    through an _msearch item and read it: each item's PIT id is checked as
+    a search's is, and an id an _msearch answer hands back stays the owner's."""
+    transport = PitTransport()
+    other_key = "key-of-another-star"
+    client = app_client(transport, auth="service", api_keys=f"{KEYS}; other:{key_hash(other_key)}:*")
+    ops, other = {"authorization": f"Bearer {KEY_B}"}, {"authorization": f"ApiKey {other_key}"}
+    team = {"authorization": f"ApiKey {KEY_A}"}
+    ndjson = {"content-type": "application/x-ndjson"}
+    pit = client.post("/docs-1/_pit?keep_alive=1m", headers=ops).json()["id"]
+    through = b'{}\n{"query":{"match_all":{}}}\n{}\n{"pit":{"id":"' + pit.encode() + b'"}}\n'
+    transport.requests.clear()
+    for path in ("/_msearch", "/docs-1/_msearch", "/_all/_msearch"):
+        stolen = client.post(path, content=through, headers={**other, **ndjson})
+        assert stolen.status_code == 404, (path, stolen.text)
+        assert stolen.json()["error"]["type"] == "search_context_missing_exception"
+    assert client.post("/docs-1/_msearch", content=through, headers={**team, **ndjson}).status_code == 404
+    assert not transport.requests  # nothing reached the cluster
+    own = client.post("/_msearch", content=through, headers={**ops, **ndjson})
+    assert own.status_code == 200 and own.json()["responses"][1]["pit_id"] == f"{pit}-moved"
+    # The id the answer handed back is the owner's: another key is refused it, the owner is not.
+    moved = b'{}\n{"pit":{"id":"' + pit.encode() + b'-moved"}}\n'
+    assert client.post("/_msearch", content=moved, headers={**other, **ndjson}).status_code == 404
+    assert client.post("/_msearch", content=moved, headers={**ops, **ndjson}).status_code == 200
+    # A key limited to some indices searches through its own PIT with no index named, as _search does;
+    # an item with no index and no PIT is still refused it.
+    own_pit = client.post("/docs-1/_pit?keep_alive=1m", headers=team).json()["id"]
+    mine = b'{}\n{"pit":{"id":"' + own_pit.encode() + b'"}}\n'
+    assert client.post("/_msearch", content=mine, headers={**team, **ndjson}).status_code == 200
+    assert client.post("/_msearch", content=mine, headers={**ops, **ndjson}).status_code == 404
+    no_pit = b'{}\n{"query":{"match_all":{}}}\n'
+    assert client.post("/_msearch", content=no_pit, headers={**team, **ndjson}).status_code == 403
 
 
 def test_clearing_every_scroll_by_parameter_is_seen():

@@ -19,7 +19,7 @@ from chunkrag_core.providers.chat import ChatError, chat_error
 from chunkrag_core.providers.embedding import EmbeddingError
 from chunkrag_gateway import errors
 from chunkrag_gateway.dialect import OptionError
-from search_extension.retriever import RetrievalError
+from search_extension.retriever import RetrievalError, SearchRejected
 from workers.errors import QueueUnavailable, WorkersTimedOut, WorkersUnavailable, queue_error, queue_errors
 
 
@@ -51,6 +51,20 @@ def test_error_body_is_elasticsearch_shaped():
 def test_bad_input_is_400():
     assert mapped(OptionError("unknown option [x]")).status == 400
     assert mapped(RetrievalError("the query text is empty")).status == 400
+
+
+def test_a_search_the_cluster_rejects_is_its_own_4xx_and_error():
+    """Was a 400 whose reason held the Python repr of the cluster's whole
+    error (index uuids, node ids and all)."""
+    error = {
+        "root_cause": [{"type": "query_shard_exception", "reason": "failed to create query", "index_uuid": "u"}],
+        "type": "search_phase_execution_exception",
+        "reason": "all shards failed",
+    }
+    rejected = mapped(SearchRejected(400, error))
+    assert (rejected.status, rejected.type) == (400, "search_phase_execution_exception")
+    assert rejected.reason == "one side of the hybrid search failed (400): failed to create query"
+    assert rejected.body == {"error": error, "status": 400}
 
 
 def test_model_provider_failures():

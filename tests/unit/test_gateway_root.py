@@ -94,3 +94,45 @@ def test_only_the_root_is_rebuilt():
     client, _ = make_client(transport, passthrough="read,write")
     assert client.get("/idx").status_code == 405
     assert [t for _, t, _, _ in transport.requests] == ["/idx"]
+
+
+def test_service_mode_answers_get_root_itself_with_the_version_and_tagline_only():
+    """A derived key holds no cluster privilege: the cluster refuses it GET /
+    (403), so a framework's store could not connect. The gateway answers,
+    with the version read once with its own credentials."""
+    from chunkrag_core.engines.root_info import VERSION_PATH
+    from tests.unit.test_gateway_security import KEY_A, KEYS, KeyMakingTransport, app_client
+
+    def cluster(method, target):
+        if target == VERSION_PATH:
+            return HttpResponse(200, PRODUCT, orjson.dumps(NODES))
+        return HttpResponse(403, PRODUCT, b'{"error":{"type":"security_exception","reason":"unauthorized"}}')
+
+    transport = KeyMakingTransport(cluster)
+    client = app_client(transport, auth="service", api_keys=KEYS)
+    team = {"authorization": f"ApiKey {KEY_A}"}
+    got = client.get("/", headers=team)
+    assert got.status_code == 200 and got.headers["x-elastic-product"] == "Elasticsearch"
+    assert got.json() == {
+        "name": "chunkrag-gateway",
+        "cluster_name": "chunkrag-gateway",
+        "version": {"number": "9.5.0"},
+        "tagline": "You Know, for Search",
+    }
+    head = client.head("/", headers=team)
+    assert head.status_code == 200 and head.content == b""
+    assert int(head.headers["content-length"]) == len(got.content)
+    asked = [(target, headers.get(b"authorization")) for _, target, headers, _ in transport.requests]
+    assert asked == [(VERSION_PATH, transport.requests[0][2][b"authorization"])]  # once, then kept
+    assert b"derived" not in asked[0][1]  # the gateway's own credentials, not the key's derived one
+    assert client.get("/").status_code == 401  # a key is still needed
+
+
+def test_service_mode_root_is_a_503_when_the_version_cannot_be_read():
+    from tests.unit.test_gateway_security import KEY_A, KEYS, KeyMakingTransport, app_client
+
+    refusing = KeyMakingTransport(lambda method, target: HttpResponse(403, PRODUCT, b'{"error":"no monitor"}'))
+    client = app_client(refusing, auth="service", api_keys=KEYS)
+    answer = client.get("/", headers={"authorization": f"ApiKey {KEY_A}"})
+    assert answer.status_code == 503 and "monitor" in answer.json()["error"]["reason"]
+    assert "gateway" in answer.json()["error"]["reason"] and "no monitor" not in answer.text

@@ -24,7 +24,7 @@ from chunkrag_gateway.identity import (
 )
 from chunkrag_gateway.limits import CallerSlots, FilteredQueue, RateLimiter
 from chunkrag_gateway.origin import HttpResponse
-from chunkrag_gateway.policy import classify, msearch_indices, parse_classes
+from chunkrag_gateway.policy import classify, parse_classes
 from tests.unit.test_gateway_app import (
     FakeElasticsearch,
     FakeEmbedder,
@@ -204,13 +204,6 @@ def test_passthrough_classes():
     for bad in ("", "reads", "read,admin"):
         with pytest.raises(ValueError, match="CHUNKRAG_GATEWAY_PASSTHROUGH"):
             parse_classes(bad)
-
-
-def test_msearch_names_its_indices_per_header():
-    body = b'{"index":"docs-1"}\n{"query":{}}\n{}\n{"query":{}}\n{"index":["a","b"]}\n{}\n'
-    assert msearch_indices(body, ("path",)) == [("docs-1",), ("path",), ("a", "b")]
-    with pytest.raises(errors.GatewayError, match="not valid JSON"):
-        msearch_indices(b"{nope\n{}\n", None)
 
 
 # --- limits ----------------------------------------------------------------------

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from chunkrag_core.settings import GatewaySettings, Settings
-from chunkrag_gateway import create_app
+from chunkrag_gateway import create_app, errors
 from chunkrag_gateway.derived_keys import Derived, DerivedKeys
 from chunkrag_gateway.identity import ApiKey
 from chunkrag_gateway.limits import RateLimiter
@@ -99,3 +99,95 @@ def test_the_setting_picks_the_stores():
     assert isinstance(redis, SharedRedis) and redis._client is None  # nothing connects before the first request
     with pytest.raises(ValueError, match="CHUNKRAG_GATEWAY_SHARED_STATE must be one of local, redis"):
         create_app(Settings(gateway=GatewaySettings(shared_state="memcached")))
+
+
+class RedisDouble:
+    """Stands in for SharedRedis: the binding script and MGET over a dict,
+    which ``restart`` empties (Redis without persistence) and ``down`` makes
+    unreachable."""
+
+    def __init__(self):
+        self.values: dict[str, str] = {}
+        self.is_down = False
+
+    def restart(self):
+        self.values.clear()
+
+    def _reachable(self):
+        from chunkrag_gateway.shared_state import RedisUnavailable
+
+        if self.is_down:
+            raise RedisUnavailable("down")
+
+    async def run(self, script, keys, args):
+        self._reachable()
+        current = self.values.get(keys[0])
+        if current is not None and current != args[0]:
+            return 0
+        self.values[keys[0]] = args[0]
+        return 1
+
+    async def call(self, command, keys):
+        self._reachable()
+        assert command == "mget"
+        return [self.values[key].encode() if key in self.values else None for key in keys]
+
+
+def test_an_owner_keeps_its_ids_when_redis_loses_them_and_no_one_else_gets_them():
+    """A Redis restart (no persistence) lost every binding: the owner could
+    neither continue nor close what it opened. Each instance remembers the
+    bindings it made or checked, accepts them for their owner and writes
+    them back; another key is refused as before."""
+    redis = RedisDouble()
+    opened_on, other = RedisContexts(redis), RedisContexts(redis)
+
+    async def scenario():
+        await opened_on.bind("team", "scroll-1")
+        await other.verify("team", ["scroll-1"])  # checked through the other instance: it remembers it too
+        await opened_on.bind("team", "scroll-2")
+        redis.restart()
+        with pytest.raises(errors.GatewayError) as thief:
+            await opened_on.verify("ops", ["scroll-1"])
+        assert thief.value.status == 404
+        await opened_on.verify("team", ["scroll-2"])  # remembered where it was opened: written back
+        await other.verify("team", ["scroll-2"])  # so the other instance accepts it again
+        await other.verify("team", ["scroll-1"])
+        with pytest.raises(errors.GatewayError):
+            await other.verify("ops", ["scroll-2"])
+        with pytest.raises(errors.GatewayError) as unknown:
+            await opened_on.verify("team", ["never-handed-out"])
+        assert unknown.value.status == 404
+        # Redis unreachable: what this instance remembers is decided here, the rest is a 503.
+        redis.is_down = True
+        await opened_on.verify("team", ["scroll-1", "scroll-2"])
+        with pytest.raises(errors.GatewayError) as refused:
+            await opened_on.verify("ops", ["scroll-1"])
+        assert refused.value.status == 404
+        with pytest.raises(errors.GatewayError) as unsure:
+            await opened_on.verify("team", ["scroll-1", "scroll-9"])
+        assert unsure.value.status == 503
+        fresh = RedisContexts(redis)  # an instance that never saw them
+        with pytest.raises(errors.GatewayError) as unseen:
+            await fresh.verify("team", ["scroll-1"])
+        assert unseen.value.status == 503
+
+    asyncio.run(scenario())
+
+
+def test_an_id_handed_back_again_while_redis_is_down_keeps_its_answer():
+    """A scroll's next page or a PIT search answers with the id presented:
+    with Redis down, the instance that remembers it does not replace that
+    answer with a 503; a new id it cannot record still is."""
+    redis = RedisDouble()
+    contexts = RedisContexts(redis)
+
+    async def scenario():
+        await contexts.bind("team", "scroll-1")
+        redis.is_down = True
+        await contexts.verify("team", ["scroll-1"])
+        await contexts.bind("team", "scroll-1")
+        with pytest.raises(errors.GatewayError) as new:
+            await contexts.bind("team", "scroll-2")
+        assert new.value.status == 503
+
+    asyncio.run(scenario())

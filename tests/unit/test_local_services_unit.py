@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from chunkrag_core.redaction import redact_url
 from local_services.elasticsearch_node import ElasticsearchSettings, render_elasticsearch_yml
 from local_services.java import missing_modules, parse_java_version, parse_release_file
 from local_services.jvm_node import extract_zip_preserving_modes, split_credentials, zip_member_mode
-from local_services.process import LocalServiceError, ServiceStatus, redact_url
+from local_services.process import LocalServiceError, ServiceStatus
 from local_services.redis_server import RedisSettings, encode_command, parse_redis_url, redis_server_args
 
 

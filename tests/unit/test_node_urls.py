@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from chunkrag_core.settings import Settings, SettingsError, node_urls, redact_url
+from chunkrag_core.redaction import redact_url
+from chunkrag_core.settings import Settings, SettingsError, node_urls
 
 
 def test_one_url_stays_one_node():
