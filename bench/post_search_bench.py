@@ -3,6 +3,7 @@
     python -m bench.post_search_bench [--queries 100] [--cold 5] [--hits 10] [--seed 7]
     python -m bench.post_search_bench --companion [--compare engine-fetch,...] [--repeat 3] [--busy 2]
     python -m bench.post_search_bench --preselect 0,16,24,32 --cold 10 | --first-search 3
+    python -m bench.post_search_bench --gates off,retrieval,crossencoder --queries 60 --out post_search_gate
     python -m bench.post_search_bench --cold 20 --cold-ways before,now,redis [--busy 2]
 
 SQuAD 2 dev articles cut into documents of 1,000-3,000 words; each question's "cluster response"
@@ -22,7 +23,8 @@ each field's best N sentences by BM25 (0: all), cold and for what is kept. ``--f
 Redis behind the memory), wall and CPU ms, where the time goes (sentence split, preselection,
 embedding, the rest of the chunking, scoring, filter), then the same documents seen before
 (``seen``: a fresh process's memory, the vectors in Redis; ``warm``: the passages cached).
-``--busy N``: N processes spin on the CPU meanwhile. With the default filter (no model call) it
+``--gates``: companion post-search with each gate setting in turn (the gate's added ms, hits kept
+empty, answers kept). ``--busy N``: N processes spin on the CPU meanwhile. With the default filter (no model call) it
 records the added ms (p50 / p95), the share of questions whose answer is in the gold hit's kept
 passages, and the characters kept.
 """
@@ -399,6 +401,57 @@ def against_every_sentence(present: list[dict], n: str) -> dict:
     }
 
 
+def gate_ways(args, docs, settings, embedder) -> dict:
+    """``--gates``: companion post-search (one request, engine scoring) with
+    each gate setting on every query, in a rotating order: the ms each
+    adds to the search without a gate (paired per query), the hits it kept
+    nothing of (each hit is filtered, and gated, on its own) and whether the
+    answer stayed in the gold hit's kept passages."""
+    from chunkrag_gateway.heap import settle_heap
+    from search_extension.options import parse_options
+    from search_extension.post_search import post_search
+    from search_extension.text_fields import TextFields
+
+    index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed)
+    options = {gate: parse_options({"gate": gate}, surface="search") for gate in args.gates}
+    settle_heap()
+    ms: dict[str, list[float]] = {gate: [] for gate in args.gates}
+    kept: dict[str, list[dict]] = {gate: [] for gate in args.gates}
+    emptied: dict[str, list[float]] = {gate: [] for gate in args.gates}
+    for n, (gold, question, answers, hits) in enumerate(queries(docs, args.seed, args.hits, args.queries)):
+        response = cluster_response(index, hits)
+        shift = n % len(args.gates)
+        for gate in args.gates[shift:] + args.gates[:shift]:
+            started = time.perf_counter()
+            result = post_search(
+                response,
+                query=question,
+                options=options[gate].post_search,
+                filter_options=options[gate].filter,
+                fields_of=lambda index: TextFields(("body",), "title"),
+                passage_source=companion.source("engine"),
+                embedder=embedder,
+            )
+            ms[gate].append((time.perf_counter() - started) * 1000)
+            kept[gate].append(
+                kept_of(result, gold, hits, answers)
+                | {"present": any(a.lower() in gold["body"].lower() for a in answers)}
+            )
+            emptied[gate].append(sum(1 for h in result.hits if not h.kept) / len(result.hits))
+    base = args.gates[0]
+    summary = {
+        gate: {
+            "ms": p50_p95(ms[gate]),
+            "added_ms_over_" + base: p50_p95([a - b for a, b in zip(ms[gate], ms[base])]),
+            "hits_kept_empty_share": round(statistics.fmean(emptied[gate]), 4),
+            "answer_kept_share": round(statistics.fmean(k["answer_kept"] for k in kept[gate] if k["present"]), 4),
+            "kept_share_of_chars_mean": round(statistics.fmean(k["kept_share_of_chars"] for k in kept[gate]), 4),
+        }
+        for gate in args.gates
+    }
+    return {"summary": {"queries": len(ms[base]), "hits_per_query": args.hits, "gates": summary, "sync": sync_report}}
+
+
 def ordered_ways(turn: int, chosen, others: list[str], run, companion) -> dict:
     """Each companion scoring (``chosen`` first, then ``others``) run once,
     the order rotated by ``turn``: whichever runs first on a query pays its
@@ -458,6 +511,13 @@ def main() -> None:
         "--companion", action="store_true", help="also measure passages read from a synced companion index"
     )
     parser.add_argument(
+        "--gates",
+        type=lambda value: [v for v in value.split(",") if v],
+        default=[],
+        metavar="GATE,...",
+        help="off,retrieval,crossencoder: companion post-search with each gate in turn, the first the base",
+    )
+    parser.add_argument(
         "--companion-scoring",
         choices=COMPANION_SCORING,
         default="engine",
@@ -485,6 +545,12 @@ def main() -> None:
         question = next(queries(docs, args.seed, args.hits, 1))[1]
         found = first_searches(args.first_search, index, question) | {"busy_processes": args.busy}
         write_result(args.out, "bench.post_search_bench", {"summary": found | {"load_1m_before": load_before}})
+        return
+    if args.gates:
+        found = gate_ways(args, docs, settings, embedder)
+        found["summary"] |= {"load_1m_before": round(load_before, 2), "load_1m_after": round(os.getloadavg()[0], 2)}
+        print(json.dumps(found["summary"]))
+        write_result(args.out, "bench.post_search_bench", found)
         return
     if args.cold_ways:
         found = cold_ways(args, docs, settings, embedder, default)
