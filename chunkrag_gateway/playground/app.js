@@ -558,7 +558,8 @@
     summary.append(...[
       item("kept", kept.length + " of " + candidates.length, "fact-kept"),
       item("characters kept", charsOf(kept) + " of " + charsOf(candidates)),
-      item("threshold", threshold ? fmt(threshold.value) + " (" + threshold.method + ")" : "none (no filter)",
+      item("threshold", threshold ? fmt(threshold.value) + " (" + threshold.method + ")"
+        : section.gate && !section.gate.passed ? "none (the gate kept nothing)" : "none (no filter)",
         "fact-threshold"),
       item("retrieval", (section.retrieval && section.retrieval.mode) || "–"),
       section.relevance_by ? item("relevance model", relevanceWhere(section), "fact-relevance") : null,

@@ -443,6 +443,24 @@ def test_the_judge_setting_shows_the_judges_share_and_its_model_calls(page, forw
     shot(page.locator("#result"), "ask_judge")
 
 
+def test_the_gate_says_why_nothing_was_kept_for_a_question_the_index_cannot_answer(
+    page, forward_gateway, secured_indices
+):
+    allowed, _ = secured_indices
+    open_page(page, forward_gateway)
+    sign_in(page, user=secured.READER.name, password=secured.READER.password)
+    listed_indices(page)
+    page.select_option("#setting-a-gate", "retrieval")
+    ask(page, allowed, "What is the boiling point of mercury?")
+    body = json.loads(copied(page, "body"))
+    assert body["ext"]["chunkrag"]["gate"] == "retrieval"
+    assert page.text_content("#fact-kept").endswith("0 of " + str(len(page_rows(page))))
+    said = page.text_content("#fact-nothing-relevant")
+    assert "no candidate looks relevant: P(relevant)" in said and "best cosine" in said
+    assert "<" in page.text_content("#fact-gate")
+    shot(page.locator("#result"), "ask_nothing_relevant")
+
+
 def test_a_chunk_shows_the_segment_it_would_extend_to(page, forward_gateway, secured_indices):
     allowed, _ = secured_indices
     open_page(page, forward_gateway)
