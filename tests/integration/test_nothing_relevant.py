@@ -91,3 +91,62 @@ def test_an_off_topic_question_keeps_nothing_and_an_on_topic_one_keeps_its_answe
     question, answer = ON_TOPIC
     kept = run(question)
     assert any(answer in passage for passage in kept)
+
+
+def test_through_the_gateway_nothing_relevant_is_zero_hits_with_the_reason_and_no_model_call(
+    es, settings, embedder, store
+):
+    """Chunk retrieval and post-search on a plain index: an off-topic
+    question gets no hit (post-search with ``empty_hits: drop``), the
+    reason, the gate's reading, and a "not found" answer without a call."""
+    import uuid
+
+    from elasticsearch import Elasticsearch
+
+    from chunkrag_gateway import create_app
+    from chunkrag_gateway.server import serve_in_thread
+    from ingest_pipeline.pipeline import ingest_documents
+    from ingest_pipeline.sources import plain_document
+
+    texts, titles, _ = store
+    chunks, plain = f"test-nothing-{uuid.uuid4().hex[:8]}", f"test-nothing-plain-{uuid.uuid4().hex[:8]}"
+    documents = [plain_document(f"d{i}", text, "t", title=title) for i, (text, title) in enumerate(zip(texts, titles))]
+    assert ingest_documents(documents, client=es, embedder=embedder, settings=settings, index=chunks).ok
+    es.client.indices.create(
+        index=plain, mappings={"properties": {"title": {"type": "text"}, "body": {"type": "text"}}}
+    )
+    for i, (text, title) in enumerate(zip(texts, titles)):
+        es.client.index(index=plain, id=f"d{i}", document={"title": title, "body": text})
+    es.client.indices.refresh(index=plain)
+    try:
+        with serve_in_thread(create_app(settings, embedder=embedder)) as url:
+            client = Elasticsearch(url, request_timeout=60)
+            ext = {**GATE, "answer": True, "include_dropped": True}
+            for index, extra in ((chunks, {}), (plain, {"mode": "post_search", "empty_hits": "drop"})):
+                response = client.search(
+                    index=index,
+                    query={"match": {"body" if extra else "text": OFF_TOPIC[0]}},
+                    size=5,
+                    ext={"chunkrag": {**ext, **extra}},
+                ).body
+                section = response["chunkrag"]
+                assert response["hits"]["hits"] == [], index
+                assert section["nothing_relevant"] is True and section["answer"]["text"] == "NOT FOUND"
+                assert section["usage"]["model_calls"] == 0
+                if not extra:
+                    assert section["nothing_relevant_reason"].startswith("no candidate looks relevant")
+                    assert (
+                        section["gate"]["passed"] is False and section["gate"]["probability"] < section["gate"]["cut"]
+                    )
+                    assert {hit["_chunkrag"]["reason"] for hit in section["dropped"]} == {"nothing_relevant"}
+            on_topic = client.search(
+                index=chunks,
+                query={"match": {"text": ON_TOPIC[0]}},
+                size=5,
+                ext={"chunkrag": {**GATE, "answer": False}},
+            ).body
+            assert on_topic["chunkrag"]["nothing_relevant"] is False and on_topic["chunkrag"]["gate"]["passed"]
+            assert any(ON_TOPIC[1] in hit["_source"]["text"] for hit in on_topic["hits"]["hits"])
+    finally:
+        es.delete_index(chunks)
+        es.delete_index(plain)
