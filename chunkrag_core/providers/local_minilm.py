@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from chunkrag_core import cancellation
 from chunkrag_core.artifacts import MINILM_INT8_ONNX, MINILM_TOKENIZER, verified_path
 from chunkrag_core.providers.embedding import EmbeddingError, normalise_rows
 
@@ -64,6 +65,7 @@ class LocalMiniLMEmbedder:
         # Length-sorted batches keep padding (wasted compute) small.
         order = sorted(range(len(texts)), key=lambda i: len(token_ids[i]))
         for begin in range(0, len(order), self.batch_size):
+            cancellation.check()  # a request gone stops between batches
             rows = order[begin : begin + self.batch_size]
             out[rows] = self._run(session, [token_ids[i] for i in rows])
         return out

@@ -27,6 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
+from chunkrag_core import cancellation
 from chunkrag_core.artifacts import MINILM_TOKENIZER, RELEVANCE_ONNX, Artifact, verified_path
 from chunkrag_core.providers.embedding import EmbeddingError
 
@@ -113,6 +114,7 @@ class LocalRelevanceModel:
         out = np.empty(len(texts), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         for begin in range(0, len(order), self.batch_size):
+            cancellation.check()  # a request gone stops between batches
             rows = order[begin : begin + self.batch_size]
             out[rows] = self._run([encodings[i] for i in rows])
         return out
