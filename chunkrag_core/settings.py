@@ -311,6 +311,17 @@ class GatewaySettings:
     passthrough: str = "read"
     # Longest query text a filtered search may send to the model and embedder.
     max_query_chars: int = 2000
+    # Most seconds of judging a request may ask for (ext.chunkrag budget_s);
+    # 0: the filter's own, CHUNKRAG_WORKER_QUERY_BUDGET_S. A request asking
+    # for more is refused (400) before anything runs.
+    max_budget_s: float = 0.0
+    # Most work one filtered search may ask for, estimated before it starts:
+    # candidates (chunks, or hits post-searched) x passages of each that go
+    # to the filter (1 per chunk, max_passages per hit) x query tokens (words
+    # and punctuation marks). The default takes the shipped defaults with a
+    # query of max_query_chars of prose (10 hits x 32 passages x 450 to 570
+    # tokens); a request over it is refused (400) naming the estimate.
+    max_work: int = 200_000
     # Model-stage queries judged at once; more wait in a queue of max_queued,
     # and beyond that get 429 with Retry-After (each holds model calls).
     max_filtered: int = 4
@@ -415,6 +426,8 @@ GATEWAY_MINIMUMS = {
     "max_candidates": 1,
     "derived_key_ttl_s": 1e-3,
     "max_query_chars": 1,
+    "max_budget_s": 0,
+    "max_work": 1,
     "max_filtered": 1,
     "max_queued": 0,
     "max_filtered_per_caller": 0,
@@ -615,6 +628,13 @@ class Settings:
 
         env = os.environ if environ is None else environ
         return cls.from_env(config_file.layered(env, config_file.load(env)))
+
+    @property
+    def max_budget_s(self) -> float:
+        """The most seconds of judging one request may have: the gateway's
+        CHUNKRAG_GATEWAY_MAX_BUDGET_S, else the filter's own budget
+        (CHUNKRAG_WORKER_QUERY_BUDGET_S)."""
+        return self.gateway.max_budget_s or self.workers.query_budget_s
 
     @property
     def es_url_for_display(self) -> str:

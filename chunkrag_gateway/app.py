@@ -265,6 +265,8 @@ def create_app(
             request.options,
             max_candidates=limits.max_candidates,
             max_query_chars=limits.max_query_chars,
+            max_budget_s=settings.max_budget_s,
+            max_work=limits.max_work,
         )
         async with per_caller.slot(caller.identity):
             result = await _call(edges, queue, threads, request.index, decoded, caller, asking)
@@ -308,7 +310,7 @@ def create_app(
             )
         telemetry.note(request.scope, mode="filtered")
         _refuse_non_finite(decoded, "body")
-        options = search_options(decoded, max_candidates=limits.max_candidates)
+        options = search_options(decoded, max_candidates=limits.max_candidates, max_budget_s=settings.max_budget_s)
         if index is None:
             check_pit_search(decoded, options)
             route = Route(POST_SEARCH, "")
@@ -332,7 +334,13 @@ def create_app(
                 )
         refuse_post_search_options(options)
         started = time.perf_counter()
-        parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
+        parsed = parse_search(
+            decoded,
+            max_candidates=limits.max_candidates,
+            max_query_chars=limits.max_query_chars,
+            max_budget_s=settings.max_budget_s,
+            max_work=limits.max_work,
+        )
         async with per_caller.slot(caller.identity):
             result = await _call(edges, queue, threads, route.target, parsed, caller, asking)
         telemetry.note(request.scope, result=result)
@@ -455,7 +463,7 @@ async def post_searched(
     time's id the answer hands out is bound to the caller's key, as a
     pass-through search's is."""
     limits = edges.settings.gateway
-    wanted = parse_post_search(body, options, max_query_chars=limits.max_query_chars)
+    wanted = parse_post_search(body, options, max_query_chars=limits.max_query_chars, max_work=limits.max_work)
     if index is not None:
         await _run(
             edges, queue, threads, options, caller, edges.check_post_search_fields, route.target, options, queued=False

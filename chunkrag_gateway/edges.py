@@ -257,7 +257,12 @@ class Edges:
             return self._score_cache
 
     def budget_s(self, options: ChunkragOptions) -> float:
-        return options.budget_s if options.budget_s is not None else self.settings.workers.query_budget_s
+        """The request's judging budget: its own (at most the gateway's
+        max_budget_s, refused above it when read), else the filter's
+        default, never more than max_budget_s."""
+        if options.budget_s is not None:
+            return options.budget_s
+        return min(self.settings.workers.query_budget_s, self.settings.max_budget_s)
 
     # --- post-search ---------------------------------------------------------
 
