@@ -11,9 +11,13 @@ and Elasticsearch on the same machine, get a core first when both want one.
 Elsewhere the call is refused by the system and the threads run at the
 gateway's own priority (each refused thread logs a warning).
 
-The calls keep the caller's context (the trace), as ``anyio.to_thread``
-does; a call whose awaiting is cancelled (the request's deadline) is
-abandoned, not stopped, and ends on its own timeouts, as before.
+The calls keep the caller's context (the trace, and the request's
+cancellation), as ``anyio.to_thread`` does. A call whose awaiting is
+cancelled (the request's deadline, or its client gone: ``deadline.py``) and
+that has not started never starts; one that has is stopped by its request's
+cancellation at its next check, between two batches, and the awaiting task
+ends only then: whatever the task holds (a place in the model-stage queue)
+is held while the thread is still busy.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ log = logging.getLogger("chunkrag.gateway")
 
 T = TypeVar("T")
 
-# Threads at most, as anyio's default limiter for its worker threads: calls
-# abandoned at their deadline keep one each until their own timeouts end them.
+# Threads at most, as anyio's default limiter for its worker threads. A call
+# past its deadline keeps its thread until its next check (one batch).
 MAX_THREADS = 40
 
 
@@ -70,10 +74,21 @@ class FilterThreads:
 
     async def run(self, call: Callable[[], T]) -> T:
         context = contextvars.copy_context()
-        return await asyncio.wrap_future(self._executor().submit(context.run, call))
+        future = self._executor().submit(context.run, call)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if not future.cancel():
+                # Running: stopped by its request's cancellation at its next
+                # check; the awaiting ends once the thread is free.
+                ended = asyncio.wrap_future(future)
+                ended.add_done_callback(lambda done: done.cancelled() or done.exception())
+                await asyncio.wait([ended])
+            raise
 
     def close(self) -> None:
-        """Calls not started are dropped; running ones end on their own."""
+        """Calls not started are dropped; running ones end on their own
+        (their requests, answered or cancelled, stop them at their next check)."""
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
