@@ -326,6 +326,11 @@ class GatewaySettings:
     # and beyond that get 429 with Retry-After (each holds model calls).
     max_filtered: int = 4
     max_queued: int = 16
+    # Places of max_filtered kept for callers with no other filtered search
+    # in the gateway (with shared state, in any instance): callers that
+    # have one hold the others together, so flooding keys cannot take every
+    # place (at most max_filtered - 1 are kept).
+    reserved_filtered: int = 1
     # Filtered searches (ext.chunkrag, /v1/ask) of one caller running in the
     # gateway at once; one more waits up to retry_after_s for one of them,
     # then gets 429 (0: no cap). Two lets a client overlap its requests;
@@ -430,6 +435,7 @@ GATEWAY_MINIMUMS = {
     "max_work": 1,
     "max_filtered": 1,
     "max_queued": 0,
+    "reserved_filtered": 0,
     "max_filtered_per_caller": 0,
     "retry_after_s": 0,
     "rate_per_s": 0,

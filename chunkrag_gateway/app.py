@@ -76,7 +76,7 @@ from chunkrag_gateway.models import (
 from chunkrag_gateway.passthrough import HttpTransport
 from chunkrag_gateway.policy import parse_classes
 from chunkrag_gateway.responses import error_response, es_json
-from chunkrag_gateway.shared_state import make_stores
+from chunkrag_gateway.shared_state import make_stores, shared_searches
 from search_extension.options import first_error
 from search_extension.post_search import hits_of
 from search_extension.post_search_response import post_search_response
@@ -128,9 +128,17 @@ def create_app(
     classes = parse_classes(limits.passthrough)
     # Scroll/PIT bindings and rate buckets: this process's, or every instance's (Redis).
     contexts, rate_limiter, shared = make_stores(settings, RateLimiter(limits.rate_per_s, limits.rate_burst))
-    # Filtered searches running at once per caller (this instance's).
-    per_caller = CallerSlots(limits.max_filtered_per_caller, limits.retry_after_s)
-    queue = FilteredQueue(limits.max_filtered, limits.max_queued, limits.retry_after_s)
+    # Filtered searches running at once per caller (this instance's), and
+    # each caller's searches counted (in every instance, with shared state).
+    per_caller = CallerSlots(limits.max_filtered_per_caller, limits.retry_after_s, shared_searches(settings, shared))
+    # The model-stage places, callers without a search of their own served first.
+    queue = FilteredQueue(
+        limits.max_filtered,
+        limits.max_queued,
+        limits.retry_after_s,
+        reserved=limits.reserved_filtered,
+        busy=per_caller.busy,
+    )
     edges = Edges(
         settings,
         es=es,
@@ -444,7 +452,7 @@ async def _run(
     async def work():
         if not (options.stages and queued):
             return await threads.run(call)
-        async with queue.slot():
+        async with queue.slot(caller.identity):
             return await threads.run(call)
 
     late = f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)"
