@@ -165,7 +165,7 @@ def create_app(
     # With the processes, these threads only hand searches to them and wait
     # (post-search aside): they keep the gateway's priority, and so does the
     # pool's own thread they start, which must notice a dead process at once.
-    threads = FilterThreads(0 if processes is not None else limits.filter_nice)
+    threads = FilterThreads(0, busy_nice=0) if processes is not None else FilterThreads(limits.filter_nice)
     metrics = telemetry.GatewayMetrics()
     metrics.watch(telemetry.LiveState(queue, **edges.live_probes()))
 
@@ -453,7 +453,8 @@ async def _run(
         if not (options.stages and queued):
             return await threads.run(call)
         async with queue.slot(caller.identity):
-            return await threads.run(call)
+            # A busy caller's search yields the CPU to the others'.
+            return await threads.run(call, busy=queue.busy(caller.identity, holding=True))
 
     late = f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)"
     try:

@@ -18,6 +18,7 @@ from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany
 from chunkrag_filter.relevance_places import DegradingRelevance, RelevanceModel
 from chunkrag_gateway import errors
 from chunkrag_gateway.dialect import ChunkragOptions, ensemble_scales
+from chunkrag_gateway.filter_threads import lower_priority
 from chunkrag_gateway.heap import settle_heap
 from chunkrag_gateway.identity import Caller, es_for
 from chunkrag_gateway.passthrough import HttpTransport, Passthrough
@@ -31,6 +32,12 @@ JudgeManyFactory = Callable[[float], JudgeMany]
 
 # Redis and the workers answer a health probe within this, or count as down.
 HEALTH_TIMEOUT_S = 2.0
+# Threads of the gateway's relevance model per batch: the searching thread
+# alone. With two, a quiet key's default filter was slowed 2-5x by keys
+# flooding the relevance model, with one 1.2-2.4x, in the same minutes
+# (bench/results/gateway_flood.json); a lone search's batches take longer,
+# and searches running together lose nothing.
+GATEWAY_RELEVANCE_THREADS = 1
 
 log = logging.getLogger("chunkrag.gateway")
 
@@ -56,6 +63,7 @@ class Edges:
         self._owns_es = es is None  # an injected client belongs to the caller
         self._judge_many_factory = judge_many_factory
         self._relevance_model = relevance_model
+        self._own_relevance = None
         self._embedder_made_here = embedder is None
         self.models = ModelsLoading()
         self._models_thread: threading.Thread | None = None
@@ -178,12 +186,19 @@ class Edges:
     @property
     def local_relevance(self) -> RelevanceModel:
         """The project's relevance model in this process (injected, or the
-        process's shared one, read on first use or at start)."""
+        gateway's own, read on first use or at start). The gateway's runs
+        each batch on the searching thread alone (GATEWAY_RELEVANCE_THREADS):
+        an intra-op thread of onnxruntime's serves every search's batches at
+        one priority, and a busy caller's searches must yield the CPU
+        (``filter_threads.py``)."""
         if self._relevance_model is not None:
             return self._relevance_model
-        from chunkrag_core.providers.local_relevance import shared_relevance_model
+        with self._lock:
+            if self._own_relevance is None:
+                from chunkrag_core.providers.local_relevance import LocalRelevanceModel
 
-        return shared_relevance_model()
+                self._own_relevance = LocalRelevanceModel(threads=GATEWAY_RELEVANCE_THREADS)
+            return self._own_relevance
 
     def relevance_model(self, budget_s: float) -> RelevanceModel:
         """Where one query's relevance scores are made (relevance:
@@ -218,6 +233,9 @@ class Edges:
         return thread is None or not thread.is_alive()
 
     def _load_models(self) -> None:
+        # The models' own threads (onnxruntime's intra-op pool) are made now
+        # and keep this thread's priority: filtered searches' priority.
+        lower_priority(self.settings.gateway.filter_nice)
         failed = None
         steps = (
             ("the search backend", lambda: self.es),  # made, no request sent

@@ -11,6 +11,14 @@ and Elasticsearch on the same machine, get a core first when both want one.
 Elsewhere the call is refused by the system and the threads run at the
 gateway's own priority (each refused thread logs a warning).
 
+A search of a caller that has other filtered searches in the gateway (a
+busy caller, ``limits.FilteredQueue.busy``) runs in a second pool, lower
+still (``busy_nice``, by default nine steps lower, at most 19): where the
+fair queue gives a quiet caller a place, this gives its search the CPU
+first. Measured with keys flooding the relevance model, a quiet key's
+default filter shared the cores evenly with them without it
+(bench/results/gateway_flood.json).
+
 The calls keep the caller's context (the trace, and the request's
 cancellation), as ``anyio.to_thread`` does. A call whose awaiting is
 cancelled (the request's deadline, or its client gone: ``deadline.py``) and
@@ -34,9 +42,13 @@ log = logging.getLogger("chunkrag.gateway")
 
 T = TypeVar("T")
 
-# Threads at most, as anyio's default limiter for its worker threads. A call
-# past its deadline keeps its thread until its next check (one batch).
+# Threads at most per pool, as anyio's default limiter for its worker threads.
+# A call past its deadline keeps its thread until its next check (one batch).
 MAX_THREADS = 40
+# How much lower a busy caller's searches run than ``nice``: nine steps, about
+# a seventh of the CPU weight (Linux weighs each step ~1.25x).
+BUSY_NICE_STEP = 9
+LOWEST_PRIORITY = 19
 
 
 def lower_priority(nice: int) -> bool:
@@ -54,27 +66,31 @@ def lower_priority(nice: int) -> bool:
 
 
 class FilterThreads:
-    """A pool of threads, made on first use, each at ``nice`` lower priority."""
+    """Two pools of threads, each made on first use: one at ``nice`` lower
+    priority, one at ``busy_nice`` (default: BUSY_NICE_STEP lower, at most
+    LOWEST_PRIORITY) for the searches of busy callers."""
 
-    def __init__(self, nice: int, max_threads: int = MAX_THREADS):
+    def __init__(self, nice: int, max_threads: int = MAX_THREADS, busy_nice: int | None = None):
         self.nice, self.max_threads = nice, max_threads
-        self._pool: ThreadPoolExecutor | None = None
+        self.busy_nice = min(LOWEST_PRIORITY, nice + BUSY_NICE_STEP) if busy_nice is None else busy_nice
+        self._pools: dict[bool, ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
 
-    def _executor(self) -> ThreadPoolExecutor:
+    def _executor(self, busy: bool) -> ThreadPoolExecutor:
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
+            if busy not in self._pools:
+                self._pools[busy] = ThreadPoolExecutor(
                     self.max_threads,
-                    thread_name_prefix="chunkrag-filter",
+                    thread_name_prefix="chunkrag-filter-busy" if busy else "chunkrag-filter",
                     initializer=lower_priority,
-                    initargs=(self.nice,),
+                    initargs=(self.busy_nice if busy else self.nice,),
                 )
-            return self._pool
+            return self._pools[busy]
 
-    async def run(self, call: Callable[[], T]) -> T:
+    async def run(self, call: Callable[[], T], *, busy: bool = False) -> T:
+        """``call()`` on a thread of the pool (``busy``: the busy callers')."""
         context = contextvars.copy_context()
-        future = self._executor().submit(context.run, call)
+        future = self._executor(busy).submit(context.run, call)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -90,6 +106,6 @@ class FilterThreads:
         """Calls not started are dropped; running ones end on their own
         (their requests, answered or cancelled, stop them at their next check)."""
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
             pool.shutdown(wait=False, cancel_futures=True)

@@ -64,11 +64,13 @@ class FilteredQueue:
         """Queries waiting for a place (read by the metrics)."""
         return len(self._waiters)
 
-    def busy(self, caller: str) -> bool:
-        """Whether ``caller`` has another filtered search than the one asking:
-        a place held, another waiting, or (``busy``) one elsewhere."""
-        others_waiting = sum(1 for w in self._waiters if w.caller == caller) > 1
-        return bool(self._held[caller]) or others_waiting or bool(self._busy_elsewhere and self._busy_elsewhere(caller))
+    def busy(self, caller: str, *, holding: bool = False) -> bool:
+        """Whether ``caller`` has another filtered search than the one asking
+        (which holds a place when ``holding``, else waits for one): a place
+        held, another waiting, or (``busy``) one elsewhere."""
+        held = self._held[caller] - (1 if holding else 0)
+        waiting = sum(1 for w in self._waiters if w.caller == caller) - (0 if holding else 1)
+        return held > 0 or waiting > 0 or bool(self._busy_elsewhere and self._busy_elsewhere(caller))
 
     @asynccontextmanager
     async def slot(self, caller: str = "") -> AsyncIterator[None]:

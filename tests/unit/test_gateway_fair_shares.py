@@ -67,6 +67,8 @@ def test_flooding_keys_share_all_but_the_reserved_places_and_a_quiet_key_gets_on
         searches.start("key:quiet", "quiet")
         await searches.settle()
         assert searches.granted[-1] == "quiet" and queue.in_use == 4
+        # Its search runs at the quiet callers' priority; the flooding keys' lower (filter_threads.py).
+        assert not queue.busy("key:quiet", holding=True) and queue.busy("key:A", holding=True)
         await searches.release("quiet")
         await searches.release(searches.granted[0])  # a flood search ends: its place goes to a flooding key
         assert queue.in_use == 3
