@@ -30,6 +30,7 @@ from chunkrag_core.engines.profile import engine_of
 from chunkrag_core.settings import Settings
 from chunkrag_gateway import errors, playground, telemetry
 from chunkrag_gateway.aliases import ForeignAliases
+from chunkrag_gateway.allocator import TrimWhenIdle
 from chunkrag_gateway.body_depth import BodyDepth
 from chunkrag_gateway.body_limit import BodyLimit
 from chunkrag_gateway.body_reads import MAX_BODY_DEPTH
@@ -131,13 +132,15 @@ def create_app(
     # Filtered searches running at once per caller (this instance's), and
     # each caller's searches counted (in every instance, with shared state).
     per_caller = CallerSlots(limits.max_filtered_per_caller, limits.retry_after_s, shared_searches(settings, shared))
-    # The model-stage places, callers without a search of their own served first.
+    # The model-stage places, callers without a search of their own served
+    # first; when the last ends, the memory it freed goes back soon after.
     queue = FilteredQueue(
         limits.max_filtered,
         limits.max_queued,
         limits.retry_after_s,
         reserved=limits.reserved_filtered,
         busy=per_caller.busy,
+        when_idle=TrimWhenIdle(lambda: queue.in_use == 0),
     )
     edges = Edges(
         settings,

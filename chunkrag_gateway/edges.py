@@ -197,7 +197,8 @@ class Edges:
             if self._own_relevance is None:
                 from chunkrag_core.providers.local_relevance import LocalRelevanceModel
 
-                self._own_relevance = LocalRelevanceModel(threads=GATEWAY_RELEVANCE_THREADS)
+                # What a burst of searches allocated goes back (allocator.py).
+                self._own_relevance = LocalRelevanceModel(threads=GATEWAY_RELEVANCE_THREADS, return_memory=True)
             return self._own_relevance
 
     def relevance_model(self, budget_s: float) -> RelevanceModel:

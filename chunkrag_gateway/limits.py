@@ -44,6 +44,7 @@ class FilteredQueue:
         *,
         reserved: int = 0,
         busy: Callable[[str], bool] | None = None,
+        when_idle: Callable[[], None] | None = None,
     ):
         if running < 1 or queued < 0 or reserved < 0:
             raise ValueError(
@@ -54,6 +55,7 @@ class FilteredQueue:
         # At least one place is for anyone: with a single place, none is reserved.
         self.reserved = min(reserved, running - 1)
         self._busy_elsewhere = busy
+        self._when_idle = when_idle  # called when the last place is given back and none waits
         self._held: Counter[str] = Counter()  # places held, per caller
         self._waiters: list[_Waiter] = []  # in the order they came
         self._arrivals = itertools.count()
@@ -104,6 +106,8 @@ class FilteredQueue:
         if not self._held[caller]:
             del self._held[caller]
         self._grant()
+        if not self.in_use and not self._waiters and self._when_idle is not None:
+            self._when_idle()
 
     def _grant(self) -> None:
         """Give free places to waiters, as the class says."""

@@ -238,6 +238,17 @@ def test_a_texts_score_does_not_depend_on_the_texts_beside_it_or_the_batch_or_th
     assert batched[0] > batched[1] and batched[0] > batched[3]  # it still reads: the answer beats the noise
 
 
+def test_the_gateways_model_shrinks_its_memory_after_each_run_and_scores_the_same():
+    from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+
+    query = "How do I rotate the API keys?"
+    returning = LocalRelevanceModel(threads=1, return_memory=True)
+    assert list(returning.logits(query, MIXED_TEXTS)) == pytest.approx(
+        list(LocalRelevanceModel().logits(query, MIXED_TEXTS)), abs=1e-4
+    )
+    assert returning._run_options.get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
+
+
 def test_the_shipped_graph_computes_in_float_as_the_unoptimised_graph_does():
     """Whatever onnxruntime's optimiser would fuse on this CPU (a quantised
     MatMul where VNNI or AMX is present), the session computes what the

@@ -288,8 +288,8 @@ def test_the_gateway_reads_its_models_at_start_and_health_says_when(monkeypatch)
     class Loading:
         loaded, made_with = 0, []
 
-        def __init__(self, threads=2):
-            Loading.made_with.append(threads)
+        def __init__(self, threads=2, return_memory=False):
+            Loading.made_with.append((threads, return_memory))
 
         def load(self):
             Loading.loaded += 1
@@ -307,8 +307,9 @@ def test_the_gateway_reads_its_models_at_start_and_health_says_when(monkeypatch)
     with TestClient(app):  # the lifespan: loading starts
         assert edges.wait_for_models(30)
     assert Loading.loaded == 1 and edges.models.state() == {"ok": True}
-    # The gateway's own model, each batch on the searching thread (its priority is the search's).
-    assert Loading.made_with == [1] and edges.local_relevance is edges.local_relevance
+    # The gateway's own model: each batch on the searching thread (its priority is the
+    # search's), its memory arena shrunk after each run (a burst's memory goes back).
+    assert Loading.made_with == [(1, True)] and edges.local_relevance is edges.local_relevance
 
 
 def test_a_relevance_model_failure_is_named_as_such_and_the_playground_offers_the_options():
