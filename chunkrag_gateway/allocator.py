@@ -11,7 +11,8 @@ after warm-up, against +17 MB), at the same throughput.
 
 glibc keeps what it freed for the next allocations, too. After a burst of
 relevance-model searches the gateway held its peak (531 MB before a flood,
-755 MB a minute after it: onnxruntime's memory arena, which the gateway's
+755 MB a minute after it, bench/results/gateway_flood_arena.json:
+onnxruntime's memory arena, which the gateway's
 relevance model now shrinks after each run, and glibc's free pages), so
 once no filtered search has run for a few seconds the free pages go back
 to the system (``malloc_trim``: ``TrimWhenIdle``).

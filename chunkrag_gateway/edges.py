@@ -33,10 +33,10 @@ JudgeManyFactory = Callable[[float], JudgeMany]
 # Redis and the workers answer a health probe within this, or count as down.
 HEALTH_TIMEOUT_S = 2.0
 # Threads of the gateway's relevance model per batch: the searching thread
-# alone. With two, a quiet key's default filter was slowed 2-5x by keys
-# flooding the relevance model, with one 1.2-2.4x, in the same minutes
-# (bench/results/gateway_flood.json); a lone search's batches take longer,
-# and searches running together lose nothing.
+# alone, whose priority is its caller's (filter_threads.py); onnxruntime's
+# own intra-op thread would run every caller's batches at one priority. A
+# lone search's batches take longer; searches running together lose nothing
+# (the flood's figures: bench/results/gateway_flood.json).
 GATEWAY_RELEVANCE_THREADS = 1
 
 log = logging.getLogger("chunkrag.gateway")

@@ -15,9 +15,9 @@ A search of a caller that has other filtered searches in the gateway (a
 busy caller, ``limits.FilteredQueue.busy``) runs in a second pool, lower
 still (``busy_nice``, by default nine steps lower, at most 19): where the
 fair queue gives a quiet caller a place, this gives its search the CPU
-first. Measured with keys flooding the relevance model, a quiet key's
-default filter shared the cores evenly with them without it
-(bench/results/gateway_flood.json).
+first (otherwise it shares the cores evenly with the flooding keys'
+relevance-model searches; bench/results/gateway_flood.json has the
+figures with it).
 
 The calls keep the caller's context (the trace, and the request's
 cancellation), as ``anyio.to_thread`` does. A call whose awaiting is
