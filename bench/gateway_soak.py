@@ -1,7 +1,9 @@
 """Load and soak figures for the gateway: the ``load`` section of gateway.json
-(beside bench.gateway_bench's pass-through and the 2026-11-23 ``fuzz`` run).
+(beside bench.gateway_bench's pass-through and the 2026-11-23 ``fuzz`` run),
+and a flood of expensive filtered searches (gateway_flood.json).
 
     python -m bench.gateway_soak [--clients 32] [--duration 300] [--model-latency 0.4]
+    python -m bench.gateway_soak flood [--duration 300] [--keys 1,2,4] [--runs 3]
 
 ``chunkrag serve`` on loopback, the scripted model server
 (local_services/scripted_openai.py) answering after --model-latency s, and
@@ -9,6 +11,19 @@
 searches, ``ext.chunkrag`` with ``stages: false`` and filtered queries (listwise
 judging, an answer): every answer but 200 or the documented 429 is an error;
 the gateway's RSS sampled every 10 s. --no-save: print, keep gateway.json.
+
+``flood``: keys sending, without pause, the expensive search of the fourth
+attack on the gateway (a 1,999-character query, 50 candidates, ``relevance:
+crossencoder`` and ``rerank: local``, ``budget_s: 1``) against a gateway whose
+deadline is short (``ES_REQUEST_TIMEOUT_S`` and ``CHUNKRAG_CHAT_TIMEOUT_S``
+set low), so most end in 504. First the stop: after a 20 s flood and a
+quiet wait (so the threads a flood starts exist before as after), two keys
+flood for --duration s; the gateway's CPU time and RSS are read from /proc
+before, during and for --after s after the flood's last answer, and its
+running filtered searches from its metrics (each should end within one
+batch of its 504). Then the fair shares: per run, for 1, 2 and 4 flooding keys in a
+rotating order, a quiet key's default-filter p50 (sequential requests) on the
+quiet gateway, then with the keys flooding; their ratio, median over runs.
 """
 
 from __future__ import annotations
@@ -243,5 +258,305 @@ def load(argv) -> int:
     return 0 if errors == 0 else 1
 
 
+# --- flood: the stop at the deadline, and fair shares ---------------------------------
+
+FLOOD_RESULT = "gateway_flood"
+# The expensive search: a 1,999-character query over 50 candidates, each read
+# by the relevance model, then the kept ones ordered by it, with a judging
+# budget of 1 s. Its work estimate (50 x 1 x ~400 tokens) is within the default
+# CHUNKRAG_GATEWAY_MAX_WORK.
+EXPENSIVE_OPTIONS = {"candidates": 50, "relevance": "crossencoder", "rerank": "local", "budget_s": 1}
+QUERY_CHARS = 1999
+# The gateway's deadline for it: ES_REQUEST_TIMEOUT_S + budget_s + CHUNKRAG_CHAT_TIMEOUT_S.
+FLOOD_ENV = {"ES_REQUEST_TIMEOUT_S": "5", "CHUNKRAG_CHAT_TIMEOUT_S": "4"}
+# Searches each flooding key keeps in flight (more than its per-caller cap of 2).
+THREADS_PER_KEY = 4
+# How long a flood runs before the quiet key is timed under it (seconds).
+FLOOD_WARMUP_S = 10.0
+# The short flood before the stop's "before" figures, and the quiet wait after
+# it (the gateway gives its free memory back 5 s after its last search).
+WARM_FLOOD_S = 20.0
+QUIET_AFTER_WARM_S = 15.0
+CPU_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """The process's CPU time so far (user and system, every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CPU_TICKS
+
+
+def running_searches(metrics_url: str) -> float | None:
+    """The gateway's gauge of model-stage searches holding a place."""
+    import urllib3
+
+    try:
+        text = urllib3.request("GET", metrics_url, timeout=5, retries=False).data.decode()
+    except urllib3.exceptions.HTTPError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("chunkrag_gateway_filtered_running "):
+            return float(line.split()[1])
+    return None
+
+
+def basic(user: str) -> str:
+    import base64
+
+    return "Basic " + base64.b64encode(f"{user}:pw".encode()).decode()
+
+
+class Flood:
+    """``keys`` callers, each ``threads`` threads sending ``body`` without
+    pause from the start until ``stop()``; every (key, status, ms) kept."""
+
+    def __init__(self, url: str, body: bytes, keys: int, threads: int = THREADS_PER_KEY, prefix: str = "flood"):
+        self.url, self.body = url, body
+        self.outcomes: list[tuple[str, int, float]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._send, args=(f"{prefix}-{k}",), daemon=True)
+            for k in range(keys)
+            for _ in range(threads)
+        ]
+
+    def _send(self, key: str) -> None:
+        import urllib3
+
+        from bench.gateway_bench import COMPAT
+
+        pool = urllib3.connection_from_url(self.url, maxsize=1, retries=False, timeout=300)
+        headers = {"content-type": COMPAT, "accept": COMPAT, "authorization": basic(key)}
+        while not self._stop.is_set():
+            started = time.perf_counter()
+            try:
+                status = pool.urlopen("POST", f"/{LOAD_INDEX}/_search", body=self.body, headers=headers).status
+            except urllib3.exceptions.HTTPError:
+                status = 0
+            with self._lock:
+                self.outcomes.append((key, status, (time.perf_counter() - started) * 1000))
+
+    def __enter__(self) -> "Flood":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def statuses(self) -> dict[str, int]:
+        return {str(status): n for status, n in sorted(Counter(s for _, s, _ in self.outcomes).items())}
+
+
+def quiet_latencies(url: str, bodies: list[bytes], count: int, offset: int) -> list[float]:
+    """A quiet key's default-filter searches, one at a time (ms); any answer
+    but 200 is an error of the run."""
+    import urllib3
+
+    from bench.gateway_bench import COMPAT
+
+    pool = urllib3.connection_from_url(url, maxsize=1, retries=False, timeout=300)
+    headers = {"content-type": COMPAT, "accept": COMPAT, "authorization": basic("quiet")}
+    out = []
+    for n in range(count):
+        started = time.perf_counter()
+        response = pool.urlopen(
+            "POST", f"/{LOAD_INDEX}/_search", body=bodies[(offset + n) % len(bodies)], headers=headers
+        )
+        if response.status != 200:
+            raise RuntimeError(f"the quiet key's search answered {response.status}: {response.data[:300]!r}")
+        out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def wait_idle(metrics_url: str, limit_s: float = 120.0) -> float | None:
+    """Seconds until no model-stage search holds a place (None: not within ``limit_s``)."""
+    began = time.monotonic()
+    while time.monotonic() - began < limit_s:
+        if running_searches(metrics_url) == 0:
+            return round(time.monotonic() - began, 1)
+        time.sleep(0.5)
+    return None
+
+
+def flood(argv) -> int:
+    import orjson
+
+    from bench.common import median, write_result
+    from bench.gateway_bench import free_port, start_gateway
+    from bench.retrieval_bench import load_queries
+    from chunkrag_core.settings import Settings
+
+    parser = argparse.ArgumentParser(prog="bench.gateway_soak flood")
+    parser.add_argument("--duration", type=float, default=300.0, help="seconds of the flood that reads the stop")
+    parser.add_argument("--after", type=float, default=60.0, help="seconds watched after the flood's last answer")
+    parser.add_argument("--stop-keys", type=int, default=2, help="flooding keys during the stop's flood")
+    parser.add_argument("--keys", default="1,2,4", help="flooding keys of the fair-share runs")
+    parser.add_argument("--runs", type=int, default=3, help="fair-share runs (each key count once per run)")
+    parser.add_argument("--requests", type=int, default=40, help="quiet searches timed per side of a ratio")
+    parser.add_argument("--skip-stop", action="store_true", help="the fair shares only (short runs)")
+    parser.add_argument("--no-save", action="store_true", help="print, leave the result file alone")
+    args = parser.parse_args(argv)
+    key_counts = [int(k) for k in args.keys.split(",") if k]
+
+    settings = Settings.from_env()
+    chunks = ensure_index(settings)
+    texts = list(load_queries()[0].values())
+    long_query = " ".join(texts)[:QUERY_CHARS]
+    expensive = orjson.dumps(
+        {"query": {"match": {"text": long_query}}, "size": 10, "ext": {"chunkrag": EXPENSIVE_OPTIONS}}
+    )
+    quiet = [orjson.dumps({"query": {"match": {"text": t}}, "size": 5, "ext": {"chunkrag": {}}}) for t in texts]
+    port, metrics_port = free_port(), free_port()
+    env = {**os.environ, **FLOOD_ENV, "CHUNKRAG_GATEWAY_METRICS_PORT": str(metrics_port)}
+    url, metrics_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}/metrics"
+    load_start = os.getloadavg()
+    gateway = start_gateway(port, env)
+    try:
+        with Flood(url, expensive, keys=1, threads=1) as warm:  # the models' first runs
+            while len(warm.outcomes) < 2:
+                time.sleep(0.5)
+        quiet_latencies(url, quiet, 10, 0)
+        stop = None if args.skip_stop else _the_stop(args, gateway.pid, url, metrics_url, expensive)
+        fair = _fair_shares(args, key_counts, url, metrics_url, expensive, quiet)
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        gateway.wait(timeout=60)
+
+    ratios = {str(k): median([run[str(k)]["p50_ratio"] for run in fair]) for k in key_counts}
+    payload = {
+        "index": LOAD_INDEX,
+        "chunks": chunks,
+        "gateway": (
+            "`chunkrag serve` in its own process, defaults (max_filtered 4, reserved_filtered 1, "
+            "max_filtered_per_caller 2, filter threads at nice 10) but a short deadline: "
+            + ", ".join(f"{k}={v}" for k, v in FLOOD_ENV.items())
+            + f" (the expensive search's deadline {5 + 1 + 4} s)"
+        ),
+        "expensive_search": {"query_chars": len(long_query), "size": 10, "ext.chunkrag": EXPENSIVE_OPTIONS},
+        "quiet_search": "a SciFact claim, size 5, ext.chunkrag {} (the default filter: no model call), one at a time",
+        "keys": "forward mode, one Basic credential per key (the open cluster ignores it; the gateway keys on it)",
+        "threads_per_flooding_key": THREADS_PER_KEY,
+        "load_average": {"start": [round(x, 2) for x in load_start], "end": [round(x, 2) for x in os.getloadavg()]},
+        "machine_note": f"gateway, clients, Elasticsearch and the other engineers' work share {os.cpu_count()} cores",
+        **({"stop": stop} if stop is not None else {}),
+        "fair_shares": {
+            "runs": fair,
+            "median_p50_ratio": ratios,
+            "note": "per run and key count: the quiet key's p50 with the keys flooding over its p50 just before, "
+            "quiet; the key counts in a rotating order; median over runs",
+        },
+        "goal": "zero CPU after the 504s (the gateway as idle as before the flood once the last answer is out); "
+        "RSS within 10% of its pre-flood value a minute after; quiet p50 at most 2x with 1, 2 and 4 flooding keys",
+        "goal_met": {
+            **(
+                {"rss_within_10_percent": stop["rss_after_over_before"] <= 1.10, "idle_after": stop["idle_after"]}
+                if stop is not None
+                else {}
+            ),
+            "quiet_p50_at_most_2x": all(r <= 2.0 for r in ratios.values()),
+        },
+    }
+    print(json.dumps(payload, indent=2))
+    if not args.no_save:
+        print(write_result(FLOOD_RESULT, "bench.gateway_soak", payload))
+    return 0
+
+
+def _the_stop(args, pid: int, url: str, metrics_url: str, body: bytes) -> dict:
+    """The gateway's CPU and RSS before, during and after a flood whose
+    searches end in 504. "Before" follows a short flood of the same keys
+    (WARM_FLOOD_S) and a quiet wait: the threads a flood starts and their
+    buffers (each thread that runs the model keeps onnxruntime's working
+    buffers) are there before as after; the RSS of the gateway that had
+    served no flood yet is recorded too (``rss_mb_cold``)."""
+    rss_cold = rss_mb(pid)
+    with Flood(url, body, keys=args.stop_keys):
+        time.sleep(WARM_FLOOD_S)
+    wait_idle(metrics_url)
+    time.sleep(QUIET_AFTER_WARM_S)
+    quiet_window = min(args.after, 30.0)
+    cpu_before, began = cpu_s(pid), time.monotonic()
+    time.sleep(quiet_window)
+    idle_cpu_per_s = (cpu_s(pid) - cpu_before) / (time.monotonic() - began)
+    rss_before = rss_mb(pid)
+    samples: list[tuple[float, float | None, float]] = []
+    with Flood(url, body, keys=args.stop_keys) as flood_:
+        began = time.monotonic()
+        last_cpu = cpu_s(pid)
+        while time.monotonic() - began < args.duration:
+            time.sleep(RSS_EVERY_S)
+            now_cpu = cpu_s(pid)
+            samples.append((round(time.monotonic() - began, 1), rss_mb(pid), round(now_cpu - last_cpu, 2)))
+            last_cpu = now_cpu
+    ended = time.monotonic()  # every client has its last answer
+    running_at_end = running_searches(metrics_url)
+    freed_in_s = wait_idle(metrics_url)
+    cpu_at_end = cpu_s(pid)
+    after: list[tuple[float, float]] = []
+    while time.monotonic() - ended < args.after:
+        time.sleep(5.0)
+        after.append((round(time.monotonic() - ended, 1), round(cpu_s(pid) - cpu_at_end, 2)))
+    cpu_after = cpu_s(pid) - cpu_at_end
+    window = time.monotonic() - ended
+    rss_after = rss_mb(pid)
+    statuses = flood_.statuses()
+    return {
+        "flooding_keys": args.stop_keys,
+        "duration_s": args.duration,
+        "answers": statuses,
+        "answers_504": statuses.get("504", 0),
+        "idle_cpu_s_per_s_before": round(idle_cpu_per_s, 4),
+        "cpu_s_per_10s_during": samples,
+        "running_searches_at_last_answer": running_at_end,
+        "seconds_until_none_running": freed_in_s,
+        "cpu_s_after_last_answer": round(cpu_after, 2),
+        "cpu_after_window_s": round(window, 1),
+        "cpu_s_after_over_idle": round(cpu_after - idle_cpu_per_s * window, 2),
+        "cpu_after_samples": after,
+        "rss_mb_cold": rss_cold,
+        "rss_mb_before": rss_before,
+        "rss_mb_max": max((mb for _, mb, _ in samples if mb is not None), default=None),
+        "rss_mb_after": rss_after,
+        "rss_after_over_before": round(rss_after / rss_before, 3) if rss_before and rss_after else None,
+        "rss_after_over_cold": round(rss_after / rss_cold, 3) if rss_cold and rss_after else None,
+        # As idle as before the flood (its event loop's own ticks) within a tenth of a CPU second a minute.
+        "idle_after": cpu_after - idle_cpu_per_s * window <= 0.1 * window / 60,
+    }
+
+
+def _fair_shares(args, key_counts: list[int], url: str, metrics_url: str, body: bytes, quiet: list[bytes]) -> list:
+    runs = []
+    offset = 0
+    for run in range(args.runs):
+        order = key_counts[run % len(key_counts) :] + key_counts[: run % len(key_counts)]
+        figures = {}
+        for keys in order:
+            wait_idle(metrics_url)
+            unloaded = quiet_latencies(url, quiet, args.requests, offset)
+            offset += args.requests
+            with Flood(url, body, keys=keys) as flood_:
+                time.sleep(FLOOD_WARMUP_S)
+                loaded = quiet_latencies(url, quiet, args.requests, offset)
+            offset += args.requests
+            figures[str(keys)] = {
+                "unloaded_p50_ms": round(percentile(unloaded, 0.5), 1),
+                "flooded_p50_ms": round(percentile(loaded, 0.5), 1),
+                "p50_ratio": round(percentile(loaded, 0.5) / percentile(unloaded, 0.5), 2),
+                "unloaded_p95_ms": round(percentile(unloaded, 0.95), 1),
+                "flooded_p95_ms": round(percentile(loaded, 0.95), 1),
+                "flood_answers": flood_.statuses(),
+                "load_average": round(os.getloadavg()[0], 2),
+            }
+            print(f"run {run + 1}, {keys} flooding keys: {figures[str(keys)]}", file=sys.stderr, flush=True)
+        runs.append(figures)
+    return runs
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["flood"]:
+        sys.exit(flood(sys.argv[2:]))
     sys.exit(load(sys.argv[1:]))

@@ -314,10 +314,26 @@ class GatewaySettings:
     passthrough: str = "read"
     # Longest query text a filtered search may send to the model and embedder.
     max_query_chars: int = 2000
+    # Most seconds of judging a request may ask for (ext.chunkrag budget_s);
+    # 0: the filter's own, CHUNKRAG_WORKER_QUERY_BUDGET_S. A request asking
+    # for more is refused (400) before anything runs.
+    max_budget_s: float = 0.0
+    # Most work one filtered search may ask for, estimated before it starts:
+    # candidates (chunks, or hits post-searched) x passages of each that go
+    # to the filter (1 per chunk, max_passages per hit) x query tokens (words
+    # and punctuation marks). The default takes the shipped defaults with a
+    # query of max_query_chars of prose (10 hits x 32 passages x 450 to 570
+    # tokens); a request over it is refused (400) naming the estimate.
+    max_work: int = 200_000
     # Model-stage queries judged at once; more wait in a queue of max_queued,
     # and beyond that get 429 with Retry-After (each holds model calls).
     max_filtered: int = 4
     max_queued: int = 16
+    # Places of max_filtered kept for callers with no other filtered search
+    # in the gateway (with shared state, in any instance): callers that
+    # have one hold the others together, so flooding keys cannot take every
+    # place (at most max_filtered - 1 are kept).
+    reserved_filtered: int = 1
     # Filtered searches (ext.chunkrag, /v1/ask) of one caller running in the
     # gateway at once; one more waits up to retry_after_s for one of them,
     # then gets 429 (0: no cap). Two lets a client overlap its requests;
@@ -418,8 +434,11 @@ GATEWAY_MINIMUMS = {
     "max_candidates": 1,
     "derived_key_ttl_s": 1e-3,
     "max_query_chars": 1,
+    "max_budget_s": 0,
+    "max_work": 1,
     "max_filtered": 1,
     "max_queued": 0,
+    "reserved_filtered": 0,
     "max_filtered_per_caller": 0,
     "retry_after_s": 0,
     "rate_per_s": 0,
@@ -624,6 +643,13 @@ class Settings:
             calibration_file=calibration_file_from_env(env),
             post_search=_overlay(base.post_search, env, "CHUNKRAG_POST_SEARCH_"),
         )
+
+    @property
+    def max_budget_s(self) -> float:
+        """The most seconds of judging one request may have: the gateway's
+        CHUNKRAG_GATEWAY_MAX_BUDGET_S, else the filter's own budget
+        (CHUNKRAG_WORKER_QUERY_BUDGET_S)."""
+        return self.gateway.max_budget_s or self.workers.query_budget_s
 
     @property
     def es_url_for_display(self) -> str:

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+import time
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
+from chunkrag_core import cancellation
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatError, ChatModel
 from chunkrag_filter.processors import prompts
@@ -34,6 +36,10 @@ __all__ = [
 ]  # fmt: skip
 
 JudgeMany = Callable[[str, Sequence[Chunk], ScoringOptions], list[Judgement]]
+
+# How often a query judged in this process's threads looks whether its
+# request is gone while it waits for the batches (seconds).
+CANCEL_LOOK_S = 0.1
 
 # Who judged a query's candidates (the ``judged_by`` of a filter result).
 BY_WORKERS, BY_GATEWAY, BY_RETRIEVAL = "workers", "gateway", "retrieval"
@@ -119,12 +125,18 @@ def judge_batch(
     ``options.listwise_batch`` passages; the other methods one by one.
     Provider errors propagate as :class:`ChatError`."""
     if options.method == "listwise":
-        return [
-            j
-            for part in scoring_batches(len(texts), options.listwise_batch)
-            for j in judge_listwise(query, [texts[i] for i in part], model, options, cache=cache, model_name=model_name)
-        ]
-    return [judge(query, text, model, options, cache=cache, model_name=model_name) for text in texts]
+        judged: list[Judgement] = []
+        for part in scoring_batches(len(texts), options.listwise_batch):
+            cancellation.check()  # a request gone makes no more calls, cached or not
+            judged.extend(
+                judge_listwise(query, [texts[i] for i in part], model, options, cache=cache, model_name=model_name)
+            )
+        return judged
+    judged = []
+    for text in texts:
+        cancellation.check()
+        judged.append(judge(query, text, model, options, cache=cache, model_name=model_name))
+    return judged
 
 
 # --- judging in this process -----------------------------------------------------
@@ -157,7 +169,7 @@ def judge_in_threads(
                 )
                 for batch in batches
             ]
-            done, _ = wait(futures, timeout=budget_s, return_when=FIRST_EXCEPTION)
+            done = _wait_for(futures, budget_s)
         finally:
             # Calls already in flight finish in the background (each bounded
             # by the chat timeout); queued ones never start.
@@ -172,6 +184,27 @@ def judge_in_threads(
         return judgements
 
     return judge_many
+
+
+def _wait_for(futures: Sequence[Future], budget_s: float | None) -> set[Future]:
+    """The batches done within ``budget_s`` (all of them, or up to the
+    first failure), waking as soon as the request they serve is gone: then
+    its thread raises :class:`~chunkrag_core.cancellation.Cancelled` at
+    once instead of waiting out the budget (the batches not started never
+    start; those in flight stop at their next call)."""
+    token = cancellation.current()
+    end = None if budget_s is None else time.monotonic() + budget_s
+    pending = set(futures)
+    while pending:
+        remaining = None if end is None else end - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            break
+        look = remaining if token is None else min(CANCEL_LOOK_S, CANCEL_LOOK_S if remaining is None else remaining)
+        done, pending = wait(pending, timeout=look, return_when=FIRST_EXCEPTION)
+        if any(future.exception() is not None for future in done):
+            break
+        cancellation.check()
+    return {future for future in futures if future.done()}
 
 
 # --- who judged, and judging that degrades ---------------------------------------

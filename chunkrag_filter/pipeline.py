@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
@@ -356,8 +356,10 @@ def run_filter(
     if "crossencoder" in (options.relevance, options.gate) or (options.rerank == "local" and reranker is None):
         relevance_model = relevance_model or shipped_relevance_model()
     relevance_runs: list[Scored] = []
+    relevance_of: dict[str, float] = {}  # each candidate's relevance, for rerank: local to reuse
     if options.relevance == "crossencoder" and candidates:
         relevance_runs.append(score_relevance(relevance_model, query, [c.text for c in candidates]))
+        relevance_of = {c.chunk_id: p for c, p in zip(candidates, relevance_runs[-1].scores)}
         candidates = [c.with_score(relevance=round(p, 6)) for c, p in zip(candidates, relevance_runs[-1].scores)]
     lap("relevance")
 
@@ -435,8 +437,8 @@ def run_filter(
 
     order = None
     if options.rerank == "local" and reranker is None and kept:
-        relevance_runs.append(score_relevance(relevance_model, query, [c.text for c in kept]))
-        order = ranked(relevance_runs[-1].scores)
+        order, run = rerank_with_relevance(relevance_model, query, kept, relevance_of)
+        relevance_runs.extend([run] if run is not None else [])
     elif options.rerank in ("cohere", "local") and reranker is not None and kept:
         order = reranker.rerank(query, [c.text for c in kept])
     if order is not None:
@@ -499,6 +501,21 @@ def gate_model(options: FilterOptions) -> Calibrated:
     return load_calibration(path if path is not None else (configured_calibration_file() or None)).for_gate(
         options.gate
     )
+
+
+def rerank_with_relevance(
+    model: RelevanceModel, query: str, kept: Sequence[Chunk], scored: Mapping[str, float]
+) -> tuple[list[tuple[int, float]], Scored | None]:
+    """``kept`` best first by the relevance model (``rerank: local``), and
+    the model's run (None when none was needed). A chunk the relevance stage
+    already scored (``scored``, by chunk id) keeps that score: a text's
+    score does not depend on the texts scored beside it
+    (``local_relevance``), so the model reads only the others instead of
+    every kept chunk a second time."""
+    missing = [i for i, chunk in enumerate(kept) if chunk.chunk_id not in scored]
+    run = score_relevance(model, query, [kept[i].text for i in missing]) if missing else None
+    fresh = dict(zip(missing, run.scores)) if run is not None else {}
+    return ranked([fresh[i] if i in fresh else scored[c.chunk_id] for i, c in enumerate(kept)]), run
 
 
 def where_relevance_ran(runs: Sequence[Scored]) -> dict[str, str | None]:

@@ -24,15 +24,19 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
+from chunkrag_core import cancellation
+from chunkrag_core.cancellation import Cancellation, Cancelled
 from chunkrag_core.engines.profile import engine_of
 from chunkrag_core.settings import Settings
 from chunkrag_gateway import errors, playground, telemetry
 from chunkrag_gateway.aliases import ForeignAliases
+from chunkrag_gateway.allocator import TrimWhenIdle
 from chunkrag_gateway.body_depth import BodyDepth
 from chunkrag_gateway.body_limit import BodyLimit
 from chunkrag_gateway.body_reads import MAX_BODY_DEPTH
 from chunkrag_gateway.cluster_internals import error_without_internals
 from chunkrag_gateway.cluster_users import ClusterUsers
+from chunkrag_gateway.deadline import DeadlinePassed, finish_or_stop
 from chunkrag_gateway.dialect import (
     ChunkragSearch,
     OptionError,
@@ -71,7 +75,7 @@ from chunkrag_gateway.models import (
 from chunkrag_gateway.passthrough import HttpTransport
 from chunkrag_gateway.policy import has_chunkrag_ext, parse_classes
 from chunkrag_gateway.responses import error_response, es_json
-from chunkrag_gateway.shared_state import make_stores
+from chunkrag_gateway.shared_state import make_stores, shared_searches
 from chunkrag_gateway.start_check import check_settings
 from search_extension.options import first_error
 from search_extension.post_search import hits_of
@@ -108,11 +112,21 @@ def create_app(
     # Misconfigured security fails here, at start, not on the first request.
     authenticator = check_settings(settings)
     classes = parse_classes(limits.passthrough)
-    queue = FilteredQueue(limits.max_filtered, limits.max_queued, limits.retry_after_s)
     # Scroll/PIT bindings and rate buckets: this process's, or every instance's (Redis).
     contexts, rate_limiter, shared = make_stores(settings, RateLimiter(limits.rate_per_s, limits.rate_burst))
-    # Filtered searches running at once per caller (this instance's).
-    per_caller = CallerSlots(limits.max_filtered_per_caller, limits.retry_after_s)
+    # Filtered searches running at once per caller (this instance's), and
+    # each caller's searches counted (in every instance, with shared state).
+    per_caller = CallerSlots(limits.max_filtered_per_caller, limits.retry_after_s, shared_searches(settings, shared))
+    # The model-stage places, callers without a search of their own served
+    # first; when the last ends, the memory it freed goes back soon after.
+    queue = FilteredQueue(
+        limits.max_filtered,
+        limits.max_queued,
+        limits.retry_after_s,
+        reserved=limits.reserved_filtered,
+        busy=per_caller.busy,
+        when_idle=TrimWhenIdle(lambda: queue.in_use == 0),
+    )
     edges = Edges(
         settings,
         es=es,
@@ -139,7 +153,7 @@ def create_app(
     # With the processes, these threads only hand searches to them and wait
     # (post-search aside): they keep the gateway's priority, and so does the
     # pool's own thread they start, which must notice a dead process at once.
-    threads = FilterThreads(0 if processes is not None else limits.filter_nice)
+    threads = FilterThreads(0, busy_nice=0) if processes is not None else FilterThreads(limits.filter_nice)
     metrics = telemetry.GatewayMetrics()
     metrics.watch(telemetry.LiveState(queue, **edges.live_probes()))
 
@@ -189,6 +203,7 @@ def create_app(
     )
     app.state.edges = edges
     app.state.filter_processes = processes
+    app.state.filtered_queue = queue
     app.state.metrics = metrics
     app.openapi = functools.partial(gateway_openapi, app)
     # The last added runs first: the size limit guards everything, then the
@@ -250,9 +265,11 @@ def create_app(
             request.options,
             max_candidates=limits.max_candidates,
             max_query_chars=limits.max_query_chars,
+            max_budget_s=settings.max_budget_s,
+            max_work=limits.max_work,
         )
         async with per_caller.slot(caller.identity):
-            result = await _call(edges, queue, threads, request.index, decoded, caller, asking)
+            result = await _call(edges, queue, threads, request.index, decoded, caller, asking, http.receive)
         telemetry.note(http.scope, result=result)
         payload = ask_response(result, index=request.index)
         return {**payload, "shards": _shards_shown(payload["shards"], caller)}
@@ -295,14 +312,26 @@ def create_app(
             )
         telemetry.note(request.scope, mode="filtered")
         _refuse_non_finite(decoded, "body")
-        options = search_options(decoded, max_candidates=limits.max_candidates)
+        options = search_options(decoded, max_candidates=limits.max_candidates, max_budget_s=settings.max_budget_s)
         if index is None:
             check_pit_search(decoded, options)
             route = Route(POST_SEARCH, "")
         else:
             refuse_pit_with_index(decoded)
             keys = tuple(decoded)
-            route = await _run(edges, queue, threads, options, caller, edges.route, index, options, keys, queued=False)
+            route = await _run(
+                edges,
+                queue,
+                threads,
+                options,
+                caller,
+                edges.route,
+                index,
+                options,
+                keys,
+                queued=False,
+                receive=request.receive,
+            )
         if route.way == POST_SEARCH:
             async with per_caller.slot(caller.identity):
                 return await post_searched(
@@ -319,9 +348,15 @@ def create_app(
                 )
         refuse_post_search_options(options)
         started = time.perf_counter()
-        parsed = parse_search(decoded, max_candidates=limits.max_candidates, max_query_chars=limits.max_query_chars)
+        parsed = parse_search(
+            decoded,
+            max_candidates=limits.max_candidates,
+            max_query_chars=limits.max_query_chars,
+            max_budget_s=settings.max_budget_s,
+            max_work=limits.max_work,
+        )
         async with per_caller.slot(caller.identity):
-            result = await _call(edges, queue, threads, route.target, parsed, caller, asking)
+            result = await _call(edges, queue, threads, route.target, parsed, caller, asking, request.receive)
         telemetry.note(request.scope, result=result)
         took_ms = (time.perf_counter() - started) * 1000
         payload = search_response(
@@ -356,6 +391,7 @@ async def _call(
     decoded: ChunkragSearch,
     caller: Caller,
     asking,
+    receive,
 ):
     """The library call (``asking``: ``Edges.ask``, or ``FilterProcesses.ask``
     which runs it in a filter process), see :func:`_run`."""
@@ -368,6 +404,7 @@ async def _call(
         functools.partial(
             asking, index, decoded.text, decoded.options, filters=decoded.filters, candidates=decoded.candidates
         ),
+        receive=receive,
     )
 
 
@@ -380,34 +417,43 @@ async def _run(
     blocking,
     *args,
     queued: bool = True,
+    receive=None,
 ):
     """``blocking(*args, caller=bound caller)`` on a filter thread, within a
     hard deadline: the judging budget plus the model calls around it
-    (rewrite, answer) and the search. Past it the caller gets 504; the
-    thread is abandoned, and its calls end on their own timeouts. Model-stage
-    queries first take a place in the bounded queue (429 when it is full);
-    the deadline counts the wait. Failures leave as the gateway's errors
-    (service mode: a refusal names the gateway key, not the cluster's user)."""
+    (rewrite, answer) and the search. Past it the caller gets 504 and the
+    call is stopped at its next check, between two batches (the request's
+    cancellation is bound around it: ``chunkrag_core.cancellation``); so is
+    a call whose client goes away (``receive``: the request's ASGI receive,
+    read for the disconnect; ``deadline.py``). Model-stage queries first
+    take a place in the bounded queue (429 when it is full), which they
+    keep until their thread is free; the deadline counts the wait. Failures
+    leave as the gateway's errors (service mode: a refusal names the
+    gateway key, not the cluster's user)."""
     settings = edges.settings
     deadline = settings.es_request_timeout_s
     if options.stages:
         deadline += edges.budget_s(options) + settings.chat.timeout_s * (2 if options.rewrite else 1)
     # Service mode: the library searches with the key's derived key too.
     caller = await edges.passthrough.bind(caller)
-    call = functools.partial(blocking, *args, caller=caller)
+    token = Cancellation.within(deadline)
+    call = functools.partial(cancellation.run_bound, token, blocking, *args, caller=caller)
+
+    async def work():
+        if not (options.stages and queued):
+            return await threads.run(call)
+        async with queue.slot(caller.identity):
+            # A busy caller's search yields the CPU to the others'.
+            return await threads.run(call, busy=queue.busy(caller.identity, holding=True))
+
+    late = f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)"
     try:
-        with anyio.fail_after(deadline) as scope:
-            if not (options.stages and queued):
-                return await threads.run(call)
-            async with queue.slot():
-                return await threads.run(call)
+        return await finish_or_stop(work(), token, deadline, receive)
     except errors.GatewayError:
         raise
+    except (DeadlinePassed, Cancelled):  # Cancelled: the work saw the deadline first
+        raise errors.timed_out(late) from None
     except Exception as exc:
-        if isinstance(exc, TimeoutError) and scope.cancelled_caught:
-            raise errors.timed_out(
-                f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)"
-            ) from None
         error = errors.from_exception(exc)
         said = error.type + error.reason + (orjson.dumps(error.body).decode() if error.body else "")
         refused = error.status in (401, 403) or any(word in said for word in REFUSAL_WORDS)
@@ -444,10 +490,19 @@ async def post_searched(
     time's id the answer hands out is bound to the caller's key, as a
     pass-through search's is."""
     limits = edges.settings.gateway
-    wanted = parse_post_search(body, options, max_query_chars=limits.max_query_chars)
+    wanted = parse_post_search(body, options, max_query_chars=limits.max_query_chars, max_work=limits.max_work)
     if index is not None:
         await _run(
-            edges, queue, threads, options, caller, edges.check_post_search_fields, route.target, options, queued=False
+            edges,
+            queue,
+            threads,
+            options,
+            caller,
+            edges.check_post_search_fields,
+            route.target,
+            options,
+            queued=False,
+            receive=request.receive,
         )
     path = raw_path_of(request.scope) if index is None or route.target == index else search_path(route.target)
     answer = await edges.passthrough.forward("POST", path, SEARCH_HEADERS, orjson.dumps(wanted.body), caller)
@@ -462,8 +517,20 @@ async def post_searched(
     if index is None and (held := hit_indices(response)):
         # Through a point in time the indices are the id's: named fields are
         # checked against those the hits came from.
-        await _run(edges, queue, threads, options, caller, edges.check_post_search_fields, held, options, queued=False)
-    result = await _run(edges, queue, threads, options, caller, edges.post_search, wanted.text, options, response)
+        await _run(
+            edges,
+            queue,
+            threads,
+            options,
+            caller,
+            edges.check_post_search_fields,
+            held,
+            options,
+            queued=False,
+            receive=request.receive,
+        )
+    searching = functools.partial(edges.post_search, wanted.text, options, response)
+    result = await _run(edges, queue, threads, options, caller, searching, receive=request.receive)
     payload = post_search_response(response, result, options.post_search)
     return es_json(payload, 200, request.headers.get("accept", ""))
 

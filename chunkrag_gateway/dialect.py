@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from chunkrag_core.chunk import BASE_SCALE, Chunk
 from search_extension.ask import DEFAULT_CANDIDATES, AskResult
+from search_extension.cost import check_work, estimate
 
 # The options themselves are declared, validated and resolved there; this
 # module reads the rest of the body (and re-exports them for its callers).
@@ -48,7 +49,14 @@ class ChunkragSearch:
     options: ChunkragOptions
 
 
-def parse_search(body: Mapping[str, Any], *, max_candidates: int, max_query_chars: int | None = None) -> ChunkragSearch:
+def parse_search(
+    body: Mapping[str, Any],
+    *,
+    max_candidates: int,
+    max_query_chars: int | None = None,
+    max_budget_s: float | None = None,
+    max_work: int | None = None,
+) -> ChunkragSearch:
     for key in body:
         if key not in CHUNKRAG_BODY_KEYS:
             raise OptionError(
@@ -63,10 +71,12 @@ def parse_search(body: Mapping[str, Any], *, max_candidates: int, max_query_char
     if not _is_int(size) or size < 0:
         raise OptionError(f"[size] must be a non-negative integer, got {size!r}")
     # A search client asked for hits: no answer (a model call) unless it says so.
-    options = search_options(body, max_candidates=max_candidates)
+    options = search_options(body, max_candidates=max_candidates, max_budget_s=max_budget_s)
     query = body.get("query")
     text = _filter_text(options, query, missing="no query text", max_query_chars=max_query_chars)
-    return ChunkragSearch(text, query_filters(query), size, _candidates(options, size, max_candidates), options)
+    candidates = _candidates(options, size, max_candidates)
+    check_work(estimate(text, candidates), max_work)
+    return ChunkragSearch(text, query_filters(query), size, candidates, options)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,17 +104,26 @@ def _filter_text(options: ChunkragOptions, query: Any, *, missing: str, max_quer
     return text
 
 
-def search_options(body: Mapping[str, Any], *, max_candidates: int) -> ChunkragOptions:
+def search_options(
+    body: Mapping[str, Any], *, max_candidates: int, max_budget_s: float | None = None
+) -> ChunkragOptions:
     """``ext.chunkrag`` of a search body, validated and resolved."""
-    return parse_options(body["ext"]["chunkrag"], max_candidates=max_candidates, surface="search")
+    return parse_options(
+        body["ext"]["chunkrag"], max_candidates=max_candidates, max_budget_s=max_budget_s, surface="search"
+    )
 
 
 def parse_post_search(
-    body: Mapping[str, Any], options: ChunkragOptions, *, max_query_chars: int | None = None
+    body: Mapping[str, Any],
+    options: ChunkragOptions,
+    *,
+    max_query_chars: int | None = None,
+    max_work: int | None = None,
 ) -> PostSearch:
     """Any search body: every key the cluster reads (aggs, highlight, sort,
     from, search_after, collapse, post_filter, _source...) goes to it; only
-    ``ext`` is taken off, and it may hold only ``chunkrag``."""
+    ``ext`` is taken off, and it may hold only ``chunkrag``. Its work is
+    estimated from the hits it asks for (``size``) and ``max_passages``."""
     other_ext = [key for key in body["ext"] if key != "chunkrag"]
     if other_ext:
         raise OptionError(f"ext may hold only [chunkrag] when it is present, got [{other_ext[0]}]")
@@ -117,6 +136,8 @@ def parse_post_search(
     text = _filter_text(
         options, body.get("query"), missing="no query text for the filter", max_query_chars=max_query_chars
     )
+    hits = size if _is_int(size) and size >= 0 else DEFAULT_SIZE  # the cluster refuses another size
+    check_work(estimate(text, hits, options.post_search.max_passages), max_work)
     return PostSearch(text, {key: value for key, value in body.items() if key != "ext"}, options)
 
 
@@ -156,11 +177,19 @@ def refuse_post_search_options(options: ChunkragOptions) -> None:
 
 
 def parse_ask(
-    question: str, raw_options: Any, *, max_candidates: int, max_query_chars: int | None = None
+    question: str,
+    raw_options: Any,
+    *,
+    max_candidates: int,
+    max_query_chars: int | None = None,
+    max_budget_s: float | None = None,
+    max_work: int | None = None,
 ) -> ChunkragSearch:
     """A ``/v1/ask`` request: the question (or ``options.query``), every kept
     chunk. ``raw_options``: a JSON object, or the validated OptionsModel."""
-    options = parse_options(raw_options, max_candidates=max_candidates, where="options", surface="ask")
+    options = parse_options(
+        raw_options, max_candidates=max_candidates, max_budget_s=max_budget_s, where="options", surface="ask"
+    )
     if options.target == "post_search" or options.post_search_given:
         given = "mode post_search" if options.target == "post_search" else options.post_search_given[0]
         raise OptionError(
@@ -171,7 +200,9 @@ def parse_ask(
     if not text.strip():
         raise OptionError("the question is empty")
     _check_length(text, max_query_chars)
-    return ChunkragSearch(text, (), max_candidates, _candidates(options, DEFAULT_CANDIDATES, max_candidates), options)
+    candidates = _candidates(options, DEFAULT_CANDIDATES, max_candidates)
+    check_work(estimate(text, candidates), max_work)
+    return ChunkragSearch(text, (), max_candidates, candidates, options)
 
 
 def _check_length(text: str, max_chars: int | None) -> None:

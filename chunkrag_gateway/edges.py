@@ -19,6 +19,7 @@ from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany
 from chunkrag_filter.relevance_places import DegradingRelevance, RelevanceModel
 from chunkrag_gateway import errors
 from chunkrag_gateway.dialect import ChunkragOptions, ensemble_scales
+from chunkrag_gateway.filter_threads import lower_priority
 from chunkrag_gateway.heap import settle_heap
 from chunkrag_gateway.identity import Caller, es_for
 from chunkrag_gateway.passthrough import HttpTransport, Passthrough
@@ -32,6 +33,12 @@ JudgeManyFactory = Callable[[float], JudgeMany]
 
 # Redis and the workers answer a health probe within this, or count as down.
 HEALTH_TIMEOUT_S = 2.0
+# Threads of the gateway's relevance model per batch: the searching thread
+# alone, whose priority is its caller's (filter_threads.py); onnxruntime's
+# own intra-op thread would run every caller's batches at one priority. A
+# lone search's batches take longer; searches running together lose nothing
+# (the flood's figures: bench/results/gateway_flood.json).
+GATEWAY_RELEVANCE_THREADS = 1
 
 log = logging.getLogger("chunkrag.gateway")
 
@@ -57,6 +64,7 @@ class Edges:
         self._owns_es = es is None  # an injected client belongs to the caller
         self._judge_many_factory = judge_many_factory
         self._relevance_model = relevance_model
+        self._own_relevance = None
         self._embedder_made_here = embedder is None
         self.models = ModelsLoading()
         self._models_thread: threading.Thread | None = None
@@ -179,12 +187,20 @@ class Edges:
     @property
     def local_relevance(self) -> RelevanceModel:
         """The project's relevance model in this process (injected, or the
-        process's shared one, read on first use or at start)."""
+        gateway's own, read on first use or at start). The gateway's runs
+        each batch on the searching thread alone (GATEWAY_RELEVANCE_THREADS):
+        an intra-op thread of onnxruntime's serves every search's batches at
+        one priority, and a busy caller's searches must yield the CPU
+        (``filter_threads.py``)."""
         if self._relevance_model is not None:
             return self._relevance_model
-        from chunkrag_core.providers.local_relevance import shared_relevance_model
+        with self._lock:
+            if self._own_relevance is None:
+                from chunkrag_core.providers.local_relevance import LocalRelevanceModel
 
-        return shared_relevance_model()
+                # What a burst of searches allocated goes back (allocator.py).
+                self._own_relevance = LocalRelevanceModel(threads=GATEWAY_RELEVANCE_THREADS, return_memory=True)
+            return self._own_relevance
 
     def relevance_model(self, budget_s: float) -> RelevanceModel:
         """Where one query's relevance scores are made (relevance:
@@ -219,6 +235,9 @@ class Edges:
         return thread is None or not thread.is_alive()
 
     def _load_models(self) -> None:
+        # The models' own threads (onnxruntime's intra-op pool) are made now
+        # and keep this thread's priority: filtered searches' priority.
+        lower_priority(self.settings.gateway.filter_nice)
         failed = None
         steps = (
             ("the search backend", lambda: self.es),  # made, no request sent
@@ -258,7 +277,12 @@ class Edges:
             return self._score_cache
 
     def budget_s(self, options: ChunkragOptions) -> float:
-        return options.budget_s if options.budget_s is not None else self.settings.workers.query_budget_s
+        """The request's judging budget: its own (at most the gateway's
+        max_budget_s, refused above it when read), else the filter's
+        default, never more than max_budget_s."""
+        if options.budget_s is not None:
+            return options.budget_s
+        return min(self.settings.workers.query_budget_s, self.settings.max_budget_s)
 
     # --- post-search ---------------------------------------------------------
 

@@ -104,6 +104,7 @@ def from_exception(exc: BaseException) -> GatewayError:
     the failing dependency, never its address: that detail goes to the log.
     Anything unforeseen is a 500 naming the exception; the
     traceback goes to the log, not to the caller."""
+    from chunkrag_core.cancellation import Cancelled
     from chunkrag_core.engines.errors import EngineRefused, EngineTimeout, EngineUnavailable
     from chunkrag_core.providers.chat import ChatError
     from chunkrag_core.providers.embedding import EmbeddingError
@@ -114,6 +115,8 @@ def from_exception(exc: BaseException) -> GatewayError:
 
     if isinstance(exc, GatewayError):
         return exc
+    if isinstance(exc, Cancelled):  # its request's deadline passed (or its client went away)
+        return timed_out(f"the request was stopped: {exc.reason}")
     if isinstance(exc, SearchRefused):
         body = {"error": exc.error, "status": exc.status} if isinstance(exc.error, dict) else None
         return GatewayError(exc.status, "security_exception", str(exc), body=body)

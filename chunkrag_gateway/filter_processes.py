@@ -21,6 +21,12 @@ process (it waited for one, or was sent to a process that was dying) is sent
 once more to a fresh pool, which the next searches use too. Each process
 marks the search it runs in a shared slot, so the gateway can tell the two
 apart.
+
+A search carries its request's deadline into its process (the machine's
+monotonic clock is every process's), and one the gateway stops (its client
+gone, its deadline passed) is named in a small ring of stopped searches in
+shared memory: the search's own cancellation reads both at each check, so
+it stops between two batches, as in the gateway's threads.
 """
 
 from __future__ import annotations
@@ -32,13 +38,14 @@ import multiprocessing
 import os
 import threading
 import time
-from concurrent.futures import CancelledError, ProcessPoolExecutor
+from concurrent.futures import CancelledError, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.reduction import ForkingPickler
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
-from chunkrag_core import tracing
+from chunkrag_core import cancellation, tracing
+from chunkrag_core.cancellation import Cancellation
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.settings import GATEWAY_NICE_RANGE, Settings
 from chunkrag_gateway import errors
@@ -56,13 +63,19 @@ PARENT_CHECK_S = 2.0
 CLOSE_GRACE_S = 2.0
 # The niceness the operating system accepts.
 NICE_RANGE = GATEWAY_NICE_RANGE
+# Searches the gateway stopped, the latest this many: a search looks for its
+# own id among them at each check (it stops within one batch of being named,
+# long before this many more are stopped).
+STOPPED_RING = 64
 
 # This process's Edges, when it is a filter process.
 _edges = None
 # In a filter process: the pool's slots (one per process: the id of the call
-# it runs or ran last, 0 before its first) and this process's own.
+# it runs or ran last, 0 before its first) and this process's own; the ring
+# of the calls the gateway stopped.
 _slots = None
 _slot = -1
+_stopped = None
 
 
 def check_niceness(nice: int) -> None:
@@ -92,14 +105,14 @@ def _chunks_travel_without_vectors() -> None:
     ForkingPickler.register(Chunk, lambda chunk: (_chunk, ({name: getattr(chunk, name) for name in names},)))
 
 
-def _start(settings: Settings, nice: int, gateway_pid: int, slots, taken) -> None:
+def _start(settings: Settings, nice: int, gateway_pid: int, slots, taken, stopped) -> None:
     """Each process's first step: take a slot, lower its priority (threads
     it starts later, onnxruntime's and the judge's, inherit it), continue
     the gateway's tracing, and watch for the gateway's end."""
-    global _edges, _slots, _slot
+    global _edges, _slots, _slot, _stopped
     with taken.get_lock():
         _slot, taken.value = taken.value, taken.value + 1
-    _slots = slots
+    _slots, _stopped = slots, stopped
     _records_travel()
     _chunks_travel_without_vectors()
     threading.Thread(target=_end_with, args=(gateway_pid,), daemon=True, name="chunkrag-filter-watch").start()
@@ -118,14 +131,17 @@ def _end_with(gateway_pid: int) -> None:
     os._exit(0)
 
 
-def _marked(call: int, function: Callable[..., Any], args: tuple) -> Any:
+def _marked(call: int, deadline: float | None, function: Callable[..., Any], args: tuple) -> Any:
     """``function(*args)`` with ``call`` in this process's slot from its
     start until the process's next call (not cleared at the end: a process
     dying between its answer and the answer's arrival must not look as if
     it never began). The gateway reads the slots when a process dies, to
-    tell a search that began (never sent twice) from one none had begun."""
+    tell a search that began (never sent twice) from one none had begun.
+    The call runs with its request's cancellation: its ``deadline`` (on the
+    monotonic clock) and its id named in the ring of stopped calls."""
     _slots[_slot] = call
-    return function(*args)
+    token = Cancellation(deadline, watch=lambda: call in _stopped[:])
+    return cancellation.run_bound(token, function, *args)
 
 
 def _ask(index: str, text: str, options, filters, candidates: int, caller, trace_headers: dict[str, str]):
@@ -159,6 +175,8 @@ class FilterProcesses:
         self.settings, self.processes, self.nice = settings, processes, nice
         self._pool: ProcessPoolExecutor | None = None  # made on the first search
         self._slots = None  # the pool's slots (see _marked)
+        self._stopped = None  # the ring of calls stopped (see _marked), and where the next goes
+        self._next_stopped = 0
         self._lock = threading.Lock()  # searches arrive on worker threads
         self._calls = itertools.count(1)
         # Set by close(): no pool is made again, so a search still waiting
@@ -176,11 +194,20 @@ class FilterProcesses:
                 # Written by one process each and read only after a process
                 # died: no lock (an aligned 64-bit store is whole).
                 self._slots = context.Array("q", self.processes, lock=False)
+                if self._stopped is None:  # one ring for every pool: a call keeps its id
+                    self._stopped = context.Array("q", STOPPED_RING, lock=False)
                 self._pool = ProcessPoolExecutor(
                     self.processes,
                     mp_context=context,
                     initializer=_start,
-                    initargs=(self.settings, self.nice, os.getpid(), self._slots, context.Value("i", 0)),
+                    initargs=(
+                        self.settings,
+                        self.nice,
+                        os.getpid(),
+                        self._slots,
+                        context.Value("i", 0),
+                        self._stopped,
+                    ),
                 )
             return self._pool, self._slots
 
@@ -192,11 +219,12 @@ class FilterProcesses:
         fails with 503 (never run twice); so does a call whose second pool
         broke too."""
         call = next(self._calls)
+        token = cancellation.current()
         for attempt in range(2):
             pool, slots = self._current()
             try:
-                future = pool.submit(_marked, call, function, args)
-                return future.result()
+                future = pool.submit(_marked, call, token.deadline if token is not None else None, function, args)
+                return self._result(future, call, token)
             except BrokenProcessPool as exc:
                 self._drop(pool)
                 if attempt == 0 and call not in slots[:]:
@@ -207,6 +235,27 @@ class FilterProcesses:
             except CancelledError:  # still waiting for a process when the gateway closed
                 raise errors.unavailable("the gateway is stopping") from None
         raise AssertionError("unreachable")
+
+    def _result(self, future, call: int, token: Cancellation | None) -> Any:
+        """The call's result; with its request's ``token``, looking every
+        WATCH_EVERY_S whether the request is gone: then the call is named in
+        the ring of stopped calls (its process stops it at its next check)
+        and this thread is free at once."""
+        if token is None:
+            return future.result()
+        while not wait([future], timeout=cancellation.WATCH_EVERY_S).done:
+            if token.cancelled:
+                if not future.cancel():
+                    self._stop(call)
+                token.check()
+        return future.result()
+
+    def _stop(self, call: int) -> None:
+        with self._lock:
+            stopped, place = self._stopped, self._next_stopped
+            self._next_stopped = (place + 1) % STOPPED_RING
+        if stopped is not None:
+            stopped[place] = call
 
     def ask(
         self,

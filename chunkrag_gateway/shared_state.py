@@ -1,6 +1,7 @@
 """What several gateway instances must agree on, kept in Redis: which
-gateway key each scroll and PIT id belongs to (``context_ids.py``) and each
-caller's rate-limit bucket (``limits.py``). With
+gateway key each scroll and PIT id belongs to (``context_ids.py``), each
+caller's rate-limit bucket and each caller's filtered searches in the
+gateway (``limits.py``, which serves callers without one first). With
 ``CHUNKRAG_GATEWAY_SHARED_STATE=redis`` N instances behind a round-robin
 balancer behave as one: a scroll opened through one is continued through
 another, and a caller's rate is counted once. ``local`` (the default) keeps
@@ -20,7 +21,10 @@ after a failure the next ``HOLD_S`` do not wait at all):
   too (an id no other instance could later accept);
 - rate limits fall back to this instance's own buckets (``RateLimiter``):
   each instance then grants the full rate, so N instances allow at most N
-  times it until Redis is back.
+  times it until Redis is back;
+- a caller's filtered searches are counted in this instance alone: a
+  caller whose searches run only in other instances is served here as one
+  without any.
 
 In service mode on Elasticsearch the instances also share each gateway
 key's derived API key (``SharedDerivedKeys``): Elasticsearch binds a scroll
@@ -35,10 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import math
 import os
 import time
+import uuid
 from typing import Callable, Iterable
 
 import orjson
@@ -62,6 +68,9 @@ HOLD_S = 1.0
 # keep-alive for a scroll or PIT (search.max_keep_alive) is 24 h by default.
 BINDING_TTL_S = 86_400
 PREFIX = "chunkrag:gateway:"
+# Beyond the longest a filtered search may last, before its count in Redis
+# is dropped: a search whose instance died is forgotten then.
+LEASE_MARGIN_S = 30.0
 
 # Redis 6 replicates a script verbatim unless told to replicate its effects,
 # and then refuses writes after TIME (a no-op from Redis 7 on).
@@ -104,6 +113,26 @@ if tokens >= 1 then tokens, taken = tokens - 1, 1 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'seen', tostring(now))
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return {taken, tostring(tokens)}
+"""
+)
+
+
+# KEYS: the caller's searches. ARGV: this search's member (this instance's
+# prefix, a number), its lease in seconds, the prefix. Drops the leases that
+# ended, adds this one; returns how many searches of other instances remain.
+_ENTER = (
+    _EFFECTS
+    + """
+local now = redis.call('TIME')
+now = tonumber(now[1]) + tonumber(now[2]) / 1e6
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])))
+local others = 0
+for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if string.sub(member, 1, #ARGV[3]) ~= ARGV[3] then others = others + 1 end
+end
+return others
 """
 )
 
@@ -299,6 +328,49 @@ class SharedRateLimiter:
             raise rate_limited(self.rate, self.burst, (1.0 - float(tokens)) / self.rate)
 
 
+class SharedSearches:
+    """Each caller's filtered searches in every instance, in Redis: a sorted
+    set per caller (``<prefix>searches:<sha256(identity)>``) of one member
+    per search, from the moment it enters the gateway until it leaves,
+    scored by the end of its lease (``lease_s``: longer than any search may
+    last, so a search of an instance that died is forgotten then). Entering
+    is one round trip, which says how many searches the caller has in other
+    instances; leaving is sent without waiting for it. With Redis down, no
+    search of another instance is seen (this instance's own count alone)."""
+
+    def __init__(self, redis: SharedRedis, lease_s: float):
+        self.redis, self.lease_s = redis, max(1.0, lease_s)
+        # This instance's members begin with it: the others' are counted apart.
+        self.prefix = f"{uuid.uuid4().hex[:16]}:"
+        self._numbers = itertools.count()
+        self._leaving: set[asyncio.Task] = set()  # held until sent (the loop keeps only weak references)
+
+    def _key(self, caller: str) -> str:
+        return f"{PREFIX}searches:{_digest(caller)}"
+
+    async def enter(self, caller: str) -> tuple[str | None, int]:
+        """This search's member (None when Redis could not record it) and
+        how many searches ``caller`` has in the other instances."""
+        member = f"{self.prefix}{next(self._numbers)}"
+        try:
+            others = await self.redis.run(_ENTER, [self._key(caller)], [member, repr(self.lease_s), self.prefix])
+        except RedisUnavailable as exc:
+            log.warning("shared state: could not count the filtered searches of a caller: %s", exc)
+            return None, 0
+        return member, int(others)
+
+    def leave(self, caller: str, member: str) -> None:
+        task = asyncio.ensure_future(self._leave(self._key(caller), member))
+        self._leaving.add(task)
+        task.add_done_callback(self._leaving.discard)
+
+    async def _leave(self, key: str, member: str) -> None:
+        try:
+            await self.redis.call("zrem", key, member)
+        except RedisUnavailable:
+            pass  # its lease ends it
+
+
 # KEYS: the gateway key's shared derived key. ARGV: the id it replaces ("" for
 # none), the new id, its sealed record, ttl. Stores the new key unless another
 # instance replaced the old one first; returns the sealed record now kept.
@@ -387,3 +459,15 @@ def make_stores(
         return LocalContexts(), rate_limiter, None
     redis = SharedRedis(settings.redis_url)
     return RedisContexts(redis), SharedRateLimiter(redis, rate_limiter), redis
+
+
+def shared_searches(settings, redis: SharedRedis | None) -> SharedSearches | None:
+    """The count of each caller's filtered searches in every instance, when
+    the state is shared (None: this instance's count alone). A search's
+    lease outlasts the longest it may be in the gateway: its wait for a
+    place of its caller's own, then its deadline."""
+    if redis is None:
+        return None
+    longest = settings.gateway.retry_after_s + settings.es_request_timeout_s
+    longest += settings.max_budget_s + 2 * settings.chat.timeout_s
+    return SharedSearches(redis, longest + LEASE_MARGIN_S)

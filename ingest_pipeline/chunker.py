@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from chunkrag_core import cancellation
 from chunkrag_core.chunk import BASE_SCALE, Chunk
 from chunkrag_core.providers import Embedder
 from chunkrag_core.settings import ChunkingSettings
@@ -115,6 +116,7 @@ def chunk_documents(
     sections: list[tuple[int, tuple[str, ...], list[Span]]] = []
     caps: list[tuple[int, int]] = []  # each document's longest and shortest chunk
     for doc_index, document in enumerate(documents):
+        cancellation.check()  # passages built for a request gone: stop between documents
         # One language per document, whatever its sections hold.
         language = resolved_language(document.text, settings.language)
         caps.append(length_caps(language, settings.max_chars, settings.min_chars))

@@ -344,12 +344,15 @@ class OptionsModel(_Options):
         "true in /v1/ask and `chunkrag ask`)",
     )
     include_dropped: bool = Field(False, description="_search only: list the dropped chunks under chunkrag.dropped")
-    budget_s: float = Field(
+    budget_s: Annotated[
+        float, AtMost("max_budget_s", " (the gateway's max_budget_s, CHUNKRAG_GATEWAY_MAX_BUDGET_S)")
+    ] = Field(
         None,
         gt=0,
         le=MAX_BUDGET_S,
-        description="seconds for judging (at most an hour; default: the gateway's, CHUNKRAG_WORKER_QUERY_BUDGET_S); "
-        "chunks not judged in time are unscored",
+        description="seconds for judging (default: the gateway's, CHUNKRAG_WORKER_QUERY_BUDGET_S; at most the "
+        "gateway's max_budget_s, CHUNKRAG_GATEWAY_MAX_BUDGET_S, and never an hour); chunks not judged in time "
+        "are unscored",
     )
     segments: Annotated[
         Union[bool, SegmentsModel],
@@ -394,19 +397,26 @@ class OptionsModel(_Options):
     )
 
     def resolve(
-        self, *, surface: str = "ask", max_candidates: int | None = None, where: str = "ext.chunkrag"
+        self,
+        *,
+        surface: str = "ask",
+        max_candidates: int | None = None,
+        max_budget_s: float | None = None,
+        where: str = "ext.chunkrag",
     ) -> ChunkragOptions:
         """The frozen values the library runs on. The rules tying options
         together live here: a scoring option turns the judge on for the best
         nine; ``calibrated`` means the shipped model (FilterOptions picks the
         one fitted for judging on or off); ``answer`` defaults by surface."""
         given = self.model_fields_set
-        if max_candidates is not None:
-            for key in ("candidates", "judge_top"):
-                value = getattr(self, key)
-                if value is not None and value > max_candidates:
-                    wanted = _wanted(type(self).model_fields[key], {"max_candidates": max_candidates})
-                    raise OptionError(f"{where}.{key} must be {wanted}, got {value!r}")
+        limits = {"max_candidates": max_candidates, "max_budget_s": max_budget_s}
+        for key in ("candidates", "judge_top", "budget_s"):
+            field = type(self).model_fields[key]
+            limit = limits[_marker(field, AtMost).limit]
+            value = getattr(self, key)
+            if limit is not None and value is not None and value > limit:
+                shown = f"{value:g}" if isinstance(value, float) else repr(value)
+                raise OptionError(f"{where}.{key} must be {_wanted(field, limits)}, got {shown}")
         judge_top = self.judge_top
         if "judge_top" not in given and "scoring" in given:
             # Asking how to judge asks for the judge (off by default).
@@ -517,12 +527,20 @@ SEGMENT_KEYS = tuple(SegmentsModel.model_fields)
 
 
 def parse_options(
-    raw: Any, *, max_candidates: int | None = None, where: str = "ext.chunkrag", surface: str = "ask"
+    raw: Any,
+    *,
+    max_candidates: int | None = None,
+    max_budget_s: float | None = None,
+    where: str = "ext.chunkrag",
+    surface: str = "ask",
 ) -> ChunkragOptions:
     """A JSON options object (or an already validated :class:`OptionsModel`),
-    resolved; :class:`OptionError` names the first option it cannot use."""
-    model = validate(raw, where=where, limits={"max_candidates": max_candidates})
-    return model.resolve(surface=surface, max_candidates=max_candidates, where=where)
+    resolved; :class:`OptionError` names the first option it cannot use.
+    ``max_candidates`` and ``max_budget_s``: the caller's limits (None: none
+    but the declaration's)."""
+    limits = {"max_candidates": max_candidates, "max_budget_s": max_budget_s}
+    model = validate(raw, where=where, limits=limits)
+    return model.resolve(surface=surface, max_candidates=max_candidates, max_budget_s=max_budget_s, where=where)
 
 
 def validate(raw: Any, *, where: str = "ext.chunkrag", limits: Mapping[str, Any] | None = None) -> OptionsModel:

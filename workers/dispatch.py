@@ -38,7 +38,7 @@ from typing import Callable, Collection, Sequence
 from celery import Celery, group, states
 from celery.exceptions import TimeoutError as CeleryTimeout
 
-from chunkrag_core import tracing
+from chunkrag_core import cancellation, tracing
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.redaction import redact_url
 from chunkrag_core.settings import Settings
@@ -85,6 +85,10 @@ UNAVAILABLE_HOLD_S = 2.0
 # Finding no worker costs a query START_WAIT_S and a ping: that finding is
 # held longer, so one query in this many seconds pays it while none runs.
 NO_WORKER_HOLD_S = 5.0
+
+# How often a query waiting for its tasks looks whether its request is gone
+# (seconds): its thread is then free within this, and its tasks revoked.
+CANCEL_LOOK_S = 0.5
 
 # A task started or finished this recently is proof enough of a live worker:
 # no ping is needed to tell busy workers from none.
@@ -354,7 +358,8 @@ class CeleryJudgeMany:
             self._send(sent)
         try:
             self._wait(sent, deadline)
-        except WorkersUnavailable:
+        except (WorkersUnavailable, cancellation.Cancelled):
+            # Unfinished tasks are revoked: nobody waits for their judgements.
             _release(self.app, [attempt for batch in sent for attempt in batch.attempts], {})
             raise
         judgements: list[Judgement] = []
@@ -400,6 +405,7 @@ class CeleryJudgeMany:
         start_check: float | None = time.monotonic() + self.start_wait_s
         next_check = time.monotonic() + (self.liveness_check_s or float("inf"))
         while waiting:
+            cancellation.check()
             now = time.monotonic()
             if now >= deadline:
                 return
@@ -414,7 +420,8 @@ class CeleryJudgeMany:
                 next_check = time.monotonic() + self.liveness_check_s
                 continue
             try:
-                waiting[0].latest.get(timeout=min(deadline, next_check, start_check or deadline) - now, propagate=False)
+                until = min(deadline, next_check, start_check or deadline, now + cancel_look_s())
+                waiting[0].latest.get(timeout=until - now, propagate=False)
             except CeleryTimeout:
                 continue
             except Exception as exc:  # noqa: BLE001 - the result backend failed; what arrived is kept
@@ -457,6 +464,13 @@ class CeleryJudgeMany:
         batch.notes.append(resend_note(hostname))
         with self._lock:
             self._resent += 1
+
+
+def cancel_look_s() -> float:
+    """How long one wait for a task's result may last before the query
+    looks again whether its request is gone: CANCEL_LOOK_S inside a request,
+    any length outside one."""
+    return CANCEL_LOOK_S if cancellation.current() is not None else float("inf")
 
 
 def _ready(result) -> bool:

@@ -31,7 +31,7 @@ from typing import Sequence
 from celery import Celery, states
 from celery.exceptions import TimeoutError as CeleryTimeout
 
-from chunkrag_core import tracing
+from chunkrag_core import cancellation, tracing
 from chunkrag_core.redaction import redact_url
 from chunkrag_core.settings import Settings
 from chunkrag_filter.relevance_places import ranked
@@ -42,6 +42,7 @@ from workers.dispatch import (
     PUBLISH_RETRY_POLICY,
     START_WAIT_S,
     WorkerHealth,
+    cancel_look_s,
     stranded,
     task_view,
     worker_took,
@@ -150,11 +151,13 @@ class CeleryRelevance:
         start_check: float | None = time.monotonic() + self.start_wait_s
         next_check = time.monotonic() + self.liveness_check_s
         while True:
+            cancellation.check()  # the finally of _score revokes the task
             now = time.monotonic()
             if now >= deadline:
                 raise WorkersFailed(f"the workers did not score the texts within {self.budget_s:g} s")
             try:
-                result.get(timeout=min(deadline, next_check, start_check or deadline) - now, propagate=False)
+                until = min(deadline, next_check, start_check or deadline, now + cancel_look_s())
+                result.get(timeout=until - now, propagate=False)
             except CeleryTimeout:
                 pass
             else:

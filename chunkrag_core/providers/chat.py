@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
-from chunkrag_core import tracing
+from chunkrag_core import cancellation, tracing
 
 
 class ChatError(RuntimeError):
@@ -112,6 +112,8 @@ class OpenAICompatibleChat:
     def complete(self, request: ChatRequest) -> ChatResponse:
         import openai
 
+        # A request gone makes no more calls; one in flight ends by its deadline.
+        cancellation.check()
         options = {}
         if request.top_logprobs:
             options = {"logprobs": True, "top_logprobs": request.top_logprobs}
@@ -126,9 +128,11 @@ class OpenAICompatibleChat:
                     max_tokens=request.max_tokens,
                     temperature=request.temperature,
                     stop=list(request.stop) or None,
+                    timeout=self._wait_s(),
                     **options,
                 )
             except (openai.APIStatusError, openai.APIConnectionError) as exc:
+                cancellation.check()  # cut short by its request's deadline: not the provider's failure
                 raise chat_error(exc, self._where(), timeout_s=self.timeout_s) from exc
             usage = response.usage
             tracing.set_attributes(
@@ -151,6 +155,13 @@ class OpenAICompatibleChat:
 
     def _where(self) -> str:
         return self.base_url or "OpenAI"
+
+    def _wait_s(self) -> float:
+        """How long this call may wait: the timeout, or less when the
+        request it serves has less time left."""
+        token = cancellation.current()
+        remaining = token.remaining() if token is not None else None
+        return self.timeout_s if remaining is None else max(0.001, min(self.timeout_s, remaining))
 
 
 def chat_error(exc: BaseException, where: str, *, timeout_s: float | None = None) -> ChatError:

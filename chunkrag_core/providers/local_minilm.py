@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from chunkrag_core import cancellation
 from chunkrag_core.artifacts import MINILM_INT8_ONNX, MINILM_TOKENIZER, verified_path
 from chunkrag_core.providers.embedding import EmbeddingError, normalise_rows
 
@@ -88,9 +89,13 @@ class LocalMiniLMEmbedder:
         ``threads - 1`` helpers each taking the next batch not yet taken."""
         pending = iter(batches)
         taking = threading.Lock()
+        # The caller's request: the helpers run outside its context, so they check its token directly.
+        token = cancellation.current()
 
         def work() -> None:
             while True:
+                if token is not None:
+                    token.check()  # a request gone stops between batches
                 with taking:
                     rows = next(pending, None)
                 if rows is None:

@@ -6,6 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
+from chunkrag_core import cancellation
 from chunkrag_core.providers.embedding import EmbeddingError, normalise_rows
 
 # Most servers cap one request's inputs; 256 stays under every limit we know.
@@ -32,6 +33,7 @@ class OpenAICompatibleEmbedder:
         client = self._client_or_new()
         rows: list[list[float]] = []
         for begin in range(0, len(texts), MAX_INPUTS_PER_REQUEST):
+            cancellation.check()  # a request gone stops between batches
             batch = list(texts[begin : begin + MAX_INPUTS_PER_REQUEST])
             try:
                 response = client.embeddings.create(model=self.model, input=batch)

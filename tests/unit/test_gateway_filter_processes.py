@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +20,8 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from chunkrag_core import tracing
+from chunkrag_core import cancellation, tracing
+from chunkrag_core.cancellation import Cancellation, Cancelled
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.settings import GatewaySettings, Settings
 from chunkrag_gateway import create_app, errors, filter_processes
@@ -60,6 +62,17 @@ def _mark_then_exit(marker: str, seconds: float) -> None:
     Path(marker).touch()
     time.sleep(seconds)
     os._exit(3)
+
+
+def _checking_batches(progress: str, batches: int) -> str:
+    """A search's loop in a filter process: one line per batch, checking its
+    request's cancellation before each."""
+    for _ in range(batches):
+        cancellation.check()
+        with open(progress, "a") as out:
+            out.write("batch\n")
+        time.sleep(0.1)
+    return "all batches"
 
 
 def _ended(pid: int) -> bool:
@@ -116,6 +129,54 @@ def test_the_gateways_error_crosses_with_its_status_and_headers(processes):
     with pytest.raises(errors.GatewayError) as refused:
         processes.run(_refused)
     assert (refused.value.status, refused.value.headers) == (429, {"retry-after": "3"})
+
+
+def test_a_search_the_gateway_stops_stops_in_its_process_and_frees_the_thread_at_once(processes, tmp_path):
+    progress = tmp_path / "progress"
+    token = Cancellation()  # the request's, bound in the filter thread that hands the search over
+    outcome = []
+    waiting = threading.Thread(
+        target=lambda: outcome.append(
+            _raised(lambda: cancellation.run_bound(token, processes.run, _checking_batches, str(progress), 600))
+        )
+    )
+    waiting.start()
+    deadline = time.monotonic() + 60  # the process may still be starting
+    while not (progress.exists() and progress.read_text().count("batch") >= 2):
+        assert time.monotonic() < deadline, "the search never began"
+        time.sleep(0.05)
+    token.cancel("the client went away")
+    waiting.join(10)
+    assert not waiting.is_alive() and isinstance(outcome[0], Cancelled)  # the thread is free
+    done = progress.read_text().count("batch")
+    time.sleep(0.5)  # five batches' time: none more comes
+    assert progress.read_text().count("batch") <= done + 1 < 600
+    assert processes.run(os.getpid) in processes.pids()  # the process is free for the next search
+
+
+def test_a_search_carries_its_deadline_into_its_process(processes, tmp_path):
+    token = Cancellation.within(30.0)
+    remaining = cancellation.run_bound(token, processes.run, _time_left)
+    assert remaining is not None and 0 < remaining <= 30.0
+    assert processes.run(_time_left) is None  # outside a request: no deadline
+    progress = tmp_path / "progress"
+    with pytest.raises(Cancelled):
+        cancellation.run_bound(Cancellation.within(1.0), processes.run, _checking_batches, str(progress), 600)
+    done = progress.read_text().count("batch") if progress.exists() else 0
+    time.sleep(0.5)
+    assert (progress.read_text().count("batch") if progress.exists() else 0) <= done + 1 < 600
+
+
+def _time_left() -> float | None:
+    token = cancellation.current()
+    return token.remaining() if token is not None else None
+
+
+def _raised(call):
+    try:
+        return call()
+    except BaseException as exc:  # noqa: BLE001 - the outcome is what the test reads
+        return exc
 
 
 def test_a_search_on_an_unreachable_cluster_is_the_gateways_503_and_the_pool_stays():

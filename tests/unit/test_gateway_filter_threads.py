@@ -101,3 +101,24 @@ def test_close_drops_the_calls_not_started_and_a_later_run_makes_a_new_pool():
     finally:
         threads.close()
     assert ran == []
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="only Linux gives a thread a niceness of its own (elsewhere the threads keep the gateway's)",
+)
+def test_a_busy_callers_searches_run_lower_still_in_a_pool_of_their_own():
+    threads = FilterThreads(nice=5)
+    loop_niceness = _niceness()
+
+    async def main():
+        return await threads.run(_niceness), await threads.run(_niceness, busy=True)
+
+    try:
+        normal, busy = asyncio.run(main())
+    finally:
+        threads.close()
+    assert normal == min(19, loop_niceness + 5)
+    assert busy == min(19, loop_niceness + 5 + 9)
+    assert FilterThreads(nice=15).busy_nice == 19  # never past the lowest
+    assert FilterThreads(nice=0, busy_nice=0).busy_nice == 0  # the filter processes' hand-off threads

@@ -24,13 +24,14 @@ from chunkrag_train.pairs import chunks_of, holds_answer
 
 
 class ScriptedRelevance:
-    """Scores by text, and counts its calls."""
+    """Scores by text, and counts its calls and the texts it read."""
 
     def __init__(self, by_text):
-        self.by_text, self.calls = by_text, 0
+        self.by_text, self.calls, self.read = by_text, 0, []
 
     def score(self, query, texts):
         self.calls += 1
+        self.read.extend(texts)
         return [self.by_text[t] for t in texts]
 
     def rerank(self, query, texts):
@@ -81,6 +82,21 @@ def test_rerank_local_orders_the_kept_chunks_by_the_relevance_model():
     result = run_filter("q", CHUNKS, model=None, options=options, relevance_model=model)
     assert [c.text for c in result.kept] == ["beta", "alpha", "gamma"]
     assert result.kept[0].stage_scores["rerank"] == 0.9
+
+
+def test_with_relevance_and_rerank_local_each_text_is_read_once_and_ordered_by_its_score():
+    model = ScriptedRelevance({"alpha": 0.2, "beta": 0.9, "gamma": 0.35})
+    options = FilterOptions(
+        relevance="crossencoder", calibration=ONLY_RELEVANCE, fixed_threshold=0.15, rerank="local", fallback_k=1
+    )
+    result = run_filter("q", CHUNKS, model=None, options=options, relevance_model=model)
+    assert model.read == ["alpha", "beta", "gamma"]  # the kept ones were not read a second time
+    assert [c.text for c in result.kept] == ["beta", "gamma", "alpha"]
+    assert [c.stage_scores["rerank"] for c in result.kept] == [0.9, 0.35, 0.2]
+    # The scores reused are the model's own, not the rounded stage scores.
+    precise = ScriptedRelevance({"alpha": 0.2000001, "beta": 0.2000004, "gamma": 0.01})
+    kept = run_filter("q", CHUNKS, model=None, options=options, relevance_model=precise).kept
+    assert [c.text for c in kept] == ["beta", "alpha"] and precise.read == ["alpha", "beta", "gamma"]
 
 
 def test_the_retrieval_default_never_calls_the_relevance_model():
@@ -220,6 +236,17 @@ def test_a_texts_score_does_not_depend_on_the_texts_beside_it_or_the_batch_or_th
     assert list(batched) == pytest.approx(alone, abs=1e-4)
     assert list(batched) == pytest.approx(list(one_thread), abs=1e-4)
     assert batched[0] > batched[1] and batched[0] > batched[3]  # it still reads: the answer beats the noise
+
+
+def test_the_gateways_model_shrinks_its_memory_after_each_run_and_scores_the_same():
+    from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+
+    query = "How do I rotate the API keys?"
+    returning = LocalRelevanceModel(threads=1, return_memory=True)
+    assert list(returning.logits(query, MIXED_TEXTS)) == pytest.approx(
+        list(LocalRelevanceModel().logits(query, MIXED_TEXTS)), abs=1e-4
+    )
+    assert returning._run_options.get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
 
 
 def test_the_shipped_graph_computes_in_float_as_the_unoptimised_graph_does():

@@ -286,7 +286,10 @@ def test_the_gateway_injects_the_workers_with_celery_and_its_own_model_otherwise
 
 def test_the_gateway_reads_its_models_at_start_and_health_says_when(monkeypatch):
     class Loading:
-        loaded = 0
+        loaded, made_with = 0, []
+
+        def __init__(self, threads=2, return_memory=False):
+            Loading.made_with.append((threads, return_memory))
 
         def load(self):
             Loading.loaded += 1
@@ -298,12 +301,15 @@ def test_the_gateway_reads_its_models_at_start_and_health_says_when(monkeypatch)
         def embed(self, texts):
             raise AssertionError("an embedder handed in is the caller's: not warmed here")
 
-    monkeypatch.setattr(local_relevance, "_SHARED", Loading())
+    monkeypatch.setattr(local_relevance, "LocalRelevanceModel", Loading)
     app = create_app(Settings(), embedder=Embedder())
     edges = app.state.edges
     with TestClient(app):  # the lifespan: loading starts
         assert edges.wait_for_models(30)
     assert Loading.loaded == 1 and edges.models.state() == {"ok": True}
+    # The gateway's own model: each batch on the searching thread (its priority is the
+    # search's), its memory arena shrunk after each run (a burst's memory goes back).
+    assert Loading.made_with == [(1, True)] and edges.local_relevance is edges.local_relevance
 
 
 def test_a_relevance_model_failure_is_named_as_such_and_the_playground_offers_the_options():
