@@ -151,3 +151,28 @@ def test_without_answers_the_summary_counts_the_filter_alone():
     assert summary["model_calls_per_question"] == summary["filter_model_calls_per_question"] == 3.0
     assert summary["prompt_tokens_per_question"] == 600.0 and summary["naive_model_calls_per_question"] == 30.0
     assert EvalReport("popqa", (), "", 0.0, 0).summary()["model_calls_per_question"] is None
+
+
+def test_answers_match_as_whole_words_not_inside_longer_ones():
+    from chunkrag_eval.measures import answer_in_context, answer_in_words
+
+    # PopQA's short aliases: "pol" is in "politician" as a substring, not as a word.
+    assert answer_in_context("He was a politician.", ["pol"]) and not answer_in_words("He was a politician.", ["pol"])
+    assert answer_in_words("He served as an MP (1990).", ["mp"])
+    assert answer_in_words("a C++ programmer", ["C++"]) and not answer_in_words("a C++x", ["C++"])
+    assert not answer_in_words("NOT FOUND", ["no", "found it"]) and not answer_in_words("anything", ["", " "])
+
+
+def test_risk_coverage_takes_the_most_confident_answers_first_and_not_answering_adds_no_area():
+    from chunkrag_eval.measures import risk_coverage
+
+    # (confidence, answered, right): four questions, three answered, the second most confident wrong.
+    curve = risk_coverage([(0.9, True, True), (0.8, True, False), (0.1, False, False), (0.5, True, True)])
+    assert curve["coverage"] == 0.75 and curve["accuracy_answered"] == 0.6667
+    # running accuracy 1, 1/2, 2/3, each step a quarter of the questions wide
+    assert curve["area"] == round((1 + 0.5 + 2 / 3) / 4, 4) == 0.5417
+    assert curve["curve"] == [(0.25, 1.0), (0.5, 0.5), (0.75, 0.6667)]
+    assert risk_coverage([(0.3, False, False)])["accuracy_answered"] is None
+    assert risk_coverage([]) == {"questions": 0}
+    thinned = risk_coverage([(1 - i / 100, True, True) for i in range(100)], points=10)["curve"]
+    assert len(thinned) == 10 and thinned[-1] == (1.0, 1.0)
