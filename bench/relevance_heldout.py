@@ -1,7 +1,7 @@
 """The project's relevance model against the retrieval's own ranking, within a question; and its speed.
 
     python -m bench.relevance_heldout build          # index every labelled set, cache the candidates (once)
-    python -m bench.relevance_heldout run            # score them, fit, compare (results/relevance_heldout.json)
+    python -m bench.relevance_heldout run [--write]  # score them, fit, compare (results/relevance_heldout.json)
     python -m bench.relevance_heldout speed          # 20 candidates of ~500 characters (results/relevance_speed.json)
     python -m bench.relevance_heldout run --model PATH --limit 100 --name relevance_heldout_fp32   # another graph
     python -m bench.relevance_heldout speed --model fp32=PATH --max-tokens 128 96 64   # more rows
@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--model", type=Path, help="score with this ONNX graph (default: the shipped one)")
     r.add_argument("--max-tokens", type=int, help="cut query and chunk here (default: as trained)")
     r.add_argument("--limit", type=int, help="each set's first N questions only")
+    r.add_argument(
+        "--write",
+        action="store_true",
+        help="write the fitted calibration and its cut into the shipped calibration file",
+    )
     s = sub.add_parser("speed")
     s.add_argument("--runs", type=int, default=30)
     s.add_argument("--batch-sizes", type=int, nargs="*", default=[8, 20])
@@ -50,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "run":
         payload = heldout_table(args.cache, args.sets, args.model, args.max_tokens, args.limit)
+        if args.write:
+            write_relevance_calibration(payload["calibration"])
     else:
         if any("=" not in m for m in args.model):
             parser.error("--model takes LABEL=PATH, e.g. fp32=.cache/relevance/model/relevance-minilm.fp32.onnx")
@@ -60,6 +67,38 @@ def main(argv: list[str] | None = None) -> int:
         name = args.name or ("relevance_heldout" if args.command == "run" else "relevance_speed")
         print(write_result(name, "bench.relevance_heldout", payload))
     return 0
+
+
+def write_relevance_calibration(fitted: dict) -> None:
+    """The shipped calibration file's ``relevance`` model replaced by the fit (its other models kept)."""
+    import time
+
+    from chunkrag_filter.processors.calibration import (
+        Calibrated,
+        LogisticModel,
+        load_calibration,
+        shipped_path,
+        write_calibration,
+    )
+
+    current = load_calibration(None)
+    model = LogisticModel(tuple(fitted["features"]), tuple(fitted["weights"]), fitted["bias"])
+    about = {
+        **current.about,
+        "relevance": "the relevance model's log-odds and the retrieval signals, fitted on the NQ and SQuAD "
+        "candidates the relevance model was trained on (`python -m bench.relevance_heldout run --write`, "
+        f"{time.strftime('%Y-%m-%d')}, the default chunks; never on a held-out set); cut {fitted['cut']}: "
+        f"{fitted['cut_rule']} (results/relevance_heldout.json)",
+    }
+    write_calibration(
+        shipped_path(),
+        current.retrieval,
+        current.judged,
+        about,
+        Calibrated(model, fitted["cut"]),
+        current.gate,
+        current.gate_relevance,
+    )
 
 
 if __name__ == "__main__":

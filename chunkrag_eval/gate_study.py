@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from chunkrag_eval.measures import cut_keeping
 from chunkrag_filter.processors.gate import GATE_RETRIEVAL_FEATURES, GATE_TOP, gate_features
 
 NQ_FILE = "nq/nq-open-oracle.jsonl.gz"
@@ -190,16 +190,6 @@ def read_rows(cache: Path) -> list[dict]:
     return [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def cut_keeping(probabilities: Sequence[float], labels: Sequence[bool], keep: float = KEEP_ANSWERABLE) -> float:
-    """The highest cut at which ``keep`` of the answerable (label True) pass:
-    a probability passes when it is at or above the cut."""
-    answerable = sorted(p for p, label in zip(probabilities, labels) if label)
-    if not answerable:
-        raise ValueError("no answerable question to keep")
-    allowed = math.floor((1 - keep) * len(answerable) + 1e-9)  # answerable questions the cut may turn away
-    return answerable[allowed]
-
-
 def cross_validated_auc(rows: Sequence[Mapping[str, float]], labels: Sequence[bool], names: Sequence[str]) -> float:
     """ROC AUC of out-of-fold probabilities (folds by position, seeded shuffle)."""
     from chunkrag_filter.processors.calibration import fit_logistic, roc_auc
@@ -235,7 +225,7 @@ def fit(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         labels = [bool(r["label"]) for r in chosen]
         model = fit_logistic(features, labels, names)
         probabilities = [model.probability(f) for f in features]
-        cut = round(cut_keeping(probabilities, labels), 4)
+        cut = round(cut_keeping(probabilities, labels, KEEP_ANSWERABLE), 4)
         by_kind: dict[str, dict[str, float]] = {}
         for r, p, label in zip(chosen, probabilities, labels):
             kind = f"{r['source']} {r['view']} {'answerable' if label else 'unanswerable'}"

@@ -132,3 +132,13 @@ def risk_coverage(entries: Sequence[tuple[float, bool, bool]], points: int = 10)
         "area": round(area, 4),
         "curve": kept,
     }
+
+
+def cut_keeping(probabilities: Sequence[float], labels: Sequence[bool], keep: float) -> float:
+    """The highest cut at which ``keep`` of the positives (label True) pass:
+    a probability passes when it is at or above the cut."""
+    positives = sorted(p for p, label in zip(probabilities, labels) if label)
+    if not positives:
+        raise ValueError("no positive to keep")
+    allowed = math.floor((1 - keep) * len(positives) + 1e-9)  # positives the cut may turn away
+    return positives[allowed]

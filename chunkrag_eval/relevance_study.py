@@ -261,6 +261,25 @@ def study_model(model_path: Path | None = None, max_tokens: int | None = None):
     return model, {"file": name, "sha256": sha, "max_tokens": tokens}, key
 
 
+# The share of the training questions with a relevant candidate that the
+# calibration's cut must keep one for (chunkrag_train/cut.py's rule).
+CALIBRATION_KEEP = 0.95
+
+
+def calibration_cut(calibration, records: Sequence[dict]) -> float:
+    """The calibration's cut by the relevance model's own rule: the highest
+    probability at which :data:`CALIBRATION_KEEP` of the questions with a
+    relevant candidate keep one (their best relevant candidate passes)."""
+    from chunkrag_eval.measures import cut_keeping
+
+    best = [
+        max(calibration.probability(r) for r in rec["rows"] if r["gold"])
+        for rec in records
+        if any(r["gold"] for r in rec["rows"])
+    ]
+    return round(cut_keeping(best, [True] * len(best), CALIBRATION_KEEP), 4)
+
+
 def score_differences(scores: Sequence[Sequence[float]], reference: Sequence[Sequence[float]]) -> dict:
     """How far one model's P(relevant) is from another's on the same
     candidates: the largest and mean absolute difference, and the share of
@@ -314,6 +333,7 @@ def heldout_table(
     calibration = (
         fit_logistic(rows, [bool(r["gold"]) for r in rows], RELEVANCE_CALIBRATION_FEATURES) if rows else RELEVANCE_ONLY
     )
+    cut = calibration_cut(calibration, [rec for name in TRAINED_ON for rec in data.get(name, [])]) if rows else None
     results = {name: {"held_out": name not in TRAINED_ON, **compare(recs, calibration)} for name, recs in data.items()}
     for name, differences in versus.items():
         results[name]["versus_shipped"] = differences
@@ -336,6 +356,9 @@ def heldout_table(
             "features": list(calibration.names),
             "weights": list(calibration.weights),
             "bias": calibration.bias,
+            "cut": cut,
+            "cut_rule": f"the highest at which {CALIBRATION_KEEP:.0%} of the training sets' questions with a relevant "
+            "candidate keep one (chunkrag_train/cut.py's rule)",
         },
         "seconds": round(time.perf_counter() - started, 1),
         "sets": results,

@@ -161,7 +161,7 @@ def test_a_gate_model_reads_only_gate_features_and_a_missing_one_is_named(tmp_pa
 
 
 def test_the_training_cut_keeps_the_share_of_answerable_questions_asked():
-    from chunkrag_eval.gate_study import cut_keeping
+    from chunkrag_eval.measures import cut_keeping
 
     probabilities = [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.01]
     labels = [True] * 10 + [False]
@@ -169,4 +169,4 @@ def test_the_training_cut_keeps_the_share_of_answerable_questions_asked():
     assert cut_keeping(probabilities, labels, keep=0.9) == 0.1
     assert cut_keeping(probabilities, labels, keep=1.0) == 0.05
     with pytest.raises(ValueError):
-        cut_keeping([0.5], [False])
+        cut_keeping([0.5], [False], keep=0.98)
