@@ -90,6 +90,7 @@ def test_retrieval_only_segments_use_normalised_scores_and_one_fetch():
 def test_judged_segments_feed_the_answer():
     fetch, model = Fetch(), Model()
     options = FilterOptions(
+        gate="off",
         redundancy_threshold=None,
         scoring=ScoringOptions(method="multistage"),
         threshold="dynamic",

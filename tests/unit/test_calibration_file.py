@@ -190,7 +190,9 @@ def test_a_calibration_reading_context_features_is_scored_by_the_filter(tmp_path
         Chunk("d", i, text, 0, len(text), stage_scores={"cosine": 0.5})
         for i, text in enumerate(["The mayor of Paris.", "Unrelated words."])
     ]
-    result = run_filter("mayor Paris", chunks, model=None, options=FilterOptions(calibration=Configured(str(path))))
+    result = run_filter(
+        "mayor Paris", chunks, model=None, options=FilterOptions(gate="off", calibration=Configured(str(path)))
+    )
     scored = {d.chunk.chunk_id: d.chunk.stage_scores["calibrated"] for d in result.decisions}
     # sigmoid(-2 + 4 * 1 + 0.5) = 0.924142 and sigmoid(-2 + 0 + 0.5) = 0.182426; the cut 0.5 from the file
     assert scored == {"d:0": pytest.approx(0.924142, abs=1e-6), "d:1": pytest.approx(0.182426, abs=1e-6)}

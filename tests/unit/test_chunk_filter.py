@@ -46,6 +46,7 @@ CHUNKS = [
 # best at both ends). The shipped default calibrates the scores, cuts at the
 # calibration's cut and keeps the retrieval order, with no redundancy stage.
 PAPER = FilterOptions(
+    gate="off",
     threshold="dynamic",
     calibration=None,
     judge_top=None,
@@ -93,14 +94,22 @@ def test_nothing_relevant_falls_back_to_top_k_or_says_not_found():
     zeros = {"d:0": 0.0, "d:2": 0.0, "d:3": 0.0, "d:4": 0.0}
     # all equal: var 0 < ε, T = μ + σ = 0, so all pass; use a fixed bar instead
     options = FilterOptions(
-        threshold="fixed", fixed_threshold=0.5, fallback="top_k", fallback_k=2, answer=False, redundancy_threshold=0.9
+        gate="off",
+        threshold="fixed",
+        fixed_threshold=0.5,
+        fallback="top_k",
+        fallback_k=2,
+        answer=False,
+        redundancy_threshold=0.9,
     )
     result = run_filter("q", CHUNKS, model=Answerer(), judge_many=scripted_judge(zeros), options=options)
     assert result.nothing_relevant and [c.chunk_id for c in result.kept] == ["d:0", "d:2"]
     assert [d.reason for d in result.decisions if d.kept] == ["fallback", "fallback"]
 
     model = Answerer()
-    options = FilterOptions(threshold="fixed", fixed_threshold=0.5, fallback="not_found", redundancy_threshold=0.9)
+    options = FilterOptions(
+        gate="off", threshold="fixed", fixed_threshold=0.5, fallback="not_found", redundancy_threshold=0.9
+    )
     result = run_filter("q", CHUNKS, model=model, judge_many=scripted_judge(zeros), options=options)
     assert result.nothing_relevant and result.kept == () and answer_for("q", result, None, model).text == "NOT FOUND"
     assert model.calls == 0
@@ -141,7 +150,7 @@ def test_the_default_scores_every_candidate_from_retrieval_signals_without_a_jud
         for i, s in enumerate(signals)
     ]
     model = Answerer()
-    options = FilterOptions(calibration=Configured(str(path)))
+    options = FilterOptions(gate="off", calibration=Configured(str(path)))
     result = run_filter("q", chunks, model=model, judge_many=never, options=options)
     # sigmoid(-3.754981 + 3.376989*0.8 + 0.006575*0 + 0.625046*1 + 0.766057/1 + 0.826934*ln 2)
     #   = sigmoid(0.9109) = 0.7132
@@ -190,7 +199,7 @@ def test_model_calls_count_the_llm_threshold_even_without_token_counts():
         CHUNKS,
         model=model,
         judge_many=scripted_judge(scores),
-        options=FilterOptions(threshold="llm", judge_top=9, redundancy_threshold=0.9),
+        options=FilterOptions(gate="off", threshold="llm", judge_top=9, redundancy_threshold=0.9),
     )
     assert result.threshold.method == "llm" and result.threshold.value == 0.5
     assert model.calls == 1 and result.model_calls == 4 + 1

@@ -106,7 +106,7 @@ def test_above_the_gate_the_filter_runs_as_without_it(calibration):
         options=FilterOptions(gate="retrieval", calibration=calibration),
     )
     without = run_filter(
-        "rotate the API key", candidates, model=NoModel(), options=FilterOptions(calibration=calibration)
+        "rotate the API key", candidates, model=NoModel(), options=FilterOptions(gate="off", calibration=calibration)
     )
     assert with_gate.gate.passed and not with_gate.nothing_relevant
     assert [c.chunk_id for c in with_gate.kept] == [c.chunk_id for c in without.kept]

@@ -80,6 +80,7 @@ def test_rewrite_feeds_retrieval_and_judging_and_counts_in_usage():
         retriever=retriever,
         model=model,
         options=FilterOptions(
+            gate="off",
             redundancy_threshold=None,
             scoring=ScoringOptions(method="multistage"),
             threshold="dynamic",

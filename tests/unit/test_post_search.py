@@ -117,7 +117,7 @@ def test_a_detected_field_whose_value_is_not_prose_is_not_split_and_is_named_on_
         response,
         query="rotate an API key",
         options=PostSearchOptions(),
-        filter_options=FilterOptions(answer=False),
+        filter_options=FilterOptions(gate="off", answer=False),
         fields_of=lambda index: chosen,
         passage_source=SentencePassages(),
         embedder=OneHot(),
@@ -290,7 +290,7 @@ CLUSTER = {
     "pit_id": "pit-123",
 }
 # The shipped calibration, cut at a probability of one half.
-KEEP_ABOVE_HALF = FilterOptions(threshold="fixed", fixed_threshold=0.5, fallback="not_found", answer=False)
+KEEP_ABOVE_HALF = FilterOptions(gate="off", threshold="fixed", fixed_threshold=0.5, fallback="not_found", answer=False)
 
 
 def run(options: PostSearchOptions, source=None, filter_options=KEEP_ABOVE_HALF, response=CLUSTER, pooled=False):
@@ -370,9 +370,9 @@ def decided(hit) -> list[tuple[str, bool, str, dict]]:
     [
         KEEP_ABOVE_HALF,
         # Cuts computed from the scores, and the fallback when none passes: each hit's own.
-        FilterOptions(threshold="relative", fixed_threshold=0.5, answer=False),
-        FilterOptions(threshold="dynamic", calibration=None, answer=False),
-        FilterOptions(fixed_threshold=0.99, fallback="top_k", fallback_k=1, answer=False),
+        FilterOptions(gate="off", threshold="relative", fixed_threshold=0.5, answer=False),
+        FilterOptions(gate="off", threshold="dynamic", calibration=None, answer=False),
+        FilterOptions(gate="off", fixed_threshold=0.99, fallback="top_k", fallback_k=1, answer=False),
     ],
 )
 def test_a_hits_passages_and_their_decisions_do_not_depend_on_the_other_hits_of_its_page(filter_options):
@@ -386,7 +386,7 @@ def test_a_hits_passages_and_their_decisions_do_not_depend_on_the_other_hits_of_
 
 
 def test_pooled_hits_are_scored_and_filtered_together_as_a_frameworks_candidates_are():
-    relative = FilterOptions(threshold="relative", fixed_threshold=0.5, fallback="not_found", answer=False)
+    relative = FilterOptions(gate="off", threshold="relative", fixed_threshold=0.5, fallback="not_found", answer=False)
     alone = run(PostSearchOptions(), filter_options=relative)
     pooled = run(PostSearchOptions(), filter_options=relative, pooled=True)
     # Within half of the best passage of its own hit, the lunch passage of hit 2 is kept; within half
@@ -403,7 +403,7 @@ def test_the_cut_is_the_responses_when_every_hit_has_the_same_else_each_hits_own
     fixed = post_search_response(CLUSTER, run(options), options)
     assert fixed["chunkrag"]["threshold"]["value"] == 0.5 and fixed["chunkrag"]["threshold"]["method"] == "fixed"
     assert [h["_chunkrag"].get("threshold") for h in fixed["hits"]["hits"]] == [0.5, 0.5, None]
-    relative = FilterOptions(threshold="relative", fixed_threshold=0.5, answer=False)
+    relative = FilterOptions(gate="off", threshold="relative", fixed_threshold=0.5, answer=False)
     shaped = post_search_response(CLUSTER, run(options, filter_options=relative), options)
     assert shaped["chunkrag"]["threshold"]["value"] is None and shaped["chunkrag"]["threshold"]["method"] == "relative"
     first, second, _ = shaped["hits"]["hits"]

@@ -65,7 +65,7 @@ def test_chunk_features_carry_the_relevance_logit_and_its_gap_to_the_best():
 
 def test_the_filter_scores_every_candidate_with_the_relevance_model_and_cuts_on_it():
     model = ScriptedRelevance(SCORES)
-    options = FilterOptions(relevance="crossencoder", calibration=ONLY_RELEVANCE, fixed_threshold=0.15)
+    options = FilterOptions(gate="off", relevance="crossencoder", calibration=ONLY_RELEVANCE, fixed_threshold=0.15)
     result = run_filter("q", CHUNKS, model=None, options=options, relevance_model=model)
     assert model.calls == 1
     assert [c.text for c in result.kept] == ["alpha", "beta"]  # the retrieval order is kept
@@ -78,7 +78,7 @@ def test_the_filter_scores_every_candidate_with_the_relevance_model_and_cuts_on_
 
 def test_rerank_local_orders_the_kept_chunks_by_the_relevance_model():
     model = ScriptedRelevance(SCORES)
-    options = FilterOptions(calibration=None, threshold="fixed", fixed_threshold=0.0, rerank="local")
+    options = FilterOptions(gate="off", calibration=None, threshold="fixed", fixed_threshold=0.0, rerank="local")
     result = run_filter("q", CHUNKS, model=None, options=options, relevance_model=model)
     assert [c.text for c in result.kept] == ["beta", "alpha", "gamma"]
     assert result.kept[0].stage_scores["rerank"] == 0.9
@@ -87,7 +87,12 @@ def test_rerank_local_orders_the_kept_chunks_by_the_relevance_model():
 def test_with_relevance_and_rerank_local_each_text_is_read_once_and_ordered_by_its_score():
     model = ScriptedRelevance({"alpha": 0.2, "beta": 0.9, "gamma": 0.35})
     options = FilterOptions(
-        relevance="crossencoder", calibration=ONLY_RELEVANCE, fixed_threshold=0.15, rerank="local", fallback_k=1
+        gate="off",
+        relevance="crossencoder",
+        calibration=ONLY_RELEVANCE,
+        fixed_threshold=0.15,
+        rerank="local",
+        fallback_k=1,
     )
     result = run_filter("q", CHUNKS, model=None, options=options, relevance_model=model)
     assert model.read == ["alpha", "beta", "gamma"]  # the kept ones were not read a second time
@@ -101,7 +106,7 @@ def test_with_relevance_and_rerank_local_each_text_is_read_once_and_ordered_by_i
 
 def test_the_retrieval_default_never_calls_the_relevance_model():
     model = ScriptedRelevance(SCORES)
-    run_filter("q", CHUNKS, model=None, options=FilterOptions(), relevance_model=model)
+    run_filter("q", CHUNKS, model=None, options=FilterOptions(gate="off"), relevance_model=model)
     assert model.calls == 0
 
 

@@ -89,7 +89,7 @@ def test_a_model_returning_the_wrong_number_of_scores_is_an_error():
 
 def test_the_filter_says_where_the_relevance_model_scored_and_why():
     relevance = DegradingRelevance([(BY_WORKERS, Unavailable(NO_WORKER)), (BY_GATEWAY, Scripted(SCORES))])
-    options = FilterOptions(relevance="crossencoder", calibration=ONLY_RELEVANCE, fixed_threshold=0.15)
+    options = FilterOptions(gate="off", relevance="crossencoder", calibration=ONLY_RELEVANCE, fixed_threshold=0.15)
     result = run_filter("q", CHUNKS, model=None, options=options, relevance_model=relevance)
     assert [c.text for c in result.kept] == ["alpha", "beta"]
     assert [c.stage_scores["relevance"] for c in result.kept] == [0.2, 0.9]
@@ -102,7 +102,7 @@ def test_the_filter_says_where_the_relevance_model_scored_and_why():
 
 def test_rerank_local_through_a_place_orders_the_kept_chunks_and_reports_it():
     relevance = DegradingRelevance([(BY_WORKERS, Scripted(SCORES))])
-    options = FilterOptions(calibration=None, fixed_threshold=0.0, rerank="local")
+    options = FilterOptions(gate="off", calibration=None, fixed_threshold=0.0, rerank="local")
     result = run_filter("q", CHUNKS, model=None, options=options, relevance_model=relevance)
     assert [c.text for c in result.kept] == ["beta", "alpha", "gamma"]
     assert [c.stage_scores["rerank"] for c in result.kept] == [0.9, 0.2, 0.01]
@@ -110,7 +110,9 @@ def test_rerank_local_through_a_place_orders_the_kept_chunks_and_reports_it():
 
 
 def test_without_the_relevance_model_nothing_is_reported():
-    result = run_filter("q", CHUNKS, model=None, options=FilterOptions(calibration=None, fixed_threshold=0.0))
+    result = run_filter(
+        "q", CHUNKS, model=None, options=FilterOptions(gate="off", calibration=None, fixed_threshold=0.0)
+    )
     assert result.relevance_by is None and result.relevance_fields() == {}
 
 
