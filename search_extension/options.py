@@ -38,7 +38,7 @@ from chunkrag_filter.processors.calibration import CONFIGURED
 from chunkrag_filter.processors.gate import GATES
 from chunkrag_filter.processors.relevance import CRITICS, MAX_LISTWISE_BATCH, METHODS, PASSAGE_FORMATS, ScoringOptions
 from search_extension.ask import DEFAULT_CANDIDATES
-from search_extension.post_search import DEFAULT_MAX_PASSAGES, EMPTY_HITS, PostSearchOptions
+from search_extension.post_search import DEFAULT_MAX_PASSAGES, EMPTY_HITS, POST_SEARCH_GATE, PostSearchOptions
 from search_extension.queries import MODES
 from search_extension.segments import SegmentError, SegmentSettings
 
@@ -322,7 +322,8 @@ class OptionsModel(_Options):
         _FILTER.gate,
         description="first decide whether anything retrieved is relevant at all; when not, nothing is kept and the "
         "answer is 'not found' with no model call: from the retrieval signals and the query's words and names "
-        "(retrieval), with the relevance model on the best few candidates too (crossencoder), or never (off)",
+        "(retrieval), with the relevance model on the best few candidates too (crossencoder), or never (off); "
+        "post-search over a cluster's hits gates each hit with retrieval unless this is given",
     )
     gate_cut: Annotated[float, Cli(("ask", "eval"))] = Field(
         _FILTER.gate_cut,
@@ -458,6 +459,7 @@ class OptionsModel(_Options):
                 max_passages=self.max_passages,
                 include_dropped=self.include_dropped,
                 stages=self.stages,
+                gate=None if "gate" in given else POST_SEARCH_GATE,
             ),
             post_search_given=tuple(k for k in POST_SEARCH_KEYS if k in given),
             stages=self.stages,
@@ -511,7 +513,7 @@ class ChunkragOptions:
     ensemble: tuple[int, ...] | None = None
     # Where the passages come from (TARGETS): "chunks" when a retrieval mode was given.
     target: str = "auto"
-    post_search: PostSearchOptions = PostSearchOptions()
+    post_search: PostSearchOptions = PostSearchOptions(gate=POST_SEARCH_GATE)
     # The post-search options the caller gave (refused on a chunk index).
     post_search_given: tuple[str, ...] = ()
 

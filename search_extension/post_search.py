@@ -41,6 +41,11 @@ from search_extension.text_fields import TextFields, field_text
 # (counted per hit and in total as "capped"), so judging cost does not grow
 # with a document's length.
 DEFAULT_MAX_PASSAGES = 32
+# The gate of each hit of a cluster's response when the caller names none:
+# the cheap one (the cross-encoder gate, the filter's default, is chosen for
+# a pool of candidates; read for every hit it costs ~2 s per 10 hits on two
+# cores, the retrieval gate ~10 ms: results/post_search_gate.json).
+POST_SEARCH_GATE = "retrieval"
 EMPTY_HITS = ("keep", "drop")
 
 
@@ -56,6 +61,9 @@ class PostSearchOptions:
     # False: no filter; every passage (within the cap) is kept, scored by
     # the cheap signals alone.
     stages: bool = True
+    # The gate each hit is read by, over the filter options' own (None:
+    # theirs); ext.chunkrag without a gate asks for POST_SEARCH_GATE.
+    gate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +179,8 @@ def post_search(
     # normalisation, its rank, the best cosine, the cut, the fallback, the
     # judge's batches) is its hit's and not the page's; or one pool.
     pools = [list(range(len(read)))] if pooled else [[i] for i in range(len(read))]
+    if not pooled and options.gate is not None:
+        filter_options = dataclasses.replace(filter_options, gate=options.gate)
 
     engine = None
     if all_fields and not pooled and isinstance(passage_source, ScoringPassageSource):

@@ -2,7 +2,8 @@
 gateway meets it: over a store of the sample corpus's paragraphs, five
 retrieved by the embedder, an off-topic question keeps no document in
 LangChain, LlamaIndex and Haystack, and an on-topic one keeps the passage
-that answers. The real embedder and filter, no model call."""
+that answers. The real embedder, relevance model and filter at their
+defaults, no chat model call."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ OFF_TOPIC = (
 )
 ON_TOPIC = ("When did George Washington take the oath of office?", "April 30, 1789")
 RETRIEVED = 5
-# The gate as shipped: the default's option (docs/evaluation.md, "How the filter's default is chosen").
-GATE = {"gate": "retrieval"}
+# The gate as shipped: no option (docs/evaluation.md, "How the filter's default is chosen"): the
+# cross-encoder gate for a pool of candidates, the retrieval gate for each hit in post-search.
+GATE: dict = {}
 
 
 @pytest.fixture(scope="module")

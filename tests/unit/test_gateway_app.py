@@ -435,7 +435,15 @@ def celery_client(monkeypatch, model, unavailable):
 
 JUDGED = {
     "query": {"match": {"text": "what does a say"}},
-    "ext": {"chunkrag": {"redundancy_threshold": None, "judge_top": 9, "answer": False, "include_dropped": True}},
+    "ext": {
+        "chunkrag": {
+            "redundancy_threshold": None,
+            "judge_top": 9,
+            "answer": False,
+            "include_dropped": True,
+            "gate": "off",  # the judging behind it
+        }
+    },
 }
 
 
@@ -455,7 +463,12 @@ def test_celery_judging_falls_back_to_the_gateway_threads_and_says_so(monkeypatc
     )
     assert section["usage"]["model_calls"] == 1  # one listwise call, made here
     ask = client.post(
-        "/v1/ask", json={"index": "idx", "question": "what does a say", "options": {"judge_top": 9, "answer": False}}
+        "/v1/ask",
+        json={
+            "index": "idx",
+            "question": "what does a say",
+            "options": {"judge_top": 9, "answer": False, "gate": "off"},
+        },
     ).json()
     assert ask["judged_by"] == "gateway" and "Celery broker" in ask["judged_by_reason"]
 

@@ -41,6 +41,17 @@ def test_empty_options_are_the_library_defaults():
     assert options({}) == ChunkragOptions()
 
 
+def test_the_gate_is_the_cross_encoders_unless_post_search_reads_each_hit():
+    # The default rule chose the cross-encoder gate for a pool of candidates;
+    # each hit of a cluster's response is gated by the cheap retrieval gate
+    # unless the caller names one.
+    default = options({})
+    assert default.filter.gate == "crossencoder" and default.post_search.gate == "retrieval"
+    named = options({"gate": "crossencoder"})
+    assert named.filter.gate == "crossencoder" and named.post_search.gate is None
+    assert options({"gate": "off"}).post_search.gate is None
+
+
 def test_asking_how_to_judge_turns_the_judge_on_with_its_shipped_calibration():
     from chunkrag_filter.processors.calibration import CONFIGURED
 
@@ -143,6 +154,7 @@ def test_every_option_is_read_into_typed_values():
             max_passages=5,
             include_dropped=True,
             stages=True,
+            gate=None,  # the gate named is every hit's too
         ),
         post_search_given=("fields", "title_field", "empty_hits", "max_passages"),
     )

@@ -5,6 +5,8 @@ empty_hits, the per-hit cap). A test double stands in for the embedder."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -565,5 +567,10 @@ def test_the_gate_reads_each_hit_and_the_response_shows_the_likeliest_hits_readi
         alone = post_search_response(page("2"), run(options, filter_options=gated, response=page("2")), options)
         assert alone["chunkrag"]["nothing_relevant"] is True and alone["chunkrag"]["gate"]["passed"] is False
         assert alone["chunkrag"]["nothing_relevant_reason"].startswith("no candidate looks relevant")
+        # The post-search options' gate is each hit's over the filter's; a pool keeps the filter's.
+        assert run(PostSearchOptions(gate="off"), filter_options=gated).hits[1].kept != ()
+        ungated = dataclasses.replace(gated, gate="off")
+        assert run(PostSearchOptions(gate="retrieval"), filter_options=ungated).hits[1].kept == ()
+        assert run(PostSearchOptions(gate="retrieval"), filter_options=ungated, pooled=True).filtered.gate is None
     finally:
         load_calibration.cache_clear()
