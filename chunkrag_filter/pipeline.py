@@ -367,7 +367,9 @@ def run_filter(
     lap("relevance")
 
     gate = None
-    if options.gate != "off" and candidates:
+    # The gate reads the candidates' raw cosine to the query; chunks that
+    # were not retrieved (made by hand, none carrying one) are not gated.
+    if options.gate != "off" and any("cosine" in c.stage_scores for c in candidates):
         gate = read_gate(query, candidates, options, relevance_model, relevance_runs)
         lap("gate")
         if not gate.passed:

@@ -234,8 +234,9 @@ def test_filters_reach_every_shard(deployment, retriever, corpus):
 
 
 def test_the_filter_with_its_default_options_calls_no_judge(retriever, corpus, model_server):
-    """`ask` as shipped: candidates scored by the calibrated retrieval
-    signals, no judge call; the one model call writes the answer."""
+    """`ask` as shipped: the gate, then candidates scored by the calibrated
+    retrieval signals, no judge call; the one model call writes the answer,
+    or none when the gate finds nothing relevant."""
     model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=10)
     kept_gold = 0
     for claim, gold in corpus.claims:
@@ -247,6 +248,11 @@ def test_the_filter_with_its_default_options_calls_no_judge(retriever, corpus, m
         candidates = {c.chunk_id for c in result.retrieval.chunks}
         assert {d.chunk.chunk_id for d in filtered.decisions} == candidates
         assert "unscored" not in {d.reason for d in filtered.decisions}
+        assert filtered.gate is not None
+        if not filtered.gate.passed:  # nothing relevant: nothing kept, "not found" without a call
+            assert not filtered.kept and {d.reason for d in filtered.decisions} == {"nothing_relevant"}
+            assert len(model_server.requests) == before
+            continue
         assert filtered.kept and {c.chunk_id for c in filtered.kept} <= candidates
         assert result.answer is not None and result.answer.text
         assert len(model_server.requests) - before == 1  # the answer, nothing else

@@ -117,6 +117,7 @@ def test_the_filter_reorders_kept_chunks_with_cohere():
                 threshold="dynamic",
                 calibration=None,
                 judge_top=None,
+                gate="off",  # the reranking behind it; these chunks carry no cosine for the gate to read
             ),
             judge_many=judge_many,
             reranker=CohereReranker(api_key="k", base_url=server.base_url),

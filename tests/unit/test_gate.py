@@ -121,6 +121,14 @@ def test_above_the_gate_the_filter_runs_as_without_it(calibration):
     assert strict.kept == () and strict.gate.cut == 0.9999
 
 
+def test_chunks_that_were_not_retrieved_are_not_gated(calibration):
+    # No candidate carries a cosine to the query (chunks made by hand): nothing for the gate to read.
+    bare = [Chunk("d", 0, "Lunch is at noon.", 0, 17), Chunk("d", 1, "Invoices go out monthly.", 0, 24)]
+    options = FilterOptions(gate="retrieval", calibration=calibration)
+    result = run_filter("how do I rotate the API keys?", bare, model=NoModel(), options=options)
+    assert result.gate is None and not result.nothing_relevant
+
+
 def test_the_crossencoder_gate_reads_only_the_best_few_or_reuses_scores(calibration):
     texts = ["To rotate an API key, press Rotate.", "Lunch is at noon.", "Invoices.", "Parking."]
     candidates = [chunk(i, t, 0.3) for i, t in enumerate(texts)]
