@@ -52,7 +52,7 @@ def test_the_judged_filter_keeps_the_answer_above_the_floor(es, embedder, settin
             embedder=embedder,
             settings=settings,
             model=local_chat,
-            options=FilterOptions(answer=False, judge_top=9),
+            options=FilterOptions(answer=False, judge_top=9, gate="off"),  # the judge, on every question
             judge_many=judge_in_threads(local_chat, threads=settings.chat.parallel),
             index=index,
         )
