@@ -2,6 +2,7 @@
 
     python -m bench.gate_fit build     # index the training set, cache each question's candidates' signals
     python -m bench.gate_fit fit       # fit both gates, write them into the shipped calibration file
+    python -m bench.gate_fit choose    # the default gate by the rule that loses no answers (results/gate_choice.json)
 
 Which questions and why: chunkrag_eval/gate_study.py. The fit's figures go to results/gate_fit.json.
 """
@@ -17,16 +18,19 @@ from pathlib import Path
 from bench.common import SHARED, write_result
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache" / "gate" / "training.jsonl"
+CHOICE_CACHE = CACHE.parent / "choice.jsonl"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gate_fit", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("build", "fit"))
+    parser.add_argument("command", choices=("build", "fit", "choose"))
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--no-write", action="store_true", help="fit: print, do not write the calibration file")
     args = parser.parse_args(argv)
     from chunkrag_eval import gate_study
 
+    if args.command == "choose":
+        return choose(args.cache if args.cache != CACHE else CHOICE_CACHE)
     if args.command == "build":
         from chunkrag_core.engines import make_backend
         from chunkrag_core.providers import make_embedder
@@ -86,6 +90,58 @@ def main(argv: list[str] | None = None) -> int:
         )
     report["load_average"] = [round(v, 2) for v in os.getloadavg()]
     print(write_result("gate_fit", "bench.gate_fit", report))
+    return 0
+
+
+def choose(cache: Path) -> int:
+    """Index every set the rule reads, read each question's gate signals
+    (cached, resumable), apply the rule (chunkrag_eval/gate_choice.py)."""
+    from chunkrag_cli.main import __file__ as cli_file
+    from chunkrag_core.engines import make_backend
+    from chunkrag_core.providers import make_embedder
+    from chunkrag_core.providers.local_relevance import shared_relevance_model
+    from chunkrag_core.settings import Settings
+    from chunkrag_eval import gate_choice as rule
+    from chunkrag_eval.open_corpus import build_corpus, ensure_corpus_index, index_name
+    from chunkrag_eval.open_eval import run_context
+    from chunkrag_filter.processors.calibration import load_calibration
+    from ingest_pipeline.pipeline import ingest, ingest_documents
+    from search_extension.retriever import HybridRetriever
+
+    context = run_context(["python", "-m", "bench.gate_fit", "choose"])
+    settings = Settings.from_env()
+    client, embedder = make_backend(settings), make_embedder(settings.embedder)
+    root, say = SHARED / "eval", lambda line: print(line, file=sys.stderr, flush=True)
+    corpus = build_corpus([], root, {"nq": None, "squad": None})
+    indices = {"open": index_name(corpus.documents, settings)}
+    ensure_corpus_index(corpus, client=client, embedder=embedder, settings=settings, index=indices["open"])
+    asked = rule.open_corpus_questions(root, corpus.documents)
+    for made in (
+        rule.wikiqa_documents_and_questions,
+        rule.scifact_documents_and_questions,
+        rule.climate_fever_documents_and_questions,
+    ):
+        documents, questions = made(root)
+        for key, docs in documents.items():
+            indices[key] = index_name(docs, settings, f"chunkrag-gate-{key.replace('_', '-')}")
+            report = ingest_documents(docs, client=client, embedder=embedder, settings=settings, index=indices[key])
+            if not report.ok:
+                raise RuntimeError(f"indexing {key} failed: {report.errors[:3]}")
+            say(f"{indices[key]}: {len(docs)} documents")
+        asked += questions
+    samples = Path(cli_file).parent / "samples"
+    indices["samples"] = "chunkrag-gate-samples"
+    ingest([samples / "corpus"], client=client, embedder=embedder, settings=settings, index=indices["samples"])
+    asked += rule.sample_questions(samples)
+    retrievers = {k: HybridRetriever(client, embedder, name, settings.retrieval) for k, name in indices.items()}
+    rows = rule.read_all(asked, retrievers, shared_relevance_model(), cache, say)
+    calibration = load_calibration(None)
+    chosen = rule.choose(rows, {"retrieval": calibration.gate.model, "crossencoder": calibration.gate_relevance.model})
+    ms = sorted(r["relevance_ms"] for r in rows)
+    chosen["relevance_ms_per_question"] = {"p50": ms[len(ms) // 2], "p95": ms[int(len(ms) * 0.95)]}
+    chosen["indices"] = indices
+    chosen["questions"] = len(rows)
+    print(write_result("gate_choice", "bench.gate_fit", {**context, **chosen}))
     return 0
 
 
