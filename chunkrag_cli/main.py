@@ -902,7 +902,7 @@ def _open_corpus(
         index_name,
         parse_distractors,
     )
-    from chunkrag_eval.open_eval import outcome_json, result_text, run_context, run_open, table_markdown
+    from chunkrag_eval.open_eval import outcome_json, result_text, row_json, run_context, run_open, table_markdown
     from chunkrag_eval.open_rows import rows_named
     from chunkrag_eval.unanswerable import parse_kinds
     from local_services.llm_server import DEFAULT_CTX
@@ -972,7 +972,7 @@ def _open_corpus(
         },
         "unanswerable": made,
         "sizes": list(sizes),
-        "rows": {r.name: {"label": r.label, "kind": r.kind, "options": dict(r.options)} for r in run.rows},
+        "rows": {r.name: row_json(r) for r in run.rows},
         "skipped_rows": dict(run.skipped_rows),
         "cosine_threshold": run.cosine_threshold,
         "notes": dict(run.notes),
