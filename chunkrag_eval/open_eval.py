@@ -8,11 +8,11 @@ answer-in-context (a gold answer as whole words of the kept text; PopQA's
 substring rule beside it) and whether a kept chunk comes from the question's
 own pool; on unanswerable ones, whether nothing was kept (the answer is
 "not found" with no model call); on all, the characters kept and the seconds
-the row took to choose (the relevance model's time included, whichever row
-read the candidates first: :class:`RememberedRelevance`). With the model, on the first ``generate_limits[set]``
-questions of each set and kind: the answer (PopQA, SQuAD) or verdict
-(PubHealth) written from the row's chunks with ``chunkrag table``'s prompt
-and token cap, graded (PopQA: a gold answer as whole words of it; "NOT
+the row took to choose (the relevance model's time for its candidates
+included, whichever row read them first: :class:`RememberedRelevance`).
+With the model, on the first ``generate_limits[set]`` questions of each set
+and kind: the answer (PopQA, SQuAD) or verdict (PubHealth) written from the
+row's chunks with ``chunkrag table``'s prompt and token cap, graded (PopQA: a gold answer as whole words of it; "NOT
 FOUND" is never right), its prompt tokens and seconds; a row that kept
 nothing is "not found" without a call. Each row is paired with all N on the
 same questions (exact McNemar), and its risk-coverage curve (accuracy among
@@ -238,8 +238,8 @@ class RememberedRelevance:
 
     Each call's seconds are kept with its scores, and every row that asks
     for them is charged them (:meth:`settle`): otherwise the model's time
-    lands on whichever row read the candidates first, and rows that differ
-    only in their cut look ~100 times cheaper than one another. Loading the
+    lands on whichever row read the candidates first, and the rows after it
+    that differ only in their cut look tens of times cheaper than it. Loading the
     model is a one-off, charged to no row."""
 
     def __init__(
