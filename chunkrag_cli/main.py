@@ -82,13 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--json", action="store_true")
     search.set_defaults(handler=cmd_search)
 
-    ask = commands.add_parser("ask", help="retrieve, filter chunks with the LLM judge, and answer from what was kept")
+    ask = commands.add_parser(
+        "ask",
+        help="retrieve, keep the relevant chunks (by default scored from the retrieval signals, no LLM judge; "
+        "--judge-top N asks the judge), and answer from what was kept",
+    )
     ask.add_argument("question")
     ask.add_argument("--index")
     add_filter_arguments(ask, "ask")
     _post_search_arguments(ask)
     ask.add_argument("--size", type=int, default=None, help="post-search: the hits asked for (default 10)")
-    ask.add_argument("--json", action="store_true", help="post-search: print the response as JSON")
+    ask.add_argument(
+        "--json",
+        action="store_true",
+        help="print the response as JSON: the gateway's /v1/ask response (post-search: its _search response)",
+    )
     _scales_argument(ask)
     ask.set_defaults(handler=cmd_ask)
 
@@ -533,7 +541,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from chunkrag_cli.output import print_ask
+    from chunkrag_cli.output import ask_json, print_ask
     from chunkrag_core.providers import make_chat, make_embedder
     from chunkrag_filter.judging import judge_in_threads
     from search_extension.ask import DEFAULT_CANDIDATES, ask
@@ -559,7 +567,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
         segments=resolved.segments,
         ensemble=ensemble_scales(resolved, settings),
     )
-    print_ask(result, sys.stdout)
+    if args.json:
+        print(ask_json(result, settings.index))
+    else:
+        print_ask(result, sys.stdout)
     return 0
 
 
@@ -902,7 +913,7 @@ def _open_corpus(
         index_name,
         parse_distractors,
     )
-    from chunkrag_eval.open_eval import outcome_json, result_text, run_context, run_open, table_markdown
+    from chunkrag_eval.open_eval import outcome_json, result_text, row_json, run_context, run_open, table_markdown
     from chunkrag_eval.open_rows import rows_named
     from chunkrag_eval.unanswerable import parse_kinds
     from local_services.llm_server import DEFAULT_CTX
@@ -972,7 +983,7 @@ def _open_corpus(
         },
         "unanswerable": made,
         "sizes": list(sizes),
-        "rows": {r.name: {"label": r.label, "kind": r.kind, "options": dict(r.options)} for r in run.rows},
+        "rows": {r.name: row_json(r) for r in run.rows},
         "skipped_rows": dict(run.skipped_rows),
         "cosine_threshold": run.cosine_threshold,
         "notes": dict(run.notes),

@@ -217,6 +217,26 @@ def print_ask(result, out: TextIO, width: int = 100) -> None:
     )
 
 
+def ask_json(result, index: str) -> str:
+    """``chunkrag ask --json``: the gateway's ``/v1/ask`` response for the
+    same result, so a script reads one shape from either: every retrieved
+    chunk with its id, scores, decision and reason (kept first, in final
+    order), the gate's reading when it ran, the threshold, the answer and
+    the chunk ids it cites, nothing_relevant and why, usage and timings."""
+    # Here, not at the top: the other commands print without the gateway's modules.
+    from chunkrag_gateway.dialect import ask_response
+
+    return json.dumps(ask_response(result, index=index), ensure_ascii=False, indent=2, default=_number)
+
+
+def _number(value):
+    # A model's scores can arrive as numpy scalars, which json cannot write;
+    # the gateway's response model turns them into numbers the same way.
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def print_gateway_search(question: str, response, out: TextIO, width: int = 100) -> None:
     """An Elasticsearch-shaped `_search` response with ext.chunkrag: the kept
     hits with their per-stage scores, the dropped ones, the answer."""

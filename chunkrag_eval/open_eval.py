@@ -8,10 +8,11 @@ answer-in-context (a gold answer as whole words of the kept text; PopQA's
 substring rule beside it) and whether a kept chunk comes from the question's
 own pool; on unanswerable ones, whether nothing was kept (the answer is
 "not found" with no model call); on all, the characters kept and the seconds
-the row took to choose. With the model, on the first ``generate_limits[set]``
-questions of each set and kind: the answer (PopQA, SQuAD) or verdict
-(PubHealth) written from the row's chunks with ``chunkrag table``'s prompt
-and token cap, graded (PopQA: a gold answer as whole words of it; "NOT
+the row took to choose (the relevance model's time for its candidates
+included, whichever row read them first: :class:`RememberedRelevance`).
+With the model, on the first ``generate_limits[set]`` questions of each set
+and kind: the answer (PopQA, SQuAD) or verdict (PubHealth) written from the
+row's chunks with ``chunkrag table``'s prompt and token cap, graded (PopQA: a gold answer as whole words of it; "NOT
 FOUND" is never right), its prompt tokens and seconds; a row that kept
 nothing is "not found" without a call. Each row is paired with all N on the
 same questions (exact McNemar), and its risk-coverage curve (accuracy among
@@ -47,6 +48,7 @@ from chunkrag_eval.measures import answer_in_context, answer_in_words, risk_cove
 from chunkrag_eval.open_rows import (
     COSINE_THRESHOLDS,
     DEFAULT_CANDIDATES,
+    DEFAULT_GATE,
     MAX_DROP,
     MIN_NOT_FOUND_SHARE,
     REFERENCE,
@@ -66,6 +68,7 @@ from chunkrag_filter.judging import judge_in_threads
 from chunkrag_filter.pipeline import FilterOptions, run_filter, shipped_relevance_model
 from chunkrag_filter.processors.answer import NOT_FOUND
 from chunkrag_filter.processors.answer import context_chars as context_budget_chars
+from chunkrag_filter.relevance_places import RelevanceModel
 from search_extension.options import OptionError, parse_options
 from search_extension.retriever import HybridRetriever
 
@@ -142,8 +145,32 @@ class OpenRun:
 
 def filter_options_for(row: Row) -> FilterOptions:
     """The filter's options for a row: the eval surface's defaults with the
-    row's ``ext.chunkrag`` overrides (an unknown option raises OptionError)."""
-    return replace(parse_options(dict(row.options), surface="eval").filter, answer=False)
+    row's ``ext.chunkrag`` overrides, its gate among them (an unknown option
+    raises OptionError)."""
+    return replace(parse_options(row.overrides, surface="eval").filter, answer=False)
+
+
+def gate_run(row: Row) -> str | None:
+    """The gate a filter row runs behind (for the default gate, the one the
+    filter ships now); None for a row that is not the filter."""
+    return filter_options_for(row).gate if row.kind == "filter" else None
+
+
+def row_label(row: Row) -> str:
+    """The row as the table names it; a row on the default gate says which
+    gate that is, so a table read later names what ran."""
+    if row.kind == "filter" and row.gate == DEFAULT_GATE:
+        return f"{row.label}: gate {gate_run(row)}"
+    return row.label
+
+
+def row_json(row: Row) -> dict[str, Any]:
+    """The result file's record of a row: what it is, its options and, for
+    the filter, the gate it declares and the gate that ran."""
+    out: dict[str, Any] = {"label": row_label(row), "kind": row.kind, "options": dict(row.options)}
+    if row.kind == "filter":
+        out.update(gate=row.gate, gate_run=gate_run(row))
+    return out
 
 
 def usable_rows(rows: Sequence[Row]) -> tuple[tuple[Row, ...], dict[str, str]]:
@@ -154,7 +181,7 @@ def usable_rows(rows: Sequence[Row]) -> tuple[tuple[Row, ...], dict[str, str]]:
             try:
                 filter_options_for(row)
             except (OptionError, ValueError) as exc:
-                skipped[row.name] = f"skipped: the filter does not take {dict(row.options)} here ({exc})"
+                skipped[row.name] = f"skipped: the filter does not take {row.overrides} here ({exc})"
                 continue
         kept.append(row)
     names = {r.name for r in kept}
@@ -207,30 +234,72 @@ def _measure(r: Retrieved, row: str, kept: Sequence[int], seconds: float = 0.0) 
 class RememberedRelevance:
     """The relevance model with each (query, texts) call's scores kept: the
     rows that differ only in their cut score the same candidates, so a
-    question's N are read by the model once, not once per row."""
+    question's N are read by the model once, not once per row.
 
-    def __init__(self, model: Any = None):
+    Each call's seconds are kept with its scores, and every row that asks
+    for them is charged them (:meth:`settle`): otherwise the model's time
+    lands on whichever row read the candidates first, and the rows after it
+    that differ only in their cut look tens of times cheaper than it. Loading the
+    model is a one-off, charged to no row."""
+
+    def __init__(
+        self,
+        model: RelevanceModel | None = None,
+        *,
+        load: Callable[[], RelevanceModel] = shipped_relevance_model,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
         self._model = model
-        self._scores: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+        self._load = load
+        self._clock = clock
+        self._scores: dict[tuple[str, tuple[str, ...]], tuple[list[float], float]] = {}
+        self._spent = 0.0  # seconds really spent here (loading, scoring) since the last settle
+        self._charged = 0.0  # seconds the calls since the last settle cost when first computed
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         key = (query, tuple(texts))
         if key not in self._scores:
+            started = self._clock()
             if self._model is None:
-                self._model = shipped_relevance_model()
-            self._scores[key] = list(self._model.score(query, texts))
-        return list(self._scores[key])
+                self._model = self._load()
+            loaded = self._clock()
+            scores = list(self._model.score(query, texts))
+            done = self._clock()
+            self._scores[key] = (scores, done - loaded)
+            self._spent += done - started
+        scores, seconds = self._scores[key]
+        self._charged += seconds
+        return list(scores)
+
+    def settle(self) -> float:
+        """Seconds to add to the wall time of what ran since the last settle:
+        the first-computed cost of every call answered from memory, less the
+        loading it waited for. Resets."""
+        adjustment = self._charged - self._spent
+        self._spent = self._charged = 0.0
+        return adjustment
 
 
 def _filter_kept(
-    r: Retrieved, options: FilterOptions, model: ChatModel, judge_many=None, relevance=None
+    r: Retrieved,
+    options: FilterOptions,
+    model: ChatModel,
+    judge_many=None,
+    relevance: RememberedRelevance | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[list[int], float]:
-    started = time.perf_counter()
+    """The candidates a filter row keeps, and the seconds it took to choose
+    them, the relevance model's time for them included even when an earlier
+    row read them."""
+    if relevance is not None:
+        relevance.settle()  # what ran before this row is not its cost
+    started = clock()
     result = run_filter(
         r.item.question, r.candidates, model=model, options=options, judge_many=judge_many, relevance_model=relevance
     )
+    seconds = clock() - started + (relevance.settle() if relevance is not None else 0.0)
     position = {c.chunk_id: i for i, c in enumerate(r.candidates)}
-    return [position[c.chunk_id] for c in result.kept], time.perf_counter() - started
+    return [position[c.chunk_id] for c in result.kept], seconds
 
 
 def cosine_threshold_choice(
@@ -348,7 +417,11 @@ def run_open(
                     continue
                 judge_chat = chat.fresh()
                 kept, seconds = _filter_kept(
-                    r, options[row.name], judge_chat, judge_in_threads(judge_chat, threads=max(1, parallel))
+                    r,
+                    options[row.name],
+                    judge_chat,
+                    judge_in_threads(judge_chat, threads=max(1, parallel)),
+                    relevance=relevance,
                 )
                 outcome = _measure(r, row.name, kept, seconds)
                 outcome.judge_prompt_tokens = judge_chat.prompt_tokens
@@ -589,7 +662,7 @@ def selective_answering(outcomes: Sequence[Outcome], rows: Sequence[Row]) -> dic
 def table_markdown(run: OpenRun) -> str:
     """One table per set and kind: a line per N and row."""
     summary = run.summary()
-    labels = {r.name: r.label for r in run.rows}
+    labels = {r.name: row_label(r) for r in run.rows}
     lines = []
     for group, by_size in summary.items():
         answerable = " " not in group

@@ -15,9 +15,17 @@ filter does not know (yet) is skipped with a note, not an error.
   candidate whose query-chunk cosine is above ``t``, in retrieval order
   (its ``similarity > similarity_threshold``), ``t`` chosen by the shipped
   cut's rule (:func:`choose_cosine_threshold`);
-- ``filter``: :func:`chunkrag_filter.pipeline.run_filter` with ``options``;
-  ``judge`` marks a row that calls the chat model to choose (the LLM judge),
-  run on a subset only.
+- ``filter``: :func:`chunkrag_filter.pipeline.run_filter` with ``options``
+  behind the gate the row declares (``gate``: one of the filter's gates, or
+  :data:`DEFAULT_GATE`, whatever the filter ships); ``judge`` marks a row
+  that calls the chat model to choose (the LLM judge), run on a subset only.
+
+Every filter row declares its gate because the gate decides what a row
+measures: behind a gate, a row's options act only on the questions the gate
+passes. The rows that measure one option of the filter (the cross-encoder
+judge, the LLM judge, a cut) run with the gate off, so the option is measured
+alone and the row means what it meant before the gate existed; the gate rows
+name theirs; ``filter`` is the shipped defaults, gate included.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from chunkrag_eval.answer_table import CutChoice, choose_cut, cut_holds, cut_row, discordant, mcnemar_exact
+from chunkrag_filter.processors.gate import GATES
 
 KINDS = ("all", "top", "same_chars", "cosine", "filter")
 # The reference row: every candidate.
@@ -40,6 +49,10 @@ COSINE_THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6)
 THRESHOLD_CHOSEN_AT = 20
 # Candidates the LLM judge sees in its row (the CLI's --judge-top default).
 JUDGE_TOP = 9
+# A filter row's gate: one of the filter's, or whichever the filter ships
+# (the row then follows the default when it changes).
+DEFAULT_GATE = "default"
+ROW_GATES = (DEFAULT_GATE, *GATES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +62,9 @@ class Row:
     kind: str
     k: int | None = None  # top: how many
     of: str | None = None  # same_chars: whose characters
-    options: Mapping[str, Any] = field(default_factory=dict)  # filter: ext.chunkrag overrides
+    options: Mapping[str, Any] = field(default_factory=dict)  # filter: ext.chunkrag overrides but the gate
     judge: bool = False  # calls the model to choose: a subset only
+    gate: str | None = None  # filter: its gate, one of ROW_GATES (required)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -59,38 +73,52 @@ class Row:
             raise ValueError(f"row {self.name}: a top row needs k")
         if self.kind == "same_chars" and not self.of:
             raise ValueError(f"row {self.name}: a same_chars row needs the row whose characters it matches (of)")
+        if self.kind == "filter" and self.gate not in ROW_GATES:
+            raise ValueError(f"row {self.name}: a filter row declares its gate, one of {', '.join(ROW_GATES)}")
+        if self.kind != "filter" and self.gate is not None:
+            raise ValueError(f"row {self.name}: only a filter row has a gate")
+        if "gate" in self.options:
+            # One place says a row's gate, so no row can say two.
+            raise ValueError(f"row {self.name}: the gate is declared by gate=, not in the options")
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The ``ext.chunkrag`` options the row runs with: its options and its
+        gate, unless it takes the filter's default gate."""
+        if self.kind != "filter" or self.gate == DEFAULT_GATE:
+            return dict(self.options)
+        return {**self.options, "gate": self.gate}
 
 
 ROWS: tuple[Row, ...] = (
     Row("all", "all N", "all"),
     Row("top5", "top-5 by hybrid score", "top", k=5),
-    Row("topk_filter_chars", "top-k by hybrid score at the filter's characters", "same_chars", of="filter"),
+    Row("topk_filter_chars", "top-k by hybrid score at the shipped filter's characters", "same_chars", of="filter"),
     Row("cosine", "cosine above t (LangChain EmbeddingsFilter)", "cosine"),
-    Row("filter", "the filter at its default", "filter"),
+    Row("filter", "the filter as shipped (its defaults, gate included)", "filter", gate=DEFAULT_GATE),
+    Row("filter_gate_off", "the filter at its defaults, gate off", "filter", gate="off"),
     Row(
         "filter_crossencoder",
-        "the filter with the cross-encoder judge",
+        "the filter with the cross-encoder judge, gate off",
         "filter",
         options={"relevance": "crossencoder"},
+        gate="off",
     ),
     Row(
         "llm_judge",
-        f"the filter with the LLM judge (judge_top {JUDGE_TOP})",
+        f"the filter with the LLM judge (judge_top {JUDGE_TOP}), gate off",
         "filter",
         options={"judge_top": JUDGE_TOP},
         judge=True,
+        gate="off",
     ),
-    Row("gate", "the filter behind the retrieval gate", "filter", options={"gate": "retrieval"}),
-    Row(
-        "gate_crossencoder",
-        "the filter behind the gate with the cross-encoder",
-        "filter",
-        options={"gate": "crossencoder"},
-    ),
+    Row("gate", "the filter behind the retrieval gate", "filter", gate="retrieval"),
+    Row("gate_crossencoder", "the filter behind the cross-encoder gate", "filter", gate="crossencoder"),
 )
 ROW_NAMES = tuple(r.name for r in ROWS)
 # Rows named by a parameter: the filter's cut over the retrieval signals, the
-# same with the cross-encoder, and top-k at another row's characters.
+# same with the cross-encoder (gate off, as the option rows above), a gate's
+# cut, and top-k at another row's characters.
 PARAMETRIC = (
     "cut=<c>",
     "notfound_cut=<c>",
@@ -157,26 +185,28 @@ def row_for(name: str) -> Row:
     kind, sep, value = name.partition("=")
     if sep and kind == "cut":
         c = _cut_value(name, value)
-        return Row(name, f"the filter cut at {c:g}", "filter", options={"fixed_threshold": c})
+        return Row(name, f"the filter cut at {c:g}, gate off", "filter", options={"fixed_threshold": c}, gate="off")
     if sep and kind == "notfound_cut":
         c = _cut_value(name, value)
         return Row(
             name,
-            f"the filter cut at {c:g}, 'not found' when nothing passes",
+            f"the filter cut at {c:g}, 'not found' when nothing passes, gate off",
             "filter",
             options={"fixed_threshold": c, "fallback": "not_found"},
+            gate="off",
         )
     if sep and kind in ("gate", "gate_crossencoder"):
         c = _cut_value(name, value)
         gate = "retrieval" if kind == "gate" else "crossencoder"
-        return Row(name, f"the filter behind the {gate} gate at {c:g}", "filter", options={"gate": gate, "gate_cut": c})
+        return Row(name, f"the filter behind the {gate} gate at {c:g}", "filter", options={"gate_cut": c}, gate=gate)
     if sep and kind == "crossencoder_cut":
         c = _cut_value(name, value)
         return Row(
             name,
-            f"the filter with the cross-encoder, cut at {c:g}",
+            f"the filter with the cross-encoder, cut at {c:g}, gate off",
             "filter",
             options={"relevance": "crossencoder", "fixed_threshold": c},
+            gate="off",
         )
     if sep and kind == "topk_chars_of" and value:
         of = row_for(value)

@@ -313,7 +313,7 @@ class OptionsModel(_Options):
         description="order of the kept chunks: by score, by the project's relevance model (local), "
         "by a Cohere reranker, or as retrieved",
     )
-    relevance: Annotated[Literal[RELEVANCE_SOURCES], Unknown("relevance")] = Field(
+    relevance: Annotated[Literal[RELEVANCE_SOURCES], Unknown("relevance"), Cli(("ask", "eval"))] = Field(
         _FILTER.relevance,
         description="what scores the candidates besides the LLM judge: the retrieval signals alone, or the "
         "project's relevance model (a MiniLM cross-encoder, offline) calibrated with them",

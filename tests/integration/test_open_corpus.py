@@ -55,7 +55,7 @@ def test_the_shared_index_is_ingested_once_and_every_row_chooses_from_the_whole_
     # Nothing asked the model: the LLM judge row is left out, and says so.
     assert "llm_judge" in run.skipped_rows and "not run" in run.skipped_rows["llm_judge"]
     names = {r.name for r in run.rows}
-    assert {"all", "top5", "topk_filter_chars", "cosine", "filter"} <= names
+    assert {"all", "top5", "topk_filter_chars", "cosine", "filter", "filter_gate_off"} <= names
     by = {(o.item_id, o.size, o.row): o for o in run.outcomes if o.kind == "answerable"}
     sources = set()
     for item in items:
@@ -65,6 +65,10 @@ def test_the_shared_index_is_ingested_once_and_every_row_chooses_from_the_whole_
             assert len(by[(item.item_id, size, "top5")].kept) == 5
             filtered = by[(item.item_id, size, "filter")]
             assert set(filtered.kept) <= set(everything.kept)
+            # Whatever the default gate, it only turns questions away: where it passes one, the
+            # shipped filter keeps what the filter keeps with the gate off, which always keeps some.
+            ungated = by[(item.item_id, size, "filter_gate_off")]
+            assert ungated.kept and filtered.kept in (ungated.kept, ())
             # top-k at the filter's characters gets at least as many (one chunk more at most)
             assert by[(item.item_id, size, "topk_filter_chars")].chars >= filtered.chars
     # Candidates come from the whole index, not only the question's pool.

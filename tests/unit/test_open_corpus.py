@@ -9,10 +9,21 @@ import dataclasses
 import pytest
 
 from chunkrag_core.settings import Settings
+from chunkrag_eval.datasets import EvalItem
 from chunkrag_eval.open_corpus import corpus_fingerprint, index_name, parse_distractors
-from chunkrag_eval.open_eval import Outcome, default_choice, summarise, usable_rows
+from chunkrag_eval.open_eval import (
+    Outcome,
+    default_choice,
+    filter_options_for,
+    gate_run,
+    row_json,
+    row_label,
+    summarise,
+    usable_rows,
+)
 from chunkrag_eval.open_rows import (
     COSINE_THRESHOLDS,
+    DEFAULT_GATE,
     ROWS,
     Row,
     choose_cosine_threshold,
@@ -24,6 +35,7 @@ from chunkrag_eval.open_rows import (
     select_same_chars,
     select_top,
 )
+from chunkrag_filter.pipeline import FilterOptions
 from ingest_pipeline.sources import plain_document
 
 
@@ -121,6 +133,40 @@ def test_parametric_rows_name_a_cut_the_cross_encoder_or_the_characters_they_mat
     assert [r.name for r in usable] == ["all", "cut=0.05", "crossencoder_cut=0.1"] and not skipped
 
 
+def test_every_filter_row_declares_its_gate_and_runs_behind_it():
+    shipped = FilterOptions().gate  # whichever gate the filter ships
+    ran = {r.name: gate_run(r) for r in ROWS if r.kind == "filter"}
+    assert ran == {
+        "filter": shipped,
+        "filter_gate_off": "off",
+        "filter_crossencoder": "off",
+        "llm_judge": "off",
+        "gate": "retrieval",
+        "gate_crossencoder": "crossencoder",
+    }
+    assert {r.name: r.gate for r in ROWS if r.kind == "filter"}["filter"] == DEFAULT_GATE
+    # Only the row on the default gate leaves the gate out of its overrides.
+    assert row_for("filter").overrides == {}
+    assert row_for("filter_gate_off").overrides == {"gate": "off"}
+    assert row_for("gate=0.3").overrides == {"gate": "retrieval", "gate_cut": 0.3}
+    assert filter_options_for(row_for("gate_crossencoder=0.2")).gate_cut == 0.2
+    for name in ("cut=0.1", "notfound_cut=0.1", "crossencoder_cut=0.1"):
+        assert gate_run(row_for(name)) == "off", name
+    # The table and the result file name the gate that ran on the default one.
+    assert row_label(row_for("filter")).endswith(f"gate {shipped}")
+    assert row_json(row_for("filter"))["gate"] == DEFAULT_GATE
+    assert row_json(row_for("filter"))["gate_run"] == shipped
+    assert "gate" not in row_json(row_for("top5"))
+    for bad, why in (
+        (dict(kind="filter"), "declares its gate"),
+        (dict(kind="filter", gate="sometimes"), "declares its gate"),
+        (dict(kind="top", k=5, gate="off"), "only a filter row"),
+        (dict(kind="filter", gate="off", options={"gate": "retrieval"}), "declared by gate="),
+    ):
+        with pytest.raises(ValueError, match=why):
+            Row("bad", "bad", **bad)
+
+
 def _flags(right: int, n: int = 40) -> list[bool]:
     return [True] * right + [False] * (n - right)
 
@@ -185,9 +231,9 @@ def test_the_default_choice_pairs_the_candidates_with_all_n_and_counts_the_unans
 def test_a_filter_row_with_an_option_the_filter_does_not_take_is_skipped_with_a_note():
     rows = (
         Row("all", "all N", "all"),
-        Row("filter_new", "the filter with a new judge", "filter", options={"no_such_option": "x"}),
+        Row("filter_new", "the filter with a new judge", "filter", options={"no_such_option": "x"}, gate="off"),
         Row("topk_new", "top-k at its characters", "same_chars", of="filter_new"),
-        Row("filter_strict", "the filter at a stricter cut", "filter", options={"fixed_threshold": 0.05}),
+        Row("filter_strict", "the filter at a stricter cut", "filter", options={"fixed_threshold": 0.05}, gate="off"),
     )
     usable, skipped = usable_rows(rows)
     assert [r.name for r in usable] == ["all", "filter_strict"]
@@ -258,7 +304,7 @@ def test_each_row_is_paired_with_all_n_on_the_same_questions():
 def test_selective_answering_draws_each_row_over_answerable_and_unanswerable_questions():
     from chunkrag_eval.open_eval import selective_answering
 
-    rows = (Row("all", "all N", "all"), Row("gate", "gate", "filter"))
+    rows = (Row("all", "all N", "all"), Row("gate", "gate", "filter", gate="retrieval"))
     outcomes = [
         _outcome("1", "all", True, 1000, True),
         _outcome("2", "all", True, 1000, False),
@@ -319,3 +365,73 @@ def test_the_rows_share_one_reading_of_each_questions_candidates():
     assert calls == [("q", ("ab", "c")), ("q", ("c",))]
     again.append(9.0)  # a caller's copy, not the kept scores
     assert remembered.score("q", ["ab", "c"]) == first
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_every_row_reading_the_same_candidates_is_charged_the_models_time_whatever_ran_first():
+    from chunkrag_eval.open_eval import RememberedRelevance
+
+    clock = FakeClock()
+
+    class Slow:  # 0.25 s a call of three texts, 0.4 s of five
+        def score(self, query, texts):
+            clock.now += {3: 0.25, 5: 0.4}[len(texts)]
+            return [0.5] * len(texts)
+
+    def load():  # a one-off: charged to no row
+        clock.now += 2.0
+        return Slow()
+
+    remembered = RememberedRelevance(load=load, clock=clock)
+    remembered.score("q", ["a", "b", "c"])
+    assert remembered.settle() == pytest.approx(-2.0)  # it ran 2.25 s: 0.25 s are its own
+    remembered.score("q", ["a", "b", "c"])  # from memory: no time passes
+    assert remembered.settle() == pytest.approx(0.25)
+    remembered.score("q", ["a", "b", "c"])
+    remembered.score("q", ["a", "b", "c", "d", "e"])
+    assert remembered.settle() == pytest.approx(0.25)  # 0.4 s ran; 0.25 more from memory
+    assert remembered.settle() == 0.0
+
+
+def test_two_gate_rows_on_one_question_cost_the_same_in_either_order():
+    from chunkrag_core.chunk import Chunk
+    from chunkrag_eval.open_eval import RememberedRelevance, Retrieved, _filter_kept
+    from chunkrag_eval.unanswerable import Asked
+
+    clock = FakeClock()
+
+    class Slow:  # the gate's cross-encoder reads the best three: 0.3 s, literal
+        def score(self, query, texts):
+            clock.now += 0.3
+            return [0.9] * len(texts)
+
+    texts = ["To rotate a key, press Rotate.", "Keys expire yearly.", "Lunch is at noon.", "The sky is blue."]
+    chunks = tuple(
+        Chunk("d", i, t, 0, len(t), score=1.0 - i / 10, stage_scores={"cosine": 0.6 - i / 10, "bm25": 1.0 - i / 4})
+        for i, t in enumerate(texts)
+    )
+    item = EvalItem("q1", "How do I rotate a key?", " ".join(texts), ("Rotate",))
+    r = Retrieved(
+        Asked("popqa", "answerable", item),
+        4,
+        chunks,
+        (1, 0.9, 0.8, 0.7),
+        (0.6, 0.5, 0.4, 0.3),
+        (30,) * 4,
+        (True,) * 4,
+        0.0,
+    )
+    rows = [row_for("gate_crossencoder=0.05"), row_for("gate_crossencoder=0.5")]
+    for order in (rows, rows[::-1]):
+        remembered = RememberedRelevance(Slow(), clock=clock)
+        seconds = [
+            _filter_kept(r, filter_options_for(row), None, relevance=remembered, clock=clock)[1] for row in order
+        ]
+        assert seconds == [pytest.approx(0.3), pytest.approx(0.3)]

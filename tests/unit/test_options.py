@@ -92,6 +92,14 @@ def test_every_eval_flag_keeps_its_name_and_reaches_its_option():
     assert flags("search", "q", "--mode", "bm25").mode == "bm25"
 
 
+def test_ask_and_eval_choose_what_scores_the_candidates_and_the_gate():
+    for command, operand in (("ask", "q"), ("eval", "dev.jsonl")):
+        resolved = flags(command, operand, "--relevance", "crossencoder", "--gate", "off").filter
+        assert (resolved.relevance, resolved.gate) == ("crossencoder", "off")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["search", "q", "--relevance", "crossencoder"])
+
+
 def test_segment_and_ensemble_flags_are_made_from_their_options():
     from search_extension.segments import SegmentSettings
 
