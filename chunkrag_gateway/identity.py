@@ -18,8 +18,8 @@ Only an allow-list of caller headers reaches the cluster
 (``forwardable_header``): none that would change who the cluster takes the
 caller to be (run-as, secondary authorization, proxy authentication) or
 where the request came from (forwarding, unless from a trusted proxy). The
-rate-limit identity does not depend on how a credential is spelled
-(``credentials_identity``).
+rate-limit and per-caller identity does not depend on how a credential is
+spelled (``credentials_identity``).
 
 Everything that turns a caller into cluster credentials lives here, so it can
 move behind a backend seam (Elasticsearch or OpenSearch) as one piece.
@@ -28,9 +28,11 @@ move behind a backend seam (Elasticsearch or OpenSearch) as one piece.
 from __future__ import annotations
 
 import base64
+import binascii
 import fnmatch
 import hashlib
 import hmac
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -309,23 +311,47 @@ def _presented_key(authorization: bytes | None) -> bytes | None:
     return parts[1]
 
 
+# The schemes whose credential is standard base64 that the engines decode
+# with Java's basic decoder, to which the padding is optional: ``Basic``
+# (``user:password``), ``ApiKey`` (``id:key``) and ``Bearer`` (Elasticsearch's
+# access and service-account tokens). A JWT (dots) or any other token that is
+# not base64 is its own spelling.
+_BASE64_SCHEMES = frozenset({b"basic", b"apikey", b"bearer"})
+_BASE64_TOKEN = re.compile(rb"[A-Za-z0-9+/]+={0,2}")
+
+
 def credentials_identity(authorization: bytes) -> str:
-    """The rate-limit key of an Authorization header: the same credentials
-    count as one caller however the header spells them (scheme case,
-    whitespace, the base64 of Basic and ApiKey), and the key is a hash, never
-    the credentials."""
-    parts = authorization.split()
-    if len(parts) == 2:
-        scheme, token = parts[0].lower(), parts[1]
-        if scheme in (b"basic", b"apikey"):
-            try:
-                token = b"decoded:" + base64.b64decode(token, validate=True)
-            except ValueError:
-                pass
-        canonical = scheme + b" " + token
+    """The rate-limit and per-caller key of an Authorization header: one
+    credential is one caller however the header spells it (the scheme's
+    case, whitespace around and between, base64 with or without its
+    padding), different credentials are different callers, and the key is a
+    hash, never the credentials."""
+    scheme, *rest = authorization.split() or [b""]
+    scheme = scheme.lower()
+    decoded = base64_credential(rest[0]) if len(rest) == 1 and scheme in _BASE64_SCHEMES else None
+    # The first word tells the two forms apart: no header sent as written
+    # reads as another's decoded bytes.
+    if decoded is not None:
+        canonical = b"decoded " + scheme + b" " + decoded
     else:
-        canonical = b" ".join(parts)
+        canonical = b" ".join([b"as-sent", scheme, *rest])
     return "credentials:" + hashlib.sha256(canonical).hexdigest()[:24]
+
+
+def base64_credential(token: bytes) -> bytes | None:
+    """The bytes a standard-base64 ``token`` stands for, read as the engines
+    read it: padded or not (``YWxpY2U6cHc=`` and ``YWxpY2U6cHc`` are one
+    credential); None for anything else (a JWT, the URL-safe alphabet, a
+    length no base64 has), which is compared as sent."""
+    if not _BASE64_TOKEN.fullmatch(token):
+        return None
+    body = token.rstrip(b"=")
+    if len(body) % 4 == 1:
+        return None
+    try:
+        return base64.b64decode(body + b"=" * (-len(body) % 4), validate=True)
+    except binascii.Error:
+        return None
 
 
 # The caller headers the cluster is sent, and no other: what a request's body

@@ -8,17 +8,22 @@ text, the service account's name or its roles."""
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import gzip
 import json
 import socket
+import time
 import uuid
 
 import httpx
 import pytest
 
+from chunkrag_core.providers.chat import OpenAICompatibleChat
 from chunkrag_gateway import create_app
 from chunkrag_gateway.identity import key_hash
 from chunkrag_gateway.server import serve_in_thread as serving
+from local_services.scripted_openai import ScriptedOpenAI
+from tests.integration.test_gateway import QUESTION, by_content
 
 # The secured node, its indices and the gateways, shared with the other secured-node tests.
 from tests.integration.test_gateway_secured import (  # noqa: F401
@@ -550,6 +555,61 @@ def test_one_users_several_credentials_share_one_rate_limit(settings, embedder, 
     finally:
         admin.security.invalidate_api_key(ids=[granted["id"]])
     assert statuses == [200, 200, 200, 429, 200]
+
+
+def _slow_judge(request):
+    """The scripted model's judging, each call held long enough that a
+    caller's two searches are still running when its third has waited
+    Retry-After (1 s)."""
+    time.sleep(4.0)
+    return by_content(request)
+
+
+def test_an_api_key_padded_or_not_is_one_caller_against_the_cap(settings, embedder, indices, admin):  # noqa: F811
+    """Forward mode with no rate limit keys the per-caller cap on the
+    credential: the same API key sent with and without its base64 padding
+    (the cluster takes both) counted as two callers, so one caller ran three
+    filtered searches against a cap of two. Another credential is still
+    another caller."""
+    allowed, _ = indices
+    granted = admin.security.grant_api_key(
+        grant_type="password",
+        username=secured.READER.name,
+        password=secured.READER.password,
+        api_key={"name": f"gateway-cap-{uuid.uuid4().hex[:6]}", "expiration": "1h"},
+    )
+    padded = granted["encoded"]
+    assert padded.endswith("="), padded  # base64 of a 20-character id, ":" and a 22-character key
+    spellings = {"padded": f"ApiKey {padded}", "unpadded": f"apikey {padded.rstrip('=')}"}
+    body = {
+        "query": {"match": {"text": QUESTION}},
+        "size": 1,
+        "ext": {"chunkrag": {"candidates": 2, "judge_top": 2, "gate": "off"}},
+    }
+    capped = gateway_settings(settings, secured.url_for(secured.SERVICE), max_filtered_per_caller=2, retry_after_s=1)
+
+    def searches(url: str, authorizations: list[str]) -> list[int]:
+        def search(authorization: str) -> int:
+            return httpx.post(
+                f"{url}/{allowed}/_search", json=body, headers={"authorization": authorization}, timeout=60
+            ).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(len(authorizations)) as pool:
+            return list(pool.map(search, authorizations))
+
+    try:
+        for authorization in spellings.values():  # the cluster takes both spellings
+            answer = httpx.get(f"{secured.url_for()}/_security/_authenticate", headers={"authorization": authorization})
+            assert answer.status_code == 200 and answer.json()["username"] == secured.READER.name
+        with ScriptedOpenAI(default=_slow_judge) as model_server:
+            model = OpenAICompatibleChat(model="scripted", base_url=model_server.base_url, timeout_s=30)
+            with serving(create_app(capped, model=model, embedder=embedder)) as url:
+                one_key = searches(url, [spellings["padded"], spellings["padded"], spellings["unpadded"]])
+                two_credentials = searches(url, [spellings["padded"], spellings["padded"], ALICE["authorization"]])
+    finally:
+        admin.security.invalidate_api_key(ids=[granted["id"]])
+    assert sorted(one_key) == [200, 200, 429], one_key
+    assert two_credentials == [200, 200, 200], two_credentials
 
 
 def test_a_scroll_whose_query_names_chunkrag_is_bound_like_any_other(service_gateway, indices):  # noqa: F811
