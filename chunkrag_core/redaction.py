@@ -5,8 +5,9 @@ command and `chunkrag serve` print, the services' and the workers' logs).
 
 A value is judged by its variable's name first (a name holding ``KEY``,
 ``PASSWORD``, ``SECRET`` or ``TOKEN`` hides it whole), then by its shape: a
-URL keeps its scheme, user, host, port and path, and loses its password, the
-values of query parameters named like secrets (``?api_key=``, ``?sig=``,
+URL keeps its scheme, user, host, port and path, and loses its password
+(all of it up to the last ``@``, whatever it holds), the values of query
+parameters named like secrets (``?api_key=``, ``?sig=``,
 ``?X-Amz-Signature=``) and its fragment (``#access_token=...``); a header
 list (``*_HEADERS``) loses every value. A variable whose name holds ``AUTH``
 or ``CREDENTIAL`` names a mode (``basic``, ``sigv4``, ``forward``) or holds
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote
 
 # What replaces a hidden value or part of one.
 MASK = "***"
@@ -37,10 +38,14 @@ SECRET_PARAMETER = re.compile(
 )
 # ``user:password`` as one word: a user (no scheme, no "/" or "@") and a colon.
 _USER_THEN_COLON = re.compile(r"^([^:\s/@]+):\S")
-# ``user:password@host`` written without a scheme.
-_SCHEMELESS_USERINFO = re.compile(r"^\s*[^:/@\s]+:[^/@\s]*@")
-# A URL too broken to split: everything between "://" and the last "@".
-_BROKEN_USERINFO = re.compile(r"(?<=://)[^/?#]*@")
+# ``user:password@host`` written without a scheme: a user, a colon, and an
+# ``@`` somewhere after it (the password may hold anything, ``@`` included).
+_SCHEMELESS_USERINFO = re.compile(r"^\s*[^:/@\s]+:.*@", re.DOTALL)
+# Where a URL's scheme ends.
+_SCHEME = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.-]*://")
+# A comma that starts another URL of a list (``http://a:9200,http://b:9200``).
+# A comma elsewhere is taken as part of the entry: a password may hold one.
+_NEXT_URL = re.compile(r",(?=\s*[A-Za-z][A-Za-z0-9+.-]*://)")
 
 
 def is_secret(name: str) -> bool:
@@ -78,26 +83,45 @@ def assignment(name: str, value: str, choices: Collection[str] = ()) -> str:
 def redact_url(url: str) -> str:
     """The URL with its password, the value of any query parameter named
     like a secret (``SECRET_PARAMETER``) and its fragment replaced; in a
-    comma-separated list of node URLs, every entry's. The rest is kept as
-    written. A URL too broken to split loses its user part, query and
-    fragment whole."""
-    if "," in url:
-        return ",".join(redact_url(entry) for entry in url.split(","))
-    if "://" not in url and (userinfo := _SCHEMELESS_USERINFO.match(url)):
-        return f"{userinfo.group(0).partition(':')[0]}:{MASK}@{url[userinfo.end() :]}"
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        kept = _BROKEN_USERINFO.sub(f"{MASK}@", url)
-        return re.sub(r"[?#].*", f"?{MASK}", kept, flags=re.DOTALL)
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    if at and ":" in userinfo:
-        parts = parts._replace(netloc=f"{userinfo.partition(':')[0]}:{MASK}@{hostport}")
-    if parts.query:
-        parts = parts._replace(query="&".join(_redacted_parameter(pair) for pair in parts.query.split("&")))
-    if parts.fragment:
-        parts = parts._replace(fragment=MASK)
-    return urlunsplit(parts)
+    comma-separated list of URLs, every entry's. The rest is kept as
+    written.
+
+    Read as text, never parsed: a URL the settings refuse is printed in
+    their error too, and a password holding ``@ : / ? # %`` or a comma, not
+    percent-encoded, breaks any parse (``http://u:p@ss:w#rd@h`` splits into
+    host ``ss``, port ``w`` and a fragment). So the user part ends at the
+    entry's last ``@``, whatever comes before it: the user (up to the first
+    colon) is kept and the rest masked; where that part holds ``/``, ``?``
+    or ``#`` it is masked whole, since then it cannot be told from a path
+    or query holding an ``@`` (``http://h/?q=a@b`` prints ``http://***@b``,
+    more hidden than needed, nothing shown that might be a password)."""
+    return ",".join(_redacted_entry(entry) for entry in _NEXT_URL.split(url))
+
+
+def _redacted_entry(url: str) -> str:
+    scheme = _SCHEME.match(url)
+    head = scheme.group(0) if scheme else ""
+    rest = url[len(head) :]
+    userinfo, at, tail = rest.rpartition("@")
+    if not at or not (head or ":" in userinfo):
+        # No user part: ``user@host`` without a scheme is read as an address.
+        return head + _redacted_tail(rest)
+    if any(mark in userinfo for mark in "/?#"):
+        shown = MASK
+    elif ":" in userinfo:
+        shown = f"{userinfo.partition(':')[0]}:{MASK}"
+    else:  # a user alone, no password
+        shown = userinfo
+    return f"{head}{shown}@{_redacted_tail(tail)}"
+
+
+def _redacted_tail(tail: str) -> str:
+    """Host, port and path as written; secret query values and the fragment masked."""
+    before, hash_mark, fragment = tail.partition("#")
+    path, question, query = before.partition("?")
+    if question and query:
+        query = "&".join(_redacted_parameter(pair) for pair in query.split("&"))
+    return path + question + query + (f"#{MASK}" if hash_mark and fragment else hash_mark)
 
 
 def _redacted_parameter(pair: str) -> str:

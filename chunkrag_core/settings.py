@@ -701,17 +701,25 @@ def _host_port(parts) -> str:
     return (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
 
 
+# What a node URL's user or password must not hold as written.
+PERCENT_ENCODE = "in a user or password, write @ : / ? # , and % percent-encoded (%40 for @, %3A for :)"
+
+
 def node_urls(raw: str, variable: str = "ES_URL") -> tuple[str, ...]:
     """Every node URL in ``raw``: one URL, or several separated by commas
     (``http://a:9200,http://b:9200``), the clients' node list. Credentials
     (``user:password@``) belong to the cluster, not to a node: written on the
     first URL only, or the same on every URL, they are sent to every node, so
     each URL returned carries them. An empty entry, a URL that is not
-    http(s) with a host, credentials that differ between entries or appear
-    on a later entry but not the first, and different paths (a cluster
-    behind a proxy lives under one) raise `SettingsError` naming
-    ``variable``; nothing is guessed."""
+    http(s) with a host, an ``@`` after the host (a password not
+    percent-encoded), credentials that differ between entries or appear on
+    a later entry but not the first, and different paths (a cluster behind
+    a proxy lives under one) raise `SettingsError` naming ``variable`` and
+    quoting its value redacted; nothing is guessed."""
     entries = [entry.strip() for entry in raw.split(",")]
+    # An error quotes the whole value, redacted, never an entry alone: a comma
+    # in a password splits the value, and a piece of it redacts as a URL of its own.
+    shown = f"{variable}={redact_url(raw)!r}"
     parsed = []
     for n, entry in enumerate(entries, 1):
         where = f"{variable} entry {n} of {len(entries)}" if len(entries) > 1 else variable
@@ -724,9 +732,14 @@ def node_urls(raw: str, variable: str = "ES_URL") -> tuple[str, ...]:
             _ = parts.port  # a port that is not a number raises here, not later
         except ValueError:
             parts = None
+        if parts is not None and "@" in parts.path + parts.query + parts.fragment:
+            # An @ past the host is a password holding / ? or #: taken as
+            # written, the host would be read out of the password.
+            raise SettingsError(f"{where} has an @ after its host ({shown}); {PERCENT_ENCODE}")
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            hint = f"; {PERCENT_ENCODE}" if "@" in raw else ""
             raise SettingsError(
-                f"{where} ({redact_url(entry)!r}) is not an http:// or https:// URL with a host (and a numeric port)"
+                f"{where} is not an http:// or https:// URL with a host (and a numeric port) ({shown}){hint}"
             )
         parsed.append(parts)
     first = parsed[0]

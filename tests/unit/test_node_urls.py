@@ -46,6 +46,10 @@ def test_a_list_of_nodes_is_parsed_once_and_credentials_on_the_first_reach_every
         ("http://a:1,http://u:p@b:2", "credentials other than the first"),
         ("http://a:1,b:2", "not an http:// or https:// URL"),
         ("http://a:1/es,http://b:2/other", "another path"),
+        # A password holding # or / as written: host a and port 1 would be read out of it.
+        ("http://u:p@a:1#x@b:2", "has an @ after its host"),
+        ("http://u:p@a:1/x@b:2", "has an @ after its host"),
+        ("http://u:p@a:1?x@b:2", "has an @ after its host"),
     ],
 )
 def test_a_list_the_project_cannot_use_is_refused_with_the_reason(raw, message):
