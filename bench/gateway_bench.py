@@ -197,19 +197,16 @@ def overhead(argv) -> int:
 
     results = {key: summary(per_run, key) for key in per_run[0]}
 
+    def within_runs(name: str, combine) -> list[float]:
+        # Both sides come from the same run: the machine's drift between runs cancels out.
+        p50s = ((percentile(run[f"{name}_gateway"], 0.5), percentile(run[f"{name}_direct"], 0.5)) for run in per_run)
+        return [round(combine(gateway, direct), 3) for gateway, direct in p50s]
+
     def run_ratios(name: str) -> list[float]:
-        # Both sides of a ratio come from the same run: the machine's drift
-        # between runs cancels out.
-        return [
-            round(percentile(run[f"{name}_gateway"], 0.5) / percentile(run[f"{name}_direct"], 0.5), 3)
-            for run in per_run
-        ]
+        return within_runs(name, lambda gateway, direct: gateway / direct)
 
     def run_added(name: str) -> list[float]:
-        return [
-            round(percentile(run[f"{name}_gateway"], 0.5) - percentile(run[f"{name}_direct"], 0.5), 3)
-            for run in per_run
-        ]
+        return within_runs(name, lambda gateway, direct: gateway - direct)
 
     overhead = median(run_ratios("passthrough"))
     added = median(run_added("passthrough"))

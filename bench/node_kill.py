@@ -117,8 +117,7 @@ def rig(
                 "CHUNKRAG_WORKER_INGEST_BATCH_BUDGET_S": "180",
                 **(extra_env or {}),
             }
-            redis_client = _redis(redis.url)
-            redis_client.flushdb()  # messages a killed earlier run left behind
+            _redis(redis.url).flushdb()  # messages a killed earlier run left behind
             with CeleryWorkers(env, log_dir) as pool:
                 pool.start(workers, timeout=120)
                 yield Rig(local, Settings.from_env(env), env, pool, server.base_url, log_dir)
