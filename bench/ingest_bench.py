@@ -17,6 +17,7 @@ physical limit the pipeline is measured against. Each run is its own process.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -63,33 +64,19 @@ def ensure_scifact_index(settings, index: str, documents: int) -> int:
     return client.count(index)
 
 
-def one_pipeline_run(limit: int | None, index: str, *, warm: bool = False) -> dict:
-    """One ingest into a fresh ``index``, timed from the first document. With
-    ``warm``, what a long ingest pays once is paid before the clock starts,
-    as the raw run's warm-up does for the model: NLTK imported and Punkt
-    loaded, the model loaded and run on the first 64 sentences
-    (``startup_s`` says how long that took)."""
+def one_pipeline_run(limit: int | None, index: str) -> dict:
+    """One ingest into a fresh ``index``, timed from the first document (the
+    model's and NLTK's loading included: what one `chunkrag ingest` pays)."""
     from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings
     from ingest_pipeline.pipeline import ingest_documents
-    from ingest_pipeline.sentences import bounded_sentence_spans
 
     settings = Settings.from_env()
     client = make_backend(settings)
     client.delete_index(index)
     documents = scifact_documents(limit)
     embedder = make_embedder(settings.embedder)
-    startup = time.perf_counter()
-    if warm:
-        chunking = settings.chunking
-        sample = [
-            d.text[s:e]
-            for d in documents[:16]
-            for s, e in bounded_sentence_spans(d.text, 0, len(d.text), chunking.max_chars, chunking.language)
-        ]
-        embedder.embed(sample[:64])
-    startup_s = time.perf_counter() - startup
     began = time.perf_counter()
     report = ingest_documents(
         documents, client=client, embedder=embedder, settings=settings, index=index, progress=False
@@ -102,7 +89,6 @@ def one_pipeline_run(limit: int | None, index: str, *, warm: bool = False) -> di
         "chunks": report.chunks,
         "scaled_chunks": report.scaled_chunks,
         "wall_s": round(wall, 2),
-        "startup_s": round(startup_s, 2) if warm else None,
         "pipeline_sentences_per_s": round(report.sentences / wall, 1),
         "peak_rss_mb": peak_rss_mb(),
         "chunk_lengths": {k: getattr(report.chunk_lengths, k) for k in report.chunk_lengths.__slots__},
@@ -144,17 +130,9 @@ def one_raw_run(limit: int | None) -> dict:
     }
 
 
-def chunking_settings() -> dict:
-    """The chunking settings the runs used (from the environment), by name."""
-    import dataclasses
-
+def main(argv=None) -> int:
     from chunkrag_core.settings import Settings
 
-    chunking = Settings.from_env().chunking
-    return {f.name: getattr(chunking, f.name) for f in dataclasses.fields(chunking)}
-
-
-def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--limit", type=int, default=None, help="first N documents only (for a quick look)")
@@ -204,7 +182,7 @@ def main(argv=None) -> int:
         "pipeline_over_raw": round(pipeline_rate / raw_rate, 3) if raw_rate else None,
         "raw_batch_size": raw_runs[-1]["batch_size"] if raw_runs else None,
         "index": args.index,
-        "chunking": chunking_settings(),
+        "chunking": dataclasses.asdict(Settings.from_env().chunking),  # from the environment, as the runs read it
         "chunk_lengths": last["chunk_lengths"],
         "per_run": {"pipeline": pipeline_runs, "raw": raw_runs},
     }

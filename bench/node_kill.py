@@ -1,7 +1,6 @@
 """A node lost mid-flight on a three-node Elasticsearch (or OpenSearch) cluster, counted.
 
     python -m bench.node_kill --documents 800 --runs 3 [--victim primary] [--engine opensearch]
-    python -m bench.node_kill --signal stop --documents 300 --runs 1 --label current   # a node that hangs
 
 Starts a three-node cluster (ports 19300-19305), its own Redis (16410), two
 Celery workers and a scripted embedding server over HTTP
@@ -10,11 +9,12 @@ Celery workers and a scripted embedding server over HTTP
    shards with 1 replica; a quarter in, node 0 (``--victim primary``: another
    primary holder) is SIGKILLed. Every chunk must land once; the node comes
    back, time to green is measured; a re-run must find every document unchanged.
-2. searches through the gateway while that node is killed (``--signal stop``:
-   hung) and restarted: each answer's status, ``_shards.failed`` and reason.
+2. searches through the gateway while that node is killed and restarted: each
+   answer's status, ``_shards.failed`` and reason.
 Writes node_kill_node0.json (node_kill.json with ``--victim primary``;
-``_opensearch`` for OpenSearch; node_hang.json for a hang);
-tests/integration/test_cluster_node_loss.py runs the same, smaller.
+``_opensearch`` for OpenSearch); tests/integration/test_cluster_node_loss.py
+runs the same, smaller. A node that hangs (SIGSTOP) was measured by a mode
+since retired (bench/REPORT.md, node_hang.json).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import json
 import math
 import os
 import re
-import sys
 import tempfile
 import threading
 import time
@@ -118,8 +117,7 @@ def rig(
                 "CHUNKRAG_WORKER_INGEST_BATCH_BUDGET_S": "180",
                 **(extra_env or {}),
             }
-            redis_client = _redis(redis.url)
-            redis_client.flushdb()  # messages a killed earlier run left behind
+            _redis(redis.url).flushdb()  # messages a killed earlier run left behind
             with CeleryWorkers(env, log_dir) as pool:
                 pool.start(workers, timeout=120)
                 yield Rig(local, Settings.from_env(env), env, pool, server.base_url, log_dir)
@@ -380,42 +378,6 @@ def ingest_with_node_kill(
     return result
 
 
-def ingest_with_worker_kill(the_rig: Rig, corpus: Path, documents: int, index: str, kill_at: float = 0.25) -> dict:
-    """Ingest ``corpus`` on the workers and SIGKILL one of them (with its pool)
-    once ``kill_at`` of the batches are done: its unacknowledged batch comes
-    back from the broker to the others after the visibility timeout. A
-    worker is started again after, so the pool keeps its size."""
-    from chunkrag_core.engines import make_backend
-
-    settings = dataclasses.replace(the_rig.settings, index=index)
-    backend = make_backend(settings)
-    expected = expected_chunk_ids(corpus, settings)
-    batches = math.ceil(documents / settings.workers.ingest_batch_docs)
-    thread, outcome, began = ingest_in_background(backend, settings, corpus, batches, kill_at)
-    victim = the_rig.workers.running[0]
-    the_rig.workers.kill(victim)
-    killed_at = time.monotonic() - began
-    try:
-        report = ingest_report(thread, outcome, the_rig.log_dir, f"worker {victim.name} was killed")
-    finally:
-        the_rig.workers.start(1, timeout=120)
-    result = {
-        "batches": batches,
-        "killed_worker": victim.name,
-        "killed_after_s": round(killed_at, 2),
-        "ingest_s": report.seconds,
-        "report": {
-            "documents": report.documents,
-            "chunks": report.chunks,
-            "errors": list(report.errors),
-            "resent": report.resent,
-        },
-        "count": count_against_source(backend.client, index, expected),
-    }
-    backend.close()
-    return result
-
-
 QUERIES = (
     "vitamin D deficiency and bone density",
     "gene expression in cancer cells",
@@ -438,7 +400,6 @@ def searches_with_node_kill(
     after_s: float = 5.0,
     victim: str = "primary",
     passthrough: bool = False,
-    signal: str = "kill",
     streams: int = 1,
 ) -> dict:
     """Searches through the gateway, one after another on each of
@@ -446,9 +407,7 @@ def searches_with_node_kill(
     for ``down_s`` and comes back: every answer, and its latency. Filtered
     searches (``ext.chunkrag``: the gateway's Elasticsearch client) only, or
     with ``passthrough`` every other one a plain search (the gateway's own
-    pools). ``signal``: one of SIGNALS; "kill" SIGKILLs the node and starts
-    it again, "stop" SIGSTOPs it (alive, sockets open, nothing answers) and
-    SIGCONTs it after ``down_s``."""
+    pools). The node is SIGKILLed and started again after ``down_s``."""
     import httpx
 
     from chunkrag_core.providers import make_embedder
@@ -514,21 +473,11 @@ def searches_with_node_kill(
         chosen = victim
         victim = pick_victim(chosen, the_rig.cluster, engine_client(settings), index)
         phase["now"] = "node down"
-        if signal == "stop":
-            pid = local_cluster.hang_node(the_rig.cluster, victim)
-            try:
-                time.sleep(down_s)
-            finally:
-                phase["now"] = "node resuming"
-                restarted = time.monotonic()
-                local_cluster.resume_node(the_rig.cluster, victim, pid)
-            local_cluster.wait_for_nodes(the_rig.cluster, the_rig.cluster.nodes, timeout=600)
-        else:
-            pid = local_cluster.kill_node(the_rig.cluster, victim)
-            time.sleep(down_s)
-            phase["now"] = "node restarting"
-            restarted = time.monotonic()
-            local_cluster.start_node(the_rig.cluster, victim, timeout=600, log=lambda _m: None)
+        pid = local_cluster.kill_node(the_rig.cluster, victim)
+        time.sleep(down_s)
+        phase["now"] = "node restarting"
+        restarted = time.monotonic()
+        local_cluster.start_node(the_rig.cluster, victim, timeout=600, log=lambda _m: None)
         local_cluster.seconds_to_status(the_rig.cluster, "green", timeout=600)
         to_green = time.monotonic() - restarted
         phase["now"] = "after"
@@ -546,7 +495,6 @@ def searches_with_node_kill(
         kinds[key] = kinds.get(key, 0) + 1
     return {
         "victim": chosen,
-        "signal": signal,
         "streams": streams,
         "down_s": down_s,
         "killed_node": the_rig.cluster.node_name(victim),
@@ -580,12 +528,6 @@ def latencies(seconds: list[float]) -> dict[str, float | int | None]:
     return {"n": len(ordered), "p50": rank(0.5), "p95": rank(0.95), "max": ordered[-1]}
 
 
-def local_cluster_health(the_rig: Rig) -> dict:
-    from local_services import cluster as local_cluster
-
-    return local_cluster.health(the_rig.cluster)
-
-
 def engine_client(settings):
     """The raw client of the engine ``settings`` choose, at its URL."""
     if settings.search_backend == "opensearch":
@@ -613,17 +555,6 @@ def _reason(data: dict) -> str | None:
     return str(error)[:300] if error else None
 
 
-# How a node is lost: "kill" (SIGKILL, then started again) or "stop"
-# (SIGSTOP, then SIGCONT: a node that hangs).
-SIGNALS = ("kill", "stop")
-# Seconds a hung node stays stopped: longer than every client's timeout
-# (30 s before 2026-11-25), so a request that waits for it shows the whole wait.
-HANG_S = 45.0
-# Concurrent search streams during a hang: a request held by the hung node
-# does not stop the others from being counted.
-HANG_STREAMS = 3
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--documents", type=int, default=1200)
@@ -633,25 +564,14 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--green-timeout", type=float, default=600, help="seconds to wait for green once the killed node is back"
     )
-    parser.add_argument(
-        "--signal",
-        choices=SIGNALS,
-        default="kill",
-        help="stop: the searches scenario only, node 0 and then a node holding a primary hung (SIGSTOP) "
-        "for --hang-s, then resumed; writes node_hang.json under --label",
-    )
-    parser.add_argument("--hang-s", type=float, default=HANG_S)
-    parser.add_argument("--label", default="before", help="with --signal stop: the section of node_hang.json")
     parser.add_argument("--first-port", type=int, default=None, help="the cluster's first HTTP port")
     parser.add_argument("--redis-port", type=int, default=REDIS_PORT)
     args = parser.parse_args(argv)
-    if args.signal == "stop":
-        return hang_main(args)
 
     from bench.common import write_result
 
     runs = []
-    for the_rig, corpus, documents, index in rigs_per_run(args, "node-kill"):
+    for the_rig, corpus, documents, index in rigs_per_run(args):
         ingest = ingest_with_node_kill(
             the_rig, corpus, documents, index, victim=args.victim, green_timeout_s=args.green_timeout
         )
@@ -685,41 +605,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def hang_main(args) -> int:
-    """``--signal stop``: per run, a rig, an ingest with every node up, then
-    the searches while node 0 hangs and while a node holding a primary
-    hangs; every run's figures under ``args.label`` in node_hang.json."""
-    from chunkrag_core.engines import make_backend
-    from ingest_pipeline.sources import read_sources
-    from workers.ingest_dispatch import ingest_documents_on_workers
-
-    runs = []
-    for the_rig, corpus, _documents, index in rigs_per_run(args, "node-hang"):
-        settings = dataclasses.replace(the_rig.settings, index=index)
-        backend = make_backend(settings)
-        report = ingest_documents_on_workers(read_sources([corpus]), client=backend, settings=settings)
-        backend.close()
-        scenario = {}
-        for victim in VICTIMS:
-            scenario[victim] = searches_with_node_kill(
-                the_rig,
-                index,
-                before_s=10,
-                down_s=args.hang_s,
-                after_s=10,
-                victim=victim,
-                passthrough=True,
-                signal="stop",
-                streams=HANG_STREAMS,
-            )
-            print(json.dumps(summary_of(scenario[victim]), default=str), flush=True)
-        engine_client(the_rig.settings).indices.delete(index=index)
-        runs.append({"chunks": report.chunks, "ingest_errors": list(report.errors), "searches": scenario})
-        write_hang_runs(args, runs)  # after every run: a run cut short keeps the ones before
-    return 0
-
-
-def rigs_per_run(args, name: str) -> Iterator[tuple[Rig, Path, int, str]]:
+def rigs_per_run(args) -> Iterator[tuple[Rig, Path, int, str]]:
     """For each of ``args.runs``: the rig (its cluster kept up between runs,
     stopped after the last), the SciFact corpus, its document count and a
     fresh index name."""
@@ -737,44 +623,7 @@ def rigs_per_run(args, name: str) -> Iterator[tuple[Rig, Path, int, str]]:
                 first_port=first_port,
                 redis_port=args.redis_port,
             ) as the_rig:
-                yield the_rig, corpus, documents, f"bench-{name}-{run}-{int(time.time())}"
-
-
-def write_hang_runs(args, runs: list[dict]) -> None:
-    from bench.common import RESULTS, machine
-
-    path = RESULTS / "node_hang.json"
-    existing = json.loads(path.read_text()) if path.exists() else {}
-    existing[args.label] = {
-        "command": " ".join(["python", "-m", "bench.node_kill", *sys.argv[1:]]),
-        "machine": machine(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "load": f"{HANG_STREAMS} search streams through the gateway (filtered and plain alternate), "
-        f"0.1 s apart each; node hung {args.hang_s:g} s",
-        "summary": {victim: [summary_of(r["searches"][victim]) for r in runs] for victim in VICTIMS},
-        "runs": runs,
-    }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(existing, indent=2, default=str) + "\n")
-
-
-def summary_of(searches: dict) -> dict:
-    """The figures of one hang: statuses and latencies while the node hung,
-    and the errors' reasons counted."""
-    down = searches["statuses_by_phase_and_kind"].get("node down", {})
-    reasons = collections.Counter(
-        f"{e['phase']}: {e['kind']} {e['status']} {(e.get('reason') or '')[:120]}" for e in searches["errors"]
-    )
-    return {
-        "victim": searches["killed_node"],
-        "searches": searches["searches"],
-        "statuses_by_phase": searches["statuses_by_phase"],
-        "while_hung": down,
-        "latency_while_hung": searches["latency_s_by_phase_and_kind"].get("node down", {}),
-        "latency_before": searches["latency_s_by_phase_and_kind"].get("before", {}),
-        "errors": dict(reasons),
-        "resume_to_green_s": searches["restart_to_green_s"],
-    }
+                yield the_rig, corpus, documents, f"bench-node-kill-{run}-{int(time.time())}"
 
 
 if __name__ == "__main__":

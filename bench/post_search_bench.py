@@ -2,9 +2,7 @@
 
     python -m bench.post_search_bench [--queries 100] [--cold 5] [--hits 10] [--seed 7]
     python -m bench.post_search_bench --companion [--compare engine-fetch,...] [--repeat 3] [--busy 2]
-    python -m bench.post_search_bench --preselect 0,16,24,32 --cold 10 | --first-search 3
     python -m bench.post_search_bench --gates off,retrieval,crossencoder --queries 60 --out post_search_gate
-    python -m bench.post_search_bench --cold 20 --cold-ways before,now,redis [--busy 2]
 
 SQuAD 2 dev articles cut into documents of 1,000-3,000 words; each question's "cluster response"
 is ``--hits`` of them (the gold one and others at random, in a random order) with a plain
@@ -14,19 +12,14 @@ a new query-time passage source; warm: one shared by all queries. ``--companion`
 in a real index with ``chunkrag sync``'s companion, read as the gateway reads it (``engine``: the
 engine's BM25 and kNN, candidates rebuilt from the hits' text, one request; ``engine-fetch``: the
 candidates read in a second request; ``engine-passages``: BM25 counted here; ``fetched``: every
-chunk read with its vector); the ways are timed on each query in a rotating order. ``--preselect``:
-each field's best N sentences by BM25 (0: all), cold and for what is kept. ``--first-search``:
-``chunkrag serve`` started N times, seconds to a ready health, then two post-searches (ms).
-``--cold-ways``: the first ``--cold`` queries cold, each way once per query in a rotating order
-(``before``: the embedder as it was until 2026-12-04, onnxruntime's own threads inside each batch;
-``now``: the shipped embedder, a batch per thread, vectors in memory; ``redis``: the same with
-Redis behind the memory), wall and CPU ms, where the time goes (sentence split, preselection,
-embedding, the rest of the chunking, scoring, filter), then the same documents seen before
-(``seen``: a fresh process's memory, the vectors in Redis; ``warm``: the passages cached).
-``--gates``: companion post-search with each gate setting in turn (the gate's added ms, hits kept
-empty, answers kept). ``--busy N``: N processes spin on the CPU meanwhile. With the default filter (no model call) it
-records the added ms (p50 / p95), the share of questions whose answer is in the gold hit's kept
-passages, and the characters kept.
+chunk read with its vector); the ways are timed on each query in a rotating order. ``--gates``:
+companion post-search with each gate setting in turn (the gate's added ms, hits kept empty,
+answers kept). ``--busy N``: N processes spin on the CPU meanwhile. With the default filter (no
+model call) it records the added ms (p50 / p95), the share of questions whose answer is in the
+gold hit's kept passages, and the characters kept. The first search after `chunkrag serve`
+starts (post_search_first*.json), the preselection's candidates (post_search_preselect.json) and
+the cold path three ways (post_search_cold.json) were measured by modes since retired
+(bench/REPORT.md).
 """
 
 from __future__ import annotations
@@ -38,7 +31,8 @@ import random
 import statistics
 import time
 
-from bench.common import SHARED, burn_cpu, median, write_result
+from bench.common import SHARED, burn_cpu, write_result
+from bench.metrics import percentile as quantile
 
 SQUAD = SHARED / "eval" / "squad" / "squad2_cs224n_dev-v2.0.json"
 MIN_WORDS, MAX_WORDS = 1000, 3000
@@ -149,7 +143,7 @@ class _Companion:
         )
 
 
-def companion_setup(docs: list[dict], settings, embedder, seed: int, scoring: str = "engine"):
+def companion_setup(docs: list[dict], settings, embedder, seed: int):
     """The documents as a real index of the configured engine, synced into
     its companion; returns (index, companion reader, the sync's figures)."""
     from chunkrag_core.engines import make_backend
@@ -175,29 +169,7 @@ def companion_setup(docs: list[dict], settings, embedder, seed: int, scoring: st
         "unchanged": report.unchanged,
         "errors": len(report.errors),
     }
-    return index, _Companion(client, settings, embedder, scoring), figures
-
-
-def first_searches(runs: int, index: str, question: str) -> dict:
-    """``chunkrag serve`` started afresh ``runs`` times: seconds to a ready
-    health, then its first and second post-search of ``index`` (ms)."""
-    from bench.gateway_bench import Timed, free_port, start_gateway
-
-    body = json.dumps({"query": {"match": {"body": question}}, "size": 10, "ext": {"chunkrag": {}}}).encode()
-    rows = []
-    for _ in range(runs):
-        port, started = free_port(), time.perf_counter()
-        process = start_gateway(port)
-        ready_s = time.perf_counter() - started
-        try:
-            timed = Timed(f"http://127.0.0.1:{port}")
-            first, second = (timed.post(f"/{index}/_search", body)[0] for _ in range(2))
-        finally:
-            process.terminate()
-            process.wait(60)
-        rows.append({"ready_s": round(ready_s, 2), "first_ms": round(first, 1), "second_ms": round(second, 1)})
-        print(json.dumps(rows[-1]), flush=True)
-    return {key: median([r[key] for r in rows]) for key in rows[0]} | {"runs": rows}
+    return index, _Companion(client, settings, embedder), figures
 
 
 def compared_summary(kept: list[dict], kept_present: list[dict]) -> dict:
@@ -223,182 +195,23 @@ def repeat_summary(warm: list[float], companion: list[float]) -> dict:
     }
 
 
-class Counted:
-    """The embedder, counting the texts it is given."""
-
-    def __init__(self, embedder):
-        self.embedder, self.texts = embedder, 0
-
-    def embed(self, texts):
-        self.texts += len(texts)
-        return self.embedder.embed(texts)
-
-
-class Timed:
-    """The embedder, adding up the seconds (wall and this process's CPU) and
-    texts of its calls."""
-
-    def __init__(self, embedder):
-        self.embedder, self.texts, self.wall, self.cpu = embedder, 0, 0.0, 0.0
-
-    def embed(self, texts):
-        wall, cpu = time.perf_counter(), time.process_time()
-        try:
-            return self.embedder.embed(texts)
-        finally:
-            self.texts += len(texts)
-            self.wall += time.perf_counter() - wall
-            self.cpu += time.process_time() - cpu
-
-
-def operator_threads_embedder(settings):
-    """The local embedder as it was until 2026-12-04: one session whose
-    ``threads`` onnxruntime threads share each batch, the batches one after
-    another (for comparing in one run)."""
-    import onnxruntime
-
-    from chunkrag_core.artifacts import MINILM_INT8_ONNX, verified_path
-    from chunkrag_core.providers.local_minilm import LocalMiniLMEmbedder
-
-    embedder = LocalMiniLMEmbedder(batch_size=settings.embedder.batch_size, threads=1)
-    _, tokenizer = embedder._load()
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = settings.embedder.threads
-    options.inter_op_num_threads = 1
-    embedder._session = onnxruntime.InferenceSession(
-        str(verified_path(MINILM_INT8_ONNX)), options, providers=["CPUExecutionProvider"]
-    )
-    return embedder
-
-
-def split_and_preselect_ms(hits: list[dict], question: str, settings) -> tuple[float, float]:
-    """The hits' sentence split alone, and split with the BM25 preselection
-    (what query-time chunking does before it embeds), in ms."""
-    from ingest_pipeline.sentences import bounded_sentence_spans, resolved_language
-    from ingest_pipeline.source_fields import SourceField
-    from search_extension.preselect import preselected
-
-    chunking = settings.chunking
-    documents = [SourceField("bench", d["id"], "body", d["body"], title=d["title"]).document() for d in hits]
-    started = time.perf_counter()
-    for document in documents:
-        language = resolved_language(document.text, chunking.language)
-        for section in document.sections:
-            bounded_sentence_spans(document.text, section.start, section.end, chunking.max_chars, language)
-    split = time.perf_counter()
-    for document in documents:
-        preselected(document, question, settings.post_search.preselect_sentences, chunking.max_chars, chunking.language)
-    done = time.perf_counter()
-    return (split - started) * 1000, (done - split) * 1000
-
-
-def cold_ways(args, docs, settings, embedder, default) -> dict:
-    """Each way cold on the first ``args.cold`` queries (the order rotated
-    per query), then the same hits seen before; see the module docstring."""
-    from search_extension.passages import QueryTimePassages
+def timed_post_search(response: dict, question: str, options, source, embedder):
+    """Post-search as the gateway runs it after the caller's search (``options``: the parsed
+    ``ext.chunkrag``); the result and its ms."""
     from search_extension.post_search import post_search
     from search_extension.text_fields import TextFields
-    from search_extension.vector_cache import MemoryVectors, RedisVectors, TieredVectors
 
-    embedders = {"before": operator_threads_embedder(settings), "now": embedder, "redis": embedder}
-    embedders["before"].embed(["warm the model up"])
-    run_id = os.urandom(4).hex()
-    rows = []
-    for n, (_, question, _, hits) in enumerate(queries(docs, args.seed, args.hits, args.cold)):
-        response = cluster_response("bench", hits)
-
-        def run(source, timed):
-            wall, cpu = time.perf_counter(), time.process_time()
-            result = post_search(
-                response,
-                query=question,
-                options=default.post_search,
-                filter_options=default.filter,
-                fields_of=lambda index: TextFields(("body",), "title"),
-                passage_source=source,
-                embedder=timed,
-            )
-            return {
-                "wall_ms": round((time.perf_counter() - wall) * 1000, 1),
-                "cpu_ms": round((time.process_time() - cpu) * 1000, 1),
-                "embed_wall_ms": round(timed.wall * 1000, 1),
-                "embed_cpu_ms": round(timed.cpu * 1000, 1),
-                "embedded_texts": timed.texts,
-                **{f"{k}_ms": v for k, v in result.timings_ms.items() if k != "total"},
-            }
-
-        def redis_store(n=n):
-            # Keys of this run and query: a way is cold whichever documents earlier queries read.
-            far = RedisVectors(
-                url=settings.redis_url, ttl_s=600, dims=settings.embedder.dims, prefix=f"chunkrag:bench:{run_id}:{n}:"
-            )
-            return TieredVectors(MemoryVectors(), far)
-
-        ways = list(args.cold_ways)
-        shift = n % len(ways)
-        row = {"question": question, "order": ways[shift:] + ways[:shift]}
-        for way in row["order"]:
-            timed = Timed(embedders[way])
-            store = redis_store() if way == "redis" else MemoryVectors()
-            row[way] = run(QueryTimePassages(timed, settings, vectors=store), timed)
-        if "redis" in ways:
-            timed = Timed(embedder)
-            row["seen"] = run(QueryTimePassages(timed, settings, vectors=redis_store()), timed)
-        warm_source = QueryTimePassages(embedder, settings)
-        run(warm_source, Timed(embedder))
-        row["warm"] = run(warm_source, Timed(embedder))
-        row["split_ms"], row["split_and_preselect_ms"] = (
-            round(v, 1) for v in split_and_preselect_ms(hits, question, settings)
-        )
-        row["load_1m"] = round(os.getloadavg()[0], 2)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    shown = [*args.cold_ways, *(["seen"] if "redis" in args.cold_ways else []), "warm"]
-    summary = {
-        "queries": len(rows),
-        "hits_per_query": args.hits,
-        **{
-            way: {
-                key: p50_p95([r[way][key] for r in rows if key in r[way]])
-                for key in dict.fromkeys(k for r in rows for k in r[way])
-            }
-            for way in shown
-        },
-        "split_ms": p50_p95([r["split_ms"] for r in rows]),
-        "split_and_preselect_ms": p50_p95([r["split_and_preselect_ms"] for r in rows]),
-        "load_1m_min": min(r["load_1m"] for r in rows),
-        "load_1m_max": max(r["load_1m"] for r in rows),
-    }
-    return {"summary": summary, "rows": rows}
-
-
-def preselect_summary(rows: list[dict], present: list[dict], n: str) -> dict:
-    """One preselection: cold p50 / p95 and texts embedded, what it keeps."""
-    cold = [r["preselect"][n] for r in rows if "cold_ms" in r["preselect"][n]]
-    return {
-        "cold_ms": {"queries": len(cold), **p50_p95([c["cold_ms"] for c in cold])},
-        "embedded_texts_mean": round(sum(c["embedded_texts"] for c in cold) / len(cold), 1) if cold else None,
-        "answer_kept_share": round(sum(r["preselect"][n]["answer_kept"] for r in present) / len(present), 4),
-        "answer_kept": sum(r["preselect"][n]["answer_kept"] for r in present),
-        "kept_share_of_chars_mean": round(sum(r["preselect"][n]["kept_share_of_chars"] for r in rows) / len(rows), 4),
-        "kept_passages_mean": round(sum(r["preselect"][n]["kept_passages"] for r in rows) / len(rows), 1),
-        "candidates_mean": round(sum(r["preselect"][n]["candidates"] for r in rows) / len(rows), 1),
-        **({} if n == "0" or "0" not in present[0]["preselect"] else against_every_sentence(present, n)),
-    }
-
-
-def against_every_sentence(present: list[dict], n: str) -> dict:
-    """Answers kept with every sentence embedded only / with ``n`` only, and
-    the exact McNemar p of the difference (the preselection rule's test)."""
-    from chunkrag_eval.measures import discordant, mcnemar_exact
-
-    only_all, only_n = discordant(
-        [r["preselect"]["0"]["answer_kept"] for r in present], [r["preselect"][n]["answer_kept"] for r in present]
+    started = time.perf_counter()
+    result = post_search(
+        response,
+        query=question,
+        options=options.post_search,
+        filter_options=options.filter,
+        fields_of=lambda index: TextFields(("body",), "title"),
+        passage_source=source,
+        embedder=embedder,
     )
-    return {
-        "discordant_vs_every_sentence": [only_all, only_n],
-        "p_vs_every_sentence": round(mcnemar_exact(only_all, only_n), 4),
-    }
+    return result, (time.perf_counter() - started) * 1000
 
 
 def gate_ways(args, docs, settings, embedder) -> dict:
@@ -409,8 +222,6 @@ def gate_ways(args, docs, settings, embedder) -> dict:
     answer stayed in the gold hit's kept passages."""
     from chunkrag_gateway.heap import settle_heap
     from search_extension.options import parse_options
-    from search_extension.post_search import post_search
-    from search_extension.text_fields import TextFields
 
     index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed)
     options = {gate: parse_options({"gate": gate}, surface="search") for gate in args.gates}
@@ -422,17 +233,8 @@ def gate_ways(args, docs, settings, embedder) -> dict:
         response = cluster_response(index, hits)
         shift = n % len(args.gates)
         for gate in args.gates[shift:] + args.gates[:shift]:
-            started = time.perf_counter()
-            result = post_search(
-                response,
-                query=question,
-                options=options[gate].post_search,
-                filter_options=options[gate].filter,
-                fields_of=lambda index: TextFields(("body",), "title"),
-                passage_source=companion.source("engine"),
-                embedder=embedder,
-            )
-            ms[gate].append((time.perf_counter() - started) * 1000)
+            result, took = timed_post_search(response, question, options[gate], companion.source("engine"), embedder)
+            ms[gate].append(took)
             kept[gate].append(
                 kept_of(result, gold, hits, answers)
                 | {"present": any(a.lower() in gold["body"].lower() for a in answers)}
@@ -466,12 +268,7 @@ def p50_p95(values: list[float]) -> dict:
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    low, high = int(k), min(int(k) + 1, len(ordered) - 1)
-    return round(ordered[low] + (ordered[high] - ordered[low]) * (k - low), 1)
+    return round(quantile(values, q), 1) if values else None  # None: that way did not run
 
 
 def main() -> None:
@@ -480,49 +277,18 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=5, help="queries also measured cold (each costs seconds)")
     parser.add_argument("--hits", type=int, default=10)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument(
-        "--compare",
-        type=lambda value: [v for v in value.split(",") if v],
-        default=[],
-        metavar="SCORING,...",
-        help=f"other companion scorings ({', '.join(COMPANION_SCORING)}) timed beside the chosen one",
-    )
+    listed = lambda value: [v for v in value.split(",") if v]  # noqa: E731
+    ways = ", ".join(COMPANION_SCORING)
+    parser.add_argument("--compare", type=listed, default=[], help=f"scorings of {ways} timed beside engine")
     parser.add_argument(
         "--repeat", type=int, default=1, help="passes over the same queries timed (warm and companion); median reported"
     )
-    parser.add_argument(
-        "--preselect",
-        type=lambda value: [int(v) for v in value.split(",") if v],
-        default=[],
-        metavar="N,...",
-        help="query-time sentences per field (0: all) measured cold and for what is kept",
-    )
     parser.add_argument("--out", default="post_search", help="the result's name under bench/results/")
     parser.add_argument("--busy", type=int, default=0, metavar="N", help="processes spinning on the CPU meanwhile")
-    parser.add_argument("--first-search", type=int, default=0, metavar="N", help="gateway starts timed (see above)")
-    parser.add_argument(
-        "--cold-ways",
-        type=lambda value: [v for v in value.split(",") if v in ("before", "now", "redis")],
-        default=[],
-        metavar="WAY,...",
-        help="before,now,redis: the first --cold queries cold each way, then seen before (see above)",
-    )
     parser.add_argument(
         "--companion", action="store_true", help="also measure passages read from a synced companion index"
     )
-    parser.add_argument(
-        "--gates",
-        type=lambda value: [v for v in value.split(",") if v],
-        default=[],
-        metavar="GATE,...",
-        help="off,retrieval,crossencoder: companion post-search with each gate in turn, the first the base",
-    )
-    parser.add_argument(
-        "--companion-scoring",
-        choices=COMPANION_SCORING,
-        default="engine",
-        help="how the companion's chunks are scored (see the module docstring)",
-    )
+    parser.add_argument("--gates", type=listed, default=[], help="off,retrieval,crossencoder: each in turn")
     args = parser.parse_args()
 
     from chunkrag_core.providers import make_embedder
@@ -530,8 +296,6 @@ def main() -> None:
     from chunkrag_gateway.heap import settle_heap
     from search_extension.options import parse_options
     from search_extension.passages import QueryTimePassages
-    from search_extension.post_search import post_search
-    from search_extension.text_fields import TextFields
 
     settings = Settings.from_env()
     embedder = make_embedder(settings.embedder)
@@ -540,70 +304,29 @@ def main() -> None:
     docs = documents(args.seed)
     burn_cpu(args.busy)
     load_before = os.getloadavg()[0]
-    if args.first_search:
-        index = companion_setup(docs, settings, embedder, args.seed)[0]
-        question = next(queries(docs, args.seed, args.hits, 1))[1]
-        found = first_searches(args.first_search, index, question) | {"busy_processes": args.busy}
-        write_result(args.out, "bench.post_search_bench", {"summary": found | {"load_1m_before": load_before}})
-        return
     if args.gates:
         found = gate_ways(args, docs, settings, embedder)
         found["summary"] |= {"load_1m_before": round(load_before, 2), "load_1m_after": round(os.getloadavg()[0], 2)}
         print(json.dumps(found["summary"]))
         write_result(args.out, "bench.post_search_bench", found)
         return
-    if args.cold_ways:
-        found = cold_ways(args, docs, settings, embedder, default)
-        found["summary"] |= {"load_1m_before": round(load_before, 2), "busy_processes": args.busy}
-        print(json.dumps(found["summary"]))
-        write_result(args.out, "bench.post_search_bench", {"filter": "default (calibrated, no model call)", **found})
-        return
     rows = []
     timed = []  # each query's measurement, to repeat
     shared = QueryTimePassages(embedder, settings)
-    # What each preselection keeps: its own chunk cache, the sentences' vectors shared.
-    from search_extension.vector_cache import MemoryVectors
-
-    remembered = MemoryVectors(1_000_000)
-    kept_by = {n: QueryTimePassages(embedder, settings, preselect=n, vectors=remembered) for n in args.preselect}
     index = "bench"
     companion = sync_report = None
     if args.companion:
-        index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed, args.companion_scoring)
+        index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed)
     settle_heap()  # as the gateway does once its models are read
     for n, (gold, question, answers, hits) in enumerate(queries(docs, args.seed, args.hits, args.queries)):
         response = cluster_response(index, hits)
 
         def run(source, options=default, response=response, question=question):
-            started = time.perf_counter()
-            result = post_search(
-                response,
-                query=question,
-                options=options.post_search,
-                filter_options=options.filter,
-                fields_of=lambda index: TextFields(("body",), "title"),
-                passage_source=source,
-                embedder=embedder,
-            )
-            return result, (time.perf_counter() - started) * 1000
+            return timed_post_search(response, question, options, source, embedder)
 
         timed.append(run)
 
-        cold_ms = run(QueryTimePassages(embedder, settings))[1] if n < args.cold and not args.preselect else None
-        preselect = {}
-        if args.preselect:
-            turn = n % len(args.preselect)
-            for chosen in args.preselect[turn:] + args.preselect[:turn] if n < args.cold else []:
-                counted = Counted(embedder)
-                found, ms = run(QueryTimePassages(counted, settings, preselect=chosen))
-                preselect[chosen] = {"cold_ms": round(ms, 1), "embedded_texts": counted.texts}
-            for chosen, source in kept_by.items():
-                found = run(source)[0]
-                preselect[chosen] = {
-                    **preselect.get(chosen, {}),
-                    **kept_of(found, gold, hits, answers),
-                    "candidates": found.candidates,
-                }
+        cold_ms = run(QueryTimePassages(embedder, settings))[1] if n < args.cold else None
         companion_ms = companion_missed = companion_result = None
         compared = {}
         if companion is not None:
@@ -643,7 +366,6 @@ def main() -> None:
                 "candidates": result.candidates,
                 "capped": result.capped,
                 "words": sum(len(d["body"].split()) for d in hits),
-                "preselect": {str(k): v for k, v in preselect.items()},
             }
         )
         print(json.dumps(rows[-1]), flush=True)
@@ -672,7 +394,7 @@ def main() -> None:
         print(json.dumps(repeats[-1]), flush=True)
     present = [r for r in rows if r["answer_in_gold_hit"]]
     cold = [r["cold_ms"] for r in rows if r["cold_ms"] is not None]
-    companion_kept = {} if companion is None else {"scoring": args.companion_scoring}
+    companion_kept = {} if companion is None else {"scoring": "engine"}
     if companion is not None:
         companion_kept |= compared_summary(*([r["companion_kept"] for r in g] for g in (rows, present)))
     summary = {
@@ -709,7 +431,6 @@ def main() -> None:
         "kept_share_of_chars_mean": round(sum(r["kept_share_of_chars"] for r in rows) / len(rows), 4),
         "kept_passages_mean": round(sum(r["kept_passages"] for r in rows) / len(rows), 1),
         "capped_mean": round(sum(r["capped"] for r in rows) / len(rows), 1),
-        "preselect": {str(n): preselect_summary(rows, present, str(n)) for n in args.preselect},
         "repeats": repeats,
         "median_of_repeats": {
             key: statistics.median(found) if (found := [r[key] for r in repeats if r[key] is not None]) else None
@@ -720,15 +441,8 @@ def main() -> None:
         "busy_processes": args.busy,
     }
     print(json.dumps(summary))
-    write_result(
-        args.out,
-        "bench.post_search_bench",
-        {
-            "filter": "default (calibrated, no model call)",
-            "summary": summary,
-            "rows": rows,
-        },
-    )
+    found = {"filter": "default (calibrated, no model call)", "summary": summary, "rows": rows}
+    write_result(args.out, "bench.post_search_bench", found)
 
 
 if __name__ == "__main__":

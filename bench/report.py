@@ -5,7 +5,7 @@
 
 What goes in is declared as data in bench/report.toml: areas, each a list of
 figures (a result file, a field in it, how to print it, its baseline), the
-retired studies (one paragraph each, with the commit that ran them) and the
+retired studies (one line each, with the commit their code last was in) and the
 README's figures. Adding a figure or a result file to the report is one line
 there. A declared file that is missing, a field that is absent and a result
 file no entry names are listed at the end of the report, never an error.
@@ -30,7 +30,7 @@ DECLARED = HERE / "report.toml"
 SCENARIOS = HERE / "scenarios.toml"
 REPORT = HERE / "REPORT.md"
 README = HERE.parent / "README.md"
-MAX_LINES = 400
+MAX_LINES = 250
 
 
 class Absent(LookupError):  # a declared result file or field that is not there
@@ -195,22 +195,28 @@ def scenario_lines(results: Results, scenarios: list[dict[str, Any]]) -> list[st
     return lines + ["", f"The headline set: about {headline_minutes:.0f} minutes.", ""]
 
 
+def study_results(study: dict[str, Any]) -> list[str]:
+    result = study.get("result", [])
+    return [result] if isinstance(result, str) else result
+
+
 def study_lines(studies: list[dict[str, Any]]) -> list[str]:
     lines = [
         "## Retired studies",
         "",
-        "One-off studies whose code has left the tree: `git show COMMIT:bench/MODULE.py` brings it back, and",
-        "the result file named stays in `bench/results/` where it is the evidence for a setting.",
+        "One-off studies whose code (a module, or a mode of one) has left the tree: `git show",
+        "COMMIT:bench/MODULE.py` brings it back as it last was, and the result files named stay in",
+        "`bench/results/`, the evidence for a setting. A command in the tables above that names a module or",
+        "an option no longer in bench/ ran one of these.",
         "",
     ]
     for s in studies:
-        evidence = f", `{s['result']}`" if s.get("result") else ""
-        lines += [
-            f"**{s['title']}** (`bench/{s['module']}.py`, {s['commit']}, {s['date']}{evidence}). "
-            + " ".join(s["conclusion"].split()),
-            "",
-        ]
-    return lines
+        code = f"`bench/{s['module']}.py{' ' + s['mode'] if s.get('mode') else ''}`"
+        evidence = "".join(f", `{name}`" for name in study_results(s))
+        lines.append(
+            f"- **{s['title']}** ({code}, {s['commit']}, {s['date']}{evidence}). " + " ".join(s["conclusion"].split())
+        )
+    return lines + [""]
 
 
 def build(results: Results | None = None, data: dict[str, Any] | None = None) -> str:
@@ -223,7 +229,7 @@ def build(results: Results | None = None, data: dict[str, Any] | None = None) ->
         lines += area_lines(results, area, problems)
     lines += scenario_lines(results, scenarios) + study_lines(data.get("study", []))
     named = {spec["file"] for area in data.get("area", []) for spec in area.get("figures", [])}
-    named |= {s["result"] for s in data.get("study", []) if s.get("result")}
+    named |= {name for s in data.get("study", []) for name in study_results(s)}
     named |= {s["result"] for s in scenarios} | set(data.get("kept_unreported", []))
     unknown = sorted(p.name for p in results.directory.glob("*.json") if p.name not in named)
     lines += ["## Not in the report", ""]

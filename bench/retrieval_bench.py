@@ -1,15 +1,12 @@
 """SciFact retrieval quality and latency for every retrieval mode.
 
-    python -m bench.retrieval_bench [--runs 3] [--limit N]
-    python -m bench.retrieval_bench --index bench-scifact-title --variant headers_title   # a variant's rows
-    python -m bench.retrieval_bench --index bench-scifact-title --variant title_rerank --rerank local --rerank-top 40
+    python -m bench.retrieval_bench [--runs 3] [--limit N] [--index NAME --name NAME]
+    python -m bench.retrieval_bench --name retrieval_rerank --rerank local --rerank-top 40
 
 ``--rerank local``: the default mode beside itself with its best ``--rerank-top``
 chunks re-ordered by the relevance model (chunkrag_eval/reranked_retrieval.py).
-With ``--variant NAME`` every mode is measured on ``--index`` (ingested
-with other chunking settings, e.g. by ``bench.ingest_bench --name ...``)
-and the rows go under ``variants.NAME`` of the results file, beside the
-baseline rows already there; a plain run keeps the variants' rows.
+``--index``: an index ingested with other chunking settings (``bench.ingest_bench
+--name ... --index ...``), measured into a results file of its own (``--name``).
 
 Needs the `bench-scifact` index that `bench.ingest_bench` leaves behind (or
 builds it). The qrels judge documents, so each mode retrieves chunks
@@ -26,9 +23,8 @@ import statistics
 import sys
 from collections import defaultdict
 
-from bench.common import RESULTS, SHARED, median, merge_result, write_result
+from bench.common import SHARED, kept_sections, median, write_result
 from bench.metrics import ndcg_at_k, percentile, recall_at_k
-from search_extension.queries import DEFAULT_TEXT_FIELDS
 
 BEIR = SHARED / "eval" / "scifact" / "beir_derived"
 INDEX = "bench-scifact"
@@ -65,13 +61,6 @@ def main(argv=None) -> int:
         type=int,
         help="first N queries only (a quick check; with --name, so the results file is not overwritten)",
     )
-    parser.add_argument(
-        "--text-fields", help="BM25 fields and boosts, e.g. text^1,title^0.5 (default: the retriever's own)"
-    )
-    parser.add_argument(
-        "--variant",
-        help="measure --index as this named variant: its rows go under variants.NAME beside the baseline rows",
-    )
     parser.add_argument("--rerank", choices=["local"], help="also the default mode with the rerank stage on")
     parser.add_argument("--rerank-top", type=int, default=40, help="chunks the rerank stage reorders")
     args = parser.parse_args(argv)
@@ -86,7 +75,6 @@ def main(argv=None) -> int:
     retriever = HybridRetriever(client, make_embedder(settings.embedder), args.index, settings.retrieval)
     retriever.search("warm up", size=10)
 
-    fields = {"text_fields": tuple(args.text_fields.split(","))} if args.text_fields else {}
     results, modes, embed_ms = {}, MODES, []
     if args.rerank:  # the default mode, plain and reranked, on the same index in the same run
         from chunkrag_core.providers.local_relevance import LocalRelevanceModel
@@ -101,12 +89,12 @@ def main(argv=None) -> int:
             took, ndcgs, recalls = [], [], []
             for qid, text in queries.items():
                 if "_rerank_" in mode:
-                    found = reranked_search(retriever, reranker, text, top=args.rerank_top, depth=DEPTH, **fields)
+                    found = reranked_search(retriever, reranker, text, top=args.rerank_top, depth=DEPTH)
                     took.append(found.search_ms)
                     rerank_ms.append(found.rerank_ms)
                     ranked = found.documents
                 else:
-                    result = retriever.search(text, mode=mode, size=DEPTH, collapse_field="doc_id", **fields)
+                    result = retriever.search(text, mode=mode, size=DEPTH, collapse_field="doc_id")
                     took.append(result.took_ms)
                     embed_ms.append(result.embed_ms)
                     ranked = [chunk.doc_id for chunk in result.chunks]
@@ -153,47 +141,10 @@ def main(argv=None) -> int:
         if not args.rerank
         else None,
     }
-    if args.variant:
-        payload["chunking"] = index_chunking(client, args.index)
-        payload["bm25_fields"] = list(fields.get("text_fields", DEFAULT_TEXT_FIELDS))
-        print(
-            merge_result(
-                args.name,
-                "bench.retrieval_bench",
-                f"variant_{args.variant}",
-                {k: v for k, v in payload.items() if k != "modes"},
-                "variants",
-                {args.variant: results},
-            )
-        )
-        return 0
-    # The variants' rows, each measured by its own run (its section variant_NAME), stay beside the new ones.
-    path = RESULTS / f"{args.name}.json"
-    previous = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    kept = {k: v for k, v in previous.items() if k == "variants" or k.startswith("variant_")}
+    # The rows of the chunking variants (variant_NAME: runs of an option since retired) stay beside the new ones.
+    kept = kept_sections(args.name, lambda key: key == "variants" or key.startswith("variant_"))
     print(write_result(args.name, "bench.retrieval_bench", {**payload, **kept}))
     return 0
-
-
-def index_chunking(client, index: str) -> dict:
-    """How the index's chunks look: count, header share, median characters
-    (from a sample), so a variant's row says what it measured."""
-    total = client.count(index)
-    with_header = client.client.count(index=index, query={"bool": {"filter": [{"exists": {"field": "header"}}]}})[
-        "count"
-    ]
-    hits = client.client.search(
-        index=index,
-        size=2000,
-        query={"function_score": {"random_score": {"seed": 7, "field": "_seq_no"}}},
-        source=["text"],
-    )["hits"]["hits"]
-    lengths = sorted(len(h["_source"]["text"]) for h in hits)
-    return {
-        "chunks": total,
-        "with_header": with_header,
-        "sample_median_chars": lengths[len(lengths) // 2] if lengths else None,
-    }
 
 
 if __name__ == "__main__":

@@ -1,18 +1,18 @@
 """The cost curve: ingest time, disk, heap and query latency at about 10k,
-100k and 1M chunks, per vector type, on a node of its own or on a local
-cluster of three.
+100k and 1M chunks, per vector type, on a node of its own.
 
     python -m bench.scale_bench pool                       # embed the sentence pool once (cached)
     python -m bench.scale_bench node --engine elasticsearch --port 19400 --heap 3g   # start a node
-    python -m bench.scale_bench cluster --engine elasticsearch --first-port 19700 --heap 1g  # or 3 nodes
     python -m bench.scale_bench run --url http://127.0.0.1:19400 --engine elasticsearch \\
-        --size 10000 --vector-type int8_hnsw [--runs 3] [--keep] [--shards 3 --replicas 1]
+        --size 10000 --vector-type int8_hnsw [--runs 3] [--keep]
     python -m bench.scale_bench recall --url ... --index scale-bbq_hnsw-1000000 --size 1000000 \
-        --row elasticsearch/bbq_hnsw/1000000 [--num-candidates 500]   # kNN recall of a kept index
+        --row elasticsearch/bbq_hnsw/1000000   # kNN recall of a kept index
     python -m bench.scale_bench throughput --url ... --index ... --row ...  # searches/s at 1,2,4,8 callers
 
 Corpora: scale_corpus.py; what is timed: ``HOW`` (written into scale.json); rows
-land under engine/vector type/size (``elasticsearch-3nodes/...``: a cluster).
+land under engine/vector type/size. The rows of three local nodes
+(``elasticsearch-3nodes/...``) and a row's ``index_final`` (disk measured again
+once the merges were done) came from commands since retired (bench/REPORT.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import RESULTS, SHARED, machine
+from bench.common import RESULTS, SHARED, load_average, machine
 from bench.scale_corpus import SYNTHETIC_PREFIX, PlannedChunk, mean_vectors, plan_corpus, real_documents, sentence_table
 from chunkrag_core.settings import state_home
 from chunkrag_eval.index_figures import index_figures
@@ -146,11 +146,10 @@ def chunked_documents(plan, sentences: list[str], vectors: np.ndarray):
 PROGRESS_EVERY = 50_000
 
 
-def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merge_wait_s: float, layout=None) -> dict:
+def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merge_wait_s: float) -> dict:
     """The corpus written as the ingest pipeline writes it: the project's
-    index body (with ``layout``'s shards and replicas), refreshes paused,
-    bulk requests of the writer's size; the seconds to a refreshed index
-    (and every replica assigned), then to merges settled."""
+    index body, refreshes paused, bulk requests of the writer's size; the
+    seconds to a refreshed index, then to merges settled."""
     from chunkrag_core.settings import IndexLayoutSettings, VectorIndexSettings
     from ingest_pipeline.writer import bulk_write, document_actions, ensure_index
 
@@ -161,7 +160,7 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merg
         dims=vectors.shape[1],
         vectors=VectorIndexSettings(type=vector_type),
         capabilities=backend.capabilities(),
-        layout=layout or IndexLayoutSettings(),
+        layout=IndexLayoutSettings(),
     )
     began = time.perf_counter()
     previous = backend.refresh_interval(index)
@@ -187,16 +186,11 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merg
     outcome = bulk_write(backend, actions())
     backend.set_refresh_interval(index, previous)
     backend.refresh(index)
-    if layout is not None and layout.replicas > 0:
-        # Replicas are written with each bulk; green says every copy is assigned and caught up.
-        wait_for_green(backend, index, merge_wait_s)
     refreshed = time.perf_counter() - began
     if outcome.errors:
         raise RuntimeError(f"{len(outcome.errors)} bulk errors, first: {outcome.errors[:3]}")
     settled = settle_merges(backend, index, merge_wait_s)
-    extra = {} if layout is None else {"shards": layout.shards, "replicas": layout.replicas}
     return {
-        **extra,
         "merges_settled": settled,
         "documents": documents,
         "chunks_indexed": outcome.indexed,
@@ -206,16 +200,6 @@ def ingest(backend, index: str, vector_type: str, plan, sentences, vectors, merg
         "seconds_to_merges_settled": round(time.perf_counter() - began, 1),
         "chunks_per_s": round(outcome.indexed / refreshed, 1),
     }
-
-
-def wait_for_green(backend, index: str, wait_s: float) -> None:
-    """Polled rather than ``wait_for_status``: opensearch-py takes a ``timeout``
-    argument for its own connection, not the cluster's wait."""
-    deadline = time.monotonic() + wait_s
-    while backend.client.cluster.health(index=index)["status"] != "green":
-        if time.monotonic() >= deadline:
-            raise RuntimeError(f"{index} not green after {wait_s:.0f} s")
-        time.sleep(1)
 
 
 # Merges still running after the bulk are part of the cost; waited for (up
@@ -269,19 +253,9 @@ RECALL_MAX_CHUNKS = 200_000
 
 def recall_main(args) -> int:
     """kNN recall@10 of a kept index (``run --keep``) into its row."""
-    from chunkrag_core.providers import make_embedder
-    from search_extension.retriever import HybridRetriever
-
     sentences, docs, vectors, _ = build_pool(Path(args.cache), args.pool_sentences)
-    settings = engine_settings(args.engine, args.url)
     queries = scifact_queries()
-    retrieval = dataclasses.replace(settings.retrieval, num_candidates=args.num_candidates or 100)
-    retriever = HybridRetriever(
-        make_backend_for(settings),
-        CachedEmbedder(make_embedder(settings.embedder), queries),
-        args.index,
-        settings=retrieval,
-    )
+    retriever, _ = kept_retriever(args, queries)
     plan = plan_corpus(docs, len(sentences), args.size)
     exact_cache = Path(args.cache) / f"exact-neighbours-{args.size}-{len(sentences)}-k10-v2.json"
     recall = knn_recall(
@@ -289,10 +263,8 @@ def recall_main(args) -> int:
     )
     recall["command"] = " ".join(["python -m bench.scale_bench", *sys.argv[1:]])
     print(json.dumps(recall), file=sys.stderr)
-    # The default num_candidates keeps the row's `knn_recall`; others sit beside it.
-    key = "knn_recall" if args.num_candidates is None else f"knn_recall_num_candidates_{args.num_candidates}"
-    existing = json.loads((RESULTS / f"{RESULT_NAME}.json").read_text(encoding="utf-8"))
-    print(store_row(args.row, {**existing["rows"][args.row], key: recall}))
+    # A row's knn_recall_num_candidates_N: a study of num_candidates by an option since retired.
+    print(add_to_row(args.row, "knn_recall", recall))
     return 0
 
 
@@ -300,16 +272,12 @@ def throughput_main(args) -> int:
     """Filtered searches a kept index answers per second, by concurrency:
     each search is what `ask` does before the model (minmax retrieval of the
     candidates with their vectors, then the default filter)."""
-    from chunkrag_core.providers import make_chat, make_embedder
+    from chunkrag_core.providers import make_chat
     from chunkrag_filter.pipeline import FilterOptions, run_filter
     from search_extension.ask import DEFAULT_CANDIDATES
-    from search_extension.retriever import HybridRetriever
 
-    settings = engine_settings(args.engine, args.url)
     queries = scifact_queries()
-    retriever = HybridRetriever(
-        make_backend_for(settings), CachedEmbedder(make_embedder(settings.embedder), queries), args.index
-    )
+    retriever, settings = kept_retriever(args, queries)
     model, options = make_chat(settings.chat), FilterOptions()
 
     def filtered_search(text: str) -> None:
@@ -327,13 +295,23 @@ def throughput_main(args) -> int:
         "warmup_s": THROUGHPUT_WARMUP_S,
         "by_concurrency": levels,
         "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "load_average_after": load_average(),
         "command": " ".join(["python -m bench.scale_bench", *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    existing = json.loads((RESULTS / f"{RESULT_NAME}.json").read_text(encoding="utf-8"))
-    print(store_row(args.row, {**existing["rows"][args.row], "throughput": figures}))
+    print(add_to_row(args.row, "throughput", figures))
     return 0
+
+
+def kept_retriever(args, queries: list[str]):
+    """The retriever of a kept index (``--url``, ``--index``) and its settings."""
+    from chunkrag_core.engines import make_backend
+    from chunkrag_core.providers import make_embedder
+    from search_extension.retriever import HybridRetriever
+
+    settings = engine_settings(args.engine, args.url)
+    embedder = CachedEmbedder(make_embedder(settings.embedder), queries)
+    return HybridRetriever(make_backend(settings), embedder, args.index), settings
 
 
 def engine_settings(engine: str, url: str):
@@ -345,31 +323,16 @@ def engine_settings(engine: str, url: str):
     return dataclasses.replace(base, search_backend="elasticsearch", es_url=url)
 
 
-def make_backend_for(settings):
-    from chunkrag_core.engines import make_backend
-
-    return make_backend(settings)
-
-
 def run_main(args) -> int:
     from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
-    from chunkrag_core.settings import IndexLayoutSettings, Settings
     from search_extension.ask import DEFAULT_CANDIDATES
     from search_extension.retriever import HybridRetriever
 
     sentences, docs, vectors, available = build_pool(Path(args.cache), args.pool_sentences)
-    base = Settings.from_env()
-    if args.engine == "opensearch":
-        settings = dataclasses.replace(base, search_backend="opensearch", opensearch_url=args.url)
-    else:
-        settings = dataclasses.replace(base, search_backend="elasticsearch", es_url=args.url)
+    settings = engine_settings(args.engine, args.url)
     backend = make_backend(settings)
     nodes = int(backend.client.cluster.health()["number_of_nodes"])
-    # One node keeps the earlier rows' index body; a cluster says its layout.
-    layout = None
-    if args.shards is not None or args.replicas is not None:
-        layout = IndexLayoutSettings(shards=args.shards or 1, replicas=args.replicas or 0)
     index = f"scale-{args.vector_type}-{args.size}"
     load_before = os.getloadavg()
     plan = plan_corpus(docs, len(sentences), args.size)
@@ -379,7 +342,7 @@ def run_main(args) -> int:
         # only measured here.
         written = {"reused_index": True}
     else:
-        written = ingest(backend, index, args.vector_type, plan, sentences, vectors, args.merge_wait, layout)
+        written = ingest(backend, index, args.vector_type, plan, sentences, vectors, args.merge_wait)
     figures = index_figures(backend, index)
     print(f"{index}: {written} {figures}", file=sys.stderr)
     queries = scifact_queries()
@@ -392,10 +355,9 @@ def run_main(args) -> int:
         recall = knn_recall(retriever, queries, lambda: chunked_documents(plan, sentences, vectors), 10)
         print(f"{index}: kNN recall@10 against exact {recall['recall']}", file=sys.stderr)
     figures_after = index_figures(backend, index)
-    topology = {} if nodes <= 1 else {"nodes": nodes, "heap_per_node": args.heap_per_node, "client_url": args.url}
     row = {
         "engine": args.engine,
-        **topology,
+        **({} if nodes <= 1 else {"nodes": nodes, "client_url": args.url}),
         "vector_type": args.vector_type,
         "chunks": args.size,
         "sentence_pool": {"embedded": len(sentences), "real_sentences": available, "real_documents": len(docs)},
@@ -421,29 +383,10 @@ def run_main(args) -> int:
     return 0
 
 
-def stats_main(args) -> int:
-    """Disk, segments and heap of an index kept by ``run --keep``, measured
-    again (e.g. once its merges are done), into its row as ``index_final``."""
-    from chunkrag_core.engines import make_backend
-    from chunkrag_core.settings import Settings
-
-    base = Settings.from_env()
-    if args.engine == "opensearch":
-        settings = dataclasses.replace(base, search_backend="opensearch", opensearch_url=args.url)
-    else:
-        settings = dataclasses.replace(base, search_backend="elasticsearch", es_url=args.url)
-    backend = make_backend(settings)
-    figures = index_figures(backend, args.index)
-    figures["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    figures["command"] = " ".join(["python -m bench.scale_bench", *sys.argv[1:]])
-    print(json.dumps(figures), file=sys.stderr)
-    path = RESULTS / f"{RESULT_NAME}.json"
-    existing = json.loads(path.read_text(encoding="utf-8"))
-    row = {**existing["rows"][args.row], "index_final": figures}
-    print(store_row(args.row, row))
-    if args.delete:
-        backend.delete_index(args.index)
-    return 0
+def add_to_row(key: str, name: str, figures: dict) -> Path:
+    """``figures`` measured on a kept index, under ``name`` in its row."""
+    existing = json.loads((RESULTS / f"{RESULT_NAME}.json").read_text(encoding="utf-8"))
+    return store_row(key, {**existing["rows"][key], name: figures})
 
 
 def store_row(key: str, row: dict) -> Path:
@@ -471,7 +414,7 @@ HOW = (
     "search (HybridRetriever.took_ms, query embedding excluded), median over runs. filter: run_filter with "
     "the default FilterOptions (no judge) on the minmax candidates fetched with their vectors "
     "(minmax_with_vectors), per query. Node of its own (bench.scale_bench node); rows keyed ENGINE-3nodes ran on "
-    "three local nodes on the same 2 cores (bench.scale_bench cluster, shards/replicas in ingest; heap summed over "
+    "three local nodes on the same 2 cores (a command since retired, shards/replicas in ingest; heap summed over "
     "the nodes, heap_per_node; disk store_mb primaries, store_mb_total with replicas, shards_per_node): they measure "
     "fan-out and replication, not added capacity. The machine was shared with other jobs: see load_average_* per row."
 )
@@ -514,27 +457,6 @@ def scale_home(home: Path) -> Path:
     return home
 
 
-def cluster_main(args) -> int:
-    """Start (idempotently) a local cluster of ``--nodes`` nodes of
-    ``--engine`` through local_services/cluster.py, in a state home of its
-    own: node i on HTTP ``first_port + 2i``, transport the port after."""
-    from local_services.cluster import LocalCluster, down, up
-
-    cluster = LocalCluster(
-        engine=args.engine,
-        home=scale_home(Path(args.home)),
-        first_port=args.first_port,
-        nodes=args.nodes,
-        heap=args.heap,
-    )
-    if args.stop:
-        down(cluster)
-        return 0
-    up(cluster, timeout=600)
-    print(json.dumps({"engine": args.engine, "urls": cluster.urls, "heap_per_node": args.heap, "home": args.home}))
-    return 0
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -546,22 +468,19 @@ def main(argv=None) -> int:
         "--pool-sentences", type=int, default=DEFAULT_POOL_SENTENCES, help="distinct real sentences embedded"
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    engine = argparse.ArgumentParser(add_help=False)
+    engine.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    kept = argparse.ArgumentParser(add_help=False, parents=[engine])  # a kept index (`run --keep`) and its row
+    kept.add_argument("--url", required=True)
+    kept.add_argument("--index", required=True)
+    kept.add_argument("--row", required=True, help="the row's key in scale.json, e.g. elasticsearch/bbq_hnsw/1000000")
     commands.add_parser("pool", help="embed the sentence pool once")
-    node = commands.add_parser("node", help="start a node of its own for the benchmark")
-    node.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    node = commands.add_parser("node", parents=[engine], help="start a node of its own for the benchmark")
     node.add_argument("--port", type=int, required=True, help="HTTP port; transport on port+1")
     node.add_argument("--heap", default="3g")
     node.add_argument("--stop", action="store_true", help="stop the node started on --port instead")
     node.add_argument("--home", default=str(state_home() / "bench-cache" / "scale-home"))
-    cluster = commands.add_parser("cluster", help="start a local cluster of its own for the benchmark")
-    cluster.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
-    cluster.add_argument("--first-port", type=int, required=True, help="node i: HTTP first+2i, transport first+2i+1")
-    cluster.add_argument("--nodes", type=int, default=3)
-    cluster.add_argument("--heap", default="1g", help="heap of each node")
-    cluster.add_argument("--stop", action="store_true", help="stop the cluster on --first-port instead")
-    cluster.add_argument("--home", default=str(state_home() / "bench-cache" / "scale-cluster-home"))
-    run = commands.add_parser("run", help="write one corpus and measure it")
-    run.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
+    run = commands.add_parser("run", parents=[engine], help="write one corpus and measure it")
     run.add_argument("--url", required=True)
     run.add_argument("--size", type=int, required=True, help="chunks")
     run.add_argument("--vector-type", default="int8_hnsw", choices=("hnsw", "int8_hnsw", "bbq_hnsw"))
@@ -570,35 +489,17 @@ def main(argv=None) -> int:
     run.add_argument("--keep", action="store_true", help="keep the index afterwards")
     run.add_argument("--reuse", action="store_true", help="measure the index as it is when it holds --size chunks")
     run.add_argument("--merge-wait", type=float, default=MERGE_WAIT_S, help="seconds to wait for merges to settle")
-    run.add_argument("--shards", type=int, help="primary shards of the chunk index (default: the index body's 1)")
-    run.add_argument("--replicas", type=int, help="replicas of each shard (default: the index body's 0)")
-    run.add_argument("--heap-per-node", help="the heap each node was started with, recorded in a cluster's row")
-    recall = commands.add_parser("recall", help="kNN recall@10 of a kept index against exact search, into its row")
-    recall.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
-    recall.add_argument("--url", required=True)
-    recall.add_argument("--index", required=True)
+    recall = commands.add_parser("recall", parents=[kept], help="kNN recall@10 of a kept index, into its row")
     recall.add_argument("--size", type=int, required=True, help="the corpus size the index was written with")
-    recall.add_argument("--row", required=True)
-    recall.add_argument("--num-candidates", type=int, help="kNN candidates per shard (default: the project's 100)")
-    stats = commands.add_parser("stats", help="measure a kept index again into its row (index_final)")
-    stats.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
-    stats.add_argument("--url", required=True)
-    stats.add_argument("--index", required=True)
-    stats.add_argument("--row", required=True, help="the row's key in scale.json, e.g. elasticsearch/int8_hnsw/1000000")
-    stats.add_argument("--delete", action="store_true", help="delete the index afterwards")
-    load = commands.add_parser("throughput", help="filtered searches per second of a kept index, by concurrency")
-    load.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
-    load.add_argument("--url", required=True)
-    load.add_argument("--index", required=True)
-    load.add_argument("--row", required=True, help="the row's key in scale.json")
+    load = commands.add_parser("throughput", parents=[kept], help="filtered searches per second of a kept index")
     load.add_argument(
         "--concurrency", type=lambda raw: [int(n) for n in raw.split(",")], default=[1, 2, 4, 8],
         help="callers at once, comma-separated (default 1,2,4,8)",
     )  # fmt: skip
     load.add_argument("--seconds", type=float, default=THROUGHPUT_WINDOW_S, help="timed window per level")
     args = parser.parse_args(argv)
-    runners = {"throughput": throughput_main, "recall": recall_main, "stats": stats_main, "run": run_main}
-    runners.update(pool=pool_main, node=node_main, cluster=cluster_main)
+    runners = {"throughput": throughput_main, "recall": recall_main, "run": run_main}
+    runners.update(pool=pool_main, node=node_main)
     return runners[args.command](args)
 
 

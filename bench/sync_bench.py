@@ -212,7 +212,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=0, help="Celery workers (0: in process)")
     parser.add_argument("--rounds", type=int, default=3, help="re-syncs after 1%% changed and 1%% deleted")
     parser.add_argument("--engine", choices=("elasticsearch", "opensearch"), default="elasticsearch")
-    parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
     before = os.getloadavg()
     row = measure(args.documents, args.embedder, args.workers, args.rounds, args.engine)
@@ -220,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.workers} workers" if args.workers else "in process"
     )
     print(json.dumps({key: row}))
-    if not args.no_write:
-        merge_result("sync", "bench.sync_bench", f"run: {key}", {"load_average_before": before}, "rows", {key: row})
+    merge_result("sync", "bench.sync_bench", f"run: {key}", {"load_average_before": before}, "rows", {key: row})
     return 0
 
 

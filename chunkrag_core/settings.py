@@ -70,7 +70,7 @@ class ChunkingSettings:
     # sentences is above this percentile of the document's own distances
     # (LangChain's default is 95), whatever range the model's similarities
     # sit in. The 80th with min_chars 200 was chosen among 9 candidates by
-    # the rule in docs/ingest.md (bench/chunking_default.py, 2026-11-28:
+    # the rule in docs/ingest.md (bench/results/chunking_default.json, 2026-11-28:
     # PopQA dev pools, mean chunk 340 characters, 15% single-sentence,
     # against 117 and 99% at θ 0.8). Changing it changes every document's
     # fingerprint (this record's repr is in it), so the next ingest or sync

@@ -19,7 +19,8 @@ The embedder sits behind a cache by text (:class:`CachingEmbedder`), so every
 sentence and question is embedded once for all candidates; with
 ``vectors=mix`` (the default) chunk vectors are made from those sentence
 vectors, so the candidates' indices hold exactly what ``chunkrag ingest``
-would write. ``python -m bench.chunking_default`` runs it.
+would write. ``python -m bench.chunking_default`` ran it (retired since:
+``git show e27050e:bench/chunking_default.py``; bench/REPORT.md).
 """
 
 from __future__ import annotations

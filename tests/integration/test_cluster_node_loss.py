@@ -21,7 +21,8 @@ copy to promote, and writes to that shard wait until the node returns):
   filtered and plain (passed-through) searches through the gateway: nothing
   lost or doubled, and the searches keep answering through the other nodes.
 
-The scenarios are bench/node_kill.py's (which records the figures), smaller.
+The node-loss scenarios are bench/node_kill.py's (which records the figures), smaller; the worker
+kill is this module's own.
 Embeddings come from a scripted OpenAI-compatible server (real HTTP; the
 model's answers alone are scripted), so the two cores go to the cluster.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -117,7 +119,7 @@ def index(rig):
 
 def test_the_cluster_has_three_nodes_and_ingest_workers_shards_with_a_replica(rig, corpus, index):
     """`chunkrag ingest --workers`, as a user runs it, against the cluster."""
-    health = node_kill.local_cluster_health(rig)
+    health = cluster.health(rig.cluster)
     assert health["number_of_nodes"] == 3 and health["number_of_data_nodes"] == 3
     path, _documents = corpus
     small = path.with_name("small.jsonl")
@@ -132,7 +134,7 @@ def test_the_cluster_has_three_nodes_and_ingest_workers_shards_with_a_replica(ri
     settings = client.indices.get_settings(index=index)[index]["settings"]["index"]
     assert (settings["number_of_shards"], settings["number_of_replicas"]) == ("3", "1")
     assert client.count(index=index)["count"] == report["chunks"]
-    assert node_kill.local_cluster_health(rig)["status"] == "green"
+    assert cluster.health(rig.cluster)["status"] == "green"
 
 
 def test_a_node_killed_during_a_distributed_ingest_loses_and_duplicates_nothing(rig, corpus, index):
@@ -175,9 +177,45 @@ def test_filtered_searches_through_the_gateway_keep_answering_while_a_node_is_lo
     assert result["statuses_by_phase"].get("before", {}).keys() == {"200"}, result
 
 
+def ingest_with_worker_kill(the_rig, corpus: Path, documents: int, index: str, kill_at: float = 0.25) -> dict:
+    """Ingest ``corpus`` on the workers and SIGKILL one of them (with its pool)
+    once ``kill_at`` of the batches are done: its unacknowledged batch comes
+    back from the broker to the others after the visibility timeout. A
+    worker is started again after, so the pool keeps its size."""
+    from chunkrag_core.engines import make_backend
+
+    settings = dataclasses.replace(the_rig.settings, index=index)
+    backend = make_backend(settings)
+    expected = node_kill.expected_chunk_ids(corpus, settings)
+    batches = math.ceil(documents / settings.workers.ingest_batch_docs)
+    thread, outcome, began = node_kill.ingest_in_background(backend, settings, corpus, batches, kill_at)
+    victim = the_rig.workers.running[0]
+    the_rig.workers.kill(victim)
+    killed_at = time.monotonic() - began
+    try:
+        report = node_kill.ingest_report(thread, outcome, the_rig.log_dir, f"worker {victim.name} was killed")
+    finally:
+        the_rig.workers.start(1, timeout=120)
+    result = {
+        "batches": batches,
+        "killed_worker": victim.name,
+        "killed_after_s": round(killed_at, 2),
+        "ingest_s": report.seconds,
+        "report": {
+            "documents": report.documents,
+            "chunks": report.chunks,
+            "errors": list(report.errors),
+            "resent": report.resent,
+        },
+        "count": node_kill.count_against_source(backend.client, index, expected),
+    }
+    backend.close()
+    return result
+
+
 def test_a_worker_killed_during_a_distributed_ingest_loses_and_duplicates_nothing(rig, corpus, index):
     path, documents = corpus
-    result = node_kill.ingest_with_worker_kill(rig, path, documents, index)
+    result = ingest_with_worker_kill(rig, path, documents, index)
     assert result["report"]["errors"] == [] and result["report"]["documents"] == documents
     # The killed worker held a batch, or had just taken one off the queue,
     # unless it was idle between two: sent again at most twice each.

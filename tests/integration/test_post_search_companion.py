@@ -341,12 +341,23 @@ def test_without_a_companion_only_the_first_request_asks_for_it(engine, embedder
     assert cluster.asked == [("msearch", companion)]
 
 
+class Counted:
+    """The embedder, counting the texts it is given."""
+
+    def __init__(self, embedder):
+        self.embedder, self.texts = embedder, 0
+
+    def embed(self, texts):
+        self.texts += len(texts)
+        return self.embedder.embed(texts)
+
+
 def test_without_a_companion_a_long_field_is_chunked_from_its_best_sentences(engine, embedder, settings):
     """Query-time passages of a 1,000-3,000-word field come from the runs of
     its best sentences by BM25 (CHUNKRAG_POST_SEARCH_PRESELECT_SENTENCES):
     only those are embedded, each passage is the hit's own text at its
     offsets, and with the preselection off every sentence is chunked."""
-    from bench.post_search_bench import Counted, documents
+    from bench.post_search_bench import documents
     from ingest_pipeline.sentences import bounded_sentence_spans
 
     doc = documents(7)[1]  # 2,357 words, 113 sentences

@@ -195,36 +195,6 @@ def test_row_key_names_a_cluster_and_leaves_one_node_rows_as_they_were():
     assert row_key("opensearch", "hnsw", 10000, 3) == "opensearch-3nodes/hnsw/10000"
 
 
-def test_wait_for_green_polls_until_the_index_is_green(monkeypatch):
-    from types import SimpleNamespace
-
-    import bench.scale_bench as scale_bench
-
-    answers = iter(["yellow", "yellow", "green"])
-    asked = []
-
-    def health(index):
-        asked.append(index)
-        return {"status": next(answers)}
-
-    monkeypatch.setattr(scale_bench.time, "sleep", lambda _s: None)
-    backend = SimpleNamespace(client=SimpleNamespace(cluster=SimpleNamespace(health=health)))
-    scale_bench.wait_for_green(backend, "idx", 60)
-    assert asked == ["idx", "idx", "idx"]
-
-
-def test_wait_for_green_gives_up_after_the_wait():
-    from types import SimpleNamespace
-
-    import bench.scale_bench as scale_bench
-
-    backend = SimpleNamespace(
-        client=SimpleNamespace(cluster=SimpleNamespace(health=lambda index: {"status": "yellow"}))
-    )
-    with pytest.raises(RuntimeError, match="not green"):
-        scale_bench.wait_for_green(backend, "idx", 0)
-
-
 @pytest.mark.parametrize("engine", ["elasticsearch", "opensearch"])
 def test_node_stop_on_a_node_never_started_says_so(engine, tmp_path, capsys):
     """`scale_bench node --stop` goes through the services' managed process
