@@ -22,6 +22,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 from chunkrag_core import cancellation
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatError, ChatModel
+from chunkrag_filter import budget as budgets
 from chunkrag_filter.processors import prompts
 from chunkrag_filter.processors.relevance import Judgement, ScoreCache, ScoringOptions, judge, judge_listwise
 
@@ -31,8 +32,8 @@ log = logging.getLogger(__name__)
 # library through this module alone.
 __all__ = [
     "BY_GATEWAY", "BY_RETRIEVAL", "BY_WORKERS", "Batch", "Degrading", "JudgeMany", "Judged", "Judgement",
-    "JudgingUnavailable", "Place", "ReportingJudge", "ScoringOptions", "judge_batch", "judge_candidates",
-    "judge_in_threads", "passages", "plan_batches", "scoring_batches", "slices", "unscored",
+    "JudgingUnavailable", "LATE", "Place", "ReportingJudge", "ScoringOptions", "judge_batch", "judge_candidates",
+    "judge_in_threads", "passages", "plan_batches", "scoring_batches", "slices", "unscored", "within_request_budget",
 ]  # fmt: skip
 
 JudgeMany = Callable[[str, Sequence[Chunk], ScoringOptions], list[Judgement]]
@@ -43,6 +44,10 @@ CANCEL_LOOK_S = 0.1
 
 # Who judged a query's candidates (the ``judged_by`` of a filter result).
 BY_WORKERS, BY_GATEWAY, BY_RETRIEVAL = "workers", "gateway", "retrieval"
+
+# How the note of a chunk not judged for want of time begins (here and in
+# the workers' dispatch): the filter counts those to say the budget ran out.
+LATE = "not judged within the"
 
 
 class JudgingUnavailable(RuntimeError):
@@ -169,7 +174,8 @@ def judge_in_threads(
                 )
                 for batch in batches
             ]
-            done = _wait_for(futures, budget_s)
+            waited_s = within_request_budget(budget_s)
+            done = _wait_for(futures, waited_s)
         finally:
             # Calls already in flight finish in the background (each bounded
             # by the chat timeout); queued ones never start.
@@ -177,13 +183,24 @@ def judge_in_threads(
         for future in done:
             if future.exception() is not None:
                 raise future.exception()
-        late = unscored(f"not judged within the budget of {budget_s:g} s") if budget_s is not None else None
+        late = unscored(f"{LATE} budget of {waited_s:g} s") if waited_s is not None else None
         judgements: list[Judgement] = []
         for batch, future in zip(batches, futures):
             judgements.extend(future.result() if future in done else [late] * (batch.stop - batch.start))
         return judgements
 
     return judge_many
+
+
+def within_request_budget(budget_s: float | None) -> float | None:
+    """The seconds judging may wait: its own budget, and no more than what
+    the request's model-stage budget has left (``chunkrag_filter.budget``;
+    the stages before judging spent the rest)."""
+    request = budgets.current()
+    if request is None:
+        return budget_s
+    left = request.remaining()
+    return left if budget_s is None else min(budget_s, left)
 
 
 def _wait_for(futures: Sequence[Future], budget_s: float | None) -> set[Future]:

@@ -17,8 +17,12 @@ from typing import Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
+from chunkrag_core.providers.local_relevance import BATCH_SIZE as RELEVANCE_BATCH
+from chunkrag_filter import budget as budgets
+from chunkrag_filter.budget import GATE, JUDGE, RELEVANCE, RERANK, Budget, RanOut, call_within, scored_within
 from chunkrag_filter.judging import (
     BY_RETRIEVAL,
+    LATE,
     JudgeMany,
     judge_candidates,
     judge_in_threads,
@@ -184,6 +188,10 @@ class FilterResult:
     # The gate's reading of the candidates (None when the gate is off or
     # there were none); when it did not pass, nothing is kept.
     gate: GateOutcome | None = None
+    # The stages the request's budget (budget_s) ran out in, first the one
+    # it ran out in, and the budget's seconds; none when it lasted.
+    ran_out: tuple[RanOut, ...] = ()
+    budget_s: float | None = None
 
     @property
     def nothing_relevant_reason(self) -> str | None:
@@ -209,6 +217,16 @@ class FilterResult:
         if self.gate is not None:
             out["gate"] = self.gate.to_json()
         return out
+
+    def budget_fields(self) -> dict[str, str | None]:
+        """``budget_ran_out`` (the stage the budget ran out in) and its
+        reason for a response; none when the budget lasted."""
+        if not self.ran_out:
+            return {}
+        return {
+            "budget_ran_out": self.ran_out[0].stage,
+            "budget_ran_out_reason": budgets.ran_out_reason(self.budget_s, self.ran_out),
+        }
 
     def relevance_fields(self) -> dict[str, str | None]:
         """``relevance_by`` and its reason for a response; none when the
@@ -358,19 +376,25 @@ def run_filter(
 
     if "crossencoder" in (options.relevance, options.gate) or (options.rerank == "local" and reranker is None):
         relevance_model = relevance_model or shipped_relevance_model()
+    budget = budgets.current()
+    ran_out: list[RanOut] = []
     relevance_runs: list[Scored] = []
     relevance_of: dict[str, float] = {}  # each candidate's relevance, for rerank: local to reuse
     if options.relevance == "crossencoder" and candidates:
-        relevance_runs.append(score_relevance(relevance_model, query, [c.text for c in candidates]))
-        relevance_of = {c.chunk_id: p for c, p in zip(candidates, relevance_runs[-1].scores)}
-        candidates = [c.with_score(relevance=round(p, 6)) for c, p in zip(candidates, relevance_runs[-1].scores)]
+        runs, scores = relevance_within(relevance_model, query, [c.text for c in candidates], budget)
+        relevance_runs.extend(runs)
+        relevance_of = {c.chunk_id: p for c, p in zip(candidates, scores)}
+        if len(scores) < len(candidates):
+            ran_out.append(RanOut(RELEVANCE, len(scores), len(candidates), "the rest are unscored"))
+        scored_part = [c.with_score(relevance=round(p, 6)) for c, p in zip(candidates, scores)]
+        candidates = scored_part + candidates[len(scores) :]
     lap("relevance")
 
     gate = None
     # The gate reads the candidates' raw cosine to the query; chunks that
     # were not retrieved (made by hand, none carrying one) are not gated.
     if options.gate != "off" and any("cosine" in c.stage_scores for c in candidates):
-        gate = read_gate(query, candidates, options, relevance_model, relevance_runs)
+        gate = read_gate(query, candidates, options, relevance_model, relevance_runs, budget, ran_out)
         lap("gate")
         if not gate.passed:
             decisions = [Decision(r.chunk, False, "redundant") for r in redundant]
@@ -386,15 +410,24 @@ def run_filter(
                 completion_tokens=0,
                 timings_ms=timings,
                 gate=gate,
+                ran_out=tuple(ran_out),
+                budget_s=budget.seconds if budget is not None else None,
                 **where_relevance_ran(relevance_runs),
             )
 
     judged = candidates if options.judge_top is None else candidates[: options.judge_top]
     judged_by = reason = None
     judgements: list[Judgement] = []
-    if judged:
+    if judged and budget is not None and budget.spent:
+        # Nothing left for a model call: the judged candidates are unscored, as late ones are.
+        judgements = [unscored(f"{LATE} budget (it ran out before judging)")] * len(judged)
+        ran_out.append(RanOut(JUDGE, 0, len(judged), "not judged, unscored"))
+    elif judged:
         outcome = judge_candidates(judge_many or judge_in_threads(model), query, judged, options.scoring)
         judged_by, reason, judgements = outcome.by, outcome.reason, list(outcome.judgements)
+        late = sum(1 for j in judgements if j.base is None and j.notes and j.notes[0].startswith(LATE))
+        if late:
+            ran_out.append(RanOut(JUDGE, len(judged) - late, len(judged), "the rest are unscored"))
     if judged_by == BY_RETRIEVAL:
         # Nobody could judge: every candidate is scored as if the judge were
         # off (the shipped calibration for no judge, else the retrieval score),
@@ -408,6 +441,10 @@ def run_filter(
     calibration, cut_value = resolve_calibration(options)
     if calibration is not None:
         judgements = calibrated(query, candidates, judgements, calibration, options.scoring, len(judged))
+        if calibration.uses_relevance:
+            # A candidate the relevance model did not read in time has no score the cut may read.
+            late = unscored(f"{LATE} budget (relevance stage)")
+            judgements = [j if "relevance" in c.stage_scores else late for c, j in zip(candidates, judgements)]
     judgements = with_retrieval_prior(judgements, [c.score for c in candidates], options.prior_weight)
     scored = [c.with_score(**j.stage_scores()) for c, j in zip(candidates, judgements)]
     lap("scoring")
@@ -440,12 +477,17 @@ def run_filter(
                 )
             )
 
-    order = None
+    order, in_time = None, True
     if options.rerank == "local" and reranker is None and kept:
-        order, run = rerank_with_relevance(relevance_model, query, kept, relevance_of)
-        relevance_runs.extend([run] if run is not None else [])
+        order, runs = rerank_with_relevance(relevance_model, query, kept, relevance_of, budget)
+        relevance_runs.extend(runs)
+        in_time = order is not None
     elif options.rerank in ("cohere", "local") and reranker is not None and kept:
-        order = reranker.rerank(query, [c.text for c in kept])
+        # One call that cannot stop between batches: waited for while the budget lasts.
+        in_time, order = call_within(budget, lambda: reranker.rerank(query, [c.text for c in kept]))
+    if not in_time:
+        order = None
+        ran_out.append(RanOut(RERANK, 0, len(kept), "the kept chunks stay in retrieval order"))
     if order is not None:
         kept = [dataclasses.replace(kept[i], stage_scores={**kept[i].stage_scores, "rerank": s}) for i, s in order]
     elif options.rerank == "score":
@@ -467,6 +509,8 @@ def run_filter(
         judged_by=judged_by,
         judged_by_reason=reason,
         gate=gate,
+        ran_out=tuple(ran_out),
+        budget_s=budget.seconds if budget is not None else None,
         **where_relevance_ran(relevance_runs),
     )
 
@@ -477,21 +521,31 @@ def read_gate(
     options: FilterOptions,
     relevance_model: RelevanceModel | None,
     relevance_runs: list[Scored],
+    budget: Budget | None = None,
+    ran_out: list[RanOut] | None = None,
 ) -> GateOutcome:
     """The gate's reading of the candidates. With ``gate: crossencoder`` the
     relevance model's scores of the best ``gate_top`` candidates are reused
     when it scored every candidate already, else it reads those few (the run
-    is appended to ``relevance_runs``, so the response says where it ran)."""
-    chosen = gate_model(options)
+    is appended to ``relevance_runs``, so the response says where it ran).
+    When ``budget`` runs out before it has read them all, the retrieval gate
+    decides instead (noted in ``ran_out``): a reading of fewer candidates
+    than its model was fitted on would not mean what its cut assumes."""
     logits: list[float] = []
     if options.gate == "crossencoder":
         top = candidates[: options.gate_top]
         if all("relevance" in c.stage_scores for c in top):
             probabilities = [c.stage_scores["relevance"] for c in top]
         else:
-            relevance_runs.append(score_relevance(relevance_model, query, [c.text for c in top]))
-            probabilities = list(relevance_runs[-1].scores)
+            runs, probabilities = relevance_within(relevance_model, query, [c.text for c in top], budget)
+            relevance_runs.extend(runs)
         logits = [relevance_logit(p) for p in probabilities]
+        if len(probabilities) < len(top):
+            (ran_out if ran_out is not None else []).append(
+                RanOut(GATE, len(probabilities), len(top), "the retrieval gate decided")
+            )
+            options, logits = dataclasses.replace(options, gate="retrieval"), []
+    chosen = gate_model(options)
     features = gate_features(query, [c.text for c in candidates], [c.stage_scores for c in candidates], logits)
     cut = options.gate_cut if options.gate_cut is not None else chosen.cut
     return GateOutcome(options.gate, round(chosen.model.probability(features), 6), cut, features)
@@ -509,18 +563,65 @@ def gate_model(options: FilterOptions) -> Calibrated:
 
 
 def rerank_with_relevance(
-    model: RelevanceModel, query: str, kept: Sequence[Chunk], scored: Mapping[str, float]
-) -> tuple[list[tuple[int, float]], Scored | None]:
+    model: RelevanceModel,
+    query: str,
+    kept: Sequence[Chunk],
+    scored: Mapping[str, float],
+    budget: Budget | None = None,
+) -> tuple[list[tuple[int, float]] | None, list[Scored]]:
     """``kept`` best first by the relevance model (``rerank: local``), and
-    the model's run (None when none was needed). A chunk the relevance stage
+    the model's runs (none when none was needed). A chunk the relevance stage
     already scored (``scored``, by chunk id) keeps that score: a text's
     score does not depend on the texts scored beside it
     (``local_relevance``), so the model reads only the others instead of
-    every kept chunk a second time."""
+    every kept chunk a second time. None for the order when ``budget`` ran
+    out before every kept chunk had a score: an order of some of them would
+    put the unread ones anywhere."""
     missing = [i for i, chunk in enumerate(kept) if chunk.chunk_id not in scored]
-    run = score_relevance(model, query, [kept[i].text for i in missing]) if missing else None
-    fresh = dict(zip(missing, run.scores)) if run is not None else {}
-    return ranked([fresh[i] if i in fresh else scored[c.chunk_id] for i, c in enumerate(kept)]), run
+    runs, scores = relevance_within(model, query, [kept[i].text for i in missing], budget) if missing else ([], [])
+    if len(scores) < len(missing):
+        return None, runs
+    fresh = dict(zip(missing, scores))
+    return ranked([fresh[i] if i in fresh else scored[c.chunk_id] for i, c in enumerate(kept)]), runs
+
+
+def relevance_within(
+    model: RelevanceModel, query: str, texts: Sequence[str], budget: Budget | None
+) -> tuple[list[Scored], list[float]]:
+    """The relevance model's runs over ``texts`` and the scores of the first
+    ones, in order: without a budget every text in one run; with one, a
+    batch of the model's at a time while it lasts (asked before each
+    batch), so a stage stops within one batch of it and, the candidates
+    being in retrieval order, the best retrieved are the ones read."""
+    if budget is None:
+        run = score_relevance(model, query, texts) if texts else Scored(())
+        return ([run] if texts else []), list(run.scores)
+    runs: list[Scored] = []
+
+    def score(start: int, stop: int) -> None:
+        runs.append(score_relevance(model, query, texts[start:stop]))
+
+    scored_within(budget, len(texts), RELEVANCE_BATCH, score)
+    return runs, [p for run in runs for p in run.scores]
+
+
+def recounted(ran_out: Sequence[RanOut], decisions: Sequence[Decision]) -> tuple[RanOut, ...]:
+    """Several runs' reports (the hits of a post-search, merged per stage)
+    with the relevance stage's counted over every run's candidates: the
+    runs it finished in scored theirs too, and only ``decisions`` know."""
+    read = [d for d in decisions if d.reason != "redundant"]
+    scored = sum(1 for d in read if "relevance" in d.chunk.stage_scores)
+    return tuple(dataclasses.replace(r, decided=scored, of=len(read)) if r.stage == RELEVANCE else r for r in ran_out)
+
+
+def undecided(result: FilterResult) -> RanOut | None:
+    """The relevance stage's report when the budget ran out before it
+    scored any candidate of ``result``: nothing the caller asked the model
+    for was decided (the request is then an error, not an answer)."""
+    stage = next((r for r in result.ran_out if r.stage == RELEVANCE), None)
+    if stage is None or any("relevance" in d.chunk.stage_scores for d in result.decisions):
+        return None
+    return stage
 
 
 def where_relevance_ran(runs: Sequence[Scored]) -> dict[str, str | None]:

@@ -396,6 +396,8 @@ def chunkrag_section(result: AskResult) -> dict[str, Any]:
         "judged_by_reason": filtered.judged_by_reason if filtered is not None else None,
         # Where the relevance model scored the candidates, when it ran.
         **(filtered.relevance_fields() if filtered is not None else {}),
+        # The stage the model-stage budget (budget_s) ran out in, and what stands instead, when it did.
+        **(filtered.budget_fields() if filtered is not None else {}),
         "answer": None
         if answer is None
         else {"text": answer.text, "found": answer.found, "citations": list(answer.citations)},
@@ -428,6 +430,7 @@ def ask_response(result: AskResult, *, index: str) -> dict[str, Any]:
         "judged_by": section["judged_by"],
         "judged_by_reason": section["judged_by_reason"],
         **{key: section[key] for key in ("relevance_by", "relevance_by_reason") if key in section},
+        **{key: section[key] for key in ("budget_ran_out", "budget_ran_out_reason") if key in section},
         "chunks": chunks,
         "segments": None
         if result.segments is None

@@ -15,6 +15,8 @@ from chunkrag_core import tracing
 from chunkrag_core.engines.profile import engine_of
 from chunkrag_core.redaction import redact_url
 from chunkrag_core.settings import Settings
+from chunkrag_filter import budget as budgets
+from chunkrag_filter.budget import Budget
 from chunkrag_filter.judging import BY_GATEWAY, BY_WORKERS, Degrading, JudgeMany, Place, judge_in_threads
 from chunkrag_filter.relevance_places import DegradingRelevance, RelevanceModel
 from chunkrag_gateway import errors
@@ -284,6 +286,12 @@ class Edges:
             return options.budget_s
         return min(self.settings.workers.query_budget_s, self.settings.max_budget_s)
 
+    def stage_budget(self, options: ChunkragOptions):
+        """The search's budget bound around its library call: one for every
+        model stage (budget_s), counted from the first that runs; none
+        without the model stages."""
+        return budgets.bound(Budget(self.budget_s(options)) if options.stages else None)
+
     # --- post-search ---------------------------------------------------------
 
     def _identity(self, caller: Caller) -> str:
@@ -303,17 +311,18 @@ class Edges:
         own search returned (``response``), with the caller's credentials
         for the field listings of the hits' indices."""
         stages = options.stages
-        return self.post_searcher.filter(
-            es_for(self.es, caller),
-            response,
-            text,
-            options,
-            identity=self._identity(caller),
-            model=self.model if stages else None,
-            judge_many=self.judge_many(self.budget_s(options)) if stages else None,
-            reranker=self.reranker(options.filter.rerank) if stages else None,
-            relevance_model=self.relevance_model(self.budget_s(options)) if stages else None,
-        )
+        with self.stage_budget(options):
+            return self.post_searcher.filter(
+                es_for(self.es, caller),
+                response,
+                text,
+                options,
+                identity=self._identity(caller),
+                model=self.model if stages else None,
+                judge_many=self.judge_many(self.budget_s(options)) if stages else None,
+                reranker=self.reranker(options.filter.rerank) if stages else None,
+                relevance_model=self.relevance_model(self.budget_s(options)) if stages else None,
+            )
 
     # --- the one library call ----------------------------------------------
 
@@ -343,23 +352,24 @@ class Edges:
         capabilities = self.capabilities(options.mode, probe)
         retriever = HybridRetriever(es, self.embedder, index, self.settings.retrieval, capabilities=capabilities)
         stages = options.stages
-        return ask(
-            text,
-            retriever=retriever,
-            # No model is made (nor its client) for a retrieval-only search.
-            model=self.model if stages else None,
-            options=options.filter,
-            candidates=candidates,
-            mode=options.mode,
-            filters=filters,
-            rewrite=options.rewrite,
-            stages=stages,
-            judge_many=self.judge_many(self.budget_s(options)) if stages else None,
-            reranker=self.reranker(options.filter.rerank) if stages else None,
-            relevance_model=self.relevance_model(self.budget_s(options)) if stages else None,
-            segments=options.segments,
-            ensemble=ensemble_scales(options.ensemble, self.settings.chunking.scales),
-        )
+        with self.stage_budget(options):
+            return ask(
+                text,
+                retriever=retriever,
+                # No model is made (nor its client) for a retrieval-only search.
+                model=self.model if stages else None,
+                options=options.filter,
+                candidates=candidates,
+                mode=options.mode,
+                filters=filters,
+                rewrite=options.rewrite,
+                stages=stages,
+                judge_many=self.judge_many(self.budget_s(options)) if stages else None,
+                reranker=self.reranker(options.filter.rerank) if stages else None,
+                relevance_model=self.relevance_model(self.budget_s(options)) if stages else None,
+                segments=options.segments,
+                ensemble=ensemble_scales(options.ensemble, self.settings.chunking.scales),
+            )
 
     def capabilities(self, mode: str | None, es=None):
         """What the cluster offers, only for the modes that depend on it (the

@@ -109,6 +109,7 @@ def from_exception(exc: BaseException) -> GatewayError:
     from chunkrag_core.providers.chat import ChatError
     from chunkrag_core.providers.embedding import EmbeddingError
     from chunkrag_core.providers.local_relevance import RelevanceError
+    from chunkrag_filter.budget import BudgetSpent
     from chunkrag_gateway.dialect import OptionError
     from search_extension.retriever import IndexNotFound, RetrievalError, SearchFailed, SearchRefused, SearchRejected
     from workers.errors import QueueUnavailable, WorkersTimedOut, WorkersUnavailable
@@ -117,6 +118,8 @@ def from_exception(exc: BaseException) -> GatewayError:
         return exc
     if isinstance(exc, Cancelled):  # its request's deadline passed (or its client went away)
         return timed_out(f"the request was stopped: {exc.reason}")
+    if isinstance(exc, BudgetSpent):  # the stage it names decided nothing within budget_s
+        return timed_out(str(exc))
     if isinstance(exc, SearchRefused):
         body = {"error": exc.error, "status": exc.status} if isinstance(exc.error, dict) else None
         return GatewayError(exc.status, "security_exception", str(exc), body=body)

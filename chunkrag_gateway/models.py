@@ -146,6 +146,16 @@ class AskResponse(BaseModel):
     relevance_by_reason: Optional[str] = Field(
         None, description="why relevance scoring fell back from the workers to the gateway (null when it did not)"
     )
+    budget_ran_out: Optional[str] = Field(
+        None,
+        description=(
+            "the model stage the budget (budget_s) ran out in: relevance, gate, judge or rerank; the answer is "
+            "then from what was decided by then; absent when the budget lasted"
+        ),
+    )
+    budget_ran_out_reason: Optional[str] = Field(
+        None, description="what each stage cut short had decided, and what stands instead (unscored chunks, ...)"
+    )
     chunks: list[AskChunk] = Field(description="kept chunks in final order, then the dropped ones")
     segments: Optional[list[AskSegment]] = Field(
         None, description="with options.segments: the relevant segments, best first; the answer was written from them"
@@ -190,7 +200,7 @@ _WHY = {
     431: "the request headers are too large",
     502: "the model or embedding provider refused the call",
     503: "Elasticsearch, Redis, the model provider or the workers are unavailable",
-    504: "the request did not finish within its deadline",
+    504: "the request did not finish within its deadline, or budget_s ran out before a stage it needs decided",
 }
 FILTERED_STATUSES = (400, 401, 403, 404, 408, 413, 429, 431, 502, 503, 504)
 PUBLIC_STATUSES = (400, 413, 431, 503)

@@ -12,8 +12,9 @@ from typing import Any, Mapping, Sequence
 
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.chat import ChatModel
+from chunkrag_filter.budget import BudgetSpent
 from chunkrag_filter.judging import JudgeMany, judge_in_threads
-from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter
+from chunkrag_filter.pipeline import FilterOptions, FilterResult, run_filter, undecided
 from chunkrag_filter.processors.answer import Answer, answer_from_chunks
 from chunkrag_filter.processors.rewrite import Rewrite, rewrite_query
 from search_extension.neighbours import position_fetcher
@@ -140,6 +141,8 @@ def ask(
             reranker=reranker,
             relevance_model=relevance_model,
         )
+        if (stage := undecided(filtered)) is not None:
+            raise BudgetSpent(filtered.budget_s or 0.0, stage)
         timings.update(filtered.timings_ms)
     found: tuple[Segment, ...] | None = None
     if segments is not None:

@@ -351,9 +351,12 @@ class OptionsModel(_Options):
         None,
         gt=0,
         le=MAX_BUDGET_S,
-        description="seconds for judging (default: the gateway's, CHUNKRAG_WORKER_QUERY_BUDGET_S; at most the "
-        "gateway's max_budget_s, CHUNKRAG_GATEWAY_MAX_BUDGET_S, and never an hour); chunks not judged in time "
-        "are unscored",
+        description="seconds for every model stage of the search together: the relevance model, the "
+        "cross-encoder gate, the LLM judge, reranking (default: the gateway's, CHUNKRAG_WORKER_QUERY_BUDGET_S; "
+        "at most the gateway's max_budget_s, CHUNKRAG_GATEWAY_MAX_BUDGET_S, and never an hour); a stage stops "
+        "between batches when it runs out and the answer is from what was decided (chunkrag.budget_ran_out "
+        "names the stage): chunks not scored in time are unscored, the gate is the retrieval gate's, the "
+        "order as retrieved; 504 when the relevance stage scored nothing",
     )
     segments: Annotated[
         Union[bool, SegmentsModel],

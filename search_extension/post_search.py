@@ -26,8 +26,9 @@ import numpy as np
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers import Embedder
 from chunkrag_core.providers.chat import ChatModel
+from chunkrag_filter.budget import BudgetSpent, merged_ran_out
 from chunkrag_filter.judging import JudgeMany
-from chunkrag_filter.pipeline import Decision, FilterOptions, FilterResult, run_filter
+from chunkrag_filter.pipeline import Decision, FilterOptions, FilterResult, recounted, run_filter, undecided
 from chunkrag_filter.processors.answer import Answer, answer_from_chunks
 from chunkrag_filter.processors.thresholds import Threshold
 from ingest_pipeline.source_fields import SourceField, title_value
@@ -229,6 +230,8 @@ def post_search(
         for i in pool:
             run_of[i] = run
     filtered = merged_results(runs)
+    if filtered is not None and (stage := undecided(filtered)) is not None:
+        raise BudgetSpent(filtered.budget_s or 0.0, stage)
     if filtered is not None:
         timings.update({f"filter_{k}": v for k, v in filtered.timings_ms.items()})
     clock = time.perf_counter()
@@ -313,6 +316,8 @@ def merged_results(runs: Sequence[FilterResult]) -> FilterResult | None:
         judged_by_reason=judged_by_reason,
         relevance_by=relevance_by,
         relevance_by_reason=relevance_by_reason,
+        ran_out=recounted(merged_ran_out([run.ran_out for run in runs]), decisions),
+        budget_s=next((run.budget_s for run in runs if run.budget_s is not None), None),
         gate=max((run.gate for run in runs if run.gate is not None), key=lambda g: g.probability, default=None),
     )
 

@@ -131,6 +131,8 @@ def chunkrag_section(result: PostSearchResult, options: PostSearchOptions, *, dr
         "judged_by_reason": filtered.judged_by_reason if filtered is not None else None,
         # Where the relevance model scored the passages, when it ran.
         **(filtered.relevance_fields() if filtered is not None else {}),
+        # The stage the model-stage budget (budget_s) ran out in, and what stands instead, when it did.
+        **(filtered.budget_fields() if filtered is not None else {}),
         "answer": None if answer is None else answer_section(answer, result),
         "timings_ms": dict(result.timings_ms),
         "usage": {

@@ -49,6 +49,7 @@ from chunkrag_filter.judging import (
     passages,
     plan_batches,
     unscored,
+    within_request_budget,
 )
 from workers.app import JUDGE_TASK, make_app
 from workers.codec import CodecError, decode_judgement, encode_options
@@ -353,7 +354,8 @@ class CeleryJudgeMany:
             _Sent(part, (query, passages(chunks, part), encoded, self.model_name))
             for part in plan_batches(len(chunks), options, self.batch_size)
         ]
-        deadline = time.monotonic() + self.budget_s
+        # Its own budget, and no more than the request's model-stage budget has left.
+        deadline = time.monotonic() + within_request_budget(self.budget_s)
         with tracing.span("judge dispatch", "producer", {"chunkrag.batches": len(sent)}):
             self._send(sent)
         try:
