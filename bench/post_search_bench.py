@@ -3,6 +3,7 @@
     python -m bench.post_search_bench [--queries 100] [--cold 5] [--hits 10] [--seed 7]
     python -m bench.post_search_bench --companion [--compare engine-fetch,...] [--repeat 3] [--busy 2]
     python -m bench.post_search_bench --gates off,retrieval,crossencoder --queries 60 --out post_search_gate
+    python -m bench.post_search_bench --budgets 0,1 --queries 10 --out post_search_budget
 
 SQuAD 2 dev articles cut into documents of 1,000-3,000 words; each question's "cluster response"
 is ``--hits`` of them (the gold one and others at random, in a random order) with a plain
@@ -219,37 +220,47 @@ def gate_ways(args, docs, settings, embedder) -> dict:
     each gate setting on every query, in a rotating order: the ms each
     adds to the search without a gate (paired per query), the hits it kept
     nothing of (each hit is filtered, and gated, on its own) and whether the
-    answer stayed in the gold hit's kept passages."""
+    answer stayed in the gold hit's kept passages. ``--budgets``: the same, relevance crossencoder
+    within each budget_s (0: none), and the share of passages the model read."""
+    from chunkrag_filter.budget import Budget, bound
     from chunkrag_gateway.heap import settle_heap
     from search_extension.options import parse_options
 
     index, companion, sync_report = companion_setup(docs, settings, embedder, args.seed)
     options = {gate: parse_options({"gate": gate}, surface="search") for gate in args.gates}
+    seconds = {f"budget_s={float(b):g}": float(b) for b in args.budgets}
+    options |= {way: parse_options({"relevance": "crossencoder"}, surface="search") for way in seconds}
+    ways = list(options)
     settle_heap()
-    ms: dict[str, list[float]] = {gate: [] for gate in args.gates}
-    kept: dict[str, list[dict]] = {gate: [] for gate in args.gates}
-    emptied: dict[str, list[float]] = {gate: [] for gate in args.gates}
+    ms: dict[str, list[float]] = {way: [] for way in ways}
+    kept: dict[str, list[dict]] = {way: [] for way in ways}
+    emptied: dict[str, list[float]] = {way: [] for way in ways}
+    read: dict[str, list[float]] = {way: [] for way in ways}
     for n, (gold, question, answers, hits) in enumerate(queries(docs, args.seed, args.hits, args.queries)):
         response = cluster_response(index, hits)
-        shift = n % len(args.gates)
-        for gate in args.gates[shift:] + args.gates[:shift]:
-            result, took = timed_post_search(response, question, options[gate], companion.source("engine"), embedder)
-            ms[gate].append(took)
-            kept[gate].append(
+        shift = n % len(ways)
+        for way in ways[shift:] + ways[:shift]:
+            with bound(Budget(seconds[way]) if seconds.get(way) else None):  # one budget a search, as the gateway binds
+                result, took = timed_post_search(response, question, options[way], companion.source("engine"), embedder)
+            ms[way].append(took)
+            kept[way].append(
                 kept_of(result, gold, hits, answers)
                 | {"present": any(a.lower() in gold["body"].lower() for a in answers)}
             )
-            emptied[gate].append(sum(1 for h in result.hits if not h.kept) / len(result.hits))
-    base = args.gates[0]
+            emptied[way].append(sum(1 for h in result.hits if not h.kept) / len(result.hits))
+            decisions = result.filtered.decisions if result.filtered is not None else ()
+            read[way].append(sum("relevance" in d.chunk.stage_scores for d in decisions) / max(1, len(decisions)))
+    base = ways[0]
     summary = {
-        gate: {
-            "ms": p50_p95(ms[gate]),
-            "added_ms_over_" + base: p50_p95([a - b for a, b in zip(ms[gate], ms[base])]),
-            "hits_kept_empty_share": round(statistics.fmean(emptied[gate]), 4),
-            "answer_kept_share": round(statistics.fmean(k["answer_kept"] for k in kept[gate] if k["present"]), 4),
-            "kept_share_of_chars_mean": round(statistics.fmean(k["kept_share_of_chars"] for k in kept[gate]), 4),
+        way: {
+            "ms": p50_p95(ms[way]),
+            "added_ms_over_" + base: p50_p95([a - b for a, b in zip(ms[way], ms[base])]),
+            "hits_kept_empty_share": round(statistics.fmean(emptied[way]), 4),
+            "answer_kept_share": round(statistics.fmean(k["answer_kept"] for k in kept[way] if k["present"]), 4),
+            "kept_share_of_chars_mean": round(statistics.fmean(k["kept_share_of_chars"] for k in kept[way]), 4),
+            **({"relevance_read_share": round(statistics.fmean(read[way]), 4)} if way in seconds else {}),
         }
-        for gate in args.gates
+        for way in ways
     }
     return {"summary": {"queries": len(ms[base]), "hits_per_query": args.hits, "gates": summary, "sync": sync_report}}
 
@@ -289,6 +300,7 @@ def main() -> None:
         "--companion", action="store_true", help="also measure passages read from a synced companion index"
     )
     parser.add_argument("--gates", type=listed, default=[], help="off,retrieval,crossencoder: each in turn")
+    parser.add_argument("--budgets", type=listed, default=[], help="0,1: relevance crossencoder in each budget_s")
     args = parser.parse_args()
 
     from chunkrag_core.providers import make_embedder
@@ -304,7 +316,7 @@ def main() -> None:
     docs = documents(args.seed)
     burn_cpu(args.busy)
     load_before = os.getloadavg()[0]
-    if args.gates:
+    if args.gates or args.budgets:
         found = gate_ways(args, docs, settings, embedder)
         found["summary"] |= {"load_1m_before": round(load_before, 2), "load_1m_after": round(os.getloadavg()[0], 2)}
         print(json.dumps(found["summary"]))
