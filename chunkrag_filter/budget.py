@@ -86,7 +86,7 @@ def ran_out_reason(seconds: float | None, ran_out: Sequence[RanOut]) -> str | No
     """The response's sentence on where the budget ran out (None: it did not)."""
     if not ran_out:
         return None
-    budget = f"budget_s of {seconds:g} s" if seconds is not None else "the budget"
+    budget = f"budget_s of {seconds:g} s" if seconds is not None else "budget"
     return f"the {budget} ran out in the " + "; in the ".join(r.reason() for r in ran_out)
 
 

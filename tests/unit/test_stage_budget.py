@@ -15,7 +15,7 @@ from chunkrag_core.chunk import Chunk
 from chunkrag_core.providers.local_relevance import BATCH_SIZE
 from chunkrag_filter import budget as budgets
 from chunkrag_filter.budget import Budget, BudgetSpent, RanOut, call_within, merged_ran_out, scored_within
-from chunkrag_filter.judging import within_request_budget
+from chunkrag_filter.judging import unscored, within_request_budget
 from chunkrag_filter.pipeline import FilterOptions, run_filter, undecided
 from chunkrag_filter.processors.calibration import LogisticModel
 from chunkrag_gateway import errors
@@ -167,6 +167,18 @@ def test_the_judge_is_not_asked_once_the_budget_is_spent():
         )
     assert [r.stage for r in result.ran_out] == ["judge"]
     assert result.budget_fields()["budget_ran_out"] == "judge"
+
+
+def test_chunks_the_judge_left_for_want_of_time_say_the_budget_ran_out_in_judging():
+    def late_judge(query, chunks, options):
+        return [unscored("not judged within the budget of 2 s")] * len(chunks)
+
+    options = FilterOptions(gate="off", calibration=None, judge_top=None, answer=False)
+    result = run_filter("q", candidates(4), model=NoJudge(), options=options, judge_many=late_judge)
+    assert result.ran_out == (RanOut("judge", 0, 4, "the rest are unscored"),)
+    assert result.budget_fields()["budget_ran_out_reason"] == (
+        "the budget ran out in the judge stage with 0 of 4 read: the rest are unscored"
+    )
 
 
 def test_judging_waits_no_longer_than_the_request_budget_has_left():
