@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
             "gate_relevance": "the same with the relevance model's best log-odds over the best three candidates, "
             "fitted on the NQ questions the relevance model held out of its training "
             f"(`python -m bench.gate_fit fit`, {day}); cut {fitted['gate_relevance']['calibrated'].cut}: chosen by "
-            "the filter's default rule in the open corpus among 0.05-0.5 and the fit's own "
-            f"{fitted['gate_relevance']['fitted_cut']} (the same rule as the gate's) (docs/evaluation.md, "
-            "results/open_corpus_nothing_relevant.json, 2026-12-05)",
+            "the rule that loses no answers (`python -m bench.gate_fit choose`, docs/evaluation.md 'How the default "
+            "gate is chosen', results/gate_choice.json); the fit's own cut was "
+            f"{fitted['gate_relevance']['fitted_cut']}",
         }
         write_calibration(
             shipped_path(),

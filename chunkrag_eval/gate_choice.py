@@ -517,7 +517,7 @@ def choose(rows: Sequence[Mapping[str, Any]], models: Mapping[str, Any]) -> dict
             "unanswerable_kinds": list(UNANSWERABLE_KINDS),
             "held_out_sets": list(HELD_OUT_SETS),
         },
-        "candidates": [e for _, e in table],
+        "candidates": {e["candidate"]: e for _, e in table},
         "chosen": candidate_name(best[0]),
         "held_out": held,
     }

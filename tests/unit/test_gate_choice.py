@@ -100,7 +100,7 @@ def test_choose_takes_the_eligible_candidate_catching_most(monkeypatch):
     out = rule.choose(rows, MODELS)
     # cosine 0.3 catches two of three, the others one or none: every candidate passes 0.5
     assert out["chosen"] == "cosine=0.3"
-    assert [c["caught"] for c in out["candidates"]] == [0.0, 0.3333, 0.6667, 0.3333]
+    assert [c["caught"] for c in out["candidates"].values()] == [0.0, 0.3333, 0.6667, 0.3333]
     # the held-out sets are not read by the choice, only reported for the chosen one
     assert out["held_out"]["answerable"]["scifact"]["turned_away"] == 1
     assert out["held_out"]["caught"] == 1.0
