@@ -392,12 +392,19 @@ class GatewaySettings:
     # Where scroll/PIT bindings and rate-limit buckets live: "local" (this
     # process) or "redis" (REDIS_URL, shared by every gateway instance).
     shared_state: str = "local"
+    # The gate (is anything relevant?) of filtered searches that name none,
+    # in chunk retrieval and for each hit post-searched: "off", "retrieval"
+    # or "crossencoder"; "" keeps the filter's own defaults (crossencoder on
+    # chunks, retrieval per hit; docs/filter.md says what each costs).
+    gate: str = ""
 
     def __post_init__(self) -> None:
         # Every value `chunkrag serve` would refuse, refused here, where
         # `chunkrag config check` and every entry point build the settings.
         _one_of("CHUNKRAG_GATEWAY_AUTH", self.auth, GATEWAY_AUTH_MODES)
         _one_of("CHUNKRAG_GATEWAY_SHARED_STATE", self.shared_state, GATEWAY_SHARED_STATES)
+        if self.gate:
+            _one_of("CHUNKRAG_GATEWAY_GATE", self.gate, GATES)
         passthrough_classes(self.passthrough)
         for name, lowest in GATEWAY_MINIMUMS.items():
             value = getattr(self, name)
@@ -418,6 +425,10 @@ class GatewaySettings:
 GATEWAY_AUTH_MODES = ("forward", "service")
 # Where scroll/PIT bindings and rate buckets live (GatewaySettings.shared_state).
 GATEWAY_SHARED_STATES = ("local", "redis")
+# The filter's gates (chunkrag_filter/processors/gate.py reads them from
+# here, so that the gateway's CHUNKRAG_GATEWAY_GATE is checked where the
+# settings are built, below the filter).
+GATES = ("off", "retrieval", "crossencoder")
 # The pass-through's endpoint classes (GatewaySettings.passthrough). "read"
 # is always forwarded: the others add to it (a gateway that forwards writes
 # but not searches would serve nobody).

@@ -267,6 +267,7 @@ def create_app(
             max_query_chars=limits.max_query_chars,
             max_budget_s=settings.max_budget_s,
             max_work=limits.max_work,
+            default_gate=limits.gate or None,
         )
         async with per_caller.slot(caller.identity):
             result = await _call(edges, queue, threads, request.index, decoded, caller, asking, http.receive)
@@ -312,7 +313,12 @@ def create_app(
             )
         telemetry.note(request.scope, mode="filtered")
         _refuse_non_finite(decoded, "body")
-        options = search_options(decoded, max_candidates=limits.max_candidates, max_budget_s=settings.max_budget_s)
+        options = search_options(
+            decoded,
+            max_candidates=limits.max_candidates,
+            max_budget_s=settings.max_budget_s,
+            default_gate=limits.gate or None,
+        )
         if index is None:
             check_pit_search(decoded, options)
             route = Route(POST_SEARCH, "")
@@ -354,6 +360,7 @@ def create_app(
             max_query_chars=limits.max_query_chars,
             max_budget_s=settings.max_budget_s,
             max_work=limits.max_work,
+            default_gate=limits.gate or None,
         )
         async with per_caller.slot(caller.identity):
             result = await _call(edges, queue, threads, route.target, parsed, caller, asking, request.receive)

@@ -56,6 +56,7 @@ def parse_search(
     max_query_chars: int | None = None,
     max_budget_s: float | None = None,
     max_work: int | None = None,
+    default_gate: str | None = None,
 ) -> ChunkragSearch:
     for key in body:
         if key not in CHUNKRAG_BODY_KEYS:
@@ -71,7 +72,7 @@ def parse_search(
     if not _is_int(size) or size < 0:
         raise OptionError(f"[size] must be a non-negative integer, got {size!r}")
     # A search client asked for hits: no answer (a model call) unless it says so.
-    options = search_options(body, max_candidates=max_candidates, max_budget_s=max_budget_s)
+    options = search_options(body, max_candidates=max_candidates, max_budget_s=max_budget_s, default_gate=default_gate)
     query = body.get("query")
     text = _filter_text(options, query, missing="no query text", max_query_chars=max_query_chars)
     candidates = _candidates(options, size, max_candidates)
@@ -105,11 +106,20 @@ def _filter_text(options: ChunkragOptions, query: Any, *, missing: str, max_quer
 
 
 def search_options(
-    body: Mapping[str, Any], *, max_candidates: int, max_budget_s: float | None = None
+    body: Mapping[str, Any],
+    *,
+    max_candidates: int,
+    max_budget_s: float | None = None,
+    default_gate: str | None = None,
 ) -> ChunkragOptions:
-    """``ext.chunkrag`` of a search body, validated and resolved."""
+    """``ext.chunkrag`` of a search body, validated and resolved
+    (``default_gate``: the gateway's gate for a request naming none)."""
     return parse_options(
-        body["ext"]["chunkrag"], max_candidates=max_candidates, max_budget_s=max_budget_s, surface="search"
+        body["ext"]["chunkrag"],
+        max_candidates=max_candidates,
+        max_budget_s=max_budget_s,
+        surface="search",
+        default_gate=default_gate,
     )
 
 
@@ -184,11 +194,17 @@ def parse_ask(
     max_query_chars: int | None = None,
     max_budget_s: float | None = None,
     max_work: int | None = None,
+    default_gate: str | None = None,
 ) -> ChunkragSearch:
     """A ``/v1/ask`` request: the question (or ``options.query``), every kept
     chunk. ``raw_options``: a JSON object, or the validated OptionsModel."""
     options = parse_options(
-        raw_options, max_candidates=max_candidates, max_budget_s=max_budget_s, where="options", surface="ask"
+        raw_options,
+        max_candidates=max_candidates,
+        max_budget_s=max_budget_s,
+        where="options",
+        surface="ask",
+        default_gate=default_gate,
     )
     if options.target == "post_search" or options.post_search_given:
         given = "mode post_search" if options.target == "post_search" else options.post_search_given[0]

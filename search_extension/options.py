@@ -407,12 +407,19 @@ class OptionsModel(_Options):
         max_candidates: int | None = None,
         max_budget_s: float | None = None,
         where: str = "ext.chunkrag",
+        default_gate: str | None = None,
     ) -> ChunkragOptions:
         """The frozen values the library runs on. The rules tying options
         together live here: a scoring option turns the judge on for the best
         nine; ``calibrated`` means the shipped model (FilterOptions picks the
-        one fitted for judging on or off); ``answer`` defaults by surface."""
+        one fitted for judging on or off); ``answer`` defaults by surface;
+        ``default_gate`` (the gateway's CHUNKRAG_GATEWAY_GATE) stands for
+        ``gate`` when the request names none, in chunk retrieval and for each
+        hit post-searched alike."""
         given = self.model_fields_set
+        if default_gate is not None and default_gate not in GATES:
+            raise OptionError(f"the gateway's default gate must be one of {', '.join(GATES)}, got {default_gate!r}")
+        gate = self.gate if "gate" in given or default_gate is None else default_gate
         limits = {"max_candidates": max_candidates, "max_budget_s": max_budget_s}
         for key in ("candidates", "judge_top", "budget_s"):
             field = type(self).model_fields[key]
@@ -439,7 +446,7 @@ class OptionsModel(_Options):
                 prior_weight=self.prior_weight,
                 rerank=self.rerank,
                 relevance=self.relevance,
-                gate=self.gate,
+                gate=gate,
                 gate_cut=self.gate_cut,
                 gate_top=self.gate_top,
                 lost_in_the_middle=self.lost_in_the_middle,
@@ -462,7 +469,7 @@ class OptionsModel(_Options):
                 max_passages=self.max_passages,
                 include_dropped=self.include_dropped,
                 stages=self.stages,
-                gate=None if "gate" in given else POST_SEARCH_GATE,
+                gate=None if "gate" in given else default_gate or POST_SEARCH_GATE,
             ),
             post_search_given=tuple(k for k in POST_SEARCH_KEYS if k in given),
             stages=self.stages,
@@ -538,6 +545,7 @@ def parse_options(
     max_budget_s: float | None = None,
     where: str = "ext.chunkrag",
     surface: str = "ask",
+    default_gate: str | None = None,
 ) -> ChunkragOptions:
     """A JSON options object (or an already validated :class:`OptionsModel`),
     resolved; :class:`OptionError` names the first option it cannot use.
@@ -545,7 +553,13 @@ def parse_options(
     but the declaration's)."""
     limits = {"max_candidates": max_candidates, "max_budget_s": max_budget_s}
     model = validate(raw, where=where, limits=limits)
-    return model.resolve(surface=surface, max_candidates=max_candidates, max_budget_s=max_budget_s, where=where)
+    return model.resolve(
+        surface=surface,
+        max_candidates=max_candidates,
+        max_budget_s=max_budget_s,
+        where=where,
+        default_gate=default_gate,
+    )
 
 
 def validate(raw: Any, *, where: str = "ext.chunkrag", limits: Mapping[str, Any] | None = None) -> OptionsModel:

@@ -32,14 +32,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from chunkrag_core.settings import GATES
 from chunkrag_filter.processors.features import content_terms, entity_terms
 
 GATE_RETRIEVAL_FEATURES = ("best_cosine", "best_term_overlap", "best_entity_overlap", "names_entities")
 GATE_RELEVANCE_FEATURES = ("best_relevance_logit",)
 GATE_FEATURES = GATE_RETRIEVAL_FEATURES + GATE_RELEVANCE_FEATURES
-# "retrieval": the retrieval signals and the query's words and names;
-# "crossencoder": those and the relevance model on the best few candidates.
-GATES = ("off", "retrieval", "crossencoder")
+# GATES: "retrieval": the retrieval signals and the query's words and names;
+# "crossencoder": those and the relevance model on the best few candidates;
+# "off" (declared in chunkrag_core.settings, where the gateway's default
+# gate is checked).
+__all__ = ["GATES", "GATE_FEATURES", "GateOutcome", "gate_features"]
 # Candidates (in retrieval order) the relevance model reads for the gate: a
 # relevant chunk nearly always ranks in the first few, and each costs a
 # model pass (~10 ms on two cores).

@@ -152,3 +152,38 @@ def test_through_the_gateway_nothing_relevant_is_zero_hits_with_the_reason_and_n
     finally:
         es.delete_index(chunks)
         es.delete_index(plain)
+
+
+def test_the_gateways_default_gate_stands_for_requests_naming_none(es, settings, embedder, store):
+    """CHUNKRAG_GATEWAY_GATE: with ``off`` an off-topic question reaches
+    the filter's scoring (no gate read, hits kept); a request naming a gate
+    still gets that gate."""
+    import dataclasses
+    import uuid
+
+    from elasticsearch import Elasticsearch
+
+    from chunkrag_gateway import create_app
+    from chunkrag_gateway.server import serve_in_thread
+    from ingest_pipeline.pipeline import ingest_documents
+    from ingest_pipeline.sources import plain_document
+
+    texts, titles, _ = store
+    chunks = f"test-default-gate-{uuid.uuid4().hex[:8]}"
+    documents = [plain_document(f"d{i}", text, "t", title=title) for i, (text, title) in enumerate(zip(texts, titles))]
+    assert ingest_documents(documents, client=es, embedder=embedder, settings=settings, index=chunks).ok
+    gateway_off = dataclasses.replace(settings, gateway=dataclasses.replace(settings.gateway, gate="off"))
+    try:
+        with serve_in_thread(create_app(gateway_off, embedder=embedder)) as url:
+            client = Elasticsearch(url, request_timeout=60)
+
+            def search(ext: dict) -> dict:
+                body = {"query": {"match": {"text": OFF_TOPIC[0]}}, "size": 5, "ext": {"chunkrag": ext}}
+                return client.search(index=chunks, body=body).body["chunkrag"]
+
+            ungated = search({"answer": False})
+            assert ungated["nothing_relevant"] is False and ungated.get("gate") is None
+            named = search({"answer": False, "gate": "crossencoder"})
+            assert named["gate"]["gate"] == "crossencoder" and named["nothing_relevant"] is True
+    finally:
+        es.delete_index(chunks)
