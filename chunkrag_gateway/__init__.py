@@ -1,6 +1,6 @@
 """An Elasticsearch-compatible HTTP gateway: searches pass through to the
 cluster unchanged, and a ``_search`` carrying ``ext.chunkrag`` is answered
-with the chunks ChunkRAG's LLM filter kept. ``create_app`` builds it.
+with the chunks the ChunkRAG filter kept. ``create_app`` builds it.
 
 ``create_app`` is imported on first use, not with the package: the
 configuration check every ``chunkrag`` command runs reads the gateway's

@@ -250,7 +250,7 @@ def create_app(
     @app.post(
         "/v1/ask",
         response_model=AskResponse,
-        summary="Retrieve, filter the chunks with the LLM judge, answer",
+        summary="Retrieve, keep the relevant chunks (the gate, then calibrated scores; the LLM judge on request), answer",
         responses=error_responses(FILTERED_STATUSES),
     )
     async def ask(request: AskRequest, http: Request) -> Any:
@@ -279,7 +279,7 @@ def create_app(
 
     @app.post(
         "/{index}/_search",
-        summary="Elasticsearch _search; with ext.chunkrag, filtered by the LLM judge",
+        summary="Elasticsearch _search; with ext.chunkrag, the relevant chunks or passages kept by the chunk filter",
         openapi_extra=search_openapi(),
         responses={200: {"description": searched}, **error_responses(FILTERED_STATUSES)},
     )
