@@ -28,7 +28,7 @@ from chunkrag_core import cancellation
 from chunkrag_core.cancellation import Cancellation, Cancelled
 from chunkrag_core.engines.profile import engine_of
 from chunkrag_core.settings import Settings
-from chunkrag_gateway import errors, playground, telemetry
+from chunkrag_gateway import errors, model_turns, playground, telemetry
 from chunkrag_gateway.aliases import ForeignAliases
 from chunkrag_gateway.allocator import TrimWhenIdle
 from chunkrag_gateway.body_depth import BodyDepth
@@ -204,6 +204,7 @@ def create_app(
     app.state.edges = edges
     app.state.filter_processes = processes
     app.state.filtered_queue = queue
+    app.state.model_turns = edges.model_turns
     app.state.metrics = metrics
     app.openapi = functools.partial(gateway_openapi, app)
     # The last added runs first: the size limit guards everything, then the
@@ -444,13 +445,18 @@ async def _run(
     # Service mode: the library searches with the key's derived key too.
     caller = await edges.passthrough.bind(caller)
     token = Cancellation.within(deadline)
-    call = functools.partial(cancellation.run_bound, token, blocking, *args, caller=caller)
+    # Its relevance-model batches take their turns as this caller's (model_turns.py).
+    call = functools.partial(
+        model_turns.run_as, caller.identity, cancellation.run_bound, token, blocking, *args, caller=caller
+    )
 
     async def work():
         if not (options.stages and queued):
             return await threads.run(call)
-        async with queue.slot(caller.identity):
-            # A busy caller's search yields the CPU to the others'.
+        async with queue.slot(caller.identity, heavy=reads_every_candidate(options)):
+            # A busy caller's search yields the CPU to the others'. A heavy one
+            # does not: its batches hold the model's turns, and a slower batch
+            # would keep the quiet callers' waiting longer (model_turns.py).
             return await threads.run(call, busy=queue.busy(caller.identity, holding=True))
 
     late = f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)"
@@ -471,6 +477,12 @@ async def _run(
         if caller.key is not None:
             raise error_without_internals(error) from exc
         raise error from exc
+
+
+def reads_every_candidate(options) -> bool:
+    """Whether a search has the relevance model read every candidate (or
+    every passage), many batches, rather than at most the gate's few."""
+    return options.stages and (options.filter.relevance == "crossencoder" or options.filter.rerank == "local")
 
 
 async def post_searched(

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import os
 import threading
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
@@ -24,6 +25,7 @@ from chunkrag_gateway.dialect import ChunkragOptions, ensemble_scales
 from chunkrag_gateway.filter_threads import lower_priority
 from chunkrag_gateway.heap import settle_heap
 from chunkrag_gateway.identity import Caller, es_for
+from chunkrag_gateway.model_turns import ModelTurns
 from chunkrag_gateway.passthrough import HttpTransport, Passthrough
 from search_extension.ask import AskResult, ask
 from search_extension.passages import PassageSource
@@ -67,6 +69,10 @@ class Edges:
         self._judge_many_factory = judge_many_factory
         self._relevance_model = relevance_model
         self._own_relevance = None
+        # The gateway's relevance model takes its batches in turns fair between
+        # callers (model_turns.py), as many at once as there are cores, and
+        # never more than the model-stage places.
+        self.model_turns = ModelTurns(max(1, min(settings.gateway.max_filtered, os.cpu_count() or 1)))
         self._embedder_made_here = embedder is None
         self.models = ModelsLoading()
         self._models_thread: threading.Thread | None = None
@@ -193,7 +199,8 @@ class Edges:
         each batch on the searching thread alone (GATEWAY_RELEVANCE_THREADS):
         an intra-op thread of onnxruntime's serves every search's batches at
         one priority, and a busy caller's searches must yield the CPU
-        (``filter_threads.py``)."""
+        (``filter_threads.py``); and its batches take fair turns between the
+        callers (``model_turns.py``)."""
         if self._relevance_model is not None:
             return self._relevance_model
         with self._lock:
@@ -201,7 +208,9 @@ class Edges:
                 from chunkrag_core.providers.local_relevance import LocalRelevanceModel
 
                 # What a burst of searches allocated goes back (allocator.py).
-                self._own_relevance = LocalRelevanceModel(threads=GATEWAY_RELEVANCE_THREADS, return_memory=True)
+                self._own_relevance = LocalRelevanceModel(
+                    threads=GATEWAY_RELEVANCE_THREADS, return_memory=True, turns=self.model_turns.turn
+                )
             return self._own_relevance
 
     def relevance_model(self, budget_s: float) -> RelevanceModel:

@@ -34,7 +34,13 @@ class FilteredQueue:
     for callers with none, and a flood of busy keys cannot take every
     place. Among busy callers, a place goes to the one holding the fewest,
     then to whoever waited longest. With a first-come queue, two flooding
-    keys held all four places and another key's default filter waited 45 s."""
+    keys held all four places and another key's default filter waited 45 s.
+
+    A ``heavy`` search (one that has the relevance model read every
+    candidate) waits and holds places as a busy caller's does, whoever
+    sends it: keys with one heavy search each were all quiet callers, and
+    six of them held every place while a seventh key's default filter
+    waited for one of theirs to end (its p50 60 times its own)."""
 
     def __init__(
         self,
@@ -75,8 +81,8 @@ class FilteredQueue:
         return held > 0 or waiting > 0 or bool(self._busy_elsewhere and self._busy_elsewhere(caller))
 
     @asynccontextmanager
-    async def slot(self, caller: str = "") -> AsyncIterator[None]:
-        waiter = _Waiter(caller, next(self._arrivals), asyncio.get_running_loop().create_future())
+    async def slot(self, caller: str = "", *, heavy: bool = False) -> AsyncIterator[None]:
+        waiter = _Waiter(caller, next(self._arrivals), asyncio.get_running_loop().create_future(), heavy)
         self._waiters.append(waiter)
         self._grant()
         if not waiter.granted.done() and len(self._waiters) > self.queued:
@@ -119,7 +125,7 @@ class FilteredQueue:
 
     def _next(self) -> _Waiter | None:
         waiting = [w for w in self._waiters if not w.granted.done()]
-        idle = [w for w in waiting if not self.busy(w.caller)]
+        idle = [w for w in waiting if not w.heavy and not self.busy(w.caller)]
         if idle:
             return idle[0]
         if self.running - self.in_use <= self.reserved or not waiting:
@@ -134,6 +140,7 @@ class _Waiter:
     caller: str
     arrival: int
     granted: asyncio.Future
+    heavy: bool = False
 
 
 # Filtered searches of one caller that may wait for one of its own places at

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -58,7 +59,9 @@ class LocalRelevanceModel:
     long-running server holds the memory of a burst of searches only while
     they run. Turning the arena off instead returned the memory too, but
     concurrent runs peaked at nearly twice the arena's RSS (934 against 491
-    MB, three threads; 593 MB shrinking)."""
+    MB, three threads; 593 MB shrinking). ``turns``: what each batch runs
+    inside (the gateway's fair turns between callers, which wait for the
+    batch's turn); none by default."""
 
     def __init__(
         self,
@@ -69,6 +72,7 @@ class LocalRelevanceModel:
         path: Path | str | None = None,
         max_tokens: int = MAX_TOKENS,
         return_memory: bool = False,
+        turns: Callable[[], AbstractContextManager] | None = None,
     ) -> None:
         if max_tokens < MIN_TOKENS:
             raise ValueError(f"max_tokens must be at least {MIN_TOKENS} (a query and some chunk), got {max_tokens}")
@@ -78,6 +82,7 @@ class LocalRelevanceModel:
         self.path = Path(path) if path is not None else None
         self.max_tokens = max_tokens
         self.return_memory = return_memory
+        self.turns = turns or nullcontext
         self._run_options = None  # made with the session
         self._lock = threading.Lock()
         self._session = None
@@ -129,7 +134,8 @@ class LocalRelevanceModel:
         for begin in range(0, len(order), self.batch_size):
             cancellation.check()  # a request gone stops between batches
             rows = order[begin : begin + self.batch_size]
-            out[rows] = self._run([encodings[i] for i in rows])
+            with self.turns():
+                out[rows] = self._run([encodings[i] for i in rows])
         return out
 
     def token_counts(self, query: str, texts: Sequence[str]) -> list[int]:

@@ -25,18 +25,18 @@ class Searches:
         self.releases: dict[str, asyncio.Event] = {}
         self.tasks: list[asyncio.Task] = []
 
-    def start(self, caller: str, name: str) -> None:
+    def start(self, caller: str, name: str, heavy: bool = False) -> None:
         self.releases[name] = asyncio.Event()
-        self.tasks.append(asyncio.create_task(self._search(caller, name)))
+        self.tasks.append(asyncio.create_task(self._search(caller, name, heavy)))
 
-    async def _search(self, caller: str, name: str) -> None:
+    async def _search(self, caller: str, name: str, heavy: bool) -> None:
         if self.slots is None:
-            return await self._queued(caller, name)
+            return await self._queued(caller, name, heavy)
         async with self.slots.slot(caller):
-            await self._queued(caller, name)
+            await self._queued(caller, name, heavy)
 
-    async def _queued(self, caller: str, name: str) -> None:
-        async with self.queue.slot(caller):
+    async def _queued(self, caller: str, name: str, heavy: bool) -> None:
+        async with self.queue.slot(caller, heavy=heavy):
             self.granted.append(name)
             await self.releases[name].wait()
 
@@ -75,6 +75,28 @@ def test_flooding_keys_share_all_but_the_reserved_places_and_a_quiet_key_gets_on
         searches.start("key:quiet", "quiet again")
         await searches.settle()
         assert searches.granted[-1] == "quiet again"
+        await searches.finish()
+        assert queue.in_use == 0 and queue.waiting == 0
+
+    asyncio.run(scenario())
+
+
+def test_keys_with_one_heavy_search_each_leave_the_reserved_place_to_a_quiet_keys_light_search():
+    async def scenario():
+        slots = CallerSlots(2, retry_after_s=30)
+        queue = FilteredQueue(4, 16, 5, reserved=1, busy=slots.busy)
+        searches = Searches(queue, slots)
+        for key in "ABCDEF":  # six keys, one search each that has the model read every candidate
+            searches.start(f"key:{key}", key, heavy=True)
+        await searches.settle()
+        assert searches.granted == ["A", "B", "C"] and queue.waiting == 3
+        searches.start("key:quiet", "quiet")
+        await searches.settle()
+        assert searches.granted[-1] == "quiet" and queue.in_use == 4
+        await searches.release("quiet")  # the reserved place stays free for the next quiet search
+        assert queue.in_use == 3
+        await searches.release("A")  # a heavy search's place goes to the heavy search that waited longest
+        assert searches.granted[-1] == "D" and queue.in_use == 3
         await searches.finish()
         assert queue.in_use == 0 and queue.waiting == 0
 
