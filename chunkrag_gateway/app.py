@@ -445,19 +445,20 @@ async def _run(
     # Service mode: the library searches with the key's derived key too.
     caller = await edges.passthrough.bind(caller)
     token = Cancellation.within(deadline)
-    # Its relevance-model batches take their turns as this caller's (model_turns.py).
-    call = functools.partial(
-        model_turns.run_as, caller.identity, cancellation.run_bound, token, blocking, *args, caller=caller
-    )
+
+    def call(low: bool = False):
+        # Its relevance-model batches take their turns as this caller's, at its priority (model_turns.py).
+        bound = functools.partial(cancellation.run_bound, token, blocking, *args, caller=caller)
+        return functools.partial(model_turns.run_as, caller.identity, low, bound)
 
     async def work():
         if not (options.stages and queued):
-            return await threads.run(call)
-        async with queue.slot(caller.identity, heavy=reads_every_candidate(options)):
-            # A busy caller's search yields the CPU to the others'. A heavy one
-            # does not: its batches hold the model's turns, and a slower batch
-            # would keep the quiet callers' waiting longer (model_turns.py).
-            return await threads.run(call, busy=queue.busy(caller.identity, holding=True))
+            return await threads.run(call())
+        heavy = reads_every_candidate(options)
+        async with queue.slot(caller.identity, heavy=heavy):
+            # A busy caller's search, or a heavy one, yields the CPU to the others'.
+            low = heavy or queue.busy(caller.identity, holding=True)
+            return await threads.run(call(low), busy=low)
 
     late = f"the request did not finish within {deadline:g} s (budget_s plus the model and search timeouts)"
     try:

@@ -39,12 +39,14 @@ T = TypeVar("T")
 # gateway: enough for a few searches' worth.
 RECENT_BATCHES = 512
 
-_caller: ContextVar[str] = ContextVar("chunkrag_model_caller", default="")
+_caller: ContextVar[tuple[str, bool]] = ContextVar("chunkrag_model_caller", default=("", False))
 
 
-def run_as(caller: str, function: Callable[..., T], /, *args, **kwargs) -> T:
-    """``function(*args, **kwargs)`` with its model batches counted as ``caller``'s."""
-    reset = _caller.set(caller)
+def run_as(caller: str, low: bool, function: Callable[..., T], /, *args, **kwargs) -> T:
+    """``function(*args, **kwargs)`` with its model batches counted as
+    ``caller``'s; ``low``: the search runs at the lower priority of busy
+    callers and heavy searches (``filter_threads.py``)."""
+    reset = _caller.set((caller, low))
     try:
         return function(*args, **kwargs)
     finally:
@@ -52,7 +54,7 @@ def run_as(caller: str, function: Callable[..., T], /, *args, **kwargs) -> T:
 
 
 def current_caller() -> str:
-    return _caller.get()
+    return _caller.get()[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,7 @@ class Ask:
     caller: str
     tag: int
     arrival: int
+    low: bool = False
 
 
 class FairTurns:
@@ -76,13 +79,21 @@ class FairTurns:
     number of their searches or batches, and a caller that was away gets
     no credit for it: it comes back in the current round.
 
+    Batches of searches at the lower priority (``low``) hold at most
+    ``slots - reserved`` slots together: a slot is always left for a batch
+    at the filter priority, which never waits for a batch that the
+    machine's other work may hold up (a thread at niceness 19 gets next to
+    nothing beside busy cores).
+
     Not thread-safe: :class:`ModelTurns` holds its lock around every call."""
 
-    def __init__(self, slots: int):
-        if slots < 1:
-            raise ValueError(f"the relevance model needs at least one slot, got {slots}")
+    def __init__(self, slots: int, reserved: int = 0):
+        if slots < 1 or reserved < 0:
+            raise ValueError(f"the relevance model needs at least one slot and none reserved or more, got {slots}")
         self.slots = slots
-        self.running = 0
+        # At least one slot is for anyone: with a single slot, none is reserved.
+        self.reserved = min(reserved, slots - 1)
+        self.running = self.running_low = 0
         self.now = 0
         self._next_round: dict[str, int] = {}  # per caller seen lately: the round its next batch may start in
         self._last_begun: dict[str, int] = {}  # and the round its latest batch began in
@@ -94,21 +105,24 @@ class FairTurns:
     def waiting(self) -> tuple[Ask, ...]:
         return tuple(self._waiting)
 
-    def ask(self, caller: str) -> Ask:
-        """A batch of ``caller``'s waits for its turn."""
+    def ask(self, caller: str, low: bool = False) -> Ask:
+        """A batch of ``caller``'s waits for its turn (``low``: at the lower priority)."""
         tag = max(self.now, self._next_round.get(caller, self.now))
         self._next_round[caller] = tag + 1
-        asked = Ask(caller, tag, next(self._arrivals))
+        asked = Ask(caller, tag, next(self._arrivals), low)
         self._waiting.append(asked)
         return asked
 
     def next(self) -> Ask | None:
         """The batch to begin now, or None: every slot is taken or none waits."""
-        if self.running >= self.slots or not self._waiting:
+        low_may_start = self.running_low < self.slots - self.reserved
+        startable = [a for a in self._waiting if low_may_start or not a.low]
+        if self.running >= self.slots or not startable:
             return None
-        chosen = min(self._waiting, key=lambda a: (a.tag, self._last_begun.get(a.caller, -1), a.arrival))
+        chosen = min(startable, key=lambda a: (a.tag, self._last_begun.get(a.caller, -1), a.arrival))
         self._waiting.remove(chosen)
         self.running += 1
+        self.running_low += chosen.low
         self._running[chosen.caller] += 1
         self.now = max(self.now, chosen.tag)
         self._last_begun[chosen.caller] = chosen.tag
@@ -117,6 +131,7 @@ class FairTurns:
     def finish(self, begun: Ask) -> None:
         """A batch that began has ended (or failed)."""
         self.running -= 1
+        self.running_low -= begun.low
         self._running[begun.caller] -= 1
         if not self._running[begun.caller]:
             del self._running[begun.caller]
@@ -148,10 +163,11 @@ class FairTurns:
 class ModelTurns:
     """:class:`FairTurns` between threads: :meth:`turn` around each batch
     waits for the batch's turn, checking its request's cancellation every
-    ``check_every_s``; ``begun`` lists the callers of the latest batches."""
+    ``check_every_s``; ``begun`` lists the callers of the latest batches.
+    ``reserved``: slots only batches at the filter priority may take."""
 
-    def __init__(self, slots: int, check_every_s: float = cancellation.WATCH_EVERY_S):
-        self._policy = FairTurns(slots)
+    def __init__(self, slots: int, reserved: int = 0, check_every_s: float = cancellation.WATCH_EVERY_S):
+        self._policy = FairTurns(slots, reserved)
         self._check_every_s = check_every_s
         self._changed = threading.Condition()
         self._granted: set[Ask] = set()
@@ -170,7 +186,7 @@ class ModelTurns:
     def turn(self) -> Iterator[None]:
         token = cancellation.current()
         with self._changed:
-            asked = self._policy.ask(_caller.get())
+            asked = self._policy.ask(*_caller.get())
             self._grant()
             try:
                 while asked not in self._granted:

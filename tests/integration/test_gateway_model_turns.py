@@ -1,10 +1,11 @@
 """Fair turns at the relevance model, through the real gateway, the real
 cross-encoder and the real Elasticsearch: four keys each send one search
-that has the model read 200 candidates (13 batches), and a quiet key's
+that has the model read 200 candidates (50 batches of 4), and a quiet key's
 default filter (the gate's one batch) is let in and waits behind at most
-one batch of each of them. The first heavy batches are held, after they
-ran, until the quiet key's batch waits for its turn, so the order does not
-depend on the machine's speed."""
+one batch of each of them; with two model slots or more it begins at once,
+in the slot the heavy searches' lower priority leaves. The heavy batches
+are held, after they ran, until the quiet key's batch has asked for its
+turn, so the order does not depend on the machine's speed."""
 
 from __future__ import annotations
 
@@ -100,20 +101,22 @@ def test_a_quiet_keys_batch_waits_behind_at_most_one_batch_of_each_heavy_key(set
             for key in HEAVY_KEYS
         ]
         # Three hold places (the last is for callers without a heavy search), the fourth waits for one;
-        # every model slot runs a heavy batch, held.
+        # one heavy batch runs, held, the other two wait for a slot.
         _eventually(lambda: queue.in_use == 3 and queue.waiting == 1, "the heavy searches did not take their places")
-        _eventually(lambda: len(turns.begun) == turns.slots, "the heavy searches' batches did not begin")
+        _eventually(lambda: len(turns.begun) == 1 and len(turns.waiting()) == 2, "the heavy batches did not ask")
         searched = pool.submit(
             post, f"{url}/{index}/_search", json=quiet_body, headers={"authorization": _basic("quiet")}, timeout=300
         )
-        _eventually(lambda: quiet in turns.waiting(), "the quiet key's batch never asked for its turn")
+        _eventually(lambda: quiet in turns.waiting() or quiet in turns.begun, "the quiet key's batch never asked")
         released.set()
         answer = searched.result(BOUND_S)
         assert answer.status_code == 200 and answer.json()["hits"]["hits"], answer.text[:300]
         assert [search.result(BOUND_S).status_code for search in heavies] == [200] * len(HEAVY_KEYS)
     begun = list(turns.begun)
     before = begun[: begun.index(quiet)]
-    # Behind at most one batch of each heavy key that had a place, not behind their remaining twelve.
+    # Behind at most one batch of each heavy key that had a place, not behind the rest of theirs.
     assert len(before) == len(set(before)) <= 3 and set(before) <= heavy
+    assert len(before) == 1 or turns.slots == 1
     after = begun[begun.index(quiet) + 1 :]
-    assert all(after.count(key) >= 12 for key in set(before)) and begun.count(quiet) == 1
+    batches = -(-CANDIDATES // model.batch_size)
+    assert all(after.count(key) >= batches - 1 for key in set(before)) and begun.count(quiet) == 1

@@ -105,6 +105,24 @@ def test_a_dropped_batch_leaves_the_line_and_idle_callers_are_forgotten():
     assert turns.remembered == {"D"}
 
 
+def test_batches_at_the_lower_priority_leave_the_reserved_slot_to_the_others():
+    turns = FairTurns(2, reserved=1)
+    heavy = [turns.ask(caller, low=True) for caller in "AB"]
+    assert turns.next() == heavy[0] and turns.next() is None  # B's waits: the last slot is not for it
+    quiet = turns.ask("Q")
+    assert turns.next() == quiet and turns.running == 2
+    turns.finish(quiet)
+    assert turns.next() is None  # still only one slot for the lower priority
+    turns.finish(heavy[0])
+    assert turns.next() == heavy[1]
+
+
+def test_with_one_slot_none_is_reserved():
+    turns = FairTurns(1, reserved=1)
+    low = turns.ask("A", low=True)
+    assert turns.reserved == 0 and turns.next() == low
+
+
 def test_no_slot_is_refused():
     with pytest.raises(ValueError, match="at least one slot"):
         FairTurns(0)
@@ -142,12 +160,12 @@ def _eventually(condition) -> None:
         time.sleep(0.01)
 
 
-def _search(model: GatedModel, caller: str, texts: int, token: Cancellation | None = None):
+def _search(model: GatedModel, caller: str, texts: int, token: Cancellation | None = None, low: bool = False):
     outcome = {}
 
     def run():
         try:
-            outcome["scores"] = cancellation.run_bound(token, run_as, caller, model.score, "q", ["t"] * texts)
+            outcome["scores"] = cancellation.run_bound(token, run_as, caller, low, model.score, "q", ["t"] * texts)
         except Cancelled as exc:
             outcome["cancelled"] = exc
 
@@ -174,6 +192,23 @@ def test_a_new_callers_batch_runs_before_the_heavy_callers_remaining_batches():
     assert callers[:4] == ["key:heavy", "key:other", "key:quiet", "key:heavy"]
     assert callers.count("key:heavy") == callers.count("key:other") == 5 and outcome["scores"] == [0.5]
     assert list(turns.begun) == callers
+
+
+def test_a_quiet_callers_batch_takes_the_reserved_slot_while_heavy_batches_wait_for_theirs():
+    turns = ModelTurns(2, reserved=1)
+    model = GatedModel(turns)
+    first, _ = _search(model, "key:heavy", 4, low=True)
+    _eventually(lambda: len(model.ran) == 1)
+    second, _ = _search(model, "key:other", 4, low=True)
+    _eventually(lambda: turns.waiting() == ["key:other"])
+    quiet, outcome = _search(model, "key:quiet", 1)
+    _eventually(lambda: len(model.ran) == 2)  # at once, beside the heavy batch still running
+    assert model.ran[1][0] == "key:quiet" and turns.waiting() == ["key:other"]
+    for _ in range(5):
+        model.go.release()
+    for thread in (first, second, quiet):
+        thread.join(BOUND_S)
+    assert outcome["scores"] == [0.5] and len(model.ran) == 5
 
 
 def test_a_batch_waiting_for_its_turn_stops_when_its_request_is_cancelled():

@@ -290,8 +290,8 @@ def test_the_gateway_reads_its_models_at_start_and_health_says_when(monkeypatch)
     class Loading:
         loaded, made_with = 0, []
 
-        def __init__(self, threads=2, return_memory=False, turns=None):
-            Loading.made_with.append((threads, return_memory, turns))
+        def __init__(self, threads=2, batch_size=16, return_memory=False, turns=None):
+            Loading.made_with.append((threads, batch_size, return_memory, turns))
 
         def load(self):
             Loading.loaded += 1
@@ -310,9 +310,11 @@ def test_the_gateway_reads_its_models_at_start_and_health_says_when(monkeypatch)
         assert edges.wait_for_models(30)
     assert Loading.loaded == 1 and edges.models.state() == {"ok": True}
     # The gateway's own model: each batch on the searching thread (its priority is the
-    # search's), its memory arena shrunk after each run (a burst's memory goes back), each
-    # batch in its turn between the callers (model_turns.py).
-    assert Loading.made_with == [(1, True, edges.model_turns.turn)] and edges.local_relevance is edges.local_relevance
+    # search's), in batches of four, its memory arena shrunk after each run (a burst's memory
+    # goes back), each batch in its turn between the callers (model_turns.py).
+    assert (
+        Loading.made_with == [(1, 4, True, edges.model_turns.turn)] and edges.local_relevance is edges.local_relevance
+    )
 
 
 def test_a_relevance_model_failure_is_named_as_such_and_the_playground_offers_the_options():
