@@ -46,9 +46,9 @@ GATEWAY_RELEVANCE_THREADS = 1
 # Pairs per batch of the gateway's relevance model: the unit of its fair
 # turns (model_turns.py), so a quiet caller's batch waits for the end of at
 # most this much of another caller's work. One thread scored sixteen pairs
-# of a long query in 0.98 s as four batches of 16 and 0.84 s as sixteen of 4
-# (less padding; the 2-core machine loaded by other work): smaller batches
-# cost nothing here, and the gate's best three fit in one.
+# of a long query in 0.98 s as one batch and in 0.84 s as four batches of
+# four (less padding; the 2-core machine loaded by other work): smaller
+# batches cost nothing here, and the gate's best three fit in one.
 GATEWAY_RELEVANCE_BATCH = 4
 
 log = logging.getLogger("chunkrag.gateway")

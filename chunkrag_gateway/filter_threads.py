@@ -12,7 +12,8 @@ Elsewhere the call is refused by the system and the threads run at the
 gateway's own priority (each refused thread logs a warning).
 
 A search of a caller that has other filtered searches in the gateway (a
-busy caller, ``limits.FilteredQueue.busy``) runs in a second pool, lower
+busy caller, ``limits.FilteredQueue.busy``), or one that has the relevance
+model read every candidate (a heavy search), runs in a second pool, lower
 still (``busy_nice``, by default nine steps lower, at most 19): where the
 fair queue gives a quiet caller a place, this gives its search the CPU
 first (otherwise it shares the cores evenly with the flooding keys'
