@@ -481,8 +481,9 @@ async def _run(
 
 
 def reads_every_candidate(options) -> bool:
-    """Whether a search has the relevance model read every candidate (or
-    every passage), many batches, rather than at most the gate's few."""
+    """Whether a search has the relevance model read every candidate
+    (``relevance: crossencoder``) or every kept one (``rerank: local``), or
+    in post-search their passages: many batches, not the gate's few."""
     return options.stages and (options.filter.relevance == "crossencoder" or options.filter.rerank == "local")
 
 

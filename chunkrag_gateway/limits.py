@@ -37,7 +37,7 @@ class FilteredQueue:
     keys held all four places and another key's default filter waited 45 s.
 
     A ``heavy`` search (one that has the relevance model read every
-    candidate) waits and holds places as a busy caller's does, whoever
+    candidate, or every kept one) waits and holds places as a busy caller's does, whoever
     sends it: keys with one heavy search each were all quiet callers, and
     six of them held every place while a seventh key's default filter
     waited for one of theirs to end (its p50 60 times its own)."""
