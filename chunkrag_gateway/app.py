@@ -155,7 +155,7 @@ def create_app(
     # pool's own thread they start, which must notice a dead process at once.
     threads = FilterThreads(0, busy_nice=0) if processes is not None else FilterThreads(limits.filter_nice)
     metrics = telemetry.GatewayMetrics()
-    metrics.watch(telemetry.LiveState(queue, **edges.live_probes()))
+    metrics.watch(telemetry.LiveState(queue, model_turns=edges.model_turns, **edges.live_probes()))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

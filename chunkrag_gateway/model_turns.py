@@ -180,6 +180,11 @@ class ModelTurns:
     def slots(self) -> int:
         return self._policy.slots
 
+    def counts(self) -> tuple[int, int]:
+        """Batches running and waiting now (read by the metrics)."""
+        with self._changed:
+            return self._policy.running, len(self._policy.waiting)
+
     def waiting(self) -> list[str]:
         """The callers of the batches waiting for a turn, in the order they asked."""
         with self._changed:

@@ -254,7 +254,8 @@ class GatewayMetrics:
 
 class LiveState:
     """Gauges read at scrape time, never on a request's path: the
-    model-stage queue in this gateway, and with Celery judging the depth of
+    model-stage queue in this gateway, the relevance model's batches running
+    and waiting for a turn (``model_turns``), and with Celery judging the depth of
     the workers' queue in Redis and whether a worker answers. Each probe is
     bounded by PROBE_TIMEOUT_S and its answer reused for CACHED_S."""
 
@@ -262,11 +263,13 @@ class LiveState:
         self,
         queue,
         *,
+        model_turns=None,
         celery_depth: Callable[[], int] | None = None,
         workers_up: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.queue, self.celery_depth, self.workers_up, self.clock = queue, celery_depth, workers_up, clock
+        self.model_turns = model_turns
         self._lock = threading.Lock()  # scrapes may come on several threads
         self._cached: tuple[float, float | None, float | None] | None = None
 
@@ -286,6 +289,18 @@ class LiveState:
             "Model-stage queries waiting for a place in this gateway",
             value=self.queue.waiting,
         )
+        if self.model_turns is not None:
+            running, waiting = self.model_turns.counts()
+            yield GaugeMetricFamily(
+                "chunkrag_gateway_model_batches_running",
+                "Relevance-model batches running in this gateway",
+                value=running,
+            )
+            yield GaugeMetricFamily(
+                "chunkrag_gateway_model_batches_waiting",
+                "Relevance-model batches waiting for their turn in this gateway",
+                value=waiting,
+            )
         depth, up = self._probed()
         if depth is not None:
             yield GaugeMetricFamily(

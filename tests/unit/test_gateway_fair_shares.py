@@ -208,3 +208,21 @@ def test_a_callers_searches_in_other_instances_make_it_busy_here():
         assert sorted(shared.left) == ["member-of-key:flood", "member-of-key:flood-too", "member-of-key:quiet"]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("chunkrag", "heavy"),
+    [
+        ({}, False),  # the default filter: the gate's best three
+        ({"judge_top": 9}, False),
+        ({"relevance": "crossencoder"}, True),
+        ({"rerank": "local"}, True),
+        ({"relevance": "crossencoder", "stages": False}, False),  # retrieval only: no model at all
+    ],
+)
+def test_a_search_is_heavy_when_the_relevance_model_reads_every_candidate_or_every_kept_one(chunkrag, heavy):
+    from chunkrag_gateway.app import reads_every_candidate
+    from chunkrag_gateway.dialect import search_options
+
+    options = search_options({"ext": {"chunkrag": chunkrag}}, max_candidates=50)
+    assert reads_every_candidate(options) is heavy

@@ -183,6 +183,7 @@ def test_a_new_callers_batch_runs_before_the_heavy_callers_remaining_batches():
     _eventually(lambda: turns.waiting() == ["key:other"])
     quiet, outcome = _search(model, "key:quiet", 1)
     _eventually(lambda: turns.waiting() == ["key:other", "key:quiet"])
+    assert turns.counts() == (1, 2)  # what the metrics read
     for _ in range(12):
         model.go.release()
     for thread in (heavy, other, quiet):

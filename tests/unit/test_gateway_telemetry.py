@@ -96,6 +96,11 @@ def test_a_scrape_after_a_known_sequence_of_requests_counts_each(caplog):
     assert seen[("chunkrag_gateway_filter_stage_duration_seconds_count", (("stage", "retrieval"),))] == 1
     assert seen[("chunkrag_gateway_rate_limited_total", (("identity_class", "address"),))] == 2
     assert seen[("chunkrag_gateway_filtered_running", ())] == 0
+    assert (
+        seen[("chunkrag_gateway_model_batches_running", ())]
+        == seen[("chunkrag_gateway_model_batches_waiting", ())]
+        == 0
+    )
     # No Celery judging: no probe of Redis or the workers.
     assert not any(name.startswith("chunkrag_gateway_celery") for name, _ in seen)
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
