@@ -330,9 +330,10 @@ class GatewaySettings:
     max_filtered: int = 4
     max_queued: int = 16
     # Places of max_filtered kept for callers with no other filtered search
-    # in the gateway (with shared state, in any instance): callers that
-    # have one hold the others together, so flooding keys cannot take every
-    # place (at most max_filtered - 1 are kept).
+    # in the gateway (with shared state, in any instance) whose search is not
+    # heavy (relevance: crossencoder, rerank: local): callers that have one,
+    # and heavy searches, hold the others together, so flooding keys cannot
+    # take every place (at most max_filtered - 1 are kept).
     reserved_filtered: int = 1
     # Filtered searches (ext.chunkrag, /v1/ask) of one caller running in the
     # gateway at once; one more waits up to retry_after_s for one of them,
