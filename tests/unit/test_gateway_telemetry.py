@@ -15,6 +15,7 @@ from chunkrag_gateway import create_app
 from chunkrag_gateway.connections import ConnectionLimits, _Counts
 from chunkrag_gateway.identity import key_hash
 from chunkrag_gateway.limits import FilteredQueue
+from chunkrag_gateway.model_turns import ModelTurns
 from chunkrag_gateway.telemetry import (
     ACCESS_LOGGER,
     ConnectionCollector,
@@ -265,7 +266,9 @@ def test_the_grafana_dashboard_reads_only_metrics_the_gateway_exports():
         for name in re.findall(r"chunkrag_gateway_\w+", target["expr"])
     }
     metrics = GatewayMetrics()
-    metrics.watch(LiveState(FilteredQueue(1, 1, 1), celery_depth=lambda: 0, workers_up=lambda: True))
+    metrics.watch(
+        LiveState(FilteredQueue(1, 1, 1), model_turns=ModelTurns(1), celery_depth=lambda: 0, workers_up=lambda: True)
+    )
     metrics.watch(ConnectionCollector(_Counts()))
     exported = {m.name for m in metrics.registry.collect()}
     suffixes = ("_total", "_bucket", "_count", "_sum")
