@@ -251,7 +251,9 @@ def create_app(
     @app.post(
         "/v1/ask",
         response_model=AskResponse,
-        summary="Retrieve, keep the relevant chunks (the gate, then calibrated scores; the LLM judge on request), answer",
+        summary=(
+            "Retrieve, keep the relevant chunks (the gate, then calibrated scores; the LLM judge on request), answer"
+        ),
         responses=error_responses(FILTERED_STATUSES),
     )
     async def ask(request: AskRequest, http: Request) -> Any:
