@@ -6,8 +6,9 @@ The model's unit of work is one batch of its pairs (four in the gateway,
 quiet caller's default filter one (the gate's best three). Batches that
 simply ran on whichever threads asked shared the cores between searches,
 and six keys with one heavy search each took a seventh key's default
-filter from 156 ms to 9.7 s at p50. Here every batch first takes a turn: at
-most ``slots`` batches run at once, and which waiting batch goes next is
+filter from 280 ms to 8.9 s at p50
+(bench/results/gateway_fair_turns_before.json). Here every batch first
+takes a turn: at most ``slots`` batches run at once, and which waiting batch goes next is
 decided per caller (:class:`FairTurns`), so a caller that comes with one
 batch waits behind at most one batch of each other caller, however many
 theirs have left, and a caller with several searches gets one caller's
