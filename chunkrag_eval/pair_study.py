@@ -11,7 +11,9 @@ trained on by the relevance model (chunkrag_core/model_files/relevance-minilm.md
   abstracts it cites (``qrels_validation_cited.tsv``); positive: a rationale
   sentence (``rationale_sentence_idx``);
 - ``squad``: answerable SQuAD 2.0 dev questions of the articles the
-  relevance model held out of training (:data:`chunkrag_eval.unanswerable.SQUAD_ARTICLES`),
+  relevance model held out of training (:data:`chunkrag_eval.unanswerable.SQUAD_ARTICLES`;
+  its validation article, on which the model's own cut was chosen, not the
+  calibration's read here),
   :data:`SQUAD_QUESTIONS` of them (seeded), each with every sentence of its
   article (the project's sentence splitter); positive: the sentence holds an
   annotated answer span, by offset;
@@ -21,6 +23,10 @@ trained on by the relevance model (chunkrag_core/model_files/relevance-minilm.md
 - ``samples``: the held-back sample questions (``data/sample_questions_heldback.json``)
   with every chunk of the sample corpus (chunked as ingest chunks it);
   positive: the chunk holds the question's answering phrase verbatim.
+
+Two harder views (:data:`VIEWS`), subsets of the SQuAD and sample pairs
+with the same scores, keep the question's own paragraph and the answer's
+own source file.
 
 Each pair is scored by the relevance model (its log-odds), by the
 project's embedder (query-text cosine), by BM25 over the set's distinct
@@ -69,7 +75,6 @@ BOOTSTRAP = 1000
 # with all ~250 of its sentences, so 40 questions are ~10,000 pairs, about
 # two minutes of the model on two cores.
 SQUAD_QUESTIONS = 40
-SCORERS = ("model", "calibrated", "cosine", "bm25", "hybrid")
 # Harder views of two sets, subsets of their pairs (no new scoring): where
 # the negatives come from the whole article or corpus, cosine's AUC is near
 # 1 and the margin of the goal out of reach; within the question's own
