@@ -5,8 +5,9 @@
     python -m bench.relevance_heldout speed          # 20 candidates of ~500 characters (results/relevance_speed.json)
     python -m bench.relevance_heldout run --model PATH --limit 100 --name relevance_heldout_fp32   # another graph
     python -m bench.relevance_heldout speed --model fp32=PATH --max-tokens 128 96 64   # more rows
+    python -m bench.relevance_heldout pairs [--model PATH]   # pair-level AUC, held out (results/relevance_pairs.json)
 
-Rankings, measures and the held-out sets: chunkrag_eval/relevance_study.py.
+Rankings, measures and the held-out sets: chunkrag_eval/relevance_study.py; the pairs: chunkrag_eval/pair_study.py.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 from bench.common import SHARED, write_result
@@ -29,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("sets", nargs="*", default=list(SETS))
     r = sub.add_parser("run")
     r.add_argument("--sets", nargs="*", default=list(SETS))
-    r.add_argument("--model", type=Path, help="score with this ONNX graph (default: the shipped one)")
+    pr = sub.add_parser("pairs")
+    for p in (r, pr):
+        p.add_argument("--model", type=Path, help="score with this ONNX graph (default: the shipped one)")
     r.add_argument("--max-tokens", type=int, help="cut query and chunk here (default: as trained)")
     r.add_argument("--limit", type=int, help="each set's first N questions only")
     r.add_argument(
@@ -42,18 +46,19 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--batch-sizes", type=int, nargs="*", default=[8, 20])
     s.add_argument("--model", nargs="*", default=[], help="LABEL=PATH: rows for another graph besides the shipped one")
     s.add_argument("--max-tokens", type=int, nargs="*", default=[], help="rows at these shorter cuts too")
-    for p in (b, r, s):
+    for p in (b, r, s, pr):
         p.add_argument("--cache", type=Path, default=CACHE)
         p.add_argument("--no-save", action="store_true")
-        p.add_argument("--name", help="results file name (default relevance_heldout, relevance_speed)")
+        p.add_argument("--name", help="results file name (default relevance_heldout, relevance_speed, relevance_pairs)")
     args = parser.parse_args(argv)
+    from chunkrag_eval.pair_study import run_pairs
+    from chunkrag_eval.relevance_study import build, heldout_table, scoring_speed
+
     if args.command == "build":
-        from chunkrag_eval.relevance_study import build
-
         return build(args.sets, args.cache, SHARED / "eval")
-    from chunkrag_eval.relevance_study import heldout_table, scoring_speed
-
-    if args.command == "run":
+    if args.command == "pairs":  # its cache beside the candidates' (--cache)
+        payload = run_pairs(SHARED / "eval", args.cache / "pairs", args.model)
+    elif args.command == "run":
         payload = heldout_table(args.cache, args.sets, args.model, args.max_tokens, args.limit)
         if args.write:
             write_relevance_calibration(payload["calibration"])
@@ -64,25 +69,17 @@ def main(argv: list[str] | None = None) -> int:
         payload = scoring_speed(SHARED / "eval", args.runs, args.batch_sizes, models, args.max_tokens)
     payload["load_average"] = [round(v, 2) for v in os.getloadavg()]
     if not args.no_save:
-        name = args.name or ("relevance_heldout" if args.command == "run" else "relevance_speed")
+        name = args.name or "relevance_" + {"run": "heldout", "speed": "speed"}.get(args.command, args.command)
         print(write_result(name, "bench.relevance_heldout", payload))
     return 0
 
 
 def write_relevance_calibration(fitted: dict) -> None:
     """The shipped calibration file's ``relevance`` model replaced by the fit (its other models kept)."""
-    import time
+    from chunkrag_filter.processors import calibration as c
 
-    from chunkrag_filter.processors.calibration import (
-        Calibrated,
-        LogisticModel,
-        load_calibration,
-        shipped_path,
-        write_calibration,
-    )
-
-    current = load_calibration(None)
-    model = LogisticModel(tuple(fitted["features"]), tuple(fitted["weights"]), fitted["bias"])
+    current = c.load_calibration(None)
+    model = c.LogisticModel(tuple(fitted["features"]), tuple(fitted["weights"]), fitted["bias"])
     about = {
         **current.about,
         "relevance": "the relevance model's log-odds and the retrieval signals, fitted on the NQ and SQuAD "
@@ -90,12 +87,12 @@ def write_relevance_calibration(fitted: dict) -> None:
         f"{time.strftime('%Y-%m-%d')}, the default chunks; never on a held-out set); cut {fitted['cut']}: "
         f"{fitted['cut_rule']} (results/relevance_heldout.json)",
     }
-    write_calibration(
-        shipped_path(),
+    c.write_calibration(
+        c.shipped_path(),
         current.retrieval,
         current.judged,
         about,
-        Calibrated(model, fitted["cut"]),
+        c.Calibrated(model, fitted["cut"]),
         current.gate,
         current.gate_relevance,
     )
