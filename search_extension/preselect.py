@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import threading
 import unicodedata
 from dataclasses import dataclass
@@ -49,16 +50,25 @@ PREFIX_LETTERS = 5
 # answer's sentence most often on the same 600, against none, 0.25 or 0.5
 # of the sentence before only, and 0.5 before with 0.25 after.
 NEIGHBOUR_SHARE = 0.35
+# Scripts written without spaces between words (Chinese, Japanese, Thai;
+# Korean's hangul too): a "word" there is a whole run of a clause, whose
+# first letters say nothing of its meaning, so it is kept whole.
+_UNSPACED = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 
 
 def preselect_terms(text: str) -> list[str]:
     """The terms a sentence (or the query) is preselected by: BM25's words
     (`bm25.terms`) with their accents folded, a final "s" left out (not of
     "ss", nor of a word of three letters), cut to their first
-    ``PREFIX_LETTERS`` letters."""
+    ``PREFIX_LETTERS`` letters; a word of a script written without spaces
+    is kept whole."""
     out = []
     for word in terms(text):
-        word = word if word.isascii() else folded(word)
+        if not word.isascii():
+            if _UNSPACED.search(word):
+                out.append(word)
+                continue
+            word = folded(word)
         if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
             word = word[:-1]
         out.append(word[:PREFIX_LETTERS])

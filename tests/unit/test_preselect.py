@@ -27,6 +27,8 @@ def test_preselect_terms_fold_accents_drop_a_plural_s_and_keep_five_letters():
     assert preselect_terms("Ögedei hosts brained glass ways") == ["ogede", "host", "brain", "glass", "way"]
     # "bus": three letters, kept whole; "one": a stopword
     assert preselect_terms("Rotating buses, one bus") == ["rotat", "buse", "bus"]
+    # Polish "ł" has no accent to fold: cut all the same; a Chinese run is kept whole.
+    assert preselect_terms("Władysław visited 奎章閣學士院") == ["włady", "visit", "奎章閣學士院"]
 
 
 def test_with_neighbours_adds_a_share_of_the_sentences_either_side():
