@@ -138,14 +138,8 @@ def main(argv=None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N documents only (for a quick look)")
     parser.add_argument("--one-run", choices=["pipeline", "raw"], help=argparse.SUPPRESS)
     parser.add_argument("--index", default=INDEX)
-    parser.add_argument(
-        "--name", default=None, help="results file name (default ingest, or ingest_first_N with --limit)"
-    )
-    parser.add_argument(
-        "--no-raw",
-        action="store_true",
-        help="skip the raw-embedder runs (a settings variant compared with ingest.json's)",
-    )
+    parser.add_argument("--name", default=None, help="results file name (default ingest; ingest_first_N with --limit)")
+    parser.add_argument("--no-raw", action="store_true", help="no raw-embedder runs (a variant beside ingest.json's)")
     args = parser.parse_args(argv)
     limit = ["--limit", str(args.limit)] if args.limit else []
 

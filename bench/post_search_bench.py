@@ -4,12 +4,15 @@
     python -m bench.post_search_bench --companion [--compare engine-fetch,...] [--repeat 3] [--busy 2]
     python -m bench.post_search_bench --gates off,retrieval,crossencoder --queries 60 --out post_search_gate
     python -m bench.post_search_bench --budgets 0,1 --queries 10 --out post_search_budget
+    python -m bench.post_search_bench --queries 100 --cold 10 --preselect 0,8,12 --out post_search_cold_preselect
 
 SQuAD 2 dev articles cut into documents of 1,000-3,000 words; each question's "cluster response"
 is ``--hits`` of them (the gold one and others at random, in a random order) with a plain
 ``title``/``body`` source, and post-search runs on it as the gateway does after the search (the
 cluster's search and the field listing are not in the figures). Cold (first ``--cold`` queries):
-a new query-time passage source; warm: one shared by all queries. ``--companion``: the documents
+a new query-time passage source for each of ``--preselect`` (sentences a field; default the
+setting's) in a rotating order, its answers kept from one source of its own shared by all queries
+(exact McNemar against the first); warm: one shared by all queries. ``--companion``: the documents
 in a real index with ``chunkrag sync``'s companion, read as the gateway reads it (``engine``: the
 engine's BM25 and kNN, candidates rebuilt from the hits' text, one request; ``engine-fetch``: the
 candidates read in a second request; ``engine-passages``: BM25 counted here; ``fetched``: every
@@ -18,9 +21,8 @@ companion post-search with each gate setting in turn (the gate's added ms, hits 
 answers kept). ``--busy N``: N processes spin on the CPU meanwhile. With the default filter (no
 model call) it records the added ms (p50 / p95), the share of questions whose answer is in the
 gold hit's kept passages, and the characters kept. The first search after `chunkrag serve`
-starts (post_search_first*.json), the preselection's candidates (post_search_preselect.json) and
-the cold path three ways (post_search_cold.json) were measured by modes since retired
-(bench/REPORT.md).
+starts (post_search_first*.json) and the cold path three ways (post_search_cold.json) were
+measured by modes since retired (bench/REPORT.md).
 """
 
 from __future__ import annotations
@@ -291,29 +293,28 @@ def main() -> None:
     listed = lambda value: [v for v in value.split(",") if v]  # noqa: E731
     ways = ", ".join(COMPANION_SCORING)
     parser.add_argument("--compare", type=listed, default=[], help=f"scorings of {ways} timed beside engine")
-    parser.add_argument(
-        "--repeat", type=int, default=1, help="passes over the same queries timed (warm and companion); median reported"
-    )
+    parser.add_argument("--repeat", type=int, default=1, help="passes timed (warm and companion); the median reported")
     parser.add_argument("--out", default="post_search", help="the result's name under bench/results/")
     parser.add_argument("--busy", type=int, default=0, metavar="N", help="processes spinning on the CPU meanwhile")
-    parser.add_argument(
-        "--companion", action="store_true", help="also measure passages read from a synced companion index"
-    )
+    parser.add_argument("--companion", action="store_true", help="also passages read from a synced companion index")
     parser.add_argument("--gates", type=listed, default=[], help="off,retrieval,crossencoder: each in turn")
     parser.add_argument("--budgets", type=listed, default=[], help="0,1: relevance crossencoder in each budget_s")
+    parser.add_argument("--preselect", type=listed, default=[], help="0,12: sentences a field, each timed cold in turn")
     args = parser.parse_args()
 
     from chunkrag_core.providers import make_embedder
     from chunkrag_core.settings import Settings
+    from chunkrag_eval.measures import discordant, mcnemar_exact
     from chunkrag_gateway.heap import settle_heap
     from search_extension.options import parse_options
     from search_extension.passages import QueryTimePassages
 
     settings = Settings.from_env()
     embedder = make_embedder(settings.embedder)
-    embedder.embed(["warm the model up"])
     default = parse_options({}, surface="search")  # the gateway's default for a search client
     docs = documents(args.seed)
+    # The model, the sentence splitter and the chunker read before the clock (a source thrown away).
+    timed_post_search(cluster_response("w", docs[:1]), "warm", default, QueryTimePassages(embedder, settings), embedder)
     burn_cpu(args.busy)
     load_before = os.getloadavg()[0]
     if args.gates or args.budgets:
@@ -325,6 +326,8 @@ def main() -> None:
     rows = []
     timed = []  # each query's measurement, to repeat
     shared = QueryTimePassages(embedder, settings)
+    ks = [int(k) for k in args.preselect] or [settings.post_search.preselect_sentences]
+    narrowed = {k: QueryTimePassages(embedder, settings, preselect=k) for k in ks}  # each k's answers kept
     index = "bench"
     companion = sync_report = None
     if args.companion:
@@ -338,7 +341,10 @@ def main() -> None:
 
         timed.append(run)
 
-        cold_ms = run(QueryTimePassages(embedder, settings))[1] if n < args.cold else None
+        by_k = {}
+        for k in ks[n % len(ks) :] + ks[: n % len(ks)]:
+            ms = run(QueryTimePassages(embedder, settings, preselect=k))[1] if n < args.cold else None
+            by_k[k] = {"cold_ms": ms and round(ms, 1), **kept_of(run(narrowed[k])[0], gold, hits, answers)}
         companion_ms = companion_missed = companion_result = None
         compared = {}
         if companion is not None:
@@ -364,7 +370,6 @@ def main() -> None:
         rows.append(
             {
                 "question": question,
-                "cold_ms": None if cold_ms is None else round(cold_ms, 1),
                 "warm_ms": round(warm_ms, 1),
                 "companion_ms": None if companion_ms is None else round(companion_ms, 1),
                 "companion_missed_fields": companion_missed,
@@ -374,6 +379,7 @@ def main() -> None:
                     name: {"ms": round(ms, 1), **against_warm(found)} for name, (found, ms) in compared.items()
                 },
                 "answer_in_gold_hit": any(a.lower() in gold["body"].lower() for a in answers),
+                "preselect": by_k,
                 **kept_of(run(shared)[0], gold, hits, answers),
                 "candidates": result.candidates,
                 "capped": result.capped,
@@ -381,9 +387,7 @@ def main() -> None:
             }
         )
         print(json.dumps(rows[-1]), flush=True)
-    repeats = [
-        repeat_summary([r["warm_ms"] for r in rows], [r["companion_ms"] for r in rows if r["companion_ms"] is not None])
-    ]
+    repeats = [repeat_summary([r["warm_ms"] for r in rows], [r["companion_ms"] for r in rows if r["companion_ms"]])]
     compared_ms = {name: [[r["compared"][name]["ms"] for r in rows]] for name in args.compare}
     # Each companion run's own steps (embedding, passages, filter stages),
     # every pass: less sensitive to the machine's load than the totals.
@@ -405,7 +409,7 @@ def main() -> None:
             compared_ms[name].append(values)
         print(json.dumps(repeats[-1]), flush=True)
     present = [r for r in rows if r["answer_in_gold_hit"]]
-    cold = [r["cold_ms"] for r in rows if r["cold_ms"] is not None]
+    kept_k = {k: [r["preselect"][k]["answer_kept"] for r in present] for k in ks}
     companion_kept = {} if companion is None else {"scoring": "engine"}
     if companion is not None:
         companion_kept |= compared_summary(*([r["companion_kept"] for r in g] for g in (rows, present)))
@@ -413,7 +417,6 @@ def main() -> None:
         "queries": len(rows),
         "hits_per_query": args.hits,
         "words_per_hit_mean": round(sum(r["words"] for r in rows) / len(rows) / args.hits),
-        "cold_ms": {"queries": len(cold), "p50": percentile(cold, 0.5), "p95": percentile(cold, 0.95)},
         "warm_ms": p50_p95([r["warm_ms"] for r in rows]),
         "companion_ms": {
             **p50_p95([r["companion_ms"] for r in rows if r["companion_ms"] is not None]),
@@ -440,6 +443,14 @@ def main() -> None:
             for name in args.compare
         },
         "answer_kept_share": round(sum(r["answer_kept"] for r in present) / len(present), 4),
+        "preselect": {  # cold ms; answers kept of those in the gold hit, exact McNemar against the first k
+            k: {
+                "cold_ms": p50_p95([r["preselect"][k]["cold_ms"] for r in rows if r["preselect"][k]["cold_ms"]]),
+                "answers_kept": sum(kept_k[k]),
+                "mcnemar_p": round(mcnemar_exact(*discordant(kept_k[ks[0]], kept_k[k])), 4),
+            }
+            for k in ks
+        },
         "kept_share_of_chars_mean": round(sum(r["kept_share_of_chars"] for r in rows) / len(rows), 4),
         "kept_passages_mean": round(sum(r["kept_passages"] for r in rows) / len(rows), 1),
         "capped_mean": round(sum(r["capped"] for r in rows) / len(rows), 1),

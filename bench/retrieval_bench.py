@@ -56,11 +56,7 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--index", default=INDEX)
     parser.add_argument("--name", default="retrieval", help="results file name (bench/results/NAME.json)")
-    parser.add_argument(
-        "--limit",
-        type=int,
-        help="first N queries only (a quick check; with --name, so the results file is not overwritten)",
-    )
+    parser.add_argument("--limit", type=int, help="first N queries only (a quick check; with --name, not to overwrite)")
     parser.add_argument("--rerank", choices=["local"], help="also the default mode with the rerank stage on")
     parser.add_argument("--rerank-top", type=int, default=40, help="chunks the rerank stage reorders")
     args = parser.parse_args(argv)

@@ -10,7 +10,7 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from chunkrag_filter.processors.features import STOPWORDS
 
@@ -57,17 +57,19 @@ class TermIndex:
 
     postings: Mapping[str, array]
     lengths: array
+    # How a text (and the query) is cut into terms.
+    analyzer: Callable[[str], list[str]] = terms
 
     @classmethod
-    def of(cls, texts: Sequence[str]) -> TermIndex:
+    def of(cls, texts: Sequence[str], analyzer: Callable[[str], list[str]] = terms) -> TermIndex:
         postings: dict[str, array] = {}
         lengths = array("I")
         for number, text in enumerate(texts):
-            counted = Counter(terms(text))
+            counted = Counter(analyzer(text))
             lengths.append(sum(counted.values()))
             for term, count in counted.items():
                 postings.setdefault(term, array("I")).extend((number, count))
-        return cls(MappingProxyType(postings), lengths)
+        return cls(MappingProxyType(postings), lengths, analyzer)
 
     def nbytes(self) -> int:
         """About what the index holds in memory (its terms, arrays and map)."""
@@ -75,12 +77,12 @@ class TermIndex:
         return held + sum(sys.getsizeof(t) + sys.getsizeof(p) for t, p in self.postings.items())
 
     def scores(self, query: str, k1: float = BM25_K1, b: float = BM25_B) -> list[float]:
-        """``bm25_scores`` of the texts against ``query``: the same numbers
-        (each text's terms added in the same order), reading only the texts
-        that hold a query term."""
+        """``bm25_scores`` of the texts against ``query`` (with the default
+        analyzer: the same numbers, each text's terms added in the same
+        order), reading only the texts that hold a query term."""
         n = len(self.lengths)
         out = [0.0] * n
-        wanted = set(terms(query))
+        wanted = set(self.analyzer(query))
         if not n or not wanted:
             return out
         average = (sum(self.lengths) / n) or 1.0

@@ -6,7 +6,7 @@ import numpy as np
 
 from chunkrag_core.settings import Settings, SettingsError
 from ingest_pipeline.sources import Document, Section, plain_document
-from search_extension.preselect import best_sentences, preselected, runs
+from search_extension.preselect import best_sentences, preselect_terms, preselected, runs, with_neighbours
 
 TEXT = (
     "Keys rotate daily. Lunch is at noon. Invoices go out monthly. "
@@ -20,6 +20,42 @@ def test_best_sentences_keeps_the_best_in_position_order_ties_to_the_earlier():
     assert best_sentences([0.0, 0.0, 0.0, 0.0], 2) == [0, 1]  # nothing matches: the field's start
     assert best_sentences([0.3, 0.2], 5) == [0, 1]
     assert best_sentences([0.3, 0.2, 0.1], 0) == [0, 1, 2]  # 0: every sentence
+
+
+def test_preselect_terms_fold_accents_drop_a_plural_s_and_keep_five_letters():
+    assert preselect_terms("How are the Keys rotated?") == ["key", "rotat"]
+    assert preselect_terms("Ögedei hosts brained glass ways") == ["ogede", "host", "brain", "glass", "way"]
+    # "bus": three letters, kept whole; "one": a stopword
+    assert preselect_terms("Rotating buses, one bus") == ["rotat", "buse", "bus"]
+    # Polish "ł" has no accent to fold: cut all the same; a Chinese run is kept whole.
+    assert preselect_terms("Władysław visited 奎章閣學士院") == ["włady", "visit", "奎章閣學士院"]
+
+
+def test_with_neighbours_adds_a_share_of_the_sentences_either_side():
+    assert with_neighbours([0.0, 2.0, 0.0, 0.0, 1.0], 0.5) == [1.0, 2.0, 1.0, 0.5, 1.0]
+    assert with_neighbours([3.0], 0.5) == [3.0]
+    assert with_neighbours([], 0.5) == []
+
+
+def test_preselected_finds_words_by_their_stem_and_keeps_the_sentence_after_a_match():
+    text = (
+        "Warsaw hosts many events and festivals. The Vistula runs through it. Trams are old. "
+        "Scouts reported the weakness of the British supply chain. "
+        "In the March Battle of Fort Bull, French forces destroyed the fort. Lunch was late."
+    )
+    document = plain_document("kb/2#body", text, "kb/2#body")
+
+    def picked(query: str, budget: int) -> list[str]:
+        return [text[s.start : s.end] for s in preselected(document, query, budget, max_chars=500).sections]
+
+    # "host" finds "hosts", as whole words would not.
+    assert picked("What does Warsaw host many of?", 1) == ["Warsaw hosts many events and festivals."]
+    # The answer follows the sentence with the question's words: its neighbours come with it,
+    # before "Lunch was late." and the rest that match nothing.
+    assert picked("What was the attack on the British weakness?", 3) == [
+        "Trams are old. Scouts reported the weakness of the British supply chain. "
+        "In the March Battle of Fort Bull, French forces destroyed the fort."
+    ]
 
 
 def test_runs_join_consecutive_positions_within_one_section():
@@ -71,11 +107,12 @@ def test_a_preselected_field_is_cached_apart_from_the_whole_field_and_embeds_onl
     field = SourceField("kb", "1", "body", TEXT, "Keys")
     narrow = QueryTimePassages(embedder, settings, preselect=2)
     kept = narrow.passages([field], query="revoked keys")[field.companion_id]
-    assert " ".join(c.text for c in kept) == "Keys rotate daily. Old keys are revoked."
-    assert [t for t in embedder.seen if t != "Keys"] == ["Keys rotate daily.", "Old keys are revoked."]
+    # The best match, and the sentence after it (a share of both neighbours' scores).
+    assert " ".join(c.text for c in kept) == "Old keys are revoked. The canteen serves soup."
+    assert [t for t in embedder.seen if t != "Keys"] == ["Old keys are revoked.", "The canteen serves soup."]
     # Another query over the same field: only the sentence not embedded yet goes to the model.
-    again = narrow.passages([field], query="rotated key logged")[field.companion_id]
-    assert " ".join(c.text for c in again) == "Keys rotate daily. A rotated key is logged."
+    again = narrow.passages([field], query="a logged key")[field.companion_id]
+    assert [c.text for c in again] == ["The canteen serves soup.\n\nA rotated key is logged."]
     assert embedder.seen[-1] == "A rotated key is logged." and len(embedder.seen) == 4
     # No query, or preselection off: the whole field, under the whole field's fingerprint.
     whole = narrow.passages([field])[field.companion_id]
@@ -85,7 +122,7 @@ def test_a_preselected_field_is_cached_apart_from_the_whole_field_and_embeds_onl
 
 
 def test_preselect_sentences_is_a_setting_of_zero_or_more():
-    assert Settings().post_search.preselect_sentences == 32
+    assert Settings().post_search.preselect_sentences == 8
     assert Settings.from_env({"CHUNKRAG_POST_SEARCH_PRESELECT_SENTENCES": "0"}).post_search.preselect_sentences == 0
     try:
         Settings.from_env({"CHUNKRAG_POST_SEARCH_PRESELECT_SENTENCES": "-1"})
@@ -121,7 +158,7 @@ def test_a_document_larger_than_the_sentence_cache_is_narrowed_but_not_kept():
     cache = SentenceCache(max_bytes=100)
     document = plain_document("kb/1#body", TEXT, "kb/1#body")
     narrowed = preselected(document, "revoked keys", 2, 500, "auto", cache)
-    assert [TEXT[s.start : s.end] for s in narrowed.sections] == ["Keys rotate daily.", "Old keys are revoked."]
+    assert [TEXT[s.start : s.end] for s in narrowed.sections] == ["Old keys are revoked. The canteen serves soup."]
 
 
 def test_the_term_index_scores_what_bm25_scores_does():
