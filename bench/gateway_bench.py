@@ -3,37 +3,30 @@ its own process, timed from outside).
 
     python -m bench.gateway_bench [--runs 5] [--requests 300] [--name gateway]
     python -m bench.gateway_bench load [--clients 32] [--duration 300] [--model-latency 0.4]
-    python -m bench.gateway_bench flood [--duration 300] [--keys 1,2,4] [--runs 3] [--threads-per-key 4]
+    python -m bench.gateway_bench flood [--duration 300] [--keys 1,2,4] [--runs 3] [--threads-per-key 4] [--steady]
 
-What it adds to a search (results/gateway.json): on the `bench-scifact` index
-(left by `bench.ingest_bench`) with SciFact's test queries: pass-through (the
-`native_sum` hybrid body, query vectors computed beforehand, forwarded
-unchanged), and ext.chunkrag with no model stages (`stages: false`: the
-gateway embeds the query and runs the same search) against embedding here and
-sending the same body directly. The client is a lean urllib3 pool with
-pre-encoded bodies; each pair alternates which goes first; p50/p95 per run,
-medians over runs.
+What it adds to a search (results/gateway.json): on the `bench-scifact` index (left by `bench.ingest_bench`)
+with SciFact's test queries: pass-through (the `native_sum` hybrid body, query vectors computed beforehand,
+forwarded unchanged), and ext.chunkrag with no model stages (`stages: false`: the gateway embeds the query and
+runs the same search) against embedding here and sending the same body directly. The client is a lean urllib3
+pool with pre-encoded bodies; each pair alternates which goes first; p50/p95 per run, medians over runs.
 
-``load`` (the ``load`` section of gateway.json, beside the pass-through and the
-2026-11-23 ``fuzz`` run): the scripted model server
-(local_services/scripted_openai.py) answering after --model-latency s, and
---clients threads sending for --duration s an even mix of pass-through hybrid
-searches, ``ext.chunkrag`` with ``stages: false`` and filtered queries (listwise
-judging, an answer): every answer but 200 or the documented 429 is an error;
-the gateway's RSS sampled every 10 s.
+``load`` (the ``load`` section of gateway.json, beside the pass-through and the 2026-11-23 ``fuzz`` run): the
+scripted model server (local_services/scripted_openai.py) answering after --model-latency s, and --clients
+threads sending for --duration s an even mix of pass-through hybrid searches, ``ext.chunkrag`` with ``stages:
+false`` and filtered queries (listwise judging, an answer): every answer but 200 or the documented 429 is an
+error; the gateway's RSS sampled every 10 s.
 
-``flood`` (gateway_flood.json): keys sending, without pause, the expensive
-search of the fourth attack on the gateway (a 1,999-character query, 50
-candidates, ``relevance: crossencoder`` and ``rerank: local``, ``budget_s: 1``)
-against a gateway whose deadline is short (``ES_REQUEST_TIMEOUT_S`` and
-``CHUNKRAG_CHAT_TIMEOUT_S`` set low), so most end in 504. First the stop: after
-a 20 s flood and a quiet wait (so the threads a flood starts exist before as
-after), two keys flood for --duration s; the gateway's CPU time and RSS are read
-from /proc before, during and for --after s after the flood's last answer, and
-its running filtered searches from its metrics (each should end within one
-batch of its 504). Then the fair shares: per run, for 1, 2 and 4 flooding keys
-in a rotating order, a quiet key's default-filter p50 (sequential requests) on
-the quiet gateway, then with the keys flooding; their ratio, median over runs.
+``flood`` (gateway_flood.json): keys sending, without pause, the expensive search of the fourth attack on the
+gateway (a 1,999-character query, 50 candidates, ``relevance: crossencoder`` and ``rerank: local``,
+``budget_s: 1``) against a gateway whose deadline is short (``ES_REQUEST_TIMEOUT_S`` and
+``CHUNKRAG_CHAT_TIMEOUT_S`` set low), so most end in 504. First the stop: after a 20 s flood and a quiet wait
+(so the threads a flood starts exist before as after), two keys flood for --duration s; the gateway's CPU time
+and RSS are read from /proc before, during and for --after s after the flood's last answer, and its running
+filtered searches from its metrics (each should end within one batch of its 504). Then the fair shares: per
+run, for 1, 2 and 4 flooding keys in a rotating order, a quiet key's default-filter p50 (sequential requests)
+on the quiet gateway, then with the keys flooding; their ratio, median over runs. ``--steady``: the stop alone
+at the default deadline, each key sending ``STEADY_OPTIONS`` searches in turn (gateway_steady_memory.json).
 """
 
 from __future__ import annotations
@@ -463,6 +456,8 @@ FLOOD_WARMUP_S = 10.0
 WARM_FLOOD_S = 20.0
 QUIET_AFTER_WARM_S = 15.0
 CPU_TICKS = os.sysconf("SC_CLK_TCK")
+# --steady: the two ways a filtered search runs the relevance model (the gate on the best three, the stage on all).
+STEADY_OPTIONS = ({"gate": "crossencoder"}, {"relevance": "crossencoder"})
 
 
 def cpu_s(pid: int) -> float:
@@ -495,26 +490,26 @@ class Flood:
     """``keys`` callers, each ``threads`` threads sending ``body`` without
     pause from the start until ``stop()``; every (key, status, ms) kept."""
 
-    def __init__(self, url: str, body: bytes, keys: int, threads: int = THREADS_PER_KEY, prefix: str = "flood"):
-        self.url, self.body = url, body
+    def __init__(self, url: str, body, keys: int, threads: int = THREADS_PER_KEY, prefix: str = "flood"):
+        self.url, self.bodies = url, [body] if isinstance(body, bytes) else body  # a list: sent in turn
         self.outcomes: list[tuple[str, int, float]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads = [
-            threading.Thread(target=self._send, args=(f"{prefix}-{k}",), daemon=True)
+            threading.Thread(target=self._send, args=(f"{prefix}-{k}", k * 7919), daemon=True)
             for k in range(keys)
             for _ in range(threads)
         ]
 
-    def _send(self, key: str) -> None:
+    def _send(self, key: str, sent: int) -> None:
         import urllib3
 
         pool = urllib3.connection_from_url(self.url, maxsize=1, retries=False, timeout=300)
         headers = {"content-type": COMPAT, "accept": COMPAT, "authorization": basic(key)}
         while not self._stop.is_set():
-            started = time.perf_counter()
+            started, body, sent = time.perf_counter(), self.bodies[sent % len(self.bodies)], sent + 1
             try:
-                status = pool.urlopen("POST", f"/{LOAD_INDEX}/_search", body=self.body, headers=headers).status
+                status = pool.urlopen("POST", f"/{LOAD_INDEX}/_search", body=body, headers=headers).status
             except urllib3.exceptions.HTTPError:
                 status = 0
             with self._lock:
@@ -564,27 +559,29 @@ def flood(argv) -> int:
     parser.add_argument("--requests", type=int, default=40, help="quiet searches timed per side of a ratio")
     parser.add_argument("--threads-per-key", type=int, default=THREADS_PER_KEY, help="searches in flight per key")
     parser.add_argument("--result", default=FLOOD_RESULT, help="the result file's name (bench/results/NAME.json)")
+    parser.add_argument("--steady", action="store_true", help="steady traffic at the default deadline, no fair shares")
     args = parser.parse_args(argv)
-    key_counts = [int(k) for k in args.keys.split(",") if k]
+    key_counts = [] if args.steady else [int(k) for k in args.keys.split(",") if k]
 
     settings = Settings.from_env()
     chunks = ensure_index(settings)
     texts = list(load_queries()[0].values())
     long_query = " ".join(texts)[:QUERY_CHARS]
     expensive = search_body(long_query, 10, EXPENSIVE_OPTIONS)
+    body = [search_body(t, SIZE, STEADY_OPTIONS[n % 2]) for n, t in enumerate(texts)] if args.steady else expensive
     quiet = [search_body(t, 5, {}) for t in texts]
     port, metrics_port = free_port(), free_port()
-    env = {**os.environ, **FLOOD_ENV, "CHUNKRAG_GATEWAY_METRICS_PORT": str(metrics_port)}
+    env = {**os.environ, **({} if args.steady else FLOOD_ENV), "CHUNKRAG_GATEWAY_METRICS_PORT": str(metrics_port)}
     url, metrics_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}/metrics"
     load_start = os.getloadavg()
     gateway = start_gateway(port, env)
     try:
-        with Flood(url, expensive, keys=1, threads=1) as warm:  # the models' first runs
+        with Flood(url, body, keys=1, threads=1) as warm:  # the models' first runs
             while len(warm.outcomes) < 2:
                 time.sleep(0.5)
         quiet_latencies(url, quiet, 10, 0)
-        stop = _the_stop(args, gateway.pid, url, metrics_url, expensive) if args.stop_keys else None
-        fair = _fair_shares(args, key_counts, url, metrics_url, expensive, quiet)
+        stop = _the_stop(args, gateway.pid, url, metrics_url, body) if args.stop_keys else None
+        fair = [] if args.steady else _fair_shares(args, key_counts, url, metrics_url, expensive, quiet)
     finally:
         stop_gateway(gateway)
 
@@ -592,13 +589,12 @@ def flood(argv) -> int:
     payload = {
         "index": LOAD_INDEX,
         "chunks": chunks,
-        "gateway": (
-            "`chunkrag serve` in its own process, defaults (max_filtered 4, reserved_filtered 1, "
-            "max_filtered_per_caller 2, filter threads at nice 10) but a short deadline: "
-            + ", ".join(f"{k}={v}" for k, v in FLOOD_ENV.items())
-            + f" (the expensive search's deadline {5 + 1 + 4} s)"
-        ),
-        "expensive_search": {"query_chars": len(long_query), "size": 10, "ext.chunkrag": EXPENSIVE_OPTIONS},
+        "gateway": "`chunkrag serve` in its own process, defaults (max_filtered 4, reserved_filtered 1, "
+        "max_filtered_per_caller 2, filter threads at nice 10)"
+        + ("" if args.steady else f" but a short deadline: {FLOOD_ENV} (the expensive search's: {5 + 1 + 4} s)"),
+        "search": {"size": SIZE, "ext.chunkrag": STEADY_OPTIONS}
+        if args.steady
+        else {"query_chars": len(long_query), "size": 10, "ext.chunkrag": EXPENSIVE_OPTIONS},
         "quiet_search": "a SciFact claim, size 5, ext.chunkrag {} (the default filter: no LLM call), one at a time",
         "keys": "forward mode, one Basic credential per key (the open cluster ignores it; the gateway keys on it)",
         "threads_per_flooding_key": args.threads_per_key,
@@ -612,10 +608,12 @@ def flood(argv) -> int:
             "quiet; the key counts in a rotating order; median over runs",
         },
         "goal": "zero CPU after the 504s (the gateway as idle as before the flood once the last answer is out); "
-        "RSS within 10% of its pre-flood value a minute after; quiet p50 at most 2x with 1, 2 and 4 flooding keys",
+        "RSS within 10% of its pre-flood value a minute after; quiet p50 at most 2x with 1, 2 and 4 flooding keys"
+        + ("; steady: RSS at most 1.5x before throughout" if args.steady else ""),
         "goal_met": {
             "rss_within_10_percent": stop and stop["rss_after_over_before"] <= 1.10,
             "idle_after": stop and stop["idle_after"],
+            "rss_max_within_1_5x_before": stop and stop["rss_max_over_before"] <= 1.5,
             "quiet_p50_at_most_2x": all(r <= 2.0 for r in ratios.values()),
         },
     }
@@ -632,7 +630,7 @@ def _the_stop(args, pid: int, url: str, metrics_url: str, body: bytes) -> dict:
     buffers) are there before as after; the RSS of the gateway that had
     served no flood yet is recorded too (``rss_mb_cold``)."""
     rss_cold = rss_mb(pid)
-    with Flood(url, body, keys=args.stop_keys):
+    with Flood(url, body, keys=args.stop_keys, threads=args.threads_per_key):
         time.sleep(WARM_FLOOD_S)
     wait_idle(metrics_url)
     time.sleep(QUIET_AFTER_WARM_S)
@@ -641,14 +639,16 @@ def _the_stop(args, pid: int, url: str, metrics_url: str, body: bytes) -> dict:
     time.sleep(quiet_window)
     idle_cpu_per_s = (cpu_s(pid) - cpu_before) / (time.monotonic() - began)
     rss_before = rss_mb(pid)
-    samples: list[tuple[float, float | None, float]] = []
-    with Flood(url, body, keys=args.stop_keys) as flood_:
+    samples: list[tuple[float, float | None, float, float]] = []
+    with Flood(url, body, keys=args.stop_keys, threads=args.threads_per_key) as flood_:
         began = time.monotonic()
         last_cpu = cpu_s(pid)
         while time.monotonic() - began < args.duration:
             time.sleep(RSS_EVERY_S)
             now_cpu = cpu_s(pid)
-            samples.append((round(time.monotonic() - began, 1), rss_mb(pid), round(now_cpu - last_cpu, 2)))
+            samples.append(
+                (round(time.monotonic() - began), rss_mb(pid), round(now_cpu - last_cpu, 2), load_average()[0])
+            )
             last_cpu = now_cpu
     ended = time.monotonic()  # every client has its last answer
     running_at_end = running_searches(metrics_url)
@@ -661,14 +661,15 @@ def _the_stop(args, pid: int, url: str, metrics_url: str, body: bytes) -> dict:
     cpu_after = cpu_s(pid) - cpu_at_end
     window = time.monotonic() - ended
     rss_after = rss_mb(pid)
-    statuses = flood_.statuses()
+    statuses, ok = flood_.statuses(), [ms for _, status, ms in flood_.outcomes if status == 200]
     return {
         "flooding_keys": args.stop_keys,
         "duration_s": args.duration,
         "answers": statuses,
         "answers_504": statuses.get("504", 0),
         "idle_cpu_s_per_s_before": round(idle_cpu_per_s, 4),
-        "cpu_s_per_10s_during": samples,
+        "s_rss_mb_cpu_s_load_every_10s_during": samples,
+        "answered_200_p50_p95_ms": [round(percentile(ok, q)) if ok else None for q in (0.5, 0.95)],
         "running_searches_at_last_answer": running_at_end,
         "seconds_until_none_running": freed_in_s,
         "cpu_s_after_last_answer": round(cpu_after, 2),
@@ -677,7 +678,8 @@ def _the_stop(args, pid: int, url: str, metrics_url: str, body: bytes) -> dict:
         "cpu_after_samples": after,
         "rss_mb_cold": rss_cold,
         "rss_mb_before": rss_before,
-        "rss_mb_max": max((mb for _, mb, _ in samples if mb is not None), default=None),
+        "rss_mb_max": (peak := max((sample[1] or 0 for sample in samples), default=0)),
+        "rss_max_over_before": round(peak / rss_before, 3) if rss_before else None,
         "rss_mb_after": rss_after,
         "rss_after_over_before": round(rss_after / rss_before, 3) if rss_before and rss_after else None,
         "rss_after_over_cold": round(rss_after / rss_cold, 3) if rss_cold and rss_after else None,

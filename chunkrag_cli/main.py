@@ -634,11 +634,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from chunkrag_gateway import create_app
-    from chunkrag_gateway.allocator import limit_malloc_arenas
+    from chunkrag_gateway.allocator import fix_mmap_threshold, limit_malloc_arenas
     from chunkrag_gateway.server import uvicorn_options
 
     # Before any thread starts: RSS stays flat under load (allocator.py).
     limit_malloc_arenas()
+    fix_mmap_threshold()
     settings = Settings.from_env()
     gateway = dataclasses.replace(
         settings.gateway, host=args.host or settings.gateway.host, port=args.port or settings.gateway.port

@@ -16,6 +16,20 @@ onnxruntime's memory arena, which the gateway's
 relevance model now shrinks after each run, and glibc's free pages), so
 once no filtered search has run for a few seconds the free pages go back
 to the system (``malloc_trim``: ``TrimWhenIdle``).
+
+That trim never comes under steady relevance-model traffic, and glibc's
+sliding mmap threshold made the freed pages pile up: a block above the
+threshold (128 KiB at start) gets pages of its own, given back when freed,
+but each such free raises the threshold to the block's size (up to 32 MiB),
+so the next working buffers of that size come from the arenas, where what is
+freed stays. Six keys sending cross-encoder searches for 90 s took the
+gateway from 330 to 927 MB and still rising, glibc's free-but-kept bytes at
+547 MB and Python's own allocations flat (57-58 MB by tracemalloc in a like
+run). With the threshold fixed (``fix_mmap_threshold``) what onnxruntime's
+shrinking arena frees goes straight back: the same 90 s held it at 314 MB
+idle and 363 MB at most, at 5.1 searches a second against 3.8; ten minutes
+at 1.16x its idle RSS (316 MB idle, 366 MB at most, 327 MB a minute after;
+bench/results/gateway_steady_memory.json).
 """
 
 from __future__ import annotations
@@ -26,7 +40,8 @@ import gc
 import os
 from typing import Callable, Mapping
 
-# mallopt's parameter number for the arena limit (glibc's malloc.h).
+# mallopt's parameter numbers (glibc's malloc.h): the mmap threshold, the arena limit.
+M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 # Two arenas: the event loop's thread and the worker threads contend on two
 # locks instead of one, and the pages freed by one request serve the next.
@@ -46,6 +61,31 @@ def limit_malloc_arenas(arenas: int = GATEWAY_ARENAS, environ: Mapping[str, str]
     except (OSError, AttributeError):
         return False
     return mallopt(M_ARENA_MAX, arenas) == 1
+
+
+# Blocks of at least this many bytes get pages of their own, given back to
+# the system when freed. Any fixed value stops glibc's sliding threshold
+# (above); 128 KiB to 4 MiB held the relevance model's working memory alike
+# (four threads scoring sixteen pairs a run: 284-309 MB against 523 MB
+# sliding). 1 MiB, within that range: the many small blocks of requests and
+# Python stay below it, in the arenas, where reusing them costs no system call.
+GATEWAY_MMAP_THRESHOLD = 1 << 20
+
+
+def fix_mmap_threshold(threshold: int = GATEWAY_MMAP_THRESHOLD, environ: Mapping[str, str] | None = None) -> bool:
+    """Fix glibc's mmap threshold at ``threshold`` bytes (the
+    MALLOC_MMAP_THRESHOLD_ the process could have been started with), which
+    also stops it sliding up; an operator's own MALLOC_MMAP_THRESHOLD_
+    stands, and on a libc other than glibc this does nothing. True when the
+    threshold was set here."""
+    env = os.environ if environ is None else environ
+    if env.get("MALLOC_MMAP_THRESHOLD_"):
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return mallopt(M_MMAP_THRESHOLD, threshold) == 1
 
 
 # How long no filtered search must run before the free pages go back (s):

@@ -59,7 +59,10 @@ class LocalRelevanceModel:
     long-running server holds the memory of a burst of searches only while
     they run. Turning the arena off instead returned the memory too, but
     concurrent runs peaked at nearly twice the arena's RSS (934 against 491
-    MB, three threads; 593 MB shrinking). ``turns``: what each batch runs
+    MB, three threads; 593 MB shrinking), and with glibc's mmap threshold
+    fixed (chunkrag_gateway/allocator.py) it held less than shrinking but
+    took about 30% more CPU a run (297 against 229 ms, four threads).
+    ``turns``: what each batch runs
     inside (the gateway's fair turns between callers, which wait for the
     batch's turn); none by default."""
 

@@ -254,6 +254,31 @@ def test_the_gateways_model_shrinks_its_memory_after_each_run_and_scores_the_sam
     assert returning._run_options.get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
 
 
+def test_the_gateways_malloc_settings_leave_the_scores_bits_alone():
+    # `chunkrag serve` caps glibc's arenas and fixes its mmap threshold before
+    # any thread starts (chunkrag_gateway/allocator.py): in a process of its own,
+    # the gateway's model (its batch, one thread, its arena shrunk after each run).
+    import json
+    import subprocess
+    import sys
+
+    from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+
+    code = """
+import json, sys
+from chunkrag_gateway.allocator import fix_mmap_threshold, limit_malloc_arenas
+limit_malloc_arenas(environ={}), fix_mmap_threshold(environ={})
+from chunkrag_core.providers.local_relevance import LocalRelevanceModel
+from chunkrag_gateway.edges import GATEWAY_RELEVANCE_BATCH
+model = LocalRelevanceModel(threads=1, batch_size=GATEWAY_RELEVANCE_BATCH, return_memory=True)
+print(model.logits(*json.loads(sys.argv[1])).tobytes().hex())
+"""
+    query = "How do I rotate the API keys?"
+    argument = json.dumps([query, MIXED_TEXTS])
+    served = subprocess.run([sys.executable, "-c", code, argument], capture_output=True, text=True, check=True)
+    assert served.stdout.strip() == LocalRelevanceModel(threads=1).logits(query, MIXED_TEXTS).tobytes().hex()
+
+
 def test_the_shipped_graph_computes_in_float_as_the_unoptimised_graph_does():
     """Whatever onnxruntime's optimiser would fuse on this CPU (a quantised
     MatMul where VNNI or AMX is present), the session computes what the
