@@ -5,7 +5,7 @@
     python -m bench.relevance_heldout speed          # 20 candidates of ~500 characters (results/relevance_speed.json)
     python -m bench.relevance_heldout run --model PATH --limit 100 --name relevance_heldout_fp32   # another graph
     python -m bench.relevance_heldout speed --model fp32=PATH --max-tokens 128 96 64   # more rows
-    python -m bench.relevance_heldout pairs [--model PATH]   # pair-level AUC, held out (results/relevance_pairs.json)
+    python -m bench.relevance_heldout pairs [--model P] [--judge P]   # pair-level AUC (results/relevance_pairs.json)
 
 Rankings, measures and the held-out sets: chunkrag_eval/relevance_study.py; the pairs: chunkrag_eval/pair_study.py.
 """
@@ -34,13 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("pairs")
     for p in (r, pr):
         p.add_argument("--model", type=Path, help="score with this ONNX graph (default: the shipped one)")
+    pr.add_argument("--judge", type=Path, help="also score with a judge embedder's graph (chunkrag_train)")
     r.add_argument("--max-tokens", type=int, help="cut query and chunk here (default: as trained)")
     r.add_argument("--limit", type=int, help="each set's first N questions only")
-    r.add_argument(
-        "--write",
-        action="store_true",
-        help="write the fitted calibration and its cut into the shipped calibration file",
-    )
+    r.add_argument("--write", action="store_true", help="write the fitted calibration and cut into the shipped file")
     s = sub.add_parser("speed")
     s.add_argument("--runs", type=int, default=30)
     s.add_argument("--batch-sizes", type=int, nargs="*", default=[8, 20])
@@ -57,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         return build(args.sets, args.cache, SHARED / "eval")
     if args.command == "pairs":  # its cache beside the candidates' (--cache)
-        payload = run_pairs(SHARED / "eval", args.cache / "pairs", args.model)
+        payload = run_pairs(SHARED / "eval", args.cache / "pairs", args.model, args.judge)
     elif args.command == "run":
         payload = heldout_table(args.cache, args.sets, args.model, args.max_tokens, args.limit)
         if args.write:

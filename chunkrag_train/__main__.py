@@ -42,6 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     f.add_argument("source", type=Path)
     f.add_argument("--out", type=Path, default=None, help="default: chunkrag_core/model_files/relevance-minilm.onnx")
+    j = sub.add_parser(
+        "train-embedder", help="fine-tune the embedder into a relevance judge (resumable; needs the train extra)"
+    )
+    j.add_argument("--pairs", type=Path, default=WORK / "pairs.jsonl")
+    j.add_argument("--work", type=Path, default=WORK / "judge-embedder")
+    j.add_argument("--epochs", type=float, default=1.0)
+    j.add_argument("--seed", type=int, default=13)
+    j.add_argument("--minutes", type=float, default=None, help="checkpoint and stop after this long (resume later)")
+    x = sub.add_parser("export-embedder", help="the judge embedder (finished or last checkpoint) as ONNX")
+    x.add_argument("--work", type=Path, default=WORK / "judge-embedder")
+    x.add_argument("--out", type=Path, default=None)
     c = sub.add_parser("cut", help="choose the relevance model's cut on its validation questions; write it")
     c.add_argument("--pairs", type=Path, default=WORK / "pairs.jsonl")
     c.add_argument("--calibration", type=Path, default=None, help="default: the shipped calibration file")
@@ -64,6 +75,20 @@ def main(argv: list[str] | None = None) -> int:
         config = TrainConfig(seed=args.seed, layers=args.layers, max_tokens=args.max_tokens, epochs=args.epochs)
         summary = train(read_jsonl(args.pairs), args.out, config, log=lambda m: print(m, flush=True))
         print(json.dumps(summary, indent=2))
+        return 0
+    if args.command == "train-embedder":
+        from chunkrag_train.judge_embedder import EmbedderConfig, train_embedder
+        from chunkrag_train.pairs import read_jsonl
+
+        config = EmbedderConfig(seed=args.seed, epochs=args.epochs)
+        stop = args.minutes * 60 if args.minutes else None
+        state = train_embedder(read_jsonl(args.pairs), args.work, config, stop, log=lambda m: print(m, flush=True))
+        print(json.dumps(state))
+        return 0
+    if args.command == "export-embedder":
+        from chunkrag_train.judge_embedder import export_embedder
+
+        print(json.dumps(export_embedder(args.work, args.out)))
         return 0
     if args.command == "export":
         from chunkrag_train.export import export

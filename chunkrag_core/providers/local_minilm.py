@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -39,7 +40,11 @@ class LocalMiniLMEmbedder:
 
     dims = DIMS
 
-    def __init__(self, batch_size: int = 16, threads: int = 2) -> None:
+    def __init__(self, batch_size: int = 16, threads: int = 2, graph: Path | None = None) -> None:
+        # ``graph``: another ONNX graph of the same shape (token states out),
+        # such as a fine-tuned judge (chunkrag_train/judge_embedder.py);
+        # None: the packaged all-MiniLM-L6-v2, its sha256 checked.
+        self.graph = graph
         self.batch_size = max(1, batch_size)
         self.threads = max(1, threads)
         self._lock = threading.Lock()
@@ -63,9 +68,13 @@ class LocalMiniLMEmbedder:
                 # One thread per batch; the batches themselves run side by side (_batches).
                 options.intra_op_num_threads = 1
                 options.inter_op_num_threads = 1
-                self._session = onnxruntime.InferenceSession(
-                    str(verified_path(MINILM_INT8_ONNX)), options, providers=["CPUExecutionProvider"]
-                )
+                graph = self.graph if self.graph is not None else verified_path(MINILM_INT8_ONNX)
+                try:
+                    self._session = onnxruntime.InferenceSession(
+                        str(graph), options, providers=["CPUExecutionProvider"]
+                    )
+                except Exception as exc:  # onnxruntime raises its own opaque types
+                    raise EmbeddingError(f"cannot load the embedding graph {graph}: {exc}") from exc
                 self._tokenizer = tokenizer
                 if self.threads > 1:
                     self._helpers = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="chunkrag-embed")

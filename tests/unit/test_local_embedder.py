@@ -54,3 +54,21 @@ def test_a_cached_vector_is_keyed_by_the_model_that_made_it():
     remote = EmbedderSettings(provider="openai", model="text-embedding-3-small", base_url="http://x/v1", dims=1536)
     assert embedder_identity(remote) != embedder_identity(EmbedderSettings(provider="openai", model="other"))
     assert embedder_identity(remote) != local
+
+
+def test_another_graph_of_the_same_shape_embeds_alike():
+    from chunkrag_core.artifacts import MINILM_INT8_ONNX, verified_path
+
+    texts = ["Who founded the University of Virginia?", "After leaving office he founded it."]
+    shipped = LocalMiniLMEmbedder(threads=1).embed(texts)
+    given = LocalMiniLMEmbedder(threads=1, graph=verified_path(MINILM_INT8_ONNX)).embed(texts)
+    assert np.array_equal(shipped, given)
+
+
+def test_a_graph_that_cannot_load_is_an_embedding_error(tmp_path):
+    from chunkrag_core.providers.embedding import EmbeddingError
+
+    broken = tmp_path / "judge.onnx"
+    broken.write_bytes(b"not a graph")
+    with pytest.raises(EmbeddingError, match="cannot load the embedding graph"):
+        LocalMiniLMEmbedder(threads=1, graph=broken).embed(["a text"])

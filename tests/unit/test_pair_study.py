@@ -115,6 +115,19 @@ def test_measure_and_goal():
     }
 
 
+def test_measure_holds_a_judge_against_cosine_too():
+    pairs = [Pair("q1", "x", "t1", True), Pair("q1", "x", "t2", False), Pair("q2", "y", "t3", False)]
+    block = ps.measure(
+        pairs,
+        {"model": [0.9, 0.1, 0.2], "judge": [0.2, 0.3, 0.1], "cosine": [0.5, 0.6, 0.1]},
+        {},
+        resamples=20,
+    )
+    assert block["model_minus_cosine"]["auc"] == 0.5
+    assert block["judge_minus_cosine"]["auc"] == 0.0  # t1 beats t3 only, as cosine does
+    assert "bm25_minus_cosine" not in block
+
+
 def test_cached_values_compute_each_pair_once(tmp_path):
     calls = []
 
