@@ -70,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
             "gate": "P(some candidate is relevant) from the best raw cosine and the best share of the query's words "
             "and names in one candidate; fitted on NQ-open and SQuAD 2.0 training questions asked of an index "
             f"with and without their answer (`python -m bench.gate_fit fit`, {day}; chunkrag_eval/gate_study.py); "
-            f"cut {fitted['gate']['calibrated'].cut}: the highest passing {gate_study.KEEP_ANSWERABLE:.0%} of the "
-            "answerable training questions",
+            f"cut {fitted['gate']['calibrated'].cut}: chosen by the rule that loses no answers (as below); the fit's "
+            f"own cut, the highest passing {gate_study.KEEP_ANSWERABLE:.0%} of the answerable training questions, was "
+            f"{fitted['gate']['fitted_cut']}",
             "gate_relevance": "the same with the relevance model's best log-odds over the best three candidates, "
             "fitted on the NQ questions the relevance model held out of its training "
             f"(`python -m bench.gate_fit fit`, {day}); cut {fitted['gate_relevance']['calibrated'].cut}: chosen by "
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def choose(cache: Path) -> int:
     """Index every set the rule reads, read each question's gate signals
-    (cached, resumable), apply the rule (chunkrag_eval/gate_choice.py)."""
+    (cached, resumable; with every row cached no cluster is needed), apply
+    the rule (chunkrag_eval/gate_choice.py), write each gate's chosen cut."""
     from chunkrag_cli.main import __file__ as cli_file
     from chunkrag_core.engines import make_backend
     from chunkrag_core.providers import make_embedder
@@ -104,36 +106,30 @@ def choose(cache: Path) -> int:
     from chunkrag_eval import gate_choice as rule
     from chunkrag_eval.open_corpus import build_corpus, ensure_corpus_index, index_name
     from chunkrag_eval.open_eval import run_context
-    from chunkrag_filter.processors.calibration import load_calibration
+    from chunkrag_filter.processors.calibration import load_calibration, shipped_path
     from ingest_pipeline.pipeline import ingest, ingest_documents
     from search_extension.retriever import HybridRetriever
 
     context = run_context(["python", "-m", "bench.gate_fit", "choose"])
     settings = Settings.from_env()
-    client, embedder = make_backend(settings), make_embedder(settings.embedder)
     root, say = SHARED / "eval", lambda line: print(line, file=sys.stderr, flush=True)
     corpus = build_corpus([], root, {"nq": None, "squad": None})
     indices = {"open": index_name(corpus.documents, settings)}
-    ensure_corpus_index(corpus, client=client, embedder=embedder, settings=settings, index=indices["open"])
-    asked = rule.open_corpus_questions(root, corpus.documents)
-    for made in (
-        rule.wikiqa_documents_and_questions,
-        rule.scifact_documents_and_questions,
-        rule.climate_fever_documents_and_questions,
-    ):
-        documents, questions = made(root)
-        for key, docs in documents.items():
-            indices[key] = index_name(docs, settings, f"chunkrag-gate-{key.replace('_', '-')}")
+    samples = Path(cli_file).parent / "samples"
+    made, asked = rule.every_question(root, corpus.documents, samples)
+    indices |= {key: index_name(docs, settings, f"chunkrag-gate-{key.replace('_', '-')}") for key, docs in made.items()}
+    indices["samples"] = "chunkrag-gate-samples"
+    retrievers: dict = {}
+    if rule.unread(asked, cache):
+        client, embedder = make_backend(settings), make_embedder(settings.embedder)
+        ensure_corpus_index(corpus, client=client, embedder=embedder, settings=settings, index=indices["open"])
+        for key, docs in made.items():
             report = ingest_documents(docs, client=client, embedder=embedder, settings=settings, index=indices[key])
             if not report.ok:
                 raise RuntimeError(f"indexing {key} failed: {report.errors[:3]}")
             say(f"{indices[key]}: {len(docs)} documents")
-        asked += questions
-    samples = Path(cli_file).parent / "samples"
-    indices["samples"] = "chunkrag-gate-samples"
-    ingest([samples / "corpus"], client=client, embedder=embedder, settings=settings, index=indices["samples"])
-    asked += rule.sample_questions(samples)
-    retrievers = {k: HybridRetriever(client, embedder, name, settings.retrieval) for k, name in indices.items()}
+        ingest([samples / "corpus"], client=client, embedder=embedder, settings=settings, index=indices["samples"])
+        retrievers = {k: HybridRetriever(client, embedder, name, settings.retrieval) for k, name in indices.items()}
     rows = rule.read_all(asked, retrievers, shared_relevance_model(), cache, say)
     calibration = load_calibration(None)
     chosen = rule.choose(rows, {"retrieval": calibration.gate.model, "crossencoder": calibration.gate_relevance.model})
@@ -141,6 +137,7 @@ def choose(cache: Path) -> int:
     chosen["relevance_ms_per_question"] = {"p50": ms[len(ms) // 2], "p95": ms[int(len(ms) * 0.95)]}
     chosen["indices"] = indices
     chosen["questions"] = len(rows)
+    rule.write_each_gate_cut(chosen["each_gate"], shipped_path())
     print(write_result("gate_choice", "bench.gate_fit", {**context, **chosen}))
     return 0
 

@@ -399,6 +399,54 @@ def read_all(
     return [done[a.key] for a in asked]
 
 
+def every_question(root: Path, corpus_documents: Sequence[Any], samples: Path) -> tuple[dict[str, list], list]:
+    """The documents of every index but the open corpus's and the sample
+    corpus's (by index key), and every question the rule asks, in order."""
+    documents: dict[str, list] = {}
+    asked = open_corpus_questions(root, corpus_documents)
+    for made in (
+        wikiqa_documents_and_questions,
+        scifact_documents_and_questions,
+        climate_fever_documents_and_questions,
+    ):
+        docs, questions = made(root)
+        documents |= docs
+        asked += questions
+    return documents, asked + sample_questions(samples)
+
+
+def write_each_gate_cut(each_gate: Mapping[str, str | None], path: Path) -> None:
+    """Each gate's cut as the rule chose it (``each_gate``: "retrieval=0.05"
+    and the like) into the calibration file at ``path``."""
+    from chunkrag_filter.processors.calibration import Calibrated, load_calibration, write_calibration
+
+    current = load_calibration(str(path))
+    cuts = {gate: float(name.split("=")[1]) for gate, name in each_gate.items() if name}
+    gate, gate_relevance = current.gate, current.gate_relevance
+    about = dict(current.about)
+    if "retrieval" in cuts and cuts["retrieval"] != gate.cut:
+        about["gate"] = (
+            f"{about.get('gate', '').split('; cut ')[0]}; cut {cuts['retrieval']:g}: chosen by the rule that loses "
+            f"no answers (`python -m bench.gate_fit choose`, results/gate_choice.json); before it {gate.cut:g}"
+        )
+    write_calibration(
+        path,
+        current.retrieval,
+        current.judged,
+        about,
+        current.relevance,
+        Calibrated(gate.model, cuts.get("retrieval", gate.cut)),
+        Calibrated(gate_relevance.model, cuts.get("crossencoder", gate_relevance.cut)),
+    )
+
+
+def unread(asked: Sequence[GateAsked], cache: Path) -> int:
+    """How many of ``asked`` have no cached row yet (none: the rule reruns
+    from the cache alone, no cluster needed)."""
+    done = {row["key"] for row in read_rows(cache)} if cache.is_file() else set()
+    return sum(a.key not in done for a in asked)
+
+
 def read_rows(cache: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -504,6 +552,14 @@ def choose(rows: Sequence[Mapping[str, Any]], models: Mapping[str, Any]) -> dict
         table.append((candidate, evaluated))
     qualifying = [(c, e) for c, e in table if e["eligible"]]
     best = max(qualifying, key=lambda ce: (ce[1]["caught"], -GATE_COST[ce[0][0]], -(ce[0][1] or 0.0)))
+    each = {
+        gate: max(
+            (c for c in qualifying if c[0][0] == gate),
+            key=lambda ce: (ce[1]["caught"], -(ce[0][1] or 0.0)),
+            default=None,
+        )
+        for gate in ("retrieval", "crossencoder")
+    }
     held = evaluate(held_rows, best[0], models) if held_rows else None
     if held is not None:
         held["caught"] = caught(held, HELD_OUT_UNANSWERABLE)
@@ -519,5 +575,7 @@ def choose(rows: Sequence[Mapping[str, Any]], models: Mapping[str, Any]) -> dict
         },
         "candidates": {e["candidate"]: e for _, e in table},
         "chosen": candidate_name(best[0]),
+        # The cut a caller naming a gate gets: that gate's eligible cut catching the most.
+        "each_gate": {gate: candidate_name(ce[0]) if ce else None for gate, ce in each.items()},
         "held_out": held,
     }

@@ -104,6 +104,8 @@ def test_choose_takes_the_eligible_candidate_catching_most(monkeypatch):
     # the held-out sets are not read by the choice, only reported for the chosen one
     assert out["held_out"]["answerable"]["scifact"]["turned_away"] == 1
     assert out["held_out"]["caught"] == 1.0
+    # a caller naming a gate gets that gate's eligible cut catching the most
+    assert out["each_gate"] == {"retrieval": "retrieval=0.2", "crossencoder": None}
     # retrieval at 0.2 ties cosine at 0.2 on what it catches: the cheaper gate wins the tie
     monkeypatch.setattr(rule, "CANDIDATES", (("off", None), ("retrieval", 0.2), ("cosine", 0.2)))
     assert rule.choose(rows, MODELS)["chosen"] == "cosine=0.2"
@@ -137,3 +139,17 @@ def test_the_sets_read_from_their_files(maker, tmp_path):
         ("answerable", "wikiqa", ("The answer.",)),
         ("answer_removed", "wikiqa_removed", ()),
     ]
+
+
+def test_each_gates_cut_is_written_into_the_calibration_file(tmp_path):
+    from chunkrag_filter.processors.calibration import load_calibration, shipped_path
+
+    path = tmp_path / "calibration.json"
+    path.write_bytes(shipped_path().read_bytes())
+    before = load_calibration(str(path))
+    rule.write_each_gate_cut({"retrieval": "retrieval=0.07", "crossencoder": None}, path)
+    after = load_calibration(str(path))
+    assert after.gate.cut == 0.07 and after.gate.model == before.gate.model
+    assert after.gate_relevance == before.gate_relevance  # no eligible cut named: kept as it was
+    assert after.about["gate"].endswith(f"before it {before.gate.cut:g}")
+    assert "cut 0.07: chosen by the rule that loses no answers" in after.about["gate"]
