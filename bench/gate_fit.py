@@ -10,12 +10,13 @@ Which questions and why: chunkrag_eval/gate_study.py. The fit's figures go to re
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from bench.common import SHARED, write_result
+from bench.common import RESULTS, SHARED, write_result
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache" / "gate" / "training.jsonl"
 CHOICE_CACHE = CACHE.parent / "choice.jsonl"
@@ -26,11 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("build", "fit", "choose"))
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--no-write", action="store_true", help="fit: print, do not write the calibration file")
+    parser.add_argument("--judge", type=Path, help="build, choose: a judge embedder's graph read on the best three too")
     args = parser.parse_args(argv)
+    from chunkrag_core.providers.local_minilm import LocalMiniLMEmbedder
     from chunkrag_eval import gate_study
 
+    judge = LocalMiniLMEmbedder(graph=args.judge) if args.judge else None
     if args.command == "choose":
-        return choose(args.cache if args.cache != CACHE else CHOICE_CACHE)
+        return choose(args.cache if args.cache != CACHE else CHOICE_CACHE, judge)
     if args.command == "build":
         from chunkrag_core.engines import make_backend
         from chunkrag_core.providers import make_embedder
@@ -49,19 +53,13 @@ def main(argv: list[str] | None = None) -> int:
             # The relevance model's own split of its training questions (seed 13, as trained).
             relevance_split=lambda key: split_of(key, 13),
             say=lambda line: print(line, file=sys.stderr, flush=True),
+            judge=judge,
         )
         return 0
     from chunkrag_filter.processors.calibration import load_calibration, shipped_path, write_calibration
 
     fitted = gate_study.fit(gate_study.read_rows(args.cache))
-    report = {
-        name: {k: v for k, v in entry.items() if k != "calibrated"} if isinstance(entry, dict) else entry
-        for name, entry in fitted.items()
-    }
-    for name in ("gate", "gate_relevance"):
-        chosen = fitted[name]["calibrated"]
-        report[name]["model"] = dict(zip(chosen.model.names, chosen.model.weights)) | {"bias": chosen.model.bias}
-        report[name]["cut"] = chosen.cut
+    report = gate_study.fit_report(fitted)
     if not args.no_write:
         current = load_calibration(None)
         day = time.strftime("%Y-%m-%d")
@@ -94,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def choose(cache: Path) -> int:
+def choose(cache: Path, judge=None) -> int:
     """Index every set the rule reads, read each question's gate signals
     (cached, resumable; with every row cached no cluster is needed), apply
     the rule (chunkrag_eval/gate_choice.py), write each gate's chosen cut."""
@@ -120,7 +118,7 @@ def choose(cache: Path) -> int:
     indices |= {key: index_name(docs, settings, f"chunkrag-gate-{key.replace('_', '-')}") for key, docs in made.items()}
     indices["samples"] = "chunkrag-gate-samples"
     retrievers: dict = {}
-    if rule.unread(asked, cache):
+    if rule.unread(asked, cache, judged=judge is not None):
         client, embedder = make_backend(settings), make_embedder(settings.embedder)
         ensure_corpus_index(corpus, client=client, embedder=embedder, settings=settings, index=indices["open"])
         for key, docs in made.items():
@@ -130,9 +128,12 @@ def choose(cache: Path) -> int:
             say(f"{indices[key]}: {len(docs)} documents")
         ingest([samples / "corpus"], client=client, embedder=embedder, settings=settings, index=indices["samples"])
         retrievers = {k: HybridRetriever(client, embedder, name, settings.retrieval) for k, name in indices.items()}
-    rows = rule.read_all(asked, retrievers, shared_relevance_model(), cache, say)
+    rows = rule.read_all(asked, retrievers, shared_relevance_model(), cache, say, judge)
     calibration = load_calibration(None)
-    chosen = rule.choose(rows, {"retrieval": calibration.gate.model, "crossencoder": calibration.gate_relevance.model})
+    models = {"retrieval": calibration.gate.model, "crossencoder": calibration.gate_relevance.model}
+    if judge is not None:  # the judge's gate as `fit` fitted it (results/gate_fit.json)
+        models["judge"] = rule.fitted_model(json.loads((RESULTS / "gate_fit.json").read_text())["gate_judge"]["model"])
+    chosen = rule.choose(rows, models)
     ms = sorted(r["relevance_ms"] for r in rows)
     chosen["relevance_ms_per_question"] = {"p50": ms[len(ms) // 2], "p95": ms[int(len(ms) * 0.95)]}
     chosen["indices"] = indices

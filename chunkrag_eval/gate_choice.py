@@ -74,13 +74,21 @@ CANDIDATES: tuple[tuple[str, float | None], ...] = (
     ("crossencoder", 0.0986),
     ("crossencoder", 0.15),
     ("crossencoder", 0.2),
+    # A judge embedder's gate (added 2026-12-08, before its run; read only
+    # when a judge is given: docs/evaluation.md, "A judge embedder").
+    ("judge", 0.02),
+    ("judge", 0.05),
+    ("judge", 0.10),
+    ("judge", 0.15),
+    ("judge", 0.20),
+    ("judge", 0.30),
 )
 # A gate may turn away at most this share of any answerable choice set.
 MAX_TURNED_AWAY = 0.01
 # ... and not significantly more than the gate off (one-sided exact sign test).
 SIGNIFICANCE = 0.05
 # Cheaper first: the tie-break between candidates catching as many.
-GATE_COST = {"off": 0, "cosine": 1, "retrieval": 2, "crossencoder": 3}
+GATE_COST = {"off": 0, "cosine": 1, "retrieval": 2, "crossencoder": 3, "judge": 3}
 
 ANSWERABLE_SETS = ("popqa", "pubhealth", "nq", "squad", "wikiqa")
 SAMPLE_SET = "samples"
@@ -344,10 +352,15 @@ def hash_text(text: str) -> int:
 # ------------------------------------------------------- reading the signals
 
 
-def read_question(asked: GateAsked, retriever: Any, relevance: Any) -> dict[str, Any]:
+def read_question(
+    asked: GateAsked, retriever: Any, relevance: Any, judge: Any = None, row: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """One question's cached row: per N of :data:`SIZES`, the gate's features
     over the first N candidates, whether they held the answer; the relevance
-    model's log-odds on the best few (what the cross-encoder gate reads)."""
+    model's log-odds on the best few (what the cross-encoder gate reads),
+    and a judge embedder's cosines on them when one is given. With ``row``
+    (read before, without the judge) only the judge is read and added."""
+    from chunkrag_eval.gate_study import judge_cosines
     from chunkrag_filter.processors.calibration import relevance_logit
     from chunkrag_filter.processors.gate import GATE_TOP, gate_features
 
@@ -356,23 +369,32 @@ def read_question(asked: GateAsked, retriever: Any, relevance: Any) -> dict[str,
     retrieve_s = time.perf_counter() - started
     top = [c.text for c in chunks[:GATE_TOP]]
     started = time.perf_counter()
-    logits = [relevance_logit(p) for p in relevance.score(asked.question, top)] if top else []
+    if row is not None:
+        logits = list(row["relevance_logits"])
+    else:
+        logits = [relevance_logit(p) for p in relevance.score(asked.question, top)] if top else []
     relevance_s = time.perf_counter() - started
-    row: dict[str, Any] = {
+    started = time.perf_counter()
+    judged = judge_cosines(judge, asked.question, top)
+    out: dict[str, Any] = {
         "key": asked.key,
         "set": asked.set,
         "kind": asked.kind,
         "candidates": len(chunks),
         "relevance_logits": [round(x, 6) for x in logits],
         "retrieve_ms": round(retrieve_s * 1000, 1),
-        "relevance_ms": round(relevance_s * 1000, 1),
+        "relevance_ms": row["relevance_ms"] if row is not None else round(relevance_s * 1000, 1),
     }
+    if judge is not None:
+        out |= {"judge_cosines": judged, "judge_ms": round((time.perf_counter() - started) * 1000, 1)}
     for n in SIZES:
         first = chunks[:n]
-        features = gate_features(asked.question, [c.text for c in first], [c.stage_scores for c in first], logits)
-        row[f"features@{n}"] = {k: round(v, 6) for k, v in features.items()}
-        row[f"holds@{n}"] = any(holds_answer(asked, c.doc_id, c.text) for c in first) if asked.answerable else None
-    return row
+        features = gate_features(
+            asked.question, [c.text for c in first], [c.stage_scores for c in first], logits, judged
+        )
+        out[f"features@{n}"] = {k: round(v, 6) for k, v in features.items()}
+        out[f"holds@{n}"] = any(holds_answer(asked, c.doc_id, c.text) for c in first) if asked.answerable else None
+    return out
 
 
 def read_all(
@@ -381,16 +403,20 @@ def read_all(
     relevance: Any,
     cache: Path,
     say: Callable[[str], None] = lambda line: None,
+    judge: Any = None,
 ) -> list[dict[str, Any]]:
     """Every question's row, from ``cache`` where it is there already (a
-    stopped run resumes); new rows are appended as they are read."""
+    stopped run resumes); new rows are appended as they are read (a later
+    line of a key replaces an earlier one). With ``judge``, a cached row
+    without its cosines gets them, the rest of it kept."""
     done = {row["key"]: row for row in read_rows(cache)} if cache.is_file() else {}
     cache.parent.mkdir(parents=True, exist_ok=True)
     with cache.open("a", encoding="utf-8") as out:
         for n, a in enumerate(asked):
-            if a.key in done:
+            cached = done.get(a.key)
+            if cached is not None and (judge is None or "judge_cosines" in cached):
                 continue
-            row = read_question(a, retrievers[a.index], relevance)
+            row = read_question(a, retrievers[a.index], relevance, judge, cached)
             done[a.key] = row
             out.write(json.dumps(row) + "\n")
             out.flush()
@@ -440,11 +466,21 @@ def write_each_gate_cut(each_gate: Mapping[str, str | None], path: Path) -> None
     )
 
 
-def unread(asked: Sequence[GateAsked], cache: Path) -> int:
-    """How many of ``asked`` have no cached row yet (none: the rule reruns
-    from the cache alone, no cluster needed)."""
-    done = {row["key"] for row in read_rows(cache)} if cache.is_file() else set()
-    return sum(a.key not in done for a in asked)
+def fitted_model(weights: Mapping[str, float]) -> Any:
+    """A gate model from a fit's report (``{feature: weight, ..., "bias": b}``,
+    results/gate_fit.json)."""
+    from chunkrag_filter.processors.calibration import LogisticModel
+
+    names = tuple(k for k in weights if k != "bias")
+    return LogisticModel(names, tuple(float(weights[k]) for k in names), float(weights["bias"]))
+
+
+def unread(asked: Sequence[GateAsked], cache: Path, judged: bool = False) -> int:
+    """How many of ``asked`` have no cached row yet, or (``judged``) none
+    with a judge's cosines (none: the rule reruns from the cache alone, no
+    cluster needed)."""
+    done = {row["key"]: row for row in read_rows(cache)} if cache.is_file() else {}
+    return sum(a.key not in done or (judged and "judge_cosines" not in done[a.key]) for a in asked)
 
 
 def read_rows(cache: Path) -> list[dict[str, Any]]:
@@ -543,7 +579,9 @@ def choose(rows: Sequence[Mapping[str, Any]], models: Mapping[str, Any]) -> dict
     choice_rows = [r for r in rows if r["set"] not in HELD_OUT_SETS]
     held_rows = [r for r in rows if r["set"] in HELD_OUT_SETS]
     table = []
-    for candidate in CANDIDATES:
+    # A gate whose model is not given (the judge's, without a judge) is not read.
+    readable = [c for c in CANDIDATES if c[0] in ("off", "cosine") or c[0] in models]
+    for candidate in readable:
         evaluated = evaluate(choice_rows, candidate, models)
         ok, why = eligible(evaluated)
         evaluated.update(eligible=ok, why_not=why, caught=caught(evaluated))
@@ -558,14 +596,15 @@ def choose(rows: Sequence[Mapping[str, Any]], models: Mapping[str, Any]) -> dict
             key=lambda ce: (ce[1]["caught"], -(ce[0][1] or 0.0)),
             default=None,
         )
-        for gate in ("retrieval", "crossencoder")
+        for gate in ("retrieval", "crossencoder", "judge")
+        if gate in models
     }
     held = evaluate(held_rows, best[0], models) if held_rows else None
     if held is not None:
         held["caught"] = caught(held, HELD_OUT_UNANSWERABLE)
     return {
         "rule": {
-            "candidates": [candidate_name(c) for c in CANDIDATES],
+            "candidates": [candidate_name(c) for c in readable],
             "at": CHOSEN_AT,
             "max_turned_away": MAX_TURNED_AWAY,
             "significance": SIGNIFICANCE,

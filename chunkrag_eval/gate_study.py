@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from chunkrag_eval.measures import cut_keeping
-from chunkrag_filter.processors.gate import GATE_RETRIEVAL_FEATURES, GATE_TOP, gate_features
+from chunkrag_filter.processors.gate import GATE_JUDGE_FEATURES, GATE_RETRIEVAL_FEATURES, GATE_TOP, gate_features
 
 NQ_FILE = "nq/nq-open-oracle.jsonl.gz"
 SQUAD_FILE = "squad/squad2_cs224n_dev-v2.0.json"
@@ -65,6 +65,9 @@ CHOSEN_CUTS = {"gate": 0.05, "gate_relevance": 0.02}
 FOLDS = 5
 INDEX_PREFIX = "chunkrag-gate-train"
 GATE_RELEVANCE_FEATURES = GATE_RETRIEVAL_FEATURES + ("best_relevance_logit",)
+# A judge embedder's gate (chunkrag_train/judge_embedder.py): its best cosine
+# over the best few candidates in place of the relevance model's log-odds.
+GATE_JUDGE_FIT_FEATURES = GATE_RETRIEVAL_FEATURES + GATE_JUDGE_FEATURES
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,16 @@ def training_set(eval_dir: Path, relevance_split: Callable[[str], str]) -> tuple
     return documents, questions
 
 
+def judge_cosines(judge: Any, question: str, texts: Sequence[str]) -> list[float]:
+    """A judge embedder's cosine of the question to each text (none without a judge)."""
+    import numpy as np
+
+    if judge is None or not texts:
+        return []
+    vectors = np.asarray(judge.embed([question, *texts]), dtype=np.float64)
+    return [round(float(vectors[0] @ v), 6) for v in vectors[1:]]
+
+
 def label_of(question: GateQuestion, candidates: Sequence[Any]) -> bool | None:
     """True: a candidate answers it; False: none does; None: unknown (left out)."""
     from chunkrag_eval.measures import answer_in_words
@@ -154,6 +167,7 @@ def build(
     relevance,
     relevance_split: Callable[[str], str],
     say: Callable[[str], None],
+    judge: Any = None,
 ) -> Path:
     """Index the training documents, retrieve every question's candidates,
     and cache per question its label, gate features and the relevance
@@ -179,7 +193,12 @@ def build(
             candidates = retriever.search(q.question, size=CANDIDATES, filters=filters).chunks
             top = [c.text for c in candidates[:GATE_TOP]]
             logits = [relevance_logit(p) for p in relevance.score(q.question, top)] if top else []
-            features = gate_features(q.question, [c.text for c in candidates], [c.stage_scores for c in candidates])
+            features = gate_features(
+                q.question,
+                [c.text for c in candidates],
+                [c.stage_scores for c in candidates],
+                judge_cosines=judge_cosines(judge, q.question, top),
+            )
             features["best_relevance_logit"] = max(logits, default=0.0)
             row = {
                 "source": q.source,
@@ -226,10 +245,12 @@ def fit(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "left_out_unknown_label": len(rows) - len(usable),
         "keep_answerable": KEEP_ANSWERABLE,
     }
-    for name, names, chosen in (
-        ("gate", GATE_RETRIEVAL_FEATURES, usable),
-        ("gate_relevance", GATE_RELEVANCE_FEATURES, [r for r in usable if r["relevance_held_out"]]),
-    ):
+    held_out = [r for r in usable if r["relevance_held_out"]]
+    fits = [("gate", GATE_RETRIEVAL_FEATURES, usable), ("gate_relevance", GATE_RELEVANCE_FEATURES, held_out)]
+    if usable and all("best_judge_cosine" in r["features"] for r in usable):
+        # the judge trained on the relevance model's training questions too: fitted where both held out
+        fits.append(("gate_judge", GATE_JUDGE_FIT_FEATURES, held_out))
+    for name, names, chosen in fits:
         features = [r["features"] for r in chosen]
         labels = [bool(r["label"]) for r in chosen]
         model = fit_logistic(features, labels, names)
@@ -250,3 +271,17 @@ def fit(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             "passed_at_cut": {k: {"n": v["n"], "share": round(v["passed"] / v["n"], 4)} for k, v in by_kind.items()},
         }
     return out
+
+
+def fit_report(fitted: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`fit` found, as JSON: each model's weights by feature (and
+    its bias) and its cut, beside the figures."""
+    report = {
+        name: {k: v for k, v in entry.items() if k != "calibrated"} if isinstance(entry, dict) else entry
+        for name, entry in fitted.items()
+    }
+    for name in (n for n in ("gate", "gate_relevance", "gate_judge") if n in fitted):
+        chosen = fitted[name]["calibrated"]
+        report[name]["model"] = dict(zip(chosen.model.names, chosen.model.weights)) | {"bias": chosen.model.bias}
+        report[name]["cut"] = chosen.cut
+    return report

@@ -17,6 +17,8 @@ reads signals that mean the same whatever the query:
                        no entity overlap to read
   best_relevance_logit the project's relevance model's best log-odds over the
                        best few candidates by retrieval (only where it ran)
+  best_judge_cosine    a judge embedder's best query-text cosine over the same
+                       few (chunkrag_train/judge_embedder.py; only where it ran)
 
 and a logistic model over them, fitted on answerable and unanswerable
 training questions (chunkrag_eval/gate_study.py), gives P(some candidate
@@ -37,7 +39,8 @@ from chunkrag_filter.processors.features import content_terms, entity_terms
 
 GATE_RETRIEVAL_FEATURES = ("best_cosine", "best_term_overlap", "best_entity_overlap", "names_entities")
 GATE_RELEVANCE_FEATURES = ("best_relevance_logit",)
-GATE_FEATURES = GATE_RETRIEVAL_FEATURES + GATE_RELEVANCE_FEATURES
+GATE_JUDGE_FEATURES = ("best_judge_cosine",)
+GATE_FEATURES = GATE_RETRIEVAL_FEATURES + GATE_RELEVANCE_FEATURES + GATE_JUDGE_FEATURES
 # GATES: "retrieval": the retrieval signals and the query's words and names;
 # "crossencoder": those and the relevance model on the best few candidates;
 # "off" (declared in chunkrag_core.settings, where the gateway's default
@@ -54,18 +57,22 @@ def gate_features(
     texts: Sequence[str],
     stage_scores: Sequence[Mapping[str, float]],
     relevance_logits: Sequence[float] = (),
+    judge_cosines: Sequence[float] = (),
 ) -> dict[str, float]:
     """The gate's features for one query's candidates (texts in retrieval
     order, their stage scores with the raw ``cosine``); ``relevance_logits``
-    for the first few candidates, when the relevance model read them."""
+    and ``judge_cosines`` for the first few candidates, when the relevance
+    model or a judge embedder read them (no judge: no ``best_judge_cosine``)."""
     terms, entities = content_terms(query), entity_terms(query)
     words = [content_terms(text) for text in texts]
+    judged = {"best_judge_cosine": max(judge_cosines)} if judge_cosines else {}
     return {
         "best_cosine": max((float(s.get("cosine", 0.0)) for s in stage_scores), default=0.0),
         "best_term_overlap": max((_share(terms, w) for w in words), default=0.0),
         "best_entity_overlap": max((_share(entities, w) for w in words), default=0.0),
         "names_entities": 1.0 if entities else 0.0,
         "best_relevance_logit": max(relevance_logits, default=0.0),
+        **judged,
     }
 
 

@@ -35,6 +35,8 @@ def test_features_are_absolute_the_best_over_the_candidates():
         "names_entities": 1.0,
         "best_relevance_logit": 1.5,
     }
+    judged = gate_features("q", texts, [{"cosine": 0.61}], judge_cosines=[0.42, 0.7, 0.1])
+    assert judged["best_judge_cosine"] == 0.7
     lower = gate_features("who sang it", ["nothing here"], [{"cosine": 0.2}])
     assert lower["names_entities"] == 0.0 and lower["best_entity_overlap"] == 0.0
     assert gate_features("q", [], [])["best_cosine"] == 0.0

@@ -153,3 +153,79 @@ def test_each_gates_cut_is_written_into_the_calibration_file(tmp_path):
     assert after.gate_relevance == before.gate_relevance  # no eligible cut named: kept as it was
     assert after.about["gate"].endswith(f"before it {before.gate.cut:g}")
     assert "cut 0.07: chosen by the rule that loses no answers" in after.about["gate"]
+
+
+class _Chunk:
+    def __init__(self, text, cosine):
+        self.text, self.doc_id, self.stage_scores = text, "d1", {"cosine": cosine}
+
+
+class _Retriever:
+    def search(self, question, size, filters):
+        return type("Found", (), {"chunks": [_Chunk("Paris is the capital of France.", 0.7), _Chunk("Lunch.", 0.1)]})
+
+
+class _Relevance:
+    def __init__(self):
+        self.calls = 0
+
+    def score(self, question, texts):
+        self.calls += 1
+        return [0.9 for _ in texts]
+
+
+class _Judge:
+    """Unit vectors: the question along x, the capital sentence at 0.6 to it, the rest at 0."""
+
+    def embed(self, texts):
+        table = {"Paris is the capital of France.": [0.6, 0.8], "Lunch.": [0.0, 1.0]}
+        return [table.get(t, [1.0, 0.0]) for t in texts]
+
+
+def test_a_cached_row_gets_the_judges_cosines_and_keeps_the_rest(tmp_path):
+    asked = [GateAsked("nq", "answerable", "1", "What is the capital of France?", "open", answers=("Paris",))]
+    cache, relevance = tmp_path / "rows.jsonl", _Relevance()
+    first = rule.read_all(asked, {"open": _Retriever()}, relevance, cache)
+    assert "judge_cosines" not in first[0] and relevance.calls == 1
+    assert rule.unread(asked, cache) == 0 and rule.unread(asked, cache, judged=True) == 1
+    judged = rule.read_all(asked, {"open": _Retriever()}, relevance, cache, judge=_Judge())
+    assert relevance.calls == 1  # the relevance model is not read again
+    assert judged[0]["judge_cosines"] == [0.6, 0.0]
+    assert judged[0]["features@8"]["best_judge_cosine"] == 0.6
+    assert judged[0]["relevance_logits"] == first[0]["relevance_logits"]
+    assert rule.read_rows(cache)[-1] == judged[0] and rule.unread(asked, cache, judged=True) == 0
+
+
+def test_the_judges_gate_is_read_only_with_its_model(monkeypatch):
+    monkeypatch.setattr(rule, "CANDIDATES", (("off", None), ("crossencoder", 0.2), ("judge", 0.2)))
+    rows = sets_of({name: [0.5] * 100 for name in rule.ANSWERABLE_SETS} | {rule.SAMPLE_SET: [0.5] * 8})
+    assert "judge=0.2" not in rule.choose(rows, MODELS)["candidates"]
+    out = rule.choose(rows, MODELS | {"judge": Fixed()})
+    assert "judge=0.2" in out["candidates"] and out["each_gate"]["judge"] == "judge=0.2"
+
+
+def test_a_fit_reports_model_reads_back_as_the_same_model():
+    from chunkrag_eval.gate_study import fit_report
+    from chunkrag_filter.processors.calibration import Calibrated, LogisticModel
+
+    model = LogisticModel(("best_cosine", "best_judge_cosine"), (7.5, 3.25), -4.0)
+    report = fit_report({"gate_judge": {"calibrated": Calibrated(model, 0.1), "fitted_cut": 0.1}})
+    assert report["gate_judge"]["cut"] == 0.1
+    assert rule.fitted_model(report["gate_judge"]["model"]) == model
+
+
+def test_the_fit_adds_the_judges_gate_when_every_row_has_its_cosine():
+    from chunkrag_eval.gate_study import GATE_JUDGE_FIT_FEATURES, fit
+
+    def training_row(i, label, judged=True):
+        features = {"best_cosine": 0.3 + 0.01 * (i % 7), "best_term_overlap": 0.5, "best_entity_overlap": 0.5}
+        features |= {"names_entities": 1.0, "best_relevance_logit": -1.0 + 0.1 * (i % 5)}
+        if judged:
+            features["best_judge_cosine"] = (0.7 if label else 0.2) + 0.01 * (i % 3)
+        return {"source": "nq", "view": "whole", "label": label, "relevance_held_out": True, "features": features}
+
+    rows = [training_row(i, i % 2 == 0) for i in range(40)]
+    fitted = fit(rows)
+    assert fitted["gate_judge"]["calibrated"].model.names == GATE_JUDGE_FIT_FEATURES
+    assert fitted["gate_judge"]["cross_validated_auc"] == 1.0  # the judge's cosine alone separates them here
+    assert "gate_judge" not in fit(rows[:-1] + [training_row(39, False, judged=False)])
