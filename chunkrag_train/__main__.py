@@ -27,6 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-dir", type=Path, default=DEFAULT_EVAL)
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--out", type=Path, default=WORK / "pairs.jsonl")
+    p.add_argument(
+        "--written", type=Path, default=None, help="also the kept questions of write-questions (its JSON-lines file)"
+    )
+    w = sub.add_parser("write-questions", help="the local chat model writes questions for licensed sentences")
+    w.add_argument("--eval-dir", type=Path, default=DEFAULT_EVAL)
+    w.add_argument("--seed", type=int, default=13)
+    w.add_argument("--out", type=Path, default=WORK / "written.jsonl")
+    w.add_argument("--minutes", type=float, default=None, help="stop after this long (the next run goes on)")
     t = sub.add_parser("train", help="fine-tune MiniLM on the pairs (needs the train extra)")
     t.add_argument("--pairs", type=Path, default=WORK / "pairs.jsonl")
     t.add_argument("--out", type=Path, default=WORK / "model")
@@ -63,10 +71,33 @@ def main(argv: list[str] | None = None) -> int:
         from chunkrag_train.pairs import build, write_jsonl
 
         pairs, manifest = build(args.eval_dir, args.seed, LocalMiniLMEmbedder(batch_size=32).embed)
+        if args.written is not None:
+            from chunkrag_train.pairs import pairs_digest
+            from chunkrag_train.written import read_written, written_pairs
+
+            written = written_pairs(read_written(args.written).values())
+            pairs += written
+            manifest |= {"written": {"path": str(args.written), "pairs": len(written)}, "pairs": len(pairs)}
+            manifest["pairs_sha256"] = pairs_digest(pairs)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(pairs, args.out)
         args.out.with_suffix(".manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         print(json.dumps(manifest, indent=2))
+        return 0
+    if args.command == "write-questions":
+        from chunkrag_core.providers import make_chat
+        from chunkrag_core.providers.chat import ChatRequest, Message
+        from chunkrag_core.settings import Settings
+        from chunkrag_train.written import targets, write_questions
+
+        chat = make_chat(Settings.from_env().chat)
+
+        def ask(prompt: str) -> str:
+            return chat.complete(ChatRequest((Message("user", prompt),), max_tokens=80)).text
+
+        todo = targets(args.eval_dir, args.seed)
+        stop = args.minutes * 60 if args.minutes else None
+        print(json.dumps(write_questions(todo, ask, args.out, stop, say=lambda m: print(m, flush=True))))
         return 0
     if args.command == "train":
         from chunkrag_train.pairs import read_jsonl
