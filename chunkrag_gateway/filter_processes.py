@@ -49,6 +49,7 @@ from chunkrag_core.cancellation import Cancellation
 from chunkrag_core.chunk import Chunk
 from chunkrag_core.settings import GATEWAY_NICE_RANGE, Settings
 from chunkrag_gateway import errors
+from chunkrag_gateway.allocator import fix_mmap_threshold, limit_malloc_arenas
 from chunkrag_gateway.heap import settle_heap
 
 log = logging.getLogger("chunkrag.gateway")
@@ -76,6 +77,7 @@ _edges = None
 _slots = None
 _slot = -1
 _stopped = None
+_allocator = (False, False)  # (arena limit, mmap threshold) set by this process's start
 
 
 def check_niceness(nice: int) -> None:
@@ -106,10 +108,13 @@ def _chunks_travel_without_vectors() -> None:
 
 
 def _start(settings: Settings, nice: int, gateway_pid: int, slots, taken, stopped) -> None:
-    """Each process's first step: take a slot, lower its priority (threads
-    it starts later, onnxruntime's and the judge's, inherit it), continue
-    the gateway's tracing, and watch for the gateway's end."""
-    global _edges, _slots, _slot, _stopped
+    """Each process's first step: glibc's malloc set as the gateway's (the
+    settings are per process; without them a process's memory grew as the
+    gateway's did), take a slot, lower its priority (threads it starts
+    later, onnxruntime's and the judge's, inherit it), continue the
+    gateway's tracing, and watch for the gateway's end."""
+    global _edges, _slots, _slot, _stopped, _allocator
+    _allocator = (limit_malloc_arenas(), fix_mmap_threshold())  # before any thread of its own
     with taken.get_lock():
         _slot, taken.value = taken.value, taken.value + 1
     _slots, _stopped = slots, stopped
@@ -123,6 +128,12 @@ def _start(settings: Settings, nice: int, gateway_pid: int, slots, taken, stoppe
 
     _edges = Edges(settings)  # its parts are made on first use, as the gateway's are
     settle_heap()  # the imports above live as long as the process
+
+
+def allocator_set() -> tuple[bool, bool]:
+    """In a filter process: whether its start set malloc's arena limit and
+    mmap threshold (False where an operator's variable or another libc rules)."""
+    return _allocator
 
 
 def _end_with(gateway_pid: int) -> None:

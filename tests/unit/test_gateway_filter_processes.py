@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -116,6 +117,14 @@ def test_the_processes_run_at_the_lower_priority(processes):
     # os.nice(0) answers the process's niceness without changing it.
     assert processes.run(os.nice, 0) == min(19, os.nice(0) + 5)
     assert 1 <= len(processes.pids()) <= 2
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_the_processes_set_malloc_as_the_gateway_does(processes):
+    from chunkrag_gateway import filter_processes
+
+    operator = [bool(os.environ.get(v)) for v in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_")]
+    assert processes.run(filter_processes.allocator_set) == tuple(not given for given in operator)
 
 
 def test_a_chunk_comes_back_without_its_vector_and_with_its_read_only_mappings(processes):
