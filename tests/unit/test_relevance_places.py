@@ -304,11 +304,15 @@ def test_the_gateway_reads_its_models_at_start_and_health_says_when(monkeypatch)
             raise AssertionError("an embedder handed in is the caller's: not warmed here")
 
     monkeypatch.setattr(local_relevance, "LocalRelevanceModel", Loading)
+    from ingest_pipeline.sentences import punkt_tokenizer
+
+    punkt_tokenizer.cache_clear()
     app = create_app(Settings(), embedder=Embedder())
     edges = app.state.edges
     with TestClient(app):  # the lifespan: loading starts
         assert edges.wait_for_models(30)
     assert Loading.loaded == 1 and edges.models.state() == {"ok": True}
+    assert punkt_tokenizer.cache_info().currsize == 1  # post-search's first sentences cost nothing to load
     # The gateway's own model: each batch on the searching thread (its priority is the
     # search's), in batches of four, its memory arena shrunk after each run (a burst's memory
     # goes back), each batch in its turn between the callers (model_turns.py).
