@@ -1,5 +1,6 @@
 """Reading evaluation files in the formats of ``shared/eval``: PopQA, PubHealth
-(both with CRAG's context pools) and FActScore bio (Self-RAG's passages).
+(both with CRAG's context pools) and FActScore bio (Self-RAG's passages);
+and NQ-open with its gold passages (:func:`nq_gold`).
 
 Every record becomes an :class:`EvalItem`; a record that cannot be used is
 reported with its line number, and reading goes on.
@@ -7,6 +8,7 @@ reported with its line number, and reading goes on.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from dataclasses import dataclass
@@ -133,3 +135,33 @@ def _records(path: Path, bad: list[BadRecord]) -> Iterator[tuple[int, dict]]:
                 bad.append(BadRecord(number, "not a JSON object"))
                 continue
             yield number, record
+
+
+@dataclass(frozen=True, slots=True)
+class NqRecord:
+    """An NQ-open question with its gold passage. ``doc_id`` names the
+    passage's text by the first record that has it ("nq-<number>"): several
+    questions share a passage, and an index holds each text once."""
+
+    number: int  # the record's line in the file, from 0
+    question: str
+    answers: tuple[str, ...]
+    gold_text: str
+    gold_title: str
+    doc_id: str
+
+
+def nq_gold(path: Path) -> Iterator[NqRecord]:
+    """Every record of NQ-open's oracle file (``nq-open-oracle.jsonl.gz``)
+    that has a gold passage, in file order."""
+    first_of_text: dict[str, str] = {}
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for number, line in enumerate(handle):
+            record = json.loads(line)
+            gold = next((c for c in record.get("ctxs", ()) if c.get("isgold")), None)
+            if gold is None:
+                continue
+            doc_id = first_of_text.setdefault(gold["text"], f"nq-{number}")
+            yield NqRecord(
+                number, record["question"], tuple(record["answers"]), gold["text"], gold.get("title", ""), doc_id
+            )

@@ -40,7 +40,6 @@ decided from the cache with the shipped gate models, without re-retrieving.
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import random
 import time
@@ -48,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from chunkrag_eval.datasets import nq_gold
 from chunkrag_eval.measures import answer_in_words
 
 # The candidates each question's gate reads: the default of `ask`, the
@@ -175,19 +175,10 @@ def open_corpus_questions(root: Path, corpus_documents: Sequence[Any]) -> list[G
         for item in items:
             out.append(GateAsked(dataset, "off_topic", item.item_id, item.question, "open", view))
     # NQ-open: a question per gold passage text's first question is its doc.
-    nq, doc_of_text = [], {}
-    with gzip.open(root / "nq/nq-open-oracle.jsonl.gz", "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle):
-            record = json.loads(line)
-            gold = next((c for c in record.get("ctxs", ()) if c.get("isgold")), None)
-            if gold is None:
-                continue
-            doc = doc_of_text.setdefault(gold["text"], f"nq-{number}")
-            nq.append(
-                GateAsked(
-                    "nq", "answerable", str(number), record["question"], "open", (), (doc,), tuple(record["answers"])
-                )
-            )
+    nq = [
+        GateAsked("nq", "answerable", str(r.number), r.question, "open", (), (r.doc_id,), r.answers)
+        for r in nq_gold(root / "nq/nq-open-oracle.jsonl.gz")
+    ]
     out += rng.sample(nq, min(SAMPLE_SIZE, len(nq)))
     squad = json.loads((root / "squad/squad2_cs224n_dev-v2.0.json").read_text(encoding="utf-8"))["data"]
     answerable, unanswerable = [], []

@@ -27,7 +27,6 @@ which :data:`KEEP_ANSWERABLE` of the answerable training questions pass.
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import time
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from chunkrag_eval.datasets import nq_gold
 from chunkrag_eval.measures import cut_keeping
 from chunkrag_filter.processors.gate import GATE_JUDGE_FEATURES, GATE_RETRIEVAL_FEATURES, GATE_TOP, gate_features
 
@@ -90,18 +90,11 @@ def training_set(eval_dir: Path, relevance_split: Callable[[str], str]) -> tuple
 
     documents, questions = [], []
     rng = random.Random(SEED)
-    by_text: dict[str, str] = {}
     nq = []
-    with gzip.open(eval_dir / NQ_FILE, "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle):
-            record = json.loads(line)
-            gold = next((c for c in record.get("ctxs", ()) if c.get("isgold")), None)
-            if gold is None:
-                continue
-            if gold["text"] not in by_text:
-                by_text[gold["text"]] = f"nq-{number}"
-                documents.append(plain_document(f"nq-{number}", gold["text"], f"nq:{number}"))
-            nq.append((number, record["question"], tuple(record["answers"]), by_text[gold["text"]]))
+    for r in nq_gold(eval_dir / NQ_FILE):
+        if r.doc_id == f"nq-{r.number}":  # the text's first record
+            documents.append(plain_document(r.doc_id, r.gold_text, f"nq:{r.number}"))
+        nq.append((r.number, r.question, r.answers, r.doc_id))
     held_out = [q for q in nq if relevance_split(f"nq:{q[0]}") == "validation"]
     rest = [q for q in nq if relevance_split(f"nq:{q[0]}") != "validation"]
     for number, question, answers, doc in held_out + rng.sample(rest, min(NQ_QUESTIONS, len(rest))):

@@ -39,7 +39,6 @@ relevance gold and are not read here.
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import random
 import re
@@ -47,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from chunkrag_eval.datasets import pool_text
+from chunkrag_eval.datasets import nq_gold, pool_text
 from chunkrag_eval.measures import answer_in_context
 
 DATASETS = ("popqa", "nq", "squad", "scifact", "wikiqa", "healthver", "climate_fever")
@@ -117,21 +116,18 @@ def read_popqa(root: Path, count: int | None, seed: int) -> list[LabelledQuery]:
     return _sample(out, count, seed)
 
 
+NQ_PATH = "nq/nq-open-oracle.jsonl.gz"
+
+
 def read_nq(root: Path, count: int | None, seed: int) -> list[LabelledQuery]:
-    records = []
-    with gzip.open(root / "nq" / "nq-open-oracle.jsonl.gz", "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle):
-            record = json.loads(line)
-            gold = next((c for c in record["ctxs"] if c.get("isgold")), None)
-            if gold:
-                records.append((number, record, Doc(f"nq-{number}", gold["text"], gold["title"])))
+    records = [(r.number, r, Doc(f"nq-{r.number}", r.gold_text, r.gold_title)) for r in nq_gold(root / NQ_PATH)]
     chosen = _sample(records, count, seed)
     rng = random.Random(seed + 1)
     out = []
     for number, record, doc in chosen:
         others = [d for n, _, d in chosen if n != number]
         distractors = rng.sample(others, min(NQ_DISTRACTORS, len(others)))
-        out.append(LabelledQuery("nq", str(number), record["question"], (doc, *distractors), tuple(record["answers"])))
+        out.append(LabelledQuery("nq", str(number), record.question, (doc, *distractors), record.answers))
     return out
 
 

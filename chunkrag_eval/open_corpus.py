@@ -16,7 +16,6 @@ run stopped half way resumes.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import os
@@ -26,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from chunkrag_core.artifacts import file_sha256
 from chunkrag_core.settings import Settings
-from chunkrag_eval.datasets import EvalDataError, EvalItem, read_items
+from chunkrag_eval.datasets import EvalDataError, EvalItem, nq_gold, read_items
 from chunkrag_eval.runner import doc_id_for
 from ingest_pipeline.chunker import document_fingerprint
 from ingest_pipeline.pipeline import ingest_documents, shaping_of
@@ -72,15 +71,10 @@ def pool_documents(dataset: str, items: Sequence[EvalItem]) -> list[Document]:
 
 def nq_documents(path: Path, limit: int | None = None) -> list[Document]:
     """NQ-open's gold passages, each text once (the first question's number names it)."""
-    out, seen = [], set()
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle):
-            record = json.loads(line)
-            gold = next((c for c in record.get("ctxs", ()) if c.get("isgold")), None)
-            if gold is None or gold["text"] in seen:
-                continue
-            seen.add(gold["text"])
-            out.append(plain_document(f"nq-{number}", gold["text"], f"nq:{number}"))
+    out = []
+    for r in nq_gold(path):
+        if r.doc_id == f"nq-{r.number}":  # the text's first record
+            out.append(plain_document(r.doc_id, r.gold_text, f"nq:{r.number}"))
             if limit is not None and len(out) >= limit:
                 break
     return out

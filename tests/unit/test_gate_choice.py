@@ -229,3 +229,22 @@ def test_the_fit_adds_the_judges_gate_when_every_row_has_its_cosine():
     assert fitted["gate_judge"]["calibrated"].model.names == GATE_JUDGE_FIT_FEATURES
     assert fitted["gate_judge"]["cross_validated_auc"] == 1.0  # the judge's cosine alone separates them here
     assert "gate_judge" not in fit(rows[:-1] + [training_row(39, False, judged=False)])
+
+
+def test_nq_records_name_a_shared_passage_by_its_first_question(tmp_path):
+    import gzip
+    import json
+
+    from chunkrag_eval.datasets import nq_gold
+
+    lines = [
+        {"question": "q0", "answers": ["a"], "ctxs": [{"text": "P", "title": "T", "isgold": True}]},
+        {"question": "q1", "answers": ["b"], "ctxs": [{"text": "other", "isgold": False}]},
+        {"question": "q2", "answers": ["c"], "ctxs": [{"text": "P", "title": "T", "isgold": True}]},
+    ]
+    path = tmp_path / "nq.jsonl.gz"
+    with gzip.open(path, "wt") as out:
+        out.write("".join(json.dumps(line) + "\n" for line in lines))
+    records = list(nq_gold(path))
+    assert [(r.number, r.question, r.doc_id) for r in records] == [(0, "q0", "nq-0"), (2, "q2", "nq-0")]
+    assert records[1].answers == ("c",) and records[1].gold_title == "T"
