@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -596,6 +597,7 @@ def summarise(outcomes: Sequence[Outcome], rows: Sequence[Row]) -> dict[str, dic
                 "chars_per_question": round(sum(o.chars for o in mine) / len(mine), 1),
                 "chars_share_of_all": round(sum(o.chars for o in mine) / max(1, sum(o.chars for o in refs)), 4),
                 "chunks_per_question": round(sum(len(o.kept) for o in mine) / len(mine), 2),
+                "chunks_median": float(statistics.median(len(o.kept) for o in mine)),
                 "nothing_kept": rate([not o.kept for o in mine]),
                 "choose_ms_per_question": round(1000 * sum(o.seconds for o in mine) / len(mine), 2),
             }
@@ -607,6 +609,11 @@ def summarise(outcomes: Sequence[Outcome], rows: Sequence[Row]) -> dict[str, dic
                 entry["answer_in_context"] = rate(flags)
                 entry["answer_in_context_substring"] = rate([bool(o.answer_in_context_substring) for o in mine])
                 entry.update(paired_with_reference(flags, [bool(o.answer_in_context) for o in refs]))
+                matched = {o.item_id: o for o in here if o.row == row.of} if row.kind == "same_chars" else {}
+                if matched and all(o.item_id in matched for o in mine):
+                    # top-k against the row whose characters it was given, question by question
+                    test = paired_with_reference(flags, [bool(matched[o.item_id].answer_in_context) for o in mine])
+                    entry["against_matched_row"] = {"discordant": test["discordant"], "p": test["p_vs_all"]}
             if row.judge:
                 entry["judge_prompt_tokens_per_question"] = round(
                     sum(o.judge_prompt_tokens for o in mine) / len(mine), 1

@@ -125,6 +125,8 @@ PARAMETRIC = (
     "crossencoder_cut=<c>",
     "gate=<c>",
     "gate_crossencoder=<c>",
+    "relative=<s>",
+    "crossencoder_relative=<s>",
     "topk_chars_of=<row>",
 )
 
@@ -206,6 +208,17 @@ def row_for(name: str) -> Row:
             f"the filter with the cross-encoder, cut at {c:g}, gate off",
             "filter",
             options={"relevance": "crossencoder", "fixed_threshold": c},
+            gate="off",
+        )
+    if sep and kind in ("relative", "crossencoder_relative"):
+        # Per chunk: what comes within a share of the question's best chunk.
+        c = _cut_value(name, value)
+        judged = {"relevance": "crossencoder"} if kind == "crossencoder_relative" else {}
+        return Row(
+            name,
+            f"the filter{' with the cross-encoder' if judged else ''} keeping chunks at {c:g} of the best, gate off",
+            "filter",
+            options={**judged, "threshold": "relative", "fixed_threshold": c},
             gate="off",
         )
     if sep and kind == "topk_chars_of" and value:

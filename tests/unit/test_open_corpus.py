@@ -122,6 +122,10 @@ def test_rows_are_data_and_a_same_characters_row_brings_the_row_it_matches():
 def test_parametric_rows_name_a_cut_the_cross_encoder_or_the_characters_they_match():
     assert row_for("cut=0.05").options == {"fixed_threshold": 0.05}
     assert row_for("crossencoder_cut=0.2").options == {"relevance": "crossencoder", "fixed_threshold": 0.2}
+    relative = row_for("crossencoder_relative=0.5")
+    assert relative.options == {"relevance": "crossencoder", "threshold": "relative", "fixed_threshold": 0.5}
+    assert row_for("relative=0.8").options == {"threshold": "relative", "fixed_threshold": 0.8}
+    assert filter_options_for(relative).threshold == "relative" and gate_run(relative) == "off"
     topk = row_for("topk_chars_of=cut=0.1")
     assert topk.kind == "same_chars" and topk.of == "cut=0.1"
     names = [r.name for r in rows_named(["top5", "topk_chars_of=crossencoder_cut=0.3"])]
@@ -299,6 +303,28 @@ def test_each_row_is_paired_with_all_n_on_the_same_questions():
     absent = summary["popqa absent"]["20"]
     assert absent["all"]["model"]["made_up"] == 1.0 and absent["top5"]["model"]["said_not_found"] == 1.0
     assert "answer_in_context" not in absent["all"] and "own_pool_in_context" not in absent["all"]
+
+
+def test_a_top_k_row_is_paired_with_the_row_whose_characters_it_was_given():
+    rows = (
+        Row("all", "all N", "all"),
+        Row("cut=0.5", "cut", "filter", options={"fixed_threshold": 0.5}, gate="off"),
+        Row("topk_chars_of=cut=0.5", "top-k", "same_chars", of="cut=0.5"),
+    )
+    outcomes = [_outcome(str(i), "all", True, 1000, kept=tuple(range(8))) for i in range(3)]
+    outcomes += [
+        _outcome("0", "cut=0.5", True, 300, kept=(0, 1)),
+        _outcome("1", "cut=0.5", True, 300, kept=(0, 1, 2)),
+        _outcome("2", "cut=0.5", False, 300, kept=(0,)),
+        _outcome("0", "topk_chars_of=cut=0.5", False, 300, kept=(0, 1)),
+        _outcome("1", "topk_chars_of=cut=0.5", True, 300, kept=(0, 1)),
+        _outcome("2", "topk_chars_of=cut=0.5", False, 300, kept=(0,)),
+    ]
+    table = summarise(outcomes, rows)["popqa"]["20"]
+    assert table["cut=0.5"]["chunks_median"] == 2.0 and table["all"]["chunks_median"] == 8.0
+    # right only with top-k, right only with the row it matched
+    assert table["topk_chars_of=cut=0.5"]["against_matched_row"] == {"discordant": [0, 1], "p": 1.0}
+    assert "against_matched_row" not in table["cut=0.5"]
 
 
 def test_selective_answering_draws_each_row_over_answerable_and_unanswerable_questions():
