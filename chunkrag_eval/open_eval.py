@@ -609,6 +609,14 @@ def summarise(outcomes: Sequence[Outcome], rows: Sequence[Row]) -> dict[str, dic
                 entry["answer_in_context"] = rate(flags)
                 entry["answer_in_context_substring"] = rate([bool(o.answer_in_context_substring) for o in mine])
                 entry.update(paired_with_reference(flags, [bool(o.answer_in_context) for o in refs]))
+                # The questions all N can answer from: what a per-chunk choice can keep or lose.
+                held = [o for o, ref in zip(mine, refs) if ref.answer_in_context]
+                if held:
+                    entry["where_all_hold"] = {
+                        "n": len(held),
+                        "answer_kept": sum(bool(o.answer_in_context) for o in held),
+                        "chunks_median": float(statistics.median(len(o.kept) for o in held)),
+                    }
                 matched = {o.item_id: o for o in here if o.row == row.of} if row.kind == "same_chars" else {}
                 if matched and all(o.item_id in matched for o in mine):
                     # top-k against the row whose characters it was given, question by question

@@ -311,7 +311,7 @@ def test_a_top_k_row_is_paired_with_the_row_whose_characters_it_was_given():
         Row("cut=0.5", "cut", "filter", options={"fixed_threshold": 0.5}, gate="off"),
         Row("topk_chars_of=cut=0.5", "top-k", "same_chars", of="cut=0.5"),
     )
-    outcomes = [_outcome(str(i), "all", True, 1000, kept=tuple(range(8))) for i in range(3)]
+    outcomes = [_outcome(str(i), "all", i < 2, 1000, kept=tuple(range(8))) for i in range(3)]
     outcomes += [
         _outcome("0", "cut=0.5", True, 300, kept=(0, 1)),
         _outcome("1", "cut=0.5", True, 300, kept=(0, 1, 2)),
@@ -322,6 +322,8 @@ def test_a_top_k_row_is_paired_with_the_row_whose_characters_it_was_given():
     ]
     table = summarise(outcomes, rows)["popqa"]["20"]
     assert table["cut=0.5"]["chunks_median"] == 2.0 and table["all"]["chunks_median"] == 8.0
+    # over the two questions all N can answer from (the third's eight miss it)
+    assert table["cut=0.5"]["where_all_hold"] == {"n": 2, "answer_kept": 2, "chunks_median": 2.5}
     # right only with top-k, right only with the row it matched
     assert table["topk_chars_of=cut=0.5"]["against_matched_row"] == {"discordant": [0, 1], "p": 1.0}
     assert "against_matched_row" not in table["cut=0.5"]
