@@ -48,19 +48,25 @@ M_ARENA_MAX = -8
 GATEWAY_ARENAS = 2
 
 
-def limit_malloc_arenas(arenas: int = GATEWAY_ARENAS, environ: Mapping[str, str] | None = None) -> bool:
-    """Cap glibc's malloc arenas (the MALLOC_ARENA_MAX the process could have
-    been started with); call before the threads start. An operator's own
-    MALLOC_ARENA_MAX stands; on a libc other than glibc this does nothing.
-    True when the limit was set here."""
+def _mallopt(parameter: int, value: int, variable: str, environ: Mapping[str, str] | None) -> bool:
+    """glibc's ``mallopt(parameter, value)`` unless the operator set ``variable``
+    (the environment glibc read at start); False on another libc."""
     env = os.environ if environ is None else environ
-    if env.get("MALLOC_ARENA_MAX"):
+    if env.get(variable):
         return False
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
         return False
-    return mallopt(M_ARENA_MAX, arenas) == 1
+    return mallopt(parameter, value) == 1
+
+
+def limit_malloc_arenas(arenas: int = GATEWAY_ARENAS, environ: Mapping[str, str] | None = None) -> bool:
+    """Cap glibc's malloc arenas (the MALLOC_ARENA_MAX the process could have
+    been started with); call before the threads start. An operator's own
+    MALLOC_ARENA_MAX stands; on a libc other than glibc this does nothing.
+    True when the limit was set here."""
+    return _mallopt(M_ARENA_MAX, arenas, "MALLOC_ARENA_MAX", environ)
 
 
 # Blocks of at least this many bytes get pages of their own, given back to
@@ -78,14 +84,7 @@ def fix_mmap_threshold(threshold: int = GATEWAY_MMAP_THRESHOLD, environ: Mapping
     also stops it sliding up; an operator's own MALLOC_MMAP_THRESHOLD_
     stands, and on a libc other than glibc this does nothing. True when the
     threshold was set here."""
-    env = os.environ if environ is None else environ
-    if env.get("MALLOC_MMAP_THRESHOLD_"):
-        return False
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    return mallopt(M_MMAP_THRESHOLD, threshold) == 1
+    return _mallopt(M_MMAP_THRESHOLD, threshold, "MALLOC_MMAP_THRESHOLD_", environ)
 
 
 # How long no filtered search must run before the free pages go back (s):

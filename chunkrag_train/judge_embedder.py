@@ -103,7 +103,7 @@ def train_embedder(
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from chunkrag_train.train import base_model_dir
+    from chunkrag_train.train import base_model_dir, take_step, warmup_then_linear
 
     torch.set_num_threads(config.threads)
     work.mkdir(parents=True, exist_ok=True)
@@ -117,9 +117,7 @@ def train_embedder(
     tokenizer = AutoTokenizer.from_pretrained(base_model_dir())
     model = AutoModel.from_pretrained(base_model_dir())
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda step: min((step + 1) / warmup, max(0.0, (steps - step) / max(1, steps - warmup)))
-    )
+    schedule = warmup_then_linear(optimiser, steps, warmup)
     step, seconds, history = 0, 0.0, []
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False)
@@ -155,11 +153,7 @@ def train_embedder(
     while step < steps:
         batch = batches[step % len(batches)]
         loss = batch_loss(model, tokenizer, members, batch, config)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimiser.step()
-        schedule.step()
-        optimiser.zero_grad()
+        take_step(model, optimiser, schedule, loss)
         step += 1
         seconds = base + time.monotonic() - started
         if step % 20 == 0:

@@ -110,6 +110,26 @@ def _auc(scores: Sequence[float], labels: Sequence[int]) -> float:
     return (rank_sum - rank * (rank + 1) / 2) / (len(positives) * len(negatives))
 
 
+def warmup_then_linear(optimiser, steps: int, warmup: int):
+    """The learning rate rising over ``warmup`` steps, then falling linearly to 0 at ``steps``."""
+    import torch
+
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimiser, lambda step: min((step + 1) / warmup, max(0.0, (steps - step) / max(1, steps - warmup)))
+    )
+
+
+def take_step(model, optimiser, schedule, loss) -> None:
+    """One update: the loss's gradients, their norm clipped at 1, the optimiser's and the schedule's step."""
+    import torch
+
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimiser.step()
+    schedule.step()
+    optimiser.zero_grad()
+
+
 def train(pairs: Sequence[Pair], out_dir: Path, config: TrainConfig, log=print) -> dict:
     """Train on the pairs of split "train", check on "validation", save the
     model and tokenizer to ``out_dir`` (transformers' format) with a
@@ -131,9 +151,7 @@ def train(pairs: Sequence[Pair], out_dir: Path, config: TrainConfig, log=print) 
     steps = math.ceil(len(training) / config.batch_size * config.epochs)
     warmup = max(1, int(steps * config.warmup_share))
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda step: min((step + 1) / warmup, max(0.0, (steps - step) / max(1, steps - warmup)))
-    )
+    schedule = warmup_then_linear(optimiser, steps, warmup)
     # Unweighted: the logit's scale is recalibrated on the filter's own
     # features later (processors/calibration.py), so no class weighting here.
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -144,11 +162,7 @@ def train(pairs: Sequence[Pair], out_dir: Path, config: TrainConfig, log=print) 
         for encoded, labels in _batches(training, tokenizer, config, rng):
             logits = model(**encoded).logits[:, 0]
             loss = loss_fn(logits, torch.tensor(labels, dtype=torch.float32))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimiser.step()
-            schedule.step()
-            optimiser.zero_grad()
+            take_step(model, optimiser, schedule, loss)
             step += 1
             if step % 50 == 0:
                 rate = step * config.batch_size / (time.monotonic() - started)
